@@ -1,0 +1,70 @@
+# floodgate — build, test and benchmark targets.
+# `make test` is what CI runs (.ci/run); it installs what it needs first.
+
+GO          ?= go
+STATICCHECK_VERSION ?= v0.8.2
+GOBIN       ?= $(shell $(GO) env GOPATH)/bin
+STATICCHECK := $(GOBIN)/staticcheck
+# Nested modules that have their own tests (kept out of the library's go.sum).
+SUBMODULES  := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
+FUZZTIME    ?= 20s
+
+.PHONY: all deps test vet lint unit bench bench-peers bench-grpc fuzz demo proto clean
+
+all: test
+
+## deps: install what tests need: redis-server and redis-cli (apt), staticcheck (go).
+deps:
+	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
+		echo "installing redis-server and redis-tools"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; \
+	fi
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { echo "make deps: redis-server/redis-cli still missing" >&2; exit 1; }
+	@[ -x "$(STATICCHECK)" ] || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+## test: vet, staticcheck and the race-enabled tests of every module.
+test: deps vet lint unit
+
+vet:
+	$(GO) vet ./...
+	@for m in $(SUBMODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
+
+lint: deps
+	$(STATICCHECK) ./...
+	@for m in $(SUBMODULES); do echo "staticcheck ($$m)"; (cd $$m && $(STATICCHECK) ./...) || exit 1; done
+
+unit:
+	$(GO) test -race -count=1 ./...
+	@for m in $(SUBMODULES); do echo "go test ($$m)"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
+
+## bench: the library's micro-benchmarks.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## fuzz: run every fuzz target for FUZZTIME each.
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+## bench-peers: floodgate's Redis store against peer libraries on one redis-server.
+bench-peers: deps
+	cd bench && $(GO) run ./cmd/peers
+
+## bench-grpc: gRPC throughput with and without the chain, memstore and Redis.
+bench-grpc: deps
+	cd bench && $(GO) run ./cmd/grpcload
+
+## demo: the in-process demo (Redis when REDIS_URL is set).
+demo:
+	$(GO) run ./cmd/floodgate demo
+
+## proto: regenerate proto/floodgate/v1 Go code.
+proto:
+	./proto/generate.sh
+
+clean:
+	rm -rf .cache report*.html

@@ -1,0 +1,261 @@
+package tiers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Algorithm selects how a bucket counts.
+//
+// Every Store implements every algorithm with exactly the arithmetic below,
+// so that the in-process store and the Redis scripts give the same decision
+// on the same trace (package testing/storetest holds the shared vectors).
+// All times are integer microseconds (now = Unix time in µs); N is
+// Limit.Rate, P is Limit.Period in µs, B is Limit.Burst, c is the cost.
+// Arithmetic marked (f) is IEEE double, done in the order written.
+//
+// TokenBucket (state: tokens (f), ts):
+//
+//	new bucket: tokens = B, ts = now
+//	elapsed = max(0, now - ts)
+//	tokens  = min(B, tokens + (elapsed * N) / P)          (f)
+//	allow iff c <= tokens; then tokens = tokens - c       (f)
+//	remaining   = floor(tokens)
+//	retry_after = deny ? ceil(((c - tokens) * P) / N) : 0 (f, then ceil)
+//	reset       = ceil(((B - tokens) * P) / N)            (f, then ceil)
+//	state saved (tokens, ts = now) only when allowed; TTL = reset (at least 1 ms)
+//
+// GCRA (state: tat (f)); T = P / N (f):
+//
+//	new bucket: tat = now
+//	tat0 = max(tat, now)
+//	tat1 = tat0 + c * T                                   (f)
+//	allow iff tat1 - now <= B * T                         (f)
+//	remaining   = floor((B * T - ((allow ? tat1 : tat0) - now)) / T), at least 0
+//	retry_after = deny ? ceil(tat1 - B * T - now) : 0
+//	reset       = ceil((allow ? tat1 : tat0) - now)
+//	state saved (tat = tat1) only when allowed; TTL = reset (at least 1 ms)
+//
+// SlidingWindowCounter (state: win, curr, prev); W = P, L = N (burst unused):
+//
+//	w = floor(now / W); e = now - w*W
+//	stored win == w   -> curr, prev as stored
+//	stored win == w-1 -> prev = stored curr, curr = 0
+//	otherwise         -> prev = 0, curr = 0
+//	weighted = (prev * (W - e)) / W + curr                (f)
+//	allow iff weighted + c <= L; then curr = curr + c
+//	remaining = max(0, floor(L - weighted - (allow ? c : 0)))
+//	retry_after (deny):
+//	  if curr + c <= L (prev > 0 necessarily):
+//	    ceil(W - ((L - curr - c) * W) / prev) - e         (f, then ceil)
+//	  else: (W - e) + ceil(max(0, W - ((L - c) * W) / curr))
+//	reset = curr > 0 ? (w+2)*W - now : prev > 0 ? (w+1)*W - now : 0
+//	state saved only when allowed; TTL = (w+2)*W - now
+//
+// SlidingWindowLog (state: the timestamps of admitted units); W = P, L = N:
+//
+//	drop every timestamp t with t <= now - W
+//	n = number left
+//	allow iff n + c <= L; then record c timestamps equal to now
+//	remaining   = L - n - (allow ? c : 0)
+//	retry_after (deny): with the timestamps sorted ascending, the
+//	  (n + c - L)-th oldest, t_k: t_k + W - now
+//	reset = newest + W - now (0 when empty)
+//	TTL = W
+//
+// FixedWindow (state: win, count); W = P, L = N. Allows up to 2L across a
+// window boundary (L at the end of one window, L at the start of the next):
+// that is the documented price of its single counter.
+//
+//	w = floor(now / W); count = stored win == w ? stored count : 0
+//	allow iff count + c <= L; then count = count + c
+//	remaining   = L - count
+//	retry_after = deny ? (w+1)*W - now : 0
+//	reset       = (w+1)*W - now
+//	TTL = (w+1)*W - now
+//
+// A cost larger than the bucket's capacity (Limit.Capacity) can never be
+// admitted: every Store denies it, charges nothing, and reports
+// RetryAfter == Never.
+type Algorithm uint8
+
+// Algorithms. The zero value is TokenBucket, the default.
+const (
+	TokenBucket Algorithm = iota
+	GCRA
+	SlidingWindowCounter
+	SlidingWindowLog
+	FixedWindow
+)
+
+var algorithmNames = [...]string{"token_bucket", "gcra", "sliding_window_counter", "sliding_window_log", "fixed_window"}
+
+// String returns the policy-file name of a: "token_bucket", "gcra",
+// "sliding_window_counter", "sliding_window_log" or "fixed_window".
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm parses an algorithm name as written by Algorithm.String.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	for i, n := range algorithmNames {
+		if n == t {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want one of %s)", s, strings.Join(algorithmNames[:], ", "))
+}
+
+// Limit is the arithmetic of one bucket: Rate units per Period, with Burst
+// as the bucket's capacity for TokenBucket and GCRA. The window algorithms
+// admit Rate units per window of length Period and ignore Burst.
+type Limit struct {
+	Algorithm Algorithm
+	Rate      int64
+	Period    time.Duration
+	Burst     int64
+}
+
+// Capacity is the largest cost one request can ever be charged: Burst for
+// TokenBucket and GCRA, Rate for the window algorithms.
+func (l Limit) Capacity() int64 {
+	switch l.Algorithm {
+	case TokenBucket, GCRA:
+		return l.Burst
+	}
+	return l.Rate
+}
+
+// Limits on Limit fields, enforced by Validate. They keep every intermediate
+// value of the algorithms exact in IEEE doubles (and so in Redis Lua).
+const (
+	MaxRate   = 1_000_000_000
+	MinPeriod = time.Millisecond
+	MaxPeriod = 366 * 24 * time.Hour
+)
+
+// Validate reports what is wrong with l, or nil.
+func (l Limit) Validate() error {
+	if int(l.Algorithm) >= len(algorithmNames) {
+		return fmt.Errorf("unknown algorithm %d", l.Algorithm)
+	}
+	if l.Rate < 1 || l.Rate > MaxRate {
+		return fmt.Errorf("rate %d is out of range [1, %d]", l.Rate, MaxRate)
+	}
+	if l.Period < MinPeriod || l.Period > MaxPeriod {
+		return fmt.Errorf("period %s is out of range [%s, %s]", l.Period, MinPeriod, MaxPeriod)
+	}
+	if l.Period%time.Microsecond != 0 {
+		return fmt.Errorf("period %s is not a whole number of microseconds", l.Period)
+	}
+	if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
+		if l.Burst < 1 || l.Burst > MaxRate {
+			return fmt.Errorf("burst %d is out of range [1, %d]", l.Burst, MaxRate)
+		}
+	}
+	return nil
+}
+
+// FailMode is what a rule does when its store cannot answer (error, timeout,
+// open circuit breaker).
+type FailMode uint8
+
+// Fail modes. The zero value is FailLocal, the default.
+const (
+	// FailLocal decides with a local golang.org/x/time/rate limiter at the
+	// rule's rate divided by the number of replicas.
+	FailLocal FailMode = iota
+	// FailOpen allows.
+	FailOpen
+	// FailClosed denies, with a retry-after.
+	FailClosed
+)
+
+var failModeNames = [...]string{"local", "open", "closed"}
+
+// String returns "local", "open" or "closed".
+func (m FailMode) String() string {
+	if int(m) < len(failModeNames) {
+		return failModeNames[m]
+	}
+	return fmt.Sprintf("failmode(%d)", uint8(m))
+}
+
+// ParseFailMode parses a fail mode name as written by FailMode.String.
+func ParseFailMode(s string) (FailMode, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	for i, n := range failModeNames {
+		if n == t {
+			return FailMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown on_store_error %q (want local, open or closed)", s)
+}
+
+// Bucket is one level of a hierarchical decision: the state at Key, counted
+// by Limit, charged Cost.
+type Bucket struct {
+	// Key identifies the bucket's state in the store. It is built by the
+	// policy from escaped or hashed identity components, so no client input
+	// can make it equal another principal's key. A Redis Cluster hash tag,
+	// when present, is the first "{...}" in Key.
+	Key string
+	// Limit is the bucket's arithmetic. State is kept by Key alone, so a
+	// rule whose rate changes keeps its callers' consumption; Key names the
+	// algorithm, so a rule that changes algorithm starts from fresh state.
+	Limit Limit
+	// Cost is charged when every bucket of the Take allows.
+	Cost int64
+	// OnStoreError is what a fallback store does for this bucket when the
+	// primary store cannot answer.
+	OnStoreError FailMode
+	// CacheDenials lets a store answer "still denied" locally, without a
+	// round trip, until the bucket's retry-after passes.
+	CacheDenials bool
+}
+
+// Never is the RetryAfter of a bucket whose cost exceeds its capacity: no
+// amount of waiting admits the request.
+const Never time.Duration = -1
+
+// Result is what a Store reports for one bucket of a Take.
+type Result struct {
+	// Allowed is true when this bucket alone would admit the request. The
+	// Take as a whole allowed only if every bucket did.
+	Allowed bool
+	// Limit is the bucket's quota: Limit.Capacity().
+	Limit int64
+	// Remaining is the quota left: after the charge when the Take allowed,
+	// as it stands (nothing charged) when it denied.
+	Remaining int64
+	// Reset is the time until the bucket is fully restored.
+	Reset time.Duration
+	// RetryAfter is, for a bucket that denies, the wait until it would
+	// admit the same cost; Never when it never can. 0 when Allowed.
+	RetryAfter time.Duration
+	// Source is what decided this bucket; the zero value means
+	// floodgate.SourceStore.
+	Source floodgate.Source
+}
+
+// Store keeps bucket state and decides hierarchical takes atomically.
+//
+// Take charges every bucket its Cost if and only if every bucket allows it;
+// otherwise it charges nothing. It writes one Result per bucket into res,
+// which must have len(res) >= len(buckets), and reports whether the take
+// was allowed. An error means the store could not decide (res is then
+// undefined); a deny is never an error.
+//
+// Implementations must be safe for concurrent use and must not retain
+// buckets or res after Take returns.
+type Store interface {
+	Take(ctx context.Context, buckets []Bucket, res []Result) (allowed bool, err error)
+}
