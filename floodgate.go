@@ -269,12 +269,13 @@ func (c Chain) Admit(ctx context.Context, r *Request) (Decision, Done, error) {
 		return c[0].Admit(ctx, r)
 	}
 	var (
-		dones  []Done
+		buf    [4]Done
+		dones  = buf[:0] // stays on the stack for chains of up to 4 stages
 		errs   []error
 		result Decision
 		picked bool
 	)
-	for i, a := range c {
+	for _, a := range c {
 		d, done, err := a.Admit(ctx, r)
 		if err != nil {
 			errs = append(errs, err)
@@ -284,22 +285,33 @@ func (c Chain) Admit(ctx context.Context, r *Request) (Decision, Done, error) {
 			return d, nil, joinErrors(errs)
 		}
 		if done != nil {
-			if dones == nil {
-				dones = make([]Done, 0, len(c)-i)
-			}
 			dones = append(dones, done)
 		}
 		if d.Policy != "" || !picked {
 			result, picked = d, true
 		}
 	}
-	switch len(dones) {
-	case 0:
+	switch n := len(dones); {
+	case n == 0:
 		return result, nil, joinErrors(errs)
-	case 1:
+	case n == 1:
 		return result, dones[0], joinErrors(errs)
+	case n <= len(buf):
+		// Four values captured by value: the closure is the only allocation.
+		d0, d1, d2, d3 := buf[0], buf[1], buf[2], buf[3]
+		return result, func() {
+			if d3 != nil {
+				d3()
+			}
+			if d2 != nil {
+				d2()
+			}
+			d1()
+			d0()
+		}, joinErrors(errs)
 	}
-	return result, func() { releaseReverse(dones) }, joinErrors(errs)
+	heap := append([]Done(nil), dones...)
+	return result, func() { releaseReverse(heap) }, joinErrors(errs)
 }
 
 func releaseReverse(dones []Done) {

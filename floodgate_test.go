@@ -1,0 +1,269 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+func TestParsePriority(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want floodgate.Priority
+	}{
+		{"critical", floodgate.PriorityCritical},
+		{"write", floodgate.PriorityWrite},
+		{"read", floodgate.PriorityRead},
+		{"test", floodgate.PriorityTest},
+		{" Critical ", floodgate.PriorityCritical},
+		{"READ", floodgate.PriorityRead},
+	} {
+		got, err := floodgate.ParsePriority(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParsePriority(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+		if got.String() != tc.want.String() {
+			t.Errorf("String round trip: %q", got.String())
+		}
+	}
+	for _, bad := range []string{"", "unspecified", "crit", "high", "1"} {
+		_, err := floodgate.ParsePriority(bad)
+		if err == nil {
+			t.Errorf("ParsePriority(%q) succeeded, want error", bad)
+			continue
+		}
+		want := `floodgate: unknown priority "` + bad + `" (want critical, write, read or test)`
+		if err.Error() != want {
+			t.Errorf("ParsePriority(%q) error = %q, want %q", bad, err, want)
+		}
+	}
+}
+
+func TestPriorityOrderAndText(t *testing.T) {
+	if !(floodgate.PriorityCritical > floodgate.PriorityWrite &&
+		floodgate.PriorityWrite > floodgate.PriorityRead &&
+		floodgate.PriorityRead > floodgate.PriorityTest &&
+		floodgate.PriorityTest > floodgate.PriorityUnspecified) {
+		t.Fatal("priorities are not ordered critical > write > read > test > unspecified")
+	}
+	var p floodgate.Priority
+	if err := p.UnmarshalText([]byte("write")); err != nil || p != floodgate.PriorityWrite {
+		t.Fatalf("UnmarshalText(write) = %v, %v", p, err)
+	}
+	if err := p.UnmarshalText([]byte("urgent")); err == nil {
+		t.Fatal("UnmarshalText(urgent) succeeded")
+	}
+	if p != floodgate.PriorityWrite {
+		t.Fatalf("failed UnmarshalText changed the value to %v", p)
+	}
+	if b, err := floodgate.PriorityRead.MarshalText(); err != nil || string(b) != "read" {
+		t.Fatalf("MarshalText = %q, %v", b, err)
+	}
+	if _, err := floodgate.Priority(9).MarshalText(); err == nil {
+		t.Fatal("MarshalText of an invalid priority succeeded")
+	}
+	if got := floodgate.Priority(9).String(); got != "priority(9)" {
+		t.Fatalf("String of invalid = %q", got)
+	}
+}
+
+// stage is a real, minimal Admitter that records what happens to it.
+type stage struct {
+	name     string
+	allow    bool
+	err      error
+	policy   string
+	noDone   bool
+	log      *[]string
+	released int
+}
+
+func (s *stage) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+	*s.log = append(*s.log, "admit "+s.name)
+	d := floodgate.Decision{Allowed: s.allow, Policy: s.policy, Stage: floodgate.Stage(s.name)}
+	if !s.allow || s.noDone {
+		return d, nil, s.err
+	}
+	return d, func() {
+		s.released++
+		*s.log = append(*s.log, "done "+s.name)
+	}, s.err
+}
+
+func TestChainStopsAtFirstDenyAndReleasesPassedStages(t *testing.T) {
+	var log []string
+	a := &stage{name: "a", allow: true, log: &log}
+	b := &stage{name: "b", allow: true, log: &log}
+	c := &stage{name: "c", allow: false, policy: "c-policy", log: &log}
+	d := &stage{name: "d", allow: true, log: &log}
+	dec, done, err := floodgate.Chain{a, b, c, d}.Admit(context.Background(), &floodgate.Request{})
+	if err != nil {
+		t.Fatalf("err = %v", err)
+	}
+	if dec.Allowed || dec.Policy != "c-policy" || dec.Stage != "c" {
+		t.Fatalf("decision = %+v, want c's deny", dec)
+	}
+	if done != nil {
+		t.Fatal("a denying chain returned a Done")
+	}
+	want := []string{"admit a", "admit b", "admit c", "done b", "done a"}
+	if !reflect.DeepEqual(log, want) {
+		t.Fatalf("log = %q, want %q", log, want)
+	}
+	if a.released != 1 || b.released != 1 || d.released != 0 {
+		t.Fatalf("released a=%d b=%d d=%d", a.released, b.released, d.released)
+	}
+}
+
+func TestChainAllowReturnsLastPolicyAndReleasesInReverse(t *testing.T) {
+	var log []string
+	a := &stage{name: "a", allow: true, policy: "shed", log: &log}
+	b := &stage{name: "b", allow: true, log: &log, noDone: true}
+	c := &stage{name: "c", allow: true, policy: "tenant-plan", log: &log}
+	e := &stage{name: "e", allow: true, log: &log}
+	dec, done, err := floodgate.Chain{a, b, c, e}.Admit(context.Background(), &floodgate.Request{})
+	if err != nil || !dec.Allowed {
+		t.Fatalf("decision = %+v, err = %v", dec, err)
+	}
+	if dec.Policy != "tenant-plan" {
+		t.Fatalf("binding policy = %q, want the last stage that named one", dec.Policy)
+	}
+	if done == nil {
+		t.Fatal("allowing chain returned nil Done")
+	}
+	done()
+	want := []string{"admit a", "admit b", "admit c", "admit e", "done e", "done c", "done a"}
+	if !reflect.DeepEqual(log, want) {
+		t.Fatalf("log = %q, want %q", log, want)
+	}
+}
+
+func TestChainJoinsErrorsButDecisionRules(t *testing.T) {
+	var log []string
+	e1 := errors.New("store down")
+	e2 := errors.New("redis slow")
+	a := &stage{name: "a", allow: true, err: e1, log: &log}
+	b := &stage{name: "b", allow: true, err: e2, log: &log}
+	dec, done, err := floodgate.Chain{a, b}.Admit(context.Background(), &floodgate.Request{})
+	if !dec.Allowed {
+		t.Fatal("an error without a deny stopped the chain")
+	}
+	if !errors.Is(err, e1) || !errors.Is(err, e2) {
+		t.Fatalf("err = %v, want both stage errors", err)
+	}
+	done()
+	if a.released != 1 || b.released != 1 {
+		t.Fatal("stages not released")
+	}
+}
+
+func TestChainEdgeLengths(t *testing.T) {
+	d, done, err := floodgate.Chain{}.Admit(context.Background(), &floodgate.Request{})
+	if !d.Allowed || done != nil || err != nil {
+		t.Fatalf("empty chain = %+v %v %v", d, done != nil, err)
+	}
+	var log []string
+	one := &stage{name: "one", allow: true, log: &log}
+	d, done, _ = floodgate.Chain{one}.Admit(context.Background(), &floodgate.Request{})
+	if !d.Allowed || done == nil {
+		t.Fatal("single-stage chain did not pass the stage through")
+	}
+	done()
+	if one.released != 1 {
+		t.Fatal("single stage not released")
+	}
+}
+
+func TestObservedReportsEveryStageOnce(t *testing.T) {
+	var log []string
+	var seen []string
+	obs := floodgate.ObserverFunc(func(_ context.Context, _ *floodgate.Request, d floodgate.Decision, _ error) {
+		state := "allowed"
+		if !d.Allowed {
+			state = "denied"
+		}
+		seen = append(seen, string(d.Stage)+"="+state)
+	})
+	chain := floodgate.Chain{
+		&stage{name: "shedder", allow: true, log: &log},
+		&stage{name: "tiers", allow: false, log: &log},
+		&stage{name: "never", allow: true, log: &log},
+	}
+	_, _, _ = floodgate.Observed(chain, obs).Admit(context.Background(), &floodgate.Request{})
+	want := []string{"shedder=allowed", "tiers=denied"}
+	if !reflect.DeepEqual(seen, want) {
+		t.Fatalf("observed %q, want %q", seen, want)
+	}
+	if got := floodgate.Observed(chain, nil); !reflect.DeepEqual(got, floodgate.Admitter(chain)) {
+		t.Fatal("Observed with a nil observer should return the admitter unchanged")
+	}
+	seen = nil
+	both := floodgate.Observers{obs, obs}
+	both.Observe(context.Background(), nil, floodgate.Decision{Allowed: true, Stage: "x"}, nil)
+	if len(seen) != 2 {
+		t.Fatalf("Observers fanned out to %d, want 2", len(seen))
+	}
+}
+
+func TestRequestContext(t *testing.T) {
+	if _, ok := floodgate.FromContext(context.Background()); ok {
+		t.Fatal("empty context has a request")
+	}
+	r := &floodgate.Request{Method: "/a.B/C"}
+	got, ok := floodgate.FromContext(floodgate.NewContext(context.Background(), r))
+	if !ok || got != r {
+		t.Fatal("request not found in its context")
+	}
+}
+
+func TestSourceDegraded(t *testing.T) {
+	for s, want := range map[floodgate.Source]bool{
+		floodgate.SourceStore: false, floodgate.SourceCache: false, floodgate.SourceShedder: false,
+		floodgate.SourceConcurrency: false, floodgate.SourceLocalFallback: true,
+		floodgate.SourceFailOpen: true, floodgate.SourceFailClosed: true,
+	} {
+		if got := (floodgate.Decision{Source: s}).Degraded(); got != want {
+			t.Errorf("%s.Degraded() = %v, want %v", s, got, want)
+		}
+	}
+}
+
+func BenchmarkChainAllow3(b *testing.B) {
+	noop := func() {}
+	mk := func(policy string) floodgate.Admitter {
+		return floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+			return floodgate.Decision{Allowed: true, Policy: policy}, noop, nil
+		})
+	}
+	c := floodgate.Chain{mk("shed"), mk("conc"), mk("tiers")}
+	r := &floodgate.Request{Method: "/a.B/C"}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, done, _ := c.Admit(ctx, r)
+		done()
+	}
+}
+
+func TestChainReleasesEveryStageForAnyLength(t *testing.T) {
+	for n := 2; n <= 7; n++ {
+		var log []string
+		chain := make(floodgate.Chain, n)
+		var want []string
+		for i := range n {
+			chain[i] = &stage{name: string(rune('a' + i)), allow: true, log: &log}
+			want = append(want, "admit "+string(rune('a'+i)))
+		}
+		for i := n - 1; i >= 0; i-- {
+			want = append(want, "done "+string(rune('a'+i)))
+		}
+		_, done, _ := chain.Admit(context.Background(), &floodgate.Request{})
+		done()
+		if !reflect.DeepEqual(log, want) {
+			t.Fatalf("n=%d: log = %q, want %q", n, log, want)
+		}
+	}
+}
