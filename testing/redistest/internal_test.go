@@ -1,0 +1,61 @@
+package redistest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestPortClashIsDetected: launching on a port someone else holds is
+// reported as errPortClash (so startFresh retries on another port), not as
+// a hang or a generic failure.
+func TestPortClashIsDetected(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	s := newServer(t, defaultConfig(), false)
+	dir := t.TempDir()
+	err = s.launch(port, dir)
+	if !errors.Is(err, errPortClash) {
+		t.Fatalf("launch on a taken port: %v, want errPortClash", err)
+	}
+	if s.Running() {
+		t.Fatal("a failed launch left a process behind")
+	}
+	_ = os.RemoveAll(dir)
+}
+
+func TestMissingBinaryNamesMakeDeps(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	ft := &fatalRecorder{TB: t}
+	func() {
+		defer func() { _ = recover() }()
+		lookBinary(ft, "redis-server")
+	}()
+	if want := "make deps"; !contains(ft.msg, want) {
+		t.Fatalf("message %q does not name %q", ft.msg, want)
+	}
+}
+
+// fatalRecorder captures Fatalf instead of failing the test, and stops
+// the caller with a panic as Fatalf would with Goexit.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Helper() {}
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = sprintf(format, args...)
+	panic("fatal")
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
