@@ -1,0 +1,325 @@
+package concurrency_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/concurrency"
+)
+
+var ctx = context.Background()
+
+func byUser(r *floodgate.Request) (string, bool) { return r.Identity.User, true }
+
+func byTenant(r *floodgate.Request) (string, bool) { return r.Identity.Tenant, true }
+
+// expensiveByUser applies only to one method.
+func expensiveByUser(r *floodgate.Request) (string, bool) {
+	if r.Method != "/search.v1.Search/Query" {
+		return "", false
+	}
+	return r.Identity.User, true
+}
+
+func req(method, tenant, user string) *floodgate.Request {
+	return &floodgate.Request{Method: method, Identity: floodgate.Identity{Tenant: tenant, User: user}}
+}
+
+func mustNew(t *testing.T, opts ...concurrency.Option) *concurrency.Limiter {
+	t.Helper()
+	l, err := concurrency.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func mustAdmit(t *testing.T, l *concurrency.Limiter, r *floodgate.Request) (floodgate.Decision, floodgate.Done) {
+	t.Helper()
+	d, done, err := l.Admit(ctx, r)
+	if err != nil || !d.Allowed || done == nil {
+		t.Fatalf("Admit(%s %s/%s) = %+v, done nil=%v, %v; want allowed", r.Method, r.Identity.Tenant, r.Identity.User, d, done == nil, err)
+	}
+	return d, done
+}
+
+func mustDeny(t *testing.T, l *concurrency.Limiter, r *floodgate.Request) (floodgate.Decision, error) {
+	t.Helper()
+	d, done, err := l.Admit(ctx, r)
+	if d.Allowed || done != nil {
+		t.Fatalf("Admit(%s %s/%s) = %+v, done nil=%v; want denied", r.Method, r.Identity.Tenant, r.Identity.User, d, done == nil)
+	}
+	return d, err
+}
+
+func TestGlobalCap(t *testing.T) {
+	l := mustNew(t, concurrency.WithGlobal(3), concurrency.WithRetryAfter(250*time.Millisecond))
+	r := req("/a.B/C", "", "")
+	var dones []floodgate.Done
+	for i := range 3 {
+		d, done := mustAdmit(t, l, r)
+		want := floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency,
+			Policy: "concurrency", Limit: 3, Remaining: int64(2 - i)}
+		if d != want {
+			t.Fatalf("admit %d: %+v, want %+v", i, d, want)
+		}
+		dones = append(dones, done)
+	}
+	d, err := mustDeny(t, l, r)
+	want := floodgate.Decision{Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency,
+		Policy: "concurrency", Limit: 3, Remaining: 0, RetryAfter: 250 * time.Millisecond}
+	if d != want || err != nil {
+		t.Fatalf("deny: %+v, %v; want %+v, nil", d, err, want)
+	}
+	dones[0]()
+	_, done := mustAdmit(t, l, r)
+	done()
+	dones[1]()
+	dones[2]()
+	if l.InFlight() != 0 {
+		t.Fatalf("in flight %d, want 0", l.InFlight())
+	}
+}
+
+// 2 in flight per user on one expensive method; other methods and other
+// users are not affected, and keys disappear when their requests end.
+func TestPerKeyCap(t *testing.T) {
+	l := mustNew(t, concurrency.WithPerKey(concurrency.PerKey{Name: "search-per-user", Cap: 2, Key: expensiveByUser}))
+	search := func(user string) *floodgate.Request { return req("/search.v1.Search/Query", "t", user) }
+	_, a1 := mustAdmit(t, l, search("alice"))
+	d, a2 := mustAdmit(t, l, search("alice"))
+	if d.Policy != "search-per-user" || d.Limit != 2 || d.Remaining != 0 {
+		t.Fatalf("second alice: %+v", d)
+	}
+	d, _ = mustDeny(t, l, search("alice"))
+	if d.Policy != "search-per-user" || d.Limit != 2 || d.Remaining != 0 || d.RetryAfter != concurrency.DefaultRetryAfter {
+		t.Fatalf("deny: %+v", d)
+	}
+	_, b1 := mustAdmit(t, l, search("bob"))
+	for range 5 { // a method the cap does not apply to: admitted, nothing held
+		d, done, err := l.Admit(ctx, req("/search.v1.Search/Cheap", "t", "alice"))
+		if !d.Allowed || done != nil || err != nil {
+			t.Fatalf("uncapped method: %+v, done nil=%v, %v; want allowed with nil Done", d, done == nil, err)
+		}
+	}
+	if n, _ := l.KeyInFlight("search-per-user", "alice"); n != 2 {
+		t.Fatalf("alice in flight %d, want 2", n)
+	}
+	if k, _ := l.Keys("search-per-user"); k != 2 {
+		t.Fatalf("keys tracked %d, want 2", k)
+	}
+	a1()
+	_, a3 := mustAdmit(t, l, search("alice"))
+	a2()
+	a3()
+	b1()
+	if k, _ := l.Keys("search-per-user"); k != 0 {
+		t.Fatalf("keys tracked after every request ended: %d, want 0", k)
+	}
+}
+
+// With MaxKeys tracked keys in flight, a new key is denied with
+// ErrTooManyKeys; existing keys still work; the table frees as keys end.
+func TestPerKeyTableFull(t *testing.T) {
+	l := mustNew(t, concurrency.WithPerKey(concurrency.PerKey{Name: "per-user", Cap: 5, Key: byUser, MaxKeys: 2}))
+	_, a := mustAdmit(t, l, req("/m", "", "alice"))
+	_, b := mustAdmit(t, l, req("/m", "", "bob"))
+	d, err := mustDeny(t, l, req("/m", "", "carol"))
+	if !errors.Is(err, concurrency.ErrTooManyKeys) || d.Policy != "per-user" {
+		t.Fatalf("carol: %+v, %v; want deny by per-user with ErrTooManyKeys", d, err)
+	}
+	_, a2 := mustAdmit(t, l, req("/m", "", "alice"))
+	a()
+	a2()
+	_, c := mustAdmit(t, l, req("/m", "", "carol"))
+	b()
+	c()
+	if k, _ := l.Keys("per-user"); k != 0 {
+		t.Fatalf("keys %d, want 0", k)
+	}
+}
+
+// Global + two per-key caps: a deny by a later cap releases the earlier
+// ones; an allow names the cap with the least room.
+func TestCapsCompose(t *testing.T) {
+	l := mustNew(t,
+		concurrency.WithGlobal(10),
+		concurrency.WithPerKey(concurrency.PerKey{Name: "per-user", Cap: 3, Key: byUser}),
+		concurrency.WithPerKey(concurrency.PerKey{Name: "per-tenant", Cap: 2, Key: byTenant}),
+	)
+	d, x1 := mustAdmit(t, l, req("/m", "acme", "alice"))
+	if d.Policy != "per-tenant" || d.Limit != 2 || d.Remaining != 1 {
+		t.Fatalf("binding cap: %+v, want per-tenant 2, remaining 1", d)
+	}
+	_, x2 := mustAdmit(t, l, req("/m", "acme", "bob"))
+	d, _ = mustDeny(t, l, req("/m", "acme", "carol"))
+	if d.Policy != "per-tenant" {
+		t.Fatalf("deny by %q, want per-tenant", d.Policy)
+	}
+	if n, _ := l.KeyInFlight("per-user", "carol"); n != 0 || l.InFlight() != 2 {
+		t.Fatalf("after deny: carol %d, global %d; want 0 and 2 (released)", n, l.InFlight())
+	}
+	if k, _ := l.Keys("per-user"); k != 2 {
+		t.Fatalf("per-user keys %d, want 2 (carol's entry removed)", k)
+	}
+	x1()
+	x2()
+	if l.InFlight() != 0 {
+		t.Fatalf("global %d, want 0", l.InFlight())
+	}
+	for _, name := range []string{"per-user", "per-tenant"} {
+		if k, _ := l.Keys(name); k != 0 {
+			t.Fatalf("%s keys %d, want 0", name, k)
+		}
+	}
+}
+
+// Memory stays bounded however many distinct keys pass: entries of keys
+// with nothing in flight are deleted, except a few idle ones kept for reuse.
+func TestPerKeyMemoryBounded(t *testing.T) {
+	l := mustNew(t, concurrency.WithPerKey(concurrency.PerKey{Name: "per-user", Cap: 1, Key: byUser, MaxKeys: 50}))
+	var held []floodgate.Done
+	for i := range 20_000 {
+		_, done := mustAdmit(t, l, req("/m", "", "user-"+strconv.Itoa(i)))
+		held = append(held, done)
+		if len(held) == 50 {
+			for _, d := range held {
+				d()
+			}
+			held = held[:0]
+		}
+		if n, _ := l.Tracked("per-user"); n > 50+64*4 {
+			t.Fatalf("after %d keys: %d entries in memory, want at most %d", i+1, n, 50+64*4)
+		}
+	}
+	if k, _ := l.Keys("per-user"); k != 0 {
+		t.Fatalf("keys in flight %d, want 0", k)
+	}
+	if n, _ := l.Tracked("per-user"); n > 64*4 {
+		t.Fatalf("%d entries in memory with nothing in flight, want at most %d", n, 64*4)
+	}
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []concurrency.Option
+		want string
+	}{
+		{"nothing", nil, "no cap configured"},
+		{"global", []concurrency.Option{concurrency.WithGlobal(0)}, "global cap 0"},
+		{"retry", []concurrency.Option{concurrency.WithGlobal(1), concurrency.WithRetryAfter(-1)}, "retry-after -1ns"},
+		{"no name", []concurrency.Option{concurrency.WithPerKey(concurrency.PerKey{Cap: 1, Key: byUser})}, "per-key cap has no Name"},
+		{"colon", []concurrency.Option{concurrency.WithPerKey(concurrency.PerKey{Name: "a:b", Cap: 1, Key: byUser})}, `"a:b" contains ':'`},
+		{"dup", []concurrency.Option{concurrency.WithGlobal(1), concurrency.WithPerKey(concurrency.PerKey{Name: "concurrency", Cap: 1, Key: byUser})}, `"concurrency" is used twice`},
+		{"cap", []concurrency.Option{concurrency.WithPerKey(concurrency.PerKey{Name: "u", Cap: 0, Key: byUser})}, `"u": Cap 0`},
+		{"key", []concurrency.Option{concurrency.WithPerKey(concurrency.PerKey{Name: "u", Cap: 1})}, `"u": Key is nil`},
+		{"maxkeys", []concurrency.Option{concurrency.WithPerKey(concurrency.PerKey{Name: "u", Cap: 1, Key: byUser, MaxKeys: -1})}, "MaxKeys -1"},
+		{"fleet client", []concurrency.Option{concurrency.WithFleetPerKey(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser})}, `"f": Client is nil`},
+		{"clock", []concurrency.Option{concurrency.WithGlobal(1), concurrency.WithClock(nil)}, "clock is nil"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := concurrency.New(tc.opts...)
+			if err == nil || l != nil {
+				t.Fatalf("New = %v, %v; want an error", l, err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// 10 000 requests over 8 loops, ending by return, panic and cancel, leave
+// every count at exactly 0 and no key tracked.
+func TestNoLeaks(t *testing.T) {
+	l := mustNew(t,
+		concurrency.WithGlobal(6),
+		concurrency.WithPerKey(concurrency.PerKey{Name: "per-user", Cap: 2, Key: byUser}),
+		concurrency.WithPerKey(concurrency.PerKey{Name: "per-tenant", Cap: 3, Key: byTenant}),
+	)
+	users := []string{"u0", "u1", "u2", "u3", "u4"}
+	tenants := []string{"t0", "t1"}
+	const workers, perWorker = 8, 1250
+	var served, denied, panics, cancels atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range perWorker {
+				n := w*perWorker + i
+				r := req("/m", tenants[n%len(tenants)], users[n%len(users)])
+				rctx, cancel := context.WithCancel(ctx)
+				func() {
+					defer func() {
+						if recover() != nil {
+							panics.Add(1)
+						}
+					}()
+					d, done, _ := l.Admit(rctx, r)
+					if !d.Allowed {
+						denied.Add(1)
+						return
+					}
+					served.Add(1)
+					defer done()
+					switch n % 3 {
+					case 1:
+						panic("handler panics")
+					case 2:
+						cancel()
+						<-rctx.Done()
+						cancels.Add(1)
+					}
+				}()
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if l.InFlight() != 0 {
+		t.Errorf("global in flight %d, want 0", l.InFlight())
+	}
+	for _, name := range []string{"per-user", "per-tenant"} {
+		if k, _ := l.Keys(name); k != 0 {
+			t.Errorf("%s still tracks %d keys, want 0", name, k)
+		}
+	}
+	if served.Load()+denied.Load() != workers*perWorker || served.Load() == 0 || panics.Load() == 0 || cancels.Load() == 0 {
+		t.Fatalf("served %d denied %d panics %d cancels %d", served.Load(), denied.Load(), panics.Load(), cancels.Load())
+	}
+	t.Logf("served %d (panics %d, cancels %d), denied %d", served.Load(), panics.Load(), cancels.Load(), denied.Load())
+}
+
+func TestAdmitAllocatesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []concurrency.Option
+	}{
+		{"global", []concurrency.Option{concurrency.WithGlobal(100)}},
+		{"global+user", []concurrency.Option{concurrency.WithGlobal(100),
+			concurrency.WithPerKey(concurrency.PerKey{Name: "u", Cap: 10, Key: byUser})}},
+		{"user only", []concurrency.Option{concurrency.WithPerKey(concurrency.PerKey{Name: "u", Cap: 10, Key: byUser})}},
+		{"global+user+tenant", []concurrency.Option{concurrency.WithGlobal(100),
+			concurrency.WithPerKey(concurrency.PerKey{Name: "u", Cap: 10, Key: byUser}),
+			concurrency.WithPerKey(concurrency.PerKey{Name: "t", Cap: 10, Key: byTenant})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := mustNew(t, tc.opts...)
+			r := req("/m", "acme", "alice")
+			allocs := testing.AllocsPerRun(1000, func() {
+				_, done, _ := l.Admit(ctx, r)
+				done()
+			})
+			if allocs != 0 {
+				t.Errorf("Admit+Done allocates %v per request, want 0", allocs)
+			}
+		})
+	}
+}

@@ -1,0 +1,372 @@
+package concurrency
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Fleet defaults.
+const (
+	// DefaultFleetPrefix starts every fleet cap's Redis keys.
+	DefaultFleetPrefix = "floodgate:concurrency:"
+	// DefaultLease is how long a fleet slot lives without Done or renewal.
+	DefaultLease = 30 * time.Second
+	// DefaultFleetTimeout bounds each Redis call of a fleet cap.
+	DefaultFleetTimeout = 250 * time.Millisecond
+	// MinLease is the shortest lease a fleet cap accepts.
+	MinLease = 10 * time.Millisecond
+)
+
+// FailMode is what a fleet cap does when Redis cannot answer.
+type FailMode uint8
+
+// Fail modes. The zero value, FailOpen, is the default.
+const (
+	// FailOpen admits the request without a fleet slot (SourceFailOpen).
+	FailOpen FailMode = iota
+	// FailClosed denies the request (SourceFailClosed), with RetryAfter.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (m FailMode) String() string {
+	switch m {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return "failmode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// FleetPerKey configures a per-key cap across every instance sharing one
+// Redis.
+type FleetPerKey struct {
+	// Name is the cap's policy name; it must not contain ':' and is part of
+	// the Redis key, so instances of one service must agree on it.
+	Name string
+	// Cap is the most requests in flight per key, fleet-wide (>= 1).
+	Cap int64
+	// Key computes the key. Required.
+	Key KeyFunc
+	// Client is the Redis client. Required. Each key is one Redis key, so
+	// Redis Cluster works too.
+	Client redis.UniversalClient
+	// Prefix starts every Redis key (DefaultFleetPrefix when empty). The
+	// full key is Prefix + Name + ":" + key; Name has no ':', so no key
+	// can collide with another cap's.
+	Prefix string
+	// Lease is how long a slot lives without Done or renewal: a crashed
+	// instance's slots are freed after it (DefaultLease when 0; at least
+	// MinLease, whole milliseconds).
+	Lease time.Duration
+	// Timeout bounds each Redis call (DefaultFleetTimeout when 0).
+	Timeout time.Duration
+	// OnError is what the cap does when Redis cannot answer.
+	OnError FailMode
+}
+
+// WithFleetPerKey adds a fleet-wide per-key cap kept in Redis.
+func WithFleetPerKey(c FleetPerKey) Option {
+	return func(o *options) { o.fleet = append(o.fleet, c) }
+}
+
+//go:embed acquire.lua
+var acquireLua string
+
+//go:embed renew.lua
+var renewLua string
+
+var acquireScript = redis.NewScript(acquireLua)
+
+type fleetLimit struct {
+	name    string
+	cap     int64
+	key     KeyFunc
+	client  redis.UniversalClient
+	prefix  string // Prefix + Name + ":"
+	leaseMs int64
+	timeout time.Duration
+	onError FailMode
+}
+
+func newFleetLimit(c FleetPerKey) (*fleetLimit, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("concurrency: fleet per-key cap %q: "+format, append([]any{c.Name}, args...)...))
+	}
+	if c.Cap < 1 {
+		bad("Cap %d must be at least 1", c.Cap)
+	}
+	if c.Key == nil {
+		bad("Key is nil")
+	}
+	if c.Client == nil {
+		bad("Client is nil")
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultFleetPrefix
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Lease < MinLease || c.Lease%time.Millisecond != 0 {
+		bad("Lease %s must be at least %s and whole milliseconds", c.Lease, MinLease)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultFleetTimeout
+	}
+	if c.Timeout < 0 {
+		bad("Timeout %s is negative", c.Timeout)
+	}
+	if c.OnError > FailClosed {
+		bad("OnError %s is not FailOpen or FailClosed", c.OnError)
+	}
+	return &fleetLimit{
+		name: c.Name, cap: c.Cap, key: c.Key, client: c.Client,
+		prefix: c.Prefix + c.Name + ":", leaseMs: c.Lease.Milliseconds(),
+		timeout: c.Timeout, onError: c.OnError,
+	}, errors.Join(errs...)
+}
+
+// fleetState is the part of a Limiter that fleet caps need.
+type fleetState struct {
+	instance  string
+	clock     floodgate.Clock
+	redisTime bool
+	seq       atomic.Uint64
+	heldMu    sync.Mutex
+	held      map[*fleetTicket]struct{}
+}
+
+func (s *fleetState) init(o options) error {
+	s.clock, s.redisTime = o.clock, !o.clockGiven
+	s.held = make(map[*fleetTicket]struct{})
+	s.instance = o.instance
+	if s.instance == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("concurrency: generating an instance ID: %w", err)
+		}
+		s.instance = hex.EncodeToString(b[:])
+	}
+	return nil
+}
+
+func (s *fleetState) nowArg() string {
+	if s.redisTime {
+		return ""
+	}
+	return strconv.FormatInt(s.clock.Now().UnixMilli(), 10)
+}
+
+// slot is one fleet slot a request holds.
+type slot struct {
+	fl  *fleetLimit
+	key string // Redis key
+	id  string
+}
+
+// fleetTicket is the Done of a request that holds fleet slots. It is
+// allocated per request and idempotent.
+type fleetTicket struct {
+	l        *Limiter
+	local    floodgate.Done
+	slots    []slot
+	released atomic.Bool
+}
+
+func (l *Limiter) localDone(held []*entry) floodgate.Done {
+	switch len(held) {
+	case 0:
+		return l.releaseGlobal
+	case 1:
+		return held[0].releaseAll
+	}
+	t := l.tickets.Get().(*ticket)
+	t.n = copy(t.entries[:], held)
+	return t.done
+}
+
+func (l *Limiter) admitFleet(ctx context.Context, r *floodgate.Request, b *binding, held []*entry) (floodgate.Decision, floodgate.Done, error) {
+	var (
+		slots []slot
+		errs  []error
+		src   = floodgate.SourceConcurrency
+	)
+	undo := func() {
+		l.removeSlots(slots)
+		l.releaseLocal(held)
+	}
+	for _, fl := range l.fleet {
+		key, ok := fl.key(r)
+		if !ok {
+			continue
+		}
+		s := slot{fl: fl, key: fl.prefix + key, id: l.instance + ":" + strconv.FormatUint(l.seq.Add(1), 36)}
+		n, got, err := l.acquire(ctx, s)
+		if err != nil {
+			err = fmt.Errorf("concurrency: fleet cap %q: %w", fl.name, err)
+			errs = append(errs, err)
+			if fl.onError == FailClosed {
+				undo()
+				return l.deny(r, fl.name, fl.cap, floodgate.SourceFailClosed), nil, errors.Join(errs...)
+			}
+			src = floodgate.SourceFailOpen
+			continue
+		}
+		if !got {
+			undo()
+			return l.deny(r, fl.name, fl.cap, floodgate.SourceConcurrency), nil, errors.Join(errs...)
+		}
+		slots = append(slots, s)
+		b.offer(fl.name, fl.cap, fl.cap-n)
+	}
+	d := l.allow(r, b, src)
+	err := errors.Join(errs...)
+	if len(slots) == 0 {
+		return d, l.localDone(held), err
+	}
+	t := &fleetTicket{l: l, local: l.localDone(held), slots: slots}
+	l.heldMu.Lock()
+	l.held[t] = struct{}{}
+	l.heldMu.Unlock()
+	return d, t.release, err
+}
+
+func (l *Limiter) acquire(ctx context.Context, s slot) (n int64, got bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.fl.timeout)
+	defer cancel()
+	res, err := acquireScript.Run(ctx, s.fl.client, []string{s.key}, l.nowArg(), s.fl.leaseMs, s.fl.cap, s.id).Int64Slice()
+	if err != nil {
+		return 0, false, err
+	}
+	if len(res) != 2 {
+		return 0, false, fmt.Errorf("acquire script returned %d values, want 2", len(res))
+	}
+	return res[1], res[0] == 1, nil
+}
+
+// release is the Done of a request holding fleet slots: the first call
+// removes its slots from Redis and releases its local slots; later calls do
+// nothing.
+func (t *fleetTicket) release() {
+	if !t.released.CompareAndSwap(false, true) {
+		return
+	}
+	l := t.l
+	l.heldMu.Lock()
+	delete(l.held, t)
+	l.heldMu.Unlock()
+	l.removeSlots(t.slots)
+	if t.local != nil {
+		t.local()
+	}
+}
+
+// removeSlots deletes slots from Redis. A failure leaves the slot to expire
+// with its lease.
+func (l *Limiter) removeSlots(slots []slot) {
+	for _, s := range slots {
+		ctx, cancel := context.WithTimeout(context.Background(), s.fl.timeout)
+		_ = s.fl.client.ZRem(ctx, s.key, s.id).Err()
+		cancel()
+	}
+}
+
+// Renew extends the lease of every fleet slot held by a request still in
+// flight on this instance to now + lease, in one pipeline per fleet cap. A
+// slot that already expired (and may have been given to another request) is
+// not re-added.
+func (l *Limiter) Renew(ctx context.Context) error {
+	if len(l.fleet) == 0 {
+		return nil
+	}
+	byCap := make(map[*fleetLimit][]slot, len(l.fleet))
+	l.heldMu.Lock()
+	for t := range l.held {
+		for _, s := range t.slots {
+			byCap[s.fl] = append(byCap[s.fl], s)
+		}
+	}
+	l.heldMu.Unlock()
+	var errs []error
+	for fl, slots := range byCap {
+		cctx, cancel := context.WithTimeout(ctx, fl.timeout)
+		_, err := fl.client.Pipelined(cctx, func(p redis.Pipeliner) error {
+			for _, s := range slots {
+				p.Eval(cctx, renewLua, []string{s.key}, l.nowArg(), fl.leaseMs, s.id)
+			}
+			return nil
+		})
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("concurrency: renewing %d slots of fleet cap %q: %w", len(slots), fl.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run calls Renew every third of the shortest fleet lease (on real time)
+// until ctx is done, then returns ctx's error. Each failed Renew is passed
+// to onError when it is not nil. A Limiter without fleet caps returns at
+// once with nil.
+func (l *Limiter) Run(ctx context.Context, onError func(error)) error {
+	if len(l.fleet) == 0 {
+		return nil
+	}
+	every := time.Duration(l.fleet[0].leaseMs) * time.Millisecond
+	for _, fl := range l.fleet[1:] {
+		every = min(every, time.Duration(fl.leaseMs)*time.Millisecond)
+	}
+	t := time.NewTicker(every / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if err := l.Renew(ctx); err != nil && onError != nil {
+				onError(err)
+			}
+		}
+	}
+}
+
+// FleetInFlight returns the number of live (unexpired) slots for key under
+// the fleet cap named name, as Redis holds them now.
+func (l *Limiter) FleetInFlight(ctx context.Context, name, key string) (int64, error) {
+	for _, fl := range l.fleet {
+		if fl.name != name {
+			continue
+		}
+		var now int64
+		if l.redisTime {
+			t, err := fl.client.Time(ctx).Result()
+			if err != nil {
+				return 0, fmt.Errorf("concurrency: fleet cap %q: %w", name, err)
+			}
+			now = t.UnixMilli()
+		} else {
+			now = l.clock.Now().UnixMilli()
+		}
+		n, err := fl.client.ZCount(ctx, fl.prefix+key, "("+strconv.FormatInt(now, 10), "+inf").Result()
+		if err != nil {
+			return 0, fmt.Errorf("concurrency: fleet cap %q: %w", name, err)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("concurrency: no fleet cap named %q", name)
+}

@@ -1,0 +1,315 @@
+package concurrency_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/testing/clock"
+	"github.com/floodgate-go/floodgate/testing/redistest"
+)
+
+const lease = 10 * time.Second
+
+// fleetLimiter is one instance's Limiter with a fleet cap of capN per user.
+func fleetLimiter(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, id string, capN int64, mode concurrency.FailMode, extra ...concurrency.Option) *concurrency.Limiter {
+	t.Helper()
+	opts := append([]concurrency.Option{
+		concurrency.WithInstanceID(id),
+		concurrency.WithFleetPerKey(concurrency.FleetPerKey{
+			Name: "fleet-user", Cap: capN, Key: byUser, Client: c, Lease: lease, OnError: mode,
+		}),
+	}, extra...)
+	if clk != nil {
+		opts = append(opts, concurrency.WithClock(clk))
+	}
+	return mustNew(t, opts...)
+}
+
+func fleetCount(t *testing.T, l *concurrency.Limiter, user string) int64 {
+	t.Helper()
+	n, err := l.FleetInFlight(ctx, "fleet-user", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Two instances share a per-user cap of 3 through one Redis.
+func TestFleetCapAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	a := fleetLimiter(t, srv.NewClient(), clk, "a", 3, concurrency.FailOpen, concurrency.WithGlobal(100))
+	b := fleetLimiter(t, srv.NewClient(), clk, "b", 3, concurrency.FailOpen)
+	alice := req("/m", "", "alice")
+	_, a1 := mustAdmit(t, a, alice)
+	_, a2 := mustAdmit(t, a, alice)
+	d, b1 := mustAdmit(t, b, alice)
+	if d.Policy != "fleet-user" || d.Limit != 3 || d.Remaining != 0 {
+		t.Fatalf("third slot: %+v, want fleet-user 3 remaining 0", d)
+	}
+	d, err := mustDeny(t, b, alice)
+	want := floodgate.Decision{Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency,
+		Policy: "fleet-user", Limit: 3, RetryAfter: concurrency.DefaultRetryAfter}
+	if d != want || err != nil {
+		t.Fatalf("fourth: %+v, %v; want %+v", d, err, want)
+	}
+	mustDeny(t, a, alice)
+	if a.InFlight() != 2 {
+		t.Fatalf("a's global in flight %d, want 2 (the denied request released its global slot)", a.InFlight())
+	}
+	_, bob := mustAdmit(t, b, req("/m", "", "bob"))
+
+	a1()
+	a1() // a second call must not release anything else
+	if got := fleetCount(t, a, "alice"); got != 2 {
+		t.Fatalf("alice fleet count after a1 twice = %d, want 2", got)
+	}
+	if a.InFlight() != 1 {
+		t.Fatalf("a's global in flight %d after a double Done, want 1", a.InFlight())
+	}
+	_, b2 := mustAdmit(t, b, alice)
+	mustDeny(t, a, alice)
+	for _, done := range []floodgate.Done{a2, b1, b2, bob} {
+		done()
+	}
+	for _, u := range []string{"alice", "bob"} {
+		if n, err := srv.Client().ZCard(ctx, concurrency.DefaultFleetPrefix+"fleet-user:"+u).Result(); err != nil || n != 0 {
+			t.Fatalf("%s's sorted set has %d members (err %v), want 0", u, n, err)
+		}
+	}
+	if a.InFlight() != 0 {
+		t.Fatalf("a's global in flight %d, want 0", a.InFlight())
+	}
+}
+
+// An instance that dies holding slots frees them exactly one lease later.
+func TestFleetCrashedInstanceSlotsExpire(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	a := fleetLimiter(t, srv.NewClient(), clk, "a", 2, concurrency.FailOpen)
+	b := fleetLimiter(t, srv.NewClient(), clk, "b", 2, concurrency.FailOpen)
+	alice := req("/m", "", "alice")
+	mustAdmit(t, a, alice) // a crashes: these Dones are never called
+	mustAdmit(t, a, alice)
+	clk.Advance(lease - time.Millisecond)
+	mustDeny(t, b, alice)
+	clk.Advance(time.Millisecond)
+	_, d1 := mustAdmit(t, b, alice)
+	_, d2 := mustAdmit(t, b, alice)
+	mustDeny(t, b, alice)
+	d1()
+	d2()
+	if got := fleetCount(t, b, "alice"); got != 0 {
+		t.Fatalf("alice fleet count %d, want 0", got)
+	}
+}
+
+// Renew keeps a long request's slot past its first lease.
+func TestFleetRenew(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	a := fleetLimiter(t, srv.NewClient(), clk, "a", 1, concurrency.FailOpen)
+	b := fleetLimiter(t, srv.NewClient(), clk, "b", 1, concurrency.FailOpen)
+	alice := req("/m", "", "alice")
+	_, long := mustAdmit(t, a, alice)
+	clk.Advance(lease - time.Millisecond)
+	if err := a.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(lease - time.Millisecond) // 2 leases - 2ms after the start
+	mustDeny(t, b, alice)
+	clk.Advance(time.Millisecond) // one lease after the renewal
+	_, other := mustAdmit(t, b, alice)
+	// a's slot expired and went to b; a renewal must not resurrect it.
+	if err := a.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := fleetCount(t, b, "alice"); got != 1 {
+		t.Fatalf("alice fleet count after a stale renewal %d, want 1", got)
+	}
+	long()
+	other()
+}
+
+func TestFleetFailModes(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	open := fleetLimiter(t, srv.NewClient(), clk, "a", 1, concurrency.FailOpen, concurrency.WithGlobal(10))
+	closed := fleetLimiter(t, srv.NewClient(), clk, "b", 1, concurrency.FailClosed, concurrency.WithGlobal(10))
+	srv.Kill()
+	alice := req("/m", "", "alice")
+
+	d, done, err := open.Admit(ctx, alice)
+	if !d.Allowed || d.Source != floodgate.SourceFailOpen || err == nil || done == nil {
+		t.Fatalf("fail open: %+v, %v; want allowed from fail_open with an error", d, err)
+	}
+	done()
+	if open.InFlight() != 0 {
+		t.Fatalf("fail open: global in flight %d after Done, want 0", open.InFlight())
+	}
+
+	d, done, err = closed.Admit(ctx, alice)
+	if d.Allowed || d.Source != floodgate.SourceFailClosed || err == nil || done != nil || d.RetryAfter != concurrency.DefaultRetryAfter {
+		t.Fatalf("fail closed: %+v, %v; want denied from fail_closed with an error", d, err)
+	}
+	if closed.InFlight() != 0 {
+		t.Fatalf("fail closed: global in flight %d, want 0 (released on deny)", closed.InFlight())
+	}
+}
+
+// Without WithClock the scripts read Redis TIME.
+func TestFleetRedisTime(t *testing.T) {
+	srv := redistest.Start(t)
+	a := fleetLimiter(t, srv.NewClient(), nil, "a", 1, concurrency.FailOpen)
+	alice := req("/m", "", "alice")
+	_, done := mustAdmit(t, a, alice)
+	mustDeny(t, a, alice)
+	if got := fleetCount(t, a, "alice"); got != 1 {
+		t.Fatalf("fleet count %d, want 1", got)
+	}
+	done()
+	mustAdmit(t, a, alice)
+}
+
+// Two instances, 10 000 requests over 8 loops ending by return, panic and
+// cancel: afterwards every local count is 0 and every Redis set is empty.
+func TestFleetNoLeaks(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	ls := []*concurrency.Limiter{
+		fleetLimiter(t, srv.NewClient(), clk, "a", 2, concurrency.FailOpen, concurrency.WithGlobal(3),
+			concurrency.WithPerKey(concurrency.PerKey{Name: "per-tenant", Cap: 2, Key: byTenant})),
+		fleetLimiter(t, srv.NewClient(), clk, "b", 2, concurrency.FailOpen, concurrency.WithGlobal(3),
+			concurrency.WithPerKey(concurrency.PerKey{Name: "per-tenant", Cap: 2, Key: byTenant})),
+	}
+	users := []string{"u0", "u1", "u2"}
+	const workers, perWorker = 8, 1250
+	var served, denied, errs atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		l := ls[w%2]
+		wg.Go(func() {
+			for i := range perWorker {
+				n := w*perWorker + i
+				r := req("/m", "t"+strconv.Itoa(n%2), users[n%len(users)])
+				rctx, cancel := context.WithCancel(ctx)
+				func() {
+					defer func() { _ = recover() }()
+					d, done, err := l.Admit(rctx, r)
+					if err != nil {
+						errs.Add(1)
+					}
+					if !d.Allowed {
+						denied.Add(1)
+						return
+					}
+					served.Add(1)
+					defer done()
+					switch n % 3 {
+					case 1:
+						panic("handler panics")
+					case 2:
+						cancel()
+						<-rctx.Done()
+					}
+				}()
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if errs.Load() != 0 {
+		t.Fatalf("%d admissions returned errors against a healthy Redis", errs.Load())
+	}
+	if served.Load()+denied.Load() != workers*perWorker || served.Load() == 0 || denied.Load() == 0 {
+		t.Fatalf("served %d denied %d, want both > 0 summing to %d", served.Load(), denied.Load(), workers*perWorker)
+	}
+	for _, l := range ls {
+		if l.InFlight() != 0 {
+			t.Errorf("global in flight %d, want 0", l.InFlight())
+		}
+		if k, _ := l.Keys("per-tenant"); k != 0 {
+			t.Errorf("per-tenant keys %d, want 0", k)
+		}
+	}
+	for _, u := range users {
+		if n, err := srv.Client().ZCard(ctx, concurrency.DefaultFleetPrefix+"fleet-user:"+u).Result(); err != nil || n != 0 {
+			t.Errorf("Redis set of %s has %d members (err %v), want 0", u, n, err)
+		}
+	}
+	t.Logf("served %d, denied %d", served.Load(), denied.Load())
+}
+
+func TestFleetBadInput(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	_, err := concurrency.New(concurrency.WithFleetPerKey(concurrency.FleetPerKey{
+		Name: "f", Cap: 0, Key: byUser, Client: c, Lease: time.Millisecond, Timeout: -1, OnError: 7,
+	}))
+	for _, want := range []string{"Cap 0", "Lease 1ms", "Timeout -1ns", "OnError failmode(7)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}
+
+// The fleet cap works on Redis Cluster (each key is one Redis key, so no
+// script crosses slots) and survives a flushed script cache (NOSCRIPT).
+func TestFleetClusterAndNoScript(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	clk := clock.New(time.Time{})
+	a := fleetLimiter(t, cl.Client(), clk, "a", 1, concurrency.FailClosed)
+	b := fleetLimiter(t, cl.Client(), clk, "b", 1, concurrency.FailClosed)
+	var dones []floodgate.Done
+	for _, u := range []string{"alice", "bob", "carol", "dave"} {
+		_, done := mustAdmit(t, a, req("/m", "", u))
+		mustDeny(t, b, req("/m", "", u))
+		dones = append(dones, done)
+	}
+	cl.ScriptFlush()
+	mustDeny(t, b, req("/m", "", "alice"))
+	for _, d := range dones {
+		d()
+	}
+	for _, u := range []string{"alice", "bob", "carol", "dave"} {
+		_, done := mustAdmit(t, b, req("/m", "", u))
+		done()
+		if n := fleetCount(t, b, u); n != 0 {
+			t.Fatalf("%s: fleet count %d, want 0", u, n)
+		}
+	}
+}
+
+// Run renews leases in the background (real time, Redis TIME): a request
+// held for more than two leases keeps its slot.
+func TestFleetRunRenews(t *testing.T) {
+	srv := redistest.Start(t)
+	const lease = 300 * time.Millisecond
+	mk := func(id string) *concurrency.Limiter {
+		return mustNew(t, concurrency.WithInstanceID(id), concurrency.WithFleetPerKey(concurrency.FleetPerKey{
+			Name: "fleet-user", Cap: 1, Key: byUser, Client: srv.NewClient(), Lease: lease,
+		}))
+	}
+	a, b := mk("a"), mk("b")
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = a.Run(runCtx, func(err error) { t.Errorf("renew: %v", err) }) })
+	alice := req("/m", "", "alice")
+	_, long := mustAdmit(t, a, alice)
+	time.Sleep(lease*2 + lease/3)
+	mustDeny(t, b, alice)
+	long()
+	_, done := mustAdmit(t, b, alice)
+	done()
+	stop()
+	wg.Wait()
+}
