@@ -140,7 +140,32 @@ func NewContext(ctx context.Context, r *Request) context.Context {
 	return context.WithValue(ctx, requestKey{}, r)
 }
 
-// FromContext returns the Request stored in ctx by NewContext, if any.
+// NewRequestContext returns a context carrying a new, empty Request, and that
+// Request, in a single allocation: the way transports start a call. The
+// Request answers FromContext exactly as one stored with NewContext.
+func NewRequestContext(parent context.Context) (context.Context, *Request) {
+	c := &requestContext{Context: parent}
+	return c, &c.r
+}
+
+// requestContext is a context node and the Request it carries, allocated
+// together. Done, Err and Deadline are the parent's (embedded), so
+// context.WithCancel below it still finds the parent's cancellation without a
+// goroutine.
+type requestContext struct {
+	context.Context
+	r Request
+}
+
+func (c *requestContext) Value(key any) any {
+	if key == (requestKey{}) {
+		return &c.r
+	}
+	return c.Context.Value(key)
+}
+
+// FromContext returns the Request stored in ctx by NewContext or
+// NewRequestContext, if any.
 func FromContext(ctx context.Context) (*Request, bool) {
 	r, ok := ctx.Value(requestKey{}).(*Request)
 	return r, ok

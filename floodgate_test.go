@@ -267,3 +267,29 @@ func TestChainReleasesEveryStageForAnyLength(t *testing.T) {
 		}
 	}
 }
+
+func TestNewRequestContext(t *testing.T) {
+	type otherKey struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), otherKey{}, "v"))
+	ctx, r := floodgate.NewRequestContext(parent)
+	r.Method = "/a.B/C"
+	got, ok := floodgate.FromContext(ctx)
+	if !ok || got != r || got.Method != "/a.B/C" {
+		t.Fatalf("FromContext = %v, %v; want the request", got, ok)
+	}
+	if ctx.Value(otherKey{}) != "v" {
+		t.Fatal("parent values are not visible")
+	}
+	child, stop := context.WithCancel(ctx)
+	defer stop()
+	cancel()
+	<-child.Done() // cancellation flows through the request context
+	if ctx.Err() != context.Canceled {
+		t.Fatalf("Err = %v", ctx.Err())
+	}
+	if n := testing.AllocsPerRun(100, func() { sinkCtx, _ = floodgate.NewRequestContext(context.Background()) }); n != 1 {
+		t.Fatalf("NewRequestContext allocates %v times, want 1", n)
+	}
+}
+
+var sinkCtx context.Context
