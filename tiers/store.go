@@ -29,16 +29,23 @@ import (
 //	reset       = ceil(((B - tokens) * P) / N)            (f, then ceil)
 //	state saved (tokens, ts = now) only when allowed; TTL = reset (at least 1 ms)
 //
-// GCRA (state: tat (f)); T = P / N (f):
+// GCRA (state: tat (f), in µs since GCRAEpoch); T = P / N (f):
 //
-//	new bucket: tat = now
-//	tat0 = max(tat, now)
+//	t = now - GCRAEpoch                                   (exact: small integers)
+//	new bucket: tat = t
+//	tat0 = max(tat, t)
 //	tat1 = tat0 + c * T                                   (f)
-//	allow iff tat1 - now <= B * T                         (f)
-//	remaining   = floor((B * T - ((allow ? tat1 : tat0) - now)) / T), at least 0
-//	retry_after = deny ? ceil(tat1 - B * T - now) : 0
-//	reset       = ceil((allow ? tat1 : tat0) - now)
+//	allow iff tat1 - t <= B * T + GCRASlack               (f)
+//	remaining   = floor((B * T + GCRASlack - ((allow ? tat1 : tat0) - t)) / T), at least 0
+//	retry_after = deny ? ceil(tat1 - t - B * T - GCRASlack) : 0
+//	reset       = ceil((allow ? tat1 : tat0) - t)
 //	state saved (tat = tat1) only when allowed; TTL = reset (at least 1 ms)
+//
+// Times are taken relative to GCRAEpoch so the stored TAT keeps about 0.01 µs
+// of precision for centuries (an absolute Unix µs double has only 0.25 µs), and
+// the comparison allows GCRASlack (half a microsecond, below the clock's
+// resolution) so a burst that lands exactly on its tolerance is not denied
+// by rounding in the last bit.
 //
 // SlidingWindowCounter (state: win, curr, prev); W = P, L = N (burst unused):
 //
@@ -61,7 +68,7 @@ import (
 //	drop every timestamp t with t <= now - W
 //	n = number left
 //	allow iff n + c <= L; then record c timestamps equal to now
-//	remaining   = L - n - (allow ? c : 0)
+//	remaining   = max(0, L - n - (allow ? c : 0))
 //	retry_after (deny): with the timestamps sorted ascending, the
 //	  (n + c - L)-th oldest, t_k: t_k + W - now
 //	reset = newest + W - now (0 when empty)
@@ -73,14 +80,17 @@ import (
 //
 //	w = floor(now / W); count = stored win == w ? stored count : 0
 //	allow iff count + c <= L; then count = count + c
-//	remaining   = L - count
+//	remaining   = max(0, L - count)
 //	retry_after = deny ? (w+1)*W - now : 0
 //	reset       = (w+1)*W - now
 //	TTL = (w+1)*W - now
 //
 // A cost larger than the bucket's capacity (Limit.Capacity) can never be
 // admitted: every Store denies it, charges nothing, and reports
-// RetryAfter == Never.
+// RetryAfter == Never. A cost of 0 reads a bucket without charging it.
+// Reset and RetryAfter too large for a time.Duration are reported as the
+// largest Duration. Remaining is never negative (a lowered limit can leave
+// more units counted than the new limit).
 type Algorithm uint8
 
 // Algorithms. The zero value is TokenBucket, the default.
@@ -221,6 +231,13 @@ type Bucket struct {
 	// round trip, until the bucket's retry-after passes.
 	CacheDenials bool
 }
+
+// GCRAEpoch is the origin, in Unix microseconds, of GCRA's stored times:
+// 2026-01-01T00:00:00Z.
+const GCRAEpoch int64 = 1_767_225_600_000_000
+
+// GCRASlack is the tolerance, in microseconds, of GCRA's comparison.
+const GCRASlack = 0.5
 
 // Never is the RetryAfter of a bucket whose cost exceeds its capacity: no
 // amount of waiting admits the request.
