@@ -1,0 +1,557 @@
+// Package storetest is the conformance suite every tiers.Store must pass:
+// the in-process store (tiers/memstore), Redis standalone and Redis Cluster
+// (tiers/redisstore) run the same step tables on fake time and must give
+// the same decisions, to the microsecond.
+//
+// What this package decides: what "implements tiers.Store" means beyond the
+// interface. A conforming Store
+//
+//   - follows the arithmetic of the tiers.Algorithm doc exactly, with time
+//     taken from the injected clock (Vectors; every expected value there is
+//     derived by hand from that doc, in comments beside it);
+//   - reports, per bucket, Allowed and RetryAfter for that bucket alone, and
+//     Remaining and Reset as the Take leaves the bucket: after the charge
+//     when the Take allowed, untouched when it denied;
+//   - is all or nothing: a Take that any bucket denies charges no bucket;
+//   - denies a cost above the bucket's capacity with RetryAfter tiers.Never;
+//   - admits exactly the capacity under concurrent takes of one bucket;
+//   - rejects bad input with an error: res shorter than buckets, an empty
+//     key, a negative cost, an invalid Limit, or the same key twice in one
+//     Take. An empty Take is allowed.
+//
+// A store's test runs the suite with a factory:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+//			return memstore.New(memstore.WithClock(clk))
+//		})
+//	}
+//
+// Every subtest gets a fresh store from the factory and a fresh fake clock
+// at clock.Epoch, and uses keys with a prefix unique to the Run call, so a
+// shared Redis is fine. Vectors with more than one bucket per Take run twice:
+// with unrelated keys and with keys sharing one Redis Cluster hash tag.
+//
+// Expiry and fake time: the vectors are built so that a state kept beyond
+// its TTL gives the same answer as a state dropped at its TTL (window
+// states are then dead by their own arithmetic; token buckets are refilled
+// to exactly the burst; package memstore's tests run the whole suite with
+// every TTL an hour longer to keep this true). The opposite is not covered: a store whose keys
+// expire on real time (Redis PEXPIRE) while the test moves a fake clock must
+// not let a key vanish before its fake-time TTL; such a store should, under
+// an injected clock, make its TTLs generous (a whole minute, say), which
+// the vectors tolerate.
+//
+// Cost 0, which the tiers.Algorithm doc defines as a read that charges
+// nothing, is not in the vectors (redisstore's differential test compares
+// it between stores). GCRA with a period that is not a whole multiple of
+// the rate in µs is: gcra/odd_rate_cost2 and gcra/odd_rate_burst3 pin the
+// exact doubles of the arithmetic relative to tiers.GCRAEpoch, with its
+// tiers.GCRASlack, which is what lets rate 3/s burst 2 admit a cost of 2 on
+// a new bucket (absolute Unix-µs TATs, kept to only 0.25 µs, denied it with
+// RetryAfter 0).
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/testing/clock"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// Factory returns a fresh Store that reads time from clk. It may register
+// cleanups on t.
+type Factory func(t *testing.T, clk *clock.Fake) tiers.Store
+
+// Run runs the whole conformance suite against the stores newStore makes.
+func Run(t *testing.T, newStore Factory) {
+	run := newPrefix()
+	fresh := func(t *testing.T) (tiers.Store, *clock.Fake, string) {
+		clk := clock.New(time.Time{})
+		st := newStore(t, clk)
+		if st == nil {
+			t.Fatal("factory returned a nil Store")
+		}
+		return st, clk, run + t.Name() + ":"
+	}
+	t.Run("Vectors", func(t *testing.T) {
+		for _, v := range Vectors {
+			t.Run(v.Name, func(t *testing.T) {
+				st, clk, prefix := fresh(t)
+				Check(t, st, clk, v, prefix)
+			})
+			if multiBucket(v) {
+				t.Run(v.Name+"/same_hash_tag", func(t *testing.T) {
+					st, clk, prefix := fresh(t)
+					Check(t, st, clk, v, "{"+prefix+"}:")
+				})
+			}
+		}
+	})
+	t.Run("TokenBucketOnePer100ms", func(t *testing.T) {
+		st, clk, prefix := fresh(t)
+		tokenBucketTrace(t, st, clk, prefix)
+	})
+	t.Run("SlidingWindowLogNeverExceeds", func(t *testing.T) {
+		st, clk, prefix := fresh(t)
+		slidingLogTrace(t, st, clk, prefix)
+	})
+	t.Run("GCRAMatchesTAT", func(t *testing.T) {
+		st, clk, prefix := fresh(t)
+		gcraTrace(t, st, clk, prefix)
+	})
+	t.Run("ConcurrentExactCapacity", func(t *testing.T) {
+		for _, l := range concurrencyLimits {
+			t.Run(l.Algorithm.String(), func(t *testing.T) {
+				st, clk, prefix := fresh(t)
+				concurrentOneBucket(t, st, clk, prefix, l)
+			})
+		}
+	})
+	t.Run("ConcurrentAllOrNothing", func(t *testing.T) {
+		st, clk, prefix := fresh(t)
+		concurrentHierarchy(t, st, clk, prefix)
+	})
+	t.Run("ConcurrentOppositeOrder", func(t *testing.T) {
+		st, clk, prefix := fresh(t)
+		concurrentOppositeOrder(t, st, clk, prefix)
+	})
+	t.Run("BadInput", func(t *testing.T) {
+		st, _, prefix := fresh(t)
+		badInput(t, st, prefix)
+	})
+}
+
+// newPrefix returns a key prefix unique to this process and call.
+func newPrefix() string {
+	return "fgst:" + rand.Text()[:12] + ":"
+}
+
+func multiBucket(v Vector) bool {
+	for _, step := range v.Steps {
+		if len(step.Charges) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// reporter is the part of *testing.T the checks use, so this package's own
+// tests can run them against broken stores and see them fail.
+type reporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// Check runs one Vector against st, moving clk to clock.Epoch + step.At
+// before each step, and reports every difference from the vector.
+func Check(t *testing.T, st tiers.Store, clk *clock.Fake, v Vector, prefix string) {
+	t.Helper()
+	check(t, st, clk, v, prefix)
+}
+
+func check(t reporter, st tiers.Store, clk *clock.Fake, v Vector, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	for i, step := range v.Steps {
+		clk.Set(clock.Epoch.Add(step.At))
+		bs := make([]tiers.Bucket, len(step.Charges))
+		for j, c := range step.Charges {
+			bs[j] = tiers.Bucket{Key: prefix + c.Key, Limit: c.Limit, Cost: c.Cost}
+		}
+		res := make([]tiers.Result, len(bs))
+		allowed, err := st.Take(ctx, bs, res)
+		if err != nil {
+			t.Fatalf("step %d (at %v): Take: %v", i, step.At, err)
+		}
+		if allowed != step.Allowed {
+			t.Errorf("step %d (at %v): Take allowed = %v, want %v", i, step.At, allowed, step.Allowed)
+		}
+		for j, c := range step.Charges {
+			w := step.Want[j]
+			got := res[j]
+			want := tiers.Result{Allowed: w.Allowed, Limit: c.Limit.Capacity(), Remaining: w.Remaining, Reset: w.Reset, RetryAfter: w.RetryAfter}
+			got = normSource(got)
+			if got != want {
+				t.Errorf("step %d (at %v) bucket %q cost %d:\n got  %s\n want %s", i, step.At, c.Key, c.Cost, fmtResult(got), fmtResult(want))
+			}
+		}
+	}
+}
+
+// normSource maps SourceStore to the zero Source, which means the same;
+// any other Source is left to fail the comparison.
+func normSource(r tiers.Result) tiers.Result {
+	if r.Source == floodgate.SourceStore {
+		r.Source = ""
+	}
+	return r
+}
+
+func fmtResult(r tiers.Result) string {
+	return fmt.Sprintf("allowed=%v limit=%d remaining=%d reset=%v retry_after=%v source=%q", r.Allowed, r.Limit, r.Remaining, r.Reset, r.RetryAfter, r.Source)
+}
+
+// take1 takes cost from one bucket and fails the test on error.
+func take1(t reporter, st tiers.Store, key string, l tiers.Limit, cost int64) tiers.Result {
+	t.Helper()
+	var res [1]tiers.Result
+	ok, err := st.Take(context.Background(), []tiers.Bucket{{Key: key, Limit: l, Cost: cost}}, res[:])
+	if err != nil {
+		t.Fatalf("Take(%q, cost %d): %v", key, cost, err)
+	}
+	if ok != res[0].Allowed {
+		t.Fatalf("Take(%q) returned allowed=%v but its only result says %v", key, ok, res[0].Allowed)
+	}
+	return res[0]
+}
+
+// tokenBucketTrace: 10/s burst 20 allows exactly 20 at t0, then exactly one
+// per 100 ms, at the 100 ms marks. Attempts come every 10 ms for 2 s.
+// Derivation: after a charge at ts leaves 0 tokens, an attempt at ts+d
+// (deny saves nothing) sees tokens = (d*10)/1e6, which reaches 1 first at
+// d = 100000 exactly; so the only admissions are at k*100 ms, one each
+// (the second attempt at the same instant sees 0 tokens).
+func tokenBucketTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix string) {
+	key := prefix + "tb"
+	allowed := 0
+	for range 30 {
+		if take1(t, st, key, TB10x20, 1).Allowed {
+			allowed++
+		}
+	}
+	if allowed != 20 {
+		t.Fatalf("at t0: %d of 30 allowed, want exactly 20", allowed)
+	}
+	var at []time.Duration
+	for tick := 1; tick <= 200; tick++ {
+		d := time.Duration(tick) * 10 * time.Millisecond
+		clk.Set(clock.Epoch.Add(d))
+		for range 2 {
+			if take1(t, st, key, TB10x20, 1).Allowed {
+				at = append(at, d)
+			}
+		}
+	}
+	if len(at) != 20 {
+		t.Fatalf("over 2 s after the burst: %d allowed (at %v), want exactly 20", len(at), at)
+	}
+	for i, d := range at {
+		if want := time.Duration(i+1) * 100 * time.Millisecond; d != want {
+			t.Fatalf("admission %d at %v, want %v (all: %v)", i, d, want, at)
+		}
+	}
+}
+
+// lcg is a tiny deterministic generator, so traces are the same on every
+// run and every store.
+type lcg uint64
+
+func (g *lcg) next(n int64) int64 {
+	*g = *g*6364136223846793005 + 1442695040888963407
+	return int64(uint64(*g)>>33) % n
+}
+
+// slidingLogTrace scans a trace of 300 takes on a sliding window log 5 per
+// second: no window of one second ever holds more than 5 admitted units,
+// and each decision is exactly the definition's (admit iff the units
+// admitted in (now-W, now] plus the cost fit in L).
+func slidingLogTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix string) {
+	const L, W = 5, int64(time.Second / time.Microsecond)
+	l := tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: L, Period: time.Second}
+	key := prefix + "swl"
+	type unit struct{ at, n int64 }
+	var admitted []unit
+	inWindow := func(now int64) int64 {
+		var sum int64
+		for _, u := range admitted {
+			if u.at > now-W && u.at <= now {
+				sum += u.n
+			}
+		}
+		return sum
+	}
+	g := lcg(1)
+	now := int64(0)
+	allowed, denied := 0, 0
+	for i := range 300 {
+		now += g.next(120_000) // 0..120 ms apart
+		cost := 1 + g.next(2)
+		clk.Set(clock.Epoch.Add(time.Duration(now) * time.Microsecond))
+		r := take1(t, st, key, l, cost)
+		want := inWindow(now)+cost <= L
+		if r.Allowed != want {
+			t.Fatalf("take %d at +%dµs cost %d: allowed=%v, the definition says %v", i, now, cost, r.Allowed, want)
+		}
+		if r.Allowed {
+			allowed++
+			admitted = append(admitted, unit{now, cost})
+			if got := inWindow(now); got > L {
+				t.Fatalf("take %d at +%dµs: %d units admitted in the window ending now, limit %d", i, now, got, L)
+			}
+			if r.Remaining != L-inWindow(now) {
+				t.Fatalf("take %d: remaining %d, want %d", i, r.Remaining, L-inWindow(now))
+			}
+		} else {
+			denied++
+		}
+	}
+	// Every window (t-W, t] with t at an admission or a window end holds at
+	// most L: the maxima of a step function that only rises at admissions.
+	for _, u := range admitted {
+		if got := inWindow(u.at); got > L {
+			t.Fatalf("window ending at +%dµs holds %d > %d", u.at, got, L)
+		}
+	}
+	if allowed < 50 || denied < 50 {
+		t.Fatalf("trace is not exercising the limit: %d allowed, %d denied", allowed, denied)
+	}
+}
+
+// gcraTrace: 300 takes at pseudo-random times with costs 1..3 on GCRA 8/s
+// burst 3 (T = 125000 µs, an integer, so the definition can be computed in
+// integers): tat' = max(tat, now) + c*T; allow iff tat' - now <= B*T; the
+// allowed store tat'; retry_after = tat' - B*T - now; remaining =
+// floor((B*T - (tat - now))/T) on the TAT the take leaves. Here now is
+// µs since clock.Epoch, which is tiers.GCRAEpoch. With every quantity whole,
+// tiers.GCRASlack (0.5) changes nothing: x <= B*T + 0.5 iff x <= B*T,
+// ceil(x - 0.5) = x, and floor((m + 0.5)/T) = floor(m/T) for whole x, m >= 0.
+func gcraTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix string) {
+	const N, B, T = 8, 3, int64(125_000)
+	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: N, Period: time.Second, Burst: B}
+	key := prefix + "gcra"
+	g := lcg(7)
+	now := int64(0)
+	tat := int64(0) // t0: a new bucket has tat = now, and max(tat, now) = now
+	allowed, denied := 0, 0
+	for i := range 300 {
+		now += g.next(200_000)
+		cost := 1 + g.next(3)
+		clk.Set(clock.Epoch.Add(time.Duration(now) * time.Microsecond))
+		r := take1(t, st, key, l, cost)
+		tat0 := max(tat, now)
+		tat1 := tat0 + cost*T
+		ok := tat1-now <= B*T
+		want := tiers.Result{Allowed: ok, Limit: B}
+		left := tat0
+		if ok {
+			left = tat1
+			tat = tat1
+			allowed++
+		} else {
+			want.RetryAfter = time.Duration(tat1-B*T-now) * time.Microsecond
+			denied++
+		}
+		want.Remaining = max(0, (B*T-(left-now))/T) // non-negative operands: / is floor
+		want.Reset = time.Duration(left-now) * time.Microsecond
+		r = normSource(r)
+		if r != want {
+			t.Fatalf("take %d at +%dµs cost %d:\n got  %s\n want %s", i, now, cost, fmtResult(r), fmtResult(want))
+		}
+	}
+	if allowed < 50 || denied < 50 {
+		t.Fatalf("trace is not exercising the limit: %d allowed, %d denied", allowed, denied)
+	}
+}
+
+// concurrencyLimits have capacity 100 each and no refill at a frozen clock.
+var concurrencyLimits = []tiers.Limit{
+	{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 100},
+	{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 100},
+	{Algorithm: tiers.SlidingWindowCounter, Rate: 100, Period: time.Hour},
+	{Algorithm: tiers.SlidingWindowLog, Rate: 100, Period: time.Hour},
+	{Algorithm: tiers.FixedWindow, Rate: 100, Period: time.Hour},
+}
+
+const (
+	goroutines = 8
+	perG       = 40 // 320 attempts on a capacity of 100
+	deadline   = 60 * time.Second
+)
+
+// parallel runs f(g) on goroutines goroutines and fails the test if they do
+// not all return within deadline (a deadlock, or a hung store).
+func parallel(t *testing.T, f func(g int) error) {
+	t.Helper()
+	errs := make(chan error, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- f(g)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(deadline):
+		t.Fatalf("goroutines did not finish within %v", deadline)
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// concurrentOneBucket: 8 goroutines x 40 takes of cost 1 on one bucket of
+// capacity 100 at a frozen clock: exactly 100 allowed, then the bucket
+// reports 0 remaining.
+func concurrentOneBucket(t *testing.T, st tiers.Store, _ *clock.Fake, prefix string, l tiers.Limit) {
+	key := prefix + "hot"
+	var mu sync.Mutex
+	allowed := 0
+	parallel(t, func(int) error {
+		var res [1]tiers.Result
+		bs := []tiers.Bucket{{Key: key, Limit: l, Cost: 1}}
+		n := 0
+		for range perG {
+			ok, err := st.Take(context.Background(), bs, res[:])
+			if err != nil {
+				return err
+			}
+			if ok {
+				n++
+			}
+		}
+		mu.Lock()
+		allowed += n
+		mu.Unlock()
+		return nil
+	})
+	if allowed != 100 {
+		t.Fatalf("%d of %d concurrent takes allowed, want exactly 100", allowed, goroutines*perG)
+	}
+	if r := take1(t, st, key, l, 1); r.Allowed || r.Remaining != 0 {
+		t.Fatalf("after the burst: %s, want a deny with 0 remaining", fmtResult(r))
+	}
+}
+
+// concurrentHierarchy: 8 goroutines, each with its own user bucket (token
+// bucket burst 25, so a user never binds), all under one tenant bucket
+// (fixed window 50 per hour), 20 takes each of [tenant, user] at a frozen
+// clock. Exactly 50 are allowed (the tenant binds), and each user bucket
+// was charged exactly for its own allowed takes: a probe then reports
+// 25 - allowed_g - 1 remaining.
+func concurrentHierarchy(t *testing.T, st tiers.Store, _ *clock.Fake, prefix string) {
+	tenant := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 50, Period: time.Hour}
+	user := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 25}
+	var got [goroutines]int64
+	parallel(t, func(g int) error {
+		var res [2]tiers.Result
+		bs := []tiers.Bucket{
+			{Key: prefix + "tenant", Limit: tenant, Cost: 1},
+			{Key: fmt.Sprintf("%suser%d", prefix, g), Limit: user, Cost: 1},
+		}
+		for range 20 {
+			ok, err := st.Take(context.Background(), bs, res[:])
+			if err != nil {
+				return err
+			}
+			if ok {
+				got[g]++
+			}
+		}
+		return nil
+	})
+	var sum int64
+	for g, n := range got {
+		sum += n
+		r := take1(t, st, fmt.Sprintf("%suser%d", prefix, g), user, 1)
+		if !r.Allowed || r.Remaining != 25-n-1 {
+			t.Errorf("user %d: %d takes allowed, probe says %s, want allowed with %d remaining", g, n, fmtResult(r), 25-n-1)
+		}
+	}
+	if sum != 50 {
+		t.Fatalf("%d takes allowed in all, want exactly the tenant's 50 (per user: %v)", sum, got)
+	}
+}
+
+// concurrentOppositeOrder: half the goroutines take [a, b], half [b, a],
+// at a frozen clock; both are fixed windows of 100. The store must neither
+// deadlock nor double count: exactly 100 allowed, and both buckets are
+// then exhausted. The keys share a hash tag: a Redis Cluster store that
+// charges slots separately and refunds on deny may, under this contention,
+// deny a take that a transient charge made look full, which is the
+// documented price of spanning slots, not a conformance failure.
+func concurrentOppositeOrder(t *testing.T, st tiers.Store, _ *clock.Fake, prefix string) {
+	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 100, Period: time.Hour}
+	a, b := "{"+prefix+"}:a", "{"+prefix+"}:b"
+	var mu sync.Mutex
+	allowed := 0
+	parallel(t, func(g int) error {
+		var res [2]tiers.Result
+		bs := []tiers.Bucket{{Key: a, Limit: l, Cost: 1}, {Key: b, Limit: l, Cost: 1}}
+		if g%2 == 1 {
+			bs[0], bs[1] = bs[1], bs[0]
+		}
+		n := 0
+		for range perG {
+			ok, err := st.Take(context.Background(), bs, res[:])
+			if err != nil {
+				return err
+			}
+			if ok {
+				n++
+			}
+		}
+		mu.Lock()
+		allowed += n
+		mu.Unlock()
+		return nil
+	})
+	if allowed != 100 {
+		t.Fatalf("%d takes allowed, want exactly 100", allowed)
+	}
+	for _, k := range []string{a, b} {
+		if r := take1(t, st, k, l, 1); r.Allowed || r.Remaining != 0 {
+			t.Fatalf("%s after the run: %s, want a deny with 0 remaining", k, fmtResult(r))
+		}
+	}
+}
+
+// badInput: malformed takes are errors, never decisions; an empty take is
+// allowed.
+func badInput(t reporter, st tiers.Store, prefix string) {
+	ctx := context.Background()
+	ok := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	if allowed, err := st.Take(ctx, nil, nil); err != nil || !allowed {
+		t.Errorf("empty Take = (%v, %v), want (true, nil)", allowed, err)
+	}
+	cases := []struct {
+		name    string
+		buckets []tiers.Bucket
+		res     int
+	}{
+		{"res shorter than buckets", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: prefix + "b", Limit: ok, Cost: 1}}, 1},
+		{"empty key", []tiers.Bucket{{Key: "", Limit: ok, Cost: 1}}, 1},
+		{"negative cost", []tiers.Bucket{{Key: prefix + "c", Limit: ok, Cost: -1}}, 1},
+		{"zero rate", []tiers.Bucket{{Key: prefix + "d", Limit: tiers.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}, 1},
+		{"zero burst", []tiers.Bucket{{Key: prefix + "e", Limit: tiers.Limit{Rate: 1, Period: time.Second}, Cost: 1}}, 1},
+		{"sub-millisecond period", []tiers.Bucket{{Key: prefix + "f", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1, Period: time.Microsecond}, Cost: 1}}, 1},
+		{"unknown algorithm", []tiers.Bucket{{Key: prefix + "g", Limit: tiers.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}, Cost: 1}}, 1},
+		{"same key twice", []tiers.Bucket{{Key: prefix + "h", Limit: ok, Cost: 1}, {Key: prefix + "h", Limit: ok, Cost: 1}}, 2},
+	}
+	for _, c := range cases {
+		res := make([]tiers.Result, c.res)
+		if _, err := st.Take(ctx, c.buckets, res); err == nil {
+			t.Errorf("%s: Take returned no error", c.name)
+		}
+	}
+	// None of those charged anything: the well-formed keys are still full.
+	for _, k := range []string{"a", "b", "h"} {
+		if r := take1(t, st, prefix+k, ok, 1); !r.Allowed || r.Remaining != 9 {
+			t.Errorf("%s after rejected takes: %s, want allowed with 9 remaining", k, fmtResult(r))
+		}
+	}
+}

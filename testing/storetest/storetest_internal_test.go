@@ -1,0 +1,145 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/testing/clock"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
+)
+
+// recorder collects what a check reports; Fatalf ends the check's
+// goroutine as testing.T does.
+type recorder struct{ msgs []string }
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(f string, a ...any) {
+	r.msgs = append(r.msgs, fmt.Sprintf(f, a...))
+}
+func (r *recorder) Fatalf(f string, a ...any) {
+	r.Errorf(f, a...)
+	runtime.Goexit()
+}
+
+// runRecorded runs f with a recorder on its own goroutine and returns what
+// it reported.
+func runRecorded(f func(r reporter)) []string {
+	r := &recorder{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+	return r.msgs
+}
+
+func vector(t *testing.T, name string) Vector {
+	for _, v := range Vectors {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("no vector %q", name)
+	return Vector{}
+}
+
+// partial is a non-atomic store: when a Take denies, it still charges the
+// buckets that allowed on their own.
+type partial struct{ inner tiers.Store }
+
+func (p partial) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+	ok, err := p.inner.Take(ctx, bs, res)
+	if err != nil || ok {
+		return ok, err
+	}
+	saved := append([]tiers.Result(nil), res[:len(bs)]...)
+	for i := range bs {
+		if saved[i].Allowed {
+			var r [1]tiers.Result
+			if _, err := p.inner.Take(ctx, bs[i:i+1], r[:]); err != nil {
+				return false, err
+			}
+		}
+	}
+	copy(res, saved)
+	return false, nil
+}
+
+// skewed adds 1 µs to every retry-after.
+type skewed struct{ inner tiers.Store }
+
+func (s skewed) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+	ok, err := s.inner.Take(ctx, bs, res)
+	for i := range bs {
+		if res[i].RetryAfter > 0 {
+			res[i].RetryAfter += time.Microsecond
+		}
+	}
+	return ok, err
+}
+
+// lenient never reports an error: it drops what it cannot use.
+type lenient struct{ inner tiers.Store }
+
+func (l lenient) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+	if len(res) < len(bs) {
+		return true, nil
+	}
+	ok, err := l.inner.Take(ctx, bs, res)
+	if err != nil {
+		return true, nil
+	}
+	return ok, err
+}
+
+func TestCheckCatchesPartialCharges(t *testing.T) {
+	clk := clock.New(time.Time{})
+	st := partial{memstore.New(memstore.WithClock(clk))}
+	msgs := runRecorded(func(r reporter) { check(r, st, clk, vector(t, "all_or_nothing"), "p:") })
+	if len(msgs) == 0 {
+		t.Fatal("a store that charges on deny passed all_or_nothing")
+	}
+	// The probe (step 5) shows the extra charges.
+	if !strings.Contains(strings.Join(msgs, "\n"), `step 5 (at 0s) bucket "user"`) {
+		t.Fatalf("reports do not show the extra charge:\n%s", strings.Join(msgs, "\n"))
+	}
+}
+
+func TestCheckCatchesWrongRetryAfter(t *testing.T) {
+	for _, v := range Vectors {
+		clk := clock.New(time.Time{})
+		st := skewed{memstore.New(memstore.WithClock(clk))}
+		if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "s:") }); len(msgs) == 0 {
+			t.Errorf("%s: a store with retry-after off by 1 µs passed", v.Name)
+		}
+	}
+}
+
+func TestBadInputCatchesLenientStore(t *testing.T) {
+	st := lenient{memstore.New()}
+	msgs := runRecorded(func(r reporter) { badInput(r, st, "l:") })
+	if len(msgs) != 8 {
+		t.Fatalf("got %d reports, want one per malformed case (8):\n%s", len(msgs), strings.Join(msgs, "\n"))
+	}
+}
+
+// The real store passes the same checks through the recorder, so the
+// failures above come from the broken stores, not from the recorder.
+func TestRecorderPassesMemstore(t *testing.T) {
+	for _, v := range Vectors {
+		clk := clock.New(time.Time{})
+		st := memstore.New(memstore.WithClock(clk))
+		if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "m:") }); len(msgs) != 0 {
+			t.Errorf("%s: %s", v.Name, strings.Join(msgs, "\n"))
+		}
+	}
+	if msgs := runRecorded(func(r reporter) { badInput(r, memstore.New(), "m:") }); len(msgs) != 0 {
+		t.Errorf("badInput: %s", strings.Join(msgs, "\n"))
+	}
+}

@@ -1,0 +1,799 @@
+// Package memstore is the in-process tiers.Store: bucket state in sharded
+// hash tables, decided with exactly the arithmetic of tiers.Algorithm, so that it
+// gives the same decision as the Redis store (package tiers/redisstore) on the
+// same trace. Both pass the conformance suite in package testing/storetest.
+//
+// What this package decides:
+//
+//   - All or nothing. A Take charges every bucket its cost if and only if
+//     every bucket allows; a deny anywhere charges nothing anywhere. All the
+//     shards a Take touches are locked together (in ascending shard order,
+//     each once, so concurrent Takes never deadlock) and the clock is read
+//     under those locks, so each Take is atomic and time never runs backwards
+//     within a bucket's history.
+//   - Results. Allowed and RetryAfter are per bucket ("this bucket alone would
+//     admit the cost"); Remaining and Reset describe the bucket as the Take
+//     leaves it: after the charge when the Take allowed, untouched when it
+//     denied.
+//   - Bad input is an error, never a guess: a res shorter than buckets, an
+//     empty key, a negative cost, an invalid tiers.Limit, or the same key
+//     twice in one Take (a policy that resolves two levels to one key has a
+//     bug worth surfacing, and one state under two limits has no single
+//     right answer). Cost 0 is allowed: it reads the bucket without
+//     charging it.
+//   - A cost larger than the bucket's capacity (tiers.Limit.Capacity) is
+//     denied, charges nothing, and reports RetryAfter == tiers.Never.
+//   - Expiry. A bucket's state lives for the TTL the tiers.Algorithm doc
+//     gives (token bucket and GCRA: the reset time, at least 1 ms; sliding
+//     window counter: to the end of the next window; sliding window log: the
+//     newest timestamp plus the window; fixed window: to the end of the
+//     window). At or after that instant the state is treated as absent (a new
+//     bucket). Expired entries are removed lazily: each insertion of a new key
+//     examines the next few entries of its shard (from a hand that rotates
+//     through the shard, so every entry is reached in turn) and deletes
+//     those expired for more than SweepGrace (so hot buckets whose state
+//     lives milliseconds are reused, not reallocated), and a full shard
+//     deletes every expired entry it examines before evicting (never an
+//     entry the same Take uses). No goroutine runs.
+//   - The key cap (WithMaxKeys, default DefaultMaxKeys). The cap is split
+//     evenly over the shards (shard i holds at most ceil or floor of
+//     maxKeys/shards keys, summing to exactly maxKeys). Inserting a new key
+//     into a full shard first examines the next EvictSample entries from
+//     the shard's hand and deletes those that have expired; if none had, it evicts
+//     the examined entry that would expire soonest (ties: the smallest key),
+//     never one the same Take uses. When a shard holds at most EvictSample
+//     keys every entry is examined, so the choice is exact: expired entries
+//     first, else the live entry closest to expiry. An evicted bucket starts
+//     again from a new, full bucket; that is the price of bounded memory, paid
+//     by the bucket with the least state left to lose.
+//   - Bucket.OnStoreError and Bucket.CacheDenials are ignored: this store
+//     never fails, and every answer is already local.
+//   - Durations saturate: a Reset or RetryAfter beyond time.Duration's range
+//     (about 292 years, reachable with a huge burst refilled slowly) is
+//     reported as the largest Duration, never as a wrapped negative one.
+//   - The sliding window log stores (timestamp, count) runs in a growable
+//     ring per bucket, so a cost of c adds one run, not c timestamps; its
+//     memory is bounded by the number of admitted requests in one window
+//     (the buffer keeps the largest size it has needed while the bucket
+//     lives).
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// Defaults and bounds of the Store's options.
+const (
+	// DefaultMaxKeys is the key cap when WithMaxKeys is not given.
+	DefaultMaxKeys = 1 << 20
+	// DefaultShards is the number of shards when WithShards is not given.
+	DefaultShards = 64
+	// MaxShards is the largest value WithShards accepts.
+	MaxShards = 1 << 16
+	// EvictSample is how many entries of a full shard are examined to choose
+	// what to delete when a new key arrives.
+	EvictSample = 32
+	// sweepSample is how many entries an insertion into a non-full shard
+	// examines for expiry.
+	sweepSample = 4
+	// SweepGrace is how long after its expiry an entry is kept when the
+	// shard is not full, in µs (10 s): a busy token bucket whose state
+	// expires within milliseconds is reused in place instead of being
+	// deleted and allocated again on its next request.
+	SweepGrace = 10_000_000
+	// minTTL is the least lifetime of token bucket and GCRA state, in µs.
+	minTTL = 1000
+	// stackBuckets is how many buckets a Take decides without allocating.
+	stackBuckets = 6
+)
+
+// Option configures a Store.
+type Option func(*config) error
+
+type config struct {
+	clock   floodgate.Clock
+	maxKeys int
+	shards  int
+}
+
+// WithClock sets the clock the Store reads time from (default
+// floodgate.SystemClock). Tests pass a *clock.Fake from testing/clock.
+func WithClock(c floodgate.Clock) Option {
+	return func(cfg *config) error {
+		if c == nil {
+			return errors.New("WithClock: clock is nil")
+		}
+		cfg.clock = c
+		return nil
+	}
+}
+
+// WithMaxKeys caps the number of buckets the Store keeps (default
+// DefaultMaxKeys). See the package doc for what happens when it is reached.
+func WithMaxKeys(n int) Option {
+	return func(cfg *config) error {
+		if n < 1 {
+			return fmt.Errorf("WithMaxKeys(%d): the key cap must be at least 1", n)
+		}
+		cfg.maxKeys = n
+		return nil
+	}
+}
+
+// WithShards sets the number of independently locked shards (default
+// DefaultShards, at most MaxShards). It is lowered to the key cap when the
+// cap is smaller, so every shard can hold at least one key.
+func WithShards(n int) Option {
+	return func(cfg *config) error {
+		if n < 1 || n > MaxShards {
+			return fmt.Errorf("WithShards(%d): the shard count must be in [1, %d]", n, MaxShards)
+		}
+		cfg.shards = n
+		return nil
+	}
+}
+
+// Store is the in-process tiers.Store. It is safe for concurrent use. The
+// zero value is not usable; call New.
+type Store struct {
+	clock  floodgate.Clock
+	seed   maphash.Seed
+	shards []shard
+	err    error
+}
+
+var _ tiers.Store = (*Store)(nil)
+
+// shard is one lock's worth of buckets and their index.
+type shard struct {
+	mu  sync.Mutex
+	t   table
+	cap int
+	_   [8]byte // with the fields above, one 64-byte cache line per shard
+}
+
+// entry is one bucket's state. Which fields mean what depends on alg:
+// TokenBucket: f = tokens, ts = time of the last charge. GCRA: f = TAT,
+// in µs since tiers.GCRAEpoch. SlidingWindowCounter: win, curr, prev.
+// FixedWindow: win, curr (= count). SlidingWindowLog: log.
+type entry struct {
+	key     string
+	expires int64 // µs; the state is absent at now >= expires
+	alg     tiers.Algorithm
+	h       uint64
+	f       float64
+	ts      int64
+	win     int64
+	curr    int64
+	prev    int64
+	log     *ring
+}
+
+// Entries for short keys carry the key's bytes in the same allocation,
+// so comparing the key touches no other cache line.
+type (
+	entryKey32 struct {
+		entry
+		kb [32]byte
+	}
+	entryKey64 struct {
+		entry
+		kb [64]byte
+	}
+)
+
+// newEntry returns an entry for key, holding its own copy of key: the
+// caller's string may live in a reused buffer.
+func newEntry(h uint64, key string) *entry {
+	var e *entry
+	switch n := len(key); {
+	case n <= 32:
+		x := new(entryKey32)
+		copy(x.kb[:], key)
+		e = &x.entry
+		e.key = unsafe.String(&x.kb[0], n) // never written again
+	case n <= 64:
+		x := new(entryKey64)
+		copy(x.kb[:], key)
+		e = &x.entry
+		e.key = unsafe.String(&x.kb[0], n) // never written again
+	default:
+		e = &entry{key: strings.Clone(key)}
+	}
+	e.h = h
+	return e
+}
+
+// hashMask is all ones except in tests that force hash collisions.
+var hashMask = ^uint64(0)
+
+// New returns a Store configured by opts. An invalid option does not panic:
+// the Store remembers the first error, every Take returns it, and Err
+// reports it.
+func New(opts ...Option) *Store {
+	cfg := config{clock: floodgate.SystemClock, maxKeys: DefaultMaxKeys, shards: DefaultShards}
+	s := &Store{seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		if o == nil {
+			s.err = errors.New("memstore: New: nil Option")
+			break
+		}
+		if err := o(&cfg); err != nil {
+			s.err = fmt.Errorf("memstore: %w", err)
+			break
+		}
+	}
+	if cfg.shards > cfg.maxKeys {
+		cfg.shards = cfg.maxKeys
+	}
+	s.clock = cfg.clock
+	s.shards = make([]shard, cfg.shards)
+	base, extra := cfg.maxKeys/cfg.shards, cfg.maxKeys%cfg.shards
+	for i := range s.shards {
+		s.shards[i].cap = base
+		if i < extra {
+			s.shards[i].cap++
+		}
+	}
+	return s
+}
+
+// Err reports the configuration error New recorded, if any. A Store with an
+// error refuses every Take with that error.
+func (s *Store) Err() error { return s.err }
+
+// Len reports how many bucket states the Store holds, expired ones not yet
+// removed included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.t.used
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// pending is the decision on one bucket before it is committed.
+type pending struct {
+	e     *entry // existing entry, or nil
+	fresh bool   // the state is absent (new, expired, or another algorithm)
+	allow bool
+	retry int64 // µs; -1 for never
+
+	remNo, resetNo int64 // if the Take denies
+	remCh, resetCh int64 // if the Take allows
+
+	// state to commit when the Take allows
+	f       float64
+	ts      int64
+	win     int64
+	curr    int64
+	prev    int64
+	expires int64
+	h       uint64
+	homeH   uint64 // hash in h's home slot
+	shard   uint32
+}
+
+// Take implements tiers.Store. See the package doc for what it decides.
+// ctx is not consulted: an in-process take never waits for anything but
+// the shard locks, held for the length of the arithmetic.
+func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+	if s.err != nil {
+		return false, s.err
+	}
+	n := len(buckets)
+	if len(res) < n {
+		return false, fmt.Errorf("memstore: Take: res has %d elements for %d buckets", len(res), n)
+	}
+	if n == 0 {
+		return true, nil
+	}
+	var (
+		pbuf [stackBuckets]pending
+		lbuf [stackBuckets]uint32
+		ps   []pending
+		lock []uint32
+	)
+	if n <= stackBuckets {
+		ps, lock = pbuf[:n], lbuf[:0]
+	} else {
+		ps, lock = make([]pending, n), make([]uint32, 0, n)
+	}
+	nsh := uint64(len(s.shards))
+	for i := range buckets {
+		b := &buckets[i]
+		if err := checkBucket(b); err != nil {
+			return false, fmt.Errorf("memstore: Take: buckets[%d] (key %q): %w", i, b.Key, err)
+		}
+		h := maphash.String(s.seed, b.Key) & hashMask
+		sh, _ := bits.Mul64(h, nsh)
+		ps[i].shard, ps[i].h = uint32(sh), h
+		for j := 0; j < i; j++ {
+			if ps[j].h == h && buckets[j].Key == b.Key {
+				return false, fmt.Errorf("memstore: Take: buckets[%d] repeats the key of buckets[%d] (%q)", i, j, b.Key)
+			}
+		}
+		lock = insertSorted(lock, uint32(sh))
+	}
+	for _, i := range lock {
+		s.shards[i].mu.Lock()
+	}
+	// All lookups first, then all decisions. Each bucket's home slot is
+	// read in a first pass and its entry checked in a second, so the
+	// levels' cache misses overlap instead of queueing one behind the
+	// other; a key not in its home slot takes the full probe.
+	for i := range buckets {
+		ps[i].e, ps[i].homeH = s.shards[ps[i].shard].t.home(ps[i].h)
+	}
+	for i := range buckets {
+		p := &ps[i]
+		if p.e == nil || p.homeH != p.h || p.e.key != buckets[i].Key {
+			p.e = s.shards[p.shard].t.get(p.h, buckets[i].Key)
+		}
+	}
+	now := s.clock.Now().UnixMicro()
+	allowed := true
+	for i := range buckets {
+		p := &ps[i]
+		b := &buckets[i]
+		p.fresh = p.e == nil || p.e.alg != b.Limit.Algorithm || now >= p.e.expires
+		decide(p, b, now)
+		allowed = allowed && p.allow
+	}
+	if allowed {
+		for i := range buckets {
+			s.commit(&ps[i], &buckets[i], buckets, now)
+		}
+	}
+	for k := len(lock) - 1; k >= 0; k-- {
+		s.shards[lock[k]].mu.Unlock()
+	}
+	for i := range buckets {
+		p := &ps[i]
+		r := &res[i]
+		*r = tiers.Result{Allowed: p.allow, Limit: buckets[i].Limit.Capacity()}
+		if allowed {
+			r.Remaining, r.Reset = p.remCh, µs(p.resetCh)
+		} else {
+			r.Remaining, r.Reset = p.remNo, µs(p.resetNo)
+		}
+		switch {
+		case p.allow:
+		case p.retry < 0:
+			r.RetryAfter = tiers.Never
+		default:
+			r.RetryAfter = µs(p.retry)
+		}
+	}
+	return allowed, nil
+}
+
+func checkBucket(b *tiers.Bucket) error {
+	if b.Key == "" {
+		return errors.New("empty key")
+	}
+	if b.Cost < 0 {
+		return fmt.Errorf("negative cost %d", b.Cost)
+	}
+	return b.Limit.Validate()
+}
+
+// insertSorted adds v to the ascending, duplicate-free list l, whose
+// capacity must allow one more element. Lists are a handful of shards
+// long: a plain insertion step beats a call to memmove.
+func insertSorted(l []uint32, v uint32) []uint32 {
+	for _, x := range l {
+		if x == v {
+			return l
+		}
+	}
+	l = l[:len(l)+1]
+	k := len(l) - 1
+	for k > 0 && l[k-1] > v {
+		l[k] = l[k-1]
+		k--
+	}
+	l[k] = v
+	return l
+}
+
+// µs converts a count of µs to a Duration, saturating at the largest
+// Duration (292 years): a burst of 1e9 refilled at 1 per year resets in
+// 1e9 years, which no Duration can hold.
+func µs(v int64) time.Duration {
+	switch {
+	case v > math.MaxInt64/int64(time.Microsecond):
+		return math.MaxInt64
+	case v < math.MinInt64/int64(time.Microsecond):
+		return math.MinInt64
+	}
+	return time.Duration(v) * time.Microsecond
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// decide fills p with the decision on b at now, by the arithmetic in the
+// tiers.Algorithm doc. It changes no state except dropping expired
+// timestamps from a sliding window log, which the arithmetic does on every
+// call.
+func decide(p *pending, b *tiers.Bucket, now int64) {
+	lim := b.Limit
+	c := b.Cost
+	over := c > lim.Capacity()
+	per := int64(lim.Period / time.Microsecond)
+	switch lim.Algorithm {
+	case tiers.TokenBucket:
+		B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
+		tokens, ts := B, now
+		if !p.fresh {
+			tokens, ts = p.e.f, p.e.ts
+		}
+		elapsed := now - ts
+		if elapsed < 0 {
+			elapsed = 0
+		}
+		tokens = tokens + (float64(elapsed)*N)/P
+		if tokens > B {
+			tokens = B
+		}
+		p.allow = cf <= tokens
+		p.remNo = floorI(tokens)
+		p.resetNo = ceilI(((B - tokens) * P) / N)
+		if p.allow {
+			t2 := tokens - cf
+			p.f, p.ts = t2, now
+			p.remCh = floorI(t2)
+			p.resetCh = ceilI(((B - t2) * P) / N)
+			p.expires = satAdd(now, max(p.resetCh, minTTL))
+		} else if !over {
+			p.retry = ceilI(((cf - tokens) * P) / N)
+		}
+	case tiers.GCRA:
+		B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
+		T := P / N
+		// The explicit conversions forbid fused multiply-add (the Go spec
+		// allows fusing otherwise), so every product is rounded on its own,
+		// as in Lua.
+		BT := float64(B * T)
+		tol := float64(BT + tiers.GCRASlack)
+		// Times relative to tiers.GCRAEpoch: the int64 difference is exact,
+		// and so is its conversion for any now within 285 years of it.
+		tf := float64(now - tiers.GCRAEpoch)
+		tat := tf
+		if !p.fresh {
+			tat = p.e.f
+		}
+		tat0 := tat
+		if tf > tat0 {
+			tat0 = tf
+		}
+		tat1 := tat0 + float64(cf*T)
+		p.allow = tat1-tf <= tol
+		p.remNo = max(0, floorI((tol-(tat0-tf))/T))
+		p.resetNo = ceilI(tat0 - tf)
+		if p.allow {
+			p.f = tat1
+			p.remCh = max(0, floorI((tol-(tat1-tf))/T))
+			p.resetCh = ceilI(tat1 - tf)
+			p.expires = satAdd(now, max(p.resetCh, minTTL))
+		} else if !over {
+			p.retry = ceilI(tat1 - tf - BT - tiers.GCRASlack)
+		}
+	case tiers.SlidingWindowCounter:
+		W, L := per, lim.Rate
+		w := floorDiv(now, W)
+		e := now - w*W
+		var curr, prev int64
+		if !p.fresh {
+			switch p.e.win {
+			case w:
+				curr, prev = p.e.curr, p.e.prev
+			case w - 1:
+				prev = p.e.curr
+			}
+		}
+		Wf, Lf := float64(W), float64(L)
+		weighted := (float64(prev)*float64(W-e))/Wf + float64(curr)
+		p.allow = weighted+float64(c) <= Lf
+		p.remNo = max(0, floorI(Lf-weighted))
+		p.resetNo = swcReset(curr, prev, w, W, now)
+		if p.allow {
+			p.win, p.curr, p.prev = w, curr+c, prev
+			p.remCh = max(0, floorI(Lf-weighted-float64(c)))
+			p.resetCh = swcReset(curr+c, prev, w, W, now)
+			p.expires = (w + 2) * W
+		} else if !over {
+			if curr+c <= L {
+				p.retry = ceilI(Wf-(float64(L-curr-c)*Wf)/float64(prev)) - e
+			} else {
+				p.retry = (W - e) + ceilI(math.Max(0, Wf-(float64(L-c)*Wf)/float64(curr)))
+			}
+		}
+	case tiers.SlidingWindowLog:
+		W, L := per, lim.Rate
+		var lg *ring
+		var n int64
+		if !p.fresh {
+			lg = p.e.log
+			lg.dropThrough(now - W)
+			n = lg.total
+		}
+		p.allow = n+c <= L
+		p.remNo = max(0, L-n) // a lowered limit can leave n > L
+		if n > 0 {
+			p.resetNo = lg.newest() + W - now
+		}
+		if p.allow {
+			p.remCh = max(0, L-n-c)
+			p.resetCh = p.resetNo
+			if c > 0 {
+				newest := now
+				if n > 0 && lg.newest() > now {
+					newest = lg.newest()
+				}
+				p.resetCh = newest + W - now
+			}
+		} else if !over {
+			p.retry = lg.kth(n+c-L) + W - now
+		}
+	case tiers.FixedWindow:
+		W, L := per, lim.Rate
+		w := floorDiv(now, W)
+		var count int64
+		if !p.fresh && p.e.win == w {
+			count = p.e.curr
+		}
+		p.allow = count+c <= L
+		p.remNo = max(0, L-count) // a lowered limit can leave count > L
+		p.resetNo = (w+1)*W - now
+		if p.allow {
+			p.win, p.curr = w, count+c
+			p.remCh = max(0, L-count-c)
+			p.resetCh = p.resetNo
+			p.expires = (w + 1) * W
+		} else if !over {
+			p.retry = (w+1)*W - now
+		}
+	}
+	if over {
+		p.allow = false
+		p.retry = -1
+	}
+}
+
+func swcReset(curr, prev, w, W, now int64) int64 {
+	switch {
+	case curr > 0:
+		return (w+2)*W - now
+	case prev > 0:
+		return (w+1)*W - now
+	}
+	return 0
+}
+
+func floorI(x float64) int64 { return toInt(math.Floor(x)) }
+func ceilI(x float64) int64  { return toInt(math.Ceil(x)) }
+
+// satAdd returns a+b for b >= 0, saturating at the largest int64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// toInt converts an integral float to int64, saturating where Go's
+// conversion would be undefined.
+func toInt(x float64) int64 {
+	switch {
+	case x >= 0x1p63:
+		return math.MaxInt64
+	case x < -0x1p63:
+		return math.MinInt64
+	}
+	return int64(x)
+}
+
+// commit writes p's new state for b. Called with every shard of the Take
+// locked, only when the whole Take allowed.
+func (s *Store) commit(p *pending, b *tiers.Bucket, all []tiers.Bucket, now int64) {
+	e := p.e
+	if e == nil {
+		e = s.insert(&s.shards[p.shard], p.h, b.Key, all, now)
+	}
+	alg := b.Limit.Algorithm
+	if e.alg != alg || p.fresh {
+		// New state: wipe whatever another algorithm or an expired
+		// history left behind (a log ring keeps its buffer).
+		e.alg, e.f, e.ts, e.win, e.curr, e.prev = alg, 0, 0, 0, 0, 0
+		if e.log != nil {
+			e.log.clear()
+		}
+	}
+	switch alg {
+	case tiers.TokenBucket, tiers.GCRA:
+		e.f, e.ts = p.f, p.ts
+	case tiers.SlidingWindowCounter, tiers.FixedWindow:
+		e.win, e.curr, e.prev = p.win, p.curr, p.prev
+	case tiers.SlidingWindowLog:
+		if e.log == nil {
+			e.log = new(ring)
+		}
+		if b.Cost > 0 {
+			e.log.add(now, b.Cost)
+		}
+		if e.log.size == 0 {
+			p.expires = now // empty: nothing to keep
+		} else {
+			p.expires = e.log.newest() + int64(b.Limit.Period/time.Microsecond)
+		}
+	}
+	e.expires = satAdd(p.expires, ttlSlack)
+}
+
+// ttlSlack lengthens every state's life, in µs. It is 0 except in the test
+// that shows the conformance vectors do not depend on when state expires.
+var ttlSlack int64
+
+// insert adds a new entry for key to sh, making room first if sh is full.
+func (s *Store) insert(sh *shard, h uint64, key string, take []tiers.Bucket, now int64) *entry {
+	if sh.t.used >= sh.cap {
+		evict(sh, take, now)
+	} else {
+		// Sweep: delete the sampled entries expired for more than
+		// SweepGrace, except those the current Take uses.
+		sh.t.scan(sweepSample, func(e *entry) bool {
+			return now >= e.expires+SweepGrace && !inTake(e.key, take)
+		})
+	}
+	e := newEntry(h, key)
+	sh.t.put(e)
+	return e
+}
+
+// evict makes room in a full shard: it examines up to EvictSample entries
+// from the shard's hand, deletes the expired ones, and if there were none
+// deletes the examined entry closest to expiry (ties: the smallest key).
+// Entries the current Take uses are never deleted: they are being
+// committed (an expired one is about to be rewritten).
+func evict(sh *shard, take []tiers.Bucket, now int64) {
+	var victim *entry
+	expired := 0
+	sh.t.scan(EvictSample, func(e *entry) bool {
+		switch {
+		case inTake(e.key, take):
+		case now >= e.expires:
+			expired++
+			return true
+		case victim == nil || e.expires < victim.expires || (e.expires == victim.expires && e.key < victim.key):
+			victim = e
+		}
+		return false
+	})
+	if expired == 0 && victim != nil {
+		sh.t.remove(victim)
+	}
+}
+
+func inTake(key string, take []tiers.Bucket) bool {
+	for i := range take {
+		if take[i].Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// ring is a sliding window log: runs of (timestamp, count), oldest first,
+// in a circular buffer that grows by doubling.
+type ring struct {
+	buf   []stamp
+	head  int
+	size  int
+	total int64
+}
+
+type stamp struct{ t, n int64 }
+
+func (r *ring) at(i int) *stamp { return &r.buf[(r.head+i)%len(r.buf)] }
+
+func (r *ring) newest() int64 { return r.at(r.size - 1).t }
+
+func (r *ring) clear() { r.head, r.size, r.total = 0, 0, 0 }
+
+// dropThrough removes every run with timestamp <= cut.
+func (r *ring) dropThrough(cut int64) {
+	for r.size > 0 {
+		s := r.at(0)
+		if s.t > cut {
+			return
+		}
+		r.total -= s.n
+		r.head = (r.head + 1) % len(r.buf)
+		r.size--
+	}
+}
+
+// kth returns the timestamp of the k-th oldest unit (k >= 1).
+func (r *ring) kth(k int64) int64 {
+	for i := 0; i < r.size; i++ {
+		s := r.at(i)
+		if k <= s.n {
+			return s.t
+		}
+		k -= s.n
+	}
+	return r.newest()
+}
+
+// add records n units at t, keeping runs sorted by timestamp.
+func (r *ring) add(t, n int64) {
+	r.total += n
+	if r.size > 0 {
+		last := r.at(r.size - 1)
+		if last.t == t {
+			last.n += n
+			return
+		}
+		if last.t > t {
+			r.insertSorted(t, n)
+			return
+		}
+	}
+	if r.size == len(r.buf) {
+		r.grow(r.size + 1)
+	}
+	*r.at(r.size) = stamp{t, n}
+	r.size++
+}
+
+func (r *ring) grow(min int) {
+	c := max(4, 2*len(r.buf), min)
+	nb := make([]stamp, c)
+	for i := 0; i < r.size; i++ {
+		nb[i] = *r.at(i)
+	}
+	r.buf, r.head = nb, 0
+}
+
+// insertSorted handles a timestamp older than the newest run (the clock
+// went backwards): rare, so it simply rebuilds the buffer.
+func (r *ring) insertSorted(t, n int64) {
+	nb := make([]stamp, 0, max(4, 2*(r.size+1)))
+	placed := false
+	for i := 0; i < r.size; i++ {
+		s := *r.at(i)
+		if !placed && s.t >= t {
+			if s.t == t {
+				s.n += n
+			} else {
+				nb = append(nb, stamp{t, n})
+			}
+			placed = true
+		}
+		nb = append(nb, s)
+	}
+	r.size = len(nb)
+	r.buf, r.head = nb[:cap(nb)], 0
+}
