@@ -1,0 +1,444 @@
+package tiers
+
+import (
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// compiled is a validated Policy in the form Admit uses.
+type compiled struct {
+	policy  *Policy
+	rules   []cRule // most specific first
+	methods map[string]MethodOptions
+	// tiers by name, and the default tier, for rate "tier" rules.
+	tiers       map[string]tierLimit
+	defaultTier tierLimit
+}
+
+type tierLimit struct {
+	limit  Limit
+	suffix string // ":" + algorithm
+}
+
+type cRule struct {
+	name   string
+	index  int // position in Policy.Rules
+	exact  string
+	glob   string
+	any    bool
+	key    []Scope
+	limit  tierLimit
+	byTier bool
+	cost   int64
+	hide   bool
+	shadow bool
+	cache  bool
+	fail   FailMode
+	noKey  string // no-key rules: "<prefix>{<rule>}"
+	// Full keys of no-key rules, prebuilt: fixed rules use constKey, tier
+	// rules tierKeys (by tier name) or defaultKey.
+	constKey   string
+	tierKeys   map[string]string
+	defaultKey string
+	prefix     string
+	mid        string // "}:" + rule name
+	// scopeLabels[0] = "scope0=", scopeLabels[i>0] = ":scopeI="
+	scopeLabels []string
+	// overrides keyed by the key body "{scope0=v0}:rule[:scopeI=vI]..."
+	overrides map[string]tierLimit
+}
+
+func (r *cRule) matches(method string) bool {
+	switch {
+	case r.any:
+		return true
+	case r.glob != "":
+		ok, _ := path.Match(r.glob, method)
+		return ok
+	}
+	return r.exact == method
+}
+
+func suffixOf(a Algorithm) string { return ":" + a.String() }
+
+// compile validates p and builds its compiled form. rep may carry line
+// information from a YAML decode; nil means a Go-built policy.
+func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
+	if rep == nil {
+		rep = &reporter{}
+	}
+	if p == nil {
+		rep.add("", "policy is nil")
+		return nil, rep.err()
+	}
+	c := &compiled{policy: p, tiers: make(map[string]tierLimit, len(p.Tiers)), methods: make(map[string]MethodOptions, len(p.Methods))}
+
+	// Tiers, in name order so errors come out deterministically.
+	tierNames := make([]string, 0, len(p.Tiers))
+	for n := range p.Tiers {
+		tierNames = append(tierNames, n)
+	}
+	sort.Strings(tierNames)
+	for _, n := range tierNames {
+		t := p.Tiers[n]
+		tp := "tiers." + n
+		if !validName(n) {
+			tp = "tiers[" + strconv.Quote(n) + "]"
+			rep.addf(tp, "tier name %q must match [A-Za-z0-9_.-]+", n)
+			continue
+		}
+		if t.Rate.Tier {
+			rep.add(tp+".rate", `a tier's rate cannot be "tier"`)
+			continue
+		}
+		if t.Rate == (Rate{}) {
+			rep.add(tp+".rate", "required")
+			continue
+		}
+		if l, ok := limitOf(rep, tp+".rate", tp+".burst", t.Rate, t.Burst, t.Algorithm); ok {
+			c.tiers[n] = tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}
+		}
+	}
+
+	needTier := -1
+	names := make(map[string]int, len(p.Rules))
+	byName := make(map[string]*cRule, len(p.Rules))
+	rules := make([]cRule, 0, len(p.Rules))
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		rp := "rules[" + strconv.Itoa(i) + "]"
+		ok := true
+		if !validName(r.Name) {
+			if r.Name == "" {
+				rep.add(rp+".name", "required")
+			} else {
+				rep.addf(rp+".name", "%q must match [A-Za-z0-9_.-]+", r.Name)
+			}
+			ok = false
+		} else if j, dup := names[r.Name]; dup {
+			rep.addf(rp+".name", "%q is already the name of rules[%d]", r.Name, j)
+			ok = false
+		} else {
+			names[r.Name] = i
+		}
+		cr := cRule{name: r.Name, index: i, cost: r.Cost, hide: r.HideQuota, shadow: r.Shadow, cache: r.CacheDenials, fail: r.OnStoreError}
+		if r.Match.Method == "" {
+			cr.any = true
+		} else if err := validMethodPattern(r.Match.Method); err != nil {
+			rep.add(rp+".match.method", err.Error())
+			ok = false
+		} else if isGlob(r.Match.Method) {
+			cr.glob = r.Match.Method
+		} else {
+			cr.exact = r.Match.Method
+		}
+		seen := 0
+		for j, s := range r.Key {
+			if !s.valid() {
+				rep.addf(rp+".key["+strconv.Itoa(j)+"]", "unknown scope %d", s)
+				ok = false
+				continue
+			}
+			if seen&(1<<s) != 0 {
+				rep.addf(rp+".key["+strconv.Itoa(j)+"]", "scope %q is repeated", s.String())
+				ok = false
+				continue
+			}
+			seen |= 1 << s
+		}
+		cr.key = slices.Clone(r.Key)
+		if r.OnStoreError > FailClosed {
+			rep.addf(rp+".on_store_error", "unknown fail mode %d", r.OnStoreError)
+			ok = false
+		}
+		if r.Cost < 0 {
+			rep.addf(rp+".cost", "%d must be at least 1", r.Cost)
+			ok = false
+		}
+		if r.Rate.Tier {
+			cr.byTier = true
+			if needTier < 0 {
+				needTier = i
+			}
+			if r.Burst != 0 {
+				rep.add(rp+".burst", `must not be set when rate is "tier" (the tier sets it)`)
+				ok = false
+			}
+			if r.Algorithm != TokenBucket {
+				rep.add(rp+".algorithm", `must not be set when rate is "tier" (the tier sets it)`)
+				ok = false
+			}
+			if r.Cost > 0 {
+				for _, n := range tierNames {
+					if t, has := c.tiers[n]; has && r.Cost > t.limit.Capacity() {
+						rep.addf(rp+".cost", "%d exceeds the capacity %d of tier %q: such a request could never pass", r.Cost, t.limit.Capacity(), n)
+						ok = false
+					}
+				}
+			}
+		} else if r.Rate == (Rate{}) {
+			rep.add(rp+".rate", "required")
+			ok = false
+		} else if l, lok := limitOf(rep, rp+".rate", rp+".burst", r.Rate, r.Burst, r.Algorithm); !lok {
+			ok = false
+		} else {
+			cr.limit = tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}
+			if r.Cost > l.Capacity() {
+				rep.addf(rp+".cost", "%d exceeds the rule's capacity %d (%s): such a request could never pass", r.Cost, l.Capacity(), capacityWhat(l))
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		cr.prefix = prefix
+		if len(cr.key) == 0 {
+			cr.noKey = prefix + "{" + r.Name + "}"
+		} else {
+			cr.mid = "}:" + r.Name
+			cr.scopeLabels = make([]string, len(cr.key))
+			for j, s := range cr.key {
+				if j == 0 {
+					cr.scopeLabels[j] = s.String() + "="
+				} else {
+					cr.scopeLabels[j] = ":" + s.String() + "="
+				}
+			}
+		}
+		rules = append(rules, cr)
+	}
+	if needTier >= 0 {
+		switch {
+		case p.DefaultTier == "":
+			rep.add("rules["+strconv.Itoa(needTier)+"].rate", `"tier" needs default_tier, which is not set`)
+		default:
+			if t, ok := c.tiers[p.DefaultTier]; ok {
+				c.defaultTier = t
+			} else if _, declared := p.Tiers[p.DefaultTier]; !declared {
+				rep.addf("default_tier", "%q is not one of the tiers", p.DefaultTier)
+			}
+		}
+	} else if p.DefaultTier != "" {
+		if _, declared := p.Tiers[p.DefaultTier]; !declared {
+			rep.addf("default_tier", "%q is not one of the tiers", p.DefaultTier)
+		}
+	}
+	for i := range rules {
+		byName[rules[i].name] = &rules[i]
+	}
+
+	// Overrides.
+	kb := newKeyBuilder()
+	for i := range p.Overrides {
+		o := &p.Overrides[i]
+		op := "overrides[" + strconv.Itoa(i) + "]"
+		r, ok := byName[o.Rule]
+		if !ok {
+			if o.Rule == "" {
+				rep.add(op+".rule", "required")
+			} else if _, exists := names[o.Rule]; !exists {
+				rep.addf(op+".rule", "no rule is named %q", o.Rule)
+			}
+			continue
+		}
+		if len(r.key) == 0 {
+			rep.addf(op+".rule", "rule %q has no key; change its rate instead", o.Rule)
+			continue
+		}
+		if !sameScopes(r.key, o.Key) {
+			rep.addf(op+".key", "scopes [%s] do not match rule %q key [%s]", scopeList(keysOf(o.Key)), o.Rule, scopeList(r.key))
+			continue
+		}
+		if o.Rate.Tier {
+			rep.add(op+".rate", `an override's rate cannot be "tier"`)
+			continue
+		}
+		if o.Rate == (Rate{}) {
+			rep.add(op+".rate", "required")
+			continue
+		}
+		alg := TokenBucket
+		switch {
+		case o.Algorithm != nil:
+			alg = *o.Algorithm
+		case !r.byTier:
+			alg = r.limit.limit.Algorithm
+		}
+		l, lok := limitOf(rep, op+".rate", op+".burst", o.Rate, o.Burst, alg)
+		if !lok {
+			continue
+		}
+		if r.cost > l.Capacity() {
+			rep.addf(op+".rate", "capacity %d (%s) is less than rule %q cost %d: such a request could never pass", l.Capacity(), capacityWhat(l), o.Rule, r.cost)
+			continue
+		}
+		id := identityView{}
+		method := ""
+		bad := false
+		for _, s := range r.key {
+			v, err := keyValue(s, o.Key[s])
+			if err != nil {
+				rep.add(op+".key."+s.String(), err.Error())
+				bad = true
+				continue
+			}
+			switch s {
+			case ScopeEndpoint:
+				method = v
+			case ScopeUser:
+				id.user = v
+			case ScopeAPIKey:
+				id.apiKey = v
+			case ScopeTenant:
+				id.tenant = v
+			case ScopeIP:
+				id.ip = mustAddr(v)
+			}
+		}
+		if bad {
+			continue
+		}
+		body, _ := kb.appendKeyBody(nil, r, method, &id)
+		if r.overrides == nil {
+			r.overrides = make(map[string]tierLimit)
+		}
+		if _, dup := r.overrides[string(body)]; dup {
+			rep.addf(op+".key", "rule %q already has an override for this key", o.Rule)
+			continue
+		}
+		r.overrides[string(body)] = tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}
+	}
+
+	// Methods.
+	mnames := make([]string, 0, len(p.Methods))
+	for m := range p.Methods {
+		mnames = append(mnames, m)
+	}
+	sort.Strings(mnames)
+	for _, m := range mnames {
+		mo := p.Methods[m]
+		mp := "methods[" + strconv.Quote(m) + "]"
+		ok := true
+		if err := validMethodPattern(m); err != nil {
+			rep.add(mp, err.Error())
+			ok = false
+		} else if isGlob(m) {
+			rep.addf(mp, "%q is a glob; methods are exact", m)
+			ok = false
+		}
+		if mo.Cost < 0 {
+			rep.addf(mp+".cost", "%d must be at least 1", mo.Cost)
+			ok = false
+		}
+		if !mo.Priority.Valid() {
+			rep.addf(mp+".priority", "invalid priority %d", mo.Priority)
+			ok = false
+		}
+		if ok && mo.Cost > 0 {
+			for i := range rules {
+				r := &rules[i]
+				if r.cost > 0 || !r.matches(m) {
+					continue
+				}
+				for _, tl := range capacities(c, r) {
+					if mo.Cost > tl.cap {
+						rep.addf(mp+".cost", "%d exceeds the capacity %d of rule %q%s: such a request could never pass", mo.Cost, tl.cap, r.name, tl.what)
+						ok = false
+					}
+				}
+			}
+		}
+		if ok {
+			c.methods[m] = mo
+		}
+	}
+
+	if err := rep.err(); err != nil {
+		return nil, err
+	}
+	for i := range rules {
+		r := &rules[i]
+		if len(r.key) != 0 {
+			continue
+		}
+		if !r.byTier {
+			r.constKey = r.noKey + r.limit.suffix
+			continue
+		}
+		r.tierKeys = make(map[string]string, len(c.tiers))
+		for n, t := range c.tiers {
+			r.tierKeys[n] = r.noKey + t.suffix
+		}
+		r.defaultKey = r.noKey + c.defaultTier.suffix
+	}
+	// Most specific first: more key scopes first, then policy order.
+	sort.SliceStable(rules, func(i, j int) bool { return len(rules[i].key) > len(rules[j].key) })
+	c.rules = rules
+	// Re-point overrides maps (rules were moved by the sort; maps are references, fine).
+	return c, nil
+}
+
+type capEntry struct {
+	cap  int64
+	what string
+}
+
+// capacities lists every capacity a request matching r may meet.
+func capacities(c *compiled, r *cRule) []capEntry {
+	var out []capEntry
+	if r.byTier {
+		names := make([]string, 0, len(c.tiers))
+		for n := range c.tiers {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			out = append(out, capEntry{c.tiers[n].limit.Capacity(), " in tier " + strconv.Quote(n)})
+		}
+	} else {
+		out = append(out, capEntry{r.limit.limit.Capacity(), ""})
+	}
+	for _, o := range r.overrides {
+		out = append(out, capEntry{o.limit.Capacity(), " (override)"})
+	}
+	return out
+}
+
+func capacityWhat(l Limit) string {
+	if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
+		return "burst " + strconv.FormatInt(l.Burst, 10)
+	}
+	return "rate " + strconv.FormatInt(l.Rate, 10) + " per window"
+}
+
+func sameScopes(key []Scope, m map[Scope]string) bool {
+	if len(key) != len(m) {
+		return false
+	}
+	for _, s := range key {
+		if _, ok := m[s]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func keysOf(m map[Scope]string) []Scope {
+	out := make([]Scope, 0, len(m))
+	for s := range m {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func scopeList(ss []Scope) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, ", ")
+}

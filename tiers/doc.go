@@ -1,0 +1,96 @@
+// Package tiers is floodgate's rate-limit stage: the policy (plan tiers,
+// rules, scopes, costs, overrides), its YAML form with validation and hot
+// reload, the resolution of a floodgate.Request into the buckets to charge,
+// the Store contract those buckets are charged through, and the Limiter,
+// the floodgate.Admitter that puts them together.
+//
+// # The policy
+//
+// A policy names tiers (rate, burst, algorithm per plan), rules, per-key
+// overrides and per-method options; see Policy and the YAML sketch in
+// testdata/policy.yaml. Load validates everything and reports every
+// problem, each with its field path and line:
+//
+//	rules[2].rate: "5/minute" is not N/duration, at line 14
+//
+// Unknown and repeated fields are errors, and so are YAML aliases, a second
+// document and an empty file (a truncated file must not lift every limit).
+// A rule whose cost exceeds its capacity, in any tier or override it can
+// meet, is a load error: such a request could never pass.
+//
+// # What this package decides
+//
+// Rules and levels. Every rule that matches a request is one level; the
+// request is admitted only if every level admits it, and a Store charges
+// all levels or none (a deny by the tenant level leaves the user and IP
+// buckets exactly as they were). A rule with no match applies to every
+// method; a method glob uses path.Match, so '*' never crosses a '/'; an
+// HTTP route pattern ("GET /v1/items/{id}") is compared literally. A rule
+// keyed on a scope the request does not have (no user, no valid IP, ...)
+// does not apply to that request: pair such rules with an IP rule as a
+// safety net. Buckets are ordered most specific first: rules with more key
+// scopes first, then policy order.
+//
+// Costs. A rule's own cost wins over everything; otherwise the request's
+// annotated Cost (if > 0), otherwise the policy's methods cost, otherwise
+// 1. A negative request Cost is denied with ErrInvalidCost. A request cost
+// larger than a rule's capacity can never be admitted: Admit denies it
+// without calling the store, with RetryAfter 0 (waiting cannot cure it),
+// and returns an error wrapping ErrCostExceedsCapacity.
+//
+// Tiers. A rule with rate "tier" uses the limit (rate, burst, algorithm)
+// of the request's Tier; an empty or unknown Tier uses the policy's
+// default_tier, which a policy with such a rule must name. An override
+// gives one key of one rule its own rate; its algorithm defaults to the
+// rule's (token bucket for a tier rule).
+//
+// The binding bucket. On deny, the denying bucket with the longest
+// RetryAfter binds; on allow, the bucket with the least Remaining (ties go
+// to the most specific). The Decision carries its rule name (Policy),
+// Limit (the bucket's capacity: burst for token bucket and GCRA, the rate
+// for the window algorithms), Window (the rule's period), Remaining, Reset,
+// RetryAfter, the rule's HideQuota, and the Store's Source (store when it
+// says nothing). A request no rule matches is allowed without a store
+// call, with an empty Policy and Source.
+//
+// Shadow rules (dry run) never deny and never block real rules: they are
+// charged in a second Take, made only after the real rules allowed. If a
+// shadow rule would deny, the request is still allowed, the shadow buckets
+// are charged nothing, and the Decision has Shadow set and describes the
+// shadow rule (Policy, Limit, Remaining; RetryAfter stays 0 as on every
+// allow), so telemetry can count what the rule would have done.
+// Transports should not send quota headers from a Shadow decision.
+//
+// Store failures. When Take fails, any matched rule with on_store_error
+// "closed" denies (Source fail_closed, RetryAfter StoreErrorRetryAfter);
+// otherwise the request is allowed (Source fail_open). Local fallback
+// limiters ("local", the default) live in package fallback, which wraps a
+// Store; without it "local" acts as "open". Either way Admit returns an
+// error wrapping the store's, for logs.
+//
+// # Keys
+//
+// A bucket key names the rule, the algorithm and the identity:
+//
+//	<prefix>{<scope0>=<v0>}:<rule>[:<scopeI>=<vI>]...:<algorithm>   keyed rule
+//	<prefix>{<rule>}:<algorithm>                                    rule without key
+//
+// The prefix is "fg:" unless WithKeyPrefix says otherwise. The "{...}" is
+// the Redis Cluster hash tag: a rule's first key scope and its value, so
+// the levels of one principal that start with the same scope share a slot;
+// a rule without key is tagged with its name. Identity values are escaped
+// injectively (every byte outside [A-Za-z0-9._-] becomes %XX); values
+// longer than 64 bytes are replaced by '#' and 32 hex digits of their
+// SHA-256; API keys are always hashed that way, never stored raw. Escaped
+// values never contain '#', ':', '=', '{' or '}', so no client input can
+// make one principal's key equal another's or choose a hash tag. Override
+// values are written raw in the policy and go through the same escaping
+// and hashing. Keys name the algorithm, so changing a rule's algorithm
+// starts its buckets afresh, while changing its rate keeps them.
+//
+// # Reload
+//
+// Limiter.SetPolicy swaps a validated policy in atomically; Watch polls a
+// file's content and does so on every change. A policy that fails to load
+// leaves the one in force deciding and is reported (callback and log).
+package tiers

@@ -1,0 +1,489 @@
+package tiers
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/floodgate-go/floodgate"
+	"gopkg.in/yaml.v3"
+)
+
+// MaxPolicySize is the largest policy file Load and LoadFile accept.
+const MaxPolicySize = 4 << 20
+
+// LoadFile reads and loads the YAML policy at path (see Load).
+func LoadFile(path string) (*Policy, error) {
+	data, err := readPolicyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s:\n%w", path, err)
+	}
+	return p, nil
+}
+
+func readPolicyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("tiers: read policy: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxPolicySize+1))
+	if err != nil {
+		return nil, fmt.Errorf("tiers: read policy %s: %w", path, err)
+	}
+	if len(data) > MaxPolicySize {
+		return nil, fmt.Errorf("tiers: policy %s is larger than %d bytes", path, MaxPolicySize)
+	}
+	return data, nil
+}
+
+// Load decodes and validates a YAML policy. Every problem is reported, not
+// only the first: the error is a *PolicyError whose FieldErrors carry the
+// field path and line, e.g.
+//
+//	rules[2].rate: "5/minute" is not N/duration, at line 14
+//
+// Unknown fields, repeated fields, YAML aliases and more than one document
+// are errors. An empty document is an error too (an accidentally
+// truncated file must not lift every limit); a policy with no rules says
+// "rules: []" explicitly.
+func Load(data []byte) (*Policy, error) {
+	if len(data) > MaxPolicySize {
+		return nil, &PolicyError{Errs: []*FieldError{{Msg: fmt.Sprintf("policy is larger than %d bytes", MaxPolicySize)}}}
+	}
+	doc, fe := parseYAML(data)
+	if fe != nil {
+		return nil, &PolicyError{Errs: []*FieldError{fe}}
+	}
+	d := &decoder{rep: &reporter{lines: map[string]int{}, bad: map[string]struct{}{}}}
+	root := doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	p := &Policy{}
+	d.policy(root, p)
+	if _, err := compile(p, defaultKeyPrefix, d.rep); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// parseYAML parses exactly one YAML document into a node tree.
+func parseYAML(data []byte) (doc *yaml.Node, fe *FieldError) {
+	defer func() {
+		// yaml.v3 has panicked on hostile input in the past; a policy
+		// loader must report, never crash a reload loop. Only the YAML
+		// parser is guarded: our own walk of the tree is fuzzed unguarded.
+		if r := recover(); r != nil {
+			doc, fe = nil, &FieldError{Msg: fmt.Sprintf("invalid YAML: %v", r)}
+		}
+	}()
+	doc = &yaml.Node{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &FieldError{Msg: "policy is empty"}
+		}
+		return nil, yamlError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		line := 0
+		if err == nil {
+			line = extra.Line
+		}
+		return nil, &FieldError{Msg: "a policy is one YAML document; found another", Line: line}
+	}
+	return doc, nil
+}
+
+// yamlError turns "yaml: line 3: did not find ..." into a FieldError with
+// the line in its Line.
+func yamlError(err error) *FieldError {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, text, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil && n > 0 {
+				return &FieldError{Msg: "invalid YAML: " + text, Line: n}
+			}
+		}
+	}
+	return &FieldError{Msg: "invalid YAML: " + msg}
+}
+
+type decoder struct {
+	rep *reporter
+}
+
+// fail records a decode error at path and suppresses validation errors
+// under it.
+func (d *decoder) fail(path string, n *yaml.Node, format string, args ...any) {
+	d.rep.bad[path] = struct{}{}
+	d.rep.errs = append(d.rep.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...), Line: n.Line})
+}
+
+func (d *decoder) at(path string, n *yaml.Node) { d.rep.lines[path] = n.Line }
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "null"
+		}
+		return strconv.Quote(n.Value)
+	}
+	return "a document"
+}
+
+// fields walks a mapping node, calling set for each known field and
+// reporting unknown and repeated ones.
+func (d *decoder) fields(n *yaml.Node, path string, set func(key string, v *yaml.Node, p string) bool) bool {
+	if !d.kind(n, path, yaml.MappingNode, "a mapping") {
+		return false
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			d.fail(path, k, "keys must be plain strings, got %s", kindName(k))
+			continue
+		}
+		fp := join(path, k.Value)
+		if first, dup := seen[k.Value]; dup {
+			d.fail(fp, k, "repeated field (first at line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
+		if v.Kind == yaml.AliasNode {
+			d.fail(fp, v, "YAML aliases are not supported")
+			continue
+		}
+		d.at(fp, v)
+		if !set(k.Value, v, fp) {
+			d.fail(fp, k, "unknown field")
+		}
+	}
+	return true
+}
+
+func (d *decoder) kind(n *yaml.Node, path string, want yaml.Kind, wantName string) bool {
+	if n.Kind == want {
+		return true
+	}
+	if n.Kind == yaml.AliasNode {
+		d.fail(path, n, "YAML aliases are not supported")
+		return false
+	}
+	d.fail(path, n, "must be %s, got %s", wantName, kindName(n))
+	return false
+}
+
+func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		d.fail(path, n, "must be a string, got %s", kindName(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (d *decoder) integer(n *yaml.Node, path string) (int64, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		d.fail(path, n, "must be an integer, got %s", kindName(n))
+		return 0, false
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil {
+		d.fail(path, n, "%q is not a 64-bit integer", n.Value)
+		return 0, false
+	}
+	if v < 1 {
+		d.fail(path, n, "%d must be at least 1", v)
+		return 0, false
+	}
+	return v, true
+}
+
+func (d *decoder) boolean(n *yaml.Node, path string) bool {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		d.fail(path, n, "must be true or false, got %s", kindName(n))
+		return false
+	}
+	var v bool
+	if err := n.Decode(&v); err != nil {
+		d.fail(path, n, "must be true or false, got %s", kindName(n))
+		return false
+	}
+	return v
+}
+
+func (d *decoder) rate(n *yaml.Node, path string) Rate {
+	s, ok := d.str(n, path)
+	if !ok {
+		return Rate{}
+	}
+	r, err := ParseRate(s)
+	if err != nil {
+		d.fail(path, n, "%s", err.Error())
+		return Rate{}
+	}
+	return r
+}
+
+func (d *decoder) algorithm(n *yaml.Node, path string) Algorithm {
+	s, ok := d.str(n, path)
+	if !ok {
+		return 0
+	}
+	a, err := ParseAlgorithm(s)
+	if err != nil {
+		d.fail(path, n, "%s", err.Error())
+	}
+	return a
+}
+
+func (d *decoder) policy(n *yaml.Node, p *Policy) {
+	if n.Kind != yaml.MappingNode {
+		d.fail("", n, "a policy must be a mapping (tiers, default_tier, rules, overrides, methods), got %s", kindName(n))
+		return
+	}
+	haveRules := false
+	ok := d.fields(n, "", func(key string, v *yaml.Node, fp string) bool {
+		switch key {
+		case "tiers":
+			d.tiers(v, fp, p)
+		case "default_tier":
+			p.DefaultTier, _ = d.str(v, fp)
+		case "rules":
+			haveRules = true
+			if d.kind(v, fp, yaml.SequenceNode, "a list") {
+				p.Rules = make([]Rule, len(v.Content))
+				for i, rn := range v.Content {
+					d.rule(rn, fp+"["+strconv.Itoa(i)+"]", &p.Rules[i])
+				}
+			}
+		case "overrides":
+			if d.kind(v, fp, yaml.SequenceNode, "a list") {
+				p.Overrides = make([]Override, len(v.Content))
+				for i, on := range v.Content {
+					d.override(on, fp+"["+strconv.Itoa(i)+"]", &p.Overrides[i])
+				}
+			}
+		case "methods":
+			d.methods(v, fp, p)
+		default:
+			return false
+		}
+		return true
+	})
+	if ok && !haveRules {
+		d.fail("rules", n, "required (write \"rules: []\" for a policy without rules)")
+	}
+}
+
+func (d *decoder) tiers(n *yaml.Node, path string, p *Policy) {
+	if !d.kind(n, path, yaml.MappingNode, "a mapping") {
+		return
+	}
+	p.Tiers = make(map[string]Tier, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		name, ok := d.str(k, path)
+		if !ok {
+			continue
+		}
+		tp := path + "." + name
+		if !validName(name) {
+			tp = path + "[" + strconv.Quote(name) + "]"
+		}
+		if _, dup := p.Tiers[name]; dup {
+			d.fail(tp, k, "repeated tier")
+			continue
+		}
+		d.at(tp, v)
+		var t Tier
+		d.fields(v, tp, func(key string, fv *yaml.Node, fp string) bool {
+			switch key {
+			case "rate":
+				t.Rate = d.rate(fv, fp)
+			case "burst":
+				t.Burst, _ = d.integer(fv, fp)
+			case "algorithm":
+				t.Algorithm = d.algorithm(fv, fp)
+			default:
+				return false
+			}
+			return true
+		})
+		p.Tiers[name] = t
+	}
+}
+
+func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
+	d.at(path, n)
+	var algNode *yaml.Node
+	d.fields(n, path, func(key string, v *yaml.Node, fp string) bool {
+		if key == "algorithm" {
+			algNode = v
+		}
+		switch key {
+		case "name":
+			r.Name, _ = d.str(v, fp)
+		case "match":
+			d.fields(v, fp, func(mk string, mv *yaml.Node, mp string) bool {
+				if mk != "method" {
+					return false
+				}
+				r.Match.Method, _ = d.str(mv, mp)
+				if r.Match.Method == "" {
+					d.fail(mp, mv, "must not be empty (omit match to apply the rule to every method)")
+				}
+				return true
+			})
+			if v.Kind == yaml.MappingNode && len(v.Content) == 0 {
+				d.fail(fp, v, "must name a method (omit match to apply the rule to every method)")
+			}
+		case "key":
+			if !d.kind(v, fp, yaml.SequenceNode, "a list") {
+				return true
+			}
+			r.Key = make([]Scope, 0, len(v.Content))
+			for j, sn := range v.Content {
+				sp := fp + "[" + strconv.Itoa(j) + "]"
+				d.at(sp, sn)
+				s, ok := d.str(sn, sp)
+				if !ok {
+					r.Key = append(r.Key, 0)
+					continue
+				}
+				sc, err := ParseScope(s)
+				if err != nil {
+					d.fail(sp, sn, "%s", err.Error())
+				}
+				r.Key = append(r.Key, sc) // 0 when unknown: keeps later indices right
+			}
+		case "rate":
+			r.Rate = d.rate(v, fp)
+		case "burst":
+			r.Burst, _ = d.integer(v, fp)
+		case "algorithm":
+			r.Algorithm = d.algorithm(v, fp)
+		case "cost":
+			r.Cost, _ = d.integer(v, fp)
+		case "hide_quota":
+			r.HideQuota = d.boolean(v, fp)
+		case "shadow":
+			r.Shadow = d.boolean(v, fp)
+		case "cache_denials":
+			r.CacheDenials = d.boolean(v, fp)
+		case "on_store_error":
+			if s, ok := d.str(v, fp); ok {
+				m, err := ParseFailMode(s)
+				if err != nil {
+					d.fail(fp, v, "%s", err.Error())
+				}
+				r.OnStoreError = m
+			}
+		default:
+			return false
+		}
+		return true
+	})
+	if algNode != nil && r.Rate.Tier && r.Algorithm == TokenBucket {
+		// Go's zero value cannot tell an explicit token_bucket from none:
+		// catch it here so a tier's algorithm is never silently contradicted.
+		d.fail(path+".algorithm", algNode, `must not be set when rate is "tier" (the tier sets it)`)
+	}
+}
+
+func (d *decoder) override(n *yaml.Node, path string, o *Override) {
+	d.at(path, n)
+	d.fields(n, path, func(key string, v *yaml.Node, fp string) bool {
+		switch key {
+		case "rule":
+			o.Rule, _ = d.str(v, fp)
+		case "key":
+			o.Key = map[Scope]string{}
+			d.fields(v, fp, func(sk string, sv *yaml.Node, sp string) bool {
+				sc, err := ParseScope(sk)
+				if err != nil {
+					d.fail(sp, sv, "%s", err.Error())
+					return true
+				}
+				if val, ok := d.str(sv, sp); ok {
+					o.Key[sc] = val
+				}
+				return true
+			})
+		case "rate":
+			o.Rate = d.rate(v, fp)
+		case "burst":
+			o.Burst, _ = d.integer(v, fp)
+		case "algorithm":
+			a := d.algorithm(v, fp)
+			o.Algorithm = &a
+		default:
+			return false
+		}
+		return true
+	})
+}
+
+func (d *decoder) methods(n *yaml.Node, path string, p *Policy) {
+	if !d.kind(n, path, yaml.MappingNode, "a mapping") {
+		return
+	}
+	p.Methods = make(map[string]MethodOptions, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		m, ok := d.str(k, path)
+		if !ok {
+			continue
+		}
+		mp := path + "[" + strconv.Quote(m) + "]"
+		if _, dup := p.Methods[m]; dup {
+			d.fail(mp, k, "repeated method")
+			continue
+		}
+		d.at(mp, v)
+		var mo MethodOptions
+		d.fields(v, mp, func(key string, fv *yaml.Node, fp string) bool {
+			switch key {
+			case "cost":
+				mo.Cost, _ = d.integer(fv, fp)
+			case "priority":
+				if s, ok := d.str(fv, fp); ok {
+					pr, err := floodgate.ParsePriority(s)
+					if err != nil {
+						d.fail(fp, fv, "unknown priority %q (want critical, write, read or test)", s)
+					}
+					mo.Priority = pr
+				}
+			default:
+				return false
+			}
+			return true
+		})
+		p.Methods[m] = mo
+	}
+}

@@ -1,0 +1,486 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Policy is the rate-limit policy: plan tiers, the rules every request is
+// checked against, per-key overrides and per-method options. It is what a
+// YAML policy file decodes into (see Load) and can equally be built in Go.
+//
+// A Policy is read-only once handed to NewLimiter or Limiter.SetPolicy (or
+// returned by Load): the Limiter compiles it and keeps the compiled form, so
+// later changes to the struct are not seen and must not be made.
+type Policy struct {
+	// Tiers maps a plan tier name to its limit, for rules whose rate is
+	// "tier".
+	Tiers map[string]Tier
+	// DefaultTier is the tier used, by rules whose rate is "tier", for a
+	// request whose Tier is empty or not in Tiers. It is required as soon
+	// as one rule has rate "tier".
+	DefaultTier string
+	// Rules are the levels of the hierarchy. Every rule that matches a
+	// request charges it; all must allow.
+	Rules []Rule
+	// Overrides give one key of one rule another rate.
+	Overrides []Override
+	// Methods holds per-method options (cost, priority) keyed by exact
+	// method: a gRPC full method or an HTTP route pattern.
+	Methods map[string]MethodOptions
+}
+
+// Tier is the limit of one plan tier.
+type Tier struct {
+	// Rate is N per period; it cannot itself be "tier".
+	Rate Rate
+	// Burst is the capacity for TokenBucket and GCRA; 0 means Rate.N.
+	// It must be 0 for the window algorithms, which have no burst.
+	Burst int64
+	// Algorithm counts the tier's buckets; the zero value is TokenBucket.
+	Algorithm Algorithm
+}
+
+// Rate is "N per Period", or, when Tier is true, "whatever the caller's plan
+// tier says". In YAML it is written "N/duration" ("10/1s", "100/1h",
+// "10/500ms") or "tier".
+type Rate struct {
+	N      int64
+	Period time.Duration
+	Tier   bool
+}
+
+// ParseRate parses "N/duration" (N a decimal integer, duration as accepted
+// by time.ParseDuration) or "tier". It checks syntax only; Policy
+// validation checks the ranges (N >= 1, tiers.MinPeriod <= period <=
+// tiers.MaxPeriod, whole microseconds).
+func ParseRate(s string) (Rate, error) {
+	if s == "tier" {
+		return Rate{Tier: true}, nil
+	}
+	num, dur, ok := strings.Cut(s, "/")
+	if !ok || num == "" || dur == "" || !allDigits(num) {
+		return Rate{}, fmt.Errorf("%q is not N/duration", s)
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return Rate{}, fmt.Errorf("%q is not N/duration", s)
+	}
+	d, err := time.ParseDuration(dur)
+	if err != nil {
+		return Rate{}, fmt.Errorf("%q is not N/duration", s)
+	}
+	return Rate{N: n, Period: d}, nil
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// String returns the rate as written in a policy file: "tier" or
+// "N/duration".
+func (r Rate) String() string {
+	if r.Tier {
+		return "tier"
+	}
+	return strconv.FormatInt(r.N, 10) + "/" + shortDuration(r.Period)
+}
+
+// shortDuration formats d like time.Duration.String without trailing zero
+// units: "1h", "1m", "1h30m", "500ms".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// Scope is one component of a rule's key: what identifies the bucket a
+// request is charged to.
+type Scope uint8
+
+// Scopes. The zero value is not a scope.
+const (
+	// ScopeEndpoint keys on Request.Method.
+	ScopeEndpoint Scope = iota + 1
+	// ScopeUser keys on Identity.User.
+	ScopeUser
+	// ScopeAPIKey keys on Identity.APIKey (always hashed in keys).
+	ScopeAPIKey
+	// ScopeIP keys on Identity.IP.
+	ScopeIP
+	// ScopeTenant keys on Identity.Tenant.
+	ScopeTenant
+)
+
+var scopeNames = [...]string{"", "endpoint", "user", "api_key", "ip", "tenant"}
+
+// String returns the policy-file name of s.
+func (s Scope) String() string {
+	if s >= ScopeEndpoint && int(s) < len(scopeNames) {
+		return scopeNames[s]
+	}
+	return "scope(" + strconv.Itoa(int(s)) + ")"
+}
+
+func (s Scope) valid() bool { return s >= ScopeEndpoint && int(s) < len(scopeNames) }
+
+// ParseScope parses a scope name: endpoint, user, api_key, ip or tenant.
+func ParseScope(s string) (Scope, error) {
+	for i := 1; i < len(scopeNames); i++ {
+		if scopeNames[i] == s {
+			return Scope(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown scope %q (want endpoint, user, api_key, ip or tenant)", s)
+}
+
+// Match selects the requests a rule applies to. The zero Match matches
+// every request.
+type Match struct {
+	// Method is an exact method, or a glob in path.Match syntax over
+	// Request.Method: "/search.v1.Search/*" matches every method of the
+	// service ('*' never crosses a '/'), "GET /v1/items/{id}" matches that
+	// HTTP route pattern exactly (braces are literal), and
+	// "* /v1/items/{id}" matches that route for every HTTP method. It must
+	// start with '/' or with an upper-case HTTP method (or '*') and a space.
+	Method string
+}
+
+// Rule is one level of the hierarchy.
+type Rule struct {
+	// Name identifies the rule in decisions, headers and keys:
+	// [A-Za-z0-9_.-]+, unique in the policy.
+	Name string
+	// Match selects the requests the rule applies to; zero = all.
+	Match Match
+	// Key lists the scopes whose values identify a bucket, most
+	// significant first (the first one is the Redis Cluster hash tag).
+	// Empty means one bucket for every request the rule matches.
+	Key []Scope
+	// Rate is N per period, or "tier" for the caller's plan tier.
+	Rate Rate
+	// Burst is the capacity for TokenBucket and GCRA; 0 means Rate.N. It
+	// must be 0 for the window algorithms and for rate "tier" (the tier
+	// sets it).
+	Burst int64
+	// Algorithm counts the rule's buckets; the zero value is TokenBucket.
+	// It must be TokenBucket (unset) for rate "tier": the tier sets it.
+	Algorithm Algorithm
+	// Cost, when > 0, is charged for every request the rule matches,
+	// whatever the request's own annotated cost. 0 means: the request's
+	// Cost if > 0, else the policy's Methods cost, else 1.
+	Cost int64
+	// HideQuota asks transports not to reveal this rule's quota when it
+	// binds.
+	HideQuota bool
+	// OnStoreError is what the rule does when the store cannot answer.
+	OnStoreError FailMode
+	// Shadow runs the rule in dry-run mode: it is decided and reported but
+	// never denies.
+	Shadow bool
+	// CacheDenials lets stores answer "still denied" locally until the
+	// retry-after passes.
+	CacheDenials bool
+}
+
+// Override gives one key of one rule its own rate.
+type Override struct {
+	// Rule names the rule.
+	Rule string
+	// Key gives a value for exactly the scopes of the rule's key. IP
+	// values are parsed and compared as addresses; API key values are the
+	// raw key (it is hashed like a request's).
+	Key map[Scope]string
+	// Rate is the key's rate; it cannot be "tier".
+	Rate Rate
+	// Burst as in Rule; 0 means Rate.N.
+	Burst int64
+	// Algorithm, when non-nil, counts the key's bucket; nil means the
+	// rule's algorithm (TokenBucket for a rule whose rate is "tier"). An
+	// override with another algorithm than the rule's starts from fresh
+	// state, as its key names it.
+	Algorithm *Algorithm
+}
+
+// MethodOptions are per-method annotations a policy can carry for
+// transports and for the Limiter.
+type MethodOptions struct {
+	// Cost, when > 0, is the method's cost: used by rules without their
+	// own cost when the request's Cost is 0.
+	Cost int64
+	// Priority for the load shedder; PriorityUnspecified when unset.
+	Priority floodgate.Priority
+}
+
+// FieldError is one thing wrong with a policy: the path of the field
+// ("rules[2].rate"), what is wrong, and for a policy loaded from YAML the
+// line (0 when unknown).
+type FieldError struct {
+	Path string
+	Msg  string
+	Line int
+}
+
+// Error returns "path: msg, at line N".
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	if e.Line > 0 {
+		b.WriteString(", at line ")
+		b.WriteString(strconv.Itoa(e.Line))
+	}
+	return b.String()
+}
+
+// PolicyError lists everything wrong with a policy, in file order.
+type PolicyError struct {
+	Errs []*FieldError
+}
+
+// Error lists the errors one per line.
+func (e *PolicyError) Error() string {
+	var b strings.Builder
+	for i, fe := range e.Errs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(fe.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the individual *FieldError values.
+func (e *PolicyError) Unwrap() []error {
+	out := make([]error, len(e.Errs))
+	for i, fe := range e.Errs {
+		out[i] = fe
+	}
+	return out
+}
+
+// Validate reports everything wrong with p as a *PolicyError, or nil.
+func (p *Policy) Validate() error {
+	_, err := compile(p, defaultKeyPrefix, nil)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// reporter collects FieldErrors, attaching lines from a YAML decode when
+// known and dropping errors under paths the decoder already reported.
+type reporter struct {
+	errs  []*FieldError
+	lines map[string]int      // path -> line, from YAML
+	bad   map[string]struct{} // paths with decode errors
+}
+
+func (r *reporter) add(p, msg string) {
+	if r.bad != nil {
+		for q := p; ; q = parentPath(q) {
+			if _, ok := r.bad[q]; ok {
+				return
+			}
+			if q == "" {
+				break
+			}
+		}
+	}
+	line := 0
+	if r.lines != nil {
+		for q := p; ; q = parentPath(q) {
+			if l, ok := r.lines[q]; ok {
+				line = l
+				break
+			}
+			if q == "" {
+				break
+			}
+		}
+	}
+	r.errs = append(r.errs, &FieldError{Path: p, Msg: msg, Line: line})
+}
+
+func (r *reporter) addf(p, format string, args ...any) { r.add(p, fmt.Sprintf(format, args...)) }
+
+func (r *reporter) err() error {
+	if len(r.errs) == 0 {
+		return nil
+	}
+	errs := slices.Clone(r.errs)
+	sort.SliceStable(errs, func(i, j int) bool {
+		li, lj := errs[i].Line, errs[j].Line
+		if li == 0 || lj == 0 {
+			return li != 0 && lj == 0
+		}
+		return li < lj
+	})
+	return &PolicyError{Errs: errs}
+}
+
+// parentPath strips the last element of a field path: "rules[2].rate" ->
+// "rules[2]" -> "rules" -> "".
+func parentPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if strings.HasSuffix(p, "]") {
+		// Index or quoted map key: find the matching '['.
+		depth := 0
+		for i := len(p) - 1; i >= 0; i-- {
+			switch p[i] {
+			case ']':
+				depth++
+			case '[':
+				depth--
+				if depth == 0 {
+					return p[:i]
+				}
+			case '"':
+				// Skip quoted section: keys are strconv.Quote'd and may hold brackets.
+				j := i - 1
+				for j >= 0 && (p[j] != '"' || backslashed(p, j)) {
+					j--
+				}
+				if j < 0 {
+					return ""
+				}
+				i = j
+			}
+		}
+		return ""
+	}
+	if i := strings.LastIndexAny(p, ".]"); i >= 0 {
+		if p[i] == ']' {
+			return p[:i+1]
+		}
+		return p[:i]
+	}
+	return ""
+}
+
+func backslashed(s string, i int) bool {
+	n := 0
+	for j := i - 1; j >= 0 && s[j] == '\\'; j-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validMethodPattern checks a match or methods pattern: "/..." or
+// "VERB /...", and a valid path.Match glob.
+func validMethodPattern(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	rest := s
+	if s[0] != '/' {
+		verb, p, ok := strings.Cut(s, " ")
+		if !ok || verb == "" || !(upper(verb) || verb == "*") || !strings.HasPrefix(p, "/") {
+			return fmt.Errorf("%q is neither a gRPC method (/pkg.Svc/Method) nor an HTTP route (GET /path)", s)
+		}
+		rest = p
+	}
+	for i := 0; i < len(rest); i++ {
+		if rest[i] < 0x21 || rest[i] == 0x7f {
+			return fmt.Errorf("%q contains a space or control character", s)
+		}
+	}
+	if _, err := path.Match(s, ""); err != nil {
+		return fmt.Errorf("%q is not a valid glob: %v", s, err)
+	}
+	return nil
+}
+
+func upper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+func isGlob(s string) bool { return strings.ContainsAny(s, `*?[\`) }
+
+// limitOf builds and checks a Limit from a rate, burst and algorithm,
+// reporting problems at ratePath and burstPath. ok is false when the limit
+// is unusable.
+func limitOf(rep *reporter, ratePath, burstPath string, rate Rate, burst int64, alg Algorithm) (Limit, bool) {
+	if int(alg) >= len(algorithmNames) {
+		rep.addf(parentPath(ratePath)+".algorithm", "unknown algorithm %d", alg)
+		return Limit{}, false
+	}
+	l := Limit{Algorithm: alg, Rate: rate.N, Period: rate.Period, Burst: 1}
+	if err := l.Validate(); err != nil {
+		rep.add(ratePath, err.Error())
+		return Limit{}, false
+	}
+	windowed := alg != TokenBucket && alg != GCRA
+	switch {
+	case windowed && burst != 0:
+		rep.addf(burstPath, "%s has no burst; remove burst (its capacity is the rate, %d)", alg, rate.N)
+		return Limit{}, false
+	case windowed:
+		l.Burst = 0
+	case burst == 0:
+		l.Burst = rate.N
+	case burst < 1 || burst > MaxRate:
+		rep.addf(burstPath, "%d is out of range [1, %d]", burst, MaxRate)
+		return Limit{}, false
+	default:
+		l.Burst = burst
+	}
+	return l, true
+}
+
+// keyValue normalises an override key value for scope s.
+func keyValue(s Scope, v string) (string, error) {
+	if v == "" {
+		return "", errors.New("must not be empty")
+	}
+	if s == ScopeIP {
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return "", fmt.Errorf("%q is not an IP address", v)
+		}
+		return a.String(), nil
+	}
+	return v, nil
+}

@@ -1,0 +1,143 @@
+package tiers
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// DefaultWatchInterval is how often Watch polls the policy file unless told
+// otherwise.
+const DefaultWatchInterval = 2 * time.Second
+
+// WatchOption configures Watch.
+type WatchOption func(*watchConfig) error
+
+type watchConfig struct {
+	interval time.Duration
+	onReload func(*Policy, error)
+	logger   *slog.Logger
+}
+
+// WatchInterval sets how often the file is polled; it must be > 0.
+func WatchInterval(d time.Duration) WatchOption {
+	return func(c *watchConfig) error {
+		if d <= 0 {
+			return errors.New("tiers: WatchInterval must be > 0, got " + d.String())
+		}
+		c.interval = d
+		return nil
+	}
+}
+
+// OnReload sets a function called after every reload attempt: with the new
+// policy and a nil error when it was swapped in, or with a nil policy and
+// the reason when the old policy stays in force. It runs on the Watch
+// goroutine.
+func OnReload(f func(p *Policy, err error)) WatchOption {
+	return func(c *watchConfig) error {
+		c.onReload = f
+		return nil
+	}
+}
+
+// WatchLogger sets the logger reloads are reported to (default
+// slog.Default()). Successful reloads log at Info, failures at Error.
+func WatchLogger(l *slog.Logger) WatchOption {
+	return func(c *watchConfig) error {
+		if l == nil {
+			return errors.New("tiers: WatchLogger: logger is nil")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// Watch keeps l's policy in step with the YAML file at path until ctx is
+// done, and then returns ctx's error. It polls the file's content (SHA-256)
+// every interval; when the content changes it loads the file and swaps the
+// new policy in atomically. A file that cannot be read or does not load
+// leaves the policy in force unchanged, and the failure is reported (the
+// OnReload callback and the logger) once per distinct content, not on
+// every poll.
+//
+// The first poll happens at once, so the file's current content is applied
+// when Watch starts. Bad options are reported before any polling.
+func Watch(ctx context.Context, path string, l *Limiter, opts ...WatchOption) error {
+	if l == nil {
+		return errors.New("tiers: Watch: limiter is nil")
+	}
+	if path == "" {
+		return errors.New("tiers: Watch: path is empty")
+	}
+	cfg := watchConfig{interval: DefaultWatchInterval, logger: slog.Default()}
+	for _, o := range opts {
+		if o == nil {
+			return errors.New("tiers: Watch: nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	w := watcher{path: path, l: l, cfg: cfg}
+	w.poll()
+	t := time.NewTicker(cfg.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			w.poll()
+		}
+	}
+}
+
+type watcher struct {
+	path    string
+	l       *Limiter
+	cfg     watchConfig
+	last    [sha256.Size]byte
+	have    bool
+	lastErr string
+}
+
+func (w *watcher) poll() {
+	data, err := readPolicyFile(w.path)
+	if err != nil {
+		// Report a read failure once until it changes or the file is back.
+		if err.Error() != w.lastErr {
+			w.lastErr = err.Error()
+			w.have = false
+			w.report(nil, err)
+		}
+		return
+	}
+	sum := sha256.Sum256(data)
+	if w.have && sum == w.last {
+		return
+	}
+	w.last, w.have, w.lastErr = sum, true, ""
+	p, err := Load(data)
+	if err == nil {
+		err = w.l.SetPolicy(p)
+	}
+	if err != nil {
+		w.report(nil, err)
+		return
+	}
+	w.report(p, nil)
+}
+
+func (w *watcher) report(p *Policy, err error) {
+	if err != nil {
+		w.cfg.logger.Error("floodgate: policy reload failed; the previous policy stays in force", "path", w.path, "error", err)
+	} else {
+		w.cfg.logger.Info("floodgate: policy reloaded", "path", w.path, "rules", len(p.Rules))
+	}
+	if w.cfg.onReload != nil {
+		w.cfg.onReload(p, err)
+	}
+}
