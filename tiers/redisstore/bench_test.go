@@ -1,0 +1,176 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate/testing/redistest"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
+)
+
+// BenchmarkTake measures one Take of 1 and 4 levels against a local
+// redis-server on Redis TIME, serially (latency, client allocations) and
+// with parallel callers (throughput). Keys cycle over 10k principals so
+// Redis does real work; limits are generous so most takes are allowed.
+func BenchmarkTake(b *testing.B) {
+	srv := redistest.Start(b)
+	admin := srv.Client()
+	plain, err := redisstore.New(srv.NewClient())
+	if err != nil {
+		b.Fatal(err)
+	}
+	batched, err := redisstore.New(srv.NewClient(), redisstore.WithBatching(4, 64))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = batched.Close() })
+	limits := []tiers.Limit{
+		{Algorithm: tiers.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000},
+		{Algorithm: tiers.GCRA, Rate: 1000, Period: time.Second, Burst: 1000},
+		{Algorithm: tiers.SlidingWindowCounter, Rate: 100000, Period: time.Minute},
+		{Algorithm: tiers.FixedWindow, Rate: 100000, Period: time.Minute},
+	}
+	const principals = 10_000
+	sets := func(levels int) [][]tiers.Bucket {
+		out := make([][]tiers.Bucket, principals)
+		for p := range out {
+			bs := make([]tiers.Bucket, levels)
+			for i := range bs {
+				bs[i] = tiers.Bucket{Key: fmt.Sprintf("{u=%d}:l%d", p, i), Limit: limits[i], Cost: 1}
+			}
+			out[p] = bs
+		}
+		return out
+	}
+	for _, levels := range []int{1, 4} {
+		bss := sets(levels)
+		b.Run(fmt.Sprintf("levels=%d", levels), func(b *testing.B) {
+			ctx := context.Background()
+			var res [4]tiers.Result
+			b.ReportAllocs()
+			i := 0
+			cpu0, r0 := processCPU(), redisCPU(b, admin)
+			for b.Loop() {
+				if _, err := plain.Take(ctx, bss[i%principals], res[:levels]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			// redis-server is another process: this is the client's CPU.
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
+			b.ReportMetric(float64(redisCPU(b, admin)-r0)/float64(b.N), "redis-cpu-ns/op")
+		})
+		for _, v := range []struct {
+			name string
+			st   *redisstore.Store
+		}{{"parallel", plain}, {"parallel-batched", batched}} {
+			st := v.st
+			b.Run(fmt.Sprintf("levels=%d/%s", levels, v.name), func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.SetParallelism(32) // 64 callers on 2 CPUs
+				cpu0, r0 := processCPU(), redisCPU(b, admin)
+				b.RunParallel(func(pb *testing.PB) {
+					var res [4]tiers.Result
+					i := 0
+					for pb.Next() {
+						if _, err := st.Take(ctx, bss[i%principals], res[:levels]); err != nil {
+							b.Error(err)
+							return
+						}
+						i += 7
+					}
+				})
+				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
+				b.ReportMetric(float64(redisCPU(b, admin)-r0)/float64(b.N), "redis-cpu-ns/op")
+			})
+		}
+	}
+}
+
+// processCPU returns the user+system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU returns the CPU time (user+system) the redis-server process
+// has used, from /proc: the server-side cost per decision, scripts and
+// networking included. It returns -1 where /proc is not available.
+func redisCPU(b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	pid := ""
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid = v
+		}
+	}
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return -1
+	}
+	// Fields after the ")" that ends the command name: state is field 3,
+	// utime and stime are fields 14 and 15, in clock ticks (USER_HZ, 100).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// BenchmarkTakeCluster measures a 4-level take on a 3-master cluster when
+// the levels share one hash tag (one script) and when they sit in four
+// slots (four scripts in parallel, refunds on a deny).
+func BenchmarkTakeCluster(b *testing.B) {
+	cl := redistest.StartCluster(b)
+	st, err := redisstore.New(cl.Client())
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}
+	const principals = 10_000
+	for _, shape := range []string{"one-slot", "four-slots"} {
+		bss := make([][]tiers.Bucket, principals)
+		for p := range bss {
+			bs := make([]tiers.Bucket, 4)
+			for i := range bs {
+				key := fmt.Sprintf("{u=%d}:l%d", p, i)
+				if shape == "four-slots" {
+					key = fmt.Sprintf("{u=%d:l%d}", p, i)
+				}
+				bs[i] = tiers.Bucket{Key: key, Limit: l, Cost: 1}
+			}
+			bss[p] = bs
+		}
+		b.Run(shape, func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				var res [4]tiers.Result
+				i := 0
+				for pb.Next() {
+					if _, err := st.Take(ctx, bss[i%principals], res[:]); err != nil {
+						b.Error(err)
+						return
+					}
+					i += 7
+				}
+			})
+		})
+	}
+}

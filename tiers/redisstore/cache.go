@@ -1,0 +1,135 @@
+package redisstore
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// DefaultDenialCacheSize is the over-limit cache's capacity unless
+// WithDenialCache says otherwise.
+const DefaultDenialCacheSize = 10_000
+
+// cacheKey identifies a cached denial: the bucket's key and its limit, so a
+// changed limit never matches a denial decided under the old one.
+type cacheKey struct {
+	key string
+	lim tiers.Limit
+}
+
+type cacheEntry struct {
+	until     time.Time // the denial holds while now < until
+	resetAt   time.Time
+	cost      int64 // the cost that was denied; a smaller one may pass
+	remaining int64
+}
+
+// denialCache remembers buckets that denied, until their retry-after.
+type denialCache struct {
+	max  int
+	hits atomic.Int64
+
+	mu sync.Mutex
+	m  map[cacheKey]cacheEntry
+}
+
+func newDenialCache(max int) *denialCache {
+	return &denialCache{max: max, m: make(map[cacheKey]cacheEntry)}
+}
+
+func (d *denialCache) len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.m)
+}
+
+// answer fills res and reports true when a bucket of the take with
+// CacheDenials set is still denied for at least the cost it asks. The
+// denied bucket is reported with its cached numbers; the other buckets,
+// not consulted, are reported Allowed with Remaining = Limit (unknown) and
+// Source = SourceCache. Nothing is charged.
+func (d *denialCache) answer(now time.Time, buckets []tiers.Bucket, res []tiers.Result) bool {
+	hit := -1
+	var e cacheEntry
+	d.mu.Lock()
+	for i := range buckets {
+		b := &buckets[i]
+		if !b.CacheDenials {
+			continue
+		}
+		k := cacheKey{key: b.Key, lim: b.Limit}
+		ce, ok := d.m[k]
+		if !ok {
+			continue
+		}
+		if !now.Before(ce.until) {
+			delete(d.m, k)
+			continue
+		}
+		if b.Cost >= ce.cost {
+			hit, e = i, ce
+			break
+		}
+	}
+	d.mu.Unlock()
+	if hit < 0 {
+		return false
+	}
+	d.hits.Add(1)
+	for i := range buckets {
+		capacity := buckets[i].Limit.Capacity()
+		if i == hit {
+			reset := e.resetAt.Sub(now)
+			if reset < 0 {
+				reset = 0
+			}
+			res[i] = tiers.Result{
+				Allowed:    false,
+				Limit:      capacity,
+				Remaining:  e.remaining,
+				Reset:      reset,
+				RetryAfter: e.until.Sub(now),
+				Source:     floodgate.SourceCache,
+			}
+			continue
+		}
+		res[i] = tiers.Result{Allowed: true, Limit: capacity, Remaining: capacity, Source: floodgate.SourceCache}
+	}
+	return true
+}
+
+// record caches every denying bucket of a take that has CacheDenials set
+// and a finite, positive retry-after.
+func (d *denialCache) record(now time.Time, buckets []tiers.Bucket, res []tiers.Result) {
+	for i := range buckets {
+		b := &buckets[i]
+		r := &res[i]
+		if !b.CacheDenials || r.Allowed || r.RetryAfter <= 0 {
+			continue
+		}
+		e := cacheEntry{until: now.Add(r.RetryAfter), resetAt: now.Add(r.Reset), cost: b.Cost, remaining: r.Remaining}
+		d.put(cacheKey{key: b.Key, lim: b.Limit}, e, now)
+	}
+}
+
+func (d *denialCache) put(k cacheKey, e cacheEntry, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.m[k]; !ok && len(d.m) >= d.max {
+		for ok, ce := range d.m {
+			if !now.Before(ce.until) {
+				delete(d.m, ok)
+			}
+		}
+		for ok := range d.m {
+			if len(d.m) < d.max {
+				break
+			}
+			delete(d.m, ok)
+		}
+	}
+	d.m[k] = e
+}

@@ -1,0 +1,178 @@
+package redisstore
+
+import (
+	"strconv"
+
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// argBuf is one command argument held in a call's arena. A *argBuf in an
+// interface costs no allocation, and go-redis writes it through
+// MarshalBinary, so building a command allocates nothing once the pooled
+// call has grown to size.
+type argBuf struct{ b []byte }
+
+// MarshalBinary returns the argument's bytes (encoding.BinaryMarshaler).
+func (a *argBuf) MarshalBinary() ([]byte, error) { return a.b, nil }
+
+// call is the reusable state of one script invocation.
+type call struct {
+	args    []any
+	bufs    []argBuf
+	offs    []int // start, end pairs into arena, one per buf
+	arena   []byte
+	scratch []byte
+	pre     []int64  // pre-charge remaining, reset pairs (mode "p")
+	states  []string // state before, state written, per bucket (mode "p")
+	// abandoned is set when a batched take's caller gave up while the
+	// batcher still held the call; it must then not return to the pool.
+	abandoned bool
+}
+
+func (c *call) reset() {
+	for i := range c.args {
+		c.args[i] = nil
+	}
+	for i := range c.bufs {
+		c.bufs[i].b = nil
+	}
+	clear(c.states)
+	c.args, c.offs, c.arena, c.pre, c.states = c.args[:0], c.offs[:0], c.arena[:0], c.pre[:0], c.states[:0]
+}
+
+// put appends what f writes to the arena as the next buffered argument.
+func (c *call) put(f func([]byte) []byte) {
+	start := len(c.arena)
+	c.arena = f(c.arena)
+	c.offs = append(c.offs, start, len(c.arena))
+}
+
+func (c *call) putInt(v int64) {
+	start := len(c.arena)
+	c.arena = strconv.AppendInt(c.arena, v, 10)
+	c.offs = append(c.offs, start, len(c.arena))
+}
+
+func (c *call) putStr(v string) {
+	start := len(c.arena)
+	c.arena = append(c.arena, v...)
+	c.offs = append(c.offs, start, len(c.arena))
+}
+
+func (c *call) putKey(prefix, key string) {
+	start := len(c.arena)
+	c.arena = append(c.arena, prefix...)
+	c.arena = append(c.arena, key...)
+	c.offs = append(c.offs, start, len(c.arena))
+}
+
+// finish turns the arena offsets into argBufs, in order.
+func (c *call) finish() {
+	n := len(c.offs) / 2
+	if cap(c.bufs) < n {
+		c.bufs = make([]argBuf, n)
+	}
+	c.bufs = c.bufs[:n]
+	for k := 0; k < n; k++ {
+		c.bufs[k].b = c.arena[c.offs[2*k]:c.offs[2*k+1]:c.offs[2*k+1]]
+	}
+}
+
+// order returns the bucket index of the j-th bucket of the call.
+func order(idx []int, j int) int {
+	if idx == nil {
+		return j
+	}
+	return idx[j]
+}
+
+// Pre-boxed mode arguments: boxing a non-constant string allocates.
+var (
+	modeTake    any = "t"
+	modeTakePre any = "p"
+)
+
+// build lays out a take.lua call:
+//
+//	EVALSHA sha numkeys key... now mode minttl (alg N P B c)...
+//
+// over the buckets named by idx (all when nil). With cluster, the first
+// key is also passed as a plain string so the cluster client can route by
+// it.
+func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int, nowArg []byte, pre bool, minArg []byte, cluster bool) {
+	n := len(buckets)
+	if idx != nil {
+		n = len(idx)
+	}
+	// Buffered arguments, in order: numkeys, n keys, [now], minttl, 5n numbers.
+	c.putInt(int64(n))
+	for j := 0; j < n; j++ {
+		c.putKey(prefix, buckets[order(idx, j)].Key)
+	}
+	if nowArg != nil {
+		c.put(func(b []byte) []byte { return append(b, nowArg...) })
+	}
+	c.put(func(b []byte) []byte { return append(b, minArg...) })
+	for j := 0; j < n; j++ {
+		c.putLimit(&buckets[order(idx, j)])
+	}
+	c.finish()
+
+	k := 0
+	next := func() any { p := &c.bufs[k]; k++; return p }
+	c.args = append(c.args, "evalsha", sc.shaArg, next())
+	for j := 0; j < n; j++ {
+		c.args = append(c.args, next())
+	}
+	if cluster {
+		c.args[3] = string(c.bufs[1].b)
+	}
+	if nowArg != nil {
+		c.args = append(c.args, next())
+	} else {
+		c.args = append(c.args, "")
+	}
+	mode := modeTake
+	if pre {
+		mode = modeTakePre
+	}
+	c.args = append(c.args, mode, next())
+	for k < len(c.bufs) {
+		c.args = append(c.args, next())
+	}
+}
+
+// buildRefund lays out a refund.lua call:
+//
+//	EVALSHA sha numkeys key... t0 (alg N P B c before wrote)...
+//
+// states holds before, wrote for each bucket of idx, in order.
+func (c *call) buildRefund(sc script, prefix string, buckets []tiers.Bucket, idx []int, states []string, t0 int64, cluster bool) {
+	n := len(idx)
+	c.putInt(int64(n))
+	for _, i := range idx {
+		c.putKey(prefix, buckets[i].Key)
+	}
+	c.putInt(t0)
+	for j, i := range idx {
+		c.putLimit(&buckets[i])
+		c.putStr(states[2*j])
+		c.putStr(states[2*j+1])
+	}
+	c.finish()
+	c.args = append(c.args, "evalsha", sc.shaArg)
+	for k := range c.bufs {
+		c.args = append(c.args, &c.bufs[k])
+	}
+	if cluster {
+		c.args[3] = string(c.bufs[1].b)
+	}
+}
+
+func (c *call) putLimit(b *tiers.Bucket) {
+	c.putInt(int64(b.Limit.Algorithm))
+	c.putInt(b.Limit.Rate)
+	c.putInt(b.Limit.Period.Microseconds())
+	c.putInt(b.Limit.Burst)
+	c.putInt(b.Cost)
+}
