@@ -1,0 +1,156 @@
+package fallback
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// callCtx is the context of one call to the primary store: it carries the
+// caller's values, and its deadline is the earlier of the caller's deadline
+// and the call's budget. It does not carry the caller's cancellation: a
+// caller that cancels does not interrupt the call, which ends within the
+// budget anyway, and Take then returns the caller's error (the semantics of
+// context.WithTimeout(context.WithoutCancel(parent), budget), keeping the
+// caller's deadline when it is earlier).
+//
+// It exists so the healthy path allocates nothing: callCtx values are
+// pooled, and the timer that closes Done is armed only when the primary
+// first asks for Done (a store that reads only Deadline and Err, like the
+// in-process one, costs no timer at all). Err reports the deadline as soon as
+// it has passed, closing Done first if the timer has not.
+//
+// A primary must not use the context after its Take returns; the value is
+// then reused by a later call.
+type callCtx struct {
+	parent   context.Context
+	budget   time.Duration
+	started  atomic.Bool // deadline and callerDeadline are set
+	deadline time.Time
+	// callerDeadline is true when deadline is the caller's own, earlier
+	// than the budget: running out of it is the caller's doing.
+	callerDeadline bool
+
+	mu      sync.Mutex // guards arming, expiry and the timer
+	done    chan struct{}
+	timer   *time.Timer
+	armed   atomic.Bool
+	expired atomic.Bool
+}
+
+var callCtxPool = sync.Pool{New: func() any { return &callCtx{done: make(chan struct{})} }}
+
+// acquireCallCtx returns a callCtx for parent with the given budget. The
+// budget starts when the primary first consults the context (Deadline,
+// Done or Err), which for a network store is the start of its request; a
+// store that never consults it, like the in-process one, never pays for
+// reading the clock.
+func acquireCallCtx(parent context.Context, budget time.Duration) *callCtx {
+	c := callCtxPool.Get().(*callCtx)
+	c.parent = parent
+	c.budget = budget
+	return c
+}
+
+// start fixes the deadline on first use.
+func (c *callCtx) start() {
+	if c.started.Load() {
+		return
+	}
+	c.mu.Lock()
+	if !c.started.Load() {
+		c.deadline = time.Now().Add(c.budget)
+		c.callerDeadline = false
+		if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
+			c.deadline, c.callerDeadline = d, true
+		}
+		c.started.Store(true)
+	}
+	c.mu.Unlock()
+}
+
+// releaseCallCtx disarms c and pools it again unless its Done channel was
+// closed (or is about to be, by a timer that already fired).
+func releaseCallCtx(c *callCtx) {
+	c.parent = nil
+	c.started.Store(false)
+	if !c.armed.Load() && !c.expired.Load() {
+		// Never armed, never expired: nothing else can touch c once the
+		// primary has returned.
+		callCtxPool.Put(c)
+		return
+	}
+	c.mu.Lock()
+	reusable := !c.expired.Load()
+	if c.armed.Load() && !c.timer.Stop() {
+		reusable = false // the timer fired; its expire closes done
+	}
+	c.armed.Store(false)
+	c.mu.Unlock()
+	if reusable {
+		callCtxPool.Put(c)
+	}
+}
+
+// Deadline implements context.Context.
+func (c *callCtx) Deadline() (time.Time, bool) {
+	c.start()
+	return c.deadline, true
+}
+
+// Done implements context.Context; the first call arms the timer.
+func (c *callCtx) Done() <-chan struct{} {
+	if !c.armed.Load() {
+		c.start()
+		c.mu.Lock()
+		if !c.armed.Load() && !c.expired.Load() {
+			d := time.Until(c.deadline)
+			if c.timer == nil {
+				c.timer = time.AfterFunc(d, c.expire)
+			} else {
+				c.timer.Reset(d)
+			}
+			c.armed.Store(true)
+		}
+		c.mu.Unlock()
+	}
+	return c.done
+}
+
+// callerGone reports whether the caller's own deadline, which this context
+// inherited, has passed.
+func (c *callCtx) callerGone() bool {
+	return c.started.Load() && c.callerDeadline && !time.Now().Before(c.deadline)
+}
+
+// Err implements context.Context.
+func (c *callCtx) Err() error {
+	if c.expired.Load() {
+		return context.DeadlineExceeded
+	}
+	c.start()
+	if time.Now().Before(c.deadline) {
+		return nil
+	}
+	c.expire()
+	return context.DeadlineExceeded
+}
+
+// Value implements context.Context with the caller's values.
+func (c *callCtx) Value(key any) any {
+	if p := c.parent; p != nil {
+		return p.Value(key)
+	}
+	return nil
+}
+
+// expire closes Done once.
+func (c *callCtx) expire() {
+	c.mu.Lock()
+	if !c.expired.Load() {
+		c.expired.Store(true)
+		close(c.done)
+	}
+	c.mu.Unlock()
+}

@@ -1,0 +1,107 @@
+// Package fallback keeps rate limiting deciding when its store cannot: a
+// tiers.Store that calls a primary store (usually Redis, package
+// tiers/redisstore) under a github.com/sony/gobreaker/v2 circuit breaker and
+// a per-call timeout, and decides locally, rule by rule, when the primary is
+// slow, failing or tripped.
+//
+// # What this package decides
+//
+// When a call fails. Each Take gets a budget (WithTimeout, default 5ms). An
+// error from the primary, or the budget running out, is a failure; a deny
+// is a success (the store answered). A call abandoned because the caller's
+// own context ended is neither: the caller left, which says nothing about
+// the store, so the breaker does not count it and Take returns the
+// context's error. Bad arguments (an empty or repeated key, an invalid
+// Limit, a negative cost, an unknown OnStoreError, res shorter than
+// buckets) are returned as errors and never counted against the store:
+// they are checked when the primary fails (a failure they explain is the
+// caller's error, excluded from the breaker's counts) and before any
+// decision without the primary, not on the healthy path, where the primary
+// checks them itself.
+//
+// The primary must honour the context deadline it is given: the timeout is
+// enforced by the context, not by abandoning a goroutine (which would leave
+// the primary writing into res after Take returned). The call's context
+// carries the caller's values and the earlier of the caller's deadline and
+// the budget, but not the caller's cancellation, which the budget bounds
+// anyway; the budget starts when the primary first consults the context.
+// A go-redis client honours deadlines only with
+// redis.Options.ContextTimeoutEnabled set (otherwise it waits for its own
+// ReadTimeout). Also set DialerRetries to 1, so a dead server fails the call
+// at once and the breaker, not the pool, decides when to try again; and note
+// that go-redis stops dialing altogether once PoolSize dials have failed,
+// until a background dial (every second) succeeds, which can delay recovery
+// by up to a second after a long outage.
+//
+// When the breaker trips. After WithFailures (default 5) consecutive
+// failures the breaker opens and every Take is decided without the primary
+// for WithOpenInterval (default 1s). Then it is half-open: WithProbes calls
+// (default 1) go to the primary while every other call keeps falling back,
+// so a recovering Redis is not hit by the whole fleet's traffic at once.
+// When the probes all succeed the breaker closes; a failed probe opens it for
+// another interval. gobreaker measures the interval on the system clock;
+// WithClock only drives the local limiters. Every transition is logged with
+// log/slog (Warn when opening, Info otherwise, naming the last store error)
+// and passed to the OnStateChange callback, which telemetry (package otel)
+// can export.
+//
+// The healthy path costs tens of nanoseconds and no allocation: call
+// contexts are pooled, and while the breaker is closed with no failure
+// since the last success a call skips gobreaker's bookkeeping (a success
+// then cannot change its decision, which depends on consecutive failures
+// only); any failure goes through gobreaker and the next calls take the full
+// path until one succeeds.
+//
+// What each rule does meanwhile, by its Bucket.OnStoreError:
+//
+//   - tiers.FailLocal (the default) decides with a golang.org/x/time/rate
+//     limiter per bucket, read at the injected clock's time. Its rate is the
+//     bucket's Rate ÷ Period ÷ replicas per second and its burst the
+//     bucket's capacity (Burst for token bucket and GCRA, Rate for the window
+//     algorithms) ÷ replicas, rounded down, at least 1. The window
+//     algorithms are approximated by this token bucket, which can admit up
+//     to twice the window's share across one window; the store's exact
+//     window comes back with the store. The Result reports the local burst
+//     as Limit. A cost above the local burst but within the rule's capacity
+//     is denied with the configured retry-after (only the store can admit
+//     it).
+//   - tiers.FailOpen allows and charges nothing; its Result reports the
+//     rule's capacity as Limit and capacity − cost as Remaining.
+//   - tiers.FailClosed denies with RetryAfter (and Reset) set by
+//     WithRetryAfter (default 1s).
+//
+// Whatever the mode, a cost above the rule's capacity is denied with
+// RetryAfter tiers.Never, as every store denies it.
+//
+// Mixed buckets in one Take stay all or nothing: the Take is allowed only if
+// every bucket allows. A FailClosed bucket (or an impossible cost) denies the
+// whole Take and no local limiter is charged; FailOpen buckets never stand in
+// the way. The FailLocal buckets are decided together under one lock: each
+// reserves its cost at the same instant with ReserveN, and if any of them
+// cannot proceed now, or another bucket denied, every reservation is
+// cancelled, so a denied Take consumes nothing anywhere, exactly. Each
+// Result's Source names what decided that bucket
+// (floodgate.SourceLocalFallback, SourceFailOpen or SourceFailClosed);
+// results the primary produced keep the primary's Source, so the Observer
+// and the transports can tell degraded decisions apart.
+//
+// Replicas. The number of instances sharing a quota is a static setting
+// (WithReplicas, default 1): set it to the deployment's replica count. It is
+// not counted live, because the moment it matters is the moment the shared
+// store that would hold the heartbeats is gone; a fleet that scales while in
+// fallback admits in proportion to its growth.
+//
+// Bounds. Local limiters live in an LRU bounded by WithLocalCapacity
+// (default 10,000 buckets). Creating a limiter when the LRU is full evicts
+// the least recently used one; an evicted bucket that returns starts with a
+// full local burst, so a capacity smaller than the set of active keys
+// loosens the local limits. Stats counts evictions. A rule whose limit
+// changes keeps its limiter and its consumption, adjusted to the new share.
+//
+// Nothing is silent. Stats counts calls, failures, timeouts, calls the
+// breaker rejected, transitions, and every bucket decided without the
+// primary by mode and outcome. Store failures are logged at most once a
+// second with the count suppressed in between. Counts are by mode, not by
+// rule: tiers.Bucket carries no rule name (the Observer sees the rule as
+// the Decision's Policy).
+package fallback

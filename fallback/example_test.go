@@ -1,0 +1,90 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/testing/clock"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
+)
+
+// downStore stands for a Redis store whose server is gone.
+type downStore struct{}
+
+func (downStore) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, error) {
+	return false, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+}
+
+// A guarded store in front of a primary that is down: the breaker opens
+// after two failures, and each rule decides by its on_store_error.
+func Example() {
+	clk := clock.New(time.Time{})
+	store, err := fallback.New(downStore{},
+		fallback.WithReplicas(4), // four instances share each quota
+		fallback.WithFailures(2), // two failures in a row open the breaker
+		fallback.WithTimeout(5*time.Millisecond),
+		fallback.WithClock(clk),
+		fallback.WithLogger(slog.New(slog.DiscardHandler)),
+		fallback.OnStateChange(func(name string, from, to gobreaker.State) {
+			fmt.Printf("breaker %s: %s -> %s\n", name, from, to)
+		}),
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	api := tiers.Bucket{Key: "api:{alice}", Cost: 1, OnStoreError: tiers.FailLocal,
+		Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 400, Period: time.Second, Burst: 8}}
+	login := tiers.Bucket{Key: "login:{alice}", Cost: 1, OnStoreError: tiers.FailClosed,
+		Limit: tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 5, Period: time.Minute}}
+
+	res := make([]tiers.Result, 1)
+	for i := 0; i < 3; i++ {
+		ok, _ := store.Take(context.Background(), []tiers.Bucket{api}, res)
+		fmt.Printf("api: allowed=%v source=%s remaining=%d\n", ok, res[0].Source, res[0].Remaining)
+	}
+	ok, _ := store.Take(context.Background(), []tiers.Bucket{login}, res)
+	fmt.Printf("login: allowed=%v source=%s retry-after=%s\n", ok, res[0].Source, res[0].RetryAfter)
+	st := store.Stats()
+	fmt.Printf("local allowed=%d denied=%d, closed denied=%d\n",
+		st.Mode(tiers.FailLocal).Allowed, st.Mode(tiers.FailLocal).Denied, st.Mode(tiers.FailClosed).Denied)
+	// Output:
+	// api: allowed=true source=local_fallback remaining=1
+	// breaker floodgate-store: closed -> open
+	// api: allowed=true source=local_fallback remaining=0
+	// api: allowed=false source=local_fallback remaining=0
+	// login: allowed=false source=fail_closed retry-after=1s
+	// local allowed=2 denied=1, closed denied=1
+}
+
+// New wraps any tiers.Store; while the primary answers, its results pass
+// through untouched.
+func ExampleNew() {
+	primary := memstore.New(memstore.WithClock(clock.New(time.Time{})))
+	store, err := fallback.New(primary, fallback.WithReplicas(3), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b := []tiers.Bucket{{Key: "user:{bob}", Cost: 1,
+		Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 2}}}
+	res := make([]tiers.Result, 1)
+	for i := 0; i < 3; i++ {
+		ok, _ := store.Take(context.Background(), b, res)
+		fmt.Printf("allowed=%v degraded=%v\n", ok, res[0].Source.Degraded())
+	}
+	_, err = fallback.New(primary, fallback.WithReplicas(0))
+	fmt.Println(err)
+	// Output:
+	// allowed=true degraded=false
+	// allowed=true degraded=false
+	// allowed=false degraded=false
+	// fallback: New: WithReplicas(0): the replica count must be at least 1
+}

@@ -1,0 +1,727 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/time/rate"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// Defaults for the options of New.
+const (
+	DefaultTimeout          = 5 * time.Millisecond
+	DefaultFailures         = 5
+	DefaultOpenInterval     = time.Second
+	DefaultProbes           = 1
+	DefaultReplicas         = 1
+	DefaultLocalCapacity    = 10_000
+	DefaultRetryAfter       = time.Second
+	DefaultName             = "floodgate-store"
+	defaultFailureLogPeriod = time.Second
+)
+
+// config is what the options set.
+type config struct {
+	name          string
+	timeout       time.Duration
+	failures      uint32
+	openInterval  time.Duration
+	probes        uint32
+	replicas      int
+	localCapacity int
+	retryAfter    time.Duration
+	clock         floodgate.Clock
+	logger        *slog.Logger
+	onStateChange func(name string, from, to gobreaker.State)
+	errs          []error
+}
+
+// Option configures a Store built by New.
+type Option func(*config)
+
+// WithTimeout sets the budget of one call to the primary store (default
+// DefaultTimeout). A call still running when it passes counts as a failure
+// and the fallback decides. It must be positive.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("WithTimeout(%s): the timeout must be positive", d))
+		}
+		c.timeout = d
+	}
+}
+
+// WithFailures sets how many consecutive failed calls open the breaker
+// (default DefaultFailures). It must be at least 1.
+func WithFailures(n int) Option {
+	return func(c *config) {
+		if n < 1 || n > math.MaxInt32 {
+			c.errs = append(c.errs, fmt.Errorf("WithFailures(%d): the count must be in [1, %d]", n, math.MaxInt32))
+			return
+		}
+		c.failures = uint32(n)
+	}
+}
+
+// WithOpenInterval sets how long the breaker stays open before it lets
+// probes through (default DefaultOpenInterval). It must be positive.
+func WithOpenInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("WithOpenInterval(%s): the interval must be positive", d))
+		}
+		c.openInterval = d
+	}
+}
+
+// WithProbes sets how many calls a half-open breaker lets through to the
+// primary at once, and how many of them must succeed in a row to close it
+// (gobreaker's MaxRequests; default DefaultProbes). Every other call made
+// while half-open is decided by the fallback, so a recovering store sees at
+// most n calls from this instance until it is trusted again. It must be at
+// least 1.
+func WithProbes(n int) Option {
+	return func(c *config) {
+		if n < 1 || n > math.MaxInt32 {
+			c.errs = append(c.errs, fmt.Errorf("WithProbes(%d): the count must be in [1, %d]", n, math.MaxInt32))
+			return
+		}
+		c.probes = uint32(n)
+	}
+}
+
+// WithReplicas sets the number of instances sharing each rule's quota
+// (default DefaultReplicas). Local limiters run at each bucket's rate divided
+// by n, with a burst of its capacity divided by n (rounded down, at least 1),
+// so n instances in fallback together admit about what the store would
+// have. The number is static: set it to the replica count the deployment
+// runs with (for example from the Deployment's replicas field); a fleet that
+// scales up while the store is down over-admits in proportion. It must be
+// at least 1.
+func WithReplicas(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("WithReplicas(%d): the replica count must be at least 1", n))
+		}
+		c.replicas = n
+	}
+}
+
+// WithLocalCapacity bounds the number of buckets with a local limiter
+// (default DefaultLocalCapacity). When a new bucket needs a limiter and the
+// set is full, the least recently used limiter is evicted; a bucket whose
+// limiter was evicted starts again with a full local burst. Stats reports
+// evictions. It must be at least 1.
+func WithLocalCapacity(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("WithLocalCapacity(%d): the capacity must be at least 1", n))
+		}
+		c.localCapacity = n
+	}
+}
+
+// WithRetryAfter sets the RetryAfter of fallback denials that waiting for
+// local tokens cannot cure (default DefaultRetryAfter): buckets whose mode
+// is tiers.FailClosed, and FailLocal buckets whose cost exceeds the local
+// burst. It must be positive.
+func WithRetryAfter(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("WithRetryAfter(%s): the retry-after must be positive", d))
+		}
+		c.retryAfter = d
+	}
+}
+
+// WithClock sets the clock local limiters read (default
+// floodgate.SystemClock). The breaker's open interval is measured by
+// gobreaker on the system clock whatever this option says.
+func WithClock(clk floodgate.Clock) Option {
+	return func(c *config) {
+		if clk == nil {
+			c.errs = append(c.errs, errors.New("WithClock(nil): the clock must not be nil"))
+		}
+		c.clock = clk
+	}
+}
+
+// WithLogger sets the logger for breaker state changes and store failures
+// (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.errs = append(c.errs, errors.New("WithLogger(nil): the logger must not be nil"))
+		}
+		c.logger = l
+	}
+}
+
+// WithName names the breaker in logs and state-change callbacks (default
+// DefaultName).
+func WithName(name string) Option {
+	return func(c *config) {
+		if name == "" {
+			c.errs = append(c.errs, errors.New("WithName(\"\"): the name must not be empty"))
+		}
+		c.name = name
+	}
+}
+
+// OnStateChange registers f to be called on every breaker state change,
+// after it is logged. f runs with the breaker's lock held: it must be fast
+// and must not call the Store. Telemetry (package otel) adapts to it.
+func OnStateChange(f func(name string, from, to gobreaker.State)) Option {
+	return func(c *config) {
+		if f == nil {
+			c.errs = append(c.errs, errors.New("OnStateChange(nil): the callback must not be nil"))
+		}
+		c.onStateChange = f
+	}
+}
+
+// Store is a tiers.Store that asks a primary store under a circuit breaker
+// and a per-call timeout, and decides by each bucket's OnStoreError when the
+// primary cannot answer. See the package documentation for the rules.
+//
+// A Store is safe for concurrent use.
+type Store struct {
+	primary      tiers.Store
+	cb           *gobreaker.CircuitBreaker[bool]
+	timeout      time.Duration
+	retryAfter   time.Duration
+	clock        floodgate.Clock
+	logger       *slog.Logger
+	name         string
+	userOnChange func(name string, from, to gobreaker.State)
+
+	mu    sync.Mutex // guards local; held across a local decision
+	local *localLimiters
+
+	lastErrMu  sync.Mutex // guards lastErr, lastLogged, suppressed
+	lastErr    error
+	lastLogged time.Time
+	suppressed uint64
+
+	// health is the fast-path word: see healthClean. closed mirrors the
+	// breaker's state being closed.
+	health atomic.Uint64
+	closed atomic.Bool
+
+	c counters
+}
+
+// counters are the Store's statistics; see Stats.
+type counters struct {
+	calls, failures, timeouts, canceled, rejected atomic.Uint64
+	takesAllowed, takesDenied                     atomic.Uint64
+	modes                                         [3][2]atomic.Uint64 // [FailMode][allowed]
+	transitions                                   [3]atomic.Uint64    // [to state]
+}
+
+// errCallerGone marks a failed primary call whose caller's context was
+// already done: the caller left, which says nothing about the store, so the
+// breaker excludes it.
+var errCallerGone = errors.New("fallback: caller's context ended during the store call")
+
+// New returns a Store guarding primary. Every option's argument is checked;
+// a bad one makes New return an error naming it.
+func New(primary tiers.Store, opts ...Option) (*Store, error) {
+	if primary == nil {
+		return nil, errors.New("fallback: New: the primary store must not be nil")
+	}
+	c := config{
+		name:          DefaultName,
+		timeout:       DefaultTimeout,
+		failures:      DefaultFailures,
+		openInterval:  DefaultOpenInterval,
+		probes:        DefaultProbes,
+		replicas:      DefaultReplicas,
+		localCapacity: DefaultLocalCapacity,
+		retryAfter:    DefaultRetryAfter,
+		clock:         floodgate.SystemClock,
+		logger:        slog.Default(),
+	}
+	for _, o := range opts {
+		if o == nil {
+			c.errs = append(c.errs, errors.New("nil Option"))
+			continue
+		}
+		o(&c)
+	}
+	if len(c.errs) > 0 {
+		return nil, fmt.Errorf("fallback: New: %w", errors.Join(c.errs...))
+	}
+	s := &Store{
+		primary:      primary,
+		timeout:      c.timeout,
+		retryAfter:   c.retryAfter,
+		clock:        c.clock,
+		logger:       c.logger,
+		name:         c.name,
+		userOnChange: c.onStateChange,
+		local:        newLocalLimiters(c.localCapacity, c.replicas),
+	}
+	s.closed.Store(true)
+	s.health.Store(healthClean)
+	failures := c.failures
+	s.cb = gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
+		Name:        c.name,
+		MaxRequests: c.probes,
+		Timeout:     c.openInterval,
+		ReadyToTrip: func(counts gobreaker.Counts) bool {
+			return counts.ConsecutiveFailures >= failures
+		},
+		IsExcluded:    excluded,
+		OnStateChange: s.stateChanged,
+	})
+	return s, nil
+}
+
+// stateChanged logs a breaker transition, counts it and tells the user's
+// callback. It runs under gobreaker's lock.
+func (s *Store) stateChanged(name string, from, to gobreaker.State) {
+	s.closed.Store(to == gobreaker.StateClosed)
+	s.dirty()
+	if int(to) < len(s.c.transitions) {
+		s.c.transitions[to].Add(1)
+	}
+	s.lastErrMu.Lock()
+	cause := s.lastErr
+	s.lastErrMu.Unlock()
+	switch to {
+	case gobreaker.StateOpen:
+		s.logger.Warn("floodgate: store circuit breaker opened; deciding by each rule's on_store_error",
+			"breaker", name, "from", from.String(), "to", to.String(), "last_error", errString(cause))
+	case gobreaker.StateHalfOpen:
+		s.logger.Info("floodgate: store circuit breaker half-open; probing the store",
+			"breaker", name, "from", from.String(), "to", to.String())
+	default:
+		s.logger.Info("floodgate: store circuit breaker closed; the store decides again",
+			"breaker", name, "from", from.String(), "to", to.String())
+	}
+	if s.userOnChange != nil {
+		s.userOnChange(name, from, to)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// State returns the breaker's current state.
+func (s *Store) State() gobreaker.State { return s.cb.State() }
+
+// Take implements tiers.Store. It asks the primary under the breaker and
+// the timeout; when the breaker is open or the call fails it decides every
+// bucket by its OnStoreError and returns a nil error, with each Result's
+// Source naming what decided. It returns an error only for bad arguments
+// and when the caller's context ends (nothing is then decided).
+//
+// Arguments are checked only off the healthy path: when the primary fails
+// (so that a failure caused by bad input is the caller's error and does not
+// count against the store) and before deciding without the primary.
+func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+	if len(res) < len(buckets) {
+		return false, fmt.Errorf("fallback: Take: res has %d elements for %d buckets", len(res), len(buckets))
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.c.calls.Add(1)
+	h := s.health.Load()
+	if h&healthClean != 0 {
+		// Fast path: closed, and no failure since the last success. A
+		// success here could not change gobreaker's counts in any way
+		// that matters (it trips on consecutive failures only), so only
+		// a failure goes through it, to be counted.
+		allowed, err := s.callPrimary(ctx, buckets, res)
+		if err == nil {
+			if h2 := s.health.Load(); h2 != h && s.closed.Load() {
+				// A failure was counted while this call ran: count
+				// this later success too, as gobreaker would have,
+				// so it resets the consecutive failures.
+				if _, e := s.cb.Execute(func() (bool, error) { return true, nil }); e == nil && s.closed.Load() {
+					s.health.CompareAndSwap(h2, h2|healthClean)
+				}
+			}
+			return allowed, nil
+		}
+		if !excluded(err) {
+			_, _ = s.cb.Execute(func() (bool, error) { return false, err })
+		}
+		return s.failed(ctx, buckets, res, err)
+	}
+	allowed, err := s.cb.Execute(func() (bool, error) {
+		return s.callPrimary(ctx, buckets, res)
+	})
+	if err == nil {
+		if s.closed.Load() {
+			// Clean again, unless a failure was counted since h was read.
+			s.health.CompareAndSwap(h, h|healthClean)
+		}
+		return allowed, nil
+	}
+	return s.failed(ctx, buckets, res, err)
+}
+
+// healthClean is the low bit of Store.health: set while the breaker is
+// closed and no failure was counted since the last success. The other bits
+// count failures, so a success that started before a failure was counted
+// cannot set the bit back.
+const healthClean = 1
+
+// dirty clears the clean bit and bumps the failure count. It is called after
+// gobreaker has counted a failure, or on a state change.
+func (s *Store) dirty() {
+	for {
+		h := s.health.Load()
+		if s.health.CompareAndSwap(h, (h|healthClean)+1) {
+			return
+		}
+	}
+}
+
+func excluded(err error) bool {
+	if err == errCallerGone {
+		return true
+	}
+	_, bad := err.(badInputError)
+	return bad
+}
+
+// failed handles a Take the primary did not answer: err is what the
+// breaker returned.
+func (s *Store) failed(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result, err error) (bool, error) {
+	switch {
+	case err == errCallerGone:
+		s.c.canceled.Add(1)
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		// The caller's deadline passed a moment before its own timer
+		// fired.
+		return false, context.DeadlineExceeded
+	case err == gobreaker.ErrOpenState || err == gobreaker.ErrTooManyRequests:
+		s.c.rejected.Add(1)
+		if err := checkBuckets(buckets); err != nil {
+			return false, err
+		}
+	default:
+		var bad badInputError
+		if errors.As(err, &bad) {
+			return false, bad.err
+		}
+		s.dirty()
+		s.c.failures.Add(1)
+		if isTimeout(err) {
+			s.c.timeouts.Add(1)
+		}
+		s.noteFailure(err)
+	}
+	return s.decide(buckets, res), nil
+}
+
+// isTimeout reports whether err is the budget running out: the context's
+// deadline, or a network deadline derived from it (a go-redis client with
+// ContextTimeoutEnabled sets the connection's deadline from the context).
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// badInputError carries a check failure of the caller's buckets through the
+// breaker, which excludes it.
+type badInputError struct{ err error }
+
+func (e badInputError) Error() string { return e.err.Error() }
+
+// callPrimary is one guarded call: the primary under the timeout. A
+// failure is classified here, inside the breaker: the caller leaving, or
+// bad input, is excluded from the breaker's counts.
+func (s *Store) callPrimary(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+	cctx := acquireCallCtx(ctx, s.timeout)
+	allowed, err := s.primary.Take(cctx, buckets, res)
+	if err == nil {
+		releaseCallCtx(cctx)
+		return allowed, nil
+	}
+	gone := ctx.Err() != nil || cctx.callerGone()
+	releaseCallCtx(cctx)
+	if gone {
+		return false, errCallerGone
+	}
+	if bad := checkBuckets(buckets); bad != nil {
+		return false, badInputError{bad}
+	}
+	// Remembered before the breaker counts it, so the log line of the
+	// transition it causes names it.
+	s.lastErrMu.Lock()
+	s.lastErr = err
+	s.lastErrMu.Unlock()
+	return false, err
+}
+
+// noteFailure logs store failures at most once per second, with the number suppressed since.
+func (s *Store) noteFailure(err error) {
+	now := s.clock.Now()
+	s.lastErrMu.Lock()
+	if !s.lastLogged.IsZero() && now.Sub(s.lastLogged) < defaultFailureLogPeriod && now.Sub(s.lastLogged) >= 0 {
+		s.suppressed++
+		s.lastErrMu.Unlock()
+		return
+	}
+	suppressed := s.suppressed
+	s.suppressed = 0
+	s.lastLogged = now
+	s.lastErrMu.Unlock()
+	s.logger.Warn("floodgate: rate-limit store call failed; deciding by each rule's on_store_error",
+		"breaker", s.name, "error", err.Error(), "suppressed_since_last_log", suppressed)
+}
+
+// checkBuckets reports the first bucket that every store would refuse, or
+// nil.
+func checkBuckets(buckets []tiers.Bucket) error {
+	for i := range buckets {
+		if err := checkBucket(buckets, i); err != nil {
+			return fmt.Errorf("fallback: Take: bucket %d (%q): %w", i, buckets[i].Key, err)
+		}
+	}
+	return nil
+}
+
+// checkBucket reports what is wrong with buckets[i], or nil. The checks are
+// those every store makes, so that bad input is the caller's error and never
+// counts against the primary.
+func checkBucket(buckets []tiers.Bucket, i int) error {
+	b := &buckets[i]
+	if b.Key == "" {
+		return errors.New("empty key")
+	}
+	for j := 0; j < i; j++ {
+		if buckets[j].Key == b.Key {
+			return fmt.Errorf("same key as bucket %d", j)
+		}
+	}
+	if err := b.Limit.Validate(); err != nil {
+		return err
+	}
+	if b.Cost < 0 {
+		return fmt.Errorf("cost %d is negative", b.Cost)
+	}
+	if int(b.OnStoreError) >= 3 {
+		return fmt.Errorf("unknown on_store_error %d", b.OnStoreError)
+	}
+	return nil
+}
+
+var modeSource = [3]floodgate.Source{
+	tiers.FailLocal:  floodgate.SourceLocalFallback,
+	tiers.FailOpen:   floodgate.SourceFailOpen,
+	tiers.FailClosed: floodgate.SourceFailClosed,
+}
+
+// maxStackReservations is how many local buckets one Take decides without
+// allocating the reservation list.
+const maxStackReservations = 8
+
+// decide answers a Take without the primary, bucket by bucket by
+// OnStoreError, all or nothing: see the package documentation.
+func (s *Store) decide(buckets []tiers.Bucket, res []tiers.Result) bool {
+	allowed := true
+	local := 0
+	for i := range buckets {
+		b := &buckets[i]
+		capacity := b.Limit.Capacity()
+		r := tiers.Result{Limit: capacity, Source: modeSource[b.OnStoreError]}
+		switch {
+		case b.Cost > capacity:
+			r.RetryAfter = tiers.Never
+			allowed = false
+		case b.OnStoreError == tiers.FailOpen:
+			r.Allowed = true
+			r.Remaining = capacity - b.Cost
+		case b.OnStoreError == tiers.FailClosed:
+			r.RetryAfter = s.retryAfter
+			r.Reset = s.retryAfter
+			allowed = false
+		default:
+			local++
+		}
+		res[i] = r
+	}
+	if local > 0 {
+		allowed = s.decideLocal(buckets, res, allowed, local)
+	}
+	if allowed {
+		s.c.takesAllowed.Add(1)
+	} else {
+		s.c.takesDenied.Add(1)
+	}
+	for i := range buckets {
+		a := 0
+		if res[i].Allowed {
+			a = 1
+		}
+		s.c.modes[buckets[i].OnStoreError][a].Add(1)
+	}
+	return allowed
+}
+
+// decideLocal decides the n FailLocal buckets whose cost is within capacity
+// with their local limiters, all or nothing, under s.mu: it reserves each
+// bucket's cost at the clock's now and cancels every reservation (newest
+// first, so each restores exactly what it took) if any bucket cannot
+// proceed now or allowed is already false. It returns whether the Take is
+// allowed.
+func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed bool, n int) bool {
+	type held struct {
+		i int
+		e *localEntry
+		r *rate.Reservation
+	}
+	var stack [maxStackReservations]held
+	hs := stack[:0]
+	if n > maxStackReservations {
+		hs = make([]held, 0, n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	for i := range buckets {
+		b := &buckets[i]
+		if b.OnStoreError != tiers.FailLocal || b.Cost > b.Limit.Capacity() {
+			continue
+		}
+		e := s.local.get(b.Key, b.Limit, now)
+		r := &res[i]
+		r.Limit = e.burst
+		if b.Cost > e.burst {
+			// The local share can never hold this cost; only the store
+			// could admit it, so wait for the store.
+			r.RetryAfter = s.retryAfter
+			allowed = false
+			continue
+		}
+		rv := e.lim.ReserveN(now, int(b.Cost))
+		hs = append(hs, held{i: i, e: e, r: rv})
+		if d := rv.DelayFrom(now); d > 0 {
+			r.RetryAfter = ceilMicro(d)
+			allowed = false
+		} else {
+			r.Allowed = true
+		}
+	}
+	if !allowed {
+		for j := len(hs) - 1; j >= 0; j-- {
+			hs[j].r.CancelAt(now)
+		}
+	}
+	for _, h := range hs {
+		tokens := h.e.lim.TokensAt(now)
+		r := &res[h.i]
+		if tokens > 0 {
+			r.Remaining = int64(math.Floor(tokens))
+		}
+		r.Reset = h.e.durationFor(float64(h.e.burst) - tokens)
+	}
+	return allowed
+}
+
+func ceilMicro(d time.Duration) time.Duration {
+	if r := d % time.Microsecond; r != 0 {
+		d += time.Microsecond - r
+	}
+	return d
+}
+
+// Stats is a snapshot of a Store's counters. Every Take that reaches the
+// breaker is counted exactly once among Calls, and every bucket decided
+// without the primary is counted once in Fallback by its mode and outcome.
+type Stats struct {
+	// State is the breaker's state now.
+	State gobreaker.State
+	// Calls is the number of Takes that reached the breaker.
+	Calls uint64
+	// Failures is the number of primary calls that failed (error or
+	// timeout); Timeouts is the part of them that ran out of time (the
+	// context's deadline, or a network deadline).
+	Failures, Timeouts uint64
+	// Canceled is the number of primary calls abandoned because the
+	// caller's context ended; they do not count against the store.
+	Canceled uint64
+	// Rejected is the number of Takes the breaker did not let through
+	// (open, or half-open with every probe slot taken).
+	Rejected uint64
+	// FallbackTakesAllowed and FallbackTakesDenied count the Takes decided
+	// without the primary, by outcome.
+	FallbackTakesAllowed, FallbackTakesDenied uint64
+	// Fallback counts the buckets decided without the primary by their
+	// mode, as the bucket itself answered: for a local bucket, Allowed
+	// means its limiter had the tokens (the Take may still have denied
+	// because of another bucket, in which case nothing was charged).
+	Fallback [3]ModeCount
+	// Opened, HalfOpened and Closed count breaker transitions into each
+	// state.
+	Opened, HalfOpened, Closed uint64
+	// LocalBuckets is the number of local limiters held; Evictions counts
+	// those dropped by the LRU bound.
+	LocalBuckets int
+	Evictions    uint64
+}
+
+// ModeCount is the number of fallback bucket decisions of one mode.
+type ModeCount struct {
+	Allowed, Denied uint64
+}
+
+// Mode returns the counts of mode m (tiers.FailLocal, FailOpen or
+// FailClosed); an unknown mode has none.
+func (st Stats) Mode(m tiers.FailMode) ModeCount {
+	if int(m) < len(st.Fallback) {
+		return st.Fallback[m]
+	}
+	return ModeCount{}
+}
+
+// Stats returns a snapshot of the Store's counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		State:                s.cb.State(),
+		Calls:                s.c.calls.Load(),
+		Failures:             s.c.failures.Load(),
+		Timeouts:             s.c.timeouts.Load(),
+		Canceled:             s.c.canceled.Load(),
+		Rejected:             s.c.rejected.Load(),
+		FallbackTakesAllowed: s.c.takesAllowed.Load(),
+		FallbackTakesDenied:  s.c.takesDenied.Load(),
+		Opened:               s.c.transitions[gobreaker.StateOpen].Load(),
+		HalfOpened:           s.c.transitions[gobreaker.StateHalfOpen].Load(),
+		Closed:               s.c.transitions[gobreaker.StateClosed].Load(),
+	}
+	for m := range st.Fallback {
+		st.Fallback[m] = ModeCount{Allowed: s.c.modes[m][1].Load(), Denied: s.c.modes[m][0].Load()}
+	}
+	s.mu.Lock()
+	st.LocalBuckets = s.local.len()
+	st.Evictions = s.local.evicted
+	s.mu.Unlock()
+	return st
+}

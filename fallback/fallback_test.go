@@ -1,0 +1,749 @@
+package fallback_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/testing/clock"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+var errDown = errors.New("flaky: store down")
+
+// flaky wraps a real store and fails, or hangs until its context ends, on
+// command. It counts the calls that reach it.
+type flaky struct {
+	inner tiers.Store
+	fail  atomic.Bool
+	hang  atomic.Bool
+	calls atomic.Int64
+	// gate, when non-nil, holds every call until it is closed.
+	gateMu sync.Mutex
+	gate   chan struct{}
+}
+
+func (f *flaky) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+	f.calls.Add(1)
+	f.gateMu.Lock()
+	g := f.gate
+	f.gateMu.Unlock()
+	if g != nil {
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	if f.hang.Load() {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	if f.fail.Load() {
+		return false, errDown
+	}
+	return f.inner.Take(ctx, b, r)
+}
+
+// logBuffer is a concurrency-safe buffer for a slog text handler.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+type transition struct{ from, to gobreaker.State }
+
+type fixture struct {
+	clk   *clock.Fake
+	inner tiers.Store
+	f     *flaky
+	s     *fallback.Store
+	logs  *logBuffer
+	mu    sync.Mutex
+	trans []transition
+}
+
+func (fx *fixture) transitions() []transition {
+	fx.mu.Lock()
+	defer fx.mu.Unlock()
+	return append([]transition(nil), fx.trans...)
+}
+
+func newFixture(t *testing.T, opts ...fallback.Option) *fixture {
+	t.Helper()
+	fx := &fixture{clk: clock.New(time.Time{}), logs: &logBuffer{}}
+	fx.inner = newMemStore(t, fx.clk)
+	fx.f = &flaky{inner: fx.inner}
+	all := []fallback.Option{
+		fallback.WithClock(fx.clk),
+		fallback.WithLogger(slog.New(slog.NewTextHandler(fx.logs, nil))),
+		fallback.OnStateChange(func(name string, from, to gobreaker.State) {
+			fx.mu.Lock()
+			fx.trans = append(fx.trans, transition{from, to})
+			fx.mu.Unlock()
+		}),
+	}
+	s, err := fallback.New(fx.f, append(all, opts...)...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	fx.s = s
+	return fx
+}
+
+func tokenBucket(key string, rate, burst int64, period time.Duration, mode tiers.FailMode) tiers.Bucket {
+	return tiers.Bucket{
+		Key:          key,
+		Limit:        tiers.Limit{Algorithm: tiers.TokenBucket, Rate: rate, Period: period, Burst: burst},
+		Cost:         1,
+		OnStoreError: mode,
+	}
+}
+
+func take(t *testing.T, s tiers.Store, buckets ...tiers.Bucket) (bool, []tiers.Result) {
+	t.Helper()
+	res := make([]tiers.Result, len(buckets))
+	ok, err := s.Take(context.Background(), buckets, res)
+	if err != nil {
+		t.Fatalf("Take: unexpected error %v", err)
+	}
+	return ok, res
+}
+
+// trip fails the primary and takes until the breaker opens, asserting it
+// opens after exactly n failures.
+func trip(t *testing.T, fx *fixture, n int, b ...tiers.Bucket) {
+	t.Helper()
+	fx.f.fail.Store(true)
+	for i := 1; i <= n; i++ {
+		if got := fx.s.State(); got != gobreaker.StateClosed {
+			t.Fatalf("breaker %s after %d failures, want closed until %d", got, i-1, n)
+		}
+		take(t, fx.s, b...)
+	}
+	if got := fx.s.State(); got != gobreaker.StateOpen {
+		t.Fatalf("breaker %s after %d failures, want open", got, n)
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	p := &flaky{}
+	cases := []struct {
+		name string
+		opt  fallback.Option
+		want string
+	}{
+		{"timeout", fallback.WithTimeout(0), "WithTimeout(0s)"},
+		{"failures", fallback.WithFailures(0), "WithFailures(0)"},
+		{"open", fallback.WithOpenInterval(-time.Second), "WithOpenInterval(-1s)"},
+		{"probes", fallback.WithProbes(0), "WithProbes(0)"},
+		{"replicas", fallback.WithReplicas(0), "WithReplicas(0)"},
+		{"capacity", fallback.WithLocalCapacity(0), "WithLocalCapacity(0)"},
+		{"retry", fallback.WithRetryAfter(0), "WithRetryAfter(0s)"},
+		{"clock", fallback.WithClock(nil), "WithClock(nil)"},
+		{"logger", fallback.WithLogger(nil), "WithLogger(nil)"},
+		{"name", fallback.WithName(""), "WithName"},
+		{"callback", fallback.OnStateChange(nil), "OnStateChange(nil)"},
+		{"nil option", nil, "nil Option"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := fallback.New(p, c.opt)
+			if err == nil || s != nil {
+				t.Fatalf("New accepted %s", c.name)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not name %q", err, c.want)
+			}
+		})
+	}
+	if _, err := fallback.New(nil); err == nil || !strings.Contains(err.Error(), "primary") {
+		t.Fatalf("New(nil) error = %v, want one naming the primary store", err)
+	}
+}
+
+func TestTakeRejectsBadInputWithoutTrippingBreaker(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
+	ok1 := tiers.Limit{Rate: 1, Period: time.Second, Burst: 1}
+	bad := [][]tiers.Bucket{
+		{{Key: "rate0", Limit: tiers.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}},
+		{{Key: "negcost", Limit: ok1, Cost: -1}},
+		{{Key: "dup", Limit: ok1, Cost: 1}, {Key: "dup", Limit: ok1, Cost: 1}},
+	}
+	badMode := []tiers.Bucket{{Key: "mode", Limit: ok1, Cost: 1, OnStoreError: 7}}
+	check := func(phase string, bs []tiers.Bucket) {
+		t.Helper()
+		_, err := fx.s.Take(context.Background(), bs, make([]tiers.Result, len(bs)))
+		if err == nil || !strings.Contains(err.Error(), bs[len(bs)-1].Key) {
+			t.Errorf("%s, bucket %q: error %v, want one naming the bucket", phase, bs[len(bs)-1].Key, err)
+		}
+	}
+	// Healthy primary: it refuses the input; that is not a store failure.
+	for _, bs := range bad {
+		check("healthy", bs)
+	}
+	// Failing primary: the input is checked before the fail mode decides.
+	fx.f.fail.Store(true)
+	for _, bs := range append(bad, badMode) {
+		check("failing", bs)
+	}
+	if st := fx.s.Stats(); st.State != gobreaker.StateClosed || st.Failures != 0 {
+		t.Fatalf("stats after bad input: %+v, want closed and no failures", st)
+	}
+	// Open breaker: checked too.
+	trip(t, fx, 1, tokenBucket("k", 1, 1, time.Second, tiers.FailLocal))
+	for _, bs := range append(bad, badMode) {
+		check("open", bs)
+	}
+	b := tokenBucket("k", 1, 1, time.Second, tiers.FailLocal)
+	if _, err := fx.s.Take(context.Background(), []tiers.Bucket{b, b}, make([]tiers.Result, 1)); err == nil || !strings.Contains(err.Error(), "res has 1 elements for 2 buckets") {
+		t.Errorf("short res: error %v", err)
+	}
+	if st := fx.s.Stats(); st.Failures != 1 || st.Mode(tiers.FailLocal).Allowed != 1 {
+		t.Fatalf("stats %+v: bad input was decided or counted", st)
+	}
+}
+
+func TestHealthyPathDelegatesAndDenyIsSuccess(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1))
+	b := tokenBucket("user:1", 3, 3, time.Second, tiers.FailLocal)
+	for i := 0; i < 3; i++ {
+		ok, res := take(t, fx.s, b)
+		if !ok || res[0].Source.Degraded() {
+			t.Fatalf("take %d: allowed=%v source=%q, want allowed by the store", i, ok, res[0].Source)
+		}
+		if res[0].Remaining != int64(2-i) {
+			t.Fatalf("take %d: remaining %d, want %d", i, res[0].Remaining, 2-i)
+		}
+	}
+	// Ten denies in a row from the store: successes, the breaker stays closed.
+	for i := 0; i < 10; i++ {
+		ok, res := take(t, fx.s, b)
+		if ok || res[0].Source.Degraded() || res[0].RetryAfter <= 0 {
+			t.Fatalf("deny %d: allowed=%v source=%q retry=%s", i, ok, res[0].Source, res[0].RetryAfter)
+		}
+	}
+	st := fx.s.Stats()
+	if st.State != gobreaker.StateClosed || st.Calls != 13 || st.Failures != 0 || st.FallbackTakesAllowed+st.FallbackTakesDenied != 0 {
+		t.Fatalf("stats %+v, want 13 calls, closed, no failures, no fallback", st)
+	}
+	if got := fx.f.calls.Load(); got != 13 {
+		t.Fatalf("primary saw %d calls, want 13", got)
+	}
+}
+
+func TestBreakerOpensAfterConfiguredFailures(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(3), fallback.WithOpenInterval(time.Hour))
+	b := tokenBucket("user:1", 100, 100, time.Second, tiers.FailOpen)
+	trip(t, fx, 3, b)
+	for i := 0; i < 5; i++ {
+		ok, res := take(t, fx.s, b)
+		if !ok || res[0].Source != floodgate.SourceFailOpen {
+			t.Fatalf("open breaker take %d: allowed=%v source=%q", i, ok, res[0].Source)
+		}
+	}
+	if got := fx.f.calls.Load(); got != 3 {
+		t.Fatalf("primary saw %d calls, want 3 (none while open)", got)
+	}
+	st := fx.s.Stats()
+	if st.Failures != 3 || st.Rejected != 5 || st.Opened != 1 || st.Mode(tiers.FailOpen).Allowed != 8 {
+		t.Fatalf("stats %+v: want 3 failures, 5 rejected, 1 open, 8 fail-open allows", st)
+	}
+	if got := fx.transitions(); len(got) != 1 || got[0] != (transition{gobreaker.StateClosed, gobreaker.StateOpen}) {
+		t.Fatalf("transitions %v, want closed->open", got)
+	}
+	if logs := fx.logs.String(); !strings.Contains(logs, "circuit breaker opened") || !strings.Contains(logs, errDown.Error()) {
+		t.Fatalf("log does not report the opening and its cause:\n%s", logs)
+	}
+}
+
+func TestFailuresMustBeConsecutive(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(3))
+	b := tokenBucket("user:1", 100, 100, time.Second, tiers.FailLocal)
+	for i := 0; i < 4; i++ {
+		fx.f.fail.Store(true)
+		take(t, fx.s, b)
+		take(t, fx.s, b)
+		fx.f.fail.Store(false)
+		take(t, fx.s, b)
+	}
+	if st := fx.s.Stats(); st.State != gobreaker.StateClosed || st.Failures != 8 {
+		t.Fatalf("stats %+v: want closed after 8 non-consecutive failures", st)
+	}
+}
+
+// TestLocalLimitIsRateOverReplicas holds a bucket of 400/s, burst 40, on an
+// instance of 4 replicas: locally 100/s with a burst of 10, exactly.
+func TestLocalLimitIsRateOverReplicas(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithReplicas(4), fallback.WithOpenInterval(time.Hour))
+	b := tokenBucket("user:1", 400, 40, time.Second, tiers.FailLocal)
+	trip(t, fx, 1, b) // the tripping call itself was decided locally: 1 token
+	allowed := 1
+	for i := 0; i < 20; i++ {
+		ok, res := take(t, fx.s, b)
+		if res[0].Source != floodgate.SourceLocalFallback || res[0].Limit != 10 {
+			t.Fatalf("source %q limit %d, want local_fallback with the local burst 10", res[0].Source, res[0].Limit)
+		}
+		if ok {
+			allowed++
+			if res[0].Remaining != int64(10-allowed) {
+				t.Fatalf("remaining %d after %d allowed, want %d", res[0].Remaining, allowed, 10-allowed)
+			}
+		} else if res[0].RetryAfter != 10*time.Millisecond {
+			t.Fatalf("retry-after %s, want 10ms (1 token at 100/s)", res[0].RetryAfter)
+		}
+	}
+	if allowed != 10 {
+		t.Fatalf("burst: %d allowed at one instant, want 10", allowed)
+	}
+	// One second of requests every 1ms: 100 more, exactly.
+	allowed = 0
+	for i := 0; i < 1000; i++ {
+		fx.clk.Advance(time.Millisecond)
+		if ok, _ := take(t, fx.s, b); ok {
+			allowed++
+		}
+	}
+	if allowed != 100 {
+		t.Fatalf("%d allowed over 1s at 1ms spacing, want 100 (400/s over 4 replicas)", allowed)
+	}
+	st := fx.s.Stats()
+	local := st.Mode(tiers.FailLocal)
+	if local.Allowed != 110 || local.Denied != 911 {
+		t.Fatalf("local counts %+v, want 110 allowed, 911 denied", local)
+	}
+}
+
+func TestLocalWindowAlgorithmShare(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithReplicas(3), fallback.WithOpenInterval(time.Hour))
+	b := tiers.Bucket{Key: "ip:1", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 60, Period: time.Minute}, Cost: 1}
+	trip(t, fx, 1, b)
+	allowed := 1
+	for i := 0; i < 30; i++ {
+		if ok, _ := take(t, fx.s, b); ok {
+			allowed++
+		}
+	}
+	if allowed != 20 {
+		t.Fatalf("%d allowed, want 20 (60 per minute over 3 replicas)", allowed)
+	}
+	fx.clk.Advance(3 * time.Second) // 20/min = one every 3s
+	if ok, _ := take(t, fx.s, b); !ok {
+		t.Fatal("denied after 3s, want one more token")
+	}
+	if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != 3*time.Second {
+		t.Fatalf("allowed=%v retry=%s, want denied with 3s", ok, res[0].RetryAfter)
+	}
+}
+
+func TestLocalAllOrNothing(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
+	user := tokenBucket("user:1", 1, 2, time.Minute, tiers.FailLocal)
+	ip := tokenBucket("ip:1", 100, 100, time.Minute, tiers.FailLocal)
+	trip(t, fx, 1, user, ip) // charges 1 to each
+	ok, res := take(t, fx.s, user, ip)
+	if !ok || res[1].Remaining != 98 || res[0].Remaining != 0 {
+		t.Fatalf("second take: allowed=%v results %+v", ok, res)
+	}
+	for i := 0; i < 5; i++ {
+		ok, res = take(t, fx.s, user, ip)
+		if ok || res[0].Allowed || !res[1].Allowed || res[1].Remaining != 98 {
+			t.Fatalf("take %d: allowed=%v results %+v, want user deny and ip untouched at 98", i, ok, res)
+		}
+		if res[0].RetryAfter != time.Minute {
+			t.Fatalf("retry-after %s, want 1m (1 per minute)", res[0].RetryAfter)
+		}
+	}
+	// The ip bucket alone still has its 98 tokens: nothing was charged.
+	for i := 0; i < 98; i++ {
+		if ok, _ := take(t, fx.s, ip); !ok {
+			t.Fatalf("ip take %d denied: a denied hierarchical take charged it", i)
+		}
+	}
+	if ok, _ := take(t, fx.s, ip); ok {
+		t.Fatal("ip allowed a 101st unit within the same instant")
+	}
+}
+
+func TestOpenAndClosedModes(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithRetryAfter(7*time.Second))
+	login := tokenBucket("login:ip", 5, 5, time.Minute, tiers.FailClosed)
+	search := tokenBucket("search:user", 10, 10, time.Second, tiers.FailOpen)
+	local := tokenBucket("tenant:acme", 100, 100, time.Second, tiers.FailLocal)
+	fx.f.fail.Store(true)
+
+	ok, res := take(t, fx.s, login)
+	if ok || res[0].Source != floodgate.SourceFailClosed || res[0].RetryAfter != 7*time.Second || res[0].Remaining != 0 {
+		t.Fatalf("closed: allowed=%v %+v, want deny from fail_closed with 7s", ok, res[0])
+	}
+	for i := 0; i < 50; i++ {
+		ok, res = take(t, fx.s, search)
+		if !ok || res[0].Source != floodgate.SourceFailOpen || res[0].Limit != 10 || res[0].Remaining != 9 {
+			t.Fatalf("open: allowed=%v %+v", ok, res[0])
+		}
+	}
+	// Closed + local: denied, the local bucket is not charged.
+	for i := 0; i < 3; i++ {
+		ok, res = take(t, fx.s, login, local)
+		if ok || res[1].Source != floodgate.SourceLocalFallback || !res[1].Allowed || res[1].Remaining != 100 {
+			t.Fatalf("closed+local: allowed=%v %+v", ok, res)
+		}
+	}
+	// Open + local: the local bucket decides.
+	ok, res = take(t, fx.s, search, local)
+	if !ok || res[0].Source != floodgate.SourceFailOpen || res[1].Source != floodgate.SourceLocalFallback || res[1].Remaining != 99 {
+		t.Fatalf("open+local: allowed=%v %+v", ok, res)
+	}
+	st := fx.s.Stats()
+	want := [3]fallback.ModeCount{
+		tiers.FailLocal:  {Allowed: 4},
+		tiers.FailOpen:   {Allowed: 51},
+		tiers.FailClosed: {Denied: 4},
+	}
+	if st.Fallback != want || st.FallbackTakesAllowed != 51 || st.FallbackTakesDenied != 4 {
+		t.Fatalf("stats %+v, want modes %+v, 51 takes allowed, 4 denied", st, want)
+	}
+}
+
+func TestCostAboveCapacityNeverAdmitted(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithReplicas(4))
+	fx.f.fail.Store(true)
+	for _, mode := range []tiers.FailMode{tiers.FailLocal, tiers.FailOpen, tiers.FailClosed} {
+		b := tokenBucket("k:"+mode.String(), 10, 10, time.Second, mode)
+		b.Cost = 11
+		if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != tiers.Never {
+			t.Errorf("%s: allowed=%v retry=%s, want deny with Never", mode, ok, res[0].RetryAfter)
+		}
+	}
+	// Within capacity but above the local share (10/4 = 2): denied, retry
+	// after the configured retry-after, not Never.
+	b := tokenBucket("k:share", 10, 10, time.Second, tiers.FailLocal)
+	b.Cost = 3
+	if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != fallback.DefaultRetryAfter || res[0].Limit != 2 {
+		t.Errorf("above local share: allowed=%v %+v", ok, res[0])
+	}
+}
+
+func TestBreakerClosesAfterOpenIntervalAndOneProbe(t *testing.T) {
+	const open = 150 * time.Millisecond
+	fx := newFixture(t, fallback.WithFailures(2), fallback.WithOpenInterval(open))
+	b := tokenBucket("user:1", 1000, 1000, time.Second, tiers.FailLocal)
+	trip(t, fx, 2, b)
+	openedAt := time.Now()
+	fx.f.fail.Store(false)
+	// Before the interval: still decided locally, the primary is not asked
+	// (checked only if this goroutine ran in time on a loaded machine).
+	_, res := take(t, fx.s, b)
+	if time.Since(openedAt) < open && res[0].Source != floodgate.SourceLocalFallback {
+		t.Fatalf("source %q right after opening, want local_fallback", res[0].Source)
+	}
+	calls := fx.f.calls.Load()
+	time.Sleep(open - time.Since(openedAt) + 5*time.Millisecond)
+	_, res = take(t, fx.s, b) // the probe
+	if res[0].Source.Degraded() {
+		t.Fatalf("probe after the open interval: source %q, want the store", res[0].Source)
+	}
+	if got := fx.f.calls.Load() - calls; got != 1 {
+		t.Fatalf("%d calls reached the primary, want 1 probe", got)
+	}
+	if st := fx.s.State(); st != gobreaker.StateClosed {
+		t.Fatalf("state %s after one successful probe, want closed", st)
+	}
+	want := []transition{
+		{gobreaker.StateClosed, gobreaker.StateOpen},
+		{gobreaker.StateOpen, gobreaker.StateHalfOpen},
+		{gobreaker.StateHalfOpen, gobreaker.StateClosed},
+	}
+	got := fx.transitions()
+	if len(got) != len(want) {
+		t.Fatalf("transitions %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("transitions %v, want %v", got, want)
+		}
+	}
+	if logs := fx.logs.String(); !strings.Contains(logs, "half-open") || !strings.Contains(logs, "circuit breaker closed") {
+		t.Fatalf("log misses the transitions:\n%s", logs)
+	}
+	if st := fx.s.Stats(); st.Opened != 1 || st.HalfOpened != 1 || st.Closed != 1 {
+		t.Fatalf("transition counts %+v", st)
+	}
+	// Closed again: healthy calls, then exactly 2 failures trip it again.
+	for i := 0; i < 5; i++ {
+		if _, res := take(t, fx.s, b); res[0].Source.Degraded() {
+			t.Fatalf("take %d after closing: source %q", i, res[0].Source)
+		}
+	}
+	trip(t, fx, 2, b)
+}
+
+// TestHalfOpenLetsOneProbeThrough holds the probe in the primary while 8
+// other takes arrive: they are all decided locally, none reaches the store.
+func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
+	const open = 20 * time.Millisecond
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(open), fallback.WithTimeout(5*time.Second))
+	b := tokenBucket("user:1", 1000, 1000, time.Second, tiers.FailLocal)
+	trip(t, fx, 1, b)
+	fx.f.fail.Store(false)
+	gate := make(chan struct{})
+	fx.f.gateMu.Lock()
+	fx.f.gate = gate
+	fx.f.gateMu.Unlock()
+	time.Sleep(open + 5*time.Millisecond)
+	before := fx.f.calls.Load()
+	probeDone := make(chan tiers.Result, 1)
+	go func() {
+		res := make([]tiers.Result, 1)
+		_, _ = fx.s.Take(context.Background(), []tiers.Bucket{b}, res)
+		probeDone <- res[0]
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for fx.f.calls.Load() == before && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	if fx.f.calls.Load() != before+1 {
+		t.Fatal("the probe did not reach the primary")
+	}
+	for i := 0; i < 8; i++ {
+		if _, res := take(t, fx.s, b); res[0].Source != floodgate.SourceLocalFallback {
+			t.Fatalf("take %d during the probe: source %q, want local_fallback", i, res[0].Source)
+		}
+	}
+	if got := fx.f.calls.Load(); got != before+1 {
+		t.Fatalf("%d calls reached the primary during the probe, want 1", got-before)
+	}
+	close(gate)
+	if r := <-probeDone; r.Source.Degraded() {
+		t.Fatalf("probe source %q, want the store", r.Source)
+	}
+	if st := fx.s.State(); st != gobreaker.StateClosed {
+		t.Fatalf("state %s after the probe, want closed", st)
+	}
+}
+
+func TestTimeoutIsAFailure(t *testing.T) {
+	const budget = 3 * time.Millisecond
+	fx := newFixture(t, fallback.WithFailures(2), fallback.WithTimeout(budget), fallback.WithOpenInterval(time.Hour))
+	b := tokenBucket("user:1", 10, 10, time.Second, tiers.FailLocal)
+	fx.f.hang.Store(true)
+	for i := 0; i < 2; i++ {
+		start := time.Now()
+		ok, res := take(t, fx.s, b)
+		el := time.Since(start)
+		if !ok || res[0].Source != floodgate.SourceLocalFallback {
+			t.Fatalf("take %d: allowed=%v source %q, want local fallback", i, ok, res[0].Source)
+		}
+		if el < budget {
+			t.Fatalf("take %d returned after %s, before the %s budget", i, el, budget)
+		}
+	}
+	st := fx.s.Stats()
+	if st.Timeouts != 2 || st.Failures != 2 || st.State != gobreaker.StateOpen {
+		t.Fatalf("stats %+v, want 2 timeouts counted as failures and an open breaker", st)
+	}
+}
+
+func TestCallerCancellationDoesNotTrip(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithTimeout(5*time.Second))
+	b := tokenBucket("user:1", 10, 10, time.Second, tiers.FailLocal)
+	fx.f.hang.Store(true)
+	for i := 0; i < 5; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		_, err := fx.s.Take(ctx, []tiers.Bucket{b}, make([]tiers.Result, 1))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("take %d: error %v, want the caller's context error", i, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := fx.s.Take(ctx, []tiers.Bucket{b}, make([]tiers.Result, 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("take with a cancelled context: error %v", err)
+	}
+	st := fx.s.Stats()
+	if st.State != gobreaker.StateClosed || st.Failures != 0 || st.Canceled != 5 {
+		t.Fatalf("stats %+v, want closed, no failures, 5 cancelled", st)
+	}
+}
+
+func TestLRUEvictsLeastRecentlyUsed(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithLocalCapacity(2))
+	a := tokenBucket("a", 1, 1, time.Hour, tiers.FailLocal)
+	bb := tokenBucket("b", 1, 1, time.Hour, tiers.FailLocal)
+	c := tokenBucket("c", 1, 1, time.Hour, tiers.FailLocal)
+	trip(t, fx, 1, a) // a: drained
+	if ok, _ := take(t, fx.s, bb); !ok {
+		t.Fatal("b denied on first use")
+	}
+	if ok, _ := take(t, fx.s, a); ok { // a used again: most recent
+		t.Fatal("a allowed twice in one instant")
+	}
+	if ok, _ := take(t, fx.s, c); !ok { // evicts b
+		t.Fatal("c denied on first use")
+	}
+	st := fx.s.Stats()
+	if st.LocalBuckets != 2 || st.Evictions != 1 {
+		t.Fatalf("LRU: %d buckets, %d evictions, want 2 and 1", st.LocalBuckets, st.Evictions)
+	}
+	if ok, _ := take(t, fx.s, a); ok {
+		t.Fatal("a was evicted instead of b")
+	}
+	if ok, _ := take(t, fx.s, bb); !ok { // b evicted: starts full again (evicts c)
+		t.Fatal("b was not evicted")
+	}
+}
+
+func TestLocalLimitChangeKeepsConsumption(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
+	b := tokenBucket("user:1", 10, 10, time.Second, tiers.FailLocal)
+	trip(t, fx, 1, b)
+	for i := 0; i < 9; i++ {
+		take(t, fx.s, b)
+	}
+	b.Limit.Burst, b.Limit.Rate = 20, 20
+	ok, res := take(t, fx.s, b)
+	if ok || res[0].Limit != 20 || res[0].RetryAfter != 50*time.Millisecond {
+		t.Fatalf("after raising the limit: allowed=%v %+v, want still empty, limit 20, retry 50ms", ok, res[0])
+	}
+}
+
+type ctxKey struct{}
+
+// ctxProbe is a primary that reports what its context looks like, then
+// waits for Done when told to.
+type ctxProbe struct {
+	wait     bool
+	value    any
+	deadline time.Duration // until the deadline, as seen at the start
+	waited   time.Duration
+	err      error
+}
+
+func (p *ctxProbe) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+	p.value = ctx.Value(ctxKey{})
+	d, ok := ctx.Deadline()
+	if !ok {
+		return false, errors.New("no deadline")
+	}
+	p.deadline = time.Until(d)
+	if p.wait {
+		start := time.Now()
+		<-ctx.Done()
+		p.waited = time.Since(start)
+		p.err = ctx.Err()
+		return false, ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	for i := range b {
+		r[i] = tiers.Result{Allowed: true}
+	}
+	return true, nil
+}
+
+func TestCallContext(t *testing.T) {
+	const budget = 30 * time.Millisecond
+	p := &ctxProbe{}
+	s, err := fallback.New(p, fallback.WithTimeout(budget), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []tiers.Bucket{tokenBucket("k", 10, 10, time.Second, tiers.FailOpen)}
+	res := make([]tiers.Result, 1)
+	ctx := context.WithValue(context.Background(), ctxKey{}, "v")
+
+	// The caller's values pass; the deadline is the budget.
+	for i := 0; i < 3; i++ { // reused contexts behave the same
+		if ok, err := s.Take(ctx, b, res); !ok || err != nil {
+			t.Fatalf("take %d: %v %v", i, ok, err)
+		}
+		if p.value != "v" || p.deadline <= 0 || p.deadline > budget {
+			t.Fatalf("take %d: value %v, deadline in %s, want the caller's value and <= %s", i, p.value, p.deadline, budget)
+		}
+	}
+	// A caller's earlier deadline wins, and running out of it is the
+	// caller's error, not a store failure.
+	p.wait = true
+	early, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+	_, err = s.Take(early, b, res)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || p.deadline > 5*time.Millisecond {
+		t.Fatalf("early caller deadline: err %v, deadline in %s", err, p.deadline)
+	}
+	if st := s.Stats(); st.Failures != 0 || st.Canceled != 1 {
+		t.Fatalf("stats %+v, want the caller's deadline counted as cancelled", st)
+	}
+	// Done closes at the budget and Err says so; the call then falls back.
+	for i := 0; i < 2; i++ { // a fresh context after one expired
+		ok, err := s.Take(ctx, b, res)
+		if err != nil || !ok || res[0].Source != floodgate.SourceFailOpen {
+			t.Fatalf("timed-out take %d: allowed=%v err=%v source %q", i, ok, err, res[0].Source)
+		}
+		if p.waited < budget-time.Millisecond || !errors.Is(p.err, context.DeadlineExceeded) {
+			t.Fatalf("timed-out take %d: Done after %s with %v, want about %s and DeadlineExceeded", i, p.waited, p.err, budget)
+		}
+	}
+	if st := s.Stats(); st.Timeouts != 2 {
+		t.Fatalf("stats %+v, want 2 timeouts", st)
+	}
+}
+
+// TestConcurrentFailuresRace drives the healthy fast path and the breaker
+// from many goroutines while the primary flips between failing and
+// healthy, for the race detector; at the end a healthy primary closes the
+// breaker and a run of failures opens it after exactly the threshold.
+func TestConcurrentFailuresRace(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(3), fallback.WithOpenInterval(2*time.Millisecond))
+	b := tokenBucket("k", 1_000_000, 1_000_000, time.Second, tiers.FailLocal)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			res := make([]tiers.Result, 1)
+			for i := 0; i < 500; i++ {
+				if w == 0 && i%50 == 0 {
+					fx.f.fail.Store(i%100 == 0)
+				}
+				if _, err := fx.s.Take(context.Background(), []tiers.Bucket{b}, res); err != nil {
+					t.Errorf("take: %v", err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	fx.f.fail.Store(false)
+	if !waitFor(time.Second, func() bool {
+		take(t, fx.s, b)
+		return fx.s.State() == gobreaker.StateClosed
+	}) {
+		t.Fatalf("breaker %s with a healthy primary", fx.s.State())
+	}
+	take(t, fx.s, b)
+	trip(t, fx, 3, b)
+}

@@ -1,0 +1,19 @@
+package fallback_test
+
+import (
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
+)
+
+// newMemStore returns the in-process store reading clk.
+func newMemStore(t testing.TB, clk floodgate.Clock) tiers.Store {
+	t.Helper()
+	s := memstore.New(memstore.WithClock(clk))
+	if err := s.Err(); err != nil {
+		t.Fatalf("memstore.New: %v", err)
+	}
+	return s
+}
