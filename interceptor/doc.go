@@ -1,0 +1,103 @@
+// Package interceptor adapts floodgate stages (any floodgate.Admitter: the
+// shedder, the concurrency limiter, the tiers limiter, or a floodgate.Chain
+// of them) to gRPC and net/http. It is the only package that knows the
+// transports: it turns a call into a floodgate.Request and a Decision into
+// a status, headers and a body.
+//
+// # Composition
+//
+// Use one interceptor per stage, in chain order, inside
+// grpc.ChainUnaryInterceptor / grpc.ChainStreamInterceptor, or one around a
+// floodgate.Chain. The first floodgate interceptor of a call builds the
+// floodgate.Request and stores it in the context, where
+// floodgate.FromContext finds it (Request and context are one allocation);
+// later ones reuse it, so pass the request-building options
+// (identity, proxies, methods) to every interceptor, or at least the first.
+// Each admitted stage's Done runs exactly once when the call finishes: on
+// return, on panic (deferred), on client cancellation (the handler returns)
+// and, for streams, when the stream handler returns. Streams are charged
+// once when they open; WithPerMessage also charges every received message.
+// WithObserver reports every stage's decision once (floodgate.Observed).
+//
+// A stage's error never decides by itself: the Decision does. An error with
+// an allowing Decision lets the call proceed and is logged through
+// log/slog at most once per 10 s per interceptor.
+//
+// # gRPC status mapping
+//
+// A deny from the shedder (StageShedder) is UNAVAILABLE; any other deny
+// (tiers, concurrency) is RESOURCE_EXHAUSTED; never INTERNAL or UNKNOWN.
+// The status carries google.rpc.ErrorInfo (reason RATE_LIMIT_EXCEEDED,
+// CONCURRENCY_LIMIT_EXCEEDED or LOAD_SHED, the configured domain, and
+// metadata stage/policy/limit/window_seconds), google.rpc.RetryInfo when
+// the stage gave a RetryAfter, and google.rpc.QuotaFailure naming the
+// policy for tiers and concurrency denials. When Decision.HideQuota is set
+// the policy name, limit and QuotaFailure are left out. The trailer
+// grpc-retry-pushback-ms carries RetryAfter in milliseconds rounded up (or
+// -1, "do not retry", when waiting cannot help), which grpc-go's own retry
+// policy honours for codes listed in retryableStatusCodes. See DenyStatus.
+//
+// UnaryClient and StreamClient retry RESOURCE_EXHAUSTED and UNAVAILABLE
+// only when the server said when (pushback trailer first, then RetryInfo),
+// with bounded attempts and jitter added on top of the server's delay,
+// never waiting past the context deadline.
+//
+// # HTTP mapping
+//
+// A shedder deny is 503, any other deny 429; never 500. A deny carries
+// Retry-After in delay-seconds (RetryAfter rounded up), Cache-Control:
+// no-store, and an application/problem+json body (RFC 9457) of type
+// ...#quota-exceeded (429) or ...#temporary-reduced-capacity (503) with
+// title, status, detail and violated-policies (left out when HideQuota).
+//
+// Every response of a limited route whose binding decision is a rate limit
+// (a Policy with a positive Limit and Window), allowed or denied, carries
+// the draft-ietf-httpapi-ratelimit-headers-10 fields
+//
+//	RateLimit-Policy: "name";q=<Limit>;w=<Window seconds, rounded up>
+//	RateLimit: "name";r=<Remaining>;t=<seconds>
+//
+// where t is RetryAfter rounded up on a deny and Reset rounded up on an
+// allow, so Retry-After never points earlier than t. The policy name is an
+// RFC 9651 String (\ and " escaped); a name with non-ASCII or control
+// characters cannot be one, and the fields are then omitted (logged).
+// Concurrency and shedder decisions have no window and send no RateLimit
+// fields. When HideQuota is set no RateLimit fields are sent at all: a
+// hidden quota (login attempts) reveals neither its size nor what is left.
+// WithLegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset (Unix
+// epoch seconds, now + t).
+//
+// The Method of an HTTP request is its route pattern; see HTTP for how to
+// get one when the middleware wraps the whole mux.
+//
+// # Trust
+//
+// The client IP is the immediate peer's address. Only when that peer is in
+// WithTrustedProxies is the one forwarding header chosen with
+// WithClientIPHeader read (X-Forwarded-For by default, or RFC 7239
+// Forwarded for=, or X-Real-IP; the same keys in gRPC metadata): its hops
+// are walked right to left and the first hop that is not itself a trusted
+// proxy is the client. An unparsable, "unknown" or obfuscated hop stops the
+// walk at the last address a trusted proxy vouched for. A client sending
+// X-Forwarded-For from an untrusted address is identified by that address.
+//
+// User, tenant, API key and tier come only from Extractors the operator
+// supplies: FromHeader for a header the edge sets and strips, FromClaims for
+// claims of a token the auth layer already verified, or any function. API
+// keys are passed to the stages only; this package never logs them or puts
+// them in errors.
+//
+// Health checks are never limited: every /grpc.health.v1.Health/ method,
+// and the HTTP paths given to WithHealthPaths. WithSkip exempts more.
+//
+// # Cost and priority precedence
+//
+// For each of cost and priority separately, the first source that sets it
+// wins: the policy (WithMethodOptions, consulted on every call since
+// policies reload), then the Go map (WithMethods), then the proto
+// annotation (floodgate.v1.method, read once per method from
+// protoregistry.GlobalFiles and cached), then, for priority over HTTP only,
+// the HTTP method (GET, HEAD, OPTIONS, TRACE read; others write). A trusted
+// priority header (WithPriorityHeader) overrides them all for priority.
+// Cost 0 means "not annotated": each rule's own cost applies.
+package interceptor

@@ -1,0 +1,323 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// PushbackTrailer is the gRPC trailer (gRFC A6) carrying how many
+// milliseconds a client should wait before retrying; grpc-go's built-in
+// retry policy reads it.
+const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// google.rpc.ErrorInfo reasons of denials.
+const (
+	// ReasonRateLimit: a rate limit (StageTiers, or an unnamed stage) denied.
+	ReasonRateLimit = "RATE_LIMIT_EXCEEDED"
+	// ReasonConcurrency: the in-flight limiter (StageConcurrency) denied.
+	ReasonConcurrency = "CONCURRENCY_LIMIT_EXCEEDED"
+	// ReasonLoadShed: the load shedder (StageShedder) shed the call.
+	ReasonLoadShed = "LOAD_SHED"
+)
+
+// healthPrefix is the gRPC health service; its calls are never limited.
+const healthPrefix = "/grpc.health.v1.Health/"
+
+// Interceptor adapts one Admitter (one stage, or a floodgate.Chain) to gRPC
+// and net/http. Build it with New; UnaryServer, StreamServer and HTTP are
+// shorthands.
+type Interceptor struct {
+	a      floodgate.Admitter
+	c      *config
+	errLog atomic.Int64
+}
+
+// New validates opts and returns an Interceptor around a. The error names
+// every invalid option.
+func New(a floodgate.Admitter, opts ...Option) (*Interceptor, error) {
+	c, err := newConfig(opts)
+	if a == nil {
+		err = errors.Join(errors.New("interceptor: nil Admitter"), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.observer != nil {
+		a = floodgate.Observed(a, c.observer)
+	}
+	return &Interceptor{a: a, c: c}, nil
+}
+
+// UnaryServer returns a gRPC unary server interceptor admitting calls
+// through a. Use one per stage inside grpc.ChainUnaryInterceptor, or one
+// around a floodgate.Chain.
+//
+// If opts are invalid (use New to see the error at startup) the returned
+// interceptor fails every call with codes.Internal naming the configuration
+// error, and logs it once: a misconfigured limiter is found by the first
+// call, never silently skipped.
+func UnaryServer(a floodgate.Admitter, opts ...Option) grpc.UnaryServerInterceptor {
+	i, err := New(a, opts...)
+	if err != nil {
+		slog.Error("floodgate: invalid UnaryServer configuration", "error", err)
+		st := status.New(codes.Internal, "floodgate interceptor misconfigured: "+err.Error())
+		return func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+			return nil, st.Err()
+		}
+	}
+	return i.UnaryServer()
+}
+
+// StreamServer is UnaryServer for streams. A stream is charged once when it
+// opens (and per received message with WithPerMessage); its Done runs when
+// the handler returns, including when the client cancels.
+func StreamServer(a floodgate.Admitter, opts ...Option) grpc.StreamServerInterceptor {
+	i, err := New(a, opts...)
+	if err != nil {
+		slog.Error("floodgate: invalid StreamServer configuration", "error", err)
+		st := status.New(codes.Internal, "floodgate interceptor misconfigured: "+err.Error())
+		return func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+			return st.Err()
+		}
+	}
+	return i.StreamServer()
+}
+
+func (i *Interceptor) exempt(method string) bool {
+	return strings.HasPrefix(method, healthPrefix) || (i.c.skip != nil && i.c.skip(method))
+}
+
+// grpcRequest returns the call's Request, building it (and storing it in
+// the returned context) when no earlier floodgate interceptor did.
+func (i *Interceptor) grpcRequest(ctx context.Context, method string) (*floodgate.Request, context.Context) {
+	if r, ok := floodgate.FromContext(ctx); ok {
+		return r, ctx
+	}
+	nctx, r := floodgate.NewRequestContext(ctx)
+	i.c.buildRequest(ctx, r, method, true, floodgate.PriorityUnspecified, peerAddr(ctx), Metadata{ctx: ctx})
+	return r, nctx
+}
+
+func peerAddr(ctx context.Context) (a netip.Addr) {
+	if p, ok := peer.FromContext(ctx); ok && p != nil {
+		return addrFromNet(p.Addr)
+	}
+	return a
+}
+
+// admit runs the stage and logs (rate-limited) an error that came with it.
+func (i *Interceptor) admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done) {
+	d, done, err := i.a.Admit(ctx, r)
+	if err != nil {
+		i.logStageError(r, d, err)
+	}
+	if !d.Allowed && done != nil {
+		// A denying stage must not hold anything; release defensively.
+		done()
+		done = nil
+	}
+	return d, done
+}
+
+func (i *Interceptor) logStageError(r *floodgate.Request, d floodgate.Decision, err error) {
+	logThrottled(&i.errLog, "floodgate: stage returned an error; its decision stands",
+		"method", r.Method, "stage", string(d.Stage), "source", string(d.Source), "allowed", d.Allowed, "error", err)
+}
+
+// UnaryServer returns the unary server interceptor.
+func (i *Interceptor) UnaryServer() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if i.exempt(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		r, ctx := i.grpcRequest(ctx, info.FullMethod)
+		d, done := i.admit(ctx, r)
+		if !d.Allowed {
+			_ = grpc.SetTrailer(ctx, pushbackMD(d))
+			return nil, DenyStatus(d, i.c.domain).Err()
+		}
+		if done != nil {
+			defer done()
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServer returns the stream server interceptor.
+func (i *Interceptor) StreamServer() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if i.exempt(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		ctx := ss.Context()
+		r, nctx := i.grpcRequest(ctx, info.FullMethod)
+		d, done := i.admit(nctx, r)
+		if !d.Allowed {
+			ss.SetTrailer(pushbackMD(d))
+			return DenyStatus(d, i.c.domain).Err()
+		}
+		if done != nil {
+			defer done()
+		}
+		if nctx != ctx || i.c.perMessage {
+			ss = &serverStream{ServerStream: ss, ctx: nctx, i: i, r: r}
+		}
+		return handler(srv, ss)
+	}
+}
+
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+	i   *Interceptor
+	r   *floodgate.Request
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+func (s *serverStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if !s.i.c.perMessage {
+		return nil
+	}
+	d, done := s.i.admit(s.ctx, s.r)
+	if !d.Allowed {
+		s.SetTrailer(pushbackMD(d))
+		return DenyStatus(d, s.i.c.domain).Err()
+	}
+	if done != nil {
+		done()
+	}
+	return nil
+}
+
+// pushbackMD is the grpc-retry-pushback-ms trailer for a deny: the retry
+// delay in whole milliseconds rounded up, or -1 ("do not retry", gRFC A6)
+// when waiting cannot cure the deny (RetryAfter 0).
+func pushbackMD(d floodgate.Decision) metadata.MD {
+	return metadata.MD{PushbackTrailer: []string{pushbackValue(d.RetryAfter)}}
+}
+
+func pushbackValue(ra time.Duration) string {
+	if ra <= 0 {
+		return "-1"
+	}
+	ms := (ra + time.Millisecond - 1) / time.Millisecond
+	if ms > math.MaxInt32 {
+		ms = math.MaxInt32
+	}
+	return strconv.FormatInt(int64(ms), 10)
+}
+
+// DenyStatus is the gRPC status this package sends for a denying Decision:
+// UNAVAILABLE for the shedder, RESOURCE_EXHAUSTED otherwise, with details
+//
+//   - google.rpc.ErrorInfo: Reason RATE_LIMIT_EXCEEDED (tiers),
+//     CONCURRENCY_LIMIT_EXCEEDED (concurrency) or LOAD_SHED (shedder),
+//     Domain domain, Metadata "stage" and, unless d.HideQuota, "policy",
+//     "limit" and "window_seconds" (each only when known);
+//   - google.rpc.RetryInfo with RetryDelay = d.RetryAfter, when positive;
+//   - google.rpc.QuotaFailure, for tiers and concurrency denials naming a
+//     policy, unless d.HideQuota: one violation with Subject and QuotaId the
+//     policy name, QuotaValue the limit, and a Description.
+//
+// It never returns codes.Internal or codes.Unknown.
+func DenyStatus(d floodgate.Decision, domain string) *status.Status {
+	code, reason, msg := codes.ResourceExhausted, ReasonRateLimit, "rate limit exceeded"
+	switch d.Stage {
+	case floodgate.StageShedder:
+		code, reason, msg = codes.Unavailable, ReasonLoadShed, "server overloaded: request shed"
+	case floodgate.StageConcurrency:
+		reason, msg = ReasonConcurrency, "concurrency limit exceeded"
+	}
+	show := !d.HideQuota && d.Policy != ""
+	if show {
+		msg += " (policy " + strconv.Quote(d.Policy) + ")"
+	}
+	if d.RetryAfter > 0 {
+		msg += "; retry after " + d.RetryAfter.String()
+	}
+	md := make(map[string]string, 4)
+	if d.Stage != "" {
+		md["stage"] = string(d.Stage)
+	}
+	if show {
+		md["policy"] = d.Policy
+		if d.Limit > 0 {
+			md["limit"] = strconv.FormatInt(d.Limit, 10)
+		}
+		if d.Window > 0 {
+			md["window_seconds"] = strconv.FormatInt(ceilSeconds(d.Window), 10)
+		}
+	}
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: domain, Metadata: md}}
+	if d.RetryAfter > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
+	}
+	if show && d.Stage != floodgate.StageShedder {
+		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+			Subject:     d.Policy,
+			Description: quotaDescription(d),
+			QuotaId:     d.Policy,
+			QuotaValue:  d.Limit,
+		}}})
+	}
+	st := status.New(code, msg)
+	if withDetails, err := st.WithDetails(details...); err == nil {
+		return withDetails
+	}
+	return st
+}
+
+func quotaDescription(d floodgate.Decision) string {
+	var b strings.Builder
+	if d.Stage == floodgate.StageConcurrency {
+		b.WriteString("concurrency limit")
+		if d.Limit > 0 {
+			b.WriteString(" of ")
+			b.WriteString(strconv.FormatInt(d.Limit, 10))
+			b.WriteString(" in flight")
+		}
+		b.WriteString(" reached")
+		return b.String()
+	}
+	b.WriteString("rate limit")
+	if d.Limit > 0 {
+		b.WriteString(" of ")
+		b.WriteString(strconv.FormatInt(d.Limit, 10))
+		if d.Window > 0 {
+			b.WriteString(" per ")
+			b.WriteString(d.Window.String())
+		}
+	}
+	b.WriteString(" exceeded")
+	return b.String()
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

@@ -1,0 +1,261 @@
+package interceptor
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Problem types of draft-ietf-httpapi-ratelimit-headers-10 for
+// application/problem+json bodies (RFC 9457).
+const (
+	// ProblemQuotaExceeded is the type of 429 bodies.
+	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemTemporaryReducedCapacity is the type of 503 (shed) bodies.
+	ProblemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+// HTTP returns net/http middleware admitting requests through a. Use one
+// per stage or one around a floodgate.Chain.
+//
+// The request's Method is its route pattern: r.Pattern, which
+// http.ServeMux sets only once it has routed the request. Wrap the
+// handlers registered on the mux (mux.Handle("GET /v1/items/{id}",
+// mw(h))) and r.Pattern is there. Middleware wrapping the whole mux sees an
+// empty r.Pattern: give it WithServeMux(mux) (it asks the mux for the
+// pattern) or WithRoute; WithMethodPathFallback names requests
+// "METHOD /path" but only when asked, since raw paths are unbounded. With
+// none of these, an unrouted request has an empty Method (rules keyed on
+// method do not match it) and a warning is logged, rate-limited.
+//
+// If opts are invalid (use New to see the error at startup) every request
+// gets 500 naming the configuration error, which is logged once.
+func HTTP(a floodgate.Admitter, opts ...Option) func(http.Handler) http.Handler {
+	i, err := New(a, opts...)
+	if err != nil {
+		slog.Error("floodgate: invalid HTTP middleware configuration", "error", err)
+		msg := "floodgate middleware misconfigured: " + err.Error()
+		return func(http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, msg, http.StatusInternalServerError)
+			})
+		}
+	}
+	return i.HTTP()
+}
+
+var routeLog atomic.Int64
+
+func (i *Interceptor) route(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	if i.c.route != nil {
+		if p := i.c.route(r); p != "" {
+			return p
+		}
+	}
+	if i.c.mux != nil {
+		if _, p := i.c.mux.Handler(r); p != "" {
+			return p
+		}
+	}
+	if i.c.methodFallback {
+		return r.Method + " " + r.URL.Path
+	}
+	logThrottled(&routeLog, "floodgate: HTTP request without a route pattern; limiting it with an empty method (wrap handlers inside the mux, or use WithServeMux/WithRoute)")
+	return ""
+}
+
+func httpPriority(method string) floodgate.Priority {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return floodgate.PriorityRead
+	}
+	return floodgate.PriorityWrite
+}
+
+// HTTP returns the net/http middleware.
+func (i *Interceptor) HTTP() func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if i.c.healthPaths[r.URL.Path] {
+				next.ServeHTTP(w, r)
+				return
+			}
+			fr, ok := floodgate.FromContext(r.Context())
+			if !ok {
+				method := i.route(r)
+				if i.c.skip != nil && i.c.skip(method) {
+					next.ServeHTTP(w, r)
+					return
+				}
+				var nctx context.Context
+				nctx, fr = floodgate.NewRequestContext(r.Context())
+				var peer netip.Addr
+				if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+					peer = normalize(ap.Addr())
+				} else {
+					peer = parseHostAddr(r.RemoteAddr)
+				}
+				i.c.buildRequest(r.Context(), fr, method, false, httpPriority(r.Method), peer, Metadata{h: r.Header})
+				r = r.WithContext(nctx)
+			} else if i.c.skip != nil && i.c.skip(fr.Method) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			d, done := i.admit(r.Context(), fr)
+			if !d.Allowed {
+				i.writeDeny(w, d)
+				return
+			}
+			i.quotaHeaders(w.Header(), d)
+			if done != nil {
+				defer done()
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// quotaSeconds is the t of the RateLimit field: on a deny the seconds
+// until the request could pass (RetryAfter, rounded up), otherwise until
+// the quota is fully restored (Reset, rounded up).
+func quotaSeconds(d floodgate.Decision) int64 {
+	if !d.Allowed && d.RetryAfter > 0 {
+		return ceilSeconds(d.RetryAfter)
+	}
+	return ceilSeconds(d.Reset)
+}
+
+var sfLog atomic.Int64
+
+// quotaHeaders adds the RateLimit-Policy and RateLimit fields (and the
+// legacy X-RateLimit-* fields when enabled) for a rate-limit decision: one
+// naming a policy with a positive Limit and Window that does not hide its
+// quota.
+func (i *Interceptor) quotaHeaders(h http.Header, d floodgate.Decision) {
+	if d.HideQuota || d.Policy == "" || d.Limit <= 0 || d.Window <= 0 {
+		return
+	}
+	t := quotaSeconds(d)
+	remaining := max(d.Remaining, 0)
+	if validSFString(d.Policy) {
+		buf := make([]byte, 0, 2*len(d.Policy)+96)
+		buf = appendSFString(buf, d.Policy)
+		buf = append(buf, ";q="...)
+		buf = strconv.AppendInt(buf, d.Limit, 10)
+		buf = append(buf, ";w="...)
+		buf = strconv.AppendInt(buf, ceilSeconds(d.Window), 10)
+		policy := len(buf)
+		buf = appendSFString(buf, d.Policy)
+		buf = append(buf, ";r="...)
+		buf = strconv.AppendInt(buf, remaining, 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, t, 10)
+		// buf is never written again, so it can back the string.
+		s := unsafe.String(unsafe.SliceData(buf), len(buf))
+		pol, rl := h["Ratelimit-Policy"], h["Ratelimit"]
+		if pol == nil && rl == nil {
+			// One backing array for both fields; capacities are capped so
+			// a later Add copies instead of overwriting the other field.
+			vals := [2]string{s[:policy], s[policy:]}
+			h["Ratelimit-Policy"], h["Ratelimit"] = vals[0:1:1], vals[1:2:2]
+		} else {
+			h["Ratelimit-Policy"] = append(pol, s[:policy])
+			h["Ratelimit"] = append(rl, s[policy:])
+		}
+	} else {
+		logThrottled(&sfLog, "floodgate: policy name cannot be sent as a Structured Field string (non-ASCII or control characters); RateLimit fields omitted")
+	}
+	if i.c.legacyHeaders {
+		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}
+		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(remaining, 10)}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(i.c.clock.Now().Unix()+t, 10)}
+	}
+}
+
+// validSFString reports whether s can be an RFC 9651 String: printable
+// ASCII only.
+func validSFString(s string) bool {
+	for j := 0; j < len(s); j++ {
+		if c := s[j]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// appendSFString appends s (valid per validSFString) as an RFC 9651
+// String: in double quotes, with \ and " escaped by a backslash.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for j := 0; j < len(s); j++ {
+		if s[j] == '"' || s[j] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[j])
+	}
+	return append(b, '"')
+}
+
+// sfString is appendSFString to a new string; ok is false when s cannot
+// be a String.
+func sfString(s string) (string, bool) {
+	if !validSFString(s) {
+		return "", false
+	}
+	return string(appendSFString(nil, s)), true
+}
+
+type problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// writeDeny writes the 429 or 503 response of a denying Decision.
+func (i *Interceptor) writeDeny(w http.ResponseWriter, d floodgate.Decision) {
+	h := w.Header()
+	p := problem{
+		Type:   ProblemQuotaExceeded,
+		Title:  "Request cannot be satisfied as assigned quota has been exceeded",
+		Status: http.StatusTooManyRequests,
+		Detail: "rate limit exceeded",
+	}
+	switch d.Stage {
+	case floodgate.StageShedder:
+		p.Type, p.Status = ProblemTemporaryReducedCapacity, http.StatusServiceUnavailable
+		p.Title, p.Detail = "Service temporarily has reduced capacity", "server overloaded: request shed"
+	case floodgate.StageConcurrency:
+		p.Detail = "concurrency limit exceeded"
+	}
+	if d.RetryAfter > 0 {
+		ra := max(ceilSeconds(d.RetryAfter), quotaSeconds(d))
+		h["Retry-After"] = []string{strconv.FormatInt(ra, 10)}
+		p.Detail += "; retry after " + strconv.FormatInt(ra, 10) + " seconds"
+	}
+	if !d.HideQuota && d.Policy != "" {
+		p.ViolatedPolicies = []string{d.Policy}
+	}
+	i.quotaHeaders(h, d)
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen for this struct; keep the status anyway
+		body = nil
+	}
+	body = append(body, '\n')
+	h["Content-Type"] = []string{"application/problem+json"}
+	h["Cache-Control"] = []string{"no-store"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,430 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Option configures a server-side interceptor (UnaryServer, StreamServer)
+// or the HTTP middleware. Options that describe how the floodgate.Request is
+// built (identity, trusted proxies, method costs and priorities) only take
+// effect in the first floodgate interceptor of a call, the one that builds
+// the Request; pass the same options to every interceptor of a chain.
+type Option func(*config)
+
+// MethodLimits are the floodgate settings of one method, as set by a proto
+// annotation, the Go map given to WithMethods, or the policy.
+type MethodLimits struct {
+	// Cost is the tokens one call charges (0: not set, each rule's own cost).
+	Cost int64
+	// Priority is the method's importance to the shedder.
+	Priority floodgate.Priority
+	// Rule names the policy rule the method is meant for (informational).
+	Rule string
+}
+
+// MethodOptionsFunc returns the settings the policy gives a method; ok is
+// false when the policy says nothing about it. It is called on every
+// request (policies hot-reload), so it must be cheap and safe for
+// concurrent use.
+type MethodOptionsFunc func(method string) (cost int64, p floodgate.Priority, ok bool)
+
+// ClientIPHeader names the header (or gRPC metadata key) a trusted proxy
+// uses to forward the client's address.
+type ClientIPHeader int
+
+// Forwarding headers.
+const (
+	// XForwardedFor: X-Forwarded-For, a comma-separated list of hops, the
+	// rightmost added by the nearest proxy. The default.
+	XForwardedFor ClientIPHeader = iota
+	// Forwarded: the RFC 7239 Forwarded header, its for= parameters.
+	Forwarded
+	// XRealIP: X-Real-IP, one address set by the proxy.
+	XRealIP
+)
+
+// Default values.
+const (
+	// DefaultDomain is the google.rpc.ErrorInfo domain unless WithDomain
+	// names another.
+	DefaultDomain = "floodgate-go.github.io"
+)
+
+type config struct {
+	errs []error
+
+	observer floodgate.Observer
+	domain   string
+	clock    floodgate.Clock
+
+	skip        func(method string) bool
+	healthPaths map[string]bool
+
+	trusted  []netip.Prefix
+	ipHeader ClientIPHeader
+
+	user, tenant, apiKey, tier Extractor
+	priorityHeader             string
+
+	methods       map[string]MethodLimits
+	methodOptions MethodOptionsFunc
+	annotations   bool
+
+	perMessage bool
+
+	// HTTP only.
+	route          func(*http.Request) string
+	mux            *http.ServeMux
+	methodFallback bool
+	legacyHeaders  bool
+}
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{domain: DefaultDomain, clock: floodgate.SystemClock, annotations: true}
+	for _, o := range opts {
+		if o == nil {
+			c.errs = append(c.errs, errors.New("interceptor: nil Option"))
+			continue
+		}
+		o(c)
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return c, nil
+}
+
+func (c *config) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("interceptor: "+format, args...))
+}
+
+// WithObserver reports every stage's decision to o, once per decision: the
+// Admitter is wrapped with floodgate.Observed, so each stage of a
+// floodgate.Chain is reported, not only the chain's result.
+func WithObserver(o floodgate.Observer) Option {
+	return func(c *config) {
+		if o == nil {
+			c.fail("WithObserver: nil Observer")
+			return
+		}
+		c.observer = o
+	}
+}
+
+// WithDomain sets the google.rpc.ErrorInfo domain of gRPC denials, the
+// logical name of the service (AIP-193), for example "search.example.com".
+// The default is DefaultDomain.
+func WithDomain(domain string) Option {
+	return func(c *config) {
+		if strings.TrimSpace(domain) == "" {
+			c.fail("WithDomain: empty domain")
+			return
+		}
+		c.domain = domain
+	}
+}
+
+// WithClock sets the clock used for the epoch-seconds X-RateLimit-Reset
+// field (see WithLegacyHeaders). The default is floodgate.SystemClock.
+func WithClock(clk floodgate.Clock) Option {
+	return func(c *config) {
+		if clk == nil {
+			c.fail("WithClock: nil Clock")
+			return
+		}
+		c.clock = clk
+	}
+}
+
+// WithSkip exempts methods from limiting: calls for which skip returns true
+// pass untouched (no decision, no headers). method is the gRPC full method
+// or the HTTP route (see HTTP). Health checks are always exempt.
+func WithSkip(skip func(method string) bool) Option {
+	return func(c *config) {
+		if skip == nil {
+			c.fail("WithSkip: nil func")
+			return
+		}
+		c.skip = skip
+	}
+}
+
+// WithHealthPaths names HTTP paths (exact r.URL.Path matches, such as
+// "/healthz") that are never limited. gRPC health checks
+// (/grpc.health.v1.Health/*) are always exempt.
+func WithHealthPaths(paths ...string) Option {
+	return func(c *config) {
+		if c.healthPaths == nil {
+			c.healthPaths = make(map[string]bool, len(paths))
+		}
+		for _, p := range paths {
+			if !strings.HasPrefix(p, "/") {
+				c.fail("WithHealthPaths: path %q does not start with /", p)
+				continue
+			}
+			c.healthPaths[p] = true
+		}
+	}
+}
+
+// WithTrustedProxies lists the proxies (CIDRs such as "10.0.0.0/8", or
+// single addresses) whose forwarding header is believed. A request whose
+// immediate peer is not in the list is identified by the peer address
+// whatever headers it sends. Invalid CIDRs are a configuration error.
+func WithTrustedProxies(cidrs ...string) Option {
+	return func(c *config) {
+		for _, s := range cidrs {
+			s = strings.TrimSpace(s)
+			var p netip.Prefix
+			var err error
+			if strings.Contains(s, "/") {
+				p, err = netip.ParsePrefix(s)
+			} else {
+				var a netip.Addr
+				a, err = netip.ParseAddr(s)
+				if err == nil {
+					p = netip.PrefixFrom(a, a.BitLen())
+				}
+			}
+			if err != nil {
+				c.fail("WithTrustedProxies: %q is not a CIDR or address: %v", s, err)
+				continue
+			}
+			p = p.Masked()
+			if p.Addr().Is4In6() {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+				if p.Bits() < 0 {
+					c.fail("WithTrustedProxies: %q: IPv4-mapped prefix shorter than /96", s)
+					continue
+				}
+			}
+			c.trusted = append(c.trusted, p)
+		}
+	}
+}
+
+// WithClientIPHeader chooses the one forwarding header the trusted proxies
+// set (default XForwardedFor). Only that header is read, so a client cannot
+// slip a different one past a proxy that does not overwrite it.
+func WithClientIPHeader(h ClientIPHeader) Option {
+	return func(c *config) {
+		if h < XForwardedFor || h > XRealIP {
+			c.fail("WithClientIPHeader: unknown header %d", int(h))
+			return
+		}
+		c.ipHeader = h
+	}
+}
+
+func extractorOption(name string, dst func(*config) *Extractor, e Extractor) Option {
+	return func(c *config) {
+		if e == nil {
+			c.fail("%s: nil Extractor", name)
+			return
+		}
+		*dst(c) = e
+	}
+}
+
+// WithUser sets how Identity.User is found.
+func WithUser(e Extractor) Option {
+	return extractorOption("WithUser", func(c *config) *Extractor { return &c.user }, e)
+}
+
+// WithTenant sets how Identity.Tenant is found.
+func WithTenant(e Extractor) Option {
+	return extractorOption("WithTenant", func(c *config) *Extractor { return &c.tenant }, e)
+}
+
+// WithAPIKey sets how Identity.APIKey is found. The key is handed to the
+// stages only; this package never logs it or puts it in an error.
+func WithAPIKey(e Extractor) Option {
+	return extractorOption("WithAPIKey", func(c *config) *Extractor { return &c.apiKey }, e)
+}
+
+// WithTier sets how Request.Tier (the caller's plan) is found.
+func WithTier(e Extractor) Option {
+	return extractorOption("WithTier", func(c *config) *Extractor { return &c.tier }, e)
+}
+
+// WithPriorityHeader names a header / metadata key set by a trusted
+// upstream (for example an API gateway) carrying the request's priority
+// ("critical", "write", "read", "test"). It overrides every static source.
+// Only name a key your edge strips from client requests. An unparsable
+// value is ignored (logged, rate-limited).
+func WithPriorityHeader(key string) Option {
+	return func(c *config) {
+		if strings.TrimSpace(key) == "" {
+			c.fail("WithPriorityHeader: empty key")
+			return
+		}
+		c.priorityHeader = strings.ToLower(key)
+	}
+}
+
+// WithMethods sets cost and priority per method from Go: keys are gRPC full
+// methods ("/pkg.Svc/Method") or HTTP route patterns ("GET /v1/items/{id}").
+// The map is copied. Negative costs and unknown priorities are
+// configuration errors.
+func WithMethods(m map[string]MethodLimits) Option {
+	return func(c *config) {
+		if c.methods == nil {
+			c.methods = make(map[string]MethodLimits, len(m))
+		}
+		for k, v := range m {
+			if v.Cost < 0 {
+				c.fail("WithMethods: method %q: negative cost %d", k, v.Cost)
+				continue
+			}
+			if !v.Priority.Valid() {
+				c.fail("WithMethods: method %q: invalid priority %d", k, uint8(v.Priority))
+				continue
+			}
+			c.methods[k] = v
+		}
+	}
+}
+
+// WithMethodOptions consults the policy for per-method cost and priority on
+// every request. It takes precedence over WithMethods and annotations. The
+// interceptor does not import package tiers; a *tiers.Limiter's method value
+// fits:
+//
+//	interceptor.WithMethodOptions(limiter.MethodCostPriority)
+func WithMethodOptions(f MethodOptionsFunc) Option {
+	return func(c *config) {
+		if f == nil {
+			c.fail("WithMethodOptions: nil func")
+			return
+		}
+		c.methodOptions = f
+	}
+}
+
+// WithoutAnnotations stops the interceptor reading (floodgate.v1.method)
+// options from the registered proto descriptors.
+func WithoutAnnotations() Option {
+	return func(c *config) { c.annotations = false }
+}
+
+// WithPerMessage charges every message a client sends on a stream, in
+// addition to the charge when the stream opens. A denied message ends the
+// stream's RecvMsg with the denial status. Each message's admission is
+// released as soon as the message is received, so a concurrency stage
+// bounds message handling only while RecvMsg runs.
+func WithPerMessage() Option {
+	return func(c *config) { c.perMessage = true }
+}
+
+// WithRoute sets how the HTTP middleware names a request when r.Pattern is
+// empty (the middleware wraps the mux instead of the handlers in it). The
+// function must return a bounded set of names (route templates, not raw
+// paths): every name may become a rate-limit key.
+func WithRoute(route func(r *http.Request) string) Option {
+	return func(c *config) {
+		if route == nil {
+			c.fail("WithRoute: nil func")
+			return
+		}
+		c.route = route
+	}
+}
+
+// WithServeMux lets middleware that wraps mux learn the route pattern by
+// asking mux.Handler(r), at the cost of routing twice.
+func WithServeMux(mux *http.ServeMux) Option {
+	return func(c *config) {
+		if mux == nil {
+			c.fail("WithServeMux: nil mux")
+			return
+		}
+		c.mux = mux
+	}
+}
+
+// WithMethodPathFallback names a request "METHOD /path" when no route
+// pattern is known. Raw paths are unbounded (IDs in paths), so this is
+// opt-in: only use it when paths are few.
+func WithMethodPathFallback() Option {
+	return func(c *config) { c.methodFallback = true }
+}
+
+// WithLegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset (Unix epoch seconds, as GitHub sends it) to HTTP
+// responses next to the IETF RateLimit fields.
+func WithLegacyHeaders() Option {
+	return func(c *config) { c.legacyHeaders = true }
+}
+
+// Extractor finds one identity value (user, tenant, API key, tier) for a
+// call. md reads the call's HTTP headers or incoming gRPC metadata. Return
+// "" when the value is unknown.
+type Extractor func(ctx context.Context, md Metadata) string
+
+// Metadata reads the headers of an HTTP request or the incoming metadata of
+// a gRPC call.
+type Metadata struct {
+	h   http.Header
+	ctx context.Context
+}
+
+// Get returns the first value of key (case-insensitive), or "".
+func (m Metadata) Get(key string) string {
+	if m.h != nil {
+		return m.h.Get(key)
+	}
+	if m.ctx != nil {
+		return firstMD(m.ctx, key)
+	}
+	return ""
+}
+
+// Values returns every value of key (case-insensitive), in order.
+func (m Metadata) Values(key string) []string {
+	if m.h != nil {
+		return m.h.Values(key)
+	}
+	if m.ctx != nil {
+		return valuesMD(m.ctx, key)
+	}
+	return nil
+}
+
+// FromHeader returns an Extractor reading the first value of a header or
+// gRPC metadata key. Use it only for keys your edge proxy or auth layer sets
+// and strips from client requests: clients can send any header. An empty
+// key yields a nil Extractor, which the With... options report as an
+// error.
+func FromHeader(key string) Extractor {
+	key = strings.ToLower(strings.TrimSpace(key))
+	if key == "" {
+		return nil
+	}
+	return func(_ context.Context, md Metadata) string { return md.Get(key) }
+}
+
+// FromClaims returns an Extractor reading the named claim of an
+// already-verified token. claims returns the verified claims stored in the
+// context by your auth middleware (ok false when there are none). String
+// claims are used as is, numbers in their decimal form; other types yield
+// "". A nil claims func or an empty claim name yields a nil Extractor,
+// which the With... options report as an error.
+func FromClaims(claims func(ctx context.Context) (map[string]any, bool), claim string) Extractor {
+	if claims == nil || claim == "" {
+		return nil
+	}
+	return func(ctx context.Context, _ Metadata) string {
+		m, ok := claims(ctx)
+		if !ok {
+			return ""
+		}
+		return claimString(m[claim])
+	}
+}
