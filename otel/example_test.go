@@ -1,0 +1,53 @@
+package otel_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/otel"
+)
+
+// Observe every stage of a chain. With no options the Observer uses the
+// global providers, which a service's main sets up with the OpenTelemetry
+// SDK; here they are the default no-ops.
+func Example() {
+	obs, err := otel.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	limits := floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+		return floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourceStore, Policy: "search", Limit: 20}, nil, nil
+	})
+	// Each stage's decision is reported to obs; the interceptors do the
+	// same with interceptor.WithObserver(obs).
+	chain := floodgate.Observed(floodgate.Chain{limits}, obs)
+	d, _, _ := chain.Admit(context.Background(), &floodgate.Request{Method: "/search.v1.Search/Query"})
+	fmt.Println(otel.DecisionName(d), d.Policy)
+	// Output: limited search
+}
+
+// Wire the hooks that decisions do not cover: breaker state from the
+// fallback store's state-change callback, and in-flight counts around the
+// stages.
+func ExampleObserver_BreakerStateChanged() {
+	obs, err := otel.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	// With package fallback:
+	//	fallback.OnStateChange(func(name string, from, to gobreaker.State) {
+	//		obs.BreakerStateChanged(name, from.String(), to.String())
+	//	})
+	obs.BreakerStateChanged("redis", "closed", "open")
+
+	conc := floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+		return floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency}, nil, nil
+	})
+	// floodgate.in_flight{floodgate.stage="concurrency"} is 1 until done runs.
+	d, done, _ := obs.TrackInFlight(conc).Admit(context.Background(), &floodgate.Request{})
+	done()
+	fmt.Println(otel.DecisionName(d))
+	// Output: allowed
+}

@@ -1,0 +1,222 @@
+package otel
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	cases := []struct {
+		name string
+		opt  Option
+		want string
+	}{
+		{"nil tracer provider", WithTracerProvider(nil), "WithTracerProvider: provider is nil"},
+		{"nil meter provider", WithMeterProvider(nil), "WithMeterProvider: provider is nil"},
+		{"zero policies", WithMaxPolicies(0), "WithMaxPolicies: 0 is out of range [1, 10000]"},
+		{"too many policies", WithMaxPolicies(10001), "WithMaxPolicies: 10001 is out of range [1, 10000]"},
+		{"short secret", WithKeyHashSecret([]byte("short")), "WithKeyHashSecret: secret is 5 bytes, want at least 16"},
+		{"nil clock", WithClock(nil), "WithClock: clock is nil"},
+		{"nil option", nil, "nil Option"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o, err := New(c.opt)
+			if err == nil || o != nil {
+				t.Fatalf("New = %v, %v; want an error", o, err)
+			}
+			if !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "floodgate/otel: ") {
+				t.Errorf("error %q, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestDecisionName(t *testing.T) {
+	cases := []struct {
+		d    floodgate.Decision
+		want string
+	}{
+		{floodgate.Decision{Allowed: true, Stage: floodgate.StageShedder}, "allowed"},
+		{floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Shadow: true}, "allowed"},
+		{floodgate.Decision{Stage: floodgate.StageShedder}, "shed"},
+		{floodgate.Decision{Stage: floodgate.StageConcurrency}, "concurrency_limited"},
+		{floodgate.Decision{Stage: floodgate.StageTiers}, "limited"},
+		{floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourceCache}, "limited"},
+		{floodgate.Decision{Stage: "custom"}, "limited"},
+	}
+	for _, c := range cases {
+		if got := DecisionName(c.d); got != c.want {
+			t.Errorf("DecisionName(%+v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}
+
+func TestKeyHash(t *testing.T) {
+	secret := []byte("0123456789abcdef0123")
+	a, err := New(WithKeyHashSecret(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(WithKeyHashSecret(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(WithKeyHashSecret([]byte("another secret, 16+ bytes")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr("192.0.2.7")
+	full := floodgate.Identity{Tenant: "acme", User: "alice", APIKey: "sk_live_x", IP: ip}
+	h := a.KeyHash(full)
+	if len(h) != 16 || strings.Trim(h, "0123456789abcdef") != "" {
+		t.Fatalf("KeyHash = %q, want 16 lower-case hex digits", h)
+	}
+	if b.KeyHash(full) != h {
+		t.Error("observers sharing a secret disagree")
+	}
+	if c.KeyHash(full) == h {
+		t.Error("observers with different secrets agree")
+	}
+	// The principal is the API key: the other fields do not change it.
+	if a.KeyHash(floodgate.Identity{APIKey: "sk_live_x"}) != h {
+		t.Error("hash of the API key alone differs from the full identity's")
+	}
+	// The same text as a different kind of principal hashes differently.
+	seen := map[string]string{}
+	for name, id := range map[string]floodgate.Identity{
+		"key": {APIKey: "x"}, "user": {User: "x"}, "tenant": {Tenant: "x"}, "ip": {IP: ip}, "ip-as-user": {User: ip.String()},
+	} {
+		got := a.KeyHash(id)
+		if other, dup := seen[got]; dup {
+			t.Errorf("%s and %s hash alike: %s", name, other, got)
+		}
+		seen[got] = name
+	}
+	if got := a.KeyHash(floodgate.Identity{}); got != "" {
+		t.Errorf("anonymous identity hashed to %q, want empty", got)
+	}
+	// Default secret: drawn once per process, so observers agree.
+	d1, _ := New()
+	d2, _ := New()
+	if d1.KeyHash(full) != d2.KeyHash(full) || d1.KeyHash(full) == h {
+		t.Error("default-secret observers should agree with each other and differ from a configured secret")
+	}
+}
+
+func TestInternerCap(t *testing.T) {
+	in := newInterner(3, "")
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				in.lookup(fmt.Sprintf("p%d", (i+g)%10))
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(*in.idx.Load()); n != 4 { // "" plus 3
+		t.Fatalf("%d values admitted, want 4", n)
+	}
+	if in.lookup("") != 1 || in.name(1) != "" {
+		t.Error("seed value not at index 1")
+	}
+	if i := in.lookup("never-seen"); i != 0 || in.name(i) != otherValue {
+		t.Errorf("value beyond the cap got index %d (%q), want 0 (%q)", i, in.name(i), otherValue)
+	}
+	for i := uint16(1); i < 4; i++ {
+		if n := in.name(i); in.lookup(n) != i {
+			t.Errorf("name(%d) = %q does not look up to %d", i, n, i)
+		}
+	}
+}
+
+// TestObserveNoopDoesNotAllocate: with no-op providers and a span that is
+// not recording, a decision costs no allocation once its series is cached.
+func TestObserveNoopDoesNotAllocate(t *testing.T) {
+	o, err := New(WithTracerProvider(tracenoop.NewTracerProvider()), WithMeterProvider(metricnoop.NewMeterProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := &floodgate.Request{Method: "/x.v1.X/Y", Priority: floodgate.PriorityRead, Identity: floodgate.Identity{User: "u"}}
+	d := floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Source: floodgate.SourceCache, Policy: "search", Limit: 10, Remaining: 3}
+	o.Observe(ctx, r, d, nil)
+	o.AddInFlight(ctx, floodgate.StageTiers, 1)
+	if n := testing.AllocsPerRun(1000, func() {
+		o.Observe(ctx, r, d, nil)
+		o.AddInFlight(ctx, floodgate.StageTiers, 1)
+		o.RecordStoreCall(ctx, 1000, nil)
+	}); n != 0 {
+		t.Errorf("%v allocations per decision, want 0", n)
+	}
+	if got := o.series.len(); got != 1 {
+		t.Errorf("%d series cached, want 1", got)
+	}
+}
+
+// TestGlobalProviders: New with no options uses the global providers (no-op
+// until an SDK is installed) and observes without error.
+func TestGlobalProviders(t *testing.T) {
+	o, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	o.Observe(ctx, nil, floodgate.Decision{}, nil)
+	o.Observe(ctx, &floodgate.Request{Priority: floodgate.Priority(200)}, floodgate.Decision{Stage: floodgate.StageShedder}, context.Canceled)
+	o.BreakerStateChanged("redis", "closed", "open")
+	o.RecordStoreCall(ctx, 5, context.DeadlineExceeded)
+	ctx2, end := o.StartStoreCall(ctx)
+	end(nil)
+	if ctx2 == nil {
+		t.Fatal("StartStoreCall returned a nil context")
+	}
+	a := o.TrackInFlight(floodgate.Chain{floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers}, nil, nil
+	})})
+	_, done, _ := a.Admit(ctx, &floodgate.Request{})
+	if done == nil {
+		t.Fatal("TrackInFlight returned no Done for an admitted request")
+	}
+	done()
+}
+
+func BenchmarkObserveNoop(b *testing.B) {
+	o, err := New(WithTracerProvider(tracenoop.NewTracerProvider()), WithMeterProvider(metricnoop.NewMeterProvider()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	r := &floodgate.Request{Method: "/x.v1.X/Y", Priority: floodgate.PriorityRead, Identity: floodgate.Identity{User: "u"}}
+	d := floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Source: floodgate.SourceStore, Policy: "search", Limit: 10, Remaining: 3}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			o.Observe(ctx, r, d, nil)
+		}
+	})
+}
+
+func BenchmarkKeyHash(b *testing.B) {
+	o, err := New(WithKeyHashSecret([]byte("0123456789abcdef")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := floodgate.Identity{APIKey: "sk_live_0123456789abcdef", User: "alice"}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = o.KeyHash(id)
+	}
+}

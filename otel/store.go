@@ -1,0 +1,44 @@
+package otel
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// Store returns a tiers.Store that records every Take of s in
+// floodgate.store.duration (timed on the observer's clock, error.type set
+// when Take fails; a deny is not a failure). When the span in the Take's
+// context is recording, the Take also gets its own child span
+// "floodgate.store" from the configured TracerProvider (see
+// StartStoreCall); otherwise no span is started, so unsampled requests pay
+// nothing but the measurement.
+//
+// Wrap the primary store to time Redis itself, or the fallback store to
+// time what the limiter waits for:
+//
+//	limits, err := tiers.NewLimiter(obs.Store(guarded), policy)
+func (o *Observer) Store(s tiers.Store) tiers.Store {
+	return instrumentedStore{s: s, o: o}
+}
+
+type instrumentedStore struct {
+	s tiers.Store
+	o *Observer
+}
+
+// Take implements tiers.Store.
+func (w instrumentedStore) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+	if trace.SpanFromContext(ctx).IsRecording() {
+		ctx, end := w.o.StartStoreCall(ctx)
+		ok, err := w.s.Take(ctx, buckets, res)
+		end(err)
+		return ok, err
+	}
+	start := w.o.clock.Now()
+	ok, err := w.s.Take(ctx, buckets, res)
+	w.o.RecordStoreCall(ctx, w.o.clock.Now().Sub(start), err)
+	return ok, err
+}
