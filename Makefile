@@ -9,7 +9,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 SUBMODULES  := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
 FUZZTIME    ?= 20s
 
-.PHONY: all deps test vet lint unit bench bench-peers bench-grpc fuzz demo proto clean
+.PHONY: all deps test vet lint unit bench bench-peers bench-grpc fuzz demo demo-screenshot proto clean
 
 all: test
 
@@ -62,9 +62,14 @@ bench-grpc: deps
 demo:
 	$(GO) run ./cmd/floodgate demo
 
+## demo-screenshot: open the demo's HTML report in headless Chromium (fails on
+## console errors) and save a screenshot.
+demo-screenshot:
+	./scripts/screenshot-report.sh
+
 ## proto: regenerate proto/floodgate/v1 Go code.
 proto:
 	./proto/generate.sh
 
 clean:
-	rm -rf .cache report*.html
+	rm -rf .cache floodgate-demo-report.html floodgate-demo-report.png

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestValidateReportsEveryErrorWithItsLine(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte(`rules:
+  - name: login
+    key: [ip]
+    rate: 5/minute
+  - name: search
+    key: [usr]
+    rate: 10/1s
+`), 0o644)
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte(`rules:
+  - name: ip
+    key: [ip]
+    rate: 100/1m
+`), 0o644)
+
+	var out, errOut bytes.Buffer
+	code := run([]string{"validate", good, bad}, &out, &errOut)
+	if code != 1 {
+		t.Fatalf("exit code = %d, want 1; stderr:\n%s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), good+": ok (1 rules") {
+		t.Errorf("stdout lacks the good file's verdict:\n%s", out.String())
+	}
+	for _, want := range []string{bad + ": invalid", "rules[0].rate", "line 4", "rules[1].key", "line 6"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+		}
+	}
+}
+
+func TestValidateGoodFileExitsZero(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"validate", "../../internal/demo/policy.yaml"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit code = %d; stderr:\n%s", code, errOut.String())
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{nil, {"frobnicate"}, {"validate"}, {"demo", "extra"}} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 2 {
+			t.Errorf("run(%q) = %d, want 2", args, code)
+		}
+	}
+}

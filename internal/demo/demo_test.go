@@ -1,0 +1,133 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/internal/demo"
+	"github.com/floodgate-go/floodgate/testing/redistest"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+func TestEmbeddedPolicyIsValid(t *testing.T) {
+	if _, err := tiers.Load(demo.Policy); err != nil {
+		t.Fatalf("demo policy: %v", err)
+	}
+}
+
+// checkReport asserts what every demo run must show: every row adds up,
+// free tenants are limited before (and more than) enterprise ones, critical
+// traffic is never shed, and the attack and brute force are limited.
+func checkReport(t *testing.T, rep *demo.Report) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := rep.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("store: %s\n%s", rep.Store, buf.String())
+	for _, row := range rep.Rows {
+		if !row.Balanced() {
+			t.Errorf("%s: offered %d != allowed %d + limited %d + shed %d + failed %d",
+				row.Group, row.Offered, row.Allowed, row.Limited, row.Shed, row.Failed)
+		}
+		if row.Failed != 0 {
+			t.Errorf("%s: %d requests failed (neither served, limited nor shed)", row.Group, row.Failed)
+		}
+	}
+	get := func(g string) demo.Row {
+		row, ok := rep.Row(g)
+		if !ok || row.Offered == 0 {
+			t.Fatalf("no traffic in group %s", g)
+		}
+		return row
+	}
+	free, ent := get("tier=free"), get("tier=enterprise")
+	if free.Limited == 0 {
+		t.Errorf("free tier was never limited: %+v", free)
+	}
+	if ent.Limited != 0 {
+		t.Errorf("enterprise tier was limited %d times; its plan covers its traffic", ent.Limited)
+	}
+	firstLimited := func(series string) int {
+		for i, p := range rep.Series[series] {
+			if p.Limited > 0 {
+				return i
+			}
+		}
+		return len(rep.Series[series]) + 1
+	}
+	if f, e := firstLimited("tier=free"), firstLimited("tier=enterprise"); f >= e {
+		t.Errorf("free tier first limited at second %d, enterprise at %d: free must come first", f, e)
+	}
+	if crit := get("priority=critical"); crit.Shed != 0 {
+		t.Errorf("critical traffic was shed %d times", crit.Shed)
+	}
+	if test := get("priority=test"); test.Shed == 0 {
+		t.Errorf("the surge never made the shedder drop test traffic: %+v", test)
+	}
+	if bf := get("scenario=brute-force"); bf.Allowed > 5 {
+		t.Errorf("brute force got %d logins through; login-ip-user allows 5 per minute", bf.Allowed)
+	}
+	if atk := get("scenario=attack"); atk.Limited == 0 {
+		t.Errorf("the scraper was never limited: %+v", atk)
+	}
+	var html bytes.Buffer
+	if err := rep.WriteHTML(&html); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "tier=free", "priority=test", "polyline"} {
+		if !strings.Contains(html.String(), want) {
+			t.Errorf("HTML report lacks %q", want)
+		}
+	}
+	if strings.Contains(html.String(), "ZgotmplZ") {
+		t.Error("HTML report contains a value html/template refused (ZgotmplZ)")
+	}
+}
+
+func TestDemoInProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives load for several seconds")
+	}
+	var progress bytes.Buffer
+	rep, err := demo.Run(context.Background(), demo.Config{Duration: 5 * time.Second, Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Store, "memory") {
+		t.Errorf("store = %q, want the in-process store", rep.Store)
+	}
+	if lines := strings.Count(progress.String(), "\n"); lines < 4 {
+		t.Errorf("progress printed %d lines in 5 s:\n%s", lines, progress.String())
+	}
+	checkReport(t, rep)
+}
+
+func TestDemoOnRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives load for several seconds")
+	}
+	srv := redistest.Start(t)
+	rep, err := demo.Run(context.Background(), demo.Config{Duration: 5 * time.Second, RedisURL: "redis://" + srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Store, "Redis at "+srv.Addr()) {
+		t.Errorf("store = %q, want Redis at %s", rep.Store, srv.Addr())
+	}
+	checkReport(t, rep)
+}
+
+func TestDemoRejectsBadConfig(t *testing.T) {
+	_, err := demo.Run(context.Background(), demo.Config{Duration: 10 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "shorter than 1s") {
+		t.Errorf("short duration: err = %v", err)
+	}
+	_, err = demo.Run(context.Background(), demo.Config{Duration: time.Second, RedisURL: "mysql://nope"})
+	if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+		t.Errorf("bad URL: err = %v", err)
+	}
+}
