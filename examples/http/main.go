@@ -1,0 +1,145 @@
+// Command http is a small shop API protected by the whole floodgate chain:
+// the priority load shedder, the in-flight limiter and the hierarchical rate
+// limits of policy.yaml (hot-reloaded), kept in process or, when REDIS_URL is
+// set, in Redis behind a circuit breaker. Decisions are traced and counted with
+// OpenTelemetry and exposed for Prometheus on a separate port.
+//
+//	cd examples && go run ./http
+//	curl -i -H 'X-User: alice' 'http://127.0.0.1:8080/v1/search?q=lamp'
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/examples/internal/stack"
+	"github.com/floodgate-go/floodgate/interceptor"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	} else if err != nil {
+		fmt.Fprintln(os.Stderr, "http example:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves the API until ctx ends.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("http", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	addr := fs.String("addr", "127.0.0.1:8080", "address the API listens on")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "address of the Prometheus /metrics endpoint")
+	policyPath := fs.String("policy", "policy.yaml", "rate-limit policy, reloaded when it changes")
+	redisURL := fs.String("redis", os.Getenv("REDIS_URL"), "Redis URL for limits shared by every instance (default $REDIS_URL; empty: in process)")
+	trace := fs.Bool("trace", false, "print every span (with its floodgate.* attributes) as JSON")
+	work := fs.Duration("work", 10*time.Millisecond, "simulated work per API request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	logger := slog.New(slog.NewTextHandler(stdout, nil))
+	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Logger: logger}
+	if *trace {
+		cfg.Traces = stdout
+	}
+	st, err := stack.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close(context.Background())
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/login", handle(*work, func(r *http.Request) (int, any) {
+		if r.Header.Get("X-User") == "" || r.FormValue("password") != "hunter2" {
+			return http.StatusUnauthorized, map[string]string{"error": "wrong user or password"}
+		}
+		return http.StatusOK, map[string]string{"token": "session-" + r.Header.Get("X-User")}
+	}))
+	mux.HandleFunc("GET /v1/search", handle(*work, func(r *http.Request) (int, any) {
+		return http.StatusOK, map[string]any{"query": r.FormValue("q"), "items": []string{"lamp", "desk"}}
+	}))
+	mux.HandleFunc("POST /v1/payments", handle(*work, func(*http.Request) (int, any) {
+		return http.StatusCreated, map[string]string{"payment_id": "pay_" + time.Now().Format("150405.000000")}
+	}))
+	mux.HandleFunc("GET /v1/items/{id}", handle(*work, func(r *http.Request) (int, any) {
+		return http.StatusOK, map[string]string{"id": r.PathValue("id"), "name": "item " + r.PathValue("id")}
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+
+	// The chain: shed low priorities near capacity, cap requests in flight,
+	// then charge the policy's rate limits. New reports bad options at start.
+	limit, err := interceptor.New(floodgate.Chain{st.Shed, st.Conc, st.Limits},
+		interceptor.WithServeMux(mux),           // requests are named by route pattern
+		interceptor.WithHealthPaths("/healthz"), // never limited
+		// Identity: an auth proxy in front sets these headers and strips
+		// them from client requests. The client IP is the peer address.
+		interceptor.WithUser(interceptor.FromHeader("X-User")),
+		interceptor.WithTenant(interceptor.FromHeader("X-Tenant")),
+		interceptor.WithTier(interceptor.FromHeader("X-Tier")),
+		interceptor.WithMethodOptions(st.Limiter.MethodCostPriority), // cost and priority from the policy
+		interceptor.WithObserver(st.Observer),                        // spans and metrics
+	)
+	if err != nil {
+		return err
+	}
+	handler := otelhttp.NewHandler(limit.HTTP()(mux), "shop-http",
+		otelhttp.WithMeterProvider(st.MeterProvider), otelhttp.WithTracerProvider(st.TracerProvider))
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	metrics, stopMetrics, err := stack.ServeMetrics(*metricsAddr, st.Metrics)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopMetrics()
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintf(stdout, "http example listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "  metrics: http://%s/metrics\n  store:   %s\n  policy:  %s (reloaded on change)\n",
+		metrics, st.StoreName, *policyPath)
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { st.WatchPolicy(watchCtx) })
+	defer wg.Wait()
+	defer stopWatch()
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,255 @@
+// Package stack builds what the example services share: the rate-limit
+// policy (loaded from a YAML file and hot-reloaded), the store the limits are
+// kept in (in-process, or Redis behind a circuit-breaker fallback), the three
+// floodgate stages (shedder, concurrency, tiers), and OpenTelemetry (the SDK,
+// a Prometheus exporter, and the floodgate observer).
+//
+// What this package decides: the examples' sizes (shedder capacity, in-flight
+// caps) and their telemetry wiring. The interceptor wiring itself stays in
+// each example's main.go, where a reader looks for it.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	promclient "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/fallback"
+	fgotel "github.com/floodgate-go/floodgate/otel"
+	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
+)
+
+// Config says how to build a Stack.
+type Config struct {
+	// PolicyPath is the YAML policy file (required). It is validated at
+	// start and watched for changes afterwards.
+	PolicyPath string
+	// RedisURL, when set ("redis://127.0.0.1:6379/0"), keeps rate-limit
+	// state in Redis behind the fallback store; empty keeps it in process.
+	RedisURL string
+	// Replicas is how many instances share the limits (for the fallback's
+	// local share); 0 means 1.
+	Replicas int
+	// Logger receives reload, breaker and fallback logs (required).
+	Logger *slog.Logger
+	// Traces, when set, receives every span as a line of JSON, written
+	// synchronously: for watching a demo, not for production, where a
+	// batching OTLP exporter belongs. When nil no span is sampled, so no
+	// span work is done at all.
+	Traces io.Writer
+}
+
+// Sizes of the example services. A real service measures its own capacity.
+const (
+	// ShedCapacity is the shedder's capacity in requests in flight: test
+	// traffic is shed from 70% of it, reads from 80%, writes from 90%.
+	ShedCapacity = 64
+	// MaxInFlight caps the requests in flight on one instance. It is above
+	// ShedCapacity because critical traffic is never shed: this cap is what
+	// finally bounds it.
+	MaxInFlight = 128
+	// PerUserInFlight caps one user's requests in flight.
+	PerUserInFlight = 8
+	// StoreTimeout is the budget of one Redis round trip before the
+	// fallback decides locally.
+	StoreTimeout = 25 * time.Millisecond
+)
+
+// Stack is the examples' shared setup.
+type Stack struct {
+	// Shed, Conc and Limits are the three stages, in chain order, each
+	// wrapped so the observer counts its requests in flight.
+	Shed, Conc, Limits floodgate.Admitter
+	// Limiter is the rate-limit stage itself, for its policy's per-method
+	// options and for hot reload.
+	Limiter *tiers.Limiter
+	// Observer reports every decision to OpenTelemetry.
+	Observer *fgotel.Observer
+	// MeterProvider and TracerProvider are the OpenTelemetry SDK providers,
+	// for the transport instrumentation (otelhttp, otelgrpc).
+	MeterProvider  *sdkmetric.MeterProvider
+	TracerProvider *sdktrace.TracerProvider
+	// Metrics serves the Prometheus exposition of every metric.
+	Metrics http.Handler
+	// StoreName says where rate-limit state lives, for the startup line.
+	StoreName string
+
+	cfg    Config
+	closer []func(context.Context) error
+}
+
+// New builds the stack. The error names what is wrong: the policy file and the
+// line of each error in it, an unreachable Redis, a bad option.
+func New(ctx context.Context, cfg Config) (*Stack, error) {
+	if cfg.PolicyPath == "" {
+		return nil, errors.New("stack: no policy file given")
+	}
+	if cfg.Logger == nil {
+		return nil, errors.New("stack: no logger given")
+	}
+	if cfg.Replicas < 0 {
+		return nil, fmt.Errorf("stack: replicas %d is negative", cfg.Replicas)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	policy, err := tiers.LoadFile(cfg.PolicyPath)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", cfg.PolicyPath, err)
+	}
+	s := &Stack{cfg: cfg}
+
+	// OpenTelemetry: the SDK with a Prometheus exporter on its own registry,
+	// and a tracer provider whose spans carry the floodgate.* attributes.
+	reg := promclient.NewRegistry()
+	exporter, err := promexporter.New(promexporter.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	s.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	if cfg.Traces != nil {
+		spans, err := stdouttrace.New(stdouttrace.WithWriter(cfg.Traces))
+		if err != nil {
+			return nil, fmt.Errorf("span exporter: %w", err)
+		}
+		s.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	} else {
+		s.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	}
+	s.closer = append(s.closer, s.MeterProvider.Shutdown, s.TracerProvider.Shutdown)
+	s.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	s.Observer, err = fgotel.New(fgotel.WithMeterProvider(s.MeterProvider), fgotel.WithTracerProvider(s.TracerProvider))
+	if err != nil {
+		return nil, fmt.Errorf("floodgate observer: %w", err)
+	}
+
+	store, err := s.newStore(ctx)
+	if err != nil {
+		s.Close(context.Background())
+		return nil, err
+	}
+	s.Limiter, err = tiers.NewLimiter(store, policy)
+	if err != nil {
+		s.Close(context.Background())
+		return nil, fmt.Errorf("rate limiter: %w", err)
+	}
+	shed, err := shedder.New(ShedCapacity)
+	if err != nil {
+		s.Close(context.Background())
+		return nil, fmt.Errorf("shedder: %w", err)
+	}
+	conc, err := concurrency.New(
+		concurrency.WithGlobal(MaxInFlight),
+		concurrency.WithPerKey(concurrency.PerKey{
+			Name: "per-user-in-flight",
+			Cap:  PerUserInFlight,
+			Key: func(r *floodgate.Request) (string, bool) {
+				return r.Identity.User, r.Identity.User != ""
+			},
+		}),
+	)
+	if err != nil {
+		s.Close(context.Background())
+		return nil, fmt.Errorf("concurrency limiter: %w", err)
+	}
+	s.Shed = s.Observer.TrackInFlight(shed)
+	s.Conc = s.Observer.TrackInFlight(conc)
+	s.Limits = s.Observer.TrackInFlight(s.Limiter)
+	return s, nil
+}
+
+// newStore returns the in-process store, or, with a Redis URL, the Redis
+// store timed by the observer and guarded by the fallback store.
+func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
+	if s.cfg.RedisURL == "" {
+		s.StoreName = "in-process memory (memstore)"
+		return s.Observer.Store(memstore.New()), nil
+	}
+	opt, err := redis.ParseURL(s.cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL %q: %w", s.cfg.RedisURL, err)
+	}
+	opt.ContextTimeoutEnabled = true // honour the fallback's per-call budget
+	opt.DialerRetries = 1            // a dead server fails fast; the breaker decides
+	client := redis.NewClient(opt)
+	s.closer = append(s.closer, func(context.Context) error { return client.Close() })
+	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err = client.Ping(pingCtx).Err()
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach Redis at %s (REDIS_URL): %w", opt.Addr, err)
+	}
+	rs, err := redisstore.New(client)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	guarded, err := fallback.New(s.Observer.Store(rs),
+		fallback.WithName("redis"),
+		fallback.WithTimeout(StoreTimeout),
+		fallback.WithReplicas(s.cfg.Replicas),
+		fallback.WithLogger(s.cfg.Logger),
+		fallback.OnStateChange(func(name string, from, to gobreaker.State) {
+			s.Observer.BreakerStateChanged(name, from.String(), to.String())
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("fallback store: %w", err)
+	}
+	s.StoreName = "Redis at " + opt.Addr + " (circuit breaker, local fallback)"
+	return guarded, nil
+}
+
+// WatchPolicy reloads the policy file whenever it changes, until ctx ends.
+// A file that fails to load leaves the policy in force and is logged with the
+// line of each error.
+func (s *Stack) WatchPolicy(ctx context.Context) {
+	err := tiers.Watch(ctx, s.cfg.PolicyPath, s.Limiter,
+		tiers.WatchInterval(time.Second),
+		tiers.WatchLogger(s.cfg.Logger),
+	)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		s.cfg.Logger.Error("policy watch stopped", "err", err)
+	}
+}
+
+// Close flushes telemetry and closes the Redis client.
+func (s *Stack) Close(ctx context.Context) error {
+	var errs []error
+	for i := len(s.closer) - 1; i >= 0; i-- {
+		errs = append(errs, s.closer[i](ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// ServeMetrics serves h on /metrics at addr in the background. It returns the
+// address it listens on (addr may name port 0) and a function that stops it.
+func ServeMetrics(addr string, h http.Handler) (string, func(), error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // ends with ErrServerClosed on stop
+	return ln.Addr().String(), func() { srv.Close() }, nil
+}
