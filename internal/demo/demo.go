@@ -235,7 +235,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Notes = counts.notes()
 	if fb != nil {
 		st := fb.Stats()
-		rep.Notes = append(rep.Notes, fmt.Sprintf("fallback store: %+v", st))
+		rep.Notes = append(rep.Notes, fmt.Sprintf(
+			"Redis fallback: breaker %s; %d store calls, %d failed (%d timed out); %d takes decided without Redis (%d allowed, %d denied); breaker opened %d times",
+			st.State, st.Calls, st.Failures, st.Timeouts, st.FallbackTakesAllowed+st.FallbackTakesDenied,
+			st.FallbackTakesAllowed, st.FallbackTakesDenied, st.Opened))
 	}
 	return rep, nil
 }
