@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestShortRun runs `grpcload -short` on three contenders with a few calls
+// in flight: the bare service, the chain on the memstore and the chain over
+// its own redis-server with 4 levels. Every call must be admitted (the
+// limits are far above the load) and the Redis store must take exactly one
+// round trip per call (one EVALSHA per Take on a standalone server).
+func TestShortRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := run(ctx, []string{"grpcload", "-short", "-c", "8", "-only", "bare,chain-mem-4,chain-redis-4"}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rows))
+	}
+	for _, r := range rows {
+		st := r.Stats
+		if st.Ops == 0 || st.Errors != 0 {
+			t.Errorf("%s: %d calls, %d errors (first %v)", r.Name, st.Ops, st.Errors, st.FirstErr)
+			continue
+		}
+		if st.Allowed != st.Ops {
+			t.Errorf("%s: %d of %d calls admitted, want all", r.Name, st.Allowed, st.Ops)
+		}
+		wantRT := uint64(0)
+		if r.Name == "chain-redis-4" {
+			wantRT = st.Ops
+		}
+		if st.RoundTrips != wantRT {
+			t.Errorf("%s: %d Redis round trips for %d calls, want %d", r.Name, st.RoundTrips, st.Ops, wantRT)
+		}
+	}
+	if !strings.Contains(out.String(), "x bare") {
+		t.Errorf("table lacks the ratio column:\n%s", out.String())
+	}
+}
+
+func TestFlagsRejectBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-only", "chain-redis-9"}, `unknown contender "chain-redis-9"`},
+		{[]string{"-c", "0"}, "concurrency 0"},
+		{[]string{"-rounds", "0"}, "rounds 0"},
+		{[]string{"-max-ops", "1"}, "max ops 1"},
+		{[]string{"-pool", "-3"}, "pool -3"},
+	} {
+		_, err := parseFlags(append([]string{"grpcload"}, tc.args...), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}

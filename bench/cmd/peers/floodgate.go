@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/floodgate-go/floodgate/bench/internal/harness"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
+)
+
+// setupFloodgate measures tiers/redisstore's Take directly (no policy, no
+// interceptor): 1 level is the user bucket, 4 levels are tenant, user, ip
+// and method+user, token bucket, charged all or nothing in one call.
+//
+// With batch set, the store batches concurrent Takes into pipelines
+// (redisstore.WithBatching with -batch-flushers and -batch-max); each Take
+// is still its own atomic EVALSHA.
+func setupFloodgate(levels int, batch bool) func(context.Context, *env) (func() harness.Op, error) {
+	return func(ctx context.Context, e *env) (func() harness.Op, error) {
+		var opts []redisstore.Option
+		if batch {
+			opts = append(opts, redisstore.WithBatching(e.batchFlushers, e.batchMax))
+		}
+		store, err := redisstore.New(e.newClient(), opts...)
+		if err != nil {
+			return nil, err
+		}
+		e.closers = append(e.closers, func() { _ = store.Close() })
+		keys := e.levelKeys()
+		// Level 1 alone is the user bucket, like redis_rate-1 and ulule-1.
+		order := [4]int{1, 0, 2, 3}
+		table := make([][]tiers.Bucket, len(keys))
+		for k := range table {
+			bs := make([]tiers.Bucket, levels)
+			for i := range bs {
+				l := order[i]
+				bs[i] = tiers.Bucket{
+					Key:   keys[k][l],
+					Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: int64(levelRates[l]), Period: time.Second, Burst: int64(levelRates[l])},
+					Cost:  1,
+				}
+			}
+			table[k] = bs
+		}
+		return func() harness.Op {
+			res := make([]tiers.Result, levels)
+			return func(ctx context.Context, k int) (bool, error) {
+				return store.Take(ctx, table[k], res)
+			}
+		}, nil
+	}
+}

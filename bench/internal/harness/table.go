@@ -1,0 +1,117 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Row is one measured contender.
+type Row struct {
+	// Name is the contender's name as -only accepts it.
+	Name string
+	// Stats is its measured phase.
+	Stats Stats
+}
+
+// Table renders rows as one aligned text table.
+type Table struct {
+	// OpsUnit names an operation in the throughput column: "decisions" or
+	// "RPC".
+	OpsUnit string
+	// Baseline names the row the last column compares throughput with;
+	// empty or absent leaves the column out.
+	Baseline string
+	// Redis adds the columns that only make sense when Redis is involved.
+	Redis bool
+}
+
+// Write writes the table to w.
+func (t Table) Write(w io.Writer, rows []Row) error {
+	var base float64
+	for _, r := range rows {
+		if r.Name == t.Baseline {
+			base = r.Stats.PerSecond()
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	rounds := false
+	for _, r := range rows {
+		rounds = rounds || r.Stats.Rounds > 1
+	}
+	head := []string{"contender", t.OpsUnit + "/s"}
+	if rounds {
+		head = append(head, "best round/s")
+	}
+	head = append(head, "p50 ms", "p99 ms", "max ms", "allocs/op", "CPU µs/op")
+	if t.Redis {
+		head = append(head, "RT/op", "cmds/op", "writes/op", "redis CPU µs/op")
+	}
+	head = append(head, "allowed %", "errors")
+	if base > 0 {
+		head = append(head, "x "+t.Baseline)
+	}
+	width := len(head[0])
+	for _, r := range rows {
+		width = max(width, len(r.Name))
+	}
+	pad := func(s string) string { return s + strings.Repeat(" ", width-len(s)) }
+	head[0] = pad(head[0])
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, r := range rows {
+		s := r.Stats
+		cols := []string{
+			pad(r.Name),
+			strconv.FormatFloat(s.PerSecond(), 'f', 0, 64),
+		}
+		if rounds {
+			cols = append(cols, strconv.FormatFloat(s.Best, 'f', 0, 64))
+		}
+		cols = append(cols,
+			ms(s.Latency.Quantile(0.50)),
+			ms(s.Latency.Quantile(0.99)),
+			ms(s.Latency.Max()),
+			strconv.FormatFloat(s.Per(float64(s.Mallocs)), 'f', 1, 64),
+			cpu(s.CPUKnown, s.Per(float64(s.CPU)/float64(time.Microsecond))),
+		)
+		if t.Redis {
+			cols = append(cols,
+				strconv.FormatFloat(s.Per(float64(s.RoundTrips)), 'f', 3, 64),
+				strconv.FormatFloat(s.Per(float64(s.Commands)), 'f', 3, 64),
+				strconv.FormatFloat(s.Per(float64(s.Writes)), 'f', 3, 64),
+				cpu(s.RedisCPUKnown, s.Per(float64(s.RedisCPU)/float64(time.Microsecond))),
+			)
+		}
+		cols = append(cols,
+			strconv.FormatFloat(100*s.Per(float64(s.Allowed)), 'f', 1, 64),
+			strconv.FormatUint(s.Errors, 10),
+		)
+		if base > 0 {
+			cols = append(cols, strconv.FormatFloat(s.PerSecond()/base, 'f', 2, 64)+"x")
+		}
+		fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Stats.FirstErr != nil {
+			fmt.Fprintf(w, "%s: %d errors, first: %v\n", r.Name, r.Stats.Errors, r.Stats.FirstErr)
+		}
+	}
+	return nil
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
+}
+
+func cpu(known bool, v float64) string {
+	if !known {
+		return "n/a"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
