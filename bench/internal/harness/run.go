@@ -274,11 +274,13 @@ func phase(ctx context.Context, load Load, ops []Op, workers []worker, d time.Du
 			}
 		}(&workers[i], ops[i], uint64(i))
 	}
+	// t0 before the timer starts, so the measured phase is never shorter
+	// than d.
+	t0 := time.Now()
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
 	defer timer.Stop()
 	stopOnCancel := context.AfterFunc(ctx, func() { stop.Store(true) })
 	defer stopOnCancel()
-	t0 := time.Now()
 	close(start)
 	wg.Wait()
 	return time.Since(t0)
