@@ -107,8 +107,10 @@ type Identity struct {
 	Tenant string
 	// User is the end user.
 	User string
-	// APIKey is the credential the call was made with. Stages never store,
-	// log or export it raw: keys are hashed before they reach a store.
+	// APIKey is the credential the call was made with. Stages never write
+	// it raw to a store, a log or telemetry: keys are hashed first (the
+	// tiers stage keeps a bounded in-memory cache from recent keys to their
+	// hashes, so a repeat caller is not hashed again).
 	APIKey string
 	// IP is the client address, resolved through trusted proxies only.
 	IP netip.Addr

@@ -82,3 +82,42 @@ func BenchmarkAdmitGlobalOnly(b *testing.B) {
 		}
 	}
 }
+
+// apiKeyPolicy is the interceptor benchmark's policy: four keyed levels,
+// one of them the always-hashed API key.
+const apiKeyPolicy = `
+rules:
+  - {name: endpoint, key: [endpoint], rate: 1000000000/1s}
+  - {name: tenant, key: [tenant], rate: 1000000000/1s}
+  - {name: user, key: [user], rate: 1000000000/1s}
+  - {name: api-key, key: [api_key], rate: 1000000000/1s}
+`
+
+func benchAPIKey(b *testing.B, distinct int) {
+	l := mustLimiter(b, memstore.New(), apiKeyPolicy)
+	rs := make([]*floodgate.Request, distinct)
+	for i := range rs {
+		rs[i] = &floodgate.Request{
+			Method:   "/floodgate.test.v1.Echo/Plain",
+			Identity: floodgate.Identity{User: "alice", Tenant: "acme", APIKey: "k-" + strconv.Itoa(i)},
+		}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		d, _, err := l.Admit(ctx, rs[i%distinct])
+		if err != nil || !d.Allowed {
+			b.Fatalf("%+v %v", d, err)
+		}
+		i++
+	}
+}
+
+// BenchmarkAdmitAPIKey is the interceptor benchmark's tiers stage: four
+// keyed levels (endpoint, tenant, user, API key), one caller.
+func BenchmarkAdmitAPIKey(b *testing.B) { benchAPIKey(b, 1) }
+
+// BenchmarkAdmitAPIKeyMany cycles through 100000 API keys, more than any
+// cache of their hashes holds: the cost of a miss.
+func BenchmarkAdmitAPIKeyMany(b *testing.B) { benchAPIKey(b, 100000) }

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // compiled is a validated Policy in the form Admit uses.
@@ -44,6 +46,7 @@ type cRule struct {
 	tierKeys   map[string]string
 	defaultKey string
 	prefix     string
+	head       string // keyed rules: prefix + "{" + scope0 + "="
 	mid        string // "}:" + rule name
 	// scopeLabels[0] = "scope0=", scopeLabels[i>0] = ":scopeI="
 	scopeLabels []string
@@ -207,6 +210,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 					cr.scopeLabels[j] = ":" + s.String() + "="
 				}
 			}
+			cr.head = prefix + "{" + cr.scopeLabels[0]
 		}
 		rules = append(rules, cr)
 	}
@@ -275,7 +279,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			rep.addf(op+".rate", "capacity %d (%s) is less than rule %q cost %d: such a request could never pass", l.Capacity(), capacityWhat(l), o.Rule, r.cost)
 			continue
 		}
-		id := identityView{}
+		id := floodgate.Identity{}
 		method := ""
 		bad := false
 		for _, s := range r.key {
@@ -289,13 +293,13 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			case ScopeEndpoint:
 				method = v
 			case ScopeUser:
-				id.user = v
+				id.User = v
 			case ScopeAPIKey:
-				id.apiKey = v
+				id.APIKey = v
 			case ScopeTenant:
-				id.tenant = v
+				id.Tenant = v
 			case ScopeIP:
-				id.ip = mustAddr(v)
+				id.IP = mustAddr(v)
 			}
 		}
 		if bad {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"hash"
 	"net/netip"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // Key format (see the package doc):
@@ -31,9 +33,15 @@ const (
 const hexDigits = "0123456789ABCDEF"
 const hexLower = "0123456789abcdef"
 
-func unreserved(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-}
+func unreserved(c byte) bool { return unreservedTab[c] }
+
+// unreservedTab[c] reports whether c is in [A-Za-z0-9._-].
+var unreservedTab = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+	}
+	return t
+}()
 
 // keyBuilder holds the reusable state for building keys without
 // allocating: a SHA-256 state and its output buffer, and room for an IP's
@@ -42,6 +50,9 @@ type keyBuilder struct {
 	h   hash.Hash
 	sum [sha256.Size]byte
 	ip  [64]byte
+	// chunk feeds h from a string without converting it to a []byte
+	// (which would allocate: the digest does not take strings).
+	chunk [256]byte
 }
 
 func newKeyBuilder() *keyBuilder { return &keyBuilder{h: sha256.New()} }
@@ -52,77 +63,99 @@ func (kb *keyBuilder) appendEscaped(b []byte, s string) []byte {
 	if len(s) > maxRawComponent {
 		return kb.appendHashed(b, s)
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if unreserved(c) {
-			b = append(b, c)
-		} else {
-			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+	return appendEscapedRaw(b, s)
+}
+
+// appendEscapedRaw appends s with every byte outside [A-Za-z0-9._-]
+// written as %XX. Runs of unreserved bytes are copied whole.
+func appendEscapedRaw[S string | []byte](b []byte, s S) []byte {
+	for {
+		i := 0
+		for i < len(s) && unreservedTab[s[i]] {
+			i++
 		}
+		b = append(b, s[:i]...)
+		if i == len(s) {
+			return b
+		}
+		c := s[i]
+		b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		s = s[i+1:]
 	}
-	return b
 }
 
 // appendHashed appends '#' and the first hashBytes of SHA-256(s) in hex.
 func (kb *keyBuilder) appendHashed(b []byte, s string) []byte {
-	kb.h.Reset()
-	if sw, ok := kb.h.(interface{ WriteString(string) (int, error) }); ok {
-		_, _ = sw.WriteString(s)
-	} else {
-		_, _ = kb.h.Write([]byte(s))
-	}
-	sum := kb.h.Sum(kb.sum[:0])
 	b = append(b, '#')
+	return kb.appendDigest(b, s)
+}
+
+// appendDigest appends the first hashBytes of SHA-256(s) in hex.
+func (kb *keyBuilder) appendDigest(b []byte, s string) []byte {
+	var sum []byte
+	if len(s) <= len(kb.chunk) {
+		n := copy(kb.chunk[:], s)
+		kb.sum = sha256.Sum256(kb.chunk[:n])
+		sum = kb.sum[:]
+	} else {
+		kb.h.Reset()
+		for len(s) > 0 {
+			n := copy(kb.chunk[:], s)
+			_, _ = kb.h.Write(kb.chunk[:n])
+			s = s[n:]
+		}
+		sum = kb.h.Sum(kb.sum[:0])
+	}
 	for _, c := range sum[:hashBytes] {
 		b = append(b, hexLower[c>>4], hexLower[c&15])
 	}
 	return b
 }
 
+// appendAPIKey appends '#' and the hashed form of an API key, from
+// apiKeyHashes when the key was seen recently.
+func (kb *keyBuilder) appendAPIKey(b []byte, s string) []byte {
+	b = append(b, '#')
+	h, b, ok := apiKeyHashes.lookup(b, s)
+	if ok {
+		return b
+	}
+	start := len(b)
+	b = kb.appendDigest(b, s)
+	apiKeyHashes.store(h, s, b[start:])
+	return b
+}
+
 // component returns the raw identity component for scope s, and false when
 // the request does not have one (the rule then does not apply).
-func component(s Scope, method string, id *identityView) (string, bool) {
+func component(s Scope, method string, id *floodgate.Identity) (string, bool) {
 	switch s {
 	case ScopeEndpoint:
 		return method, method != ""
 	case ScopeUser:
-		return id.user, id.user != ""
+		return id.User, id.User != ""
 	case ScopeAPIKey:
-		return id.apiKey, id.apiKey != ""
+		return id.APIKey, id.APIKey != ""
 	case ScopeTenant:
-		return id.tenant, id.tenant != ""
+		return id.Tenant, id.Tenant != ""
 	}
 	return "", false
 }
 
-// identityView is the part of a request keys are built from.
-type identityView struct {
-	user, apiKey, tenant string
-	ip                   netip.Addr
-}
-
 // appendValue appends the key value for scope s, reporting false when the
 // request lacks that component.
-func (kb *keyBuilder) appendValue(b []byte, s Scope, method string, id *identityView) ([]byte, bool) {
+func (kb *keyBuilder) appendValue(b []byte, s Scope, method string, id *floodgate.Identity) ([]byte, bool) {
 	switch s {
 	case ScopeIP:
-		if !id.ip.IsValid() {
+		if !id.IP.IsValid() {
 			return b, false
 		}
-		txt := id.ip.AppendTo(kb.ip[:0])
-		for _, c := range txt {
-			if unreserved(c) {
-				b = append(b, c)
-			} else {
-				b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
-			}
-		}
-		return b, true
+		return appendEscapedRaw(b, id.IP.AppendTo(kb.ip[:0])), true
 	case ScopeAPIKey:
-		if id.apiKey == "" {
+		if id.APIKey == "" {
 			return b, false
 		}
-		return kb.appendHashed(b, id.apiKey), true
+		return kb.appendAPIKey(b, id.APIKey), true
 	}
 	v, ok := component(s, method, id)
 	if !ok {
@@ -134,10 +167,17 @@ func (kb *keyBuilder) appendValue(b []byte, s Scope, method string, id *identity
 // appendKeyBody appends the algorithm-independent part of a keyed rule's
 // key: "{scope0=v0}:rule[:scopeI=vI]...". It returns false, and b
 // unchanged in length, when the request lacks one of the scopes.
-func (kb *keyBuilder) appendKeyBody(b []byte, r *cRule, method string, id *identityView) ([]byte, bool) {
+func (kb *keyBuilder) appendKeyBody(b []byte, r *cRule, method string, id *floodgate.Identity) ([]byte, bool) {
 	start := len(b)
-	b = append(b, '{')
-	b = append(b, r.scopeLabels[0]...)
+	b = append(b, r.head[len(r.prefix):]...)
+	return kb.appendKeyValues(b, start, r, method, id)
+}
+
+// appendKeyValues appends the rest of a keyed rule's key body to b, which
+// ends with the body's opening "{scope0=" (the start of the body is at
+// b[start]), reporting false and b[:start] when the request lacks one of
+// the scopes.
+func (kb *keyBuilder) appendKeyValues(b []byte, start int, r *cRule, method string, id *floodgate.Identity) ([]byte, bool) {
 	b, ok := kb.appendValue(b, r.key[0], method, id)
 	if !ok {
 		return b[:start], false

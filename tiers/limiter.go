@@ -123,39 +123,30 @@ func (l *Limiter) Buckets(dst []Bucket, r *floodgate.Request) []Bucket {
 	defer l.release(sc)
 	c := l.state.Load()
 	sc.resolve(c, r)
-	keys := string(sc.buf)
-	for i := range sc.metas {
-		m := &sc.metas[i]
-		dst = append(dst, m.bucket(keys))
-	}
-	return dst
+	sc.setKeys()
+	return append(dst, sc.all...)
 }
 
+// meta is what Admit knows of one matched rule besides its bucket. It holds
+// no pointers, so filling and discarding metas costs no write barriers.
 type meta struct {
-	rule        *cRule
-	constKey    string
-	start, end  int
-	limit       Limit
-	cost        int64
-	fromRequest bool // cost came from the request or the methods table
-}
-
-func (m *meta) bucket(keys string) Bucket {
-	k := m.constKey
-	if k == "" {
-		k = keys[m.start:m.end]
-	}
-	return Bucket{Key: k, Limit: m.limit, Cost: m.cost, OnStoreError: m.rule.fail, CacheDenials: m.rule.cache}
+	rule        int32 // index in compiled.rules
+	start, end  int32 // the bucket's key is buf[start:end]; start < 0: prebuilt
+	fromRequest bool  // cost came from the request or the methods table
 }
 
 type scratch struct {
-	kb        *keyBuilder
-	buf       []byte
-	metas     []meta
+	kb    *keyBuilder
+	buf   []byte
+	metas []meta
+	// all holds the bucket of every matched rule, parallel to metas.
+	all []Bucket
+	// real and shadow, with the indices in all of their buckets, are
+	// used when all mixes shadow and real rules or a rule is skipped.
 	real      []Bucket
-	realMeta  []*meta
+	realIdx   []int32
 	shadow    []Bucket
-	shadowMet []*meta
+	shadowIdx []int32
 	res       []Result
 }
 
@@ -164,18 +155,20 @@ func newScratch() *scratch {
 		kb:    newKeyBuilder(),
 		buf:   make([]byte, 0, 256),
 		metas: make([]meta, 0, 8),
-		real:  make([]Bucket, 0, 8),
+		all:   make([]Bucket, 0, 8),
 		res:   make([]Result, 8),
 	}
 }
 
 const maxPooledBuf = 64 << 10
 
-// resolve fills sc.metas and sc.buf with the buckets r is charged to.
+// resolve fills sc.metas, sc.all (without the keys built in sc.buf: see
+// setKeys) and sc.buf with the buckets r is charged to.
 func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 	sc.buf = sc.buf[:0]
 	sc.metas = sc.metas[:0]
-	id := identityView{user: r.Identity.User, apiKey: r.Identity.APIKey, tenant: r.Identity.Tenant, ip: r.Identity.IP}
+	sc.all = sc.all[:0]
+	id := &r.Identity
 	var methodCost int64
 	var methodCostKnown bool
 	for i := range c.rules {
@@ -183,63 +176,95 @@ func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 		if !cr.matches(r.Method) {
 			continue
 		}
-		m := meta{rule: cr, cost: cr.cost}
-		if m.cost == 0 {
+		m := meta{rule: int32(i), start: -1}
+		cost := cr.cost
+		if cost == 0 {
 			m.fromRequest = true
 			switch {
 			case r.Cost != 0:
-				m.cost = r.Cost
+				cost = r.Cost
 			default:
 				if !methodCostKnown {
 					methodCost = c.methods[r.Method].Cost
 					methodCostKnown = true
 				}
-				m.cost = methodCost
-				if m.cost == 0 {
-					m.cost, m.fromRequest = 1, false
+				cost = methodCost
+				if cost == 0 {
+					cost, m.fromRequest = 1, false
 				}
 			}
 		}
-		tl := cr.limit
+		tl := &cr.limit
 		known := false
 		if cr.byTier {
-			var t tierLimit
-			if t, known = c.tiers[r.Tier]; known {
-				tl = t
+			if t, ok := c.tiers[r.Tier]; ok {
+				tl, known = &t, true
 			} else {
-				tl = c.defaultTier
+				tl = &c.defaultTier
 			}
 		}
 		if len(cr.key) == 0 {
+			var k string
 			switch {
 			case !cr.byTier:
-				m.constKey = cr.constKey
+				k = cr.constKey
 			case known:
-				m.constKey = cr.tierKeys[r.Tier]
+				k = cr.tierKeys[r.Tier]
 			default:
-				m.constKey = cr.defaultKey
+				k = cr.defaultKey
 			}
-			m.limit = tl.limit
 			sc.metas = append(sc.metas, m)
+			sc.addBucket(k, tl.limit, cost, cr)
 			continue
 		}
-		m.start = len(sc.buf)
-		sc.buf = append(sc.buf, cr.prefix...)
-		bodyStart := len(sc.buf)
+		start := len(sc.buf)
+		bodyStart := start + len(cr.prefix)
+		sc.buf = append(sc.buf, cr.head...)
 		var ok bool
-		if sc.buf, ok = sc.kb.appendKeyBody(sc.buf, cr, r.Method, &id); !ok {
-			sc.buf = sc.buf[:m.start]
+		if sc.buf, ok = sc.kb.appendKeyValues(sc.buf, start, cr, r.Method, id); !ok {
 			continue
 		}
 		if cr.overrides != nil {
 			if o, has := cr.overrides[string(sc.buf[bodyStart:])]; has {
-				tl = o
+				tl = &o
 			}
 		}
 		sc.buf = append(sc.buf, tl.suffix...)
-		m.end = len(sc.buf)
-		m.limit = tl.limit
+		m.start, m.end = int32(start), int32(len(sc.buf))
 		sc.metas = append(sc.metas, m)
+		sc.addBucket("", tl.limit, cost, cr)
+	}
+}
+
+// addBucket appends a bucket to sc.all field by field: appending a Bucket
+// value copies it with a bulk write barrier whenever the GC is marking.
+func (sc *scratch) addBucket(key string, l Limit, cost int64, cr *cRule) {
+	n := len(sc.all)
+	if n == cap(sc.all) {
+		sc.all = append(sc.all, Bucket{})
+	} else {
+		sc.all = sc.all[:n+1]
+	}
+	b := &sc.all[n]
+	b.Key = key
+	b.Limit = l
+	b.Cost = cost
+	b.OnStoreError = cr.fail
+	b.CacheDenials = cr.cache
+}
+
+// setKeys sets the keys built in sc.buf into sc.all, with at most one
+// allocation for all of them (the store may keep the keys), none when the
+// same keys were built recently.
+func (sc *scratch) setKeys() {
+	if len(sc.buf) == 0 {
+		return
+	}
+	keys := recentKeys.get(sc.buf)
+	for i := range sc.metas {
+		if m := &sc.metas[i]; m.start >= 0 {
+			sc.all[i].Key = keys[m.start:m.end]
+		}
 	}
 }
 
@@ -260,34 +285,52 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 	if len(sc.metas) == 0 {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Priority: r.Priority}, nil, nil
 	}
-	var keys string
-	if len(sc.buf) > 0 {
-		keys = string(sc.buf)
-	}
-	sc.real, sc.realMeta = sc.real[:0], sc.realMeta[:0]
-	sc.shadow, sc.shadowMet = sc.shadow[:0], sc.shadowMet[:0]
-	var shadowDeny *meta
+	sc.setKeys()
+	shadowDeny := -1
+	split := false // some bucket is not charged with the real ones
 	for i := range sc.metas {
 		m := &sc.metas[i]
-		if m.fromRequest && m.cost > m.limit.Capacity() {
-			if !m.rule.shadow {
-				d := decision(r, m, Result{Limit: m.limit.Capacity()}, false)
-				return d, nil, fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, m.rule.name, m.limit.Capacity(), m.cost)
+		cr := &c.rules[m.rule]
+		b := &sc.all[i]
+		if m.fromRequest && b.Cost > b.Limit.Capacity() {
+			if !cr.shadow {
+				d := decision(r, cr, b, Result{Limit: b.Limit.Capacity()}, false)
+				return d, nil, fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, cr.name, b.Limit.Capacity(), b.Cost)
 			}
-			if shadowDeny == nil {
-				shadowDeny = m
+			if shadowDeny < 0 {
+				shadowDeny = i
 			}
+			split = true
 			continue
 		}
-		if m.rule.shadow {
-			sc.shadow = append(sc.shadow, m.bucket(keys))
-			sc.shadowMet = append(sc.shadowMet, m)
-		} else {
-			sc.real = append(sc.real, m.bucket(keys))
-			sc.realMeta = append(sc.realMeta, m)
-		}
+		split = split || cr.shadow
 	}
-	n := max(len(sc.real), len(sc.shadow))
+	// Common case: every bucket is real and charged: Take sc.all as is
+	// (nil indices mean the identity).
+	real, realIdx := sc.all, []int32(nil)
+	var (
+		shadow    []Bucket
+		shadowIdx []int32
+	)
+	if split {
+		sc.real, sc.realIdx = sc.real[:0], sc.realIdx[:0]
+		sc.shadow, sc.shadowIdx = sc.shadow[:0], sc.shadowIdx[:0]
+		for i := range sc.metas {
+			b := &sc.all[i]
+			if sc.metas[i].fromRequest && b.Cost > b.Limit.Capacity() {
+				continue
+			}
+			if c.rules[sc.metas[i].rule].shadow {
+				sc.shadow = append(sc.shadow, *b)
+				sc.shadowIdx = append(sc.shadowIdx, int32(i))
+			} else {
+				sc.real = append(sc.real, *b)
+				sc.realIdx = append(sc.realIdx, int32(i))
+			}
+		}
+		real, realIdx, shadow, shadowIdx = sc.real, sc.realIdx, sc.shadow, sc.shadowIdx
+	}
+	n := max(len(real), len(shadow))
 	if cap(sc.res) < n {
 		sc.res = make([]Result, n)
 	}
@@ -298,18 +341,18 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		haveD  bool
 		errOut error
 	)
-	if len(sc.real) > 0 {
+	if len(real) > 0 {
 		clear(res)
-		allowed, err := l.store.Take(ctx, sc.real, res[:len(sc.real)])
+		allowed, err := l.store.Take(ctx, real, res[:len(real)])
 		if err != nil {
-			d, err = storeFailure(r, sc.realMeta, err)
+			d, err = storeFailure(r, c, sc, realIdx, len(real), err)
 			if !d.Allowed {
 				return d, nil, err
 			}
 			errOut = err
 			haveD = true
 		} else {
-			d = bind(r, sc.realMeta, res[:len(sc.real)], allowed)
+			d = bind(r, c, sc, realIdx, res[:len(real)], allowed)
 			if !allowed {
 				if d.RetryAfter < 0 {
 					d.RetryAfter = 0
@@ -320,18 +363,19 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 			haveD = true
 		}
 	}
-	if shadowDeny != nil {
-		sd := decision(r, shadowDeny, Result{Limit: shadowDeny.limit.Capacity()}, true)
+	if shadowDeny >= 0 {
+		b := &sc.all[shadowDeny]
+		sd := decision(r, &c.rules[sc.metas[shadowDeny].rule], b, Result{Limit: b.Limit.Capacity()}, true)
 		return sd, nil, errOut
 	}
-	if len(sc.shadow) > 0 {
+	if len(shadow) > 0 {
 		clear(res)
-		allowed, err := l.store.Take(ctx, sc.shadow, res[:len(sc.shadow)])
+		allowed, err := l.store.Take(ctx, shadow, res[:len(shadow)])
 		switch {
 		case err != nil:
 			errOut = errors.Join(errOut, fmt.Errorf("tiers: shadow rules not decided: %w", err))
 		case !allowed:
-			sd := bind(r, sc.shadowMet, res[:len(sc.shadow)], false)
+			sd := bind(r, c, sc, shadowIdx, res[:len(shadow)], false)
 			sd.Allowed, sd.Shadow, sd.RetryAfter = true, true, 0
 			return sd, nil, errOut
 		case !haveD:
@@ -346,18 +390,20 @@ func (l *Limiter) release(sc *scratch) {
 	if cap(sc.buf) > maxPooledBuf {
 		return
 	}
-	clear(sc.real[:cap(sc.real)])
-	clear(sc.shadow[:cap(sc.shadow)])
-	clear(sc.realMeta[:cap(sc.realMeta)])
-	clear(sc.shadowMet[:cap(sc.shadowMet)])
-	clear(sc.metas[:cap(sc.metas)])
+	// Only the used prefixes hold anything: every use starts from length
+	// 0 of a scratch cleared this way, and the index slices hold no
+	// pointers.
+	clear(sc.all)
+	clear(sc.real)
+	clear(sc.shadow)
 	l.pool.Put(sc)
 }
 
 // bind picks the binding bucket: on deny the denying one with the largest
 // RetryAfter (Never largest), on allow the one with the least Remaining,
 // ties going to the most specific (earliest).
-func bind(r *floodgate.Request, metas []*meta, res []Result, allowed bool) floodgate.Decision {
+// idx maps res to sc.all (nil: the identity).
+func bind(r *floodgate.Request, c *compiled, sc *scratch, idx []int32, res []Result, allowed bool) floodgate.Decision {
 	best := -1
 	for i := range res {
 		if allowed {
@@ -376,7 +422,11 @@ func bind(r *floodgate.Request, metas []*meta, res []Result, allowed bool) flood
 	if best < 0 { // a store that denied with every bucket allowing: bind the first
 		best = 0
 	}
-	d := decision(r, metas[best], res[best], false)
+	k := best
+	if idx != nil {
+		k = int(idx[best])
+	}
+	d := decision(r, &c.rules[sc.metas[k].rule], &sc.all[k], res[best], false)
 	d.Allowed = allowed
 	return d
 }
@@ -388,7 +438,7 @@ func later(a, b time.Duration) bool {
 	return a == Never || a > b
 }
 
-func decision(r *floodgate.Request, m *meta, res Result, shadow bool) floodgate.Decision {
+func decision(r *floodgate.Request, cr *cRule, b *Bucket, res Result, shadow bool) floodgate.Decision {
 	src := res.Source
 	if src == "" {
 		src = floodgate.SourceStore
@@ -397,13 +447,13 @@ func decision(r *floodgate.Request, m *meta, res Result, shadow bool) floodgate.
 		Allowed:    shadow,
 		Stage:      floodgate.StageTiers,
 		Source:     src,
-		Policy:     m.rule.name,
+		Policy:     cr.name,
 		Limit:      res.Limit,
-		Window:     m.limit.Period,
+		Window:     b.Limit.Period,
 		Remaining:  res.Remaining,
 		Reset:      res.Reset,
 		RetryAfter: res.RetryAfter,
-		HideQuota:  m.rule.hide,
+		HideQuota:  cr.hide,
 		Shadow:     shadow,
 		Priority:   r.Priority,
 	}
@@ -417,17 +467,25 @@ func decision(r *floodgate.Request, m *meta, res Result, shadow bool) floodgate.
 // answer: any rule with on_store_error "closed" denies; otherwise the
 // request is allowed. FailLocal needs a local limiter that only a fallback
 // store (package fallback) has; without one it allows, and the returned
-// error says so.
-func storeFailure(r *floodgate.Request, metas []*meta, err error) (floodgate.Decision, error) {
-	for _, m := range metas {
-		if m.rule.fail == FailClosed {
-			d := decision(r, m, Result{Limit: m.limit.Capacity(), RetryAfter: StoreErrorRetryAfter}, false)
+// error says so. The n buckets taken are sc.all's at idx (nil: the first
+// n).
+func storeFailure(r *floodgate.Request, c *compiled, sc *scratch, idx []int32, n int, err error) (floodgate.Decision, error) {
+	at := func(j int) (*cRule, *Bucket) {
+		k := j
+		if idx != nil {
+			k = int(idx[j])
+		}
+		return &c.rules[sc.metas[k].rule], &sc.all[k]
+	}
+	for j := range n {
+		if cr, b := at(j); cr.fail == FailClosed {
+			d := decision(r, cr, b, Result{Limit: b.Limit.Capacity(), RetryAfter: StoreErrorRetryAfter}, false)
 			d.Source = floodgate.SourceFailClosed
-			return d, fmt.Errorf("tiers: store failed, rule %q fails closed: %w", m.rule.name, err)
+			return d, fmt.Errorf("tiers: store failed, rule %q fails closed: %w", cr.name, err)
 		}
 	}
-	m := metas[0]
-	d := decision(r, m, Result{Limit: m.limit.Capacity()}, false)
+	cr, b := at(0)
+	d := decision(r, cr, b, Result{Limit: b.Limit.Capacity()}, false)
 	d.Allowed, d.Source = true, floodgate.SourceFailOpen
 	return d, fmt.Errorf("tiers: store failed, allowing (wrap the store with package fallback for local limits): %w", err)
 }

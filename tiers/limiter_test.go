@@ -419,3 +419,61 @@ func TestConcurrentExactCount(t *testing.T) {
 		t.Errorf("decisions %v do not add up to 200", allowed)
 	}
 }
+
+// TestShadowFirstIndices: a shadow rule sorted before the real ones
+// (more key scopes) separates the real Take from the matched rules'
+// order; decisions must still name the bucket that bound.
+func TestShadowFirstIndices(t *testing.T) {
+	clk := clock.New(time.Time{})
+	s := memstore.New(memstore.WithClock(clk))
+	l := mustLimiter(t, s, `
+rules:
+  - {name: global, rate: 9/1m}
+  - {name: dry, key: [user, ip], rate: 2/1m, shadow: true}
+  - {name: per-user, key: [user], rate: 6/2m}
+`)
+	r := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{User: "u", IP: netip.MustParseAddr("192.0.2.9")}}
+	if d := admit(t, l, r); !d.Allowed || d.Shadow || d.Policy != "per-user" || d.Remaining != 5 || d.Window != 2*time.Minute || d.Limit != 6 {
+		t.Fatalf("first: %+v, want allowed bound by per-user (5 of 6 left per 2m)", d)
+	}
+	// Cost 3 exceeds the shadow rule's capacity 2: the real rules decide
+	// and charge, the shadow rule reports the request it would deny.
+	r.Cost = 3
+	if d := admit(t, l, r); !d.Allowed || !d.Shadow || d.Policy != "dry" || d.Limit != 2 || d.RetryAfter != 0 {
+		t.Fatalf("cost 3: %+v, want allowed with Shadow naming dry", d)
+	}
+	// Another user: its per-user bucket is fresh, global binds.
+	v := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{User: "v", IP: netip.MustParseAddr("192.0.2.9")}}
+	if d := admit(t, l, v); !d.Allowed || d.Shadow || d.Policy != "global" || d.Remaining != 4 || d.Window != time.Minute || d.Limit != 9 {
+		t.Fatalf("user v: %+v, want allowed bound by global (4 of 9 left)", d)
+	}
+	r.Cost = 1
+	if d := admit(t, l, r); !d.Allowed || d.Shadow || d.Policy != "per-user" || d.Remaining != 1 {
+		t.Fatalf("fourth: %+v, want allowed bound by per-user (1 left)", d)
+	}
+	// per-user has 1 left for a cost of 2: a real deny by per-user, one
+	// token short at 6 per 2m.
+	r.Cost = 2
+	if d := admit(t, l, r); d.Allowed || d.Shadow || d.Policy != "per-user" || d.RetryAfter != 20*time.Second {
+		t.Fatalf("fifth: %+v, want a deny by per-user retrying after 20s", d)
+	}
+}
+
+// TestStoreErrorShadowFirst: with a shadow rule first, the fail mode of
+// the real rule that fails closed still decides.
+func TestStoreErrorShadowFirst(t *testing.T) {
+	broken := memstore.New(memstore.WithMaxKeys(0))
+	l := mustLimiter(t, broken, `
+rules:
+  - {name: all, rate: 100/1s, on_store_error: open}
+  - {name: dry, key: [user], rate: 1/1s, shadow: true, on_store_error: closed}
+  - {name: login, rate: 5/1m, on_store_error: closed}
+`)
+	d, _, err := l.Admit(context.Background(), &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{User: "u"}})
+	if err == nil || !errors.Is(err, broken.Err()) {
+		t.Fatalf("err = %v, want the store's error wrapped", err)
+	}
+	if d.Allowed || d.Source != floodgate.SourceFailClosed || d.Policy != "login" || d.Window != time.Minute || d.Limit != 5 {
+		t.Fatalf("%+v, want fail-closed deny by login", d)
+	}
+}
