@@ -100,8 +100,8 @@
 //
 // Nothing is silent. Stats counts calls, failures, timeouts, calls the
 // breaker rejected, transitions, and every bucket decided without the
-// primary by mode and outcome. Store failures are logged at most once a
-// second with the count suppressed in between. Counts are by mode, not by
-// rule: tiers.Bucket carries no rule name (the Observer sees the rule as
-// the Decision's Policy).
+// primary by mode and outcome, in total (Stats.Fallback) and by the
+// bucket's rule (Stats.ByRule, bounded by MaxRules). Store failures are
+// logged at most once a second with the count suppressed in between. The
+// Observer sees each decision's binding rule and source as well.
 package fallback

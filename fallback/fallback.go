@@ -226,8 +226,36 @@ type Store struct {
 type counters struct {
 	calls, failures, timeouts, canceled, rejected atomic.Uint64
 	takesAllowed, takesDenied                     atomic.Uint64
-	modes                                         [3][2]atomic.Uint64 // [FailMode][allowed]
-	transitions                                   [3]atomic.Uint64    // [to state]
+	modes                                         modeCounts
+	transitions                                   [3]atomic.Uint64 // [to state]
+	byRule                                        sync.Map         // rule name -> *modeCounts
+	rules                                         atomic.Int64     // entries in byRule
+}
+
+// modeCounts counts bucket decisions by [FailMode][allowed].
+type modeCounts [3][2]atomic.Uint64
+
+// MaxRules bounds the rules counted separately in Stats.ByRule; decisions of
+// further rule names are counted under OtherRule. Rule names come from the
+// policy, so the bound only matters for buckets built by hand.
+const MaxRules = 1024
+
+// OtherRule is the ByRule entry for rules beyond MaxRules.
+const OtherRule = "_other"
+
+// rule returns the counters of the named rule, creating them on first use.
+func (c *counters) rule(name string) *modeCounts {
+	if v, ok := c.byRule.Load(name); ok {
+		return v.(*modeCounts)
+	}
+	if c.rules.Load() >= MaxRules {
+		name = OtherRule
+	}
+	v, loaded := c.byRule.LoadOrStore(name, new(modeCounts))
+	if !loaded {
+		c.rules.Add(1)
+	}
+	return v.(*modeCounts)
 }
 
 // errCallerGone marks a failed primary call whose caller's context was
@@ -580,7 +608,9 @@ func (s *Store) decide(buckets []tiers.Bucket, res []tiers.Result) bool {
 		if res[i].Allowed {
 			a = 1
 		}
-		s.c.modes[buckets[i].OnStoreError][a].Add(1)
+		m := buckets[i].OnStoreError
+		s.c.modes[m][a].Add(1)
+		s.c.rule(buckets[i].Rule)[m][a].Add(1)
 	}
 	return allowed
 }
@@ -678,6 +708,10 @@ type Stats struct {
 	// means its limiter had the tokens (the Take may still have denied
 	// because of another bucket, in which case nothing was charged).
 	Fallback [3]ModeCount
+	// ByRule counts the same decisions by the bucket's rule
+	// (tiers.Bucket.Rule) and mode: ByRule["login"][tiers.FailClosed].
+	// Rules that never fell back are absent; see MaxRules.
+	ByRule map[string][3]ModeCount
 	// Opened, HalfOpened and Closed count breaker transitions into each
 	// state.
 	Opened, HalfOpened, Closed uint64
@@ -685,6 +719,13 @@ type Stats struct {
 	// those dropped by the LRU bound.
 	LocalBuckets int
 	Evictions    uint64
+}
+
+func (mc *modeCounts) snapshot() (out [3]ModeCount) {
+	for m := range out {
+		out[m] = ModeCount{Allowed: mc[m][1].Load(), Denied: mc[m][0].Load()}
+	}
+	return out
 }
 
 // ModeCount is the number of fallback bucket decisions of one mode.
@@ -716,9 +757,14 @@ func (s *Store) Stats() Stats {
 		HalfOpened:           s.c.transitions[gobreaker.StateHalfOpen].Load(),
 		Closed:               s.c.transitions[gobreaker.StateClosed].Load(),
 	}
-	for m := range st.Fallback {
-		st.Fallback[m] = ModeCount{Allowed: s.c.modes[m][1].Load(), Denied: s.c.modes[m][0].Load()}
-	}
+	st.Fallback = s.c.modes.snapshot()
+	s.c.byRule.Range(func(k, v any) bool {
+		if st.ByRule == nil {
+			st.ByRule = make(map[string][3]ModeCount)
+		}
+		st.ByRule[k.(string)] = v.(*modeCounts).snapshot()
+		return true
+	})
 	s.mu.Lock()
 	st.LocalBuckets = s.local.len()
 	st.Evictions = s.local.evicted

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -392,6 +394,7 @@ func TestOpenAndClosedModes(t *testing.T) {
 	login := tokenBucket("login:ip", 5, 5, time.Minute, tiers.FailClosed)
 	search := tokenBucket("search:user", 10, 10, time.Second, tiers.FailOpen)
 	local := tokenBucket("tenant:acme", 100, 100, time.Second, tiers.FailLocal)
+	login.Rule, search.Rule, local.Rule = "login-ip", "search-user", "tenant-plan"
 	fx.f.fail.Store(true)
 
 	ok, res := take(t, fx.s, login)
@@ -424,6 +427,31 @@ func TestOpenAndClosedModes(t *testing.T) {
 	}
 	if st.Fallback != want || st.FallbackTakesAllowed != 51 || st.FallbackTakesDenied != 4 {
 		t.Fatalf("stats %+v, want modes %+v, 51 takes allowed, 4 denied", st, want)
+	}
+	wantRules := map[string][3]fallback.ModeCount{
+		"login-ip":    {tiers.FailClosed: {Denied: 4}},
+		"search-user": {tiers.FailOpen: {Allowed: 51}},
+		"tenant-plan": {tiers.FailLocal: {Allowed: 4}},
+	}
+	if !reflect.DeepEqual(st.ByRule, wantRules) {
+		t.Fatalf("ByRule = %+v, want %+v", st.ByRule, wantRules)
+	}
+}
+
+func TestByRuleIsBounded(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
+	fx.f.fail.Store(true)
+	for i := 0; i < fallback.MaxRules+10; i++ {
+		b := tokenBucket("k:"+strconv.Itoa(i), 10, 10, time.Second, tiers.FailOpen)
+		b.Rule = "rule-" + strconv.Itoa(i)
+		take(t, fx.s, b)
+	}
+	st := fx.s.Stats()
+	if len(st.ByRule) != fallback.MaxRules+1 {
+		t.Fatalf("ByRule has %d entries, want %d named + %s", len(st.ByRule), fallback.MaxRules, fallback.OtherRule)
+	}
+	if got := st.ByRule[fallback.OtherRule][tiers.FailOpen].Allowed; got != 10 {
+		t.Fatalf("%s counted %d, want the 10 rules past MaxRules", fallback.OtherRule, got)
 	}
 }
 

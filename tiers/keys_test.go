@@ -64,11 +64,11 @@ func TestResolveDesignPolicy(t *testing.T) {
 	got := l.Buckets(nil, r)
 	want := []tiers.Bucket{
 		// Two scopes first, then policy order.
-		{Key: "fg:{ip=10.0.0.1}:login-ip-user:user=bob:sliding_window_log", Limit: tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 5, Period: time.Minute}, Cost: 1, OnStoreError: tiers.FailClosed},
-		{Key: "fg:{ip=10.0.0.1}:login-ip:token_bucket", Limit: tiers.Limit{Rate: 20, Period: time.Minute, Burst: 20}, Cost: 1},
+		{Key: "fg:{ip=10.0.0.1}:login-ip-user:user=bob:sliding_window_log", Limit: tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 5, Period: time.Minute}, Cost: 1, Rule: "login-ip-user", OnStoreError: tiers.FailClosed},
+		{Key: "fg:{ip=10.0.0.1}:login-ip:token_bucket", Limit: tiers.Limit{Rate: 20, Period: time.Minute, Burst: 20}, Cost: 1, Rule: "login-ip"},
 		// acme has an override: 20000/1h, burst defaults to the rate.
-		{Key: "fg:{tenant=acme}:tenant-plan:token_bucket", Limit: tiers.Limit{Rate: 20000, Period: time.Hour, Burst: 20000}, Cost: 1},
-		{Key: "fg:{ip=10.0.0.1}:ip-safety-net:token_bucket", Limit: tiers.Limit{Rate: 1000, Period: time.Minute, Burst: 1000}, Cost: 1},
+		{Key: "fg:{tenant=acme}:tenant-plan:token_bucket", Limit: tiers.Limit{Rate: 20000, Period: time.Hour, Burst: 20000}, Cost: 1, Rule: "tenant-plan"},
+		{Key: "fg:{ip=10.0.0.1}:ip-safety-net:token_bucket", Limit: tiers.Limit{Rate: 1000, Period: time.Minute, Burst: 1000}, Cost: 1, Rule: "ip-safety-net"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Buckets = %q, want %q", keys(got), keys(want))
@@ -346,9 +346,9 @@ overrides:
 		user, ip string
 		want     tiers.Bucket
 	}{
-		{"a", "::ffff:10.0.0.1", tiers.Bucket{Key: "fg:{user=a}:u:ip=%3A%3Affff%3A10.0.0.1:gcra", Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 50, Period: time.Second, Burst: 50}, Cost: 1}},
-		{"a", "10.0.0.1", tiers.Bucket{Key: "fg:{user=a}:u:ip=10.0.0.1:gcra", Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 10}, Cost: 1}},
-		{"b", "10.0.0.1", tiers.Bucket{Key: "fg:{user=b}:u:ip=10.0.0.1:token_bucket", Limit: tiers.Limit{Rate: 60, Period: time.Minute, Burst: 5}, Cost: 1}},
+		{"a", "::ffff:10.0.0.1", tiers.Bucket{Key: "fg:{user=a}:u:ip=%3A%3Affff%3A10.0.0.1:gcra", Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 50, Period: time.Second, Burst: 50}, Cost: 1, Rule: "u"}},
+		{"a", "10.0.0.1", tiers.Bucket{Key: "fg:{user=a}:u:ip=10.0.0.1:gcra", Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 10}, Cost: 1, Rule: "u"}},
+		{"b", "10.0.0.1", tiers.Bucket{Key: "fg:{user=b}:u:ip=10.0.0.1:token_bucket", Limit: tiers.Limit{Rate: 60, Period: time.Minute, Burst: 5}, Cost: 1, Rule: "u"}},
 	} {
 		got := l.Buckets(nil, &floodgate.Request{Method: "/a/B", Identity: floodgate.Identity{User: tc.user, IP: netip.MustParseAddr(tc.ip)}})
 		if len(got) != 1 || got[0] != tc.want {

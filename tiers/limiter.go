@@ -251,6 +251,7 @@ func (sc *scratch) addBucket(key string, l Limit, cost int64, cr *cRule) {
 	b.Cost = cost
 	b.OnStoreError = cr.fail
 	b.CacheDenials = cr.cache
+	b.Rule = cr.name
 }
 
 // setKeys sets the keys built in sc.buf into sc.all, with at most one

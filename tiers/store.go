@@ -224,6 +224,10 @@ type Bucket struct {
 	Limit Limit
 	// Cost is charged when every bucket of the Take allows.
 	Cost int64
+	// Rule names the policy rule the bucket belongs to, for counting and
+	// logs (a fallback store counts its decisions by rule). Stores must not
+	// key state by it: Key already names the rule.
+	Rule string
 	// OnStoreError is what a fallback store does for this bucket when the
 	// primary store cannot answer.
 	OnStoreError FailMode
