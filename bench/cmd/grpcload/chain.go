@@ -76,7 +76,7 @@ func setupChainMem4(_ context.Context, e *env) ([]grpc.ServerOption, error) {
 	if err := store.Err(); err != nil {
 		return nil, err
 	}
-	return chain(store, 4, e.prefix)
+	return chain(store, 4, e.Prefix)
 }
 
 func setupChainRedis(levels int, batch bool) func(context.Context, *env) ([]grpc.ServerOption, error) {
@@ -93,7 +93,7 @@ func setupChainRedis(levels int, batch bool) func(context.Context, *env) ([]grpc
 		if err != nil {
 			return nil, err
 		}
-		e.closers = append(e.closers, func() { _ = store.Close() })
-		return chain(store, levels, e.prefix)
+		e.OnClose(func() { _ = store.Close() })
+		return chain(store, levels, e.Prefix)
 	}
 }

@@ -24,17 +24,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
-	"slices"
 	"strconv"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -47,98 +40,22 @@ import (
 	"github.com/floodgate-go/floodgate/internal/testpb"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	_, err := run(ctx, os.Args, os.Stdout)
-	stop()
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "grpcload:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("grpcload", run) }
 
 const baseline = "bare"
 
-type config struct {
-	load   harness.Load
-	redis  string
-	rounds int
-	pool   int
-	only   []string
-
-	batchFlushers, batchMax int
+// help is the text of the common flags as this program words it.
+var help = harness.Help{
+	Warmup:      "warm-up per contender (not measured)",
+	Concurrency: "calls in flight",
+	Keys:        "distinct principals (tenant = principal/100), drawn uniformly at random",
+	MaxOps:      "bound on calls per contender (the phase ends at -duration or -max-ops)",
+	Pool:        "go-redis connection pool size of the Redis store (0: equal to -c)",
+	Batching:    "chain-redis-4-batch",
 }
 
-func parseFlags(args []string, out io.Writer) (config, error) {
-	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
-	fs.SetOutput(out)
-	var (
-		cfg      config
-		duration = fs.Duration("duration", 2*time.Second, "measured time per contender and round")
-		warmup   = fs.Duration("warmup", 500*time.Millisecond, "warm-up per contender (not measured)")
-		c        = fs.Int("c", 64, "calls in flight")
-		keys     = fs.Int("keys", 10_000, "distinct principals (tenant = principal/100), drawn uniformly at random")
-		maxOps   = fs.Int64("max-ops", 5_000_000, "bound on calls per contender (the phase ends at -duration or -max-ops)")
-		seed     = fs.Uint64("seed", 1, "seed of the key streams")
-		pool     = fs.Int("pool", 0, "go-redis connection pool size of the Redis store (0: equal to -c)")
-		flushers = fs.Int("batch-flushers", 2, "chain-redis-4-batch: pipelines in flight at once (redisstore.WithBatching)")
-		batchMax = fs.Int("batch-max", 64, "chain-redis-4-batch: most Takes per pipeline (redisstore.WithBatching)")
-		rounds   = fs.Int("rounds", 3, "run every contender this many times, interleaved, and report the totals (evens out background load)")
-		only     = fs.String("only", "", "comma-separated contenders to run (default all): "+strings.Join(names(), ", "))
-		short    = fs.Bool("short", false, "smoke mode: one round of 1s per contender, 200ms warm-up (overrides -duration, -warmup and -rounds)")
-		addr     = fs.String("redis", "", "use this running Redis (host:port or redis:// URL) instead of starting one; default $REDIS_URL")
-	)
-	if err := fs.Parse(args[1:]); err != nil {
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if *short {
-		*duration, *warmup, *rounds = time.Second, 200*time.Millisecond, 1
-	}
-	cfg.load = harness.Load{Concurrency: *c, Keys: *keys, Warmup: *warmup, Duration: *duration, MaxOps: *maxOps, Seed: *seed}
-	if err := cfg.load.Validate(); err != nil {
-		return cfg, fmt.Errorf("bad flags: %w", err)
-	}
-	if *rounds < 1 || *rounds > 100 {
-		return cfg, fmt.Errorf("bad flags: rounds %d is out of range [1, 100]", *rounds)
-	}
-	cfg.rounds = *rounds
-	if *flushers < 1 || *flushers > 1024 || *batchMax < 1 || *batchMax > 100_000 {
-		return cfg, fmt.Errorf("bad flags: batch-flushers %d / batch-max %d out of range [1, 1024] / [1, 100000]", *flushers, *batchMax)
-	}
-	cfg.batchFlushers, cfg.batchMax = *flushers, *batchMax
-	if *pool < 0 || *pool > 10_000 {
-		return cfg, fmt.Errorf("bad flags: pool %d is out of range [0, 10000]", *pool)
-	}
-	cfg.pool = *pool
-	if cfg.pool == 0 {
-		cfg.pool = *c
-	}
-	cfg.redis = *addr
-	if cfg.redis == "" {
-		cfg.redis = os.Getenv("REDIS_URL")
-	}
-	if *only != "" {
-		for _, n := range strings.Split(*only, ",") {
-			n = strings.TrimSpace(n)
-			if n == "" {
-				continue
-			}
-			if !slices.Contains(names(), n) {
-				return cfg, fmt.Errorf("bad flags: unknown contender %q in -only (want some of %s)", n, strings.Join(names(), ", "))
-			}
-			cfg.only = append(cfg.only, n)
-		}
-		if len(cfg.only) == 0 {
-			return cfg, errors.New("bad flags: -only names no contender")
-		}
-	}
-	return cfg, nil
+func parseFlags(args []string, out io.Writer) (harness.Config, error) {
+	return harness.ParseFlags(args, out, help, names())
 }
 
 func names() []string {
@@ -149,43 +66,20 @@ func names() []string {
 	return out
 }
 
-// env is what a contender's setup gets.
+// env is what a contender's setup gets; Opts is nil when no chosen
+// contender needs Redis.
 type env struct {
-	// redisOpts are the options of the Redis under test; nil when no
-	// chosen contender needs Redis.
-	redisOpts *redis.Options
-	pool      int
-	batch     []int  // flushers, max of redisstore.WithBatching
-	prefix    string // of every rate-limit key, unique per run, round and contender
-	clients   []*redis.Client
-	closers   []func()
-	probe     harness.Probe
+	harness.Env
+	batch []int // flushers, max of redisstore.WithBatching
 }
 
 // newRedisClient returns a client of the Redis under test that counts its
 // round trips (hook) and socket writes (dialer).
 func (e *env) newRedisClient() (*redis.Client, error) {
-	if e.redisOpts == nil {
+	if e.Opts == nil {
 		return nil, errors.New("no Redis configured for this contender")
 	}
-	oc := *e.redisOpts
-	oc.PoolSize = e.pool
-	cnt := &harness.Counter{}
-	oc.Dialer = cnt.Dial
-	c := redis.NewClient(&oc)
-	c.AddHook(cnt)
-	e.clients = append(e.clients, c)
-	e.probe.Counters = append(e.probe.Counters, cnt)
-	return c, nil
-}
-
-func (e *env) close() {
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		e.closers[i]()
-	}
-	for _, c := range e.clients {
-		_ = c.Close()
-	}
+	return e.NewClient(), nil
 }
 
 // contender returns the server options (interceptors) of one setup.
@@ -219,104 +113,67 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 	}
 
 	var (
+		target     *harness.Target
 		redisOpts  *redis.Options
-		redisWhere string
-		admin      *redis.Client
-		owned      bool
+		redisWhere = "not used by the chosen contenders"
 	)
 	needRedis := false
 	for _, c := range contenders {
-		if c.redis && (cfg.only == nil || slices.Contains(cfg.only, c.name)) {
+		if c.redis && cfg.Runs(c.name) {
 			needRedis = true
 		}
 	}
 	if needRedis {
-		if cfg.redis != "" {
-			if redisOpts, err = harness.ParseRedisAddr(cfg.redis); err != nil {
-				return nil, err
-			}
-			redisWhere = "given " + redisOpts.Addr + " (not flushed)"
-		} else {
-			srv, err := harness.StartRedis(ctx, 10*time.Second)
-			if err != nil {
-				return nil, err
-			}
-			defer srv.Stop()
-			redisOpts, owned = &redis.Options{Addr: srv.Addr}, true
-			redisWhere = "started " + srv.Addr + " (--save \"\" --appendonly no, flushed between contenders)"
+		if target, err = harness.OpenRedis(ctx, cfg.Redis); err != nil {
+			return nil, err
 		}
-		admin = redis.NewClient(redisOpts)
-		defer admin.Close()
-		v, err := harness.Info(ctx, admin, "server", "redis_version")
-		if err != nil {
-			return nil, fmt.Errorf("asking Redis at %s for its version: %w", redisOpts.Addr, err)
-		}
-		redisWhere = v + ", " + redisWhere
-	} else {
-		redisWhere = "not used by the chosen contenders"
+		defer target.Close()
+		redisOpts, redisWhere = target.Opts, target.Where
 	}
 	harness.WriteHeader(out, args,
 		[]string{
 			"redis:   " + redisWhere,
 			fmt.Sprintf("load:    c=%d calls in flight on 1 connection, keys=%d (uniform, seed %d) warmup=%s duration=%s max-ops=%d pool=%d batch=%d flushers x %d per contender and round, %d round(s)",
-				cfg.load.Concurrency, cfg.load.Keys, cfg.load.Seed, cfg.load.Warmup, cfg.load.Duration, cfg.load.MaxOps, cfg.pool, cfg.batchFlushers, cfg.batchMax, cfg.rounds),
+				cfg.Load.Concurrency, cfg.Load.Keys, cfg.Load.Seed, cfg.Load.Warmup, cfg.Load.Duration, cfg.Load.MaxOps, cfg.Pool, cfg.BatchFlushers, cfg.BatchMax, cfg.Rounds),
 		},
 		[]string{"google.golang.org/grpc", "github.com/redis/go-redis/v9"})
 
-	runID := strconv.FormatInt(time.Now().UnixNano()%1_000_000_007, 36)
+	r := harness.Rounds{Rounds: cfg.Rounds, NameWidth: 20, Table: harness.Table{OpsUnit: "RPC", Baseline: baseline, Redis: needRedis}}
 	var chosen []contender
 	for _, c := range contenders {
-		if cfg.only == nil || slices.Contains(cfg.only, c.name) {
-			chosen = append(chosen, c)
+		if cfg.Runs(c.name) {
+			chosen, r.Names = append(chosen, c), append(r.Names, c.name)
 		}
 	}
-	totals := make([]harness.Stats, len(chosen))
-	for round := 1; round <= cfg.rounds; round++ {
-		for i, c := range chosen {
-			if c.redis && owned {
-				if err := admin.FlushAll(ctx).Err(); err != nil {
-					return nil, fmt.Errorf("flushing Redis before %s: %w", c.name, err)
-				}
+	return r.Run(ctx, out, func(ctx context.Context, round, i int, prefix string) (harness.Stats, error) {
+		c := chosen[i]
+		if c.redis && target.Owned {
+			if err := target.Admin.FlushAll(ctx).Err(); err != nil {
+				return harness.Stats{}, fmt.Errorf("flushing Redis before %s: %w", c.name, err)
 			}
-			e := &env{redisOpts: redisOpts, pool: cfg.pool, batch: []int{cfg.batchFlushers, cfg.batchMax}, prefix: "fgbench:" + runID + ":" + strconv.Itoa(round) + ":" + c.name + ":"}
-			if c.redis {
-				e.probe.Redis = admin
-			}
-			st, err := measure(ctx, cfg, c, e)
-			e.close()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
-			}
-			fmt.Fprintf(out, "  round %d/%d  %-20s %8.0f RPC/s  p99 %s\n", round, cfg.rounds, c.name, st.PerSecond(), st.Latency.Quantile(0.99).Round(time.Microsecond))
-			totals[i].Add(st)
 		}
-	}
-	rows := make([]harness.Row, len(chosen))
-	for i, c := range chosen {
-		rows[i] = harness.Row{Name: c.name, Stats: totals[i]}
-	}
-	fmt.Fprintln(out)
-	t := harness.Table{OpsUnit: "RPC", Baseline: baseline, Redis: needRedis}
-	if err := t.Write(out, rows); err != nil {
-		return rows, err
-	}
-	if la, ok := harness.LoadAvg(); ok {
-		fmt.Fprintf(out, "loadavg: %s at end\n", la)
-	}
-	return rows, nil
+		e := &env{Env: harness.Env{Opts: redisOpts, Pool: cfg.Pool, Prefix: prefix}, batch: []int{cfg.BatchFlushers, cfg.BatchMax}}
+		if c.redis {
+			e.Probe.Redis = target.Admin
+		}
+		st, err := measure(ctx, cfg, c, e)
+		e.Close()
+		if err != nil {
+			return st, fmt.Errorf("%s: %w", c.name, err)
+		}
+		return st, nil
+	})
 }
 
 // measure starts the service with the contender's interceptors on a free
 // loopback port, dials it, runs the load and stops both.
-func measure(ctx context.Context, cfg config, c contender, e *env) (harness.Stats, error) {
+func measure(ctx context.Context, cfg harness.Config, c contender, e *env) (harness.Stats, error) {
 	opts, err := c.setup(ctx, e)
 	if err != nil {
 		return harness.Stats{}, fmt.Errorf("setting up: %w", err)
 	}
-	for _, c := range e.clients {
-		if err := harness.FillPool(ctx, c, e.pool); err != nil {
-			return harness.Stats{}, err
-		}
+	if err := e.FillPools(ctx); err != nil {
+		return harness.Stats{}, err
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -340,7 +197,7 @@ func measure(ctx context.Context, cfg config, c contender, e *env) (harness.Stat
 
 	// The metadata of every principal is built before the run; a call only
 	// attaches it to the phase's context (bounded by the harness).
-	mds := make([]metadata.MD, cfg.load.Keys)
+	mds := make([]metadata.MD, cfg.Load.Keys)
 	for k := range mds {
 		ks := strconv.Itoa(k)
 		mds[k] = metadata.Pairs(
@@ -362,5 +219,5 @@ func measure(ctx context.Context, cfg config, c contender, e *env) (harness.Stat
 			return false, err
 		}
 	}
-	return harness.Run(ctx, cfg.load, newOp, e.probe)
+	return harness.Run(ctx, cfg.Load, newOp, e.Probe)
 }

@@ -57,6 +57,9 @@ func TestFlagsRejectBadInput(t *testing.T) {
 		{[]string{"-rounds", "0"}, "rounds 0"},
 		{[]string{"-max-ops", "1"}, "max ops 1"},
 		{[]string{"-pool", "-3"}, "pool -3"},
+		{[]string{"-batch-max", "0"}, "batch-max 0"},
+		{[]string{"-only", ","}, "names no contender"},
+		{[]string{"extra"}, "unexpected arguments"},
 	} {
 		_, err := parseFlags(append([]string{"grpcload"}, tc.args...), &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

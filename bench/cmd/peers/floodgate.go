@@ -22,11 +22,11 @@ func setupFloodgate(levels int, batch bool) func(context.Context, *env) (func() 
 		if batch {
 			opts = append(opts, redisstore.WithBatching(e.batchFlushers, e.batchMax))
 		}
-		store, err := redisstore.New(e.newClient(), opts...)
+		store, err := redisstore.New(e.NewClient(), opts...)
 		if err != nil {
 			return nil, err
 		}
-		e.closers = append(e.closers, func() { _ = store.Close() })
+		e.OnClose(func() { _ = store.Close() })
 		keys := e.levelKeys()
 		// Level 1 alone is the user bucket, like redis_rate-1 and ulule-1.
 		order := [4]int{1, 0, 2, 3}

@@ -30,115 +30,30 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"slices"
 	"strconv"
-	"strings"
-	"syscall"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	_, err := run(ctx, os.Args, os.Stdout)
-	stop()
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "peers:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("peers", run) }
 
 // baseline is the contender the ratio column compares with.
 const baseline = "redis_rate-1"
 
-type config struct {
-	load                    harness.Load
-	redis                   string
-	pool                    int
-	rounds                  int
-	batchFlushers, batchMax int
-	only                    []string
+// help is the text of the common flags as this program words it.
+var help = harness.Help{
+	Warmup:      "warm-up per contender (scripts loaded, connections dialled, not measured)",
+	Concurrency: "concurrent goroutines, one decision in flight each",
+	Keys:        "distinct principals, drawn uniformly at random",
+	MaxOps:      "bound on decisions per contender (the phase ends at -duration or -max-ops)",
+	Pool:        "go-redis connection pool size for every contender (0: equal to -c)",
+	Batching:    "floodgate-*-batch",
 }
 
-func parseFlags(args []string, out io.Writer) (config, error) {
-	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
-	fs.SetOutput(out)
-	var (
-		cfg      config
-		duration = fs.Duration("duration", 2*time.Second, "measured time per contender and round")
-		warmup   = fs.Duration("warmup", 500*time.Millisecond, "warm-up per contender (scripts loaded, connections dialled, not measured)")
-		c        = fs.Int("c", 64, "concurrent goroutines, one decision in flight each")
-		keys     = fs.Int("keys", 10_000, "distinct principals, drawn uniformly at random")
-		maxOps   = fs.Int64("max-ops", 5_000_000, "bound on decisions per contender (the phase ends at -duration or -max-ops)")
-		seed     = fs.Uint64("seed", 1, "seed of the key streams")
-		pool     = fs.Int("pool", 0, "go-redis connection pool size for every contender (0: equal to -c)")
-		flushers = fs.Int("batch-flushers", 2, "floodgate-*-batch: pipelines in flight at once (redisstore.WithBatching)")
-		batchMax = fs.Int("batch-max", 64, "floodgate-*-batch: most Takes per pipeline (redisstore.WithBatching)")
-		rounds   = fs.Int("rounds", 3, "run every contender this many times, interleaved, and report the totals (evens out background load)")
-		only     = fs.String("only", "", "comma-separated contenders to run (default all): "+strings.Join(names(), ", "))
-		short    = fs.Bool("short", false, "smoke mode: one round of 1s per contender, 200ms warm-up (overrides -duration, -warmup and -rounds)")
-		addr     = fs.String("redis", "", "use this running Redis (host:port or redis:// URL) instead of starting one; default $REDIS_URL")
-	)
-	if err := fs.Parse(args[1:]); err != nil {
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if *short {
-		*duration, *warmup, *rounds = time.Second, 200*time.Millisecond, 1
-	}
-	cfg.load = harness.Load{Concurrency: *c, Keys: *keys, Warmup: *warmup, Duration: *duration, MaxOps: *maxOps, Seed: *seed}
-	if err := cfg.load.Validate(); err != nil {
-		return cfg, fmt.Errorf("bad flags: %w", err)
-	}
-	if *pool < 0 || *pool > 10_000 {
-		return cfg, fmt.Errorf("bad flags: pool %d is out of range [0, 10000]", *pool)
-	}
-	if *rounds < 1 || *rounds > 100 {
-		return cfg, fmt.Errorf("bad flags: rounds %d is out of range [1, 100]", *rounds)
-	}
-	cfg.rounds = *rounds
-	if *flushers < 1 || *flushers > 1024 || *batchMax < 1 || *batchMax > 100_000 {
-		return cfg, fmt.Errorf("bad flags: batch-flushers %d / batch-max %d out of range [1, 1024] / [1, 100000]", *flushers, *batchMax)
-	}
-	cfg.batchFlushers, cfg.batchMax = *flushers, *batchMax
-	cfg.pool = *pool
-	if cfg.pool == 0 {
-		cfg.pool = *c
-	}
-	cfg.redis = *addr
-	if cfg.redis == "" {
-		cfg.redis = os.Getenv("REDIS_URL")
-	}
-	if *only != "" {
-		for _, n := range strings.Split(*only, ",") {
-			n = strings.TrimSpace(n)
-			if n == "" {
-				continue
-			}
-			if !slices.Contains(names(), n) {
-				return cfg, fmt.Errorf("bad flags: unknown contender %q in -only (want some of %s)", n, strings.Join(names(), ", "))
-			}
-			cfg.only = append(cfg.only, n)
-		}
-		if len(cfg.only) == 0 {
-			return cfg, errors.New("bad flags: -only names no contender")
-		}
-	}
-	return cfg, nil
+func parseFlags(args []string, out io.Writer) (harness.Config, error) {
+	return harness.ParseFlags(args, out, help, names())
 }
 
 func names() []string {
@@ -152,52 +67,23 @@ func names() []string {
 // env is what a contender's setup gets: a way to make counted clients of
 // the server under test and the key layout of the run.
 type env struct {
-	opts                    *redis.Options
-	pool                    int
+	harness.Env
 	keys                    int
 	batchFlushers, batchMax int
-	prefix                  string
-	clients                 []*redis.Client
-	closers                 []func()
-	probe                   harness.Probe
-}
-
-// newClient returns a client of the server under test with a round-trip
-// counting hook; every contender gets the same client options.
-func (e *env) newClient() *redis.Client {
-	o := *e.opts
-	o.PoolSize = e.pool
-	o.MinIdleConns = 0
-	cnt := &harness.Counter{}
-	o.Dialer = cnt.Dial
-	c := redis.NewClient(&o)
-	c.AddHook(cnt)
-	e.clients = append(e.clients, c)
-	e.probe.Counters = append(e.probe.Counters, cnt)
-	return c
-}
-
-func (e *env) close() {
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		e.closers[i]()
-	}
-	for _, c := range e.clients {
-		_ = c.Close()
-	}
 }
 
 // levelKeys returns, for every principal k, the keys of its four levels:
 // tenant (k/100), user (k), ip (k), and method+user (k), each under
-// e.prefix. Built before the run so no key is formatted on the hot path.
+// e.Prefix. Built before the run so no key is formatted on the hot path.
 func (e *env) levelKeys() [][4]string {
 	out := make([][4]string, e.keys)
 	for k := range out {
 		ks := strconv.Itoa(k)
 		out[k] = [4]string{
-			e.prefix + "tenant:" + strconv.Itoa(k/100),
-			e.prefix + "user:" + ks,
-			e.prefix + "ip:" + ks,
-			e.prefix + "method:/bench.v1.Svc/Get:user:" + ks,
+			e.Prefix + "tenant:" + strconv.Itoa(k/100),
+			e.Prefix + "user:" + ks,
+			e.Prefix + "ip:" + ks,
+			e.Prefix + "method:/bench.v1.Svc/Get:user:" + ks,
 		}
 	}
 	return out
@@ -229,18 +115,16 @@ var contenders = []contender{
 }
 
 // measure sets one contender up, runs it and releases its clients.
-func measure(ctx context.Context, cfg config, c contender, e *env) (harness.Stats, error) {
-	defer e.close()
+func measure(ctx context.Context, cfg harness.Config, c contender, e *env) (harness.Stats, error) {
+	defer e.Close()
 	newOp, err := c.setup(ctx, e)
 	if err != nil {
 		return harness.Stats{}, fmt.Errorf("setting up: %w", err)
 	}
-	for _, c := range e.clients {
-		if err := harness.FillPool(ctx, c, e.pool); err != nil {
-			return harness.Stats{}, err
-		}
+	if err := e.FillPools(ctx); err != nil {
+		return harness.Stats{}, err
 	}
-	return harness.Run(ctx, cfg.load, newOp, e.probe)
+	return harness.Run(ctx, cfg.Load, newOp, e.Probe)
 }
 
 func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, error) {
@@ -249,79 +133,44 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 		return nil, err
 	}
 
-	var (
-		opts  *redis.Options
-		owned bool
-		where string
-	)
-	if cfg.redis != "" {
-		if opts, err = harness.ParseRedisAddr(cfg.redis); err != nil {
-			return nil, err
-		}
-		where = "given " + opts.Addr + " (not flushed)"
-	} else {
-		srv, err := harness.StartRedis(ctx, 10*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		defer srv.Stop()
-		opts, owned = &redis.Options{Addr: srv.Addr}, true
-		where = "started " + srv.Addr + " (--save \"\" --appendonly no, flushed between contenders)"
-	}
-	admin := redis.NewClient(opts)
-	defer admin.Close()
-	version, err := harness.Info(ctx, admin, "server", "redis_version")
+	target, err := harness.OpenRedis(ctx, cfg.Redis)
 	if err != nil {
-		return nil, fmt.Errorf("asking Redis at %s for its version: %w", opts.Addr, err)
+		return nil, err
 	}
+	defer target.Close()
 
 	harness.WriteHeader(out, args,
 		[]string{
-			"redis:   " + version + ", " + where,
+			"redis:   " + target.Where,
 			fmt.Sprintf("load:    c=%d keys=%d (uniform, seed %d) warmup=%s duration=%s max-ops=%d pool=%d batch=%d flushers x %d per contender and round, %d round(s)",
-				cfg.load.Concurrency, cfg.load.Keys, cfg.load.Seed, cfg.load.Warmup, cfg.load.Duration, cfg.load.MaxOps, cfg.pool, cfg.batchFlushers, cfg.batchMax, cfg.rounds),
+				cfg.Load.Concurrency, cfg.Load.Keys, cfg.Load.Seed, cfg.Load.Warmup, cfg.Load.Duration, cfg.Load.MaxOps, cfg.Pool, cfg.BatchFlushers, cfg.BatchMax, cfg.Rounds),
 		},
 		[]string{"github.com/redis/go-redis/v9", "github.com/go-redis/redis_rate/v10", "github.com/ulule/limiter/v3"})
 
-	runID := strconv.FormatInt(time.Now().UnixNano()%1_000_000_007, 36)
 	var chosen []contender
 	for _, c := range contenders {
-		if cfg.only == nil || slices.Contains(cfg.only, c.name) {
+		if cfg.Runs(c.name) {
 			chosen = append(chosen, c)
 		}
 	}
-	totals := make([]harness.Stats, len(chosen))
-	for round := 1; round <= cfg.rounds; round++ {
-		for i, c := range chosen {
-			if owned {
-				if err := admin.FlushAll(ctx).Err(); err != nil {
-					return nil, fmt.Errorf("flushing Redis before %s: %w", c.name, err)
-				}
+	r := harness.Rounds{Rounds: cfg.Rounds, NameWidth: 22, Table: harness.Table{OpsUnit: "decisions", Baseline: baseline, Redis: true}}
+	for _, c := range chosen {
+		r.Names = append(r.Names, c.name)
+	}
+	return r.Run(ctx, out, func(ctx context.Context, round, i int, prefix string) (harness.Stats, error) {
+		c := chosen[i]
+		if target.Owned {
+			if err := target.Admin.FlushAll(ctx).Err(); err != nil {
+				return harness.Stats{}, fmt.Errorf("flushing Redis before %s: %w", c.name, err)
 			}
-			st, err := measure(ctx, cfg, c, &env{
-				opts: opts, pool: cfg.pool, keys: cfg.load.Keys,
-				batchFlushers: cfg.batchFlushers, batchMax: cfg.batchMax,
-				prefix: "fgbench:" + runID + ":" + strconv.Itoa(round) + ":" + c.name + ":",
-				probe:  harness.Probe{Redis: admin},
-			})
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
-			}
-			fmt.Fprintf(out, "  round %d/%d  %-22s %8.0f decisions/s  p99 %s\n", round, cfg.rounds, c.name, st.PerSecond(), st.Latency.Quantile(0.99).Round(time.Microsecond))
-			totals[i].Add(st)
 		}
-	}
-	rows := make([]harness.Row, len(chosen))
-	for i, c := range chosen {
-		rows[i] = harness.Row{Name: c.name, Stats: totals[i]}
-	}
-	fmt.Fprintln(out)
-	t := harness.Table{OpsUnit: "decisions", Baseline: baseline, Redis: true}
-	if err := t.Write(out, rows); err != nil {
-		return rows, err
-	}
-	if la, ok := harness.LoadAvg(); ok {
-		fmt.Fprintf(out, "loadavg: %s at end\n", la)
-	}
-	return rows, nil
+		st, err := measure(ctx, cfg, c, &env{
+			Env:  harness.Env{Opts: target.Opts, Pool: cfg.Pool, Prefix: prefix, Probe: harness.Probe{Redis: target.Admin}},
+			keys: cfg.Load.Keys, batchFlushers: cfg.BatchFlushers, batchMax: cfg.BatchMax,
+		})
+		if err != nil {
+			return st, fmt.Errorf("%s: %w", c.name, err)
+		}
+		return st, nil
+	})
 }

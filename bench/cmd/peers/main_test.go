@@ -64,6 +64,8 @@ func TestFlagsRejectBadInput(t *testing.T) {
 		{[]string{"-duration", "0s"}, "duration 0s"},
 		{[]string{"-pool", "-1"}, "pool -1"},
 		{[]string{"-rounds", "0"}, "rounds 0"},
+		{[]string{"-batch-flushers", "0"}, "batch-flushers 0"},
+		{[]string{"-max-ops", "1"}, "max ops 1"},
 		{[]string{"extra"}, "unexpected arguments"},
 	} {
 		_, err := parseFlags(append([]string{"peers"}, tc.args...), &bytes.Buffer{})

@@ -16,7 +16,7 @@ import (
 // setupRedisRate1: redis_rate's GCRA, one EVALSHA per decision, at the
 // user level.
 func setupRedisRate1(_ context.Context, e *env) (func() harness.Op, error) {
-	lim := redis_rate.NewLimiter(e.newClient())
+	lim := redis_rate.NewLimiter(e.NewClient())
 	keys := e.levelKeys()
 	limit := redis_rate.Limit{Rate: levelRates[1], Burst: levelRates[1], Period: time.Second}
 	return func() harness.Op {
@@ -36,7 +36,7 @@ func setupRedisRate1(_ context.Context, e *env) (func() harness.Op, error) {
 // counts each command as its own round trip here, the writes column shows
 // the batches.
 func setupRedisRate1AutoPipe(_ context.Context, e *env) (func() harness.Op, error) {
-	ap, err := e.newClient().AutoPipeline()
+	ap, err := e.NewClient().AutoPipeline()
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func setupRedisRate1AutoPipe(_ context.Context, e *env) (func() harness.Op, erro
 // one Allow per level, in order, stopping at the first deny. It takes four
 // round trips and is not all-or-nothing (levels before a deny stay charged).
 func setupRedisRateNaive4(_ context.Context, e *env) (func() harness.Op, error) {
-	lim := redis_rate.NewLimiter(e.newClient())
+	lim := redis_rate.NewLimiter(e.NewClient())
 	keys := e.levelKeys()
 	var limits [4]redis_rate.Limit
 	for i, r := range levelRates {
@@ -83,7 +83,7 @@ func setupRedisRateNaive4(_ context.Context, e *env) (func() harness.Op, error) 
 // setupUlule: ulule/limiter's Redis store (fixed window, INCRBY+PEXPIRE in
 // a script), one level.
 func setupUlule(ctx context.Context, e *env) (func() harness.Op, error) {
-	store, err := ulredis.NewStoreWithOptions(e.newClient(), limiter.StoreOptions{Prefix: e.prefix + "ulule"})
+	store, err := ulredis.NewStoreWithOptions(e.NewClient(), limiter.StoreOptions{Prefix: e.Prefix + "ulule"})
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ var lua4Script string
 
 // setupLua4: the plain 4-key script, one EVALSHA per decision.
 func setupLua4(ctx context.Context, e *env) (func() harness.Op, error) {
-	c := e.newClient()
+	c := e.NewClient()
 	script := redis.NewScript(lua4Script)
 	if err := script.Load(ctx, c).Err(); err != nil {
 		return nil, err

@@ -3,7 +3,9 @@
 // bounded closed-loop load with a fixed number of goroutines, records the
 // latency of every operation in an allocation-free log-linear histogram, and
 // measures what each operation cost the client process (heap allocations,
-// CPU time) and Redis (round trips, commands, server CPU).
+// CPU time) and Redis (round trips, commands, server CPU). It also owns the
+// flags the programs share (Flags, ParseFlags), the Redis under test
+// (OpenRedis, Env) and the interleaved rounds that end in the table (Rounds).
 //
 // What this package decides: how a contender is measured, identically for
 // every contender in a run. A run is a warm-up (scripts loaded, connections
