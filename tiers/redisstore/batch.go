@@ -8,12 +8,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher sends the takes of concurrent callers as pipelines: each flusher
+// batcher sends the takes of concurrent callers together: each flusher
 // goroutine takes the first waiting take, adds every other take already
-// waiting (up to max), and sends them all in one pipeline. A lone take goes
-// out at once; under load, takes that arrive while a pipeline is in flight
-// share the next one, so the round trips (and syscalls, on both sides) per
-// decision fall as concurrency rises. Each take stays one atomic EVALSHA.
+// waiting (up to max), and sends them all as ONE take.lua call that decides
+// them in order, each all or nothing, as if each were its own call. A lone
+// take goes out at once; under load, takes that arrive while a call is in
+// flight share the next one, so round trips, script invocations and
+// (for a key several takes charge, such as a tenant's) SETs per decision
+// fall as concurrency rises.
+//
+// A take with a sliding window log bucket is sent as its own take.lua
+// call, in the same pipeline: take.lua writes the log's entries last, so a
+// later take of a merged call could not see them.
 type batcher struct {
 	s    *Store
 	ch   chan *pending
@@ -23,10 +29,13 @@ type batcher struct {
 	quit chan struct{}
 }
 
-// pending is one take waiting in a batch.
+// pending is one take waiting in a batch, and its answer.
 type pending struct {
 	c    *call
-	cmd  *redis.IntSliceCmd
+	cmd  *redis.IntSliceCmd // its own call, when sent alone
+	now  int64
+	seg  []int64 // the take's part of the reply
+	err  error
 	done chan struct{}
 }
 
@@ -48,7 +57,7 @@ func (b *batcher) close() {
 
 func (b *batcher) loop() {
 	defer b.wg.Done()
-	batch := make([]*pending, 0, b.max)
+	f := &flusher{s: b.s, batch: make([]*pending, 0, b.max)}
 	for {
 		var p *pending
 		select {
@@ -58,45 +67,81 @@ func (b *batcher) loop() {
 			for {
 				select {
 				case p := <-b.ch:
-					b.flush([]*pending{p})
+					f.batch = append(f.batch[:0], p)
+					f.flush()
 				default:
 					return
 				}
 			}
 		}
-		batch = append(batch[:0], p)
+		f.batch = append(f.batch[:0], p)
 	fill:
-		for len(batch) < b.max {
+		for len(f.batch) < b.max {
 			select {
 			case p := <-b.ch:
-				batch = append(batch, p)
+				f.batch = append(f.batch, p)
 			default:
 				break fill
 			}
 		}
-		b.flush(batch)
-		for i := range batch {
-			batch[i] = nil
-		}
+		f.flush()
+		clear(f.batch)
 	}
 }
 
-// flush sends batch as one pipeline. Takes answered NOSCRIPT (the script
-// cache was emptied) did not run, so they are sent again, by EVAL, in a
-// second pipeline for the whole batch; EVAL also reloads the script.
-func (b *batcher) flush(batch []*pending) {
+// flusher is one flusher goroutine's reusable state.
+type flusher struct {
+	s      *Store
+	batch  []*pending
+	merged []*pending // the takes of the merged call
+	alone  []*pending // the takes sent as their own call
+	m      call       // the merged call's own arguments
+}
+
+// flush sends the batch in one pipeline: the takes without a sliding window
+// log as one merged call (when there are at least two), the others as
+// their own calls. A call answered NOSCRIPT (the script cache was emptied)
+// did not run, so it is sent again by EVAL, which also reloads the script.
+// Any other error of the merged call is every one of its takes' error; it
+// charged none of them (take.lua decides everything before its first
+// write, and Redis refuses a script's write only at the first).
+func (f *flusher) flush() {
 	ctx := context.Background()
-	pipe := b.s.client.Pipeline()
-	for _, p := range batch {
+	f.merged, f.alone = f.merged[:0], f.alone[:0]
+	for _, p := range f.batch {
+		if p.c.log {
+			f.alone = append(f.alone, p)
+		} else {
+			f.merged = append(f.merged, p)
+		}
+	}
+	if len(f.merged) == 1 {
+		f.alone, f.merged = append(f.alone, f.merged[0]), f.merged[:0]
+	}
+	var mcmd *redis.IntSliceCmd
+	pipe := f.s.client.Pipeline()
+	if len(f.merged) > 0 {
+		f.buildMerged()
+		mcmd = redis.NewIntSliceCmd(ctx, f.m.args...)
+		_ = pipe.Process(ctx, mcmd)
+	}
+	for _, p := range f.alone {
 		p.cmd = redis.NewIntSliceCmd(ctx, p.c.args...)
 		_ = pipe.Process(ctx, p.cmd)
 	}
 	_, _ = pipe.Exec(ctx)
+
 	var retry redis.Pipeliner
-	for _, p := range batch {
+	if mcmd != nil && isNoScript(mcmd.Err()) {
+		retry = f.s.client.Pipeline()
+		f.m.args[0], f.m.args[1] = "eval", takeScript.srcArg
+		mcmd = redis.NewIntSliceCmd(ctx, f.m.args...)
+		_ = retry.Process(ctx, mcmd)
+	}
+	for _, p := range f.alone {
 		if isNoScript(p.cmd.Err()) {
 			if retry == nil {
-				retry = b.s.client.Pipeline()
+				retry = f.s.client.Pipeline()
 			}
 			p.c.args[0], p.c.args[1] = "eval", takeScript.srcArg
 			p.cmd = redis.NewIntSliceCmd(ctx, p.c.args...)
@@ -106,15 +151,117 @@ func (b *batcher) flush(batch []*pending) {
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
-	for _, p := range batch {
+
+	if mcmd != nil {
+		f.split(mcmd)
+	}
+	for _, p := range f.alone {
+		p.now, p.seg, p.err = splitOne(p.cmd)
+	}
+	for _, p := range f.batch {
 		p.done <- struct{}{}
+	}
+	f.m.reset()
+}
+
+// splitOne returns the time and the take's part of a one-take reply.
+func splitOne(cmd *redis.IntSliceCmd) (int64, []int64, error) {
+	vals, err := cmd.Result()
+	if err != nil {
+		return 0, nil, fmt.Errorf("redisstore: %w", err)
+	}
+	if len(vals) == 0 {
+		return 0, nil, fmt.Errorf("redisstore: take.lua replied nothing")
+	}
+	return vals[0], vals[1:], nil
+}
+
+// split hands each take of the merged call its part of the reply.
+func (f *flusher) split(cmd *redis.IntSliceCmd) {
+	vals, err := cmd.Result()
+	if err == nil && len(vals) == 0 {
+		err = fmt.Errorf("take.lua replied nothing")
+	}
+	if err == nil {
+		now, o := vals[0], 1
+		for _, p := range f.merged {
+			if o >= len(vals) {
+				err = fmt.Errorf("take.lua replied %d values for %d takes", len(vals), len(f.merged))
+				break
+			}
+			l, _ := takeLen(vals[o], p.c.n, false)
+			if o+l > len(vals) {
+				err = fmt.Errorf("take.lua replied %d values for %d takes", len(vals), len(f.merged))
+				break
+			}
+			p.now, p.seg = now, vals[o:o+l:o+l]
+			o += l
+		}
+		if err == nil && o != len(vals) {
+			err = fmt.Errorf("take.lua replied %d values for %d takes, want %d", len(vals), len(f.merged), o)
+		}
+	}
+	if err != nil {
+		for _, p := range f.merged {
+			p.seg, p.err = nil, fmt.Errorf("redisstore: %w", err)
+		}
 	}
 }
 
-// do queues c and waits for its reply. If ctx ends first it returns
-// ctx.Err() and marks c abandoned (the flusher still owns it; the take may
-// still run in Redis, as with any request whose caller gave up).
-func (b *batcher) do(ctx context.Context, c *call) ([]int64, error) {
+// buildMerged lays out, in f.m.args, one take.lua call of every take in
+// f.merged:
+//
+//	EVALSHA sha numkeys key... now "t" minttl T n1..nT limit...
+//
+// The keys and limits are the takes' own argument buffers; f.m holds the
+// counts and the time (the latest of the takes' times, when the store has
+// a clock: each take is decided no earlier than it was asked for).
+func (f *flusher) buildMerged() {
+	m := &f.m
+	keys, fixed, now := 0, false, int64(0)
+	for _, p := range f.merged {
+		keys += p.c.n
+		if p.c.fixed && (!fixed || p.c.now > now) {
+			fixed, now = true, p.c.now
+		}
+	}
+	m.putInt(int64(keys))
+	m.putInt(int64(len(f.merged)))
+	for _, p := range f.merged {
+		m.putInt(int64(p.c.n))
+	}
+	if fixed {
+		m.putInt(now)
+	}
+	m.finish()
+	m.args = append(m.args, "evalsha", takeScript.shaArg, &m.bufs[0])
+	for _, p := range f.merged {
+		for k := 1; k <= p.c.n; k++ {
+			m.args = append(m.args, &p.c.bufs[k])
+		}
+	}
+	if fixed {
+		m.args = append(m.args, &m.bufs[len(m.bufs)-1])
+	} else {
+		m.args = append(m.args, "")
+	}
+	// minttl is the same for every take of a store: the first take's.
+	m.args = append(m.args, modeTake, &f.merged[0].c.bufs[f.merged[0].c.lim-2], &m.bufs[1])
+	for j := range f.merged {
+		m.args = append(m.args, &m.bufs[2+j])
+	}
+	for _, p := range f.merged {
+		for k := p.c.lim; k < p.c.lim+p.c.n; k++ {
+			m.args = append(m.args, &p.c.bufs[k])
+		}
+	}
+}
+
+// do queues c and waits for its answer: the time the script used and the
+// take's part of the reply. If ctx ends first it returns ctx.Err() and
+// marks c abandoned (the flusher still owns it; the take may still run in
+// Redis, as with any request whose caller gave up).
+func (b *batcher) do(ctx context.Context, c *call) (int64, []int64, error) {
 	p := pendingPool.Get().(*pending)
 	p.c = c
 	select {
@@ -122,26 +269,23 @@ func (b *batcher) do(ctx context.Context, c *call) ([]int64, error) {
 	case <-ctx.Done():
 		p.c = nil
 		pendingPool.Put(p)
-		return nil, fmt.Errorf("redisstore: %w", ctx.Err())
+		return 0, nil, fmt.Errorf("redisstore: %w", ctx.Err())
 	case <-b.quit:
 		p.c = nil
 		pendingPool.Put(p)
-		return nil, errClosed
+		return 0, nil, errClosed
 	}
 	select {
 	case <-p.done:
 	case <-ctx.Done():
 		c.abandoned = true
-		return nil, fmt.Errorf("redisstore: %w", ctx.Err())
+		return 0, nil, fmt.Errorf("redisstore: %w", ctx.Err())
 	case <-b.quit:
 		c.abandoned = true
-		return nil, errClosed
+		return 0, nil, errClosed
 	}
-	vals, err := p.cmd.Result()
-	p.c, p.cmd = nil, nil
+	now, seg, err := p.now, p.seg, p.err
+	p.c, p.cmd, p.seg, p.err = nil, nil, nil, nil
 	pendingPool.Put(p)
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w", err)
-	}
-	return vals, nil
+	return now, seg, err
 }

@@ -34,9 +34,10 @@ func (p *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 // TestBatchingSharesPipelines: 64 takes that queue while Redis is paused
-// leave in a few pipelines, not 64 round trips; every take is decided
-// exactly (frozen clock: exactly the burst allowed), and after SCRIPT
-// FLUSH a whole batch is re-sent by EVAL without failing a take.
+// leave in a few pipelines and a few merged script calls, not 64 round
+// trips; every take is decided exactly (frozen clock: exactly the burst
+// allowed), and after SCRIPT FLUSH a whole batch is re-sent by EVAL
+// without failing a take.
 func TestBatchingSharesPipelines(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.NewClient()
@@ -83,8 +84,10 @@ func TestBatchingSharesPipelines(t *testing.T) {
 	if p := pc.pipes.Load(); p > 4 {
 		t.Fatalf("64 queued takes went out in %d pipelines, want at most 4", p)
 	}
-	if got := pc.take(); got["evalsha"] != 64 {
-		t.Fatalf("commands %v, want 64 evalsha", got)
+	// The first take leaves alone; the 63 queued behind it fill one merged
+	// call (max 64); a straggler may take a third.
+	if got := pc.take(); got["evalsha"] < 2 || got["evalsha"] > 3 {
+		t.Fatalf("commands %v, want 2 or 3 evalsha for 64 takes", got)
 	}
 
 	srv.ScriptFlush()
@@ -92,8 +95,8 @@ func TestBatchingSharesPipelines(t *testing.T) {
 		t.Fatalf("after SCRIPT FLUSH: allowed %d of 64, want exactly %d", got, l.Burst)
 	}
 	got := pc.take()
-	if got["evalsha"] != 64 || got["eval"] < 1 || got["eval"] > 64 {
-		t.Fatalf("after SCRIPT FLUSH: commands %v, want 64 evalsha and a re-send by eval of those answered NOSCRIPT", got)
+	if got["evalsha"] < 2 || got["evalsha"] > 3 || got["eval"] < 1 || got["eval"] > got["evalsha"] {
+		t.Fatalf("after SCRIPT FLUSH: commands %v, want 2 or 3 evalsha and a re-send by eval of those answered NOSCRIPT", got)
 	}
 }
 

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"encoding/binary"
+	"math"
 	"strconv"
 
 	"github.com/floodgate-go/floodgate/tiers"
@@ -17,13 +19,21 @@ func (a *argBuf) MarshalBinary() ([]byte, error) { return a.b, nil }
 
 // call is the reusable state of one script invocation.
 type call struct {
-	args    []any
-	bufs    []argBuf
-	offs    []int // start, end pairs into arena, one per buf
-	arena   []byte
-	scratch []byte
-	pre     []int64  // pre-charge remaining, reset pairs (mode "p")
-	states  []string // state before, state written, per bucket (mode "p")
+	args   []any
+	bufs   []argBuf
+	offs   []int // start, end pairs into arena, one per buf
+	arena  []byte
+	pre    []int64  // pre-charge remaining, reset pairs (mode "p")
+	states []string // state before, state written, per bucket (mode "p")
+	// now is the time argument of a take.lua call when fixed (else the
+	// script reads Redis TIME); n is the number of buckets of the built
+	// call, lim the index in bufs of its first limit argument and log
+	// whether it has a sliding window log bucket: what the batcher needs
+	// to merge calls.
+	now    int64
+	fixed  bool
+	n, lim int
+	log    bool
 	// abandoned is set when a batched take's caller gave up while the
 	// batcher still held the call; it must then not return to the pool.
 	abandoned bool
@@ -38,6 +48,7 @@ func (c *call) reset() {
 	}
 	clear(c.states)
 	c.args, c.offs, c.arena, c.pre, c.states = c.args[:0], c.offs[:0], c.arena[:0], c.pre[:0], c.states[:0]
+	c.n, c.lim, c.now, c.fixed, c.log = 0, 0, 0, false, false
 }
 
 // put appends what f writes to the arena as the next buffered argument.
@@ -90,31 +101,37 @@ func order(idx []int, j int) int {
 var (
 	modeTake    any = "t"
 	modeTakePre any = "p"
+	oneTake     any = "1"
 )
 
-// build lays out a take.lua call:
+// build lays out a take.lua call of one take:
 //
-//	EVALSHA sha numkeys key... now mode minttl (alg N P B c)...
+//	EVALSHA sha numkeys key... now mode minttl 1 n limit...
 //
-// over the buckets named by idx (all when nil). With cluster, the first
-// key is also passed as a plain string so the cluster client can route by
-// it.
-func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int, nowArg []byte, pre bool, minArg []byte, cluster bool) {
+// over the buckets named by idx (all when nil), at c.now if c.fixed (else
+// now is "": Redis TIME). With cluster, the first key is also passed as a
+// plain string so the cluster client can route by it.
+func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int, pre bool, minArg []byte, cluster bool) {
 	n := len(buckets)
 	if idx != nil {
 		n = len(idx)
 	}
-	// Buffered arguments, in order: numkeys, n keys, [now], minttl, 5n numbers.
+	c.n = n
+	// Buffered arguments, in order: numkeys, n keys, [now], minttl, n, n limits.
 	c.putInt(int64(n))
 	for j := 0; j < n; j++ {
 		c.putKey(prefix, buckets[order(idx, j)].Key)
 	}
-	if nowArg != nil {
-		c.put(func(b []byte) []byte { return append(b, nowArg...) })
+	if c.fixed {
+		c.putInt(c.now)
 	}
 	c.put(func(b []byte) []byte { return append(b, minArg...) })
+	c.putInt(int64(n))
+	c.lim = len(c.offs) / 2
 	for j := 0; j < n; j++ {
-		c.putLimit(&buckets[order(idx, j)])
+		b := &buckets[order(idx, j)]
+		c.log = c.log || b.Limit.Algorithm == tiers.SlidingWindowLog
+		c.putLimit(b)
 	}
 	c.finish()
 
@@ -127,7 +144,7 @@ func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int
 	if cluster {
 		c.args[3] = string(c.bufs[1].b)
 	}
-	if nowArg != nil {
+	if c.fixed {
 		c.args = append(c.args, next())
 	} else {
 		c.args = append(c.args, "")
@@ -136,7 +153,7 @@ func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int
 	if pre {
 		mode = modeTakePre
 	}
-	c.args = append(c.args, mode, next())
+	c.args = append(c.args, mode, next(), oneTake)
 	for k < len(c.bufs) {
 		c.args = append(c.args, next())
 	}
@@ -144,7 +161,7 @@ func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int
 
 // buildRefund lays out a refund.lua call:
 //
-//	EVALSHA sha numkeys key... t0 (alg N P B c before wrote)...
+//	EVALSHA sha numkeys key... t0 (limit before wrote)...
 //
 // states holds before, wrote for each bucket of idx, in order.
 func (c *call) buildRefund(sc script, prefix string, buckets []tiers.Bucket, idx []int, states []string, t0 int64, cluster bool) {
@@ -169,10 +186,16 @@ func (c *call) buildRefund(sc script, prefix string, buckets []tiers.Bucket, idx
 	}
 }
 
+// putLimit appends bucket b's limit and cost as ONE argument, as take.lua
+// and refund.lua unpack it (struct "<Bdddd"): the algorithm as a byte,
+// then rate, period in microseconds, burst and cost as little-endian
+// doubles. Validated limits are far below 2^53, where a double stops being
+// exact; a cost above it is rounded, as any Lua number would round it.
 func (c *call) putLimit(b *tiers.Bucket) {
-	c.putInt(int64(b.Limit.Algorithm))
-	c.putInt(b.Limit.Rate)
-	c.putInt(b.Limit.Period.Microseconds())
-	c.putInt(b.Limit.Burst)
-	c.putInt(b.Cost)
+	start := len(c.arena)
+	c.arena = append(c.arena, byte(b.Limit.Algorithm))
+	for _, v := range [4]int64{b.Limit.Rate, b.Limit.Period.Microseconds(), b.Limit.Burst, b.Cost} {
+		c.arena = binary.LittleEndian.AppendUint64(c.arena, math.Float64bits(float64(v)))
+	}
+	c.offs = append(c.offs, start, len(c.arena))
 }

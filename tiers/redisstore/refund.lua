@@ -3,10 +3,11 @@
 --
 -- KEYS[i]   state key of bucket i, i = 1..n
 -- ARGV[1]   the now (integer microseconds) the charging take.lua used
--- ARGV[7(i-1)+2 .. 7i+1]  bucket i: algorithm, rate N, period P in
---           microseconds, burst B, cost c (as passed to take.lua), then the
---           key's state before the take and the state the take wrote (as
---           take.lua reported them in mode "p"; "" = absent)
+-- ARGV[3(i-1)+2 .. 3i+1]  bucket i: its limit and cost (packed as passed
+--           to take.lua: algorithm, rate N, period P in microseconds, burst
+--           B, cost c), then the key's state before the take and the state
+--           the take wrote (as take.lua reported them in mode "p"; "" =
+--           absent)
 --
 -- Reply: integer, the number of buckets whose state was restored.
 --
@@ -23,13 +24,16 @@
 
 local fmt = string.format
 local floor = math.floor
+local pack, sunpack = struct.pack, struct.unpack
 local function num(x) return fmt('%.17g', x) end
 
 local t0 = tonumber(ARGV[1])
-local function split(v)
-  local out, i = {}, 1
-  for p in string.gmatch(v, '%S+') do out[i] = tonumber(p); i = i + 1 end
-  return out
+-- a state's numbers, as take.lua packs them (little-endian doubles); nil
+-- for a string of another length, which take.lua reads as absent
+local layouts = {'<d', '<dd', '<ddd'}
+local function split(v, n)
+  if #v ~= 8 * n then return nil end
+  return {sunpack(layouts[n], v)}
 end
 local function window(W)
   local w = floor(t0 / W)
@@ -39,12 +43,8 @@ end
 
 local done = 0
 for i = 1, #KEYS do
-  local a = 1 + (i - 1) * 7
-  local alg = tonumber(ARGV[a + 1])
-  local N = tonumber(ARGV[a + 2])
-  local P = tonumber(ARGV[a + 3])
-  local B = tonumber(ARGV[a + 4])
-  local c = tonumber(ARGV[a + 5])
+  local a = 1 + (i - 1) * 3
+  local alg, N, P, B, c = sunpack('<Bdddd', ARGV[a + 1])
   local k = KEYS[i]
   if alg == 3 then
     local ts = num(t0)
@@ -65,26 +65,30 @@ for i = 1, #KEYS do
       done = done + 1
     end
   else
-    local before, wrote = ARGV[a + 6], ARGV[a + 7]
+    local before, wrote = ARGV[a + 2], ARGV[a + 3]
     local v = redis.call('GET', k)
     if v and wrote ~= '' and v == wrote then
       if before == '' then redis.call('DEL', k)
       else redis.call('SET', k, before, 'KEEPTTL') end
       done = done + 1
     elseif v then
-      local s = split(v)
-      local nv
+      local nv, s
       if alg == 0 then
-        nv = num(math.min(B, s[1] + c)) .. ' ' .. num(s[2])
+        s = split(v, 2)
+        if s then nv = pack('<dd', math.min(B, s[1] + c), s[2]) end
       elseif alg == 1 then
-        nv = num(s[1] - c * (P / N))
+        s = split(v, 1)
+        if s then nv = pack('<d', s[1] - c * (P / N)) end
       elseif alg == 2 then
         local w = window(P)
-        if s[1] == w then nv = num(s[1]) .. ' ' .. num(math.max(0, s[2] - c)) .. ' ' .. num(s[3])
-        elseif s[1] == w + 1 then nv = num(s[1]) .. ' ' .. num(s[2]) .. ' ' .. num(math.max(0, s[3] - c)) end
+        s = split(v, 3)
+        if not s then
+        elseif s[1] == w then nv = pack('<ddd', s[1], math.max(0, s[2] - c), s[3])
+        elseif s[1] == w + 1 then nv = pack('<ddd', s[1], s[2], math.max(0, s[3] - c)) end
       else
         local w = window(P)
-        if s[1] == w then nv = num(s[1]) .. ' ' .. num(math.max(0, s[2] - c)) end
+        s = split(v, 2)
+        if s and s[1] == w then nv = pack('<dd', s[1], math.max(0, s[2] - c)) end
       end
       if nv then
         redis.call('SET', k, nv, 'KEEPTTL')

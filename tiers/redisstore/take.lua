@@ -1,50 +1,84 @@
--- take.lua: charge every bucket its cost if and only if every bucket allows
--- it (all or nothing), with the arithmetic of the tiers.Algorithm doc.
+-- take.lua: charge every bucket of a take its cost if and only if every
+-- bucket of that take allows it (all or nothing), with the arithmetic of
+-- the tiers.Algorithm doc. One call may carry several takes (client-side
+-- batching): they are decided one after another, each seeing what the
+-- ones before it charged, exactly as if each were its own call.
 --
--- KEYS[i]   state key of bucket i, i = 1..n (all in one cluster slot)
+-- KEYS[i]   state key of bucket i, i = 1..n, the buckets of every take in
+--           order (all in one cluster slot); a key may recur in different
+--           takes, never within one
 -- ARGV[1]   now, integer microseconds since the Unix epoch, or "" to read
 --           Redis TIME
 -- ARGV[2]   mode: "t" take; "p" take and also report each bucket's
 --           remaining and reset before the charge, and its state before
---           and after (multi-slot cluster takes, which may have to refund)
+--           and after (multi-slot cluster takes, which may have to refund);
+--           mode "p" carries one take
 -- ARGV[3]   minimum key TTL in milliseconds (at least 1)
--- ARGV[3+5(i-1)+1 .. 3+5i]  bucket i: algorithm (0 token bucket, 1 GCRA,
---           2 sliding window counter, 3 sliding window log, 4 fixed
---           window), rate N, period P in microseconds, burst B, cost c
+-- ARGV[4]   T, the number of takes (at least 1; a take with a sliding
+--           window log bucket must come alone, T = 1)
+-- ARGV[4+j] the number of buckets of take j, j = 1..T
+-- ARGV[4+T+i]  bucket i's limit and cost, packed as struct "<Bdddd"
+--           (one byte and four little-endian doubles): algorithm (0 token
+--           bucket, 1 GCRA, 2 sliding window counter, 3 sliding window log,
+--           4 fixed window), rate N, period P in microseconds, burst B,
+--           cost c. One argument, not five: every argument costs Redis a
+--           parse, an object and a Lua string, and buckets of one rule
+--           repeat it, so each distinct one is unpacked once per call.
 --
 -- Reply: array of integers
---   [1] 1 if every bucket allowed and all were charged, else 0
---   [2] now used, in microseconds
---   then per bucket i: allowed (1/0), remaining, reset in microseconds,
---   retry_after in microseconds (0 when allowed, -1 = never);
---   in mode "p" four more: remaining and reset before any charge, then
---   (bulk strings) the key's raw state before the take and the state the
---   take computed ("" when the key was absent or the algorithm is the
---   sliding window log; the computed state is reported even when the take
---   denied and so wrote nothing).
+--   [1] now used, in microseconds
+--   then per take: 1 if every bucket allowed and all were charged, else 0,
+--   then per bucket of a take that charged: remaining and reset in
+--   microseconds (every bucket allowed, retry-after 0); of a take that
+--   denied: allowed (1/0), remaining, reset and retry-after in
+--   microseconds (0 when allowed, -1 = never). Redis spends about as much
+--   on each integer of a reply as on a Lua table store, so a charged take,
+--   the common case, reports only what it must.
+-- Mode "p" (one take; multi-slot cluster takes, which may have to refund)
+-- always reports 6 integers per bucket: allowed, remaining, reset,
+-- retry-after, then remaining and reset before any charge; then (bulk
+-- strings) per bucket the key's raw state before the take and the state
+-- the take computed ("" when the key was absent or the algorithm is the
+-- sliding window log; the computed state is reported even when the take
+-- denied and so wrote nothing).
 --
--- State per key (strings hold numbers written with %.17g, which read back
--- exactly):
---   token bucket            "tokens ts"
---   GCRA                    "tat" (µs since tiers.GCRAEpoch)
---   sliding window counter  "win curr prev"
---   fixed window            "win count"
+-- Writes: every decision is made before the first write, and the writes
+-- (one SET per string-state key, however many takes charged it; the log's
+-- ZADD and PEXPIRE) come last. Redis refuses a script's write for lack of
+-- memory only at its first write, so a call that fails has charged
+-- nothing (the log's ZREMRANGEBYSCORE, run while deciding, only drops
+-- entries that no longer count), and its takes can be sent again.
+--
+-- State per key: a string of the state's numbers as little-endian IEEE
+-- doubles (struct.pack "<d..."), exact, and in Redis's Lua several times
+-- cheaper to read and write than text (tonumber and string.format cost
+-- about half a microsecond each); a string of any other length (a state
+-- written by another version, or garbage) reads as absent:
+--   token bucket            tokens, ts           16 bytes
+--   GCRA                    tat (µs since tiers.GCRAEpoch)  8 bytes
+--   sliding window counter  win, curr, prev      24 bytes
+--   fixed window            win, count           16 bytes
 --   sliding window log      sorted set: one member per admitted unit,
 --                           score = its timestamp, member "ts:k" with k
 --                           counting 1.. the units sharing that timestamp
 --
+-- TTLs are rounded up (above 100 ms to a multiple of 100 ms, above 1 s to
+-- whole seconds), so a call formats few distinct ones. A longer TTL never
+-- changes a decision: a key is due to expire only once its state reads the
+-- same as no state at all.
+--
 -- This script runs on every decision and Redis CPU is the throughput
 -- limit, so it is written for cost: one pass over the buckets, no table
--- per bucket, the reply filled in place with the charged values (patched
--- to the uncharged ones if the take denies), the algorithm compared as a
--- string, math.min/max and the TTL and duration clamps inlined (in the
--- same comparison order, so NaN and ties behave as before), all string
--- states read by one MGET, repeated period and cost arguments parsed once,
--- and a state string built only when it can be written or must be
--- reported (whole token counts with %d, which prints what %.17g does).
+-- per bucket, the reply filled with the charged values (overwritten with
+-- the uncharged ones if the take denies), math.min/max and the TTL and
+-- duration clamps inlined (in the same comparison order, so NaN and ties
+-- behave as before), all string states read by one MGET, each distinct
+-- limit unpacked once, each distinct TTL formatted once, and a state built
+-- only when it can be written or must be reported.
 
-local call = redis.call
-local tonumber, fmt, find, sub = tonumber, string.format, string.find, string.sub
+local call, pcall = redis.call, redis.pcall
+local tonumber, fmt, sub = tonumber, string.format, string.sub
+local pack, sunpack = struct.pack, struct.unpack
 local floor, ceil = math.floor, math.ceil
 local ARGV, KEYS = ARGV, KEYS
 
@@ -61,6 +95,8 @@ local pre = ARGV[2] == 'p'
 local EPOCH = 1767225600000000
 local SLACK = 0.5
 local minttl = tonumber(ARGV[3])
+local T = tonumber(ARGV[4])
+local A = 4 + T -- ARGV[A + i] is bucket i's limit
 
 -- TTLs (ceil(µs / 1000) ms, at least minttl) are capped at 1e13 ms (317
 -- years, beyond any time.Duration): a larger one would reach Redis in
@@ -72,246 +108,316 @@ local MAXTTL = 1e13
 -- a double of 2^63 or more has no Redis integer
 local MAXUS = 2 ^ 62
 
-local nows -- ' ' .. now in %.17g, the token bucket state's tail
+-- limits unpacked so far, by their argument ({alg, N, P, B, c}), and
+-- TTLs formatted so far, by value
+local lims, tstr = {}, {}
+local function limit(x)
+  local l = {sunpack('<Bdddd', x)}
+  lims[x] = l
+  return l
+end
 
 local n = #KEYS
-local all = true
-local per = pre and 8 or 4
-local out = {1, now} -- the reply, per bucket with the charged values
--- per bucket i: remaining and reset before the charge (u[4i-3], u[4i-2]),
--- state to SET (false: log) and its TTL in ms (u[4i-1], u[4i])
-local u = {}
+-- per bucket q of the current take: remaining and reset before the
+-- charge, and retry-after if it denied, else false (u0[3q-2..3q]; reused
+-- by every take); per bucket i: the state to SET (st[i], false: log) and
+-- its TTL in ms as text (tt[i]); in mode "p" also its values after the
+-- charge (u1[4i-3..4i]: allowed, remaining, reset, retry-after) and its
+-- state before and the state computed (sb[i], sa[i]).
+-- A Lua table grows by rehashing, which costs Redis more than the stores
+-- themselves: the reply and the per-bucket tables start at their size
+-- (a table built from unpack(KEYS) has n slots), to be overwritten.
+local u0, u1, sb, sa = {}, {}, {}, {}
+local out, st, tt, wk
+if n <= 1000 then
+  out, st, tt, wk = {now, unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}
+else out, st, tt, wk = {now}, {}, {}, {} end
+local on = 1 -- out[1..on] is the reply so far; it never ends below n + 1
 -- every state string in one MGET (a log's sorted set reads as nil; a
 -- string-state key holding another type reads as absent rather than
 -- failing the take, and is then overwritten); unpack has a stack limit,
--- so a take of more than 1000 buckets reads them one by one
+-- so a call of more than 1000 buckets reads them one by one
 local vals
 if n <= 1000 then vals = call('MGET', unpack(KEYS))
 else
   vals = {}
   for i = 1, n do
-    if ARGV[3 + i * 5 - 4] == '3' then vals[i] = false
+    if (lims[ARGV[A + i]] or limit(ARGV[A + i]))[1] == 3 then vals[i] = false
     else vals[i] = call('GET', KEYS[i]) end
   end
 end
+-- what the takes charged so far: key -> the bucket that last charged it
+-- (T > 1 only: one take never names a key twice), the buckets to write
+-- (wk[1..wn], each key's first charge), and the logs to record
+local cur, wn, logs = {}, 0, nil
 
-local lastPs, lastP, lastcs, lastc -- the last period and cost, raw and parsed
-for i = 1, n do
-  local a = 3 + (i - 1) * 5
-  local alg = ARGV[a + 1]
-  local Ns, Bs, Ps, cs = ARGV[a + 2], ARGV[a + 4], ARGV[a + 3], ARGV[a + 5]
-  local N = tonumber(Ns)
-  local B = N
-  if Bs ~= Ns then B = tonumber(Bs) end
-  -- buckets of one take mostly share period and cost: parse each once
-  if Ps ~= lastPs then lastPs, lastP = Ps, tonumber(Ps) end
-  if cs ~= lastcs then lastcs, lastc = cs, tonumber(cs) end
-  local P, c = lastP, lastc
-  local k = KEYS[i]
-  -- allowed, retry, remaining and reset before (0) and after (1) the
-  -- charge, state before, state to write and its TTL in µs
-  local allow, ra, rem0, rst0, rem1, rst1, v, s, tu
+local i = 0 -- the bucket, counted over every take
+for j = 1, T do
+  local first = i + 1
+  local last = i + tonumber(ARGV[4 + j])
+  local all = true
+  on = on + 1
+  local oc = on -- this take's charged flag
+  for i = first, last do
+    local ls = ARGV[A + i]
+    local l = lims[ls] or limit(ls)
+    local alg, N, P, B, c = l[1], l[2], l[3], l[4], l[5]
+    local k = KEYS[i]
+    -- allowed, retry, remaining and reset before (0) and after (1) the
+    -- charge, state before, state to write and its TTL in µs
+    local allow, ra, rem0, rst0, rem1, rst1, v, s, tu
 
-  if alg == '0' then -- token bucket
-    local tokens, ts = B, now
-    v = vals[i]
-    if v then
-      local p = find(v, ' ', 1, true)
-      tokens, ts = tonumber(sub(v, 1, p - 1)), tonumber(sub(v, p + 1))
-    end
-    local elapsed = now - ts
-    if elapsed < 0 then elapsed = 0 end
-    local t = tokens + (elapsed * N) / P
-    if t < B then tokens = t else tokens = B end
-    allow = c <= tokens
-    local t1 = tokens - c
-    rst0 = ceil(((B - tokens) * P) / N)
-    rem0 = floor(tokens)
-    rem1 = floor(t1)
-    rst1 = ceil(((B - t1) * P) / N)
-    if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(((c - tokens) * P) / N) end
-    if pre or (all and allow) then
-      if not nows then nows = ' ' .. fmt('%.17g', now) end
-      -- a whole number of tokens (the common case: a full bucket less an
-      -- integer cost) prints the same with %d, which is cheaper
-      if t1 % 1 == 0 and t1 > 0 and t1 < 1e15 then s = fmt('%d', t1) .. nows
-      else s = fmt('%.17g', t1) .. nows end
-    end
-    tu = rst1
+    if alg == 0 then -- token bucket
+      local tokens, ts = B, now
+      v = vals[i]
+      if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
+      if v and #v == 16 then tokens, ts = sunpack('<dd', v) end
+      local elapsed = now - ts
+      if elapsed < 0 then elapsed = 0 end
+      local t = tokens + (elapsed * N) / P
+      if t < B then tokens = t else tokens = B end
+      allow = c <= tokens
+      local t1 = tokens - c
+      rst0 = ceil(((B - tokens) * P) / N)
+      rem0 = floor(tokens)
+      rem1 = floor(t1)
+      rst1 = ceil(((B - t1) * P) / N)
+      if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(((c - tokens) * P) / N) end
+      if pre or (all and allow) then s = pack('<dd', t1, now) end
+      tu = rst1
 
-  elseif alg == '1' then -- GCRA
-    local T = P / N
-    local BT = B * T
-    local tol = BT + SLACK
-    local t = now - EPOCH
-    local tat = t
-    v = vals[i]
-    if v then tat = tonumber(v) end
-    local tat0 = tat
-    if t > tat0 then tat0 = t end
-    local tat1 = tat0 + c * T
-    allow = tat1 - t <= tol
-    rem0 = floor((tol - (tat0 - t)) / T)
-    rem1 = floor((tol - (tat1 - t)) / T)
-    if rem0 < 0 then rem0 = 0 end
-    if rem1 < 0 then rem1 = 0 end
-    rst0 = ceil(tat0 - t)
-    rst1 = ceil(tat1 - t)
-    if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - SLACK) end
-    if pre or (all and allow) then s = fmt('%.17g', tat1) end
-    tu = rst1
+    elseif alg == 1 then -- GCRA
+      local T = P / N
+      local BT = B * T
+      local tol = BT + SLACK
+      local t = now - EPOCH
+      local tat = t
+      v = vals[i]
+      if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
+      if v and #v == 8 then tat = sunpack('<d', v) end
+      local tat0 = tat
+      if t > tat0 then tat0 = t end
+      local tat1 = tat0 + c * T
+      allow = tat1 - t <= tol
+      rem0 = floor((tol - (tat0 - t)) / T)
+      rem1 = floor((tol - (tat1 - t)) / T)
+      if rem0 < 0 then rem0 = 0 end
+      if rem1 < 0 then rem1 = 0 end
+      rst0 = ceil(tat0 - t)
+      rst1 = ceil(tat1 - t)
+      if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - SLACK) end
+      if pre or (all and allow) then s = pack('<d', tat1) end
+      tu = rst1
 
-  elseif alg == '2' then -- sliding window counter
-    local W, L = P, N
-    -- window index of now, exact for now < 2^53
-    local w = floor(now / W)
-    if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
-    local e = now - w * W
-    local curr, prev = 0, 0
-    v = vals[i]
-    if v then
-      local p = find(v, ' ', 1, true)
-      local q = find(v, ' ', p + 1, true)
-      local sw = tonumber(sub(v, 1, p - 1))
-      if sw == w then curr, prev = tonumber(sub(v, p + 1, q - 1)), tonumber(sub(v, q + 1))
-      elseif sw == w - 1 then prev = tonumber(sub(v, p + 1, q - 1)) end
-    end
-    local weighted = (prev * (W - e)) / W + curr
-    allow = weighted + c <= L
-    rem0 = floor(L - weighted)
-    rem1 = floor(L - weighted - c)
-    if rem0 < 0 then rem0 = 0 end
-    if rem1 < 0 then rem1 = 0 end
-    local rprev = 0
-    if prev > 0 then rprev = (w + 1) * W - now end
-    if curr > 0 then rst0 = (w + 2) * W - now else rst0 = rprev end
-    if curr + c > 0 then rst1 = (w + 2) * W - now else rst1 = rprev end
-    if allow then ra = 0
-    elseif c > L then ra = -1
-    elseif curr + c <= L then ra = ceil(W - ((L - curr - c) * W) / prev) - e
-    else
-      local x = W - ((L - c) * W) / curr
-      if x > 0 then x = ceil(x) else x = ceil(0) end
-      ra = (W - e) + x
-    end
-    if pre or (all and allow) then
-      s = fmt('%.17g %.17g %.17g', w, curr + c, prev)
-    end
-    tu = (w + 2) * W - now
+    elseif alg == 2 then -- sliding window counter
+      local W, L = P, N
+      -- window index of now, exact for now < 2^53
+      local w = floor(now / W)
+      if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
+      local e = now - w * W
+      local curr, prev = 0, 0
+      v = vals[i]
+      if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
+      if v and #v == 24 then
+        local sw, sc, sp = sunpack('<ddd', v)
+        if sw == w then curr, prev = sc, sp
+        elseif sw == w - 1 then prev = sc end
+      end
+      local weighted = (prev * (W - e)) / W + curr
+      allow = weighted + c <= L
+      rem0 = floor(L - weighted)
+      rem1 = floor(L - weighted - c)
+      if rem0 < 0 then rem0 = 0 end
+      if rem1 < 0 then rem1 = 0 end
+      local rprev = 0
+      if prev > 0 then rprev = (w + 1) * W - now end
+      if curr > 0 then rst0 = (w + 2) * W - now else rst0 = rprev end
+      if curr + c > 0 then rst1 = (w + 2) * W - now else rst1 = rprev end
+      if allow then ra = 0
+      elseif c > L then ra = -1
+      elseif curr + c <= L then ra = ceil(W - ((L - curr - c) * W) / prev) - e
+      else
+        local x = W - ((L - c) * W) / curr
+        if x > 0 then x = ceil(x) else x = ceil(0) end
+        ra = (W - e) + x
+      end
+      if pre or (all and allow) then
+        s = pack('<ddd', w, curr + c, prev)
+      end
+      tu = (w + 2) * W - now
 
-  elseif alg == '3' then -- sliding window log
-    local W, L = P, N
-    call('ZREMRANGEBYSCORE', k, '-inf', fmt('%.17g', now - W))
-    local cnt = call('ZCARD', k)
-    allow = cnt + c <= L
-    -- a lowered limit can leave more counted than L: remaining is at least 0
-    rem0 = L - cnt
-    if rem0 < 0 then rem0 = 0 end
-    rem1 = L - cnt - c
-    if rem1 < 0 then rem1 = 0 end
-    -- reset before a charge needs the newest entry: read it now in mode
-    -- "p" or for a zero cost (which records nothing, so the reset after it
-    -- is the same), else after the loop and only if the take denies (then
-    -- nothing was charged and the log is as it stands)
-    if cnt == 0 then rst0 = 0
-    elseif pre or c == 0 then
-      local newest = call('ZRANGE', k, -1, -1, 'WITHSCORES')
-      rst0 = tonumber(newest[2]) + W - now
-    else rst0 = false end
-    if c > 0 then rst1 = W else rst1 = rst0 end
-    if allow then ra = 0
-    elseif c > L then ra = -1
-    else
-      local kth = cnt + c - L
-      local r = call('ZRANGE', k, kth - 1, kth - 1, 'WITHSCORES')
-      ra = tonumber(r[2]) + W - now
-    end
-    s = false
-    tu = W
+    elseif alg == 3 then -- sliding window log
+      -- its entries are written at the end, so a later take of the same call
+      -- could not see them
+      if T > 1 then return redis.error_reply('take.lua: a take with a sliding window log bucket must be the only take of its call') end
+      local W, L = P, N
+      call('ZREMRANGEBYSCORE', k, '-inf', fmt('%.17g', now - W))
+      local cnt = call('ZCARD', k)
+      allow = cnt + c <= L
+      -- a lowered limit can leave more counted than L: remaining is at least 0
+      rem0 = L - cnt
+      if rem0 < 0 then rem0 = 0 end
+      rem1 = L - cnt - c
+      if rem1 < 0 then rem1 = 0 end
+      -- reset before a charge needs the newest entry: read it now in mode
+      -- "p" or for a zero cost (which records nothing, so the reset after it
+      -- is the same), else after the loop and only if the take denies (then
+      -- nothing was charged and the log is as it stands)
+      if cnt == 0 then rst0 = 0
+      elseif pre or c == 0 then
+        local newest = call('ZRANGE', k, -1, -1, 'WITHSCORES')
+        rst0 = tonumber(newest[2]) + W - now
+      else rst0 = false end
+      if c > 0 then rst1 = W else rst1 = rst0 end
+      if allow then ra = 0
+      elseif c > L then ra = -1
+      else
+        local kth = cnt + c - L
+        local r = call('ZRANGE', k, kth - 1, kth - 1, 'WITHSCORES')
+        ra = tonumber(r[2]) + W - now
+      end
+      s = false
+      tu = W
 
-  else -- fixed window
-    local W, L = P, N
-    -- window index of now, exact for now < 2^53
-    local w = floor(now / W)
-    if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
-    local count = 0
-    v = vals[i]
-    if v then
-      local p = find(v, ' ', 1, true)
-      if tonumber(sub(v, 1, p - 1)) == w then count = tonumber(sub(v, p + 1)) end
+    else -- fixed window
+      local W, L = P, N
+      -- window index of now, exact for now < 2^53
+      local w = floor(now / W)
+      if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
+      local count = 0
+      v = vals[i]
+      if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
+      if v and #v == 16 then
+        local sw, sc = sunpack('<dd', v)
+        if sw == w then count = sc end
+      end
+      allow = count + c <= L
+      rem0 = L - count
+      if rem0 < 0 then rem0 = 0 end
+      rem1 = L - count - c
+      if rem1 < 0 then rem1 = 0 end
+      local r = (w + 1) * W - now
+      rst0, rst1 = r, r
+      if allow then ra = 0 elseif c > L then ra = -1 else ra = r end
+      if pre or (all and allow) then s = pack('<dd', w, count + c) end
+      tu = r
     end
-    allow = count + c <= L
-    rem0 = L - count
-    if rem0 < 0 then rem0 = 0 end
-    rem1 = L - count - c
-    if rem1 < 0 then rem1 = 0 end
-    local r = (w + 1) * W - now
-    rst0, rst1 = r, r
-    if allow then ra = 0 elseif c > L then ra = -1 else ra = r end
-    if pre or (all and allow) then s = fmt('%.17g %.17g', w, count + c) end
-    tu = r
+
+    if rst1 > MAXUS then rst1 = MAXUS end
+    if ra > MAXUS then ra = MAXUS end
+    local q = 3 * (i - first + 1)
+    if allow then u0[q] = false else all = false; u0[q] = ra end
+    -- the values after the charge, as a charged take reports them; a take
+    -- that denies overwrites them
+    out[on + 1], out[on + 2] = rem1, rst1
+    on = on + 2
+    if pre then
+      local b = 4 * i
+      u1[b - 3], u1[b - 2], u1[b - 1], u1[b] = allow and 1 or 0, rem1, rst1, ra
+      sb[i], sa[i] = v or '', s or ''
+    end
+    u0[q - 2], u0[q - 1] = rem0, rst0
+    if all then
+      local ms = ceil(tu / 1000)
+      if ms < minttl then ms = minttl end
+      if ms > 1000 then ms = ceil(ms / 1000) * 1000
+      elseif ms > 100 then ms = ceil(ms / 100) * 100 end
+      if ms > MAXTTL then ms = MAXTTL end
+      local mt = tstr[ms]
+      if not mt then mt = fmt('%d', ms); tstr[ms] = mt end
+      st[i], tt[i] = s, mt
+    end
   end
 
-  if not allow then all = false end
-  local o = 2 + (i - 1) * per
-  out[o + 1] = allow and 1 or 0
-  if rst1 > MAXUS then out[o + 2], out[o + 3] = rem1, MAXUS
-  else out[o + 2], out[o + 3] = rem1, rst1 end
-  if ra > MAXUS then ra = MAXUS end
-  out[o + 4] = ra
-  local b = 4 * i
-  u[b - 3], u[b - 2] = rem0, rst0
-  if all then
-    local ms = ceil(tu / 1000)
-    if ms < minttl then ms = minttl end
-    if ms > MAXTTL then ms = MAXTTL end
-    u[b - 1], u[b] = s, ms
-  end
-  if pre then
-    if rst0 > MAXUS then rst0 = MAXUS end
-    out[o + 5], out[o + 6], out[o + 7], out[o + 8] = rem0, rst0, v or '', s or ''
-  end
-end
-
-if all then
-  for i = 1, n do
-    local s = u[4 * i - 1]
-    if s then
-      call('SET', KEYS[i], s, 'PX', u[4 * i])
-    else -- log: record c entries at now, named now:(have+1..have+c)
-      local c = tonumber(ARGV[3 + i * 5])
-      if c > 0 then
+  if all then -- charge: the states become what later takes see
+    out[oc] = 1
+    for i = first, last do
+      if not st[i] then
+        if logs then logs[#logs + 1] = i else logs = {i} end
+      elseif T == 1 then wn = wn + 1; wk[wn] = i
+      else
         local k = KEYS[i]
-        local ts = fmt('%.17g', now)
-        local have = call('ZCOUNT', k, ts, ts)
-        local j = 1
-        while j <= c do
-          local args = {}
-          local m = 0
-          while j <= c and m < 1000 do
-            args[m * 2 + 1] = ts
-            args[m * 2 + 2] = ts .. ':' .. fmt('%.17g', have + j)
-            m = m + 1
-            j = j + 1
-          end
-          call('ZADD', k, unpack(args))
-        end
-        call('PEXPIRE', k, u[4 * i])
+        if not cur[k] then wn = wn + 1; wk[wn] = i end
+        cur[k] = i
+      end
+    end
+  else -- deny: report allowed, remaining and reset before the charge,
+    -- and retry-after, for every bucket (4 values each, so they overwrite
+    -- all of the 2 each written above)
+    out[oc] = 0
+    on = oc
+    for i = first, last do
+      local q = 3 * (i - first + 1)
+      local r0 = u0[q - 1]
+      if r0 == false then
+        local newest = call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+        r0 = tonumber(newest[2]) + lims[ARGV[A + i]][3] - now
+      end
+      if r0 > MAXUS then r0 = MAXUS end
+      local ra = u0[q]
+      if ra then out[on + 1], out[on + 4] = 0, ra
+      else out[on + 1], out[on + 4] = 1, 0 end
+      out[on + 2], out[on + 3] = u0[q - 2], r0
+      on = on + 4
+      if pre then
+        local b = 4 * i
+        u1[b - 2], u1[b - 1] = u0[q - 2], r0
       end
     end
   end
-  return out
+  i = last
 end
 
-out[1] = 0
-for i = 1, n do
-  local r0 = u[4 * i - 2]
-  if r0 == false then
-    local newest = call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
-    r0 = tonumber(newest[2]) + tonumber(ARGV[3 + (i - 1) * 5 + 3]) - now
+-- SET ... GET: Redis hands Lua the old value (mostly none: keys expire
+-- once their state reads as none) far more cheaply than SET's status
+-- reply, a table. It refuses a key holding another type, which plain SET
+-- would replace: such a key (not written by this script) is replaced so.
+-- Any other refusal comes at the first write (memory), before anything
+-- was written, and fails the call as redis.call would.
+for w = 1, wn do
+  local i = wk[w]
+  local k = KEYS[i]
+  if T > 1 then i = cur[k] end
+  local r = pcall('SET', k, st[i], 'PX', tt[i], 'GET')
+  if type(r) == 'table' then
+    if sub(r.err, 1, 9) ~= 'WRONGTYPE' then return r end
+    call('DEL', k)
+    call('SET', k, st[i], 'PX', tt[i])
   end
-  if r0 > MAXUS then r0 = MAXUS end
-  local o = 2 + (i - 1) * per
-  out[o + 2], out[o + 3] = u[4 * i - 3], r0
 end
-return out
+if logs then
+  for _, i in ipairs(logs) do -- record c entries at now, named now:(have+1..have+c)
+    local c = lims[ARGV[A + i]][5]
+    if c > 0 then
+      local k = KEYS[i]
+      local ts = fmt('%.17g', now)
+      local have = call('ZCOUNT', k, ts, ts)
+      local j = 1
+      while j <= c do
+        local args = {}
+        local m = 0
+        while j <= c and m < 1000 do
+          args[m * 2 + 1] = ts
+          args[m * 2 + 2] = ts .. ':' .. fmt('%.17g', have + j)
+          m = m + 1
+          j = j + 1
+        end
+        call('ZADD', k, unpack(args))
+      end
+      call('PEXPIRE', k, tt[i])
+    end
+  end
+end
+if not pre then return out end
+-- mode "p" (one take): now, charged, per bucket allowed, remaining, reset,
+-- retry-after, remaining and reset before the charge, then per bucket the
+-- state before and the state computed
+local r = {now, out[2]}
+for i = 1, n do
+  local b, q = 4 * i, 2 + 6 * (i - 1)
+  local r0 = u0[3 * i - 1]
+  if r0 > MAXUS then r0 = MAXUS end
+  r[q + 1], r[q + 2], r[q + 3], r[q + 4], r[q + 5], r[q + 6] = u1[b - 3], u1[b - 2], u1[b - 1], u1[b], u0[3 * i - 2], r0
+end
+for i = 1, n do r[2 + 6 * n + 2 * i - 1], r[2 + 6 * n + 2 * i] = sb[i], sa[i] end
+return r

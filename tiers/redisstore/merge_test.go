@@ -1,0 +1,275 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/testing/clock"
+	"github.com/floodgate-go/floodgate/testing/redistest"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
+)
+
+// mergeLimits: one small limit per algorithm, so batches deny often.
+var mergeLimits = []tiers.Limit{
+	{Algorithm: tiers.TokenBucket, Rate: 5, Period: time.Second, Burst: 4},
+	{Algorithm: tiers.GCRA, Rate: 3, Period: 700 * time.Millisecond, Burst: 3},
+	{Algorithm: tiers.SlidingWindowCounter, Rate: 6, Period: 900 * time.Millisecond},
+	{Algorithm: tiers.SlidingWindowLog, Rate: 4, Period: 800 * time.Millisecond},
+	{Algorithm: tiers.FixedWindow, Rate: 5, Period: 600 * time.Millisecond},
+}
+
+// flushTakes sends takes through one flush of a batcher's flusher, as if
+// they had queued together, and returns them in the order Redis decided
+// them: the merged call's takes, then those sent alone.
+func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]tiers.Bucket) []*pending {
+	t.Helper()
+	f.batch = f.batch[:0]
+	for _, bs := range takes {
+		c := new(call)
+		if s.clock != nil {
+			c.now, c.fixed = s.clock.Now().UnixMicro(), true
+		}
+		c.build(takeScript, s.prefix, bs, nil, false, s.minArg, false)
+		f.batch = append(f.batch, &pending{c: c, done: make(chan struct{}, 1)})
+	}
+	f.flush()
+	order := append(append([]*pending(nil), f.merged...), f.alone...)
+	if len(order) != len(takes) {
+		t.Fatalf("flush decided %d takes of %d", len(order), len(takes))
+	}
+	return order
+}
+
+// TestMergedCallsMatchSequentialTakes: a random trace of batches (1 to 8
+// takes each, over shared keys of every algorithm, costs 0..3 and some
+// above capacity), flushed as merged take.lua calls, decides every take
+// exactly as memstore does when it takes them one after another in the
+// order Redis ran them. Takes with a sliding window log bucket are sent
+// alone; the others share one call, and later takes in it must see what
+// earlier ones charged.
+func TestMergedCallsMatchSequentialTakes(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	s, err := New(srv.Client(), WithClock(clk), WithMinTTL(time.Minute), WithDenialCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := memstore.New(memstore.WithClock(clk))
+	f := &flusher{s: s}
+	rng := rand.New(rand.NewPCG(7, 11))
+	keys := []string{"m:tb", "m:gcra", "m:swc", "m:swl", "m:fw"}
+	ctx := context.Background()
+	var allowed, denied, merged, maxMerged, shared int
+	for step := 0; step < 150; step++ {
+		clk.Advance(time.Duration(rng.IntN(150_000)) * time.Microsecond)
+		var takes [][]tiers.Bucket
+		for n := 1 + rng.IntN(8); len(takes) < n; {
+			var bs []tiers.Bucket
+			for i, k := range keys {
+				// the log rarely, so most batches merge
+				if rng.IntN(3) == 0 || (i == 3 && rng.IntN(4) != 0) {
+					continue
+				}
+				cost := int64(rng.IntN(4))
+				if rng.IntN(40) == 0 {
+					cost = 50 // above every capacity
+				}
+				bs = append(bs, tiers.Bucket{Key: k, Limit: mergeLimits[i], Cost: cost})
+			}
+			if len(bs) > 0 {
+				takes = append(takes, bs)
+			}
+		}
+		seen := map[string]int{}
+		for _, bs := range takes {
+			for _, b := range bs {
+				seen[b.Key]++
+			}
+		}
+		for _, c := range seen {
+			if c > 1 {
+				shared++
+			}
+		}
+		order := flushTakes(t, s, f, takes)
+		merged += len(f.merged)
+		maxMerged = max(maxMerged, len(f.merged))
+		for j, p := range order {
+			bs := takeOf(t, takes, p)
+			want := make([]tiers.Result, len(bs))
+			wok, err := ms.Take(ctx, bs, want)
+			if err != nil {
+				t.Fatalf("memstore: %v", err)
+			}
+			if p.err != nil {
+				t.Fatalf("step %d take %d: %v", step, j, p.err)
+			}
+			if p.now != clk.Now().UnixMicro() {
+				t.Fatalf("step %d take %d: script time %d, want %d", step, j, p.now, clk.Now().UnixMicro())
+			}
+			per, err := takePart(p.seg, len(bs), false)
+			if err != nil {
+				t.Fatalf("step %d take %d: %v", step, j, err)
+			}
+			if gok := p.seg[0] == 1; gok != wok {
+				t.Fatalf("step %d take %d of %d (%d merged): charged %v, memstore %v", step, j, len(order), len(f.merged), gok, wok)
+			}
+			for i := range bs {
+				b := bucketAt(p.seg, per, i)
+				g := tiers.Result{Allowed: b.allowed, Limit: bs[i].Limit.Capacity(), Remaining: b.remaining, Reset: usec(b.reset), RetryAfter: usec(b.retry)}
+				if b.retry < 0 {
+					g.RetryAfter = tiers.Never
+				}
+				w := want[i]
+				w.Source = ""
+				if g != w {
+					t.Fatalf("step %d take %d of %d (%d merged) bucket %s cost %d:\n got  %+v\n want %+v", step, j, len(order), len(f.merged), bs[i].Key, bs[i].Cost, g, w)
+				}
+			}
+			if wok {
+				allowed++
+			} else {
+				denied++
+			}
+		}
+	}
+	t.Logf("%d takes allowed, %d denied; %d decided in merged calls (at most %d in one); %d keys shared within a batch", allowed, denied, merged, maxMerged, shared)
+	if allowed < 50 || denied < 50 || merged < 300 || maxMerged < 6 || shared < 100 {
+		t.Fatalf("trace too weak to prove much: %d allowed, %d denied, %d merged (max %d), %d shared keys", allowed, denied, merged, maxMerged, shared)
+	}
+}
+
+// takeOf finds the buckets of the take p was built from.
+func takeOf(t *testing.T, takes [][]tiers.Bucket, p *pending) []tiers.Bucket {
+	t.Helper()
+	for _, bs := range takes {
+		if len(bs) == p.c.n && string(p.c.bufs[1].b) == bs[0].Key && sameTake(p.c, bs) {
+			return bs
+		}
+	}
+	t.Fatal("a decided take matches none sent")
+	return nil
+}
+
+func sameTake(c *call, bs []tiers.Bucket) bool {
+	for i, b := range bs {
+		l := c.bufs[c.lim+i].b
+		if string(c.bufs[1+i].b) != b.Key || math.Float64frombits(binary.LittleEndian.Uint64(l[len(l)-8:])) != float64(b.Cost) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestMergedCallRefusedChargesNothing: a merged call that Redis refuses
+// (here for lack of memory, at its first write) fails every take of it
+// with Redis's error and charges none of them.
+func TestMergedCallRefusedChargesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s, err := New(c, WithDenialCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	takes := [][]tiers.Bucket{
+		{{Key: "r:tenant", Limit: l, Cost: 1}, {Key: "r:a", Limit: l, Cost: 1}},
+		{{Key: "r:tenant", Limit: l, Cost: 1}, {Key: "r:b", Limit: l, Cost: 1}},
+		{{Key: "r:tenant", Limit: l, Cost: 1}, {Key: "r:c", Limit: l, Cost: 1}},
+	}
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	f := &flusher{s: s}
+	order := flushTakes(t, s, f, takes)
+	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.merged) != 3 {
+		t.Fatalf("%d takes merged, want 3", len(f.merged))
+	}
+	for _, p := range order {
+		if p.err == nil || !strings.Contains(p.err.Error(), "OOM") {
+			t.Fatalf("take %s on a full Redis: %v, want Redis's OOM error", p.c.bufs[2].b, p.err)
+		}
+	}
+	n, err := c.Exists(ctx, "r:tenant", "r:a", "r:b", "r:c").Result()
+	if err != nil || n != 0 {
+		t.Fatalf("%d of the refused call's keys exist (%v), want none", n, err)
+	}
+}
+
+// TestMergedCallNetworkErrorFailsEveryTake: a merged call that never got
+// an answer fails every take of it with that error, and sends nothing
+// again.
+func TestMergedCallNetworkErrorFailsEveryTake(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(srv.NewClient(), WithDenialCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 10}
+	takes := [][]tiers.Bucket{{{Key: "n:a", Limit: l, Cost: 1}}, {{Key: "n:b", Limit: l, Cost: 1}}}
+	order := flushTakes(t, s, &flusher{s: s}, takes)
+	for _, p := range order {
+		var rerr interface{ RedisError() }
+		if p.err == nil || errors.As(p.err, &rerr) {
+			t.Fatalf("take on a killed Redis: %v, want a connection error", p.err)
+		}
+	}
+}
+
+// TestTakeReplacesKeyOfAnotherType: a state key that holds another type
+// (not written by take.lua) reads as absent and is replaced by the state,
+// alone and in a merged call, where SET ... GET refuses it first.
+func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s, err := New(c, WithDenialCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Hour, Burst: 10}
+	for _, k := range []string{"w:alone", "w:merged"} {
+		if err := c.HSet(ctx, k, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var res [1]tiers.Result
+	if ok, err := s.Take(ctx, []tiers.Bucket{{Key: "w:alone", Limit: l, Cost: 3}}, res[:]); err != nil || !ok || res[0].Remaining != 7 {
+		t.Fatalf("take over a hash: %v %v %+v, want allowed with 7 remaining", ok, err, res[0])
+	}
+	order := flushTakes(t, s, &flusher{s: s}, [][]tiers.Bucket{
+		{{Key: "w:merged", Limit: l, Cost: 2}},
+		{{Key: "w:merged", Limit: l, Cost: 4}},
+	})
+	for _, p := range order {
+		if p.err != nil || p.seg[0] != 1 {
+			t.Fatalf("merged take over a hash: %v %v, want charged", p.err, p.seg)
+		}
+	}
+	if got := bucketAt(order[1].seg, 2, 0).remaining; got != 4 {
+		t.Fatalf("second merged take left %d, want 4 (10 - 2 - 4)", got)
+	}
+	for _, k := range []string{"w:alone", "w:merged"} {
+		if typ := c.Type(ctx, k).Val(); typ != "string" {
+			t.Fatalf("%s is a %s after the take, want the state string", k, typ)
+		}
+	}
+	if ok, err := s.Take(ctx, []tiers.Bucket{{Key: "w:merged", Limit: l, Cost: 5}}, res[:]); err != nil || ok {
+		t.Fatalf("take of 5 after 6 of 10 were charged: %v %v, want denied", ok, err)
+	}
+}
