@@ -68,7 +68,10 @@
 -- same as no state at all.
 --
 -- This script runs on every decision and Redis CPU is the throughput
--- limit, so it is written for cost: one pass over the buckets, no table
+-- limit, so it is written for cost (each Lua call of a C function, such as
+-- math.floor, costs Redis hundreds of instructions: floor(x) is written
+-- x - x % 1 and ceil(x) likewise where x >= 0, where both are exact, the
+-- % being done in C by the VM itself): one pass over the buckets, no table
 -- per bucket, the reply filled with the charged values (overwritten with
 -- the uncharged ones if the take denies), math.min/max and the TTL and
 -- duration clamps inlined (in the same comparison order, so NaN and ties
@@ -178,10 +181,14 @@ for j = 1, T do
       if t < B then tokens = t else tokens = B end
       allow = c <= tokens
       local t1 = tokens - c
-      rst0 = ceil(((B - tokens) * P) / N)
-      rem0 = floor(tokens)
-      rem1 = floor(t1)
-      rst1 = ceil(((B - t1) * P) / N)
+      local x = ((B - tokens) * P) / N -- >= 0: tokens <= B
+      local f = x % 1
+      if f == 0 then rst0 = x else rst0 = x - f + 1 end
+      rem0 = tokens - tokens % 1 -- tokens >= 0
+      if t1 >= 0 then rem1 = t1 - t1 % 1 else rem1 = floor(t1) end
+      x = ((B - t1) * P) / N -- >= 0: t1 <= tokens
+      f = x % 1
+      if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(((c - tokens) * P) / N) end
       if pre or (all and allow) then s = pack('<dd', t1, now) end
       tu = rst1
@@ -199,12 +206,17 @@ for j = 1, T do
       if t > tat0 then tat0 = t end
       local tat1 = tat0 + c * T
       allow = tat1 - t <= tol
-      rem0 = floor((tol - (tat0 - t)) / T)
-      rem1 = floor((tol - (tat1 - t)) / T)
-      if rem0 < 0 then rem0 = 0 end
-      if rem1 < 0 then rem1 = 0 end
-      rst0 = ceil(tat0 - t)
-      rst1 = ceil(tat1 - t)
+      -- remaining: floor, and below 0 (where x % 1 is not exact) 0
+      local x = (tol - (tat0 - t)) / T
+      if x > 0 then rem0 = x - x % 1 else rem0 = 0 end
+      x = (tol - (tat1 - t)) / T
+      if x > 0 then rem1 = x - x % 1 else rem1 = 0 end
+      x = tat0 - t -- >= 0
+      local f = x % 1
+      if f == 0 then rst0 = x else rst0 = x - f + 1 end
+      x = tat1 - t -- >= 0
+      f = x % 1
+      if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - SLACK) end
       if pre or (all and allow) then s = pack('<d', tat1) end
       tu = rst1
@@ -212,7 +224,8 @@ for j = 1, T do
     elseif alg == 2 then -- sliding window counter
       local W, L = P, N
       -- window index of now, exact for now < 2^53
-      local w = floor(now / W)
+      local w = now / W
+      w = w - w % 1
       if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
       local e = now - w * W
       local curr, prev = 0, 0
@@ -225,10 +238,11 @@ for j = 1, T do
       end
       local weighted = (prev * (W - e)) / W + curr
       allow = weighted + c <= L
-      rem0 = floor(L - weighted)
-      rem1 = floor(L - weighted - c)
-      if rem0 < 0 then rem0 = 0 end
-      if rem1 < 0 then rem1 = 0 end
+      -- remaining: floor, and below 0 (where x % 1 is not exact) 0
+      local x = L - weighted
+      if x > 0 then rem0 = x - x % 1 else rem0 = 0 end
+      x = L - weighted - c
+      if x > 0 then rem1 = x - x % 1 else rem1 = 0 end
       local rprev = 0
       if prev > 0 then rprev = (w + 1) * W - now end
       if curr > 0 then rst0 = (w + 2) * W - now else rst0 = rprev end
@@ -282,7 +296,8 @@ for j = 1, T do
     else -- fixed window
       local W, L = P, N
       -- window index of now, exact for now < 2^53
-      local w = floor(now / W)
+      local w = now / W
+      w = w - w % 1
       if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
       local count = 0
       v = vals[i]
@@ -318,10 +333,12 @@ for j = 1, T do
     end
     u0[q - 2], u0[q - 1] = rem0, rst0
     if all then
-      local ms = ceil(tu / 1000)
+      local ms = tu / 1000 -- >= 0
+      local f = ms % 1
+      if f ~= 0 then ms = ms - f + 1 end
       if ms < minttl then ms = minttl end
-      if ms > 1000 then ms = ceil(ms / 1000) * 1000
-      elseif ms > 100 then ms = ceil(ms / 100) * 100 end
+      if ms > 1000 then ms = ms / 1000; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 1000
+      elseif ms > 100 then ms = ms / 100; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 100 end
       if ms > MAXTTL then ms = MAXTTL end
       local mt = tstr[ms]
       if not mt then mt = fmt('%d', ms); tstr[ms] = mt end
