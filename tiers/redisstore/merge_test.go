@@ -273,3 +273,70 @@ func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
 		t.Fatalf("take of 5 after 6 of 10 were charged: %v %v, want denied", ok, err)
 	}
 }
+
+// TestDeadlineKeepsTTL: with Redis time, a key's TTL is set to a deadline
+// min TTL beyond what its state needs; writes that deadline covers keep the
+// TTL, and a write needing longer moves it, also when a later take of the
+// same merged call keeps it.
+func TestDeadlineKeepsTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s, err := New(c, WithDenialCache(0)) // Redis time, DefaultMinTTL
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pttl := func(k string) time.Duration {
+		t.Helper()
+		d, err := c.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// 10/s, burst 100: a cost of 1 needs 100 ms to refill, below the
+	// 1 s floor; a cost of 90 needs 9 s.
+	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 100}
+	var res [1]tiers.Result
+	take := func(k string, cost int64) {
+		t.Helper()
+		if ok, err := s.Take(ctx, []tiers.Bucket{{Key: k, Limit: l, Cost: cost}}, res[:]); err != nil || !ok {
+			t.Fatalf("take %s cost %d: %v %v", k, cost, ok, err)
+		}
+	}
+	take("d:a", 1)
+	first := pttl("d:a")
+	// floor 1 s plus 1 s of slack, less the time since
+	if first <= DefaultMinTTL || first > 2*DefaultMinTTL {
+		t.Fatalf("TTL after the first take %s, want in (1s, 2s]", first)
+	}
+	time.Sleep(20 * time.Millisecond)
+	take("d:a", 1)
+	if second := pttl("d:a"); second >= first || second < first-500*time.Millisecond {
+		t.Fatalf("TTL after a covered take %s, after the first %s: want it kept (a little lower)", second, first)
+	}
+	take("d:a", 90)
+	if moved := pttl("d:a"); moved < 9*time.Second || moved > 11*time.Second {
+		t.Fatalf("TTL after a take needing 9 s: %s, want the deadline moved to about 10 s", moved)
+	}
+
+	// Merged: the first take moves the deadline, the second (covered by
+	// the moved one) keeps it; the key must get the moved deadline.
+	take("d:m", 1)
+	f := &flusher{s: s}
+	order := flushTakes(t, s, f, [][]tiers.Bucket{
+		{{Key: "d:m", Limit: l, Cost: 90}},
+		{{Key: "d:m", Limit: l, Cost: 1}},
+	})
+	if len(f.merged) != 2 {
+		t.Fatalf("%d takes merged, want 2", len(f.merged))
+	}
+	for _, p := range order {
+		if p.err != nil || p.seg[0] != 1 {
+			t.Fatalf("merged take: %v %v", p.err, p.seg)
+		}
+	}
+	if got := pttl("d:m"); got < 9*time.Second {
+		t.Fatalf("TTL after a merged call whose first take needs 9 s: %s, want the moved deadline (about 10 s)", got)
+	}
+}

@@ -33,9 +33,10 @@
 //     node went away) is reported as the Take's error. No CROSSSLOT error can
 //     reach a caller.
 //
-//   - Expiry. Every key gets a TTL (PEXPIRE) per the Algorithm doc, so idle
-//     buckets vanish; WithMinTTL raises the floor (useful with a fake clock,
-//     whose time does not pass while Redis's TTLs do).
+//   - Expiry. Every key has a TTL at least as long as the Algorithm doc's,
+//     and at least DefaultMinTTL (WithMinTTL), so idle buckets vanish; with
+//     Redis time the TTL is set only when the state needs a later deadline
+//     than the key has (see WithMinTTL).
 //
 //   - Over-limit cache. A bucket with CacheDenials set that denied is
 //     answered locally ("still denied", Source floodgate.SourceCache, the
@@ -185,10 +186,26 @@ func WithDenialCache(max int) Option {
 	}
 }
 
-// WithMinTTL sets the least TTL a key is given (default 1ms, the minimum).
-// TTLs only collect idle state; raising the floor never changes a
-// decision. Tests on a fake clock use it so that keys do not expire in real
-// time while fake time stands still.
+// DefaultMinTTL is the least TTL a key is given unless WithMinTTL says
+// otherwise.
+//
+// A bucket's state needs its key only until it reads the same as no state
+// (a token bucket refilled, a window passed), which for a busy key is often
+// a millisecond or two. Keys that short-lived cost Redis a new key and an
+// expiry on nearly every decision, and its active expiry cycle shows as
+// latency spikes; with a floor of a second (as redis_rate's whole-second
+// TTLs give) a busy key is updated in place, and its TTL is set about once
+// a second rather than on every write. Idle buckets still vanish within
+// two seconds.
+const DefaultMinTTL = time.Second
+
+// WithMinTTL sets the least TTL a key is given (default DefaultMinTTL; at
+// least 1ms). With Redis time (no WithClock), a key's TTL is set to a
+// deadline min TTL beyond what its state needs, recorded in the state, and
+// writes that deadline still covers keep the TTL (SET KEEPTTL): so keys
+// live up to twice the min TTL beyond need. TTLs only collect idle state;
+// the floor never changes a decision. Tests on a fake clock raise it so
+// that keys do not expire in real time while fake time stands still.
 func WithMinTTL(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < time.Millisecond {
@@ -239,7 +256,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: nil client")
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, minTTL: time.Millisecond, refundTimeout: time.Second,
+	s := &Store{client: client, prefix: DefaultPrefix, minTTL: DefaultMinTTL, refundTimeout: time.Second,
 		cache: newDenialCache(DefaultDenialCacheSize)}
 	switch c := client.(type) {
 	case *redis.ClusterClient:

@@ -602,40 +602,51 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 // TestEveryKeyHasTTL: after a take of each algorithm on Redis TIME, every
-// key the store wrote has a TTL no longer than the Algorithm doc's.
+// key the store wrote has a TTL no longer than the Algorithm doc's (after
+// rounding up: to whole ms, and above 1 s to whole seconds) raised to the
+// min TTL, plus the min TTL of slack a string state's deadline gets; with
+// a min TTL of 1 ms that is the doc's TTL within 2 ms.
 func TestEveryKeyHasTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.NewClient()
-	st, err := redisstore.New(c, redisstore.WithPrefix("ttl:"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cases := []struct {
 		l   tiers.Limit
 		max time.Duration // the longest TTL the doc allows after one unit
+		log bool          // the log gets no deadline slack
 	}{
-		{tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}, 100 * time.Millisecond},
-		{tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 20}, 100 * time.Millisecond},
-		{tiers.Limit{Algorithm: tiers.SlidingWindowCounter, Rate: 10, Period: time.Second}, 2 * time.Second},
-		{tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 10, Period: time.Second}, time.Second},
-		{tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 10, Period: time.Second}, time.Second},
+		{tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}, 100 * time.Millisecond, false},
+		{tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 20}, 100 * time.Millisecond, false},
+		{tiers.Limit{Algorithm: tiers.SlidingWindowCounter, Rate: 10, Period: time.Second}, 2 * time.Second, false},
+		{tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 10, Period: time.Second}, time.Second, true},
+		{tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 10, Period: time.Second}, time.Second, false},
 	}
 	ctx := context.Background()
-	for _, tc := range cases {
-		key := "k:" + tc.l.Algorithm.String()
-		if ok, _ := mustTake(t, st, []tiers.Bucket{bucket(key, tc.l, 1)}); !ok {
-			t.Fatalf("%s: first take denied", tc.l.Algorithm)
-		}
-		ttl, err := c.PTTL(ctx, "ttl:"+key).Result()
+	for _, minTTL := range []time.Duration{time.Millisecond, redisstore.DefaultMinTTL} {
+		prefix := fmt.Sprintf("ttl%d:", minTTL.Milliseconds())
+		st, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithMinTTL(minTTL))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ttl <= 0 || ttl > tc.max+time.Millisecond {
-			t.Errorf("%s: PTTL = %v, want in (0, %v]", tc.l.Algorithm, ttl, tc.max)
+		for _, tc := range cases {
+			key := "k:" + tc.l.Algorithm.String()
+			if ok, _ := mustTake(t, st, []tiers.Bucket{bucket(key, tc.l, 1)}); !ok {
+				t.Fatalf("%s: first take denied", tc.l.Algorithm)
+			}
+			ttl, err := c.PTTL(ctx, prefix+key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			limit := max(tc.max, minTTL)
+			if !tc.log {
+				limit += minTTL
+			}
+			if ttl <= 0 || ttl > limit+time.Millisecond {
+				t.Errorf("min TTL %s, %s: PTTL = %v, want in (0, %v]", minTTL, tc.l.Algorithm, ttl, limit)
+			}
 		}
 	}
-	if n, err := c.DBSize(ctx).Result(); err != nil || n != int64(len(cases)) {
-		t.Fatalf("DBSIZE = %d, %v; want one key per bucket (%d)", n, err, len(cases))
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != int64(2*len(cases)) {
+		t.Fatalf("DBSIZE = %d, %v; want one key per bucket (%d)", n, err, 2*len(cases))
 	}
 }
 

@@ -28,11 +28,13 @@ local pack, sunpack = struct.pack, struct.unpack
 local function num(x) return fmt('%.17g', x) end
 
 local t0 = tonumber(ARGV[1])
--- a state's numbers, as take.lua packs them (little-endian doubles); nil
--- for a string of another length, which take.lua reads as absent
-local layouts = {'<d', '<dd', '<ddd'}
+-- a state's numbers, as take.lua packs them (little-endian doubles: the
+-- key's deadline, then n numbers of the algorithm); nil for a string of
+-- another length, which take.lua reads as absent. The deadline is kept:
+-- the key's TTL, which a refund keeps, is never shorter.
+local layouts = {'<dd', '<ddd', '<dddd'}
 local function split(v, n)
-  if #v ~= 8 * n then return nil end
+  if #v ~= 8 * (n + 1) then return nil end
   return {sunpack(layouts[n], v)}
 end
 local function window(W)
@@ -75,20 +77,20 @@ for i = 1, #KEYS do
       local nv, s
       if alg == 0 then
         s = split(v, 2)
-        if s then nv = pack('<dd', math.min(B, s[1] + c), s[2]) end
+        if s then nv = pack('<ddd', s[1], math.min(B, s[2] + c), s[3]) end
       elseif alg == 1 then
         s = split(v, 1)
-        if s then nv = pack('<d', s[1] - c * (P / N)) end
+        if s then nv = pack('<dd', s[1], s[2] - c * (P / N)) end
       elseif alg == 2 then
         local w = window(P)
         s = split(v, 3)
         if not s then
-        elseif s[1] == w then nv = pack('<ddd', s[1], math.max(0, s[2] - c), s[3])
-        elseif s[1] == w + 1 then nv = pack('<ddd', s[1], s[2], math.max(0, s[3] - c)) end
+        elseif s[2] == w then nv = pack('<dddd', s[1], s[2], math.max(0, s[3] - c), s[4])
+        elseif s[2] == w + 1 then nv = pack('<dddd', s[1], s[2], s[3], math.max(0, s[4] - c)) end
       else
         local w = window(P)
         s = split(v, 2)
-        if s and s[1] == w then nv = pack('<dd', s[1], math.max(0, s[2] - c)) end
+        if s and s[2] == w then nv = pack('<ddd', s[1], s[2], math.max(0, s[3] - c)) end
       end
       if nv then
         redis.call('SET', k, nv, 'KEEPTTL')

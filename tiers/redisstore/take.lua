@@ -93,6 +93,10 @@ else
   now = tonumber(ARGV[1])
 end
 local pre = ARGV[2] == 'p'
+-- with Redis time, a state carries the deadline (ms since the Unix epoch)
+-- its key's TTL was set to, so that a write it still covers keeps the TTL
+local rtime = ARGV[1] == ''
+local nowms = (now - now % 1000) / 1000
 -- GCRA works in µs since tiers.GCRAEpoch (2026-01-01T00:00:00Z), with the
 -- tolerance tiers.GCRASlack; both must equal the Go constants.
 local EPOCH = 1767225600000000
@@ -119,22 +123,28 @@ local function limit(x)
   lims[x] = l
   return l
 end
+local function ttext(ms)
+  local t = tstr[ms]
+  if not t then t = fmt('%d', ms); tstr[ms] = t end
+  return t
+end
 
 local n = #KEYS
 -- per bucket q of the current take: remaining and reset before the
 -- charge, and retry-after if it denied, else false (u0[3q-2..3q]; reused
--- by every take); per bucket i: the state to SET (st[i], false: log) and
--- its TTL in ms as text (tt[i]); in mode "p" also its values after the
+-- by every take); per bucket i: the state to SET (st[i], false: log),
+-- its TTL in ms (tm[i]) and, with Redis time, its new deadline (te[i],
+-- false when the key's deadline covers it); in mode "p" also its values after the
 -- charge (u1[4i-3..4i]: allowed, remaining, reset, retry-after) and its
 -- state before and the state computed (sb[i], sa[i]).
 -- A Lua table grows by rehashing, which costs Redis more than the stores
 -- themselves: the reply and the per-bucket tables start at their size
 -- (a table built from unpack(KEYS) has n slots), to be overwritten.
 local u0, u1, sb, sa = {}, {}, {}, {}
-local out, st, tt, wk
+local out, st, tm, te, wk
 if n <= 1000 then
-  out, st, tt, wk = {now, unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}
-else out, st, tt, wk = {now}, {}, {}, {} end
+  out, st, tm, te, wk = {now, unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}
+else out, st, tm, te, wk = {now}, {}, {}, {}, {} end
 local on = 1 -- out[1..on] is the reply so far; it never ends below n + 1
 -- every state string in one MGET (a log's sorted set reads as nil; a
 -- string-state key holding another type reads as absent rather than
@@ -169,12 +179,15 @@ for j = 1, T do
     -- allowed, retry, remaining and reset before (0) and after (1) the
     -- charge, state before, state to write and its TTL in µs
     local allow, ra, rem0, rst0, rem1, rst1, v, s, tu
+    -- the state's deadline as read (0: none), and the state to build: its
+    -- struct layout (nil: none to build) and numbers after the deadline
+    local e0, sf, x1, x2, x3 = 0
 
     if alg == 0 then -- token bucket
       local tokens, ts = B, now
       v = vals[i]
       if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
-      if v and #v == 16 then tokens, ts = sunpack('<dd', v) end
+      if v and #v == 24 then e0, tokens, ts = sunpack('<ddd', v) end
       local elapsed = now - ts
       if elapsed < 0 then elapsed = 0 end
       local t = tokens + (elapsed * N) / P
@@ -190,7 +203,7 @@ for j = 1, T do
       f = x % 1
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(((c - tokens) * P) / N) end
-      if pre or (all and allow) then s = pack('<dd', t1, now) end
+      if pre or (all and allow) then sf, x1, x2 = '<ddd', t1, now end
       tu = rst1
 
     elseif alg == 1 then -- GCRA
@@ -201,7 +214,7 @@ for j = 1, T do
       local tat = t
       v = vals[i]
       if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
-      if v and #v == 8 then tat = sunpack('<d', v) end
+      if v and #v == 16 then e0, tat = sunpack('<dd', v) end
       local tat0 = tat
       if t > tat0 then tat0 = t end
       local tat1 = tat0 + c * T
@@ -218,7 +231,7 @@ for j = 1, T do
       f = x % 1
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - SLACK) end
-      if pre or (all and allow) then s = pack('<d', tat1) end
+      if pre or (all and allow) then sf, x1 = '<dd', tat1 end
       tu = rst1
 
     elseif alg == 2 then -- sliding window counter
@@ -231,8 +244,9 @@ for j = 1, T do
       local curr, prev = 0, 0
       v = vals[i]
       if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
-      if v and #v == 24 then
-        local sw, sc, sp = sunpack('<ddd', v)
+      if v and #v == 32 then
+        local sw, sc, sp
+        e0, sw, sc, sp = sunpack('<dddd', v)
         if sw == w then curr, prev = sc, sp
         elseif sw == w - 1 then prev = sc end
       end
@@ -256,7 +270,7 @@ for j = 1, T do
         ra = (W - e) + x
       end
       if pre or (all and allow) then
-        s = pack('<ddd', w, curr + c, prev)
+        sf, x1, x2, x3 = '<dddd', w, curr + c, prev
       end
       tu = (w + 2) * W - now
 
@@ -302,8 +316,9 @@ for j = 1, T do
       local count = 0
       v = vals[i]
       if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
-      if v and #v == 16 then
-        local sw, sc = sunpack('<dd', v)
+      if v and #v == 24 then
+        local sw, sc
+        e0, sw, sc = sunpack('<ddd', v)
         if sw == w then count = sc end
       end
       allow = count + c <= L
@@ -314,7 +329,7 @@ for j = 1, T do
       local r = (w + 1) * W - now
       rst0, rst1 = r, r
       if allow then ra = 0 elseif c > L then ra = -1 else ra = r end
-      if pre or (all and allow) then s = pack('<dd', w, count + c) end
+      if pre or (all and allow) then sf, x1, x2 = '<ddd', w, count + c end
       tu = r
     end
 
@@ -322,6 +337,26 @@ for j = 1, T do
     if ra > MAXUS then ra = MAXUS end
     local q = 3 * (i - first + 1)
     if allow then u0[q] = false else all = false; u0[q] = ra end
+    -- the TTL, for a state to build or a log to charge: ms = ceil(tu /
+    -- 1000), at least minttl, rounded up; and the state, with its deadline
+    local ms, E
+    if sf or all then
+      ms = tu / 1000 -- >= 0
+      local f = ms % 1
+      if f ~= 0 then ms = ms - f + 1 end
+      if ms < minttl then ms = minttl end
+      if ms > 1000 then ms = ms / 1000; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 1000
+      elseif ms > 100 then ms = ms / 100; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 100 end
+      if ms > MAXTTL then ms = MAXTTL end
+      if sf then
+        E = 0
+        if rtime then
+          E = nowms + ms
+          if e0 >= E then E = e0 else E = E + minttl end
+        end
+        s = pack(sf, E, x1, x2, x3)
+      end
+    end
     -- the values after the charge, as a charged take reports them; a take
     -- that denies overwrites them
     out[on + 1], out[on + 2] = rem1, rst1
@@ -333,16 +368,10 @@ for j = 1, T do
     end
     u0[q - 2], u0[q - 1] = rem0, rst0
     if all then
-      local ms = tu / 1000 -- >= 0
-      local f = ms % 1
-      if f ~= 0 then ms = ms - f + 1 end
-      if ms < minttl then ms = minttl end
-      if ms > 1000 then ms = ms / 1000; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 1000
-      elseif ms > 100 then ms = ms / 100; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 100 end
-      if ms > MAXTTL then ms = MAXTTL end
-      local mt = tstr[ms]
-      if not mt then mt = fmt('%d', ms); tstr[ms] = mt end
-      st[i], tt[i] = s, mt
+      -- what to write: the state, its TTL in ms, and with Redis time its
+      -- deadline if that moved (else false: the key's TTL covers it)
+      st[i], tm[i] = s, ms
+      if rtime and s then te[i] = E ~= e0 and E end
     end
   end
 
@@ -354,7 +383,11 @@ for j = 1, T do
       elseif T == 1 then wn = wn + 1; wk[wn] = i
       else
         local k = KEYS[i]
-        if not cur[k] then wn = wn + 1; wk[wn] = i end
+        local p = cur[k]
+        if not p then wn = wn + 1; wk[wn] = i
+        -- this charge keeps the deadline an earlier take of this call
+        -- moved, which Redis has not seen yet: the write must still set it
+        elseif rtime and not te[i] then te[i] = te[p] end
         cur[k] = i
       end
     end
@@ -385,21 +418,30 @@ for j = 1, T do
   i = last
 end
 
--- SET ... GET: Redis hands Lua the old value (mostly none: keys expire
--- once their state reads as none) far more cheaply than SET's status
--- reply, a table. It refuses a key holding another type, which plain SET
--- would replace: such a key (not written by this script) is replaced so.
--- Any other refusal comes at the first write (memory), before anything
--- was written, and fails the call as redis.call would.
+-- SET ... GET: Redis hands Lua the old value far more cheaply than SET's
+-- status reply, a table. It refuses a key holding another type, which
+-- plain SET would replace: such a key (not written by this script) is
+-- replaced so. Any other refusal comes at the first write (memory), before
+-- anything was written, and fails the call as redis.call would.
+-- The TTL: with Redis time, KEEPTTL while the key's deadline still covers
+-- the state (most writes of a busy key: setting a TTL costs Redis about
+-- half as much again as the SET), else PXAT a new deadline, min TTL
+-- beyond what the state needs; with a fixed time, PX the TTL.
 for w = 1, wn do
   local i = wk[w]
   local k = KEYS[i]
   if T > 1 then i = cur[k] end
-  local r = pcall('SET', k, st[i], 'PX', tt[i], 'GET')
+  local r
+  local E = te[i]
+  if not rtime then r = pcall('SET', k, st[i], 'PX', ttext(tm[i]), 'GET')
+  elseif E then r = pcall('SET', k, st[i], 'PXAT', fmt('%d', E), 'GET')
+  else r = pcall('SET', k, st[i], 'KEEPTTL', 'GET') end
   if type(r) == 'table' then
     if sub(r.err, 1, 9) ~= 'WRONGTYPE' then return r end
     call('DEL', k)
-    call('SET', k, st[i], 'PX', tt[i])
+    -- the key had no state (it read as absent), so its deadline moved
+    if rtime then call('SET', k, st[i], 'PXAT', fmt('%d', E or nowms + tm[i] + minttl))
+    else call('SET', k, st[i], 'PX', ttext(tm[i])) end
   end
 end
 if logs then
@@ -421,7 +463,7 @@ if logs then
         end
         call('ZADD', k, unpack(args))
       end
-      call('PEXPIRE', k, tt[i])
+      call('PEXPIRE', k, ttext(tm[i]))
     end
   end
 end
