@@ -211,11 +211,12 @@ func (f *flusher) split(cmd *redis.IntSliceCmd) {
 // buildMerged lays out, in f.m.args, one take.lua call of every take in
 // f.merged:
 //
-//	EVALSHA sha numkeys key... now "t" minttl T n1..nT limit...
+//	EVALSHA sha numkeys key... now "t" minttl T limits...
 //
-// The keys and limits are the takes' own argument buffers; f.m holds the
-// counts and the time (the latest of the takes' times, when the store has
-// a clock: each take is decided no earlier than it was asked for).
+// The keys and each take's limits are the takes' own argument buffers; f.m
+// holds the counts and the time (the latest of the takes' times, when the
+// store has a clock: each take is decided no earlier than it was asked
+// for).
 func (f *flusher) buildMerged() {
 	m := &f.m
 	keys, fixed, now := 0, false, int64(0)
@@ -227,9 +228,6 @@ func (f *flusher) buildMerged() {
 	}
 	m.putInt(int64(keys))
 	m.putInt(int64(len(f.merged)))
-	for _, p := range f.merged {
-		m.putInt(int64(p.c.n))
-	}
 	if fixed {
 		m.putInt(now)
 	}
@@ -241,19 +239,14 @@ func (f *flusher) buildMerged() {
 		}
 	}
 	if fixed {
-		m.args = append(m.args, &m.bufs[len(m.bufs)-1])
+		m.args = append(m.args, &m.bufs[2])
 	} else {
 		m.args = append(m.args, "")
 	}
 	// minttl is the same for every take of a store: the first take's.
-	m.args = append(m.args, modeTake, &f.merged[0].c.bufs[f.merged[0].c.lim-2], &m.bufs[1])
-	for j := range f.merged {
-		m.args = append(m.args, &m.bufs[2+j])
-	}
+	m.args = append(m.args, modeTake, &f.merged[0].c.bufs[f.merged[0].c.lim-1], &m.bufs[1])
 	for _, p := range f.merged {
-		for k := p.c.lim; k < p.c.lim+p.c.n; k++ {
-			m.args = append(m.args, &p.c.bufs[k])
-		}
+		m.args = append(m.args, &p.c.bufs[p.c.lim])
 	}
 }
 

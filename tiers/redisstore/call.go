@@ -27,7 +27,7 @@ type call struct {
 	states []string // state before, state written, per bucket (mode "p")
 	// now is the time argument of a take.lua call when fixed (else the
 	// script reads Redis TIME); n is the number of buckets of the built
-	// call, lim the index in bufs of its first limit argument and log
+	// call, lim the index in bufs of its limits argument and log
 	// whether it has a sliding window log bucket: what the batcher needs
 	// to merge calls.
 	now    int64
@@ -106,7 +106,7 @@ var (
 
 // build lays out a take.lua call of one take:
 //
-//	EVALSHA sha numkeys key... now mode minttl 1 n limit...
+//	EVALSHA sha numkeys key... now mode minttl 1 limits
 //
 // over the buckets named by idx (all when nil), at c.now if c.fixed (else
 // now is "": Redis TIME). With cluster, the first key is also passed as a
@@ -117,7 +117,7 @@ func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int
 		n = len(idx)
 	}
 	c.n = n
-	// Buffered arguments, in order: numkeys, n keys, [now], minttl, n, n limits.
+	// Buffered arguments, in order: numkeys, n keys, [now], minttl, limits.
 	c.putInt(int64(n))
 	for j := 0; j < n; j++ {
 		c.putKey(prefix, buckets[order(idx, j)].Key)
@@ -126,13 +126,15 @@ func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int
 		c.putInt(c.now)
 	}
 	c.put(func(b []byte) []byte { return append(b, minArg...) })
-	c.putInt(int64(n))
 	c.lim = len(c.offs) / 2
+	start := len(c.arena)
+	c.arena = appendF64(c.arena, int64(n))
 	for j := 0; j < n; j++ {
 		b := &buckets[order(idx, j)]
 		c.log = c.log || b.Limit.Algorithm == tiers.SlidingWindowLog
-		c.putLimit(b)
+		c.arena = appendLimit(c.arena, b)
 	}
+	c.offs = append(c.offs, start, len(c.arena))
 	c.finish()
 
 	k := 0
@@ -186,16 +188,27 @@ func (c *call) buildRefund(sc script, prefix string, buckets []tiers.Bucket, idx
 	}
 }
 
-// putLimit appends bucket b's limit and cost as ONE argument, as take.lua
-// and refund.lua unpack it (struct "<Bdddd"): the algorithm as a byte,
-// then rate, period in microseconds, burst and cost as little-endian
-// doubles. Validated limits are far below 2^53, where a double stops being
-// exact; a cost above it is rounded, as any Lua number would round it.
+// putLimit appends bucket b's limit and cost as one argument (refund.lua).
 func (c *call) putLimit(b *tiers.Bucket) {
 	start := len(c.arena)
-	c.arena = append(c.arena, byte(b.Limit.Algorithm))
-	for _, v := range [4]int64{b.Limit.Rate, b.Limit.Period.Microseconds(), b.Limit.Burst, b.Cost} {
-		c.arena = binary.LittleEndian.AppendUint64(c.arena, math.Float64bits(float64(v)))
-	}
+	c.arena = appendLimit(c.arena, b)
 	c.offs = append(c.offs, start, len(c.arena))
+}
+
+// appendLimit appends bucket b's limit and cost as take.lua and refund.lua
+// unpack them (struct "<Bdddd"): the algorithm as a byte, then rate, period
+// in microseconds, burst and cost as little-endian doubles. Validated
+// limits are far below 2^53, where a double stops being exact; a cost above
+// it is rounded, as any Lua number would round it.
+func appendLimit(dst []byte, b *tiers.Bucket) []byte {
+	dst = append(dst, byte(b.Limit.Algorithm))
+	dst = appendF64(dst, b.Limit.Rate)
+	dst = appendF64(dst, b.Limit.Period.Microseconds())
+	dst = appendF64(dst, b.Limit.Burst)
+	return appendF64(dst, b.Cost)
+}
+
+// appendF64 appends v as a little-endian double.
+func appendF64(dst []byte, v int64) []byte {
+	return binary.LittleEndian.AppendUint64(dst, math.Float64bits(float64(v)))
 }

@@ -160,8 +160,8 @@ func takeOf(t *testing.T, takes [][]tiers.Bucket, p *pending) []tiers.Bucket {
 
 func sameTake(c *call, bs []tiers.Bucket) bool {
 	for i, b := range bs {
-		l := c.bufs[c.lim+i].b
-		if string(c.bufs[1+i].b) != b.Key || math.Float64frombits(binary.LittleEndian.Uint64(l[len(l)-8:])) != float64(b.Cost) {
+		l := c.bufs[c.lim].b[8+33*i:]
+		if string(c.bufs[1+i].b) != b.Key || math.Float64frombits(binary.LittleEndian.Uint64(l[25:])) != float64(b.Cost) {
 			return false
 		}
 	}

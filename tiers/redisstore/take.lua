@@ -16,14 +16,15 @@
 -- ARGV[3]   minimum key TTL in milliseconds (at least 1)
 -- ARGV[4]   T, the number of takes (at least 1; a take with a sliding
 --           window log bucket must come alone, T = 1)
--- ARGV[4+j] the number of buckets of take j, j = 1..T
--- ARGV[4+T+i]  bucket i's limit and cost, packed as struct "<Bdddd"
---           (one byte and four little-endian doubles): algorithm (0 token
---           bucket, 1 GCRA, 2 sliding window counter, 3 sliding window log,
---           4 fixed window), rate N, period P in microseconds, burst B,
---           cost c. One argument, not five: every argument costs Redis a
---           parse, an object and a Lua string, and buckets of one rule
---           repeat it, so each distinct one is unpacked once per call.
+-- ARGV[4+j] take j's buckets' limits and costs, j = 1..T, packed with
+--           struct: its number of buckets m ("<d"), then per bucket
+--           ("<Bdddd", a byte and little-endian doubles) the algorithm
+--           (0 token bucket, 1 GCRA, 2 sliding window counter, 3 sliding
+--           window log, 4 fixed window), rate N, period P in microseconds,
+--           burst B and cost c. One argument per take, not five per
+--           bucket: every argument costs Redis a parse, an object and a
+--           Lua string, and takes of the same rules and costs repeat it,
+--           so each distinct one is unpacked once per call.
 --
 -- Reply: array of integers
 --   [1] now used, in microseconds
@@ -76,7 +77,7 @@
 -- the uncharged ones if the take denies), math.min/max and the TTL and
 -- duration clamps inlined (in the same comparison order, so NaN and ties
 -- behave as before), all string states read by one MGET, each distinct
--- limit unpacked once, each distinct TTL formatted once, and a state built
+-- take's limits unpacked once, each distinct TTL formatted once, and a state built
 -- only when it can be written or must be reported.
 
 local call, pcall = redis.call, redis.pcall
@@ -103,7 +104,6 @@ local EPOCH = 1767225600000000
 local SLACK = 0.5
 local minttl = tonumber(ARGV[3])
 local T = tonumber(ARGV[4])
-local A = 4 + T -- ARGV[A + i] is bucket i's limit
 
 -- TTLs (ceil(µs / 1000) ms, at least minttl) are capped at 1e13 ms (317
 -- years, beyond any time.Duration): a larger one would reach Redis in
@@ -115,13 +115,21 @@ local MAXTTL = 1e13
 -- a double of 2^63 or more has no Redis integer
 local MAXUS = 2 ^ 62
 
--- limits unpacked so far, by their argument ({alg, N, P, B, c}), and
--- TTLs formatted so far, by value
+-- takes' limits unpacked so far, by their argument: {m, then per bucket
+-- q alg, N, P, B, c at 5q-3 .. 5q+1}; and TTLs formatted so far, by value
 local lims, tstr = {}, {}
-local function limit(x)
-  local l = {sunpack('<Bdddd', x)}
-  lims[x] = l
-  return l
+local function limits(x)
+  local m, pos = sunpack('<d', x)
+  if #x ~= 8 + 33 * m then error('take.lua: a take\'s limits argument has ' .. #x .. ' bytes for ' .. m .. ' buckets') end
+  local L = {m}
+  for q = 1, m do
+    local a, N, P, B, c
+    a, N, P, B, c, pos = sunpack('<Bdddd', x, pos)
+    local b = 5 * q - 3
+    L[b], L[b + 1], L[b + 2], L[b + 3], L[b + 4] = a, N, P, B, c
+  end
+  lims[x] = L
+  return L
 end
 local function ttext(ms)
   local t = tstr[ms]
@@ -154,27 +162,34 @@ local vals
 if n <= 1000 then vals = call('MGET', unpack(KEYS))
 else
   vals = {}
-  for i = 1, n do
-    if (lims[ARGV[A + i]] or limit(ARGV[A + i]))[1] == 3 then vals[i] = false
-    else vals[i] = call('GET', KEYS[i]) end
+  local i = 0
+  for j = 1, T do
+    local L = lims[ARGV[4 + j]] or limits(ARGV[4 + j])
+    for q = 1, L[1] do
+      i = i + 1
+      if L[5 * q - 3] == 3 then vals[i] = false
+      else vals[i] = call('GET', KEYS[i]) end
+    end
   end
 end
 -- what the takes charged so far: key -> the bucket that last charged it
 -- (T > 1 only: one take never names a key twice), the buckets to write
--- (wk[1..wn], each key's first charge), and the logs to record
-local cur, wn, logs = {}, 0, nil
+-- (wk[1..wn], each key's first charge), and the logs to record with their
+-- costs (lc)
+local cur, wn, logs, lc = {}, 0, nil, nil
 
 local i = 0 -- the bucket, counted over every take
 for j = 1, T do
+  local ls = ARGV[4 + j]
+  local L = lims[ls] or limits(ls)
   local first = i + 1
-  local last = i + tonumber(ARGV[4 + j])
+  local last = i + L[1]
   local all = true
   on = on + 1
   local oc = on -- this take's charged flag
   for i = first, last do
-    local ls = ARGV[A + i]
-    local l = lims[ls] or limit(ls)
-    local alg, N, P, B, c = l[1], l[2], l[3], l[4], l[5]
+    local b = 5 * (i - first) + 2
+    local alg, N, P, B, c = L[b], L[b + 1], L[b + 2], L[b + 3], L[b + 4]
     local k = KEYS[i]
     -- allowed, retry, remaining and reset before (0) and after (1) the
     -- charge, state before, state to write and its TTL in µs
@@ -379,7 +394,8 @@ for j = 1, T do
     out[oc] = 1
     for i = first, last do
       if not st[i] then
-        if logs then logs[#logs + 1] = i else logs = {i} end
+        if logs then logs[#logs + 1] = i else logs, lc = {i}, {} end
+        lc[i] = L[5 * (i - first) + 6]
       elseif T == 1 then wn = wn + 1; wk[wn] = i
       else
         local k = KEYS[i]
@@ -401,7 +417,7 @@ for j = 1, T do
       local r0 = u0[q - 1]
       if r0 == false then
         local newest = call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
-        r0 = tonumber(newest[2]) + lims[ARGV[A + i]][3] - now
+        r0 = tonumber(newest[2]) + L[5 * (i - first) + 4] - now
       end
       if r0 > MAXUS then r0 = MAXUS end
       local ra = u0[q]
@@ -446,7 +462,7 @@ for w = 1, wn do
 end
 if logs then
   for _, i in ipairs(logs) do -- record c entries at now, named now:(have+1..have+c)
-    local c = lims[ARGV[A + i]][5]
+    local c = lc[i]
     if c > 0 then
       local k = KEYS[i]
       local ts = fmt('%.17g', now)
