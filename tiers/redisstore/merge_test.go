@@ -340,3 +340,42 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 		t.Fatalf("TTL after a merged call whose first take needs 9 s: %s, want the moved deadline (about 10 s)", got)
 	}
 }
+
+// TestMergedGCRAFastRate: a GCRA whose emission interval is below a
+// microsecond (10^6 per ms) in a merged call: the second take sees what
+// the first charged, as it would in its own call (memstore, one after the
+// other, is the reference).
+func TestMergedGCRAFastRate(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	s, err := New(srv.Client(), WithClock(clk), WithMinTTL(time.Minute), WithDenialCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := memstore.New(memstore.WithClock(clk))
+	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1_000_000, Period: time.Millisecond, Burst: 1000}
+	takes := [][]tiers.Bucket{
+		{{Key: "g:fast", Limit: l, Cost: 600}},
+		{{Key: "g:fast", Limit: l, Cost: 600}},
+	}
+	f := &flusher{s: s}
+	flushTakes(t, s, f, takes)
+	if len(f.merged) != 2 {
+		t.Fatalf("%d takes merged, want 2", len(f.merged))
+	}
+	for j, p := range f.merged {
+		var want [1]tiers.Result
+		wok, err := ms.Take(context.Background(), takes[j], want[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		per, err := takePart(p.seg, 1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := bucketAt(p.seg, per, 0)
+		if (p.seg[0] == 1) != wok || got.remaining != want[0].Remaining {
+			t.Fatalf("take %d: charged %v remaining %d, memstore %v remaining %d", j, p.seg[0] == 1, got.remaining, wok, want[0].Remaining)
+		}
+	}
+}

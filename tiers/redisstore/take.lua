@@ -83,7 +83,7 @@
 local call, pcall = redis.call, redis.pcall
 local tonumber, fmt, sub = tonumber, string.format, string.sub
 local pack, sunpack = struct.pack, struct.unpack
-local floor, ceil = math.floor, math.ceil
+local ceil = math.ceil
 local ARGV, KEYS = ARGV, KEYS
 
 local now
@@ -121,15 +121,15 @@ local lims, tstr = {}, {}
 local function limits(x)
   local m, pos = sunpack('<d', x)
   if #x ~= 8 + 33 * m then error('take.lua: a take\'s limits argument has ' .. #x .. ' bytes for ' .. m .. ' buckets') end
-  local L = {m}
+  local TL = {m}
   for q = 1, m do
     local a, N, P, B, c
     a, N, P, B, c, pos = sunpack('<Bdddd', x, pos)
     local b = 5 * q - 3
-    L[b], L[b + 1], L[b + 2], L[b + 3], L[b + 4] = a, N, P, B, c
+    TL[b], TL[b + 1], TL[b + 2], TL[b + 3], TL[b + 4] = a, N, P, B, c
   end
-  lims[x] = L
-  return L
+  lims[x] = TL
+  return TL
 end
 local function ttext(ms)
   local t = tstr[ms]
@@ -164,10 +164,10 @@ else
   vals = {}
   local i = 0
   for j = 1, T do
-    local L = lims[ARGV[4 + j]] or limits(ARGV[4 + j])
-    for q = 1, L[1] do
+    local TL = lims[ARGV[4 + j]] or limits(ARGV[4 + j])
+    for q = 1, TL[1] do
       i = i + 1
-      if L[5 * q - 3] == 3 then vals[i] = false
+      if TL[5 * q - 3] == 3 then vals[i] = false
       else vals[i] = call('GET', KEYS[i]) end
     end
   end
@@ -181,15 +181,15 @@ local cur, wn, logs, lc = {}, 0, nil, nil
 local i = 0 -- the bucket, counted over every take
 for j = 1, T do
   local ls = ARGV[4 + j]
-  local L = lims[ls] or limits(ls)
+  local TL = lims[ls] or limits(ls)
   local first = i + 1
-  local last = i + L[1]
+  local last = i + TL[1]
   local all = true
   on = on + 1
   local oc = on -- this take's charged flag
   for i = first, last do
     local b = 5 * (i - first) + 2
-    local alg, N, P, B, c = L[b], L[b + 1], L[b + 2], L[b + 3], L[b + 4]
+    local alg, N, P, B, c = TL[b], TL[b + 1], TL[b + 2], TL[b + 3], TL[b + 4]
     local k = KEYS[i]
     -- allowed, retry, remaining and reset before (0) and after (1) the
     -- charge, state before, state to write and its TTL in µs
@@ -213,7 +213,9 @@ for j = 1, T do
       local f = x % 1
       if f == 0 then rst0 = x else rst0 = x - f + 1 end
       rem0 = tokens - tokens % 1 -- tokens >= 0
-      if t1 >= 0 then rem1 = t1 - t1 % 1 else rem1 = floor(t1) end
+      -- (t1 < 0 only when this bucket denies, and then the take reports
+      -- the values before the charge)
+      rem1 = t1 - t1 % 1
       x = ((B - t1) * P) / N -- >= 0: t1 <= tokens
       f = x % 1
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
@@ -222,8 +224,8 @@ for j = 1, T do
       tu = rst1
 
     elseif alg == 1 then -- GCRA
-      local T = P / N
-      local BT = B * T
+      local em = P / N -- emission interval
+      local BT = B * em
       local tol = BT + SLACK
       local t = now - EPOCH
       local tat = t
@@ -232,12 +234,12 @@ for j = 1, T do
       if v and #v == 16 then e0, tat = sunpack('<dd', v) end
       local tat0 = tat
       if t > tat0 then tat0 = t end
-      local tat1 = tat0 + c * T
+      local tat1 = tat0 + c * em
       allow = tat1 - t <= tol
       -- remaining: floor, and below 0 (where x % 1 is not exact) 0
-      local x = (tol - (tat0 - t)) / T
+      local x = (tol - (tat0 - t)) / em
       if x > 0 then rem0 = x - x % 1 else rem0 = 0 end
-      x = (tol - (tat1 - t)) / T
+      x = (tol - (tat1 - t)) / em
       if x > 0 then rem1 = x - x % 1 else rem1 = 0 end
       x = tat0 - t -- >= 0
       local f = x % 1
@@ -352,10 +354,24 @@ for j = 1, T do
     if ra > MAXUS then ra = MAXUS end
     local q = 3 * (i - first + 1)
     if allow then u0[q] = false else all = false; u0[q] = ra end
-    -- the TTL, for a state to build or a log to charge: ms = ceil(tu /
-    -- 1000), at least minttl, rounded up; and the state, with its deadline
+    -- the state to build, with its deadline, and the TTL in ms: with Redis
+    -- time, the deadline is kept while it covers now + max(tu, minttl),
+    -- else moved min TTL beyond that (whole ms); with a fixed time, or for
+    -- a log to charge, ms = ceil(tu / 1000), at least minttl, rounded up
     local ms, E
-    if sf or all then
+    if rtime and sf then
+      local d = tu / 1000
+      if d < minttl then d = minttl end
+      if d > MAXTTL then d = MAXTTL end
+      d = nowms + d
+      if e0 >= d then E = e0
+      else
+        E = d + minttl
+        local f = E % 1
+        if f ~= 0 then E = E - f + 1 end
+      end
+      s = pack(sf, E, x1, x2, x3)
+    elseif sf or all then
       ms = tu / 1000 -- >= 0
       local f = ms % 1
       if f ~= 0 then ms = ms - f + 1 end
@@ -363,14 +379,7 @@ for j = 1, T do
       if ms > 1000 then ms = ms / 1000; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 1000
       elseif ms > 100 then ms = ms / 100; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 100 end
       if ms > MAXTTL then ms = MAXTTL end
-      if sf then
-        E = 0
-        if rtime then
-          E = nowms + ms
-          if e0 >= E then E = e0 else E = E + minttl end
-        end
-        s = pack(sf, E, x1, x2, x3)
-      end
+      if sf then s = pack(sf, 0, x1, x2, x3) end
     end
     -- the values after the charge, as a charged take reports them; a take
     -- that denies overwrites them
@@ -395,7 +404,7 @@ for j = 1, T do
     for i = first, last do
       if not st[i] then
         if logs then logs[#logs + 1] = i else logs, lc = {i}, {} end
-        lc[i] = L[5 * (i - first) + 6]
+        lc[i] = TL[5 * (i - first) + 6]
       elseif T == 1 then wn = wn + 1; wk[wn] = i
       else
         local k = KEYS[i]
@@ -417,7 +426,7 @@ for j = 1, T do
       local r0 = u0[q - 1]
       if r0 == false then
         local newest = call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
-        r0 = tonumber(newest[2]) + L[5 * (i - first) + 4] - now
+        r0 = tonumber(newest[2]) + TL[5 * (i - first) + 4] - now
       end
       if r0 > MAXUS then r0 = MAXUS end
       local ra = u0[q]
@@ -456,7 +465,8 @@ for w = 1, wn do
     if sub(r.err, 1, 9) ~= 'WRONGTYPE' then return r end
     call('DEL', k)
     -- the key had no state (it read as absent), so its deadline moved
-    if rtime then call('SET', k, st[i], 'PXAT', fmt('%d', E or nowms + tm[i] + minttl))
+    -- (te[i] is set)
+    if rtime then call('SET', k, st[i], 'PXAT', fmt('%d', E))
     else call('SET', k, st[i], 'PX', ttext(tm[i])) end
   end
 end
