@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -154,7 +155,11 @@ func ParseFlags(args []string, out io.Writer, h Help, names []string) (Config, e
 // error is printed to standard error after prog and exits with status 1.
 func Main(prog string, run func(ctx context.Context, args []string, out io.Writer) ([]Row, error)) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	_, err := run(ctx, os.Args, os.Stdout)
+	stopProfile, err := startProfile(os.Getenv("BENCH_CPUPROFILE"))
+	if err == nil {
+		_, err = run(ctx, os.Args, os.Stdout)
+		stopProfile()
+	}
 	stop()
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -163,4 +168,25 @@ func Main(prog string, run func(ctx context.Context, args []string, out io.Write
 		fmt.Fprintln(os.Stderr, prog+":", err)
 		os.Exit(1)
 	}
+}
+
+// startProfile writes a CPU profile of the whole run (every contender
+// chosen, warm-ups included; pick one with -only) to path, when path is
+// set (BENCH_CPUPROFILE), and returns what stops it.
+func startProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("BENCH_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("BENCH_CPUPROFILE: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
