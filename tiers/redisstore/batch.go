@@ -257,25 +257,41 @@ func (f *flusher) buildMerged() {
 func (b *batcher) do(ctx context.Context, c *call) (int64, []int64, error) {
 	p := pendingPool.Get().(*pending)
 	p.c = c
+	// The queue has room for every flusher's batch, so the send rarely
+	// blocks: try it first, without a select over the context and Close.
 	select {
 	case b.ch <- p:
-	case <-ctx.Done():
-		p.c = nil
-		pendingPool.Put(p)
-		return 0, nil, fmt.Errorf("redisstore: %w", ctx.Err())
-	case <-b.quit:
-		p.c = nil
-		pendingPool.Put(p)
-		return 0, nil, errClosed
+	default:
+		select {
+		case b.ch <- p:
+		case <-ctx.Done():
+			p.c = nil
+			pendingPool.Put(p)
+			return 0, nil, fmt.Errorf("redisstore: %w", ctx.Err())
+		case <-b.quit:
+			p.c = nil
+			pendingPool.Put(p)
+			return 0, nil, errClosed
+		}
 	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		c.abandoned = true
-		return 0, nil, fmt.Errorf("redisstore: %w", ctx.Err())
-	case <-b.quit:
-		c.abandoned = true
-		return 0, nil, errClosed
+	if done := ctx.Done(); done == nil {
+		// A context that never ends (Background): one case less to wait on.
+		select {
+		case <-p.done:
+		case <-b.quit:
+			c.abandoned = true
+			return 0, nil, errClosed
+		}
+	} else {
+		select {
+		case <-p.done:
+		case <-done:
+			c.abandoned = true
+			return 0, nil, fmt.Errorf("redisstore: %w", ctx.Err())
+		case <-b.quit:
+			c.abandoned = true
+			return 0, nil, errClosed
+		}
 	}
 	now, seg, err := p.now, p.seg, p.err
 	p.c, p.cmd, p.seg, p.err = nil, nil, nil, nil
