@@ -9,6 +9,8 @@
 //	chain-redis-1    the same chain, tiers with 1 level on a real redis-server
 //	chain-redis-4    the same chain, tiers with 4 levels on a real redis-server
 //	chain-redis-4-batch  chain-redis-4 with redisstore.WithBatching
+//	redis_rate-1     yardstick: one github.com/go-redis/redis_rate/v10 Allow per
+//	                 call in an interceptor (user level), on the same redis-server
 //
 // Each call carries x-tenant, x-user and x-api-key metadata for a principal
 // drawn uniformly (seeded) from -keys; the interceptor reads identity from
@@ -95,6 +97,7 @@ var contenders = []contender{
 	{"chain-redis-1", true, setupChainRedis(1, false)},
 	{"chain-redis-4", true, setupChainRedis(4, false)},
 	{"chain-redis-4-batch", true, setupChainRedis(4, true)},
+	{"redis_rate-1", true, setupRedisRate1},
 }
 
 // echo is the service: Plain answers with the request's message.
