@@ -121,7 +121,10 @@ local lims, tstr = {}, {}
 local function limits(x)
   local m, pos = sunpack('<d', x)
   if #x ~= 8 + 33 * m then error('take.lua: a take\'s limits argument has ' .. #x .. ' bytes for ' .. m .. ' buckets') end
-  local TL = {m}
+  local TL
+  if m <= 4 then
+    TL = {m, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+  else TL = {m} end
   for q = 1, m do
     local a, N, P, B, c
     a, N, P, B, c, pos = sunpack('<Bdddd', x, pos)
@@ -148,9 +151,15 @@ local n = #KEYS
 -- A Lua table grows by rehashing, which costs Redis more than the stores
 -- themselves: the reply and the per-bucket tables start at their size
 -- (a table built from unpack(KEYS) has n slots), to be overwritten.
-local u0, u1, sb, sa = {}, {}, {}, {}
+-- (A table constructor with nil items has that many slots and no values.)
+local u0 = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+local u1, sb, sa
+if pre then u1, sb, sa = {}, {}, {} end
 local out, st, tm, te, wk
-if n <= 1000 then
+if n <= 4 then -- up to 1 + 1 + 4n in the reply
+  out = {now, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+  st, tm, te, wk = {nil, nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil}
+elseif n <= 1000 then
   out, st, tm, te, wk = {now, unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}
 else out, st, tm, te, wk = {now}, {}, {}, {}, {} end
 local on = 1 -- out[1..on] is the reply so far; it never ends below n + 1
@@ -176,7 +185,7 @@ end
 -- (T > 1 only: one take never names a key twice), the buckets to write
 -- (wk[1..wn], each key's first charge), and the logs to record with their
 -- costs (lc)
-local cur, wn, logs, lc = {}, 0, nil, nil
+local cur, wn, logs, lc = T > 1 and {}, 0, nil, nil
 
 local i = 0 -- the bucket, counted over every take
 for j = 1, T do
