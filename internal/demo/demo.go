@@ -99,10 +99,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("demo: cannot reach Redis at %s: %w", opt.Addr, err)
 		}
-		rs, err := redisstore.New(client, redisstore.WithPrefix(fmt.Sprintf("fgdemo:%d:", time.Now().UnixNano())))
+		// Batching: the demo's concurrent callers share script calls.
+		rs, err := redisstore.New(client, redisstore.WithPrefix(fmt.Sprintf("fgdemo:%d:", time.Now().UnixNano())),
+			redisstore.WithBatching(2, 64))
 		if err != nil {
 			return nil, fmt.Errorf("demo: redis store: %w", err)
 		}
+		defer rs.Close()
 		fb, err = fallback.New(rs, fallback.WithName("demo-redis"), fallback.WithTimeout(50*time.Millisecond), fallback.WithLogger(logger))
 		if err != nil {
 			return nil, fmt.Errorf("demo: fallback store: %w", err)
