@@ -84,10 +84,11 @@ func TestBatchingSharesPipelines(t *testing.T) {
 	if p := pc.pipes.Load(); p > 4 {
 		t.Fatalf("64 queued takes went out in %d pipelines, want at most 4", p)
 	}
-	// The first take leaves alone; the 63 queued behind it fill one merged
-	// call (max 64); a straggler may take a third.
-	if got := pc.take(); got["evalsha"] < 2 || got["evalsha"] > 3 {
-		t.Fatalf("commands %v, want 2 or 3 evalsha for 64 takes", got)
+	// The first take usually leaves alone and the 63 queued behind it fill
+	// one merged call (max 64); on a slow machine all 64 may queue before
+	// the flusher wakes (one call), or a straggler may take a third.
+	if got := pc.take(); got["evalsha"] < 1 || got["evalsha"] > 3 {
+		t.Fatalf("commands %v, want 1 to 3 evalsha for 64 takes", got)
 	}
 
 	srv.ScriptFlush()
@@ -95,8 +96,8 @@ func TestBatchingSharesPipelines(t *testing.T) {
 		t.Fatalf("after SCRIPT FLUSH: allowed %d of 64, want exactly %d", got, l.Burst)
 	}
 	got := pc.take()
-	if got["evalsha"] < 2 || got["evalsha"] > 3 || got["eval"] < 1 || got["eval"] > got["evalsha"] {
-		t.Fatalf("after SCRIPT FLUSH: commands %v, want 2 or 3 evalsha and a re-send by eval of those answered NOSCRIPT", got)
+	if got["evalsha"] < 1 || got["evalsha"] > 3 || got["eval"] < 1 || got["eval"] > got["evalsha"] {
+		t.Fatalf("after SCRIPT FLUSH: commands %v, want 1 to 3 evalsha and a re-send by eval of those answered NOSCRIPT", got)
 	}
 }
 

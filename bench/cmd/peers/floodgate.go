@@ -13,9 +13,9 @@ import (
 // interceptor): 1 level is the user bucket, 4 levels are tenant, user, ip
 // and method+user, token bucket, charged all or nothing in one call.
 //
-// With batch set, the store batches concurrent Takes into pipelines
-// (redisstore.WithBatching with -batch-flushers and -batch-max); each Take
-// is still its own atomic EVALSHA.
+// With batch set, the store sends concurrent Takes together
+// (redisstore.WithBatching with -batch-flushers and -batch-max): one script
+// call decides them in order, each Take still all or nothing.
 func setupFloodgate(levels int, batch bool) func(context.Context, *env) (func() harness.Op, error) {
 	return func(ctx context.Context, e *env) (func() harness.Op, error) {
 		var opts []redisstore.Option

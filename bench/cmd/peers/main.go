@@ -6,7 +6,7 @@
 //
 //	floodgate-1          tiers/redisstore Take, 1 token-bucket level
 //	floodgate-4          tiers/redisstore Take, 4 levels, all-or-nothing
-//	floodgate-1-batch    floodgate-1 with redisstore.WithBatching (concurrent Takes share pipelines)
+//	floodgate-1-batch    floodgate-1 with redisstore.WithBatching (concurrent Takes share one script call)
 //	floodgate-4-batch    floodgate-4 with redisstore.WithBatching
 //	redis_rate-1         github.com/go-redis/redis_rate/v10 Allow, 1 level (the baseline)
 //	redis_rate-1-autopipe  the same over go-redis's experimental AutoPipeliner (batches
