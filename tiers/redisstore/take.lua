@@ -54,19 +54,29 @@
 -- doubles (struct.pack "<d..."), exact, and in Redis's Lua several times
 -- cheaper to read and write than text (tonumber and string.format cost
 -- about half a microsecond each); a string of any other length (a state
--- written by another version, or garbage) reads as absent:
---   token bucket            tokens, ts           16 bytes
---   GCRA                    tat (µs since tiers.GCRAEpoch)  8 bytes
---   sliding window counter  win, curr, prev      24 bytes
---   fixed window            win, count           16 bytes
+-- written by another version, or garbage) reads as absent. The first
+-- number is the key's deadline (below), then the algorithm's:
+--   token bucket            E, tokens, ts          24 bytes
+--   GCRA                    E, tat (µs since tiers.GCRAEpoch)  16 bytes
+--   sliding window counter  E, win, curr, prev     32 bytes
+--   fixed window            E, win, count          24 bytes
 --   sliding window log      sorted set: one member per admitted unit,
 --                           score = its timestamp, member "ts:k" with k
 --                           counting 1.. the units sharing that timestamp
 --
--- TTLs are rounded up (above 100 ms to a multiple of 100 ms, above 1 s to
--- whole seconds), so a call formats few distinct ones. A longer TTL never
--- changes a decision: a key is due to expire only once its state reads the
--- same as no state at all.
+-- TTLs. A state needs its key for tu µs (the Algorithm doc's TTL), and at
+-- least the minimum TTL. With Redis time, E is the deadline (ms since the
+-- Unix epoch, Redis's clock) the key's TTL was last set to: a write whose
+-- need E still covers keeps the TTL (SET KEEPTTL, which costs Redis about
+-- a third less than setting one), else E moves to the need plus the
+-- minimum TTL and is set (PXAT), so a busy key sets its TTL about once per
+-- minimum TTL. Redis expires keys on the same clock, and E only ever
+-- grows, so the key's real TTL is never shorter than E says. With a fixed
+-- time (tests on a fake clock) E is 0 and every write sets PX, the need
+-- rounded up (above 100 ms to 100 ms, above 1 s to whole seconds, so a
+-- call formats few distinct ones); logs always PEXPIRE so. A longer TTL
+-- never changes a decision: a key is due to expire only once its state
+-- reads the same as no state at all.
 --
 -- This script runs on every decision and Redis CPU is the throughput
 -- limit, so it is written for cost (each Lua call of a C function, such as
