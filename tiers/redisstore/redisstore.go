@@ -216,14 +216,18 @@ func WithMinTTL(d time.Duration) Option {
 	}
 }
 
-// WithBatching sends the takes of concurrent callers in pipelines: up to
-// flushers pipelines in flight at once, each carrying up to max takes that
-// were waiting when it left. A lone take is sent at once, so batching adds
-// no latency when idle. Each take is still one atomic EVALSHA with its own
-// all-or-nothing decision; NOSCRIPT is handled for the whole batch. It
-// starts flushers goroutines, stopped by Close. Not available on Redis
-// Cluster (New returns an error). BenchmarkTake shows when it pays;
-// WithBatching(4, 64) is what it measures.
+// WithBatching sends the takes of concurrent callers together: up to
+// flushers calls in flight at once, each carrying up to max takes that were
+// waiting when it left, as ONE take.lua call that decides them in order,
+// each all or nothing, exactly as separate calls would (a take with a
+// sliding window log bucket goes as its own call in the same pipeline).
+// NOSCRIPT is handled for the whole call. A lone take is sent at once, so
+// batching adds no latency when idle; under load a take waits for the
+// call ahead of it, so leave room for that in a per-call budget such as
+// fallback.WithTimeout. It starts flushers goroutines, stopped by Close.
+// Not available on Redis Cluster (New returns an error). BenchmarkTake
+// shows what it pays; WithBatching(4, 64) is what it measures, and
+// WithBatching(2, 64) what the bench/ module runs.
 func WithBatching(flushers, max int) Option {
 	return func(s *Store) error {
 		if flushers < 1 || max < 1 {
