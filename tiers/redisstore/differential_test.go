@@ -16,15 +16,6 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
-// diffLimits covers every algorithm with small limits, so traces deny often.
-var diffLimits = []tiers.Limit{
-	{Algorithm: tiers.TokenBucket, Rate: 5, Period: time.Second, Burst: 4},
-	{Algorithm: tiers.GCRA, Rate: 3, Period: 700 * time.Millisecond, Burst: 3},
-	{Algorithm: tiers.SlidingWindowCounter, Rate: 6, Period: 900 * time.Millisecond},
-	{Algorithm: tiers.SlidingWindowLog, Rate: 4, Period: 800 * time.Millisecond},
-	{Algorithm: tiers.FixedWindow, Rate: 5, Period: 600 * time.Millisecond},
-}
-
 // differential runs the same random trace of multi-bucket takes (random
 // subsets of 5 buckets, one per algorithm, random costs 0..3 including
 // costs above capacity, random time steps) against memstore and the Redis
@@ -51,7 +42,7 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 			if rng.IntN(40) == 0 {
 				cost = 50 // above every capacity
 			}
-			bs = append(bs, tiers.Bucket{Key: prefix + k, Limit: diffLimits[i], Cost: cost})
+			bs = append(bs, tiers.Bucket{Key: prefix + k, Limit: redisstore.SmallLimits[i], Cost: cost})
 		}
 		if len(bs) == 0 {
 			continue

@@ -10,19 +10,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-// mergeLimits: one small limit per algorithm, so batches deny often.
-var mergeLimits = []tiers.Limit{
+// SmallLimits is one small limit per algorithm, so random traces deny
+// often; the external tests (differential_test.go) use it too.
+var SmallLimits = []tiers.Limit{
 	{Algorithm: tiers.TokenBucket, Rate: 5, Period: time.Second, Burst: 4},
 	{Algorithm: tiers.GCRA, Rate: 3, Period: 700 * time.Millisecond, Burst: 3},
 	{Algorithm: tiers.SlidingWindowCounter, Rate: 6, Period: 900 * time.Millisecond},
 	{Algorithm: tiers.SlidingWindowLog, Rate: 4, Period: 800 * time.Millisecond},
 	{Algorithm: tiers.FixedWindow, Rate: 5, Period: 600 * time.Millisecond},
+}
+
+// newStore starts a redis-server and returns a store on it (Redis time, no
+// denial cache, opts after) and a client of the server.
+func newStore(t *testing.T, opts ...Option) (*Store, *redis.Client) {
+	t.Helper()
+	c := redistest.Start(t).Client()
+	s, err := New(c, append([]Option{WithDenialCache(0)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
 }
 
 // flushTakes sends takes through one flush of a batcher's flusher, as if
@@ -55,12 +70,8 @@ func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]tiers.Bucket) []*p
 // alone; the others share one call, and later takes in it must see what
 // earlier ones charged.
 func TestMergedCallsMatchSequentialTakes(t *testing.T) {
-	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	s, err := New(srv.Client(), WithClock(clk), WithMinTTL(time.Minute), WithDenialCache(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := newStore(t, WithClock(clk), WithMinTTL(time.Minute))
 	ms := memstore.New(memstore.WithClock(clk))
 	f := &flusher{s: s}
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -81,7 +92,7 @@ func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 				if rng.IntN(40) == 0 {
 					cost = 50 // above every capacity
 				}
-				bs = append(bs, tiers.Bucket{Key: k, Limit: mergeLimits[i], Cost: cost})
+				bs = append(bs, tiers.Bucket{Key: k, Limit: SmallLimits[i], Cost: cost})
 			}
 			if len(bs) > 0 {
 				takes = append(takes, bs)
@@ -172,12 +183,7 @@ func sameTake(c *call, bs []tiers.Bucket) bool {
 // (here for lack of memory, at its first write) fails every take of it
 // with Redis's error and charges none of them.
 func TestMergedCallRefusedChargesNothing(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	s, err := New(c, WithDenialCache(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c := newStore(t) // Redis time, DefaultMinTTL
 	ctx := context.Background()
 	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
 	takes := [][]tiers.Bucket{
@@ -235,12 +241,7 @@ func TestMergedCallNetworkErrorFailsEveryTake(t *testing.T) {
 // (not written by take.lua) reads as absent and is replaced by the state,
 // alone and in a merged call, where SET ... GET refuses it first.
 func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	s, err := New(c, WithDenialCache(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c := newStore(t) // Redis time, DefaultMinTTL
 	ctx := context.Background()
 	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Hour, Burst: 10}
 	for _, k := range []string{"w:alone", "w:merged"} {
@@ -279,12 +280,7 @@ func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
 // TTL, and a write needing longer moves it, also when a later take of the
 // same merged call keeps it.
 func TestDeadlineKeepsTTL(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	s, err := New(c, WithDenialCache(0)) // Redis time, DefaultMinTTL
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c := newStore(t) // Redis time, DefaultMinTTL
 	ctx := context.Background()
 	pttl := func(k string) time.Duration {
 		t.Helper()
@@ -347,12 +343,8 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 // the first charged, as it would in its own call (memstore, one after the
 // other, is the reference).
 func TestMergedGCRAFastRate(t *testing.T) {
-	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	s, err := New(srv.Client(), WithClock(clk), WithMinTTL(time.Minute), WithDenialCache(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := newStore(t, WithClock(clk), WithMinTTL(time.Minute))
 	ms := memstore.New(memstore.WithClock(clk))
 	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1_000_000, Period: time.Millisecond, Burst: 1000}
 	takes := [][]tiers.Bucket{
