@@ -6,6 +6,8 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +49,42 @@ func Example() {
 	// request 1: allowed=true tenant remaining=1 user remaining=19 ip remaining=99
 	// request 2: allowed=true tenant remaining=0 user remaining=18 ip remaining=98
 	// request 3: allowed=false tenant remaining=0 user remaining=18 ip remaining=98
+}
+
+// ExampleWithBatching: 50 concurrent callers of a batched store share a
+// few script calls, and each take is still decided on its own: a tenant
+// allowing 20 per hour admits exactly 20 of the 50.
+func ExampleWithBatching() {
+	addr, stop := exampleRedis()
+	defer stop()
+
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	st, err := redisstore.New(client, redisstore.WithBatching(2, 64))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer st.Close() // stops the batching goroutines
+
+	tenant := tiers.Limit{Algorithm: tiers.GCRA, Rate: 20, Period: time.Hour, Burst: 20}
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var res [1]tiers.Result
+			ok, err := st.Take(context.Background(), []tiers.Bucket{{Key: "{tenant=acme}:plan", Limit: tenant, Cost: 1}}, res[:])
+			if err == nil && ok {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("admitted:", admitted.Load())
+	// Output:
+	// admitted: 20
 }
 
 // exampleRedis starts redis-server on a free loopback port without
