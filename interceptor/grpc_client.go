@@ -229,8 +229,13 @@ func UnaryClient(opts ...ClientOption) grpc.UnaryClientInterceptor {
 // retry rules for server-streaming calls (one request, a stream of
 // responses): when the first RecvMsg fails with a server delay, the stream
 // is reopened and the request re-sent. Client- and bidi-streaming calls are
-// passed through unchanged: retrying them would mean buffering every sent
-// message; use RetryDelay on their errors.
+// passed through unchanged. Replaying them from an interceptor is not
+// safe: a denied stream's SendMsg returns io.EOF, the caller stops
+// sending, and a retry would then carry only the messages sent so far. For
+// those streams use grpc-go's own retry policy (a service config listing
+// RESOURCE_EXHAUSTED and UNAVAILABLE), which retries inside SendMsg,
+// buffers what was sent and honours the grpc-retry-pushback-ms trailer;
+// or use RetryDelay on their errors.
 func StreamClient(opts ...ClientOption) grpc.StreamClientInterceptor {
 	c, cerr := newClientConfig(opts)
 	if cerr != nil {
