@@ -62,3 +62,15 @@ func TestConformanceBatched(t *testing.T) {
 		return st
 	})
 }
+
+// TestConformanceSentinelBatched runs the suite with batching through a
+// FailoverClient: merged calls go to the master Sentinel names.
+func TestConformanceSentinelBatched(t *testing.T) {
+	sn := redistest.StartSentinel(t)
+	c := sn.Client()
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+		st := fakeTimeStore(t, c, clk, redisstore.WithBatching(2, 16))
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	})
+}
