@@ -170,10 +170,7 @@ func splitOne(cmd *redis.IntSliceCmd) (int64, []int64, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("redisstore: %w", err)
 	}
-	if len(vals) == 0 {
-		return 0, nil, fmt.Errorf("redisstore: take.lua replied nothing")
-	}
-	return vals[0], vals[1:], nil
+	return splitNow(vals)
 }
 
 // split hands each take of the merged call its part of the reply.

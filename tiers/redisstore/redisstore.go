@@ -452,9 +452,8 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []tiers.Bucket, id
 	case s.batch != nil:
 		now, seg, err = s.batch.do(ctx, c)
 	default:
-		seg, err = s.eval(ctx, c)
-		if err == nil && len(seg) > 0 {
-			now, seg = seg[0], seg[1:]
+		if seg, err = s.eval(ctx, c); err == nil {
+			now, seg, err = splitNow(seg)
 		}
 	}
 	if err != nil {

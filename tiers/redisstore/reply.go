@@ -1,6 +1,9 @@
 package redisstore
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // take.lua replies with integers (see its header): the time it used, then
 // per take a charged flag and, per bucket, remaining and reset when the
@@ -54,4 +57,13 @@ func takePart(seg []int64, n int, pre bool) (int, error) {
 		return 0, fmt.Errorf("redisstore: take.lua replied %d values for a take of %d buckets, want %d", len(seg), n, total)
 	}
 	return per, nil
+}
+
+// splitNow splits a one-take reply into the time the script used and the
+// take's part.
+func splitNow(vals []int64) (int64, []int64, error) {
+	if len(vals) == 0 {
+		return 0, nil, errors.New("redisstore: take.lua replied nothing")
+	}
+	return vals[0], vals[1:], nil
 }

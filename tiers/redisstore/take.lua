@@ -216,11 +216,13 @@ for j = 1, T do
     -- the state's deadline as read (0: none), and the state to build: its
     -- struct layout (nil: none to build) and numbers after the deadline
     local e0, sf, x1, x2, x3 = 0
+    -- the state as it stands: as read, or as an earlier take of this call
+    -- charged it (a log's sorted set reads as nil, and no log is merged)
+    v = vals[i]
+    if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
 
     if alg == 0 then -- token bucket
       local tokens, ts = B, now
-      v = vals[i]
-      if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
       if v and #v == 24 then e0, tokens, ts = sunpack('<ddd', v) end
       local elapsed = now - ts
       if elapsed < 0 then elapsed = 0 end
@@ -248,8 +250,6 @@ for j = 1, T do
       local tol = BT + SLACK
       local t = now - EPOCH
       local tat = t
-      v = vals[i]
-      if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
       if v and #v == 16 then e0, tat = sunpack('<dd', v) end
       local tat0 = tat
       if t > tat0 then tat0 = t end
@@ -278,8 +278,6 @@ for j = 1, T do
       if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
       local e = now - w * W
       local curr, prev = 0, 0
-      v = vals[i]
-      if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
       if v and #v == 32 then
         local sw, sc, sp
         e0, sw, sc, sp = sunpack('<dddd', v)
@@ -350,8 +348,6 @@ for j = 1, T do
       w = w - w % 1
       if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
       local count = 0
-      v = vals[i]
-      if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
       if v and #v == 24 then
         local sw, sc
         e0, sw, sc = sunpack('<ddd', v)
