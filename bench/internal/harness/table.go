@@ -31,10 +31,11 @@ type Table struct {
 
 // Write writes the table to w.
 func (t Table) Write(w io.Writer, rows []Row) error {
-	var base float64
+	var base, baseCPU float64
 	for _, r := range rows {
 		if r.Name == t.Baseline {
 			base = r.Stats.PerSecond()
+			baseCPU = totalCPU(r.Stats)
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -53,6 +54,9 @@ func (t Table) Write(w io.Writer, rows []Row) error {
 	head = append(head, "allowed %", "errors")
 	if base > 0 {
 		head = append(head, "x "+t.Baseline)
+	}
+	if baseCPU > 0 {
+		head = append(head, "CPU x "+t.Baseline)
 	}
 	width := len(head[0])
 	for _, r := range rows {
@@ -92,6 +96,13 @@ func (t Table) Write(w io.Writer, rows []Row) error {
 		if base > 0 {
 			cols = append(cols, strconv.FormatFloat(s.PerSecond()/base, 'f', 2, 64)+"x")
 		}
+		if baseCPU > 0 {
+			if c := totalCPU(s); c > 0 {
+				cols = append(cols, strconv.FormatFloat(baseCPU/c, 'f', 2, 64)+"x")
+			} else {
+				cols = append(cols, "n/a")
+			}
+		}
 		fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
@@ -103,6 +114,30 @@ func (t Table) Write(w io.Writer, rows []Row) error {
 		}
 	}
 	return nil
+}
+
+// totalCPU returns the CPU time per operation of the process and, when
+// known, of the Redis server, in µs: what one operation costs the machine.
+// It is 0 when the process's CPU is unknown, or when the contender used
+// Redis (round trips) and Redis's CPU is unknown.
+//
+// The "CPU x" column divides the baseline's totalCPU by a row's: the
+// throughput ratio the row would have if every contender kept the same
+// cores busy all the time. It moves less with a noisy machine than the
+// throughput ratio, since time the machine gave to others is not CPU time
+// of the process or of Redis; where the throughput ratio is below it, the
+// row lost throughput to waiting (cores idle), not to work.
+func totalCPU(s Stats) float64 {
+	if !s.CPUKnown || s.Ops == 0 {
+		return 0
+	}
+	c := s.Per(float64(s.CPU) / float64(time.Microsecond))
+	if s.RedisCPUKnown {
+		c += s.Per(float64(s.RedisCPU) / float64(time.Microsecond))
+	} else if s.RoundTrips > 0 {
+		return 0
+	}
+	return c
 }
 
 func ms(d time.Duration) string {
