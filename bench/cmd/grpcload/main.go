@@ -8,6 +8,7 @@
 //	chain-mem-4      shedder, concurrency and 4-level tiers on the in-process memstore
 //	chain-redis-1    the same chain, tiers with 1 level on a real redis-server
 //	chain-redis-4    the same chain, tiers with 4 levels on a real redis-server
+//	chain-redis-1-batch  chain-redis-1 with redisstore.WithBatching
 //	chain-redis-4-batch  chain-redis-4 with redisstore.WithBatching
 //	redis_rate-1     yardstick: one github.com/go-redis/redis_rate/v10 Allow per
 //	                 call in an interceptor (user level), on the same redis-server
@@ -53,7 +54,7 @@ var help = harness.Help{
 	Keys:        "distinct principals (tenant = principal/100), drawn uniformly at random",
 	MaxOps:      "bound on calls per contender (the phase ends at -duration or -max-ops)",
 	Pool:        "go-redis connection pool size of the Redis store (0: equal to -c)",
-	Batching:    "chain-redis-4-batch",
+	Batching:    "chain-redis-1-batch and chain-redis-4-batch",
 }
 
 func parseFlags(args []string, out io.Writer) (harness.Config, error) {
@@ -96,6 +97,7 @@ var contenders = []contender{
 	{"chain-mem-4", false, setupChainMem4},
 	{"chain-redis-1", true, setupChainRedis(1, false)},
 	{"chain-redis-4", true, setupChainRedis(4, false)},
+	{"chain-redis-1-batch", true, setupChainRedis(1, true)},
 	{"chain-redis-4-batch", true, setupChainRedis(4, true)},
 	{"redis_rate-1", true, setupRedisRate1},
 }

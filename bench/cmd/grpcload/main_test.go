@@ -8,22 +8,24 @@ import (
 	"time"
 )
 
-// TestShortRun runs `grpcload -short` on three contenders with a few calls
+// TestShortRun runs `grpcload -short` on four contenders with a few calls
 // in flight: the bare service, the chain on the memstore and the chain over
-// its own redis-server with 4 levels. Every call must be admitted (the
-// limits are far above the load) and the Redis store must take exactly one
-// round trip per call (one EVALSHA per Take on a standalone server).
+// its own redis-server with 4 levels, unbatched and (1 level) batched.
+// Every call must be admitted (the limits are far above the load), the
+// unbatched Redis store must take exactly one round trip per call (one
+// EVALSHA per Take on a standalone server) and the batched one at least one
+// and at most one per call.
 func TestShortRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	rows, err := run(ctx, []string{"grpcload", "-short", "-c", "8", "-only", "bare,chain-mem-4,chain-redis-4"}, &out)
+	rows, err := run(ctx, []string{"grpcload", "-short", "-c", "8", "-only", "bare,chain-mem-4,chain-redis-4,chain-redis-1-batch"}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 3 {
-		t.Fatalf("%d rows, want 3", len(rows))
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4", len(rows))
 	}
 	for _, r := range rows {
 		st := r.Stats
@@ -34,6 +36,12 @@ func TestShortRun(t *testing.T) {
 		if st.Allowed != st.Ops {
 			t.Errorf("%s: %d of %d calls admitted, want all", r.Name, st.Allowed, st.Ops)
 		}
+		if r.Name == "chain-redis-1-batch" {
+			if st.RoundTrips == 0 || st.RoundTrips > st.Ops {
+				t.Errorf("%s: %d Redis round trips for %d calls, want 1..%d", r.Name, st.RoundTrips, st.Ops, st.Ops)
+			}
+			continue
+		}
 		wantRT := uint64(0)
 		if r.Name == "chain-redis-4" {
 			wantRT = st.Ops
@@ -42,8 +50,10 @@ func TestShortRun(t *testing.T) {
 			t.Errorf("%s: %d Redis round trips for %d calls, want %d", r.Name, st.RoundTrips, st.Ops, wantRT)
 		}
 	}
-	if !strings.Contains(out.String(), "x bare") {
-		t.Errorf("table lacks the ratio column:\n%s", out.String())
+	for _, col := range []string{"x bare", "CPU x bare"} {
+		if !strings.Contains(out.String(), col) {
+			t.Errorf("table lacks the %q column:\n%s", col, out.String())
+		}
 	}
 }
 
