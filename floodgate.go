@@ -1,21 +1,3 @@
-// Package floodgate holds the core types shared by every floodgate stage and
-// transport: the transport-neutral Request, the Decision a stage makes about
-// it, the Admitter interface each stage implements, the Chain that runs stages
-// in order, the Observer told of every decision, and the Clock through which
-// every stage reads time.
-//
-// A request passes the stages in a fixed order: the priority load shedder
-// (package shedder), the in-flight limiter (package concurrency), and the
-// hierarchical rate limits (package tiers, optionally over a store guarded by
-// package fallback). Package interceptor adapts any Admitter to gRPC and
-// net/http; no stage knows about either transport.
-//
-// What this package decides: how stages compose. A Chain admits a request only
-// if every stage admits it, stops at the first deny, and releases the stages
-// already passed when a later one denies. The Decision a stage returns is
-// always what to do; a non-nil error alongside it only says why the stage
-// could not decide in its normal way (for example the store was down and the
-// rule's fail mode decided instead), and is for logs and telemetry.
 package floodgate
 
 import (
@@ -137,16 +119,15 @@ type Request struct {
 
 type requestKey struct{}
 
-// NewContext returns a copy of ctx carrying r.
-func NewContext(ctx context.Context, r *Request) context.Context {
-	return context.WithValue(ctx, requestKey{}, r)
-}
+type originKey struct{}
 
 // NewRequestContext returns a context carrying a new, empty Request, and that
-// Request, in a single allocation: the way transports start a call. The
-// Request answers FromContext exactly as one stored with NewContext.
-func NewRequestContext(parent context.Context) (context.Context, *Request) {
-	c := &requestContext{Context: parent}
+// Request, in a single allocation: the way transports start a call. origin
+// identifies what built the Request (a transport's configuration; it may be
+// nil) and is what Origin reports, so that a later layer can tell whether it
+// would have built the same Request.
+func NewRequestContext(parent context.Context, origin any) (context.Context, *Request) {
+	c := &requestContext{Context: parent, origin: origin}
 	return c, &c.r
 }
 
@@ -156,21 +137,42 @@ func NewRequestContext(parent context.Context) (context.Context, *Request) {
 // goroutine.
 type requestContext struct {
 	context.Context
-	r Request
+	r      Request
+	origin any
 }
 
 func (c *requestContext) Value(key any) any {
-	if key == (requestKey{}) {
+	switch key {
+	case requestKey{}:
 		return &c.r
+	case originKey{}:
+		return c.origin
 	}
 	return c.Context.Value(key)
 }
 
-// FromContext returns the Request stored in ctx by NewContext or
-// NewRequestContext, if any.
+// FromContext returns the Request stored in ctx by NewRequestContext, if
+// any.
 func FromContext(ctx context.Context) (*Request, bool) {
 	r, ok := ctx.Value(requestKey{}).(*Request)
 	return r, ok
+}
+
+// Origin returns the origin given to NewRequestContext for the Request in
+// ctx, or nil.
+func Origin(ctx context.Context) any { return ctx.Value(originKey{}) }
+
+// MethodOptions are the floodgate settings of one method (a gRPC full
+// method or an HTTP route pattern): what one call costs and how important
+// it is. A zero field is unset and lets the next source decide it; package
+// interceptor documents the order in which sources are consulted.
+type MethodOptions struct {
+	// Cost is the units one call charges at every rate-limit rule that
+	// has no cost of its own; 0 is unset (1 in the end).
+	Cost int64
+	// Priority is the call's importance to the shedder;
+	// PriorityUnspecified is unset.
+	Priority Priority
 }
 
 // Stage names the kind of stage that made a decision.
@@ -245,9 +247,6 @@ type Decision struct {
 	// Priority is the priority the stage used for the request.
 	Priority Priority
 }
-
-// Degraded reports whether the decision was taken without the primary store.
-func (d Decision) Degraded() bool { return d.Source.Degraded() }
 
 // Done is returned by a stage that admitted a request; the transport calls it
 // exactly once when the request finishes (on return, panic, cancellation or
@@ -362,16 +361,6 @@ func (f ObserverFunc) Observe(ctx context.Context, r *Request, d Decision, err e
 	f(ctx, r, d, err)
 }
 
-// Observers fans one decision out to several observers in order.
-type Observers []Observer
-
-// Observe implements Observer.
-func (os Observers) Observe(ctx context.Context, r *Request, d Decision, err error) {
-	for _, o := range os {
-		o.Observe(ctx, r, d, err)
-	}
-}
-
 // Observed returns an Admitter that reports every decision of a to o, once.
 // If a is a Chain, each of its stages is wrapped, so every stage's decision
 // is reported, not only the chain's result.
@@ -406,8 +395,9 @@ type Clock interface {
 	Now() time.Time
 }
 
-// SystemClock is the Clock backed by time.Now.
-var SystemClock Clock = systemClock{}
+// SystemClock returns the Clock backed by time.Now, the default of every
+// stage.
+func SystemClock() Clock { return systemClock{} }
 
 type systemClock struct{}
 
