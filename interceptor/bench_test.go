@@ -41,7 +41,11 @@ rules:
 	if err != nil {
 		b.Fatal(err)
 	}
-	lim, err := tiers.NewLimiter(memstore.New(), policy)
+	store, err := memstore.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim, err := tiers.NewLimiter(store, policy)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +80,10 @@ func BenchmarkUnaryBufconn(b *testing.B) {
 			return h(ctx, req)
 		}}},
 		{"lean1", []grpc.UnaryServerInterceptor{UnaryServer(lean)}},
-		{"full3", []grpc.UnaryServerInterceptor{UnaryServer(stages[0], opts...), UnaryServer(stages[1], opts...), UnaryServer(stages[2], opts...)}},
+		{"full3", func() []grpc.UnaryServerInterceptor {
+			fg := MustNew(opts...)
+			return []grpc.UnaryServerInterceptor{fg.UnaryServer(stages[0]), fg.UnaryServer(stages[1]), fg.UnaryServer(stages[2])}
+		}()},
 		{"fullChain", []grpc.UnaryServerInterceptor{UnaryServer(floodgate.Chain(stages), opts...)}},
 	}
 	for _, tc := range cases {
@@ -123,7 +130,10 @@ func BenchmarkUnaryDirect(b *testing.B) {
 	}{
 		{"none", chainOf()},
 		{"lean1", chainOf(UnaryServer(lean))},
-		{"full3", chainOf(UnaryServer(stages[0], opts...), UnaryServer(stages[1], opts...), UnaryServer(stages[2], opts...))},
+		{"full3", func() grpc.UnaryHandler {
+			fg := MustNew(opts...)
+			return chainOf(fg.UnaryServer(stages[0]), fg.UnaryServer(stages[1]), fg.UnaryServer(stages[2]))
+		}()},
 		{"fullChain", chainOf(UnaryServer(floodgate.Chain(stages), opts...))},
 	}
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-other", "1"))

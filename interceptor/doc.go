@@ -6,13 +6,21 @@
 //
 // # Composition
 //
-// Use one interceptor per stage, in chain order, inside
-// grpc.ChainUnaryInterceptor / grpc.ChainStreamInterceptor, or one around a
-// floodgate.Chain. The first floodgate interceptor of a call builds the
-// floodgate.Request and stores it in the context, where
-// floodgate.FromContext finds it (Request and context are one allocation);
-// later ones reuse it, so pass the request-building options
-// (identity, proxies, methods) to every interceptor, or at least the first.
+// New validates the options once and returns an Interceptor; its
+// UnaryServer, StreamServer and HTTP methods make one interceptor per
+// stage, in chain order, for grpc.ChainUnaryInterceptor /
+// grpc.ChainStreamInterceptor, or one around a floodgate.Chain. The first
+// floodgate interceptor of a call builds the floodgate.Request and stores
+// it in the context, where floodgate.FromContext finds it (Request and
+// context are one allocation); the others made by the same Interceptor
+// reuse it. The package-level UnaryServer, StreamServer and HTTP are
+// shorthands for one stage (MustNew(opts...).UnaryServer(a), ...): they
+// panic at construction on a bad option, as UnaryClient and StreamClient
+// do, so a misconfigured limiter never answers a client. An interceptor
+// made by another Interceptor whose options change how a Request is built
+// does not ignore them: its stage decides on a copy with its own options
+// applied, and it logs once that the chain should come from one New.
+//
 // Each admitted stage's Done runs exactly once when the call finishes: on
 // return, on panic (deferred), on client cancellation (the handler returns)
 // and, for streams, when the stream handler returns. Streams are charged
@@ -90,14 +98,22 @@
 // Health checks are never limited: every /grpc.health.v1.Health/ method,
 // and the HTTP paths given to WithHealthPaths. WithSkip exempts more.
 //
-// # Cost and priority precedence
+// # Cost and priority
 //
-// For each of cost and priority separately, the first source that sets it
-// wins: the policy (WithMethodOptions, consulted on every call since
-// policies reload), then the Go map (WithMethods), then the proto
-// annotation (floodgate.v1.method, read once per method from
-// protoregistry.GlobalFiles and cached), then, for priority over HTTP only,
-// the HTTP method (GET, HEAD, OPTIONS, TRACE read; others write). A trusted
-// priority header (WithPriorityHeader) overrides them all for priority.
-// Cost 0 means "not annotated": each rule's own cost applies.
+// A call's Request.Cost and Request.Priority are resolved in one place, in
+// one order, however the interceptors are wired. For cost and priority
+// separately, the first source that sets one wins:
+//
+//  1. the policy: the methods: section of every stage the Interceptor wraps
+//     that has one (a *tiers.Limiter; found by the interceptor itself, in
+//     chain order, and read on every call so reloads apply);
+//  2. the Go map given to WithMethods;
+//  3. the proto annotation (floodgate.v1.method, gRPC only, read once per
+//     method from protoregistry.GlobalFiles and cached);
+//  4. for priority over HTTP, the HTTP method (GET, HEAD, OPTIONS, TRACE
+//     read; others write); else the stage's own default.
+//
+// A trusted priority header (WithPriorityHeader) overrides all of them for
+// priority. Cost 0 means unset: each rate-limit rule's own cost applies, or
+// 1. A rule with a cost of its own charges it whatever the method's cost.
 package interceptor

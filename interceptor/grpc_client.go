@@ -81,7 +81,7 @@ func WithMaxDelay(d time.Duration) ClientOption {
 }
 
 // WithClientClock sets the clock used to compare a wait with the context
-// deadline (default floodgate.SystemClock).
+// deadline (default floodgate.SystemClock()).
 func WithClientClock(clk floodgate.Clock) ClientOption {
 	return func(c *clientConfig) {
 		if clk == nil {
@@ -92,34 +92,10 @@ func WithClientClock(clk floodgate.Clock) ClientOption {
 	}
 }
 
-// WithSleep replaces how the client waits (default: a timer, cut short by
-// ctx). sleep must return ctx's error if ctx ends first. For tests.
-func WithSleep(sleep func(ctx context.Context, d time.Duration) error) ClientOption {
-	return func(c *clientConfig) {
-		if sleep == nil {
-			c.errs = append(c.errs, errors.New("interceptor: WithSleep: nil func"))
-			return
-		}
-		c.sleep = sleep
-	}
-}
-
-// WithRand replaces the source of jitter, a func returning values in
-// [0, 1). For tests.
-func WithRand(f func() float64) ClientOption {
-	return func(c *clientConfig) {
-		if f == nil {
-			c.errs = append(c.errs, errors.New("interceptor: WithRand: nil func"))
-			return
-		}
-		c.rand = f
-	}
-}
-
 func newClientConfig(opts []ClientOption) (*clientConfig, error) {
 	c := &clientConfig{
 		attempts: DefaultMaxAttempts, jitter: DefaultJitter, maxDelay: DefaultMaxDelay,
-		clock: floodgate.SystemClock, sleep: sleepCtx, rand: rand.Float64,
+		clock: floodgate.SystemClock(), sleep: sleepCtx, rand: rand.Float64,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -132,6 +108,14 @@ func newClientConfig(opts []ClientOption) (*clientConfig, error) {
 		return nil, errors.Join(c.errs...)
 	}
 	return c, nil
+}
+
+func mustClientConfig(opts []ClientOption) *clientConfig {
+	c, err := newClientConfig(opts)
+	if err != nil {
+		panic(err)
+	}
+	return c
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -202,16 +186,9 @@ func (c *clientConfig) wait(ctx context.Context, attempt int, err error, trailer
 // context's deadline. Errors without a server delay are returned at once:
 // RESOURCE_EXHAUSTED also means "message too large", which no wait cures.
 //
-// Invalid options make every call fail with codes.InvalidArgument naming
-// them.
+// It panics at construction if an option is invalid, naming it.
 func UnaryClient(opts ...ClientOption) grpc.UnaryClientInterceptor {
-	c, cerr := newClientConfig(opts)
-	if cerr != nil {
-		st := status.New(codes.InvalidArgument, "floodgate client interceptor misconfigured: "+cerr.Error())
-		return func(context.Context, string, any, any, *grpc.ClientConn, grpc.UnaryInvoker, ...grpc.CallOption) error {
-			return st.Err()
-		}
-	}
+	c := mustClientConfig(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var trailer metadata.MD
 		callOpts := append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
@@ -236,14 +213,10 @@ func UnaryClient(opts ...ClientOption) grpc.UnaryClientInterceptor {
 // RESOURCE_EXHAUSTED and UNAVAILABLE), which retries inside SendMsg,
 // buffers what was sent and honours the grpc-retry-pushback-ms trailer;
 // or use RetryDelay on their errors.
+//
+// It panics at construction if an option is invalid, naming it.
 func StreamClient(opts ...ClientOption) grpc.StreamClientInterceptor {
-	c, cerr := newClientConfig(opts)
-	if cerr != nil {
-		st := status.New(codes.InvalidArgument, "floodgate client interceptor misconfigured: "+cerr.Error())
-		return func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, grpc.Streamer, ...grpc.CallOption) (grpc.ClientStream, error) {
-			return nil, st.Err()
-		}
-	}
+	c := mustClientConfig(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		if desc.ClientStreams {
 			return streamer(ctx, desc, cc, method, opts...)

@@ -2,8 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 	"math"
 	"net/netip"
 	"strconv"
@@ -41,79 +39,116 @@ const (
 // healthPrefix is the gRPC health service; its calls are never limited.
 const healthPrefix = "/grpc.health.v1.Health/"
 
-// Interceptor adapts one Admitter (one stage, or a floodgate.Chain) to gRPC
-// and net/http. Build it with New; UnaryServer, StreamServer and HTTP are
-// shorthands.
+// Interceptor makes the gRPC interceptors and the net/http middleware of
+// one chain from one configuration: how a call becomes a floodgate.Request
+// (identity, trusted proxies, methods, routes) and how a Decision is
+// observed and answered. Build it with New, then make one interceptor per
+// stage, in chain order:
+//
+//	fg, err := interceptor.New(opts...)
+//	grpc.ChainUnaryInterceptor(fg.UnaryServer(shed), fg.UnaryServer(conc), fg.UnaryServer(limits))
+//
+// Every interceptor it makes shares the Request the first one builds, and
+// the per-method options of every stage it wraps (a *tiers.Limiter's
+// policy methods:), so the order in which cost and priority are resolved
+// does not depend on how the chain is wired. Make all of a chain's
+// interceptors before serving: each one adds the method options of the
+// stage it wraps. The package-level UnaryServer, StreamServer and HTTP are
+// shorthands for one stage.
 type Interceptor struct {
-	a      floodgate.Admitter
-	c      *config
-	errLog atomic.Int64
+	c        *config
+	policies atomic.Pointer[[]methodSource]
+	logs     logs
 }
 
-// New validates opts and returns an Interceptor around a. The error names
-// every invalid option.
-func New(a floodgate.Admitter, opts ...Option) (*Interceptor, error) {
+// New validates opts and returns an Interceptor. The error names every
+// invalid option.
+func New(opts ...Option) (*Interceptor, error) {
 	c, err := newConfig(opts)
-	if a == nil {
-		err = errors.Join(errors.New("interceptor: nil Admitter"), err)
-	}
 	if err != nil {
 		return nil, err
 	}
-	if c.observer != nil {
-		a = floodgate.Observed(a, c.observer)
-	}
-	return &Interceptor{a: a, c: c}, nil
+	return &Interceptor{c: c}, nil
 }
 
-// UnaryServer returns a gRPC unary server interceptor admitting calls
-// through a. Use one per stage inside grpc.ChainUnaryInterceptor, or one
-// around a floodgate.Chain.
-//
-// If opts are invalid (use New to see the error at startup) the returned
-// interceptor fails every call with codes.Internal naming the configuration
-// error, and logs it once: a misconfigured limiter is found by the first
-// call, never silently skipped.
+// MustNew is New for package-level variables and shorthands: it panics
+// with New's error.
+func MustNew(opts ...Option) *Interceptor {
+	i, err := New(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return i
+}
+
+// UnaryServer is MustNew(opts...).UnaryServer(a): a gRPC unary server
+// interceptor admitting calls through a. It panics at construction if an
+// option is invalid or a is nil, so a misconfigured limiter never reaches
+// a client. To chain stages, make their interceptors from one New.
 func UnaryServer(a floodgate.Admitter, opts ...Option) grpc.UnaryServerInterceptor {
-	i, err := New(a, opts...)
-	if err != nil {
-		slog.Error("floodgate: invalid UnaryServer configuration", "error", err)
-		st := status.New(codes.Internal, "floodgate interceptor misconfigured: "+err.Error())
-		return func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
-			return nil, st.Err()
-		}
-	}
-	return i.UnaryServer()
+	return MustNew(opts...).UnaryServer(a)
 }
 
-// StreamServer is UnaryServer for streams. A stream is charged once when it
-// opens (and per received message with WithPerMessage); its Done runs when
-// the handler returns, including when the client cancels.
+// StreamServer is MustNew(opts...).StreamServer(a); see UnaryServer.
 func StreamServer(a floodgate.Admitter, opts ...Option) grpc.StreamServerInterceptor {
-	i, err := New(a, opts...)
-	if err != nil {
-		slog.Error("floodgate: invalid StreamServer configuration", "error", err)
-		st := status.New(codes.Internal, "floodgate interceptor misconfigured: "+err.Error())
-		return func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
-			return st.Err()
+	return MustNew(opts...).StreamServer(a)
+}
+
+// stage prepares a for the interceptors that wrap it: it records the
+// per-method options a offers (a stage with a MethodOptions method, or any
+// such stage of a floodgate.Chain) and wraps a with the observer. It
+// panics when a is nil.
+func (i *Interceptor) stage(a floodgate.Admitter) floodgate.Admitter {
+	if a == nil {
+		panic("interceptor: nil Admitter")
+	}
+	i.addSources(a)
+	switch len(i.c.observers) {
+	case 0:
+	case 1:
+		a = floodgate.Observed(a, i.c.observers[0])
+	default:
+		a = floodgate.Observed(a, fanOut(i.c.observers))
+	}
+	return a
+}
+
+func (i *Interceptor) addSources(a floodgate.Admitter) {
+	if ch, ok := a.(floodgate.Chain); ok {
+		for _, s := range ch {
+			i.addSources(s)
+		}
+		return
+	}
+	src, ok := a.(methodSource)
+	if !ok {
+		return
+	}
+	for {
+		old := i.policies.Load()
+		var next []methodSource
+		if old != nil {
+			for _, have := range *old {
+				if have == src {
+					return
+				}
+			}
+			next = append(next, *old...)
+		}
+		next = append(next, src)
+		if i.policies.CompareAndSwap(old, &next) {
+			return
 		}
 	}
-	return i.StreamServer()
 }
 
 func (i *Interceptor) exempt(method string) bool {
 	return strings.HasPrefix(method, healthPrefix) || (i.c.skip != nil && i.c.skip(method))
 }
 
-// grpcRequest returns the call's Request, building it (and storing it in
-// the returned context) when no earlier floodgate interceptor did.
+// grpcRequest returns the call's Request and the context carrying it.
 func (i *Interceptor) grpcRequest(ctx context.Context, method string) (*floodgate.Request, context.Context) {
-	if r, ok := floodgate.FromContext(ctx); ok {
-		return r, ctx
-	}
-	nctx, r := floodgate.NewRequestContext(ctx)
-	i.c.buildRequest(ctx, r, method, true, floodgate.PriorityUnspecified, peerAddr(ctx), Metadata{ctx: ctx})
-	return r, nctx
+	return i.request(ctx, &call{method: method, grpcMethod: true, peer: peerAddr(ctx), md: Metadata{ctx: ctx}})
 }
 
 func peerAddr(ctx context.Context) (a netip.Addr) {
@@ -124,10 +159,11 @@ func peerAddr(ctx context.Context) (a netip.Addr) {
 }
 
 // admit runs the stage and logs (rate-limited) an error that came with it.
-func (i *Interceptor) admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done) {
-	d, done, err := i.a.Admit(ctx, r)
+func (i *Interceptor) admit(a floodgate.Admitter, ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done) {
+	d, done, err := a.Admit(ctx, r)
 	if err != nil {
-		i.logStageError(r, d, err)
+		logThrottled(&i.logs.stageErr, "floodgate: stage returned an error; its decision stands",
+			"method", r.Method, "stage", string(d.Stage), "source", string(d.Source), "allowed", d.Allowed, "error", err)
 	}
 	if !d.Allowed && done != nil {
 		// A denying stage must not hold anything; release defensively.
@@ -137,19 +173,16 @@ func (i *Interceptor) admit(ctx context.Context, r *floodgate.Request) (floodgat
 	return d, done
 }
 
-func (i *Interceptor) logStageError(r *floodgate.Request, d floodgate.Decision, err error) {
-	logThrottled(&i.errLog, "floodgate: stage returned an error; its decision stands",
-		"method", r.Method, "stage", string(d.Stage), "source", string(d.Source), "allowed", d.Allowed, "error", err)
-}
-
-// UnaryServer returns the unary server interceptor.
-func (i *Interceptor) UnaryServer() grpc.UnaryServerInterceptor {
+// UnaryServer returns a gRPC unary server interceptor admitting calls
+// through a: one stage, or a floodgate.Chain. It panics if a is nil.
+func (i *Interceptor) UnaryServer(a floodgate.Admitter) grpc.UnaryServerInterceptor {
+	a = i.stage(a)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if i.exempt(info.FullMethod) {
 			return handler(ctx, req)
 		}
 		r, ctx := i.grpcRequest(ctx, info.FullMethod)
-		d, done := i.admit(ctx, r)
+		d, done := i.admit(a, ctx, r)
 		if !d.Allowed {
 			_ = grpc.SetTrailer(ctx, pushbackMD(d))
 			return nil, DenyStatus(d, i.c.domain).Err()
@@ -161,15 +194,19 @@ func (i *Interceptor) UnaryServer() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServer returns the stream server interceptor.
-func (i *Interceptor) StreamServer() grpc.StreamServerInterceptor {
+// StreamServer returns a gRPC stream server interceptor admitting streams
+// through a. A stream is charged once when it opens (and per received
+// message with WithPerMessage); its Done runs when the handler returns,
+// including when the client cancels. It panics if a is nil.
+func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterceptor {
+	a = i.stage(a)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if i.exempt(info.FullMethod) {
 			return handler(srv, ss)
 		}
 		ctx := ss.Context()
 		r, nctx := i.grpcRequest(ctx, info.FullMethod)
-		d, done := i.admit(nctx, r)
+		d, done := i.admit(a, nctx, r)
 		if !d.Allowed {
 			ss.SetTrailer(pushbackMD(d))
 			return DenyStatus(d, i.c.domain).Err()
@@ -178,7 +215,7 @@ func (i *Interceptor) StreamServer() grpc.StreamServerInterceptor {
 			defer done()
 		}
 		if nctx != ctx || i.c.perMessage {
-			ss = &serverStream{ServerStream: ss, ctx: nctx, i: i, r: r}
+			ss = &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
 		}
 		return handler(srv, ss)
 	}
@@ -188,6 +225,7 @@ type serverStream struct {
 	grpc.ServerStream
 	ctx context.Context
 	i   *Interceptor
+	a   floodgate.Admitter
 	r   *floodgate.Request
 }
 
@@ -200,7 +238,7 @@ func (s *serverStream) RecvMsg(m any) error {
 	if !s.i.c.perMessage {
 		return nil
 	}
-	d, done := s.i.admit(s.ctx, s.r)
+	d, done := s.i.admit(s.a, s.ctx, s.r)
 	if !d.Allowed {
 		s.SetTrailer(pushbackMD(d))
 		return DenyStatus(d, s.i.c.domain).Err()

@@ -3,6 +3,8 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -239,16 +241,16 @@ func TestHealthAndSkipNeverLimited(t *testing.T) {
 
 func TestAnnotationsAndPrecedence(t *testing.T) {
 	const exp, plain = "/floodgate.test.v1.Echo/Expensive", "/floodgate.test.v1.Echo/Plain"
-	ml, ok := LookupAnnotation(exp)
-	if !ok || ml != (MethodLimits{Cost: 10, Priority: floodgate.PriorityCritical, Rule: "expensive"}) {
-		t.Fatalf("LookupAnnotation(%s) = %+v, %v", exp, ml, ok)
+	mo, ok := annotationFor(exp)
+	if !ok || mo != (floodgate.MethodOptions{Cost: 10, Priority: floodgate.PriorityCritical}) {
+		t.Fatalf("annotationFor(%s) = %+v, %v", exp, mo, ok)
 	}
-	if _, ok := LookupAnnotation(plain); ok {
+	if _, ok := annotationFor(plain); ok {
 		t.Fatal("Plain has no annotation")
 	}
 	for _, m := range []string{"", "/", "x", "/nope.Svc/M", "/floodgate.test.v1.Echo/Nope", "/floodgate.test.v1.EchoRequest/X"} {
-		if _, ok := LookupAnnotation(m); ok {
-			t.Errorf("LookupAnnotation(%q) found something", m)
+		if _, ok := annotationFor(m); ok {
+			t.Errorf("annotationFor(%q) found something", m)
 		}
 	}
 
@@ -256,35 +258,37 @@ func TestAnnotationsAndPrecedence(t *testing.T) {
 		cost int64
 		prio floodgate.Priority
 	}
+	goMap := map[string]floodgate.MethodOptions{exp: {Cost: 3}, plain: {Cost: 2, Priority: floodgate.PriorityWrite}}
 	for _, tc := range []struct {
-		name  string
-		opts  []Option
-		md    []string
-		exp   want
-		plain want
+		name   string
+		opts   []Option
+		policy map[string]floodgate.MethodOptions // the wrapped stage's methods:
+		md     []string
+		exp    want
+		plain  want
 	}{
-		{"annotation", nil, nil, want{10, floodgate.PriorityCritical}, want{0, floodgate.PriorityUnspecified}},
-		{"no annotations", []Option{WithoutAnnotations()}, nil, want{0, 0}, want{0, 0}},
-		{"map over annotation", []Option{WithMethods(map[string]MethodLimits{
-			exp: {Cost: 3}, plain: {Cost: 2, Priority: floodgate.PriorityWrite},
-		})}, nil, want{3, floodgate.PriorityCritical}, want{2, floodgate.PriorityWrite}},
-		{"policy over map", []Option{
-			WithMethods(map[string]MethodLimits{exp: {Cost: 3}, plain: {Cost: 2, Priority: floodgate.PriorityWrite}}),
-			WithMethodOptions(func(m string) (int64, floodgate.Priority, bool) {
-				if m == exp {
-					return 7, floodgate.PriorityRead, true
-				}
-				return 0, 0, false
-			}),
-		}, nil, want{7, floodgate.PriorityRead}, want{2, floodgate.PriorityWrite}},
-		{"trusted priority header", []Option{WithPriorityHeader("x-priority")}, []string{"x-priority", "test"},
+		{"annotation", nil, nil, nil, want{10, floodgate.PriorityCritical}, want{0, floodgate.PriorityUnspecified}},
+		{"no annotations", []Option{WithoutAnnotations()}, nil, nil, want{0, 0}, want{0, 0}},
+		{"map over annotation", []Option{WithMethods(goMap)}, nil, nil, want{3, floodgate.PriorityCritical}, want{2, floodgate.PriorityWrite}},
+		{"policy over map", []Option{WithMethods(goMap)}, map[string]floodgate.MethodOptions{exp: {Cost: 7, Priority: floodgate.PriorityRead}},
+			nil, want{7, floodgate.PriorityRead}, want{2, floodgate.PriorityWrite}},
+		{"policy cost, annotation priority", nil, map[string]floodgate.MethodOptions{exp: {Cost: 7}},
+			nil, want{7, floodgate.PriorityCritical}, want{0, floodgate.PriorityUnspecified}},
+		{"trusted priority header", []Option{WithPriorityHeader("x-priority")}, nil, []string{"x-priority", "test"},
 			want{10, floodgate.PriorityTest}, want{0, floodgate.PriorityTest}},
-		{"bad priority header ignored", []Option{WithPriorityHeader("x-priority")}, []string{"x-priority", "urgent"},
+		{"trusted priority header over policy", []Option{WithPriorityHeader("x-priority")},
+			map[string]floodgate.MethodOptions{exp: {Cost: 7, Priority: floodgate.PriorityRead}}, []string{"x-priority", "test"},
+			want{7, floodgate.PriorityTest}, want{0, floodgate.PriorityTest}},
+		{"bad priority header ignored", []Option{WithPriorityHeader("x-priority")}, nil, []string{"x-priority", "urgent"},
 			want{10, floodgate.PriorityCritical}, want{0, floodgate.PriorityUnspecified}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &stage{}
-			c := unaryServer(t, &echoServer{}, UnaryServer(s, tc.opts...))
+			var a floodgate.Admitter = s
+			if tc.policy != nil {
+				a = &policyStage{stage: s, methods: tc.policy}
+			}
+			c := unaryServer(t, &echoServer{}, UnaryServer(a, tc.opts...))
 			ctx := testCtx(t)
 			if tc.md != nil {
 				ctx = metadata.AppendToOutgoingContext(ctx, tc.md...)
@@ -304,6 +308,100 @@ func TestAnnotationsAndPrecedence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMethodPrecedenceWiring: however a chain is wired — stage interceptors
+// made by one Interceptor, one interceptor around a floodgate.Chain, or the
+// same chain as HTTP middleware — every stage sees the cost and priority
+// resolved in the one documented order (policy, Go map, annotation).
+func TestMethodPrecedenceWiring(t *testing.T) {
+	const exp, plain = "/floodgate.test.v1.Echo/Expensive", "/floodgate.test.v1.Echo/Plain"
+	type seen struct {
+		cost int64
+		prio floodgate.Priority
+	}
+	policy := map[string]floodgate.MethodOptions{exp: {Cost: 7}, plain: {Priority: floodgate.PriorityRead}}
+	goMap := map[string]floodgate.MethodOptions{exp: {Cost: 3, Priority: floodgate.PriorityWrite}, plain: {Cost: 2, Priority: floodgate.PriorityWrite}}
+	// Expensive: cost from the policy, priority from the map (the policy
+	// leaves it unset) — not the annotation's critical. Plain: cost from
+	// the map, priority from the policy.
+	want := map[string]seen{exp: {7, floodgate.PriorityWrite}, plain: {2, floodgate.PriorityRead}}
+	opts := []Option{WithMethods(goMap)}
+
+	check := func(t *testing.T, stages ...*stage) {
+		t.Helper()
+		for si, s := range stages {
+			rs := s.requests()
+			if len(rs) != 2 {
+				t.Fatalf("stage %d saw %d requests, want 2", si, len(rs))
+			}
+			for j, m := range []string{exp, plain} {
+				if got := (seen{rs[j].Cost, rs[j].Priority}); got != want[m] {
+					t.Errorf("stage %d, %s: %+v, want %+v", si, m, got, want[m])
+				}
+			}
+		}
+	}
+	callBoth := func(t *testing.T, c testpb.EchoClient) {
+		t.Helper()
+		for _, call := range []func(context.Context, *testpb.EchoRequest, ...grpc.CallOption) (*testpb.EchoResponse, error){c.Expensive, c.Plain} {
+			if _, err := call(testCtx(t), &testpb.EchoRequest{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Run("one interceptor per stage", func(t *testing.T) {
+		shed, lim := &stage{}, &stage{}
+		fg := MustNew(opts...)
+		// The shedder's interceptor is made before the limiter's and still
+		// resolves the limiter's policy.
+		c := unaryServer(t, &echoServer{}, fg.UnaryServer(shed), fg.UnaryServer(&policyStage{stage: lim, methods: policy}))
+		callBoth(t, c)
+		check(t, shed, lim)
+		if shed.requests()[0] != lim.requests()[0] {
+			t.Error("stages of one Interceptor decided on different Requests")
+		}
+	})
+	t.Run("one interceptor around a chain", func(t *testing.T) {
+		shed, lim := &stage{}, &stage{}
+		c := unaryServer(t, &echoServer{}, UnaryServer(floodgate.Chain{shed, &policyStage{stage: lim, methods: policy}}, opts...))
+		callBoth(t, c)
+		check(t, shed, lim)
+	})
+	t.Run("HTTP around a chain", func(t *testing.T) {
+		shed, lim := &stage{}, &stage{}
+		httpWant := map[string]floodgate.MethodOptions{"GET /e": {Cost: 7}, "GET /p": {Priority: floodgate.PriorityRead}}
+		mw := HTTP(floodgate.Chain{shed, &policyStage{stage: lim, methods: httpWant}},
+			WithMethods(map[string]floodgate.MethodOptions{"GET /e": {Cost: 3, Priority: floodgate.PriorityWrite}, "GET /p": {Cost: 2, Priority: floodgate.PriorityWrite}}))
+		mux := http.NewServeMux()
+		ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+		mux.Handle("GET /e", mw(ok))
+		mux.Handle("GET /p", mw(ok))
+		for _, path := range []string{"/e", "/p"} {
+			mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+		}
+		check(t, shed, lim)
+	})
+	t.Run("separate interceptors honour their own options", func(t *testing.T) {
+		// Mis-wired: each stage's interceptor has its own New. The
+		// limiter's interceptor does not ignore its options (the policy
+		// it wraps): its stage decides on a copy resolved its own way.
+		shed, lim := &stage{}, &stage{}
+		c := unaryServer(t, &echoServer{}, UnaryServer(shed, opts...), UnaryServer(&policyStage{stage: lim, methods: policy}, opts...))
+		callBoth(t, c)
+		check(t, lim)
+	})
+}
+
+// policyStage is a stage with per-method options, as a *tiers.Limiter has.
+type policyStage struct {
+	*stage
+	methods map[string]floodgate.MethodOptions
+}
+
+func (p *policyStage) MethodOptions(m string) (floodgate.MethodOptions, bool) {
+	o, ok := p.methods[m]
+	return o, ok
 }
 
 func TestGRPCIdentity(t *testing.T) {
@@ -481,10 +579,16 @@ func TestObserverReportsEveryStageOnce(t *testing.T) {
 		}},
 		&stage{decide: deny(floodgate.Decision{Stage: floodgate.StageTiers, RetryAfter: time.Second})},
 	}
-	c := unaryServer(t, &echoServer{}, UnaryServer(chain, WithObserver(obs)))
+	// Two observers: each is told of every decision, in order.
+	second := floodgate.ObserverFunc(func(_ context.Context, r *floodgate.Request, d floodgate.Decision, err error) {
+		<-mu
+		got = append(got, "2:"+string(d.Stage))
+		mu <- struct{}{}
+	})
+	c := unaryServer(t, &echoServer{}, UnaryServer(chain, WithObserver(obs, second)))
 	_, _ = c.Plain(testCtx(t), &testpb.EchoRequest{})
 	<-mu
-	if strings.Join(got, ",") != "shedder/true,concurrency/true,tiers/false" {
+	if strings.Join(got, ",") != "shedder/true,2:shedder,concurrency/true,2:concurrency,tiers/false,2:tiers" {
 		t.Errorf("observed %v", got)
 	}
 }
@@ -497,25 +601,42 @@ func boolStr(b bool) string {
 }
 
 func TestInvalidOptions(t *testing.T) {
-	_, err := New(&stage{}, WithTrustedProxies("10.0.0.0/33", "nope"), WithDomain(""), WithMethods(map[string]MethodLimits{"/a/b": {Cost: -1}}), nil)
+	_, err := New(WithTrustedProxies("10.0.0.0/33", "nope"), WithDomain(""), WithMethods(map[string]floodgate.MethodOptions{"/a/b": {Cost: -1}}), WithObserver(nil), nil)
 	if err == nil {
 		t.Fatal("New accepted invalid options")
 	}
-	for _, want := range []string{`"10.0.0.0/33"`, `"nope"`, "WithDomain", "negative cost -1", "nil Option"} {
+	for _, want := range []string{`"10.0.0.0/33"`, `"nope"`, "WithDomain", "cost -1 is negative", "WithObserver: nil Observer", "nil Option"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}
 	}
-	if _, err := New(&stage{}, WithUser(FromHeader("")), WithTenant(FromClaims(nil, "org"))); err == nil ||
+	if _, err := New(WithUser(FromHeader("")), WithTenant(FromClaims(nil, "org"))); err == nil ||
 		!strings.Contains(err.Error(), "WithUser: nil Extractor") || !strings.Contains(err.Error(), "WithTenant: nil Extractor") {
 		t.Errorf("bad extractors: %v", err)
 	}
-	if _, err := New(nil); err == nil || !strings.Contains(err.Error(), "nil Admitter") {
-		t.Errorf("New(nil) = %v", err)
-	}
-	c := unaryServer(t, &echoServer{}, UnaryServer(&stage{}, WithDomain(" ")))
-	_, err = c.Plain(testCtx(t), &testpb.EchoRequest{})
-	if st := status.Convert(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "WithDomain") {
-		t.Errorf("misconfigured interceptor: %v", err)
+}
+
+// TestMisconfigurationPanicsAtConstruction: a shorthand with a bad option,
+// or a nil stage, panics when it is built — never a 500 or INTERNAL at
+// request time.
+func TestMisconfigurationPanicsAtConstruction(t *testing.T) {
+	for name, build := range map[string]func(){
+		"UnaryServer option":  func() { UnaryServer(&stage{}, WithDomain(" ")) },
+		"StreamServer option": func() { StreamServer(&stage{}, WithHealthPaths("healthz")) },
+		"HTTP option":         func() { HTTP(&stage{}, WithTrustedProxies("nope")) },
+		"UnaryClient option":  func() { UnaryClient(WithMaxAttempts(0)) },
+		"StreamClient option": func() { StreamClient(WithJitter(2)) },
+		"nil stage":           func() { MustNew().UnaryServer(nil) },
+		"nil HTTP stage":      func() { MustNew().HTTP(nil) },
+		"MustNew":             func() { MustNew(nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic at construction")
+				}
+			}()
+			build()
+		})
 	}
 }

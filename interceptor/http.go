@@ -1,13 +1,10 @@
 package interceptor
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/netip"
 	"strconv"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
@@ -22,36 +19,12 @@ const (
 	ProblemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 )
 
-// HTTP returns net/http middleware admitting requests through a. Use one
-// per stage or one around a floodgate.Chain.
-//
-// The request's Method is its route pattern: r.Pattern, which
-// http.ServeMux sets only once it has routed the request. Wrap the
-// handlers registered on the mux (mux.Handle("GET /v1/items/{id}",
-// mw(h))) and r.Pattern is there. Middleware wrapping the whole mux sees an
-// empty r.Pattern: give it WithServeMux(mux) (it asks the mux for the
-// pattern) or WithRoute; WithMethodPathFallback names requests
-// "METHOD /path" but only when asked, since raw paths are unbounded. With
-// none of these, an unrouted request has an empty Method (rules keyed on
-// method do not match it) and a warning is logged, rate-limited.
-//
-// If opts are invalid (use New to see the error at startup) every request
-// gets 500 naming the configuration error, which is logged once.
+// HTTP is MustNew(opts...).HTTP(a): net/http middleware admitting
+// requests through a. It panics at construction if an option is invalid or
+// a is nil, so a misconfigured limiter never answers a client with 500.
 func HTTP(a floodgate.Admitter, opts ...Option) func(http.Handler) http.Handler {
-	i, err := New(a, opts...)
-	if err != nil {
-		slog.Error("floodgate: invalid HTTP middleware configuration", "error", err)
-		msg := "floodgate middleware misconfigured: " + err.Error()
-		return func(http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				http.Error(w, msg, http.StatusInternalServerError)
-			})
-		}
-	}
-	return i.HTTP()
+	return MustNew(opts...).HTTP(a)
 }
-
-var routeLog atomic.Int64
 
 func (i *Interceptor) route(r *http.Request) string {
 	if r.Pattern != "" {
@@ -70,7 +43,7 @@ func (i *Interceptor) route(r *http.Request) string {
 	if i.c.methodFallback {
 		return r.Method + " " + r.URL.Path
 	}
-	logThrottled(&routeLog, "floodgate: HTTP request without a route pattern; limiting it with an empty method (wrap handlers inside the mux, or use WithServeMux/WithRoute)")
+	logThrottled(&i.logs.route, "floodgate: HTTP request without a route pattern; limiting it with an empty method (wrap handlers inside the mux, or use WithServeMux/WithRoute)")
 	return ""
 }
 
@@ -82,36 +55,47 @@ func httpPriority(method string) floodgate.Priority {
 	return floodgate.PriorityWrite
 }
 
-// HTTP returns the net/http middleware.
-func (i *Interceptor) HTTP() func(http.Handler) http.Handler {
+// HTTP returns net/http middleware admitting requests through a: one
+// stage, or a floodgate.Chain. Use one per stage or one around a Chain. It
+// panics if a is nil.
+//
+// The request's Method is its route pattern: r.Pattern, which
+// http.ServeMux sets only once it has routed the request. Wrap the
+// handlers registered on the mux (mux.Handle("GET /v1/items/{id}",
+// mw(h))) and r.Pattern is there. Middleware wrapping the whole mux sees an
+// empty r.Pattern: give it WithServeMux(mux) (it asks the mux for the
+// pattern) or WithRoute; WithMethodPathFallback names requests
+// "METHOD /path" but only when asked, since raw paths are unbounded. With
+// none of these, an unrouted request has an empty Method (rules keyed on
+// method do not match it) and a warning is logged, rate-limited.
+func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler {
+	a = i.stage(a)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if i.c.healthPaths[r.URL.Path] {
 				next.ServeHTTP(w, r)
 				return
 			}
-			fr, ok := floodgate.FromContext(r.Context())
-			if !ok {
-				method := i.route(r)
-				if i.c.skip != nil && i.c.skip(method) {
-					next.ServeHTTP(w, r)
-					return
-				}
-				var nctx context.Context
-				nctx, fr = floodgate.NewRequestContext(r.Context())
-				var peer netip.Addr
-				if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-					peer = normalize(ap.Addr())
-				} else {
-					peer = parseHostAddr(r.RemoteAddr)
-				}
-				i.c.buildRequest(r.Context(), fr, method, false, httpPriority(r.Method), peer, Metadata{h: r.Header})
-				r = r.WithContext(nctx)
-			} else if i.c.skip != nil && i.c.skip(fr.Method) {
+			cl := call{def: httpPriority(r.Method), md: Metadata{h: r.Header}}
+			if fr, ok := floodgate.FromContext(r.Context()); ok {
+				cl.method = fr.Method
+			} else {
+				cl.method = i.route(r)
+			}
+			if i.c.skip != nil && i.c.skip(cl.method) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			d, done := i.admit(r.Context(), fr)
+			if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+				cl.peer = normalize(ap.Addr())
+			} else {
+				cl.peer = parseHostAddr(r.RemoteAddr)
+			}
+			fr, nctx := i.request(r.Context(), &cl)
+			if nctx != r.Context() {
+				r = r.WithContext(nctx)
+			}
+			d, done := i.admit(a, r.Context(), fr)
 			if !d.Allowed {
 				i.writeDeny(w, d)
 				return
@@ -134,8 +118,6 @@ func quotaSeconds(d floodgate.Decision) int64 {
 	}
 	return ceilSeconds(d.Reset)
 }
-
-var sfLog atomic.Int64
 
 // quotaHeaders adds the RateLimit-Policy and RateLimit fields (and the
 // legacy X-RateLimit-* fields when enabled) for a rate-limit decision: one
@@ -173,7 +155,7 @@ func (i *Interceptor) quotaHeaders(h http.Header, d floodgate.Decision) {
 			h["Ratelimit"] = append(rl, s[policy:])
 		}
 	} else {
-		logThrottled(&sfLog, "floodgate: policy name cannot be sent as a Structured Field string (non-ASCII or control characters); RateLimit fields omitted")
+		logThrottled(&i.logs.sf, "floodgate: policy name cannot be sent as a Structured Field string (non-ASCII or control characters); RateLimit fields omitted")
 	}
 	if i.c.legacyHeaders {
 		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}

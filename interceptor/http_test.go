@@ -335,10 +335,8 @@ func TestHTTPReusesRequestAndInvalidOptions(t *testing.T) {
 	if a.requests()[0] != b.requests()[0] || b.requests()[0].Identity.User != "u" {
 		t.Error("second middleware built its own Request")
 	}
-	bad := httptest.NewServer(HTTP(&stage{}, WithHealthPaths("healthz"))(mux))
-	defer bad.Close()
-	if res := get(t, bad, "GET", "/x"); res.status != 500 || !strings.Contains(res.body, `"healthz" does not start with /`) {
-		t.Errorf("misconfigured middleware: %d %q", res.status, res.body)
+	if _, err := New(WithHealthPaths("healthz")); err == nil || !strings.Contains(err.Error(), `"healthz" does not start with /`) {
+		t.Errorf("New(WithHealthPaths(\"healthz\")) = %v", err)
 	}
 }
 
@@ -372,7 +370,7 @@ func TestHTTPSkipPriorityAndMethods(t *testing.T) {
 	srv := muxServer(t, HTTP(s,
 		WithSkip(func(m string) bool { return m == "POST /v1/items" }),
 		WithPriorityHeader("X-Priority"),
-		WithMethods(map[string]MethodLimits{"GET /v1/items/{id}": {Cost: 4}}),
+		WithMethods(map[string]floodgate.MethodOptions{"GET /v1/items/{id}": {Cost: 4}}),
 	))
 	if res := get(t, srv, "POST", "/v1/items"); res.status != 200 {
 		t.Fatal(res.status)

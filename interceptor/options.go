@@ -11,29 +11,13 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Option configures a server-side interceptor (UnaryServer, StreamServer)
-// or the HTTP middleware. Options that describe how the floodgate.Request is
-// built (identity, trusted proxies, method costs and priorities) only take
-// effect in the first floodgate interceptor of a call, the one that builds
-// the Request; pass the same options to every interceptor of a chain.
+// Option configures an Interceptor (New) and the shorthands UnaryServer,
+// StreamServer and HTTP. Some options describe how the floodgate.Request is
+// built (identity, trusted proxies, methods, routes); the others how a
+// decision is observed and answered. Every interceptor made from one
+// Interceptor shares them, so a chain of stages built from one New sees one
+// Request.
 type Option func(*config)
-
-// MethodLimits are the floodgate settings of one method, as set by a proto
-// annotation, the Go map given to WithMethods, or the policy.
-type MethodLimits struct {
-	// Cost is the tokens one call charges (0: not set, each rule's own cost).
-	Cost int64
-	// Priority is the method's importance to the shedder.
-	Priority floodgate.Priority
-	// Rule names the policy rule the method is meant for (informational).
-	Rule string
-}
-
-// MethodOptionsFunc returns the settings the policy gives a method; ok is
-// false when the policy says nothing about it. It is called on every
-// request (policies hot-reload), so it must be cheap and safe for
-// concurrent use.
-type MethodOptionsFunc func(method string) (cost int64, p floodgate.Priority, ok bool)
 
 // ClientIPHeader names the header (or gRPC metadata key) a trusted proxy
 // uses to forward the client's address.
@@ -60,9 +44,9 @@ const (
 type config struct {
 	errs []error
 
-	observer floodgate.Observer
-	domain   string
-	clock    floodgate.Clock
+	observers []floodgate.Observer
+	domain    string
+	clock     floodgate.Clock
 
 	skip        func(method string) bool
 	healthPaths map[string]bool
@@ -73,9 +57,12 @@ type config struct {
 	user, tenant, apiKey, tier Extractor
 	priorityHeader             string
 
-	methods       map[string]MethodLimits
-	methodOptions MethodOptionsFunc
-	annotations   bool
+	methods     map[string]floodgate.MethodOptions
+	annotations bool
+
+	// builds is set by every option that changes how the Request is
+	// built; see Interceptor.request.
+	builds bool
 
 	perMessage bool
 
@@ -87,7 +74,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) (*config, error) {
-	c := &config{domain: DefaultDomain, clock: floodgate.SystemClock, annotations: true}
+	c := &config{domain: DefaultDomain, clock: floodgate.SystemClock(), annotations: true}
 	for _, o := range opts {
 		if o == nil {
 			c.errs = append(c.errs, errors.New("interceptor: nil Option"))
@@ -108,13 +95,26 @@ func (c *config) fail(format string, args ...any) {
 // WithObserver reports every stage's decision to o, once per decision: the
 // Admitter is wrapped with floodgate.Observed, so each stage of a
 // floodgate.Chain is reported, not only the chain's result.
-func WithObserver(o floodgate.Observer) Option {
+//
+// Several observers (or several WithObserver options) are told in order.
+func WithObserver(obs ...floodgate.Observer) Option {
 	return func(c *config) {
-		if o == nil {
-			c.fail("WithObserver: nil Observer")
-			return
+		for _, o := range obs {
+			if o == nil {
+				c.fail("WithObserver: nil Observer")
+				continue
+			}
+			c.observers = append(c.observers, o)
 		}
-		c.observer = o
+	}
+}
+
+// fanOut tells every observer of one decision, in order.
+type fanOut []floodgate.Observer
+
+func (os fanOut) Observe(ctx context.Context, r *floodgate.Request, d floodgate.Decision, err error) {
+	for _, o := range os {
+		o.Observe(ctx, r, d, err)
 	}
 }
 
@@ -132,7 +132,7 @@ func WithDomain(domain string) Option {
 }
 
 // WithClock sets the clock used for the epoch-seconds X-RateLimit-Reset
-// field (see WithLegacyHeaders). The default is floodgate.SystemClock.
+// field (see WithLegacyHeaders). The default is floodgate.SystemClock().
 func WithClock(clk floodgate.Clock) Option {
 	return func(c *config) {
 		if clk == nil {
@@ -180,6 +180,7 @@ func WithHealthPaths(paths ...string) Option {
 // whatever headers it sends. Invalid CIDRs are a configuration error.
 func WithTrustedProxies(cidrs ...string) Option {
 	return func(c *config) {
+		c.builds = true
 		for _, s := range cidrs {
 			s = strings.TrimSpace(s)
 			var p netip.Prefix
@@ -215,6 +216,7 @@ func WithTrustedProxies(cidrs ...string) Option {
 // slip a different one past a proxy that does not overwrite it.
 func WithClientIPHeader(h ClientIPHeader) Option {
 	return func(c *config) {
+		c.builds = true
 		if h < XForwardedFor || h > XRealIP {
 			c.fail("WithClientIPHeader: unknown header %d", int(h))
 			return
@@ -225,6 +227,7 @@ func WithClientIPHeader(h ClientIPHeader) Option {
 
 func extractorOption(name string, dst func(*config) *Extractor, e Extractor) Option {
 	return func(c *config) {
+		c.builds = true
 		if e == nil {
 			c.fail("%s: nil Extractor", name)
 			return
@@ -261,6 +264,7 @@ func WithTier(e Extractor) Option {
 // value is ignored (logged, rate-limited).
 func WithPriorityHeader(key string) Option {
 	return func(c *config) {
+		c.builds = true
 		if strings.TrimSpace(key) == "" {
 			c.fail("WithPriorityHeader: empty key")
 			return
@@ -272,19 +276,21 @@ func WithPriorityHeader(key string) Option {
 // WithMethods sets cost and priority per method from Go: keys are gRPC full
 // methods ("/pkg.Svc/Method") or HTTP route patterns ("GET /v1/items/{id}").
 // The map is copied. Negative costs and unknown priorities are
-// configuration errors.
-func WithMethods(m map[string]MethodLimits) Option {
+// configuration errors. See the package doc for where the map stands among
+// the other sources of cost and priority.
+func WithMethods(m map[string]floodgate.MethodOptions) Option {
 	return func(c *config) {
+		c.builds = true
 		if c.methods == nil {
-			c.methods = make(map[string]MethodLimits, len(m))
+			c.methods = make(map[string]floodgate.MethodOptions, len(m))
 		}
 		for k, v := range m {
 			if v.Cost < 0 {
-				c.fail("WithMethods: method %q: negative cost %d", k, v.Cost)
+				c.fail("WithMethods: method %q: cost %d is negative", k, v.Cost)
 				continue
 			}
 			if !v.Priority.Valid() {
-				c.fail("WithMethods: method %q: invalid priority %d", k, uint8(v.Priority))
+				c.fail("WithMethods: method %q: priority %d is not a known priority", k, uint8(v.Priority))
 				continue
 			}
 			c.methods[k] = v
@@ -292,26 +298,12 @@ func WithMethods(m map[string]MethodLimits) Option {
 	}
 }
 
-// WithMethodOptions consults the policy for per-method cost and priority on
-// every request. It takes precedence over WithMethods and annotations. The
-// interceptor does not import package tiers; a *tiers.Limiter's method value
-// fits:
-//
-//	interceptor.WithMethodOptions(limiter.MethodCostPriority)
-func WithMethodOptions(f MethodOptionsFunc) Option {
-	return func(c *config) {
-		if f == nil {
-			c.fail("WithMethodOptions: nil func")
-			return
-		}
-		c.methodOptions = f
-	}
-}
-
 // WithoutAnnotations stops the interceptor reading (floodgate.v1.method)
 // options from the registered proto descriptors.
 func WithoutAnnotations() Option {
-	return func(c *config) { c.annotations = false }
+	return func(c *config) {
+		c.builds, c.annotations = true, false
+	}
 }
 
 // WithPerMessage charges every message a client sends on a stream, in
@@ -329,6 +321,7 @@ func WithPerMessage() Option {
 // paths): every name may become a rate-limit key.
 func WithRoute(route func(r *http.Request) string) Option {
 	return func(c *config) {
+		c.builds = true
 		if route == nil {
 			c.fail("WithRoute: nil func")
 			return
@@ -341,6 +334,7 @@ func WithRoute(route func(r *http.Request) string) Option {
 // asking mux.Handler(r), at the cost of routing twice.
 func WithServeMux(mux *http.ServeMux) Option {
 	return func(c *config) {
+		c.builds = true
 		if mux == nil {
 			c.fail("WithServeMux: nil mux")
 			return
@@ -353,7 +347,9 @@ func WithServeMux(mux *http.ServeMux) Option {
 // pattern is known. Raw paths are unbounded (IDs in paths), so this is
 // opt-in: only use it when paths are few.
 func WithMethodPathFallback() Option {
-	return func(c *config) { c.methodFallback = true }
+	return func(c *config) {
+		c.builds, c.methodFallback = true, true
+	}
 }
 
 // WithLegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and

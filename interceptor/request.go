@@ -22,20 +22,21 @@ import (
 // method looked up so far, as a copy-on-write map: lookups are a plain map
 // read (no allocation, no lock), and a miss copies the map under
 // annotationMu. Only methods found in the registry are cached, so the cache
-// is bounded by the registered services.
+// is bounded by the registered services, and an invalid annotation is
+// logged once per method, when it is first read.
 var (
 	annotationCache atomic.Pointer[map[string]annotation]
 	annotationMu    sync.Mutex
 )
 
-// LookupAnnotation returns the (floodgate.v1.method) option of a gRPC full
+// annotationFor returns the (floodgate.v1.method) option of a gRPC full
 // method ("/pkg.Svc/Method") from the descriptors registered in
 // protoregistry.GlobalFiles; ok is false when the method is unknown or not
-// annotated. Results are cached.
-func LookupAnnotation(fullMethod string) (MethodLimits, bool) {
+// annotated.
+func annotationFor(fullMethod string) (floodgate.MethodOptions, bool) {
 	if m := annotationCache.Load(); m != nil {
 		if a, ok := (*m)[fullMethod]; ok {
-			return a.MethodLimits, a.ok
+			return a.MethodOptions, a.ok
 		}
 	}
 	a, found := readAnnotation(fullMethod)
@@ -55,11 +56,11 @@ func LookupAnnotation(fullMethod string) (MethodLimits, bool) {
 		annotationCache.Store(&next)
 		annotationMu.Unlock()
 	}
-	return a.MethodLimits, a.ok
+	return a.MethodOptions, a.ok
 }
 
 type annotation struct {
-	MethodLimits
+	floodgate.MethodOptions
 	ok bool
 }
 
@@ -94,98 +95,163 @@ func readAnnotation(fullMethod string) (annotation, bool) {
 	if !ok || ext == nil {
 		return annotation{}, true
 	}
-	a := annotation{ok: true, MethodLimits: MethodLimits{Rule: ext.GetRule()}}
+	a := annotation{ok: true}
 	if c := ext.GetCost(); c > 0 {
 		a.Cost = c
 	} else if c < 0 {
-		logThrottled(&annotationLog, "floodgate: ignoring negative cost annotation", "method", fullMethod, "cost", c)
+		slog.Warn("floodgate: ignoring negative cost annotation", "method", fullMethod, "cost", c)
 	}
 	if p := floodgate.Priority(ext.GetPriority()); p.Valid() {
 		a.Priority = p
 	} else {
-		logThrottled(&annotationLog, "floodgate: ignoring unknown priority annotation", "method", fullMethod, "priority", int32(ext.GetPriority()))
+		slog.Warn("floodgate: ignoring unknown priority annotation", "method", fullMethod, "priority", int32(ext.GetPriority()))
 	}
 	return a, true
 }
 
-var annotationLog atomic.Int64
-
-// limitsFor resolves a method's cost and priority. Precedence, highest
-// first: the policy (WithMethodOptions), the Go map (WithMethods), the proto
-// annotation, then def (the HTTP method's priority for HTTP). Cost and
-// priority are resolved separately: a source that leaves one unset (0)
-// lets the next one decide it.
-func (c *config) limitsFor(method string, grpcMethod bool, def floodgate.Priority) (int64, floodgate.Priority) {
-	var cost int64
-	var prio floodgate.Priority
-	if c.methodOptions != nil {
-		if pc, pp, ok := c.methodOptions(method); ok {
-			cost, prio = pc, pp
-		}
-	}
-	if cost == 0 || prio == floodgate.PriorityUnspecified {
-		if ml, ok := c.methods[method]; ok {
-			if cost == 0 {
-				cost = ml.Cost
-			}
-			if prio == floodgate.PriorityUnspecified {
-				prio = ml.Priority
-			}
-		}
-	}
-	if grpcMethod && c.annotations && (cost == 0 || prio == floodgate.PriorityUnspecified) {
-		if ml, ok := LookupAnnotation(method); ok {
-			if cost == 0 {
-				cost = ml.Cost
-			}
-			if prio == floodgate.PriorityUnspecified {
-				prio = ml.Priority
-			}
-		}
-	}
-	if prio == floodgate.PriorityUnspecified {
-		prio = def
-	}
-	if cost < 0 {
-		logThrottled(&costLog, "floodgate: ignoring negative method cost from the policy", "method", method, "cost", cost)
-		cost = 0
-	}
-	if !prio.Valid() {
-		logThrottled(&costLog, "floodgate: ignoring invalid method priority from the policy", "method", method, "priority", uint8(prio))
-		prio = def
-	}
-	return cost, prio
+// methodSource is what a stage that knows per-method options offers: a
+// *tiers.Limiter answers from its policy's methods: section.
+type methodSource interface {
+	MethodOptions(method string) (floodgate.MethodOptions, bool)
 }
 
-// buildRequest fills r for one call.
-func (c *config) buildRequest(ctx context.Context, r *floodgate.Request, method string, grpcMethod bool, defPrio floodgate.Priority, peer netip.Addr, md Metadata) {
-	r.Method = method
-	r.Cost, r.Priority = c.limitsFor(method, grpcMethod, defPrio)
+// methodOptions resolves a method's cost and priority: the one place that
+// does. For cost and priority separately, the first source that sets one
+// wins: the policies of the stages this Interceptor wraps (their methods:
+// sections, in chain order), the Go map (WithMethods), the proto annotation
+// (gRPC only); then def for priority (the HTTP method's). A trusted
+// priority header (applied by build) overrides the result's priority.
+func (i *Interceptor) methodOptions(method string, grpcMethod bool, def floodgate.Priority) floodgate.MethodOptions {
+	var mo floodgate.MethodOptions
+	fill := func(o floodgate.MethodOptions) bool {
+		if mo.Cost == 0 {
+			mo.Cost = o.Cost
+		}
+		if mo.Priority == floodgate.PriorityUnspecified {
+			mo.Priority = o.Priority
+		}
+		return mo.Cost != 0 && mo.Priority != floodgate.PriorityUnspecified
+	}
+	done := false
+	if ps := i.policies.Load(); ps != nil {
+		for _, p := range *ps {
+			if o, ok := p.MethodOptions(method); ok && o.Cost >= 0 && o.Priority.Valid() && fill(o) {
+				done = true
+				break
+			}
+		}
+	}
+	if !done {
+		if o, ok := i.c.methods[method]; ok {
+			done = fill(o)
+		}
+	}
+	if !done && grpcMethod && i.c.annotations {
+		if o, ok := annotationFor(method); ok {
+			fill(o)
+		}
+	}
+	if mo.Priority == floodgate.PriorityUnspecified {
+		mo.Priority = def
+	}
+	return mo
+}
+
+// call is what a transport knows of one call before it is admitted.
+type call struct {
+	method     string
+	grpcMethod bool
+	def        floodgate.Priority // the transport's default priority
+	peer       netip.Addr
+	md         Metadata
+}
+
+// build fills r for one call. With own set it fills only what this
+// Interceptor's options configure, over a Request another interceptor
+// built (see request).
+func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call, own bool) {
+	c := i.c
+	if !own || c.methods != nil || !c.annotations || i.policies.Load() != nil {
+		r.Method = cl.method
+		mo := i.methodOptions(cl.method, cl.grpcMethod, cl.def)
+		r.Cost, r.Priority = mo.Cost, mo.Priority
+	}
 	if c.priorityHeader != "" {
-		if v := md.Get(c.priorityHeader); v != "" {
+		if v := cl.md.Get(c.priorityHeader); v != "" {
 			if p, err := floodgate.ParsePriority(v); err == nil {
 				r.Priority = p
 			} else {
-				logThrottled(&priorityLog, "floodgate: ignoring unparsable priority header", "header", c.priorityHeader, "error", err)
+				logThrottled(&i.logs.priority, "floodgate: ignoring unparsable priority header", "header", c.priorityHeader, "error", err)
 			}
 		}
 	}
-	r.Identity.IP = c.clientIP(peer, md)
+	if !own || len(c.trusted) > 0 {
+		r.Identity.IP = c.clientIP(cl.peer, cl.md)
+	}
 	if c.user != nil {
-		r.Identity.User = c.user(ctx, md)
+		r.Identity.User = c.user(ctx, cl.md)
 	}
 	if c.tenant != nil {
-		r.Identity.Tenant = c.tenant(ctx, md)
+		r.Identity.Tenant = c.tenant(ctx, cl.md)
 	}
 	if c.apiKey != nil {
-		r.Identity.APIKey = c.apiKey(ctx, md)
+		r.Identity.APIKey = c.apiKey(ctx, cl.md)
 	}
 	if c.tier != nil {
-		r.Tier = c.tier(ctx, md)
+		r.Tier = c.tier(ctx, cl.md)
 	}
 }
 
-var priorityLog, costLog atomic.Int64
+// request returns the Request the call's stage decides on, and the context
+// that carries it.
+//
+// The first floodgate interceptor of a call builds the Request and stores
+// it in the context; later ones reuse it. A later interceptor made by
+// another Interceptor, whose options change how a Request is built, does
+// not ignore them: it decides its own stage on a copy of the Request with
+// its own options applied over it (one allocation), and logs once that the
+// chain should be built from one Interceptor so that every stage sees the
+// same Request.
+func (i *Interceptor) request(ctx context.Context, cl *call) (*floodgate.Request, context.Context) {
+	if r, ok := floodgate.FromContext(ctx); ok {
+		if floodgate.Origin(ctx) == i || !i.changes(r.Method) {
+			return r, ctx
+		}
+		logThrottled(&i.logs.rebuild, "floodgate: this interceptor's request options apply to its own stage only: an earlier floodgate interceptor, made by another interceptor.New, built the request; make every interceptor of a chain from one Interceptor so all stages see one request",
+			"method", cl.method)
+		own := new(floodgate.Request)
+		*own = *r
+		i.build(ctx, own, cl, true)
+		return own, ctx
+	}
+	nctx, r := floodgate.NewRequestContext(ctx, i)
+	i.build(ctx, r, cl, false)
+	return r, nctx
+}
+
+// changes reports whether this Interceptor would build a Request for method
+// differently from an Interceptor with no options: it was given an option
+// that changes how a Request is built, or a stage it wraps has options for
+// method.
+func (i *Interceptor) changes(method string) bool {
+	if i.c.builds {
+		return true
+	}
+	if ps := i.policies.Load(); ps != nil {
+		for _, p := range *ps {
+			if _, ok := p.MethodOptions(method); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// logs are the per-interceptor log throttles: each kind of warning is
+// logged at most once per logEvery by one Interceptor.
+type logs struct {
+	stageErr, route, priority, sf, rebuild atomic.Int64
+}
 
 // logEvery is the minimum interval between two log lines of one kind.
 const logEvery = 10 * time.Second

@@ -41,7 +41,7 @@ func (l *lastDecision) get() floodgate.Decision {
 
 // The Expensive method is annotated cost 10: on a real tiers.Limiter over
 // the memstore, one call takes 10 tokens of a 100-token bucket, a plain call
-// 1, and the policy's methods table (WithMethodOptions) sets another.
+// 1, and the policy's methods table sets another.
 func TestAnnotatedCostChargesTiers(t *testing.T) {
 	policy, err := tiers.Load([]byte(`
 rules:
@@ -56,18 +56,21 @@ methods:
 		t.Fatal(err)
 	}
 	clk := clock.New(time.Time{})
-	lim, err := tiers.NewLimiter(memstore.New(memstore.WithClock(clk)), policy)
+	store, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := tiers.NewLimiter(store, policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	obs := &lastDecision{}
-	opts := []Option{
-		WithUser(FromHeader("x-user")), WithObserver(obs),
-		WithMethodOptions(lim.MethodCostPriority),
-	}
+	// No option names the policy: the interceptors find the limiter's
+	// methods: themselves.
+	fg := MustNew(WithUser(FromHeader("x-user")), WithObserver(obs))
 	c := testpb.NewEchoClient(startBufconn(t, &echoServer{}, []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(UnaryServer(lim, opts...)),
-		grpc.ChainStreamInterceptor(StreamServer(lim, opts...)),
+		grpc.ChainUnaryInterceptor(fg.UnaryServer(lim)),
+		grpc.ChainStreamInterceptor(fg.StreamServer(lim)),
 	}))
 	ctx := metadata.AppendToOutgoingContext(testCtx(t), "x-user", "alice")
 
@@ -138,7 +141,11 @@ rules:
 	}
 	clk := clock.New(time.Time{})
 	clk.Advance(15 * time.Second) // 45 s left in the minute window
-	lim, err := tiers.NewLimiter(memstore.New(memstore.WithClock(clk)), policy)
+	store, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := tiers.NewLimiter(store, policy)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package floodgatev1 holds the Go code generated from
 // floodgate/v1/annotations.proto: the (floodgate.v1.method) method option
-// (MethodLimits: cost, priority, rule) that tells floodgate what a gRPC
-// method costs and how important it is.
+// (MethodLimits: cost and priority) that tells floodgate what a gRPC method
+// costs and how important it is. Its rule field is informational: nothing
+// reads it.
 //
 // Import the .proto in your service definition and annotate methods:
 //
@@ -9,6 +10,7 @@
 //	  option (floodgate.v1.method) = {cost: 10, priority: PRIORITY_READ};
 //	}
 //
-// The interceptor package reads the option from the registered descriptors
-// (interceptor.LookupAnnotation). Regenerate with `make proto`.
+// Package interceptor reads the option from the registered descriptors;
+// its package doc gives the order in which the annotation, the Go map and
+// the policy decide. Regenerate with `make proto`.
 package floodgatev1
