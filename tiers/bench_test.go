@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
 // Four levels: user+ip, user, tenant (by tier), and one global bucket.
@@ -37,7 +36,7 @@ func benchRequests(n int) []*floodgate.Request {
 // BenchmarkAdmit4Levels is one Admit over memstore: resolve four buckets,
 // build their keys, one Take, pick the binding bucket.
 func BenchmarkAdmit4Levels(b *testing.B) {
-	l := mustLimiter(b, memstore.New(), benchPolicy)
+	l := mustLimiter(b, newMemstore(b), benchPolicy)
 	rs := benchRequests(1024)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -52,7 +51,7 @@ func BenchmarkAdmit4Levels(b *testing.B) {
 }
 
 func BenchmarkAdmit4LevelsParallel(b *testing.B) {
-	l := mustLimiter(b, memstore.New(), benchPolicy)
+	l := mustLimiter(b, newMemstore(b), benchPolicy)
 	rs := benchRequests(1024)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -72,7 +71,7 @@ func BenchmarkAdmit4LevelsParallel(b *testing.B) {
 // BenchmarkAdmitGlobalOnly: a single rule without key, whose key is
 // prebuilt: no allocation at all.
 func BenchmarkAdmitGlobalOnly(b *testing.B) {
-	l := mustLimiter(b, memstore.New(), "rules:\n  - {name: global, rate: 1000000000/1s}\n")
+	l := mustLimiter(b, newMemstore(b), "rules:\n  - {name: global, rate: 1000000000/1s}\n")
 	r := benchRequests(1)[0]
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -94,7 +93,7 @@ rules:
 `
 
 func benchAPIKey(b *testing.B, distinct int) {
-	l := mustLimiter(b, memstore.New(), apiKeyPolicy)
+	l := mustLimiter(b, newMemstore(b), apiKeyPolicy)
 	rs := make([]*floodgate.Request, distinct)
 	for i := range rs {
 		rs[i] = &floodgate.Request{

@@ -14,7 +14,7 @@ import (
 type compiled struct {
 	policy  *Policy
 	rules   []cRule // most specific first
-	methods map[string]MethodOptions
+	methods map[string]floodgate.MethodOptions
 	// tiers by name, and the default tier, for rate "tier" rules.
 	tiers       map[string]tierLimit
 	defaultTier tierLimit
@@ -77,7 +77,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		rep.add("", "policy is nil")
 		return nil, rep.err()
 	}
-	c := &compiled{policy: p, tiers: make(map[string]tierLimit, len(p.Tiers)), methods: make(map[string]MethodOptions, len(p.Methods))}
+	c := &compiled{policy: p, tiers: make(map[string]tierLimit, len(p.Tiers)), methods: make(map[string]floodgate.MethodOptions, len(p.Methods))}
 
 	// Tiers, in name order so errors come out deterministically.
 	tierNames := make([]string, 0, len(p.Tiers))

@@ -32,8 +32,9 @@
 // scopes first, then policy order.
 //
 // Costs. A rule's own cost wins over everything; otherwise the request's
-// annotated Cost (if > 0), otherwise the policy's methods cost, otherwise
-// 1. A negative request Cost is denied with ErrInvalidCost. A request cost
+// Cost (if > 0), otherwise 1. Request.Cost is resolved by the transport
+// (package interceptor: the policy's methods: first, then the Go map, then
+// the proto annotation), the same however the interceptors are wired. A negative request Cost is denied with ErrInvalidCost. A request cost
 // larger than a rule's capacity can never be admitted: Admit denies it
 // without calling the store, with RetryAfter 0 (waiting cannot cure it),
 // and returns an error wrapping ErrCostExceedsCapacity.
@@ -61,11 +62,15 @@
 // allow), so telemetry can count what the rule would have done.
 // Transports should not send quota headers from a Shadow decision.
 //
-// Store failures. When Take fails, any matched rule with on_store_error
-// "closed" denies (Source fail_closed, RetryAfter StoreErrorRetryAfter);
-// otherwise the request is allowed (Source fail_open). Local fallback
-// limiters ("local", the default) live in package fallback, which wraps a
-// Store; without it "local" acts as "open". Either way Admit returns an
+// Store failures. on_store_error is applied in one place,
+// DecideUnavailable: "closed" denies (Source fail_closed, RetryAfter
+// StoreErrorRetryAfter), "open" allows (fail_open), and "local" (the
+// default) is decided by local golang.org/x/time/rate limiters, which live
+// in package fallback: a Store that wraps the primary store and answers
+// every Take itself. Over a store without that fallback a "local" rule
+// cannot be honoured and acts as "open"; NewLimiter and SetPolicy log a
+// warning naming each such rule (memstore, which has nothing to lose, and
+// fallback stores are exempt). When the store fails, Admit returns an
 // error wrapping the store's, for logs.
 //
 // # Keys

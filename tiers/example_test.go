@@ -53,7 +53,11 @@ rules:
 
 func ExampleLimiter() {
 	clk := clock.New(time.Time{}) // fake time: the example is exact
-	store := memstore.New(memstore.WithClock(clk))
+	store, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	policy, err := tiers.Load([]byte(`
 rules:
   - {name: per-user, key: [user], rate: 2/1m}
@@ -87,16 +91,16 @@ rules:
 }
 
 func ExampleWatch() {
-	store := memstore.New()
+	store, _ := memstore.New()
 	policy, _ := tiers.Load([]byte("rules: []\n"))
 	limits, _ := tiers.NewLimiter(store, policy)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	// Usually run for the life of the process: go tiers.Watch(ctx, path, limits).
 	err := tiers.Watch(ctx, "testdata/policy.yaml", limits,
-		tiers.WatchInterval(10*time.Millisecond),
-		tiers.WatchLogger(discardLogger()),
-		tiers.OnReload(func(p *tiers.Policy, err error) {
+		tiers.WithWatchInterval(10*time.Millisecond),
+		tiers.WithWatchLogger(discardLogger()),
+		tiers.WithOnReload(func(p *tiers.Policy, err error) {
 			if err != nil {
 				fmt.Println("reload failed, old policy kept:", err)
 				return

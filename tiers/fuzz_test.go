@@ -9,7 +9,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/tiers"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
 // FuzzLoad: the loader never panics; it either returns a policy that
@@ -32,7 +31,7 @@ func FuzzLoad(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	store := memstore.New()
+	store := newMemstore(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := tiers.Load(data)
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/tiers"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
 func mustLoad(t testing.TB, y string) *tiers.Policy {
@@ -39,7 +38,7 @@ func designLimiter(t testing.TB, opts ...tiers.Option) *tiers.Limiter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := tiers.NewLimiter(memstore.New(), p, opts...)
+	l, err := tiers.NewLimiter(newMemstore(t), p, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +113,7 @@ func TestResolveDesignPolicy(t *testing.T) {
 }
 
 func TestKeyHashing(t *testing.T) {
-	l := mustLimiter(t, memstore.New(), `
+	l := mustLimiter(t, newMemstore(t), `
 rules:
   - {name: u, key: [user], rate: 1/1s}
   - {name: k, key: [api_key, endpoint], rate: 1/1s}
@@ -165,7 +164,7 @@ func TestKeyPrefix(t *testing.T) {
 	}
 	p, _ := tiers.LoadFile("testdata/policy.yaml")
 	for _, bad := range []string{"a{b", "x}", "sp ace", strings.Repeat("a", 65)} {
-		if _, err := tiers.NewLimiter(memstore.New(), p, tiers.WithKeyPrefix(bad)); !errors.Is(err, tiers.ErrKeyPrefix) {
+		if _, err := tiers.NewLimiter(newMemstore(t), p, tiers.WithKeyPrefix(bad)); !errors.Is(err, tiers.ErrKeyPrefix) {
 			t.Errorf("WithKeyPrefix(%q): err = %v, want ErrKeyPrefix", bad, err)
 		}
 	}
@@ -226,7 +225,7 @@ func FuzzKey(f *testing.F) {
 	f.Add("/x", "}{", "{}", "{", []byte{1, 2, 3, 4}, "/x", "%7D%7B", "%7B%7D", "%7B", []byte{1, 2, 3, 4})
 	f.Add("GET /v1/items/{id}", strings.Repeat("t", 65), "u\n", "\xff", make([]byte, 16), "GET /v1/items/{id}", "#"+strings.Repeat("0", 32), "u%0A", "\xfe", make([]byte, 16))
 	f.Add("/m", strings.Repeat("é", 40), "=", ":", []byte{}, "/m", strings.Repeat("é", 41), "%3D", "%3A", []byte{})
-	l := mustLimiter(f, memstore.New(), fuzzKeyPolicy)
+	l := mustLimiter(f, newMemstore(f), fuzzKeyPolicy)
 	allowed := func(c byte) bool {
 		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._-%#:={}", c) >= 0
 	}
@@ -305,7 +304,7 @@ func FuzzKey(f *testing.F) {
 }
 
 func TestMatchAndNoKeyTierRule(t *testing.T) {
-	l := mustLimiter(t, memstore.New(), `
+	l := mustLimiter(t, newMemstore(t), `
 tiers:
   free: {rate: 10/1m}
   pro: {rate: 100/1m, burst: 50, algorithm: gcra}
@@ -335,7 +334,7 @@ rules:
 }
 
 func TestOverrideAlgorithm(t *testing.T) {
-	l := mustLimiter(t, memstore.New(), `
+	l := mustLimiter(t, newMemstore(t), `
 rules:
   - {name: u, key: [user, ip], rate: 10/1s, algorithm: gcra}
 overrides:

@@ -12,7 +12,7 @@ import (
 )
 
 // ErrCostExceedsCapacity is wrapped by the error Admit returns when a
-// request's cost (annotated on the request or in the policy's methods) is
+// request's cost (Request.Cost, or a rule's own cost) is
 // larger than a matching rule's capacity. Waiting cannot cure it: the
 // request is denied with RetryAfter 0 and the store is not called.
 var ErrCostExceedsCapacity = errors.New("tiers: request cost exceeds the rule's capacity")
@@ -20,10 +20,6 @@ var ErrCostExceedsCapacity = errors.New("tiers: request cost exceeds the rule's 
 // ErrInvalidCost is wrapped by the error Admit returns for a request whose
 // Cost is negative; the request is denied without calling the store.
 var ErrInvalidCost = errors.New("tiers: request cost is negative")
-
-// StoreErrorRetryAfter is the RetryAfter of a deny decided by a rule with
-// on_store_error "closed" because the store could not answer.
-const StoreErrorRetryAfter = time.Second
 
 // Limiter is the rate-limit stage: a floodgate.Admitter that charges every
 // rule a request matches in one Store.Take. It is safe for concurrent use;
@@ -36,22 +32,23 @@ type Limiter struct {
 }
 
 // Option configures a Limiter.
-type Option func(*limiterConfig) error
+type Option func(*limiterConfig)
 
 type limiterConfig struct {
 	prefix string
+	errs   []error
 }
 
 // WithKeyPrefix sets the prefix of every bucket key (default "fg:"), so
 // several applications can share one Redis. It must be at most 64 bytes of
 // [A-Za-z0-9._:-].
 func WithKeyPrefix(prefix string) Option {
-	return func(c *limiterConfig) error {
+	return func(c *limiterConfig) {
 		if !validKeyPrefix(prefix) {
-			return fmt.Errorf("%w: got %q", ErrKeyPrefix, prefix)
+			c.errs = append(c.errs, fmt.Errorf("tiers: WithKeyPrefix: %w: got %q", ErrKeyPrefix, prefix))
+			return
 		}
 		c.prefix = prefix
-		return nil
 	}
 }
 
@@ -67,11 +64,13 @@ func NewLimiter(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
 	cfg := limiterConfig{prefix: defaultKeyPrefix}
 	for _, o := range opts {
 		if o == nil {
-			return nil, errors.New("tiers: NewLimiter: nil option")
+			cfg.errs = append(cfg.errs, errors.New("tiers: nil Option"))
+			continue
 		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+		o(&cfg)
+	}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
 	}
 	l := &Limiter{store: store, prefix: cfg.prefix}
 	l.pool.New = func() any { return newScratch() }
@@ -89,6 +88,7 @@ func (l *Limiter) SetPolicy(p *Policy) error {
 	if err != nil {
 		return err
 	}
+	warnLocalWithoutFallback(l.store, c)
 	l.state.Store(c)
 	return nil
 }
@@ -96,20 +96,15 @@ func (l *Limiter) SetPolicy(p *Policy) error {
 // Policy returns the policy in force. It must not be modified.
 func (l *Limiter) Policy() *Policy { return l.state.Load().policy }
 
-// MethodOptions returns the policy's options for method (an exact gRPC
-// full method or HTTP route pattern) and whether the policy has any.
-// Transports use it for per-method cost and priority.
-func (l *Limiter) MethodOptions(method string) (MethodOptions, bool) {
+// MethodOptions returns the methods: entry of the policy in force for
+// method (an exact gRPC full method or HTTP route pattern) and whether it
+// has one. Package interceptor finds this method on the stages it wraps
+// and consults it first when it resolves a call's cost and priority, so
+// the policy's methods follow reloads; the Limiter itself charges the
+// resolved Request.Cost.
+func (l *Limiter) MethodOptions(method string) (floodgate.MethodOptions, bool) {
 	mo, ok := l.state.Load().methods[method]
 	return mo, ok
-}
-
-// MethodCostPriority is MethodOptions in the shape transports take: pass the
-// method value to interceptor.WithMethodOptions so the policy's methods:
-// section sets each method's cost and priority (follows reloads).
-func (l *Limiter) MethodCostPriority(method string) (cost int64, p floodgate.Priority, ok bool) {
-	mo, ok := l.state.Load().methods[method]
-	return mo.Cost, mo.Priority, ok
 }
 
 // Buckets resolves r under the policy in force into the buckets Admit
@@ -132,7 +127,7 @@ func (l *Limiter) Buckets(dst []Bucket, r *floodgate.Request) []Bucket {
 type meta struct {
 	rule        int32 // index in compiled.rules
 	start, end  int32 // the bucket's key is buf[start:end]; start < 0: prebuilt
-	fromRequest bool  // cost came from the request or the methods table
+	fromRequest bool  // cost came from Request.Cost
 }
 
 type scratch struct {
@@ -169,8 +164,6 @@ func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 	sc.metas = sc.metas[:0]
 	sc.all = sc.all[:0]
 	id := &r.Identity
-	var methodCost int64
-	var methodCostKnown bool
 	for i := range c.rules {
 		cr := &c.rules[i]
 		if !cr.matches(r.Method) {
@@ -179,19 +172,9 @@ func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 		m := meta{rule: int32(i), start: -1}
 		cost := cr.cost
 		if cost == 0 {
-			m.fromRequest = true
-			switch {
-			case r.Cost != 0:
-				cost = r.Cost
-			default:
-				if !methodCostKnown {
-					methodCost = c.methods[r.Method].Cost
-					methodCostKnown = true
-				}
-				cost = methodCost
-				if cost == 0 {
-					cost, m.fromRequest = 1, false
-				}
+			cost, m.fromRequest = r.Cost, true
+			if cost == 0 {
+				cost, m.fromRequest = 1, false
 			}
 		}
 		tl := &cr.limit
@@ -346,8 +329,13 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		clear(res)
 		allowed, err := l.store.Take(ctx, real, res[:len(real)])
 		if err != nil {
-			d, err = storeFailure(r, c, sc, realIdx, len(real), err)
+			allowed = DecideUnavailable(real, res[:len(real)], nil)
+			d = bind(r, c, sc, realIdx, res[:len(real)], allowed)
+			err = fmt.Errorf("tiers: store failed, deciding by on_store_error (%s by rule %q): %w", d.Source, d.Policy, err)
 			if !d.Allowed {
+				if d.RetryAfter < 0 {
+					d.RetryAfter = 0
+				}
 				return d, nil, err
 			}
 			errOut = err
@@ -462,31 +450,4 @@ func decision(r *floodgate.Request, cr *cRule, b *Bucket, res Result, shadow boo
 		d.RetryAfter = 0
 	}
 	return d
-}
-
-// storeFailure decides by the rules' fail modes when the store could not
-// answer: any rule with on_store_error "closed" denies; otherwise the
-// request is allowed. FailLocal needs a local limiter that only a fallback
-// store (package fallback) has; without one it allows, and the returned
-// error says so. The n buckets taken are sc.all's at idx (nil: the first
-// n).
-func storeFailure(r *floodgate.Request, c *compiled, sc *scratch, idx []int32, n int, err error) (floodgate.Decision, error) {
-	at := func(j int) (*cRule, *Bucket) {
-		k := j
-		if idx != nil {
-			k = int(idx[j])
-		}
-		return &c.rules[sc.metas[k].rule], &sc.all[k]
-	}
-	for j := range n {
-		if cr, b := at(j); cr.fail == FailClosed {
-			d := decision(r, cr, b, Result{Limit: b.Limit.Capacity(), RetryAfter: StoreErrorRetryAfter}, false)
-			d.Source = floodgate.SourceFailClosed
-			return d, fmt.Errorf("tiers: store failed, rule %q fails closed: %w", cr.name, err)
-		}
-	}
-	cr, b := at(0)
-	d := decision(r, cr, b, Result{Limit: b.Limit.Capacity()}, false)
-	d.Allowed, d.Source = true, floodgate.SourceFailOpen
-	return d, fmt.Errorf("tiers: store failed, allowing (wrap the store with package fallback for local limits): %w", err)
 }

@@ -453,7 +453,7 @@ func (d *decoder) methods(n *yaml.Node, path string, p *Policy) {
 	if !d.kind(n, path, yaml.MappingNode, "a mapping") {
 		return
 	}
-	p.Methods = make(map[string]MethodOptions, len(n.Content)/2)
+	p.Methods = make(map[string]floodgate.MethodOptions, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		m, ok := d.str(k, path)
@@ -466,7 +466,7 @@ func (d *decoder) methods(n *yaml.Node, path string, p *Policy) {
 			continue
 		}
 		d.at(mp, v)
-		var mo MethodOptions
+		var mo floodgate.MethodOptions
 		d.fields(v, mp, func(key string, fv *yaml.Node, fp string) bool {
 			switch key {
 			case "cost":

@@ -40,7 +40,7 @@ func TestLoadDesignPolicy(t *testing.T) {
 	if len(p.Overrides) != 1 || p.Overrides[0].Key[tiers.ScopeTenant] != "acme" || p.Overrides[0].Rate.N != 20000 {
 		t.Errorf("overrides = %+v", p.Overrides)
 	}
-	if got := p.Methods["/report.v1.Report/Export"]; got != (tiers.MethodOptions{Cost: 5, Priority: floodgate.PriorityRead}) {
+	if got := p.Methods["/report.v1.Report/Export"]; got != (floodgate.MethodOptions{Cost: 5, Priority: floodgate.PriorityRead}) {
 		t.Errorf("methods = %+v", p.Methods)
 	}
 	if err := p.Validate(); err != nil {

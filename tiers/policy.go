@@ -36,7 +36,7 @@ type Policy struct {
 	Overrides []Override
 	// Methods holds per-method options (cost, priority) keyed by exact
 	// method: a gRPC full method or an HTTP route pattern.
-	Methods map[string]MethodOptions
+	Methods map[string]floodgate.MethodOptions
 }
 
 // Tier is the limit of one plan tier.
@@ -186,8 +186,9 @@ type Rule struct {
 	// It must be TokenBucket (unset) for rate "tier": the tier sets it.
 	Algorithm Algorithm
 	// Cost, when > 0, is charged for every request the rule matches,
-	// whatever the request's own annotated cost. 0 means: the request's
-	// Cost if > 0, else the policy's Methods cost, else 1.
+	// whatever the request's own cost. 0 means: the request's Cost if > 0
+	// (which the transport resolves from, first, this policy's Methods;
+	// see package interceptor), else 1.
 	Cost int64
 	// HideQuota asks transports not to reveal this rule's quota when it
 	// binds.
@@ -219,16 +220,6 @@ type Override struct {
 	// override with another algorithm than the rule's starts from fresh
 	// state, as its key names it.
 	Algorithm *Algorithm
-}
-
-// MethodOptions are per-method annotations a policy can carry for
-// transports and for the Limiter.
-type MethodOptions struct {
-	// Cost, when > 0, is the method's cost: used by rules without their
-	// own cost when the request's Cost is 0.
-	Cost int64
-	// Priority for the load shedder; PriorityUnspecified when unset.
-	Priority floodgate.Priority
 }
 
 // FieldError is one thing wrong with a policy: the path of the field

@@ -273,7 +273,8 @@ type Result struct {
 // otherwise it charges nothing. It writes one Result per bucket into res,
 // which must have len(res) >= len(buckets), and reports whether the take
 // was allowed. An error means the store could not decide (res is then
-// undefined); a deny is never an error.
+// undefined); a deny is never an error. Arguments that ValidateTake
+// refuses are refused with its error, before anything is charged.
 //
 // Implementations must be safe for concurrent use and must not retain
 // buckets or res after Take returns.

@@ -4,54 +4,56 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 )
 
-// DefaultWatchInterval is how often Watch polls the policy file unless told
-// otherwise.
-const DefaultWatchInterval = 2 * time.Second
+// defaultWatchInterval is how often Watch polls the policy file unless
+// WithWatchInterval says otherwise.
+const defaultWatchInterval = 2 * time.Second
 
-// WatchOption configures Watch.
-type WatchOption func(*watchConfig) error
+// WatchOption configures Watch; Watch reports every bad one before it
+// polls.
+type WatchOption func(*watchConfig)
 
 type watchConfig struct {
 	interval time.Duration
 	onReload func(*Policy, error)
 	logger   *slog.Logger
+	errs     []error
 }
 
-// WatchInterval sets how often the file is polled; it must be > 0.
-func WatchInterval(d time.Duration) WatchOption {
-	return func(c *watchConfig) error {
+// WithWatchInterval sets how often Watch polls the file (default 2s; must
+// be > 0).
+func WithWatchInterval(d time.Duration) WatchOption {
+	return func(c *watchConfig) {
 		if d <= 0 {
-			return errors.New("tiers: WatchInterval must be > 0, got " + d.String())
+			c.errs = append(c.errs, fmt.Errorf("tiers: WithWatchInterval: interval %s must be > 0", d))
+			return
 		}
 		c.interval = d
-		return nil
 	}
 }
 
-// OnReload sets a function called after every reload attempt: with the new
-// policy and a nil error when it was swapped in, or with a nil policy and
-// the reason when the old policy stays in force. It runs on the Watch
-// goroutine.
-func OnReload(f func(p *Policy, err error)) WatchOption {
-	return func(c *watchConfig) error {
-		c.onReload = f
-		return nil
-	}
+// WithOnReload sets a function called after every reload attempt: with the
+// new policy and a nil error when it was swapped in, or with a nil policy
+// and the reason when the old policy stays in force. It runs on the Watch
+// goroutine. nil (the default) calls nothing.
+func WithOnReload(f func(p *Policy, err error)) WatchOption {
+	return func(c *watchConfig) { c.onReload = f }
 }
 
-// WatchLogger sets the logger reloads are reported to (default
-// slog.Default()). Successful reloads log at Info, failures at Error.
-func WatchLogger(l *slog.Logger) WatchOption {
-	return func(c *watchConfig) error {
+// WithWatchLogger sets the logger reloads are reported to (default
+// slog.Default(); must not be nil). Successful reloads log at Info,
+// failures at Error.
+func WithWatchLogger(l *slog.Logger) WatchOption {
+	return func(c *watchConfig) {
 		if l == nil {
-			return errors.New("tiers: WatchLogger: logger is nil")
+			c.errs = append(c.errs, errors.New("tiers: WithWatchLogger: logger is nil"))
+			return
 		}
 		c.logger = l
-		return nil
 	}
 }
 
@@ -60,26 +62,29 @@ func WatchLogger(l *slog.Logger) WatchOption {
 // every interval; when the content changes it loads the file and swaps the
 // new policy in atomically. A file that cannot be read or does not load
 // leaves the policy in force unchanged, and the failure is reported (the
-// OnReload callback and the logger) once per distinct content, not on
+// WithOnReload callback and the logger) once per distinct content, not on
 // every poll.
 //
 // The first poll happens at once, so the file's current content is applied
-// when Watch starts. Bad options are reported before any polling.
+// when Watch starts. A nil limiter, an empty path and bad options are
+// reported, all together, before any polling.
 func Watch(ctx context.Context, path string, l *Limiter, opts ...WatchOption) error {
+	cfg := watchConfig{interval: defaultWatchInterval, logger: slog.Default()}
 	if l == nil {
-		return errors.New("tiers: Watch: limiter is nil")
+		cfg.errs = append(cfg.errs, errors.New("tiers: Watch: limiter is nil"))
 	}
 	if path == "" {
-		return errors.New("tiers: Watch: path is empty")
+		cfg.errs = append(cfg.errs, errors.New("tiers: Watch: path is empty"))
 	}
-	cfg := watchConfig{interval: DefaultWatchInterval, logger: slog.Default()}
 	for _, o := range opts {
 		if o == nil {
-			return errors.New("tiers: Watch: nil option")
+			cfg.errs = append(cfg.errs, errors.New("tiers: nil WatchOption"))
+			continue
 		}
-		if err := o(&cfg); err != nil {
-			return err
-		}
+		o(&cfg)
+	}
+	if len(cfg.errs) > 0 {
+		return errors.Join(cfg.errs...)
 	}
 	w := watcher{path: path, l: l, cfg: cfg}
 	w.poll()

@@ -73,7 +73,7 @@ func TestWatchGoodBrokenGood(t *testing.T) {
 	const good2 = "rules:\n  - {name: second, key: [user], rate: 2/1h}\n"
 	writeAtomic(t, path, good1)
 
-	s := memstore.New(memstore.WithClock(clock.New(time.Time{})))
+	s := newMemstore(t, memstore.WithClock(clock.New(time.Time{})))
 	l := mustLimiter(t, s, "rules: []\n")
 	reloads := make(chan reload, 16)
 	var logs lockedBuffer
@@ -81,9 +81,9 @@ func TestWatchGoodBrokenGood(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- tiers.Watch(ctx, path, l,
-			tiers.WatchInterval(5*time.Millisecond),
-			tiers.WatchLogger(slog.New(slog.NewTextHandler(&logs, nil))),
-			tiers.OnReload(func(p *tiers.Policy, err error) { reloads <- reload{p, err} }))
+			tiers.WithWatchInterval(5*time.Millisecond),
+			tiers.WithWatchLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+			tiers.WithOnReload(func(p *tiers.Policy, err error) { reloads <- reload{p, err} }))
 	}()
 	defer func() {
 		cancel()
@@ -137,7 +137,7 @@ func TestWatchGoodBrokenGood(t *testing.T) {
 }
 
 func TestWatchBadArguments(t *testing.T) {
-	l := mustLimiter(t, memstore.New(), "rules: []\n")
+	l := mustLimiter(t, newMemstore(t), "rules: []\n")
 	ctx := context.Background()
 	for _, tc := range []struct {
 		err  error
@@ -145,8 +145,12 @@ func TestWatchBadArguments(t *testing.T) {
 	}{
 		{tiers.Watch(ctx, "", l), "tiers: Watch: path is empty"},
 		{tiers.Watch(ctx, "p", nil), "tiers: Watch: limiter is nil"},
-		{tiers.Watch(ctx, "p", l, tiers.WatchInterval(0)), "tiers: WatchInterval must be > 0, got 0s"},
-		{tiers.Watch(ctx, "p", l, tiers.WatchLogger(nil)), "tiers: WatchLogger: logger is nil"},
+		{tiers.Watch(ctx, "p", l, tiers.WithWatchInterval(0)), "tiers: WithWatchInterval: interval 0s must be > 0"},
+		{tiers.Watch(ctx, "p", l, tiers.WithWatchLogger(nil)), "tiers: WithWatchLogger: logger is nil"},
+		{tiers.Watch(ctx, "p", l, nil), "tiers: nil WatchOption"},
+		// Every problem is reported, not only the first.
+		{tiers.Watch(ctx, "", nil, tiers.WithWatchInterval(-1), tiers.WithOnReload(nil)),
+			"tiers: Watch: limiter is nil\ntiers: Watch: path is empty\ntiers: WithWatchInterval: interval -1ns must be > 0"},
 	} {
 		if tc.err == nil || tc.err.Error() != tc.want {
 			t.Errorf("Watch error = %v, want %s", tc.err, tc.want)
@@ -160,13 +164,13 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // keeps deciding, and the file's appearance is picked up.
 func TestWatchMissingFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "later.yaml")
-	l := mustLimiter(t, memstore.New(), "rules:\n  - {name: old, rate: 1/1s}\n")
+	l := mustLimiter(t, newMemstore(t), "rules:\n  - {name: old, rate: 1/1s}\n")
 	reloads := make(chan reload, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- tiers.Watch(ctx, path, l, tiers.WatchInterval(5*time.Millisecond), tiers.WatchLogger(discardLogger()),
-			tiers.OnReload(func(p *tiers.Policy, err error) { reloads <- reload{p, err} }))
+		done <- tiers.Watch(ctx, path, l, tiers.WithWatchInterval(5*time.Millisecond), tiers.WithWatchLogger(discardLogger()),
+			tiers.WithOnReload(func(p *tiers.Policy, err error) { reloads <- reload{p, err} }))
 	}()
 	defer func() {
 		cancel()

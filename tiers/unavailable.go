@@ -1,0 +1,93 @@
+package tiers
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// StoreErrorRetryAfter is the RetryAfter of every deny decided without the
+// store that only the store could lift: a rule with on_store_error
+// "closed", and a cost above a rule's local share in a fallback.
+const StoreErrorRetryAfter = time.Second
+
+// DecideUnavailable answers a Take the store could not decide, bucket by
+// bucket by its OnStoreError, all or nothing: the one place where the fail
+// modes are applied, used by the Limiter and by package fallback. It fills
+// res (len(res) >= len(buckets)) and reports whether the Take is allowed.
+//
+//   - A cost above a bucket's capacity denies with RetryAfter Never, as
+//     every store would.
+//   - FailOpen allows: Limit is the capacity, Remaining capacity − cost.
+//   - FailClosed denies with RetryAfter and Reset StoreErrorRetryAfter.
+//   - FailLocal buckets are decided by local, called once with every
+//     bucket, after the others, with their Results preset (Limit the
+//     capacity, Source local_fallback) and allowed saying whether the Take
+//     can still pass; local decides the FailLocal buckets whose cost is
+//     within capacity, charges nothing unless the whole Take is allowed, and
+//     returns whether it is. With a nil local they allow as FailOpen does
+//     (Source fail_open): a store without a local fallback cannot honour
+//     "local" (a Limiter warns about it at construction).
+//
+// Each Result's Source names what decided it.
+func DecideUnavailable(buckets []Bucket, res []Result, local func(buckets []Bucket, res []Result, allowed bool) bool) bool {
+	allowed := true
+	locals := 0
+	for i := range buckets {
+		b := &buckets[i]
+		capacity := b.Limit.Capacity()
+		r := Result{Limit: capacity, Source: failSource[b.OnStoreError]}
+		mode := b.OnStoreError
+		if mode == FailLocal && local == nil {
+			mode, r.Source = FailOpen, floodgate.SourceFailOpen
+		}
+		switch {
+		case b.Cost > capacity:
+			r.RetryAfter = Never
+			allowed = false
+		case mode == FailOpen:
+			r.Allowed = true
+			r.Remaining = capacity - b.Cost
+		case mode == FailClosed:
+			r.RetryAfter = StoreErrorRetryAfter
+			r.Reset = StoreErrorRetryAfter
+			allowed = false
+		default:
+			locals++
+		}
+		res[i] = r
+	}
+	if locals > 0 {
+		allowed = local(buckets, res, allowed)
+	}
+	return allowed
+}
+
+var failSource = [...]floodgate.Source{
+	FailLocal:  floodgate.SourceLocalFallback,
+	FailOpen:   floodgate.SourceFailOpen,
+	FailClosed: floodgate.SourceFailClosed,
+}
+
+// unavailableDecider is implemented by stores that never report a failure
+// of their backend to the Limiter: package fallback decides every bucket
+// by its OnStoreError itself, and package memstore has no backend to lose.
+type unavailableDecider interface {
+	DecidesOnStoreError() bool
+}
+
+// warnLocalWithoutFallback logs, once per rule of p, that a rule with
+// on_store_error "local" cannot be honoured by store: when store fails,
+// such a rule fails open.
+func warnLocalWithoutFallback(store Store, c *compiled) {
+	if d, ok := store.(unavailableDecider); ok && d.DecidesOnStoreError() {
+		return
+	}
+	for i := range c.rules {
+		if cr := &c.rules[i]; cr.fail == FailLocal {
+			slog.Warn("floodgate: rule has on_store_error local, but the store has no local fallback (wrap it with fallback.New); when the store fails, the rule fails open",
+				"rule", cr.name)
+		}
+	}
+}
