@@ -1,5 +1,3 @@
-// Package clock provides a fake floodgate.Clock for tests: time stands still
-// until the test moves it, so algorithm tests are exact and instant.
 package clock
 
 import (

@@ -35,9 +35,9 @@ type Cluster struct {
 // cluster cannot form within the start timeout (default 10s per step).
 func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	cli := lookBinary(t, "redis-cli")
 	c := &Cluster{t: t, cfg: cfg}
@@ -117,9 +117,6 @@ func (c *Cluster) Addrs() []string {
 func (c *Cluster) Nodes() []*Server {
 	return append([]*Server(nil), c.nodes...)
 }
-
-// Node returns the i-th master.
-func (c *Cluster) Node(i int) *Server { return c.nodes[i] }
 
 // Client returns a new go-redis cluster client seeded with every master's
 // address, closed at test cleanup. Each call returns an independent client

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPortClashIsDetected: launching on a port someone else holds is
@@ -59,3 +60,15 @@ func (f *fatalRecorder) Fatalf(format string, args ...any) {
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// TestBadOptions: every bad option is reported, before any process starts.
+func TestBadOptions(t *testing.T) {
+	_, err := newConfig([]Option{WithStartTimeout(0), nil, WithClientTimeouts(time.Second, -1), WithArgs("--x")})
+	want := "redistest: WithStartTimeout: 0s must be > 0\nredistest: nil Option\nredistest: WithClientTimeouts: dial 1s and io -1ns must be > 0"
+	if err == nil || err.Error() != want {
+		t.Fatalf("newConfig error = %v, want %q", err, want)
+	}
+	if cfg, err := newConfig([]Option{WithStartTimeout(time.Second), WithClientTimeouts(time.Second, time.Second)}); err != nil || cfg.startTimeout != time.Second {
+		t.Fatalf("good options: %+v, %v", cfg, err)
+	}
+}

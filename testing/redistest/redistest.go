@@ -1,17 +1,3 @@
-// Package redistest starts real redis-server processes for tests: a
-// standalone server (Start) or a three-master Redis Cluster (StartCluster),
-// each on free loopback ports, with no persistence and its own temporary
-// directory, stopped and reaped when the test ends.
-//
-// What this package decides: tests that need Redis never share the system
-// Redis (port 6379) or each other's servers, and fault tests get the real
-// faults — Kill (SIGKILL), Pause/Resume (SIGSTOP/SIGCONT) and Restart (a new
-// process on the same port with empty data and an empty script cache) —
-// instead of a mock. Every wait is bounded: a server that does not answer
-// PING within the start timeout fails the test with its own log output.
-//
-// redis-server and redis-cli must be on PATH; when they are missing the test
-// fails with a message that names `make deps`, which installs them.
 package redistest
 
 import (
@@ -32,7 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Option configures Start and StartCluster.
+// Option configures Start, StartCluster, StartSentinel and StartProcess;
+// a bad one is reported (the test fails) before any process starts.
 type Option func(*config)
 
 type config struct {
@@ -40,6 +27,7 @@ type config struct {
 	startTimeout time.Duration
 	dialTimeout  time.Duration
 	ioTimeout    time.Duration
+	errs         []error
 }
 
 func defaultConfig() config {
@@ -50,6 +38,19 @@ func defaultConfig() config {
 	}
 }
 
+// newConfig applies opts to the defaults and reports every bad one.
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			cfg.errs = append(cfg.errs, errors.New("redistest: nil Option"))
+			continue
+		}
+		o(&cfg)
+	}
+	return cfg, errors.Join(cfg.errs...)
+}
+
 // WithArgs appends extra redis-server command-line arguments, for example
 // WithArgs("--maxmemory", "10mb").
 func WithArgs(args ...string) Option {
@@ -57,26 +58,28 @@ func WithArgs(args ...string) Option {
 }
 
 // WithStartTimeout bounds how long a start (or restart) may take before the
-// test fails. The default is 10s.
+// test fails (default 10s; must be > 0).
 func WithStartTimeout(d time.Duration) Option {
 	return func(c *config) {
-		if d > 0 {
-			c.startTimeout = d
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("redistest: WithStartTimeout: %s must be > 0", d))
+			return
 		}
+		c.startTimeout = d
 	}
 }
 
 // WithClientTimeouts sets the dial timeout and the read/write timeout of the
-// clients returned by Client. The defaults are 1s and 2s: short, so a test
-// against a paused or killed server fails fast instead of hanging.
+// clients returned by Client (defaults 1s and 2s: short, so a test against
+// a paused or killed server fails fast instead of hanging; each must be
+// > 0).
 func WithClientTimeouts(dial, io time.Duration) Option {
 	return func(c *config) {
-		if dial > 0 {
-			c.dialTimeout = dial
+		if dial <= 0 || io <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("redistest: WithClientTimeouts: dial %s and io %s must be > 0", dial, io))
+			return
 		}
-		if io > 0 {
-			c.ioTimeout = io
-		}
+		c.dialTimeout, c.ioTimeout = dial, io
 	}
 }
 
@@ -110,9 +113,9 @@ type Server struct {
 // t.Cleanup. It fails the test if the server cannot start.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	s := newServer(t, cfg, false)
 	if err := s.startFresh(); err != nil {
@@ -480,7 +483,9 @@ func (s *Server) cleanup() {
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			s.t.Errorf("redistest: redis-server pid %d not reaped within 10s of SIGKILL", cmd.Process.Pid)
+			if s.t != nil { // nil for StartProcess
+				s.t.Errorf("redistest: redis-server pid %d not reaped within 10s of SIGKILL", cmd.Process.Pid)
+			}
 		}
 	}
 	if dir != "" {

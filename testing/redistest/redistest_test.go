@@ -226,7 +226,7 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("MSET with one hash tag: %v", err)
 	}
 	// A restarted node rejoins with its slots and no data.
-	n0 := cl.Node(0)
+	n0 := cl.Nodes()[0]
 	n0.Restart()
 	cl.WaitOK()
 	if k, err := n0.Client().DBSize(ctx).Result(); err != nil || k != 0 {

@@ -32,9 +32,9 @@ type Sentinel struct {
 // test cleanup.
 func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 	t.Helper()
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	m := Start(t, opts...)
 	s := newServer(t, cfg, false)

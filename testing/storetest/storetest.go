@@ -1,55 +1,3 @@
-// Package storetest is the conformance suite every tiers.Store must pass:
-// the in-process store (tiers/memstore), Redis standalone and Redis Cluster
-// (tiers/redisstore) run the same step tables on fake time and must give
-// the same decisions, to the microsecond.
-//
-// What this package decides: what "implements tiers.Store" means beyond the
-// interface. A conforming Store
-//
-//   - follows the arithmetic of the tiers.Algorithm doc exactly, with time
-//     taken from the injected clock (Vectors; every expected value there is
-//     derived by hand from that doc, in comments beside it);
-//   - reports, per bucket, Allowed and RetryAfter for that bucket alone, and
-//     Remaining and Reset as the Take leaves the bucket: after the charge
-//     when the Take allowed, untouched when it denied;
-//   - is all or nothing: a Take that any bucket denies charges no bucket;
-//   - denies a cost above the bucket's capacity with RetryAfter tiers.Never;
-//   - admits exactly the capacity under concurrent takes of one bucket;
-//   - rejects bad input with an error: res shorter than buckets, an empty
-//     key, a negative cost, an invalid Limit, or the same key twice in one
-//     Take. An empty Take is allowed.
-//
-// A store's test runs the suite with a factory:
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
-//			return memstore.New(memstore.WithClock(clk))
-//		})
-//	}
-//
-// Every subtest gets a fresh store from the factory and a fresh fake clock
-// at clock.Epoch, and uses keys with a prefix unique to the Run call, so a
-// shared Redis is fine. Vectors with more than one bucket per Take run twice:
-// with unrelated keys and with keys sharing one Redis Cluster hash tag.
-//
-// Expiry and fake time: the vectors are built so that a state kept beyond
-// its TTL gives the same answer as a state dropped at its TTL (window
-// states are then dead by their own arithmetic; token buckets are refilled
-// to exactly the burst; package memstore's tests run the whole suite with
-// every TTL an hour longer to keep this true). The opposite is not covered: a store whose keys
-// expire on real time (Redis PEXPIRE) while the test moves a fake clock must
-// not let a key vanish before its fake-time TTL; such a store should, under
-// an injected clock, make its TTLs generous (a whole minute, say), which
-// the vectors tolerate.
-//
-// Cost 0, which the tiers.Algorithm doc defines as a read that charges
-// nothing, is not in the vectors (redisstore's differential test compares
-// it between stores). GCRA with a period that is not a whole multiple of
-// the rate in µs is: gcra/odd_rate_cost2 and gcra/odd_rate_burst3 pin the
-// exact doubles of the arithmetic relative to tiers.GCRAEpoch, with its
-// tiers.GCRASlack, which is what lets rate 3/s burst 2 admit a cost of 2 on
-// a new bucket (absolute Unix-µs TATs, kept to only 0.25 µs, denied it with
-// RetryAfter 0).
 package storetest
 
 import (
@@ -223,7 +171,7 @@ func tokenBucketTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix stri
 	key := prefix + "tb"
 	allowed := 0
 	for range 30 {
-		if take1(t, st, key, TB10x20, 1).Allowed {
+		if take1(t, st, key, tb10x20, 1).Allowed {
 			allowed++
 		}
 	}
@@ -235,7 +183,7 @@ func tokenBucketTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix stri
 		d := time.Duration(tick) * 10 * time.Millisecond
 		clk.Set(clock.Epoch.Add(d))
 		for range 2 {
-			if take1(t, st, key, TB10x20, 1).Allowed {
+			if take1(t, st, key, tb10x20, 1).Allowed {
 				at = append(at, d)
 			}
 		}
@@ -376,9 +324,11 @@ const (
 	deadline   = 60 * time.Second
 )
 
-// parallel runs f(g) on goroutines goroutines and fails the test if they do
-// not all return within deadline (a deadlock, or a hung store).
-func parallel(t *testing.T, f func(g int) error) {
+// parallelTakes has each of goroutines goroutines take takeFor(g) n times
+// at once, and returns how many of each one's takes were allowed. It fails
+// the test on any error, or if the goroutines do not all finish within
+// deadline (a deadlock, or a hung store).
+func parallelTakes(t *testing.T, st tiers.Store, n int, takeFor func(g int) []tiers.Bucket) (allowed [goroutines]int64) {
 	t.Helper()
 	errs := make(chan error, goroutines)
 	var wg sync.WaitGroup
@@ -386,7 +336,18 @@ func parallel(t *testing.T, f func(g int) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- f(g)
+			bs := takeFor(g)
+			res := make([]tiers.Result, len(bs))
+			for range n {
+				ok, err := st.Take(context.Background(), bs, res)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					allowed[g]++
+				}
+			}
 		}()
 	}
 	done := make(chan struct{})
@@ -398,10 +359,16 @@ func parallel(t *testing.T, f func(g int) error) {
 	}
 	close(errs)
 	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+		t.Fatal(err)
 	}
+	return allowed
+}
+
+func sum(counts [goroutines]int64) (total int64) {
+	for _, n := range counts {
+		total += n
+	}
+	return total
 }
 
 // concurrentOneBucket: 8 goroutines x 40 takes of cost 1 on one bucket of
@@ -409,26 +376,9 @@ func parallel(t *testing.T, f func(g int) error) {
 // reports 0 remaining.
 func concurrentOneBucket(t *testing.T, st tiers.Store, _ *clock.Fake, prefix string, l tiers.Limit) {
 	key := prefix + "hot"
-	var mu sync.Mutex
-	allowed := 0
-	parallel(t, func(int) error {
-		var res [1]tiers.Result
-		bs := []tiers.Bucket{{Key: key, Limit: l, Cost: 1}}
-		n := 0
-		for range perG {
-			ok, err := st.Take(context.Background(), bs, res[:])
-			if err != nil {
-				return err
-			}
-			if ok {
-				n++
-			}
-		}
-		mu.Lock()
-		allowed += n
-		mu.Unlock()
-		return nil
-	})
+	allowed := sum(parallelTakes(t, st, perG, func(int) []tiers.Bucket {
+		return []tiers.Bucket{{Key: key, Limit: l, Cost: 1}}
+	}))
 	if allowed != 100 {
 		t.Fatalf("%d of %d concurrent takes allowed, want exactly 100", allowed, goroutines*perG)
 	}
@@ -446,34 +396,20 @@ func concurrentOneBucket(t *testing.T, st tiers.Store, _ *clock.Fake, prefix str
 func concurrentHierarchy(t *testing.T, st tiers.Store, _ *clock.Fake, prefix string) {
 	tenant := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 50, Period: time.Hour}
 	user := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 25}
-	var got [goroutines]int64
-	parallel(t, func(g int) error {
-		var res [2]tiers.Result
-		bs := []tiers.Bucket{
+	got := parallelTakes(t, st, 20, func(g int) []tiers.Bucket {
+		return []tiers.Bucket{
 			{Key: prefix + "tenant", Limit: tenant, Cost: 1},
 			{Key: fmt.Sprintf("%suser%d", prefix, g), Limit: user, Cost: 1},
 		}
-		for range 20 {
-			ok, err := st.Take(context.Background(), bs, res[:])
-			if err != nil {
-				return err
-			}
-			if ok {
-				got[g]++
-			}
-		}
-		return nil
 	})
-	var sum int64
 	for g, n := range got {
-		sum += n
 		r := take1(t, st, fmt.Sprintf("%suser%d", prefix, g), user, 1)
 		if !r.Allowed || r.Remaining != 25-n-1 {
 			t.Errorf("user %d: %d takes allowed, probe says %s, want allowed with %d remaining", g, n, fmtResult(r), 25-n-1)
 		}
 	}
-	if sum != 50 {
-		t.Fatalf("%d takes allowed in all, want exactly the tenant's 50 (per user: %v)", sum, got)
+	if total := sum(got); total != 50 {
+		t.Fatalf("%d takes allowed in all, want exactly the tenant's 50 (per user: %v)", total, got)
 	}
 }
 
@@ -487,29 +423,12 @@ func concurrentHierarchy(t *testing.T, st tiers.Store, _ *clock.Fake, prefix str
 func concurrentOppositeOrder(t *testing.T, st tiers.Store, _ *clock.Fake, prefix string) {
 	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 100, Period: time.Hour}
 	a, b := "{"+prefix+"}:a", "{"+prefix+"}:b"
-	var mu sync.Mutex
-	allowed := 0
-	parallel(t, func(g int) error {
-		var res [2]tiers.Result
-		bs := []tiers.Bucket{{Key: a, Limit: l, Cost: 1}, {Key: b, Limit: l, Cost: 1}}
+	allowed := sum(parallelTakes(t, st, perG, func(g int) []tiers.Bucket {
 		if g%2 == 1 {
-			bs[0], bs[1] = bs[1], bs[0]
+			return []tiers.Bucket{{Key: b, Limit: l, Cost: 1}, {Key: a, Limit: l, Cost: 1}}
 		}
-		n := 0
-		for range perG {
-			ok, err := st.Take(context.Background(), bs, res[:])
-			if err != nil {
-				return err
-			}
-			if ok {
-				n++
-			}
-		}
-		mu.Lock()
-		allowed += n
-		mu.Unlock()
-		return nil
-	})
+		return []tiers.Bucket{{Key: a, Limit: l, Cost: 1}, {Key: b, Limit: l, Cost: 1}}
+	}))
 	if allowed != 100 {
 		t.Fatalf("%d takes allowed, want exactly 100", allowed)
 	}
@@ -520,7 +439,8 @@ func concurrentOppositeOrder(t *testing.T, st tiers.Store, _ *clock.Fake, prefix
 	}
 }
 
-// badInput: malformed takes are errors, never decisions; an empty take is
+// badInput: malformed takes are errors, never decisions, and every store
+// reports them with the same text, tiers.ValidateTake's; an empty take is
 // allowed.
 func badInput(t reporter, st tiers.Store, prefix string) {
 	ctx := context.Background()
@@ -534,18 +454,26 @@ func badInput(t reporter, st tiers.Store, prefix string) {
 		res     int
 	}{
 		{"res shorter than buckets", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: prefix + "b", Limit: ok, Cost: 1}}, 1},
-		{"empty key", []tiers.Bucket{{Key: "", Limit: ok, Cost: 1}}, 1},
+		{"empty key", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: "", Limit: ok, Cost: 1}}, 2},
 		{"negative cost", []tiers.Bucket{{Key: prefix + "c", Limit: ok, Cost: -1}}, 1},
 		{"zero rate", []tiers.Bucket{{Key: prefix + "d", Limit: tiers.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}, 1},
 		{"zero burst", []tiers.Bucket{{Key: prefix + "e", Limit: tiers.Limit{Rate: 1, Period: time.Second}, Cost: 1}}, 1},
 		{"sub-millisecond period", []tiers.Bucket{{Key: prefix + "f", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1, Period: time.Microsecond}, Cost: 1}}, 1},
 		{"unknown algorithm", []tiers.Bucket{{Key: prefix + "g", Limit: tiers.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}, Cost: 1}}, 1},
-		{"same key twice", []tiers.Bucket{{Key: prefix + "h", Limit: ok, Cost: 1}, {Key: prefix + "h", Limit: ok, Cost: 1}}, 2},
+		{"same key twice", []tiers.Bucket{{Key: prefix + "h", Limit: ok, Cost: 1}, {Key: prefix + "b", Limit: ok, Cost: 1}, {Key: prefix + "h", Limit: ok, Cost: 1}}, 3},
+		{"unknown OnStoreError", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: prefix + "i", Limit: ok, Cost: 1, OnStoreError: 9}}, 2},
 	}
 	for _, c := range cases {
 		res := make([]tiers.Result, c.res)
+		want := tiers.ValidateTake(c.buckets, res)
+		if want == nil {
+			t.Errorf("%s: tiers.ValidateTake accepts this case; the suite is out of date", c.name)
+			continue
+		}
 		if _, err := st.Take(ctx, c.buckets, res); err == nil {
 			t.Errorf("%s: Take returned no error", c.name)
+		} else if err.Error() != want.Error() {
+			t.Errorf("%s: Take error:\n got  %s\n want %s (tiers.ValidateTake's)", c.name, err, want)
 		}
 	}
 	// None of those charged anything: the well-formed keys are still full.

@@ -84,6 +84,17 @@ func (s skewed) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result)
 	return ok, err
 }
 
+// reworded reports bad input in its own words.
+type reworded struct{ inner tiers.Store }
+
+func (r reworded) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+	ok, err := r.inner.Take(ctx, bs, res)
+	if err != nil {
+		return false, fmt.Errorf("reworded: %w", err)
+	}
+	return ok, nil
+}
+
 // lenient never reports an error: it drops what it cannot use.
 type lenient struct{ inner tiers.Store }
 
@@ -98,9 +109,23 @@ func (l lenient) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result
 	return ok, err
 }
 
+// mem returns a memstore on clk (nil: the system clock).
+func mem(t *testing.T, clk *clock.Fake) *memstore.Store {
+	t.Helper()
+	var opts []memstore.Option
+	if clk != nil {
+		opts = append(opts, memstore.WithClock(clk))
+	}
+	s, err := memstore.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestCheckCatchesPartialCharges(t *testing.T) {
 	clk := clock.New(time.Time{})
-	st := partial{memstore.New(memstore.WithClock(clk))}
+	st := partial{mem(t, clk)}
 	msgs := runRecorded(func(r reporter) { check(r, st, clk, vector(t, "all_or_nothing"), "p:") })
 	if len(msgs) == 0 {
 		t.Fatal("a store that charges on deny passed all_or_nothing")
@@ -114,7 +139,7 @@ func TestCheckCatchesPartialCharges(t *testing.T) {
 func TestCheckCatchesWrongRetryAfter(t *testing.T) {
 	for _, v := range Vectors {
 		clk := clock.New(time.Time{})
-		st := skewed{memstore.New(memstore.WithClock(clk))}
+		st := skewed{mem(t, clk)}
 		if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "s:") }); len(msgs) == 0 {
 			t.Errorf("%s: a store with retry-after off by 1 µs passed", v.Name)
 		}
@@ -122,10 +147,24 @@ func TestCheckCatchesWrongRetryAfter(t *testing.T) {
 }
 
 func TestBadInputCatchesLenientStore(t *testing.T) {
-	st := lenient{memstore.New()}
+	st := lenient{mem(t, nil)}
 	msgs := runRecorded(func(r reporter) { badInput(r, st, "l:") })
-	if len(msgs) != 8 {
-		t.Fatalf("got %d reports, want one per malformed case (8):\n%s", len(msgs), strings.Join(msgs, "\n"))
+	if len(msgs) != 9 {
+		t.Fatalf("got %d reports, want one per malformed case (9):\n%s", len(msgs), strings.Join(msgs, "\n"))
+	}
+}
+
+// A store that refuses the right takes in its own words fails too: every
+// store must give tiers.ValidateTake's text.
+func TestBadInputCatchesRewordedErrors(t *testing.T) {
+	msgs := runRecorded(func(r reporter) { badInput(r, reworded{mem(t, nil)}, "w:") })
+	if len(msgs) != 9 {
+		t.Fatalf("got %d reports, want one per malformed case (9):\n%s", len(msgs), strings.Join(msgs, "\n"))
+	}
+	if want := `negative cost: Take error:
+ got  reworded: tiers: bucket 0 ("w:c"): cost -1 is negative
+ want tiers: bucket 0 ("w:c"): cost -1 is negative (tiers.ValidateTake's)`; !strings.Contains(strings.Join(msgs, "\n"), want) {
+		t.Fatalf("reports do not show the reworded error against the expected one:\n%s", strings.Join(msgs, "\n"))
 	}
 }
 
@@ -134,12 +173,12 @@ func TestBadInputCatchesLenientStore(t *testing.T) {
 func TestRecorderPassesMemstore(t *testing.T) {
 	for _, v := range Vectors {
 		clk := clock.New(time.Time{})
-		st := memstore.New(memstore.WithClock(clk))
+		st := mem(t, clk)
 		if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "m:") }); len(msgs) != 0 {
 			t.Errorf("%s: %s", v.Name, strings.Join(msgs, "\n"))
 		}
 	}
-	if msgs := runRecorded(func(r reporter) { badInput(r, memstore.New(), "m:") }); len(msgs) != 0 {
+	if msgs := runRecorded(func(r reporter) { badInput(r, mem(t, nil), "m:") }); len(msgs) != 0 {
 		t.Errorf("badInput: %s", strings.Join(msgs, "\n"))
 	}
 }

@@ -61,32 +61,32 @@ const (
 
 // Limits used by the vectors.
 var (
-	// TB10x20: token bucket, 10 per second, burst 20. One token per 100 ms:
+	// tb10x20: token bucket, 10 per second, burst 20. One token per 100 ms:
 	// (elapsed*N)/P = (100000*10)/1000000 = 1 exactly.
-	TB10x20 = tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}
-	// TB3x2: token bucket, 3 per second, burst 2: P/N is not whole µs.
-	TB3x2 = tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 3, Period: time.Second, Burst: 2}
-	// GCRA10x5: GCRA, 10 per second, burst 5. T = P/N = 100000 µs,
+	tb10x20 = tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}
+	// tb3x2: token bucket, 3 per second, burst 2: P/N is not whole µs.
+	tb3x2 = tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 3, Period: time.Second, Burst: 2}
+	// gcra10x5: GCRA, 10 per second, burst 5. T = P/N = 100000 µs,
 	// B*T = 500000 µs.
-	GCRA10x5 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 5}
-	// GCRA3x2: GCRA, 3 per second, burst 2: T = fl(1e6/3) =
+	gcra10x5 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 5}
+	// gcra3x2: GCRA, 3 per second, burst 2: T = fl(1e6/3) =
 	// 333333.33333333331393 is not whole, B*T = 2T = 666666.66666666662786
 	// (doubling is exact).
-	GCRA3x2 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 3, Period: time.Second, Burst: 2}
-	// GCRA3x3: GCRA, 3 per second, burst 3: B*T = fl(3T) = 1e6 exactly
+	gcra3x2 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 3, Period: time.Second, Burst: 2}
+	// gcra3x3: GCRA, 3 per second, burst 3: B*T = fl(3T) = 1e6 exactly
 	// (3T = 999999.99999999994179 rounds to 1e6, ulp 2^-33 there).
-	GCRA3x3 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 3, Period: time.Second, Burst: 3}
-	// SWC10per10s: sliding window counter, 10 per 10 s window. W = 1e7 µs.
-	SWC10per10s = tiers.Limit{Algorithm: tiers.SlidingWindowCounter, Rate: 10, Period: 10 * time.Second}
-	// SWL5per10s: sliding window log, 5 per 10 s. W = 1e7 µs.
-	SWL5per10s = tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 5, Period: 10 * time.Second}
-	// FW5per10s: fixed window, 5 per 10 s window.
-	FW5per10s = tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: 10 * time.Second}
+	gcra3x3 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 3, Period: time.Second, Burst: 3}
+	// swc10per10s: sliding window counter, 10 per 10 s window. W = 1e7 µs.
+	swc10per10s = tiers.Limit{Algorithm: tiers.SlidingWindowCounter, Rate: 10, Period: 10 * time.Second}
+	// swl5per10s: sliding window log, 5 per 10 s. W = 1e7 µs.
+	swl5per10s = tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 5, Period: 10 * time.Second}
+	// fw5per10s: fixed window, 5 per 10 s window.
+	fw5per10s = tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: 10 * time.Second}
 
 	// Levels of the all-or-nothing vector, one per algorithm.
 	tenantFW  = tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 2, Period: time.Hour}
-	userTB    = TB10x20
-	apikeyGC  = GCRA10x5
+	userTB    = tb10x20
+	apikeyGC  = gcra10x5
 	ipSWL     = tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 100, Period: time.Minute}
 	routeSWC  = tiers.Limit{Algorithm: tiers.SlidingWindowCounter, Rate: 100, Period: time.Minute}
 	allLevels = []string{"tenant", "user", "apikey", "ip", "route"}
@@ -133,7 +133,7 @@ var Vectors = []Vector{
 // exactly 1 per 100 ms.
 func tokenBucketBurstThenRate() Vector {
 	var st []Step
-	l := TB10x20
+	l := tb10x20
 	// New bucket: tokens = 20. The k-th take at t0 (k = 1..20): elapsed 0,
 	// tokens 21-k >= 1, allowed; tokens = 20-k; remaining = 20-k;
 	// reset = ceil(((20-(20-k))*1e6)/10) = k*100000 = k*100 ms.
@@ -172,7 +172,7 @@ func tokenBucketBurstThenRate() Vector {
 
 // tokenBucketCost: cost > 1, and cost > burst (never admissible).
 func tokenBucketCost() Vector {
-	l := TB10x20
+	l := tb10x20
 	return Vector{Name: "token_bucket/cost", Steps: []Step{
 		// tokens 20 -> 13; remaining 13; reset = ceil((7*1e6)/10) = 700 ms.
 		one(0, "tbc", l, 7, allow(13, 700*ms)),
@@ -221,7 +221,7 @@ func tokenBucketRefillCap() Vector {
 // expected value is at least 1e-3 from an integer before ceil/floor, so
 // IEEE rounding of the intermediate values cannot move it.
 func tokenBucketOddRate() Vector {
-	l := TB3x2
+	l := tb3x2
 	return Vector{Name: "token_bucket/odd_rate", Steps: []Step{
 		// tokens 2 -> 1; reset = ceil((1*1e6)/3) = ceil(333333.33) = 333334.
 		one(0, "tb3", l, 1, allow(1, 333334*µs)),
@@ -253,7 +253,7 @@ func tokenBucketOddRate() Vector {
 // values below are those of the comparison without slack.
 func gcraBurstThenRate() Vector {
 	var st []Step
-	l := GCRA10x5
+	l := gcra10x5
 	// New bucket: tat = t0. The k-th take at t0: tat0 = t0+(k-1)*1e5,
 	// tat1 = t0+k*1e5; allowed iff k*1e5 <= 5e5, i.e. k <= 5;
 	// remaining = floor((5e5 - k*1e5)/1e5) = 5-k; reset = k*100 ms.
@@ -288,7 +288,7 @@ func gcraBurstThenRate() Vector {
 // gcraCost: cost > 1 and cost > burst. As in gcraBurstThenRate, every
 // quantity is whole, so GCRASlack changes none of the values below.
 func gcraCost() Vector {
-	l := GCRA10x5
+	l := gcra10x5
 	return Vector{Name: "gcra/cost", Steps: []Step{
 		// tat1 = t0 + 3*1e5; 3e5 <= 5e5 allowed; remaining floor(2e5/1e5) = 2;
 		// reset 300 ms.
@@ -317,7 +317,7 @@ func gcraCost() Vector {
 // with the slack, it is admitted. Exact doubles (T = 333333.33333333331393,
 // B*T = 666666.66666666662786, tol = B*T + 0.5 = 666667.16666666662786):
 func gcraOddRateCost2() Vector {
-	l := GCRA3x2
+	l := gcra3x2
 	return Vector{Name: "gcra/odd_rate_cost2", Steps: []Step{
 		// t = 0, new bucket: tat0 = 0, tat1 = 0 + 2T = 666666.66666666662786
 		// <= tol: allowed; remaining = floor((tol - tat1)/T) = floor(0.5/T)
@@ -348,7 +348,7 @@ func gcraOddRateCost2() Vector {
 // cost-1 takes at one instant. Exact doubles: T = 333333.33333333331393,
 // B*T = fl(3T) = 1e6, tol = 1e6 + 0.5.
 func gcraOddRateBurst3() Vector {
-	l := GCRA3x3
+	l := gcra3x3
 	return Vector{Name: "gcra/odd_rate_burst3", Steps: []Step{
 		// t = 0, new: tat1 = T = 333333.33 <= tol: allowed; remaining =
 		// floor((1000000.5 - 333333.33)/T) = floor(2.0000015) = 2;
@@ -397,7 +397,7 @@ func gcraRelativePrecision() Vector {
 // must not all pass.
 func swcBoundary() Vector {
 	var st []Step
-	l := SWC10per10s
+	l := swc10per10s
 	// now = 9 s: w = w0, e = 9e6; new bucket prev = curr = 0. The k-th take:
 	// weighted = k-1; allowed iff (k-1)+1 <= 10; remaining = 10-k;
 	// reset = (w0+2)*W - now = 20 s - 9 s = 11 s.
@@ -439,7 +439,7 @@ func swcBoundary() Vector {
 
 // swcCost: cost > 1, both retry-after branches, and cost > limit.
 func swcCost() Vector {
-	l := SWC10per10s
+	l := swc10per10s
 	return Vector{Name: "sliding_window_counter/cost", Steps: []Step{
 		// e = 0, new: weighted 0; 4 <= 10 allowed; curr 4; remaining 6;
 		// reset = 2W - 0 = 20 s.
@@ -472,7 +472,7 @@ func swcCost() Vector {
 
 // swlBasic: sliding window log 5 per 10 s.
 func swlBasic() Vector {
-	l := SWL5per10s
+	l := swl5per10s
 	return Vector{Name: "sliding_window_log/basic", Steps: []Step{
 		// Log [] -> [0]; remaining 5-0-1 = 4; reset = 0+10-0 = 10 s.
 		one(0, "swl", l, 1, allow(4, 10*s)),
@@ -516,7 +516,7 @@ func swlBasic() Vector {
 // of one window plus L at the start of the next, 2L within one second.
 func fixedWindowBoundaryBurst() Vector {
 	var st []Step
-	l := FW5per10s
+	l := fw5per10s
 	// now 9 s, window [0,10 s): count k-1 -> allowed for k <= 5;
 	// remaining 5-k; reset = 10-9 = 1 s.
 	for k := int64(1); k <= 5; k++ {
@@ -541,7 +541,7 @@ func fixedWindowBoundaryBurst() Vector {
 
 // fixedWindowCost: cost > 1 and cost > limit.
 func fixedWindowCost() Vector {
-	l := FW5per10s
+	l := fw5per10s
 	return Vector{Name: "fixed_window/cost", Steps: []Step{
 		// count 0+3 <= 5: remaining 2; reset 10 s.
 		one(0, "fwc", l, 3, allow(2, 10*s)),
@@ -563,7 +563,7 @@ func fixedWindowCost() Vector {
 // limit keeps its count (state is kept by key), which can exceed the new
 // limit: remaining is max(0, L - count), never negative.
 func fixedWindowLoweredLimit() Vector {
-	hi := FW5per10s
+	hi := fw5per10s
 	lo := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 3, Period: 10 * time.Second}
 	return Vector{Name: "fixed_window/lowered_limit", Steps: []Step{
 		// Limit 5: count 0+5 <= 5, allowed; remaining 0; reset 10 s.
@@ -579,7 +579,7 @@ func fixedWindowLoweredLimit() Vector {
 
 // swlLoweredLimit: as fixedWindowLoweredLimit, for the sliding window log.
 func swlLoweredLimit() Vector {
-	hi := SWL5per10s
+	hi := swl5per10s
 	lo := tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 3, Period: 10 * time.Second}
 	return Vector{Name: "sliding_window_log/lowered_limit", Steps: []Step{
 		// Limit 5: log [] -> [0,0,0,0,0]; remaining 0; reset 0+10-0 = 10 s.

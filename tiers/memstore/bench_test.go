@@ -11,7 +11,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/floodgate-go/floodgate/tiers"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
 // The benchmarks use the system clock and generous limits, so most takes
@@ -55,7 +54,7 @@ func benchSerial(b *testing.B, bs [][]tiers.Bucket) { benchSerialWarm(b, bs, 0) 
 // least warm, so that state which fills over a window (a sliding log's
 // ring) is at its working size before the timer starts.
 func benchSerialWarm(b *testing.B, bs [][]tiers.Bucket, warm time.Duration) {
-	s := memstore.New()
+	s := newStore(b)
 	ctx := context.Background()
 	res := make([]tiers.Result, 4)
 	for start, i := time.Now(), 0; i < len(bs) || i%1024 != 0 || time.Since(start) < warm; i++ {
@@ -88,7 +87,7 @@ func reportCPU(b *testing.B, c0 int64) {
 }
 
 func benchParallel(b *testing.B, bs [][]tiers.Bucket) {
-	s := memstore.New()
+	s := newStore(b)
 	ctx := context.Background()
 	res := make([]tiers.Result, 4)
 	for _, t := range bs {

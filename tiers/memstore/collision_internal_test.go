@@ -17,7 +17,10 @@ func TestHashCollisionsKeepBucketsApart(t *testing.T) {
 	hashMask = 3
 	defer func() { hashMask = ^uint64(0) }()
 	clk := clock.New(time.Time{})
-	s := New(WithClock(clk), WithShards(1), WithMaxKeys(30))
+	s, err := New(WithClock(clk), WithShards(1), WithMaxKeys(30))
+	if err != nil {
+		t.Fatal(err)
+	}
 	fw := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 100, Period: time.Hour}
 	take := func(key string, cost int64) tiers.Result {
 		t.Helper()

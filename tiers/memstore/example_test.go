@@ -16,8 +16,8 @@ import (
 // denied take charges the user nothing.
 func Example() {
 	clk := clock.New(time.Time{}) // fake time; use memstore.New() for the system clock
-	store := memstore.New(memstore.WithClock(clk), memstore.WithMaxKeys(100_000))
-	if err := store.Err(); err != nil {
+	store, err := memstore.New(memstore.WithClock(clk), memstore.WithMaxKeys(100_000))
+	if err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -1,61 +1,3 @@
-// Package memstore is the in-process tiers.Store: bucket state in sharded
-// hash tables, decided with exactly the arithmetic of tiers.Algorithm, so that it
-// gives the same decision as the Redis store (package tiers/redisstore) on the
-// same trace. Both pass the conformance suite in package testing/storetest.
-//
-// What this package decides:
-//
-//   - All or nothing. A Take charges every bucket its cost if and only if
-//     every bucket allows; a deny anywhere charges nothing anywhere. All the
-//     shards a Take touches are locked together (in ascending shard order,
-//     each once, so concurrent Takes never deadlock) and the clock is read
-//     under those locks, so each Take is atomic and time never runs backwards
-//     within a bucket's history.
-//   - Results. Allowed and RetryAfter are per bucket ("this bucket alone would
-//     admit the cost"); Remaining and Reset describe the bucket as the Take
-//     leaves it: after the charge when the Take allowed, untouched when it
-//     denied.
-//   - Bad input is an error, never a guess: a res shorter than buckets, an
-//     empty key, a negative cost, an invalid tiers.Limit, or the same key
-//     twice in one Take (a policy that resolves two levels to one key has a
-//     bug worth surfacing, and one state under two limits has no single
-//     right answer). Cost 0 is allowed: it reads the bucket without
-//     charging it.
-//   - A cost larger than the bucket's capacity (tiers.Limit.Capacity) is
-//     denied, charges nothing, and reports RetryAfter == tiers.Never.
-//   - Expiry. A bucket's state lives for the TTL the tiers.Algorithm doc
-//     gives (token bucket and GCRA: the reset time, at least 1 ms; sliding
-//     window counter: to the end of the next window; sliding window log: the
-//     newest timestamp plus the window; fixed window: to the end of the
-//     window). At or after that instant the state is treated as absent (a new
-//     bucket). Expired entries are removed lazily: each insertion of a new key
-//     examines the next few entries of its shard (from a hand that rotates
-//     through the shard, so every entry is reached in turn) and deletes
-//     those expired for more than SweepGrace (so hot buckets whose state
-//     lives milliseconds are reused, not reallocated), and a full shard
-//     deletes every expired entry it examines before evicting (never an
-//     entry the same Take uses). No goroutine runs.
-//   - The key cap (WithMaxKeys, default DefaultMaxKeys). The cap is split
-//     evenly over the shards (shard i holds at most ceil or floor of
-//     maxKeys/shards keys, summing to exactly maxKeys). Inserting a new key
-//     into a full shard first examines the next EvictSample entries from
-//     the shard's hand and deletes those that have expired; if none had, it evicts
-//     the examined entry that would expire soonest (ties: the smallest key),
-//     never one the same Take uses. When a shard holds at most EvictSample
-//     keys every entry is examined, so the choice is exact: expired entries
-//     first, else the live entry closest to expiry. An evicted bucket starts
-//     again from a new, full bucket; that is the price of bounded memory, paid
-//     by the bucket with the least state left to lose.
-//   - Bucket.OnStoreError and Bucket.CacheDenials are ignored: this store
-//     never fails, and every answer is already local.
-//   - Durations saturate: a Reset or RetryAfter beyond time.Duration's range
-//     (about 292 years, reachable with a huge burst refilled slowly) is
-//     reported as the largest Duration, never as a wrapped negative one.
-//   - The sliding window log stores (timestamp, count) runs in a growable
-//     ring per bucket, so a cost of c adds one run, not c timestamps; its
-//     memory is bounded by the number of admitted requests in one window
-//     (the buffer keeps the largest size it has needed while the bucket
-//     lives).
 package memstore
 
 import (
@@ -82,66 +24,72 @@ const (
 	DefaultShards = 64
 	// MaxShards is the largest value WithShards accepts.
 	MaxShards = 1 << 16
-	// EvictSample is how many entries of a full shard are examined to choose
+	// evictSample is how many entries of a full shard are examined to choose
 	// what to delete when a new key arrives.
-	EvictSample = 32
+	evictSample = 32
 	// sweepSample is how many entries an insertion into a non-full shard
 	// examines for expiry.
 	sweepSample = 4
-	// SweepGrace is how long after its expiry an entry is kept when the
+	// sweepGrace is how long after its expiry an entry is kept when the
 	// shard is not full, in µs (10 s): a busy token bucket whose state
 	// expires within milliseconds is reused in place instead of being
 	// deleted and allocated again on its next request.
-	SweepGrace = 10_000_000
+	sweepGrace = 10_000_000
 	// minTTL is the least lifetime of token bucket and GCRA state, in µs.
 	minTTL = 1000
 	// stackBuckets is how many buckets a Take decides without allocating.
 	stackBuckets = 6
 )
 
-// Option configures a Store.
-type Option func(*config) error
+// Option configures a Store; New reports every bad one.
+type Option func(*config)
 
 type config struct {
 	clock   floodgate.Clock
 	maxKeys int
 	shards  int
+	errs    []error
+}
+
+func (c *config) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("memstore: "+format, args...))
 }
 
 // WithClock sets the clock the Store reads time from (default
-// floodgate.SystemClock). Tests pass a *clock.Fake from testing/clock.
+// floodgate.SystemClock()). Tests pass a *clock.Fake from testing/clock.
 func WithClock(c floodgate.Clock) Option {
-	return func(cfg *config) error {
+	return func(cfg *config) {
 		if c == nil {
-			return errors.New("WithClock: clock is nil")
+			cfg.fail("WithClock: clock is nil")
+			return
 		}
 		cfg.clock = c
-		return nil
 	}
 }
 
 // WithMaxKeys caps the number of buckets the Store keeps (default
-// DefaultMaxKeys). See the package doc for what happens when it is reached.
+// DefaultMaxKeys; at least 1). See the package doc for what happens when
+// it is reached.
 func WithMaxKeys(n int) Option {
-	return func(cfg *config) error {
+	return func(cfg *config) {
 		if n < 1 {
-			return fmt.Errorf("WithMaxKeys(%d): the key cap must be at least 1", n)
+			cfg.fail("WithMaxKeys: key cap %d must be >= 1", n)
+			return
 		}
 		cfg.maxKeys = n
-		return nil
 	}
 }
 
 // WithShards sets the number of independently locked shards (default
-// DefaultShards, at most MaxShards). It is lowered to the key cap when the
+// DefaultShards; 1 to MaxShards). It is lowered to the key cap when the
 // cap is smaller, so every shard can hold at least one key.
 func WithShards(n int) Option {
-	return func(cfg *config) error {
+	return func(cfg *config) {
 		if n < 1 || n > MaxShards {
-			return fmt.Errorf("WithShards(%d): the shard count must be in [1, %d]", n, MaxShards)
+			cfg.fail("WithShards: shard count %d must be in [1, %d]", n, MaxShards)
+			return
 		}
 		cfg.shards = n
-		return nil
 	}
 }
 
@@ -151,7 +99,6 @@ type Store struct {
 	clock  floodgate.Clock
 	seed   maphash.Seed
 	shards []shard
-	err    error
 }
 
 var _ tiers.Store = (*Store)(nil)
@@ -219,27 +166,24 @@ func newEntry(h uint64, key string) *entry {
 // hashMask is all ones except in tests that force hash collisions.
 var hashMask = ^uint64(0)
 
-// New returns a Store configured by opts. An invalid option does not panic:
-// the Store remembers the first error, every Take returns it, and Err
-// reports it.
-func New(opts ...Option) *Store {
-	cfg := config{clock: floodgate.SystemClock, maxKeys: DefaultMaxKeys, shards: DefaultShards}
-	s := &Store{seed: maphash.MakeSeed()}
+// New returns a Store configured by opts, or an error naming every bad
+// option.
+func New(opts ...Option) (*Store, error) {
+	cfg := config{clock: floodgate.SystemClock(), maxKeys: DefaultMaxKeys, shards: DefaultShards}
 	for _, o := range opts {
 		if o == nil {
-			s.err = errors.New("memstore: New: nil Option")
-			break
+			cfg.fail("nil Option")
+			continue
 		}
-		if err := o(&cfg); err != nil {
-			s.err = fmt.Errorf("memstore: %w", err)
-			break
-		}
+		o(&cfg)
+	}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
 	}
 	if cfg.shards > cfg.maxKeys {
 		cfg.shards = cfg.maxKeys
 	}
-	s.clock = cfg.clock
-	s.shards = make([]shard, cfg.shards)
+	s := &Store{clock: cfg.clock, seed: maphash.MakeSeed(), shards: make([]shard, cfg.shards)}
 	base, extra := cfg.maxKeys/cfg.shards, cfg.maxKeys%cfg.shards
 	for i := range s.shards {
 		s.shards[i].cap = base
@@ -247,24 +191,7 @@ func New(opts ...Option) *Store {
 			s.shards[i].cap++
 		}
 	}
-	return s
-}
-
-// Err reports the configuration error New recorded, if any. A Store with an
-// error refuses every Take with that error.
-func (s *Store) Err() error { return s.err }
-
-// Len reports how many bucket states the Store holds, expired ones not yet
-// removed included.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.t.used
-		sh.mu.Unlock()
-	}
-	return n
+	return s, nil
 }
 
 // pending is the decision on one bucket before it is committed.
@@ -289,17 +216,19 @@ type pending struct {
 	shard   uint32
 }
 
+// DecidesOnStoreError reports true: the store keeps its state in process
+// and has no backend to lose, so a tiers.Limiter over it never needs a
+// local fallback and does not warn about rules with on_store_error local.
+func (s *Store) DecidesOnStoreError() bool { return true }
+
 // Take implements tiers.Store. See the package doc for what it decides.
 // ctx is not consulted: an in-process take never waits for anything but
 // the shard locks, held for the length of the arithmetic.
 func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
-	if s.err != nil {
-		return false, s.err
+	if err := tiers.ValidateTake(buckets, res); err != nil {
+		return false, err
 	}
 	n := len(buckets)
-	if len(res) < n {
-		return false, fmt.Errorf("memstore: Take: res has %d elements for %d buckets", len(res), n)
-	}
 	if n == 0 {
 		return true, nil
 	}
@@ -316,18 +245,9 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 	}
 	nsh := uint64(len(s.shards))
 	for i := range buckets {
-		b := &buckets[i]
-		if err := checkBucket(b); err != nil {
-			return false, fmt.Errorf("memstore: Take: buckets[%d] (key %q): %w", i, b.Key, err)
-		}
-		h := maphash.String(s.seed, b.Key) & hashMask
+		h := maphash.String(s.seed, buckets[i].Key) & hashMask
 		sh, _ := bits.Mul64(h, nsh)
 		ps[i].shard, ps[i].h = uint32(sh), h
-		for j := 0; j < i; j++ {
-			if ps[j].h == h && buckets[j].Key == b.Key {
-				return false, fmt.Errorf("memstore: Take: buckets[%d] repeats the key of buckets[%d] (%q)", i, j, b.Key)
-			}
-		}
 		lock = insertSorted(lock, uint32(sh))
 	}
 	for _, i := range lock {
@@ -381,16 +301,6 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 		}
 	}
 	return allowed, nil
-}
-
-func checkBucket(b *tiers.Bucket) error {
-	if b.Key == "" {
-		return errors.New("empty key")
-	}
-	if b.Cost < 0 {
-		return fmt.Errorf("negative cost %d", b.Cost)
-	}
-	return b.Limit.Validate()
 }
 
 // insertSorted adds v to the ascending, duplicate-free list l, whose
@@ -662,9 +572,9 @@ func (s *Store) insert(sh *shard, h uint64, key string, take []tiers.Bucket, now
 		evict(sh, take, now)
 	} else {
 		// Sweep: delete the sampled entries expired for more than
-		// SweepGrace, except those the current Take uses.
+		// sweepGrace, except those the current Take uses.
 		sh.t.scan(sweepSample, func(e *entry) bool {
-			return now >= e.expires+SweepGrace && !inTake(e.key, take)
+			return now >= e.expires+sweepGrace && !inTake(e.key, take)
 		})
 	}
 	e := newEntry(h, key)
@@ -672,7 +582,7 @@ func (s *Store) insert(sh *shard, h uint64, key string, take []tiers.Bucket, now
 	return e
 }
 
-// evict makes room in a full shard: it examines up to EvictSample entries
+// evict makes room in a full shard: it examines up to evictSample entries
 // from the shard's hand, deletes the expired ones, and if there were none
 // deletes the examined entry closest to expiry (ties: the smallest key).
 // Entries the current Take uses are never deleted: they are being
@@ -680,7 +590,7 @@ func (s *Store) insert(sh *shard, h uint64, key string, take []tiers.Bucket, now
 func evict(sh *shard, take []tiers.Bucket, now int64) {
 	var victim *entry
 	expired := 0
-	sh.t.scan(EvictSample, func(e *entry) bool {
+	sh.t.scan(evictSample, func(e *entry) bool {
 		switch {
 		case inTake(e.key, take):
 		case now >= e.expires:

@@ -15,13 +15,20 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
+// newStore returns a Store configured by opts, failing the test if New
+// refuses them.
+func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
-		s := memstore.New(memstore.WithClock(clk))
-		if err := s.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return newStore(t, memstore.WithClock(clk))
 	})
 }
 
@@ -29,57 +36,52 @@ func TestConformance(t *testing.T) {
 // ordering and key placement must not change any decision.
 func TestConformanceOneShard(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
-		s := memstore.New(memstore.WithClock(clk), memstore.WithShards(1))
-		if err := s.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return newStore(t, memstore.WithClock(clk), memstore.WithShards(1))
 	})
 }
 
 func TestBadOptions(t *testing.T) {
 	cases := []struct {
-		opt  memstore.Option
+		opts []memstore.Option
 		want string
 	}{
-		{memstore.WithClock(nil), "memstore: WithClock: clock is nil"},
-		{memstore.WithMaxKeys(0), "memstore: WithMaxKeys(0): the key cap must be at least 1"},
-		{memstore.WithMaxKeys(-5), "memstore: WithMaxKeys(-5): the key cap must be at least 1"},
-		{memstore.WithShards(0), "memstore: WithShards(0): the shard count must be in [1, 65536]"},
-		{memstore.WithShards(1 << 17), "memstore: WithShards(131072): the shard count must be in [1, 65536]"},
-		{nil, "memstore: New: nil Option"},
+		{[]memstore.Option{memstore.WithClock(nil)}, "memstore: WithClock: clock is nil"},
+		{[]memstore.Option{memstore.WithMaxKeys(0)}, "memstore: WithMaxKeys: key cap 0 must be >= 1"},
+		{[]memstore.Option{memstore.WithMaxKeys(-5)}, "memstore: WithMaxKeys: key cap -5 must be >= 1"},
+		{[]memstore.Option{memstore.WithShards(0)}, "memstore: WithShards: shard count 0 must be in [1, 65536]"},
+		{[]memstore.Option{memstore.WithShards(1 << 17)}, "memstore: WithShards: shard count 131072 must be in [1, 65536]"},
+		{[]memstore.Option{nil}, "memstore: nil Option"},
+		// Every bad option is named, not only the first.
+		{[]memstore.Option{memstore.WithMaxKeys(0), memstore.WithClock(clock.New(time.Time{})), nil, memstore.WithShards(0)},
+			"memstore: WithMaxKeys: key cap 0 must be >= 1\nmemstore: nil Option\nmemstore: WithShards: shard count 0 must be in [1, 65536]"},
 	}
-	b := []tiers.Bucket{{Key: "k", Limit: tiers.Limit{Rate: 1, Period: time.Second, Burst: 1}, Cost: 1}}
 	for _, c := range cases {
-		s := memstore.New(c.opt)
-		if err := s.Err(); err == nil || err.Error() != c.want {
-			t.Errorf("Err() = %v, want %q", err, c.want)
-		}
-		_, err := s.Take(context.Background(), b, make([]tiers.Result, 1))
-		if err == nil || err.Error() != c.want {
-			t.Errorf("Take error = %v, want %q", err, c.want)
+		s, err := memstore.New(c.opts...)
+		if s != nil || err == nil || err.Error() != c.want {
+			t.Errorf("New = %v, %v; want nil, %q", s, err, c.want)
 		}
 	}
 }
 
-func TestTakeErrorsNameTheBucket(t *testing.T) {
-	s := memstore.New()
+// A refused take is refused with tiers.ValidateTake's error (storetest's
+// BadInput checks every case) and leaves no state behind.
+func TestBadTakeLeavesNoState(t *testing.T) {
+	s := newStore(t)
 	ok := tiers.Limit{Rate: 1, Period: time.Second, Burst: 1}
 	cases := []struct {
-		b    []tiers.Bucket
-		res  int
-		want string
+		b   []tiers.Bucket
+		res int
 	}{
-		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}}, 0, "memstore: Take: res has 0 elements for 1 buckets"},
-		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Limit: ok, Cost: 1}}, 2, `memstore: Take: buckets[1] (key ""): empty key`},
-		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: -2}}, 1, `memstore: Take: buckets[0] (key "a"): negative cost -2`},
-		{[]tiers.Bucket{{Key: "a", Limit: tiers.Limit{Rate: 1, Period: time.Second}, Cost: 1}}, 1, `memstore: Take: buckets[0] (key "a"): burst 0 is out of range [1, 1000000000]`},
-		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Key: "b", Limit: ok, Cost: 1}, {Key: "a", Limit: ok, Cost: 1}}, 3, `memstore: Take: buckets[2] repeats the key of buckets[0] ("a")`},
+		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}}, 0},
+		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Limit: ok, Cost: 1}}, 2},
+		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Key: "b", Limit: ok, Cost: -2}}, 2},
+		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Key: "b", Limit: ok, Cost: 1}, {Key: "a", Limit: ok, Cost: 1}}, 3},
 	}
 	for _, c := range cases {
-		_, err := s.Take(context.Background(), c.b, make([]tiers.Result, c.res))
-		if err == nil || err.Error() != c.want {
-			t.Errorf("error = %v, want %q", err, c.want)
+		res := make([]tiers.Result, c.res)
+		want := tiers.ValidateTake(c.b, res)
+		if _, err := s.Take(context.Background(), c.b, res); err == nil || want == nil || err.Error() != want.Error() {
+			t.Errorf("Take error = %v, want %v", err, want)
 		}
 	}
 	if n := s.Len(); n != 0 {
@@ -98,11 +100,11 @@ func take(t *testing.T, s *memstore.Store, key string, l tiers.Limit, cost int64
 	return res[0]
 }
 
-// With one shard of cap 3 (at most EvictSample keys, so every entry is
+// With one shard of cap 3 (at most evictSample = 32 keys, so every entry is
 // examined) a full store evicts exactly the live entry closest to expiry.
 func TestCapEvictsClosestToExpiry(t *testing.T) {
 	clk := clock.New(time.Time{}) // Epoch: a whole 10 s window starts here
-	s := memstore.New(memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(3))
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(3))
 	min1 := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: time.Minute}
 	// "late" expires at the end of its 1 min window (60 s); "soon" and
 	// "mid" are fixed windows of 10 s charged at 0 s and at 10 s, so they
@@ -151,7 +153,7 @@ func TestCapEvictsClosestToExpiry(t *testing.T) {
 // live one.
 func TestCapDeletesExpiredFirst(t *testing.T) {
 	clk := clock.New(time.Time{})
-	s := memstore.New(memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(4))
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(4))
 	hour := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: time.Hour}
 	take(t, s, "a", fw10s, 1) // expires at 10 s
 	take(t, s, "b", fw10s, 1) // expires at 10 s
@@ -172,7 +174,7 @@ func TestCapDeletesExpiredFirst(t *testing.T) {
 // An entry is never evicted to make room for another key of the same Take.
 func TestCapNeverEvictsTheSameTake(t *testing.T) {
 	clk := clock.New(time.Time{})
-	s := memstore.New(memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(2))
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(2))
 	hour := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: time.Hour}
 	take(t, s, "old", hour, 1)
 	res := make([]tiers.Result, 2)
@@ -193,7 +195,7 @@ func TestCapNeverEvictsTheSameTake(t *testing.T) {
 // sweeps a few entries of its shard.
 func TestExpiredEntriesAreSwept(t *testing.T) {
 	clk := clock.New(time.Time{})
-	s := memstore.New(memstore.WithClock(clk), memstore.WithShards(1))
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1))
 	for i := range 4 {
 		take(t, s, "idle"+string(rune('a'+i)), fw10s, 1)
 	}
@@ -208,7 +210,7 @@ func TestExpiredEntriesAreSwept(t *testing.T) {
 // exact counts (runs of one timestamp per unit of time).
 func TestSlidingLogRingWraps(t *testing.T) {
 	clk := clock.New(time.Time{})
-	s := memstore.New(memstore.WithClock(clk))
+	s := newStore(t, memstore.WithClock(clk))
 	l := tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 10, Period: 10 * time.Millisecond}
 	// One take per ms: at most 10 in any 10 ms window, and with one per ms
 	// the log holds 10 runs; after the first 10 ms every take sees 9 in
@@ -235,7 +237,7 @@ func TestSlidingLogRingWraps(t *testing.T) {
 // retry-after still names the oldest unit.
 func TestSlidingLogClockBackwards(t *testing.T) {
 	clk := clock.New(time.Time{})
-	s := memstore.New(memstore.WithClock(clk))
+	s := newStore(t, memstore.WithClock(clk))
 	l := tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 3, Period: 10 * time.Second}
 	clk.Set(clock.Epoch.Add(5 * time.Second))
 	take(t, s, "log", l, 1)
@@ -254,7 +256,7 @@ func TestSlidingLogClockBackwards(t *testing.T) {
 // Buckets with more than the stack-allocated number of levels work the
 // same (the slow path allocates).
 func TestManyBuckets(t *testing.T) {
-	s := memstore.New(memstore.WithClock(clock.New(time.Time{})))
+	s := newStore(t, memstore.WithClock(clock.New(time.Time{})))
 	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1, Period: time.Hour}
 	var bs []tiers.Bucket
 	for i := range 20 {
@@ -278,7 +280,7 @@ func TestManyBuckets(t *testing.T) {
 // so the choice is deterministic.
 func TestCapTieEvictsSmallestKey(t *testing.T) {
 	clk := clock.New(time.Time{})
-	s := memstore.New(memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(2))
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(2))
 	hour := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: time.Hour}
 	take(t, s, "b", hour, 1)
 	take(t, s, "a", hour, 1) // both expire at 1 h
@@ -300,7 +302,7 @@ func TestCapTieEvictsSmallestKey(t *testing.T) {
 // Reset and RetryAfter saturate at the largest Duration instead of
 // wrapping negative.
 func TestHugeDurationsSaturate(t *testing.T) {
-	s := memstore.New(memstore.WithClock(clock.New(time.Time{})))
+	s := newStore(t, memstore.WithClock(clock.New(time.Time{})))
 	for _, alg := range []tiers.Algorithm{tiers.TokenBucket, tiers.GCRA} {
 		l := tiers.Limit{Algorithm: alg, Rate: 1, Period: tiers.MaxPeriod, Burst: tiers.MaxRate}
 		key := "huge:" + alg.String()
@@ -319,7 +321,7 @@ func TestHugeDurationsSaturate(t *testing.T) {
 // its limit.
 func TestConcurrentChurnKeepsCap(t *testing.T) {
 	clk := clock.New(time.Time{})
-	s := memstore.New(memstore.WithClock(clk), memstore.WithShards(4), memstore.WithMaxKeys(64))
+	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(4), memstore.WithMaxKeys(64))
 	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1000, Period: time.Hour}
 	big := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1_000_000, Period: time.Hour}
 	done := make(chan error, 8)

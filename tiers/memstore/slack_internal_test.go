@@ -15,6 +15,10 @@ func TestConformanceWithLongerTTLs(t *testing.T) {
 	ttlSlack = 3_600_000_000
 	defer func() { ttlSlack = 0 }()
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
-		return New(WithClock(clk))
+		s, err := New(WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	})
 }

@@ -150,18 +150,6 @@ func (s *Store) refund(ctx context.Context, buckets []tiers.Bucket, idx []int, s
 	c := s.pool.Get().(*call)
 	defer s.release(c)
 	c.buildRefund(refundScript, s.prefix, buckets, idx, states, t0, s.cluster != nil)
-	cmd := redis.NewCmd(ctx, c.args...)
-	if s.cluster != nil {
-		cmd.SetFirstKeyPos(3)
-	}
-	err := s.client.Process(ctx, cmd)
-	if isNoScript(err) {
-		c.args[0], c.args[1] = "eval", refundScript.srcArg
-		cmd = redis.NewCmd(ctx, c.args...)
-		if s.cluster != nil {
-			cmd.SetFirstKeyPos(3)
-		}
-		err = s.client.Process(ctx, cmd)
-	}
+	_, err := runScript(ctx, s.client, c, refundScript, s.keyPos(), redis.NewCmd)
 	return err
 }

@@ -25,7 +25,10 @@ import (
 func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 	clk := clock.New(time.Time{})
 	rs := fakeTimeStore(t, client, clk, redisstore.WithDenialCache(0))
-	ms := memstore.New(memstore.WithClock(clk))
+	ms, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
 	rng := rand.New(rand.NewPCG(seed, 42))
 	prefix := fmt.Sprintf("diff%d:", seed)
 	keys := []string{"{a}tb", "{b}gcra", "{c}swc", "{d}swl", "{e}fw"}

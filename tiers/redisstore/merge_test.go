@@ -72,7 +72,10 @@ func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]tiers.Bucket) []*p
 func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 	clk := clock.New(time.Time{})
 	s, _ := newStore(t, WithClock(clk), WithMinTTL(time.Minute))
-	ms := memstore.New(memstore.WithClock(clk))
+	ms, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := &flusher{s: s}
 	rng := rand.New(rand.NewPCG(7, 11))
 	keys := []string{"m:tb", "m:gcra", "m:swc", "m:swl", "m:fw"}
@@ -345,7 +348,10 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 func TestMergedGCRAFastRate(t *testing.T) {
 	clk := clock.New(time.Time{})
 	s, _ := newStore(t, WithClock(clk), WithMinTTL(time.Minute))
-	ms := memstore.New(memstore.WithClock(clk))
+	ms, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
 	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1_000_000, Period: time.Millisecond, Burst: 1000}
 	takes := [][]tiers.Bucket{
 		{{Key: "g:fast", Limit: l, Cost: 600}},

@@ -1,63 +1,3 @@
-// Package redisstore is a tiers.Store kept in Redis: standalone, Sentinel
-// (go-redis FailoverClient) or Redis Cluster, through go-redis v9's
-// redis.UniversalClient.
-//
-// What this package decides:
-//
-//   - Arithmetic. The five algorithms run inside Lua scripts (take.lua,
-//     refund.lua, embedded) with exactly the arithmetic of the tiers.Algorithm
-//     doc, on integer microseconds, so decisions equal the in-process
-//     memstore's on the same trace. Time is Redis TIME read inside the
-//     script, so pods with skewed clocks agree; WithClock passes the time as
-//     an argument instead (tests on fake time).
-//
-//   - Atomicity and round trips. On a standalone or Sentinel-managed Redis a
-//     Take is ONE EVALSHA whatever the number of buckets: the script checks
-//     every bucket and then charges all of them or none. Scripts are loaded
-//     at New; a NOSCRIPT reply (after SCRIPT FLUSH, a restart or a failover)
-//     is answered by re-sending the script with EVAL, which also reloads
-//     it, so the request does not fail.
-//
-//   - Redis Cluster. Keys are the prefix (default none: tiers.Limiter
-//     already starts every bucket key with its own namespace, "fg:"; the
-//     prefix must not contain '{' or '}') followed by the bucket key, so the slot is chosen
-//     by the bucket key's own hash tag, never by the prefix. Buckets are
-//     grouped by slot; a take whose buckets share a slot is one script call.
-//     A take spanning several slots runs one script per slot, in parallel;
-//     if any slot denies, every slot that charged is refunded by refund.lua.
-//     The net effect is all or nothing, with this weaker consistency than
-//     the single-slot case: between a slot's charge and its refund (one
-//     round trip) a concurrent take can see the charged units and be denied
-//     by them; it can never be admitted because of them, so limits are
-//     never exceeded, only briefly under-used. A refund that fails (the
-//     node went away) is reported as the Take's error. No CROSSSLOT error can
-//     reach a caller.
-//
-//   - Expiry. Every key has a TTL at least as long as the Algorithm doc's,
-//     and at least DefaultMinTTL (WithMinTTL), so idle buckets vanish; with
-//     Redis time the TTL is set only when the state needs a later deadline
-//     than the key has (see WithMinTTL).
-//
-//   - Over-limit cache. A bucket with CacheDenials set that denied is
-//     answered locally ("still denied", Source floodgate.SourceCache, the
-//     other buckets of the take reported Allowed and unconsulted) until its
-//     retry-after passes on the store's clock, for the same or a larger
-//     cost. Entries are keyed by bucket key AND limit, so a changed limit
-//     never inherits a stale denial. The cache is bounded
-//     (DefaultDenialCacheSize unless WithDenialCache says otherwise; 0 turns
-//     it off) and its hits are counted (CacheHits): each hit is a Redis call
-//     saved.
-//
-//   - Client-side batching (WithBatching, standalone and Sentinel only):
-//     the takes of concurrent callers go out as ONE take.lua call that
-//     decides them in order, each all or nothing, exactly as if each were
-//     its own call (a take with a sliding window log bucket goes as its
-//     own call in the same pipeline). Each script call costs Redis far more
-//     than a bucket does, so this cuts Redis CPU per decision by about a
-//     third at 4 levels and two thirds at 1 (see BenchmarkTake), and client
-//     CPU too; it is off by default because a lone caller gains nothing.
-//
-//   - Redis version: 6.2 or later (take.lua uses SET ... GET).
 package redisstore
 
 import (
@@ -84,11 +24,6 @@ var takeSrc string
 
 //go:embed refund.lua
 var refundSrc string
-
-// DefaultPrefix is the key prefix used unless WithPrefix says otherwise:
-// none, because the bucket keys tiers.Limiter builds already start with their
-// own namespace ("fg:" unless tiers.WithKeyPrefix says otherwise).
-const DefaultPrefix = ""
 
 // script is a Lua script with its SHA1, both pre-boxed so that building a
 // command's arguments allocates nothing for them.
@@ -123,12 +58,10 @@ type Store struct {
 	client        redis.UniversalClient
 	cluster       *redis.ClusterClient // non-nil when client is a cluster client
 	clock         floodgate.Clock      // nil: the scripts read Redis TIME
+	cacheClock    floodgate.Clock      // times the over-limit cache: clock, or the system clock
 	prefix        string
-	minTTL        time.Duration
-	minArg        []byte // minTTL in ms, as text
+	minArg        []byte // the min TTL in ms, as text
 	refundTimeout time.Duration
-	batchFlushers int
-	batchMax      int
 
 	cache *denialCache // nil when disabled
 	batch *batcher     // nil unless WithBatching
@@ -136,8 +69,23 @@ type Store struct {
 	pool sync.Pool // *call
 }
 
-// Option configures a Store.
-type Option func(*Store) error
+// Option configures a Store; New reports every bad one.
+type Option func(*config)
+
+type config struct {
+	clock         floodgate.Clock
+	prefix        string
+	denialCache   int
+	minTTL        time.Duration
+	refundTimeout time.Duration
+	batchFlushers int
+	batchMax      int
+	errs          []error
+}
+
+func (c *config) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("redisstore: "+format, args...))
+}
 
 // WithClock makes the scripts take the time from c (passed as an argument)
 // instead of Redis TIME, and times the over-limit cache by c too. Meant for
@@ -146,26 +94,28 @@ type Option func(*Store) error
 // fake clock with WithMinTTL (a minute, say) lest a key expire while fake
 // time stands still.
 func WithClock(c floodgate.Clock) Option {
-	return func(s *Store) error {
+	return func(cfg *config) {
 		if c == nil {
-			return errors.New("redisstore: WithClock: nil clock")
+			cfg.fail("WithClock: clock is nil")
+			return
 		}
-		s.clock = c
-		return nil
+		cfg.clock = c
 	}
 }
 
-// WithPrefix sets the string put before every bucket key (default none), for
-// example to keep two deployments sharing one Redis apart.
-// It must not contain '{' or '}', so that it can never become or change a
-// key's Redis Cluster hash tag.
+// WithPrefix sets the string put before every bucket key (default none:
+// the bucket keys tiers.Limiter builds already start with their own
+// namespace, "fg:" unless tiers.WithKeyPrefix says otherwise), for example
+// to keep two deployments sharing one Redis apart. It must not contain '{'
+// or '}', so that it can never become or change a key's Redis Cluster hash
+// tag.
 func WithPrefix(p string) Option {
-	return func(s *Store) error {
+	return func(cfg *config) {
 		if strings.ContainsAny(p, "{}") {
-			return fmt.Errorf("redisstore: WithPrefix(%q): prefix must not contain '{' or '}' (it would change cluster hash tags)", p)
+			cfg.fail("WithPrefix: prefix %q must not contain '{' or '}' (it would change cluster hash tags)", p)
+			return
 		}
-		s.prefix = p
-		return nil
+		cfg.prefix = p
 	}
 }
 
@@ -173,16 +123,12 @@ func WithPrefix(p string) Option {
 // buckets with CacheDenials set (default DefaultDenialCacheSize); 0
 // disables the cache, so every take goes to Redis.
 func WithDenialCache(max int) Option {
-	return func(s *Store) error {
+	return func(cfg *config) {
 		if max < 0 {
-			return fmt.Errorf("redisstore: WithDenialCache(%d): max entries must not be negative", max)
+			cfg.fail("WithDenialCache: size %d must be >= 0", max)
+			return
 		}
-		if max == 0 {
-			s.cache = nil
-			return nil
-		}
-		s.cache = newDenialCache(max)
-		return nil
+		cfg.denialCache = max
 	}
 }
 
@@ -207,12 +153,12 @@ const DefaultMinTTL = time.Second
 // the floor never changes a decision. Tests on a fake clock raise it so
 // that keys do not expire in real time while fake time stands still.
 func WithMinTTL(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(cfg *config) {
 		if d < time.Millisecond {
-			return fmt.Errorf("redisstore: WithMinTTL(%s): must be at least 1ms", d)
+			cfg.fail("WithMinTTL: %s must be >= 1ms", d)
+			return
 		}
-		s.minTTL = d
-		return nil
+		cfg.minTTL = d
 	}
 }
 
@@ -225,64 +171,75 @@ func WithMinTTL(d time.Duration) Option {
 // batching adds no latency when idle; under load a take waits for the
 // call ahead of it, so leave room for that in a per-call budget such as
 // fallback.WithTimeout. It starts flushers goroutines, stopped by Close.
-// Not available on Redis Cluster (New returns an error). BenchmarkTake
-// shows what it pays; WithBatching(4, 64) is what it measures, and
-// WithBatching(2, 64) what the bench/ module runs.
+// Both arguments must be at least 1. Not available on Redis Cluster (New
+// returns an error). What it saves is measured by BenchmarkTake (with
+// WithBatching(4, 64)) and by the bench/ module (WithBatching(2, 64)); see
+// bench/README.md.
 func WithBatching(flushers, max int) Option {
-	return func(s *Store) error {
+	return func(cfg *config) {
 		if flushers < 1 || max < 1 {
-			return fmt.Errorf("redisstore: WithBatching(%d, %d): flushers and max must be at least 1", flushers, max)
+			cfg.fail("WithBatching: flushers %d and max %d must be >= 1", flushers, max)
+			return
 		}
-		s.batchFlushers, s.batchMax = flushers, max
-		return nil
+		cfg.batchFlushers, cfg.batchMax = flushers, max
 	}
 }
 
 // WithRefundTimeout bounds the refund of a multi-slot cluster take that was
-// denied (default 1s). Refunds run even when the caller's context is
-// already cancelled.
+// denied (default 1s; must be > 0). Refunds run even when the caller's
+// context is already cancelled.
 func WithRefundTimeout(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(cfg *config) {
 		if d <= 0 {
-			return fmt.Errorf("redisstore: WithRefundTimeout(%s): must be positive", d)
+			cfg.fail("WithRefundTimeout: %s must be > 0", d)
+			return
 		}
-		s.refundTimeout = d
-		return nil
+		cfg.refundTimeout = d
 	}
 }
 
 // New returns a Store over client, which may be a *redis.Client (standalone
-// or, through redis.NewFailoverClient, Sentinel) or a *redis.ClusterClient.
-// It loads the scripts (on every master of a cluster) with a short timeout;
-// a failure to load is not an error, because the store reloads them on
-// NOSCRIPT, so a service can start while Redis is still coming up.
+// or, through redis.NewFailoverClient, Sentinel) or a *redis.ClusterClient,
+// or an error naming every bad option. It loads the scripts (on every
+// master of a cluster) with a short timeout; a failure to load is not an
+// error, because the store reloads them on NOSCRIPT, so a service can start
+// while Redis is still coming up.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	if client == nil {
-		return nil, errors.New("redisstore: New: nil client")
-	}
-	s := &Store{client: client, prefix: DefaultPrefix, minTTL: DefaultMinTTL, refundTimeout: time.Second,
-		cache: newDenialCache(DefaultDenialCacheSize)}
+	cfg := config{denialCache: DefaultDenialCacheSize, minTTL: DefaultMinTTL, refundTimeout: time.Second}
+	var cluster *redis.ClusterClient
 	switch c := client.(type) {
+	case nil:
+		cfg.fail("client is nil")
 	case *redis.ClusterClient:
-		s.cluster = c
+		cluster = c
 	case *redis.Ring:
-		return nil, errors.New("redisstore: New: *redis.Ring is not supported: a take's keys may live on different shards and a Ring cannot run one script over them; use a Client, FailoverClient or ClusterClient")
+		cfg.fail("*redis.Ring is not supported: a take's keys may live on different shards and a Ring cannot run one script over them; use a Client, FailoverClient or ClusterClient")
 	}
-	for i, o := range opts {
+	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("redisstore: New: option %d is nil", i)
+			cfg.fail("nil Option")
+			continue
 		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+		o(&cfg)
 	}
-	s.minArg = strconv.AppendInt(nil, int64((s.minTTL+time.Millisecond-1)/time.Millisecond), 10)
+	if cfg.batchFlushers > 0 && cluster != nil {
+		cfg.fail("WithBatching: not available on Redis Cluster")
+	}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
+	}
+	s := &Store{client: client, cluster: cluster, clock: cfg.clock, cacheClock: cfg.clock, prefix: cfg.prefix,
+		refundTimeout: cfg.refundTimeout}
+	if s.cacheClock == nil {
+		s.cacheClock = floodgate.SystemClock()
+	}
+	if cfg.denialCache > 0 {
+		s.cache = newDenialCache(cfg.denialCache)
+	}
+	s.minArg = strconv.AppendInt(nil, int64((cfg.minTTL+time.Millisecond-1)/time.Millisecond), 10)
 	s.pool.New = func() any { return new(call) }
-	if s.batchFlushers > 0 {
-		if s.cluster != nil {
-			return nil, errors.New("redisstore: WithBatching is not supported on Redis Cluster")
-		}
-		s.batch = newBatcher(s, s.batchFlushers, s.batchMax)
+	if cfg.batchFlushers > 0 {
+		s.batch = newBatcher(s, cfg.batchFlushers, cfg.batchMax)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -328,35 +285,14 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// CacheHits returns how many bucket decisions the over-limit cache
-// answered without Redis (each a Take that made no Redis call).
-func (s *Store) CacheHits() int64 {
-	if s.cache == nil {
-		return 0
-	}
-	return s.cache.hits.Load()
-}
-
-// CacheLen returns the number of entries in the over-limit cache.
-func (s *Store) CacheLen() int {
-	if s.cache == nil {
-		return 0
-	}
-	return s.cache.len()
-}
-
-func (s *Store) now() time.Time {
-	if s.clock != nil {
-		return s.clock.Now()
-	}
-	return time.Now()
-}
+// now is the time of the over-limit cache.
+func (s *Store) now() time.Time { return s.cacheClock.Now() }
 
 // Take implements tiers.Store: it charges every bucket its cost if and only
 // if every bucket allows it. See the package doc for the round trips and the
 // consistency on Redis Cluster.
 func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
-	if err := validate(buckets, res); err != nil {
+	if err := tiers.ValidateTake(buckets, res); err != nil {
 		return false, err
 	}
 	if len(buckets) == 0 {
@@ -385,28 +321,39 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 	return allowed, nil
 }
 
-func validate(buckets []tiers.Bucket, res []tiers.Result) error {
-	if len(res) < len(buckets) {
-		return fmt.Errorf("redisstore: Take: len(res) = %d < len(buckets) = %d", len(res), len(buckets))
+// keysAt is the position of a script call's first key: EVALSHA sha numkeys
+// key... (a cluster client routes by it).
+const keysAt = 3
+
+// keyPos is the first-key position to give a script command: keysAt on a
+// cluster, where the client routes by it, else 0 (leave it to go-redis).
+func (s *Store) keyPos() int8 {
+	if s.cluster != nil {
+		return keysAt
 	}
-	for i := range buckets {
-		b := &buckets[i]
-		if b.Key == "" {
-			return fmt.Errorf("redisstore: Take: bucket %d has an empty key", i)
-		}
-		if err := b.Limit.Validate(); err != nil {
-			return fmt.Errorf("redisstore: Take: bucket %d (%q): %w", i, b.Key, err)
-		}
-		if b.Cost < 0 {
-			return fmt.Errorf("redisstore: Take: bucket %d (%q): negative cost %d", i, b.Key, b.Cost)
-		}
-		for j := 0; j < i; j++ {
-			if buckets[j].Key == b.Key {
-				return fmt.Errorf("redisstore: Take: bucket key %q appears twice (buckets %d and %d)", b.Key, j, i)
-			}
-		}
+	return 0
+}
+
+// runScript sends the script call laid out in c by EVALSHA and, when the
+// server answers NOSCRIPT (its script cache was emptied), once more by EVAL
+// with sc's source, which also caches the script there. newCmd builds the
+// command for the reply's type; keyPos, when not 0, is where its keys
+// start.
+func runScript[C redis.Cmder](ctx context.Context, client redis.UniversalClient, c *call, sc script, keyPos int8, newCmd func(context.Context, ...any) C) (C, error) {
+	cmd := newCmd(ctx, c.args...)
+	if keyPos != 0 {
+		cmd.SetFirstKeyPos(keyPos)
 	}
-	return nil
+	err := client.Process(ctx, cmd)
+	if isNoScript(err) {
+		c.args[0], c.args[1] = "eval", sc.srcArg
+		cmd = newCmd(ctx, c.args...)
+		if keyPos != 0 {
+			cmd.SetFirstKeyPos(keyPos)
+		}
+		err = client.Process(ctx, cmd)
+	}
+	return cmd, err
 }
 
 // isNoScript reports whether err is Redis's NOSCRIPT error.
@@ -492,15 +439,7 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []tiers.Bucket, id
 // integers (the charged flag, then 6 per bucket), and keeps the states,
 // before and after, in c.states for a refund.
 func (s *Store) evalPre(ctx context.Context, c *call, n int) (int64, []int64, error) {
-	cmd := redis.NewSliceCmd(ctx, c.args...)
-	cmd.SetFirstKeyPos(3)
-	err := s.client.Process(ctx, cmd)
-	if isNoScript(err) {
-		c.args[0], c.args[1] = "eval", takeScript.srcArg
-		cmd = redis.NewSliceCmd(ctx, c.args...)
-		cmd.SetFirstKeyPos(3)
-		err = s.client.Process(ctx, cmd)
-	}
+	cmd, err := runScript(ctx, s.client, c, takeScript, keysAt, redis.NewSliceCmd)
 	if err != nil {
 		return 0, nil, fmt.Errorf("redisstore: %w", err)
 	}
@@ -532,19 +471,7 @@ func (s *Store) evalPre(ctx context.Context, c *call, n int) (int64, []int64, er
 // by EVAL (which also caches the script on that server), and returns its
 // reply.
 func (s *Store) eval(ctx context.Context, c *call) ([]int64, error) {
-	cmd := redis.NewIntSliceCmd(ctx, c.args...)
-	if s.cluster != nil {
-		cmd.SetFirstKeyPos(3)
-	}
-	err := s.client.Process(ctx, cmd)
-	if isNoScript(err) {
-		c.args[0], c.args[1] = "eval", takeScript.srcArg
-		cmd = redis.NewIntSliceCmd(ctx, c.args...)
-		if s.cluster != nil {
-			cmd.SetFirstKeyPos(3)
-		}
-		err = s.client.Process(ctx, cmd)
-	}
+	cmd, err := runScript(ctx, s.client, c, takeScript, s.keyPos(), redis.NewIntSliceCmd)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}

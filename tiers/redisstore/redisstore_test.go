@@ -525,8 +525,8 @@ func TestHostileKeysCluster(t *testing.T) {
 	keys := hostileKeys()
 	ctx := context.Background()
 	for _, k := range keys {
-		full := redisstore.DefaultPrefix + k
-		want, err := cl.Node(0).Client().ClusterKeySlot(ctx, full).Result()
+		full := k // no prefix by default
+		want, err := cl.Nodes()[0].Client().ClusterKeySlot(ctx, full).Result()
 		if err != nil {
 			t.Fatalf("CLUSTER KEYSLOT: %v", err)
 		}
@@ -569,19 +569,23 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		opt  redisstore.Option
 		want string
 	}{
-		{"brace prefix", redisstore.WithPrefix("fg{x}:"), "must not contain"},
-		{"nil clock", redisstore.WithClock(nil), "nil clock"},
-		{"negative cache", redisstore.WithDenialCache(-1), "negative"},
-		{"tiny ttl", redisstore.WithMinTTL(time.Microsecond), "at least 1ms"},
-		{"zero refund timeout", redisstore.WithRefundTimeout(0), "positive"},
+		{"brace prefix", redisstore.WithPrefix("fg{x}:"), `redisstore: WithPrefix: prefix "fg{x}:" must not contain '{' or '}' (it would change cluster hash tags)`},
+		{"nil clock", redisstore.WithClock(nil), "redisstore: WithClock: clock is nil"},
+		{"negative cache", redisstore.WithDenialCache(-1), "redisstore: WithDenialCache: size -1 must be >= 0"},
+		{"tiny ttl", redisstore.WithMinTTL(time.Microsecond), "redisstore: WithMinTTL: 1µs must be >= 1ms"},
+		{"zero refund timeout", redisstore.WithRefundTimeout(0), "redisstore: WithRefundTimeout: 0s must be > 0"},
+		{"no flushers", redisstore.WithBatching(0, 8), "redisstore: WithBatching: flushers 0 and max 8 must be >= 1"},
+		{"nil option", nil, "redisstore: nil Option"},
 	}
 	for _, tc := range cases {
-		if _, err := redisstore.New(c, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: err = %v, want one containing %q", tc.name, err, tc.want)
+		if st, err := redisstore.New(c, tc.opt); st != nil || err == nil || err.Error() != tc.want {
+			t.Errorf("%s: New = %v, %v; want nil, %q", tc.name, st, err, tc.want)
 		}
 	}
-	if _, err := redisstore.New(nil); err == nil {
-		t.Error("New(nil) succeeded")
+	// Every bad option is named, not only the first.
+	_, err := redisstore.New(nil, redisstore.WithMinTTL(0), redisstore.WithClock(nil))
+	if want := "redisstore: client is nil\nredisstore: WithMinTTL: 0s must be >= 1ms\nredisstore: WithClock: clock is nil"; err == nil || err.Error() != want {
+		t.Errorf("New(nil, two bad options) = %v, want %q", err, want)
 	}
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	defer ring.Close()

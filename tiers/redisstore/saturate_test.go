@@ -19,7 +19,10 @@ func TestHugeDurationsSaturate(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	rs := fakeTimeStore(t, srv.Client(), clk)
-	ms := memstore.New(memstore.WithClock(clk))
+	ms, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	for _, alg := range []tiers.Algorithm{tiers.TokenBucket, tiers.GCRA} {
 		l := tiers.Limit{Algorithm: alg, Rate: 1, Period: tiers.MaxPeriod, Burst: tiers.MaxRate}

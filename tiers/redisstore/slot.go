@@ -1,13 +1,5 @@
 package redisstore
 
-// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
-// key's hash tag, modulo 16384. The hash tag is the part between the first
-// '{' and the first '}' after it, when that part is not empty; otherwise
-// the whole key is hashed. This is the rule Redis and go-redis apply.
-func Slot(key string) int {
-	return int(crc16(hashTag(key)) & 16383)
-}
-
 // hashTag returns the part of key that Redis Cluster hashes.
 func hashTag(key string) string {
 	for i := 0; i < len(key); i++ {

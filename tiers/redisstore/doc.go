@@ -1,0 +1,69 @@
+// Package redisstore is a tiers.Store kept in Redis (standalone, Sentinel
+// through go-redis's FailoverClient, or Redis Cluster, all through
+// redis.UniversalClient), so that every instance of a service decides from
+// the same buckets. It decides how a take reaches Redis: in how many round
+// trips and scripts, how it stays all or nothing when its keys span
+// cluster slots, how long keys live, and when a denial may be answered
+// without asking Redis at all.
+//
+// # Decisions
+//
+//   - Arithmetic. The five algorithms run inside Lua scripts (take.lua,
+//     refund.lua, embedded) with exactly the arithmetic of the tiers.Algorithm
+//     doc, on integer microseconds, so decisions equal the in-process
+//     memstore's on the same trace. Time is Redis TIME read inside the
+//     script, so pods with skewed clocks agree; WithClock passes the time as
+//     an argument instead (tests on fake time).
+//
+//   - Bad input. Take refuses what tiers.ValidateTake refuses, with its
+//     error (the same text every store gives), before any round trip.
+//
+//   - Atomicity and round trips. On a standalone or Sentinel-managed Redis a
+//     Take is ONE EVALSHA whatever the number of buckets: the script checks
+//     every bucket and then charges all of them or none. Scripts are loaded
+//     at New; a NOSCRIPT reply (after SCRIPT FLUSH, a restart or a failover)
+//     is answered by re-sending the script with EVAL, which also reloads
+//     it, so the request does not fail.
+//
+//   - Redis Cluster. Keys are the prefix (default none: tiers.Limiter
+//     already starts every bucket key with its own namespace, "fg:"; the
+//     prefix must not contain '{' or '}') followed by the bucket key, so the
+//     slot is chosen by the bucket key's own hash tag, never by the prefix.
+//     Buckets are grouped by slot; a take whose buckets share a slot is one
+//     script call. A take spanning several slots runs one script per slot,
+//     in parallel; if any slot denies, every slot that charged is refunded
+//     by refund.lua. The net effect is all or nothing, with this weaker
+//     consistency than the single-slot case: between a slot's charge and
+//     its refund (one round trip) a concurrent take can see the charged
+//     units and be denied by them; it can never be admitted because of
+//     them, so limits are never exceeded, only briefly under-used. A refund
+//     that fails (the node went away) is reported as the Take's error. No
+//     CROSSSLOT error can reach a caller.
+//
+//   - Expiry. Every key has a TTL at least as long as the Algorithm doc's,
+//     and at least DefaultMinTTL (WithMinTTL), so idle buckets vanish; with
+//     Redis time the TTL is set only when the state needs a later deadline
+//     than the key has (see WithMinTTL).
+//
+//   - Over-limit cache. A bucket with CacheDenials set that denied is
+//     answered locally ("still denied", Source floodgate.SourceCache, the
+//     other buckets of the take reported Allowed and unconsulted) until its
+//     retry-after passes on the store's clock, for the same or a larger
+//     cost. Entries are keyed by bucket key AND limit, so a changed limit
+//     never inherits a stale denial. The cache is bounded
+//     (DefaultDenialCacheSize unless WithDenialCache says otherwise; 0 turns
+//     it off). Each answer it gives is a Redis call saved; package otel
+//     counts them by that Source.
+//
+//   - Client-side batching (WithBatching, standalone and Sentinel only):
+//     the takes of concurrent callers go out as ONE take.lua call that
+//     decides them in order, each all or nothing, exactly as if each were
+//     its own call (a take with a sliding window log bucket goes as its
+//     own call in the same pipeline). Each script call costs Redis far more
+//     than a bucket does, so this cuts Redis and client CPU per decision
+//     under concurrency (BenchmarkTake's parallel-batched rows and
+//     bench/README.md show by how much); it is off by default because a
+//     lone caller gains nothing.
+//
+//   - Redis version: 6.2 or later (take.lua uses SET ... GET).
+package redisstore
