@@ -71,12 +71,12 @@ func BenchmarkHealthy(b *testing.B) {
 		b.Run("bare/"+cc.name, func(b *testing.B) {
 			ctx, cancel := cc.ctx()
 			defer cancel()
-			runTakes(b, newMemStore(b, floodgate.SystemClock), ctx)
+			runTakes(b, newMemStore(b, floodgate.SystemClock()), ctx)
 		})
 		b.Run("fallback/"+cc.name, func(b *testing.B) {
 			ctx, cancel := cc.ctx()
 			defer cancel()
-			runTakes(b, newBenchStore(b, newMemStore(b, floodgate.SystemClock)), ctx)
+			runTakes(b, newBenchStore(b, newMemStore(b, floodgate.SystemClock())), ctx)
 		})
 		b.Run("bare-noop/"+cc.name, func(b *testing.B) {
 			ctx, cancel := cc.ctx()

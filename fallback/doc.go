@@ -2,7 +2,9 @@
 // tiers.Store that calls a primary store (usually Redis, package
 // tiers/redisstore) under a github.com/sony/gobreaker/v2 circuit breaker and
 // a per-call timeout, and decides locally, rule by rule, when the primary is
-// slow, failing or tripped.
+// slow, failing or tripped. It wraps the rate-limit stage's store, not a
+// request: it is not an interceptor and has no place of its own in the
+// chain (fallback.New(redisStore) goes to tiers.NewLimiter).
 //
 // # What this package decides
 //
@@ -42,7 +44,7 @@
 // another interval. gobreaker measures the interval on the system clock;
 // WithClock only drives the local limiters. Every transition is logged with
 // log/slog (Warn when opening, Info otherwise, naming the last store error)
-// and passed to the OnStateChange callback, which telemetry (package otel)
+// and passed to the WithOnStateChange callback, which telemetry (package otel)
 // can export.
 //
 // The healthy path costs tens of nanoseconds and no allocation: call
@@ -52,7 +54,9 @@
 // only); any failure goes through gobreaker and the next calls take the full
 // path until one succeeds.
 //
-// What each rule does meanwhile, by its Bucket.OnStoreError:
+// What each rule does meanwhile, by its Bucket.OnStoreError, is decided by
+// tiers.DecideUnavailable, the one place where fail modes are applied; this
+// package supplies the local limiters:
 //
 //   - tiers.FailLocal (the default) decides with a golang.org/x/time/rate
 //     limiter per bucket, read at the injected clock's time. Its rate is the
@@ -63,12 +67,12 @@
 //     to twice the window's share across one window; the store's exact
 //     window comes back with the store. The Result reports the local burst
 //     as Limit. A cost above the local burst but within the rule's capacity
-//     is denied with the configured retry-after (only the store can admit
+//     is denied with tiers.StoreErrorRetryAfter (only the store can admit
 //     it).
 //   - tiers.FailOpen allows and charges nothing; its Result reports the
 //     rule's capacity as Limit and capacity − cost as Remaining.
-//   - tiers.FailClosed denies with RetryAfter (and Reset) set by
-//     WithRetryAfter (default 1s).
+//   - tiers.FailClosed denies with RetryAfter (and Reset)
+//     tiers.StoreErrorRetryAfter.
 //
 // Whatever the mode, a cost above the rule's capacity is denied with
 // RetryAfter tiers.Never, as every store denies it.

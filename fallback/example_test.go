@@ -32,7 +32,7 @@ func Example() {
 		fallback.WithTimeout(5*time.Millisecond),
 		fallback.WithClock(clk),
 		fallback.WithLogger(slog.New(slog.DiscardHandler)),
-		fallback.OnStateChange(func(name string, from, to gobreaker.State) {
+		fallback.WithOnStateChange(func(name string, from, to gobreaker.State) {
 			fmt.Printf("breaker %s: %s -> %s\n", name, from, to)
 		}),
 	)
@@ -67,7 +67,11 @@ func Example() {
 // New wraps any tiers.Store; while the primary answers, its results pass
 // through untouched.
 func ExampleNew() {
-	primary := memstore.New(memstore.WithClock(clock.New(time.Time{})))
+	primary, err := memstore.New(memstore.WithClock(clock.New(time.Time{})))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	store, err := fallback.New(primary, fallback.WithReplicas(3), fallback.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		fmt.Println(err)

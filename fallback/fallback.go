@@ -26,7 +26,6 @@ const (
 	DefaultProbes           = 1
 	DefaultReplicas         = 1
 	DefaultLocalCapacity    = 10_000
-	DefaultRetryAfter       = time.Second
 	DefaultName             = "floodgate-store"
 	defaultFailureLogPeriod = time.Second
 )
@@ -40,7 +39,6 @@ type config struct {
 	probes        uint32
 	replicas      int
 	localCapacity int
-	retryAfter    time.Duration
 	clock         floodgate.Clock
 	logger        *slog.Logger
 	onStateChange func(name string, from, to gobreaker.State)
@@ -132,21 +130,8 @@ func WithLocalCapacity(n int) Option {
 	}
 }
 
-// WithRetryAfter sets the RetryAfter of fallback denials that waiting for
-// local tokens cannot cure (default DefaultRetryAfter): buckets whose mode
-// is tiers.FailClosed, and FailLocal buckets whose cost exceeds the local
-// burst. It must be positive.
-func WithRetryAfter(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.errs = append(c.errs, fmt.Errorf("WithRetryAfter(%s): the retry-after must be positive", d))
-		}
-		c.retryAfter = d
-	}
-}
-
 // WithClock sets the clock local limiters read (default
-// floodgate.SystemClock). The breaker's open interval is measured by
+// floodgate.SystemClock()). The breaker's open interval is measured by
 // gobreaker on the system clock whatever this option says.
 func WithClock(clk floodgate.Clock) Option {
 	return func(c *config) {
@@ -179,13 +164,14 @@ func WithName(name string) Option {
 	}
 }
 
-// OnStateChange registers f to be called on every breaker state change,
-// after it is logged. f runs with the breaker's lock held: it must be fast
-// and must not call the Store. Telemetry (package otel) adapts to it.
-func OnStateChange(f func(name string, from, to gobreaker.State)) Option {
+// WithOnStateChange registers f to be called on every breaker state
+// change, after it is logged. f runs with the breaker's lock held: it must
+// be fast and must not call the Store. Telemetry (package otel) adapts to
+// it.
+func WithOnStateChange(f func(name string, from, to gobreaker.State)) Option {
 	return func(c *config) {
 		if f == nil {
-			c.errs = append(c.errs, errors.New("OnStateChange(nil): the callback must not be nil"))
+			c.errs = append(c.errs, errors.New("WithOnStateChange(nil): the callback must not be nil"))
 		}
 		c.onStateChange = f
 	}
@@ -200,7 +186,6 @@ type Store struct {
 	primary      tiers.Store
 	cb           *gobreaker.CircuitBreaker[bool]
 	timeout      time.Duration
-	retryAfter   time.Duration
 	clock        floodgate.Clock
 	logger       *slog.Logger
 	name         string
@@ -208,6 +193,8 @@ type Store struct {
 
 	mu    sync.Mutex // guards local; held across a local decision
 	local *localLimiters
+	// localFn is decideLocal as a func value, made once.
+	localFn func(buckets []tiers.Bucket, res []tiers.Result, allowed bool) bool
 
 	lastErrMu  sync.Mutex // guards lastErr, lastLogged, suppressed
 	lastErr    error
@@ -277,8 +264,7 @@ func New(primary tiers.Store, opts ...Option) (*Store, error) {
 		probes:        DefaultProbes,
 		replicas:      DefaultReplicas,
 		localCapacity: DefaultLocalCapacity,
-		retryAfter:    DefaultRetryAfter,
-		clock:         floodgate.SystemClock,
+		clock:         floodgate.SystemClock(),
 		logger:        slog.Default(),
 	}
 	for _, o := range opts {
@@ -294,13 +280,13 @@ func New(primary tiers.Store, opts ...Option) (*Store, error) {
 	s := &Store{
 		primary:      primary,
 		timeout:      c.timeout,
-		retryAfter:   c.retryAfter,
 		clock:        c.clock,
 		logger:       c.logger,
 		name:         c.name,
 		userOnChange: c.onStateChange,
 		local:        newLocalLimiters(c.localCapacity, c.replicas),
 	}
+	s.localFn = s.decideLocal
 	s.closed.Store(true)
 	s.health.Store(healthClean)
 	failures := c.failures
@@ -365,7 +351,7 @@ func (s *Store) State() gobreaker.State { return s.cb.State() }
 // count against the store) and before deciding without the primary.
 func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
 	if len(res) < len(buckets) {
-		return false, fmt.Errorf("fallback: Take: res has %d elements for %d buckets", len(res), len(buckets))
+		return false, tiers.ValidateTake(buckets, res)
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -446,7 +432,7 @@ func (s *Store) failed(ctx context.Context, buckets []tiers.Bucket, res []tiers.
 		return false, context.DeadlineExceeded
 	case err == gobreaker.ErrOpenState || err == gobreaker.ErrTooManyRequests:
 		s.c.rejected.Add(1)
-		if err := checkBuckets(buckets); err != nil {
+		if err := tiers.ValidateTake(buckets, res); err != nil {
 			return false, err
 		}
 	default:
@@ -496,7 +482,7 @@ func (s *Store) callPrimary(ctx context.Context, buckets []tiers.Bucket, res []t
 	if gone {
 		return false, errCallerGone
 	}
-	if bad := checkBuckets(buckets); bad != nil {
+	if bad := tiers.ValidateTake(buckets, res); bad != nil {
 		return false, badInputError{bad}
 	}
 	// Remembered before the breaker counts it, so the log line of the
@@ -524,80 +510,15 @@ func (s *Store) noteFailure(err error) {
 		"breaker", s.name, "error", err.Error(), "suppressed_since_last_log", suppressed)
 }
 
-// checkBuckets reports the first bucket that every store would refuse, or
-// nil.
-func checkBuckets(buckets []tiers.Bucket) error {
-	for i := range buckets {
-		if err := checkBucket(buckets, i); err != nil {
-			return fmt.Errorf("fallback: Take: bucket %d (%q): %w", i, buckets[i].Key, err)
-		}
-	}
-	return nil
-}
-
-// checkBucket reports what is wrong with buckets[i], or nil. The checks are
-// those every store makes, so that bad input is the caller's error and never
-// counts against the primary.
-func checkBucket(buckets []tiers.Bucket, i int) error {
-	b := &buckets[i]
-	if b.Key == "" {
-		return errors.New("empty key")
-	}
-	for j := 0; j < i; j++ {
-		if buckets[j].Key == b.Key {
-			return fmt.Errorf("same key as bucket %d", j)
-		}
-	}
-	if err := b.Limit.Validate(); err != nil {
-		return err
-	}
-	if b.Cost < 0 {
-		return fmt.Errorf("cost %d is negative", b.Cost)
-	}
-	if int(b.OnStoreError) >= 3 {
-		return fmt.Errorf("unknown on_store_error %d", b.OnStoreError)
-	}
-	return nil
-}
-
-var modeSource = [3]floodgate.Source{
-	tiers.FailLocal:  floodgate.SourceLocalFallback,
-	tiers.FailOpen:   floodgate.SourceFailOpen,
-	tiers.FailClosed: floodgate.SourceFailClosed,
-}
-
 // maxStackReservations is how many local buckets one Take decides without
 // allocating the reservation list.
 const maxStackReservations = 8
 
-// decide answers a Take without the primary, bucket by bucket by
-// OnStoreError, all or nothing: see the package documentation.
+// decide answers a Take without the primary: tiers.DecideUnavailable
+// applies each bucket's OnStoreError, with the local limiters deciding the
+// FailLocal buckets. It counts every bucket decision.
 func (s *Store) decide(buckets []tiers.Bucket, res []tiers.Result) bool {
-	allowed := true
-	local := 0
-	for i := range buckets {
-		b := &buckets[i]
-		capacity := b.Limit.Capacity()
-		r := tiers.Result{Limit: capacity, Source: modeSource[b.OnStoreError]}
-		switch {
-		case b.Cost > capacity:
-			r.RetryAfter = tiers.Never
-			allowed = false
-		case b.OnStoreError == tiers.FailOpen:
-			r.Allowed = true
-			r.Remaining = capacity - b.Cost
-		case b.OnStoreError == tiers.FailClosed:
-			r.RetryAfter = s.retryAfter
-			r.Reset = s.retryAfter
-			allowed = false
-		default:
-			local++
-		}
-		res[i] = r
-	}
-	if local > 0 {
-		allowed = s.decideLocal(buckets, res, allowed, local)
-	}
+	allowed := tiers.DecideUnavailable(buckets, res, s.localFn)
 	if allowed {
 		s.c.takesAllowed.Add(1)
 	} else {
@@ -615,13 +536,25 @@ func (s *Store) decide(buckets []tiers.Bucket, res []tiers.Result) bool {
 	return allowed
 }
 
-// decideLocal decides the n FailLocal buckets whose cost is within capacity
+// DecidesOnStoreError reports true: a Store answers every Take, deciding
+// by each bucket's OnStoreError when the primary cannot, so a
+// tiers.Limiter over it has every fail mode, "local" included.
+func (s *Store) DecidesOnStoreError() bool { return true }
+
+// decideLocal decides the FailLocal buckets whose cost is within capacity
 // with their local limiters, all or nothing, under s.mu: it reserves each
 // bucket's cost at the clock's now and cancels every reservation (newest
 // first, so each restores exactly what it took) if any bucket cannot
 // proceed now or allowed is already false. It returns whether the Take is
-// allowed.
-func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed bool, n int) bool {
+// allowed. A cost above the local share but within the rule's capacity is
+// denied with tiers.StoreErrorRetryAfter: only the store can admit it.
+func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed bool) bool {
+	n := 0
+	for i := range buckets {
+		if buckets[i].OnStoreError == tiers.FailLocal {
+			n++
+		}
+	}
 	type held struct {
 		i int
 		e *localEntry
@@ -646,7 +579,7 @@ func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed 
 		if b.Cost > e.burst {
 			// The local share can never hold this cost; only the store
 			// could admit it, so wait for the store.
-			r.RetryAfter = s.retryAfter
+			r.RetryAfter = tiers.StoreErrorRetryAfter
 			allowed = false
 			continue
 		}

@@ -101,7 +101,7 @@ func newFixture(t *testing.T, opts ...fallback.Option) *fixture {
 	all := []fallback.Option{
 		fallback.WithClock(fx.clk),
 		fallback.WithLogger(slog.New(slog.NewTextHandler(fx.logs, nil))),
-		fallback.OnStateChange(func(name string, from, to gobreaker.State) {
+		fallback.WithOnStateChange(func(name string, from, to gobreaker.State) {
 			fx.mu.Lock()
 			fx.trans = append(fx.trans, transition{from, to})
 			fx.mu.Unlock()
@@ -163,11 +163,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"probes", fallback.WithProbes(0), "WithProbes(0)"},
 		{"replicas", fallback.WithReplicas(0), "WithReplicas(0)"},
 		{"capacity", fallback.WithLocalCapacity(0), "WithLocalCapacity(0)"},
-		{"retry", fallback.WithRetryAfter(0), "WithRetryAfter(0s)"},
 		{"clock", fallback.WithClock(nil), "WithClock(nil)"},
 		{"logger", fallback.WithLogger(nil), "WithLogger(nil)"},
 		{"name", fallback.WithName(""), "WithName"},
-		{"callback", fallback.OnStateChange(nil), "OnStateChange(nil)"},
+		{"callback", fallback.WithOnStateChange(nil), "WithOnStateChange(nil)"},
 		{"nil option", nil, "nil Option"},
 	}
 	for _, c := range cases {
@@ -220,7 +219,7 @@ func TestTakeRejectsBadInputWithoutTrippingBreaker(t *testing.T) {
 		check("open", bs)
 	}
 	b := tokenBucket("k", 1, 1, time.Second, tiers.FailLocal)
-	if _, err := fx.s.Take(context.Background(), []tiers.Bucket{b, b}, make([]tiers.Result, 1)); err == nil || !strings.Contains(err.Error(), "res has 1 elements for 2 buckets") {
+	if _, err := fx.s.Take(context.Background(), []tiers.Bucket{b, b}, make([]tiers.Result, 1)); err == nil || !strings.Contains(err.Error(), "res has room for 1 results, want one per bucket (2)") {
 		t.Errorf("short res: error %v", err)
 	}
 	if st := fx.s.Stats(); st.Failures != 1 || st.Mode(tiers.FailLocal).Allowed != 1 {
@@ -390,7 +389,7 @@ func TestLocalAllOrNothing(t *testing.T) {
 }
 
 func TestOpenAndClosedModes(t *testing.T) {
-	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithRetryAfter(7*time.Second))
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	login := tokenBucket("login:ip", 5, 5, time.Minute, tiers.FailClosed)
 	search := tokenBucket("search:user", 10, 10, time.Second, tiers.FailOpen)
 	local := tokenBucket("tenant:acme", 100, 100, time.Second, tiers.FailLocal)
@@ -398,8 +397,8 @@ func TestOpenAndClosedModes(t *testing.T) {
 	fx.f.fail.Store(true)
 
 	ok, res := take(t, fx.s, login)
-	if ok || res[0].Source != floodgate.SourceFailClosed || res[0].RetryAfter != 7*time.Second || res[0].Remaining != 0 {
-		t.Fatalf("closed: allowed=%v %+v, want deny from fail_closed with 7s", ok, res[0])
+	if ok || res[0].Source != floodgate.SourceFailClosed || res[0].RetryAfter != tiers.StoreErrorRetryAfter || res[0].Remaining != 0 {
+		t.Fatalf("closed: allowed=%v %+v, want deny from fail_closed with StoreErrorRetryAfter", ok, res[0])
 	}
 	for i := 0; i < 50; i++ {
 		ok, res = take(t, fx.s, search)
@@ -469,7 +468,7 @@ func TestCostAboveCapacityNeverAdmitted(t *testing.T) {
 	// after the configured retry-after, not Never.
 	b := tokenBucket("k:share", 10, 10, time.Second, tiers.FailLocal)
 	b.Cost = 3
-	if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != fallback.DefaultRetryAfter || res[0].Limit != 2 {
+	if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != tiers.StoreErrorRetryAfter || res[0].Limit != 2 {
 		t.Errorf("above local share: allowed=%v %+v", ok, res[0])
 	}
 }

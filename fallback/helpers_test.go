@@ -11,8 +11,8 @@ import (
 // newMemStore returns the in-process store reading clk.
 func newMemStore(t testing.TB, clk floodgate.Clock) tiers.Store {
 	t.Helper()
-	s := memstore.New(memstore.WithClock(clk))
-	if err := s.Err(); err != nil {
+	s, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
 		t.Fatalf("memstore.New: %v", err)
 	}
 	return s

@@ -178,7 +178,7 @@ func liveStore(t *testing.T, srv *redistest.Server, opts ...fallback.Option) (*f
 	sl := &stateLog{}
 	all := append([]fallback.Option{
 		fallback.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))),
-		fallback.OnStateChange(sl.record),
+		fallback.WithOnStateChange(sl.record),
 	}, opts...)
 	s, err := fallback.New(primary, all...)
 	if err != nil {
@@ -336,11 +336,11 @@ func TestLiveKill(t *testing.T) {
 		budget     = 50 * time.Millisecond
 		openFor    = 250 * time.Millisecond
 		failures   = 3
-		retryAfter = 3 * time.Second
+		retryAfter = tiers.StoreErrorRetryAfter
 	)
 	srv := redistest.Start(t)
 	s, sl := liveStore(t, srv, fallback.WithTimeout(budget), fallback.WithFailures(failures),
-		fallback.WithOpenInterval(openFor), fallback.WithReplicas(2), fallback.WithRetryAfter(retryAfter))
+		fallback.WithOpenInterval(openFor), fallback.WithReplicas(2))
 
 	l := startLoad(s)
 	time.Sleep(200 * time.Millisecond)
@@ -453,11 +453,11 @@ func TestLivePause(t *testing.T) {
 		budget     = 50 * time.Millisecond
 		openFor    = 200 * time.Millisecond
 		failures   = 3
-		retryAfter = 2 * time.Second
+		retryAfter = tiers.StoreErrorRetryAfter
 	)
 	srv := redistest.Start(t)
 	s, sl := liveStore(t, srv, fallback.WithTimeout(budget), fallback.WithFailures(failures),
-		fallback.WithOpenInterval(openFor), fallback.WithReplicas(2), fallback.WithRetryAfter(retryAfter))
+		fallback.WithOpenInterval(openFor), fallback.WithReplicas(2))
 
 	l := startLoad(s)
 	time.Sleep(200 * time.Millisecond)
