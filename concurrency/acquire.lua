@@ -6,11 +6,9 @@
 -- ARGV[3]  cap
 -- ARGV[4]  this request's ID
 -- returns  {1, count after taking} or {0, count}
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+--
+-- The preamble of internal/redisnow (prepended by redisnow.Script) reads
+-- ARGV[1] and defines the local now used below, in Unix milliseconds.
 local lease = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])

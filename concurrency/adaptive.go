@@ -55,91 +55,105 @@ type Adaptive struct {
 
 var _ floodgate.Admitter = (*Adaptive)(nil)
 
-// AdaptiveConfig configures NewAdaptive. Zero fields take the defaults
-// noted; other values out of range are errors.
+// AdaptiveConfig configures NewAdaptive. The zero value of every field is
+// its default, so AdaptiveConfig{} is a valid configuration; NewAdaptive
+// reports a bad field by its name.
 type AdaptiveConfig struct {
-	// Name is the policy name in Decisions (default "adaptive-concurrency").
+	// Name is the policy name in Decisions; "" means
+	// "adaptive-concurrency".
 	Name string
-	// Initial, Min and Max bound the limit: 1 <= Min <= Initial <= Max.
-	// Defaults 20, 1, 1000.
-	Initial, Min, Max int64
-	// Window is the least time between limit updates (default 1s).
+	// Initial is the limit to start from; 0 means 20. It must lie in
+	// [Min, Max].
+	Initial int64
+	// Min is the least the limit falls to; 0 means 1. It must be >= 1.
+	Min int64
+	// Max is the most the limit grows to; 0 means 1000. It must be >=
+	// Initial.
+	Max int64
+	// Window is the least time between limit updates; 0 means 1s. It must
+	// not be negative.
 	Window time.Duration
-	// MinSamples is the least number of latencies per update (default 10).
+	// MinSamples is the least number of latencies per update; 0 means 10.
+	// It must not be negative.
 	MinSamples int
-	// Smoothing in (0, 1] weighs each new target (default 0.2).
+	// Smoothing weighs each new target; 0 means 0.2. It must lie in
+	// (0, 1].
 	Smoothing float64
-	// Tolerance >= 1 is how much above its long-run level latency may rise
-	// before the limit shrinks (default 1.5).
+	// Tolerance is how much above its long-run level latency may rise
+	// before the limit shrinks; 0 means 1.5. It must be a finite number
+	// >= 1.
 	Tolerance float64
-	// LongWindow >= 1 is the number of windows the long-run latency
-	// averages over (default 60).
+	// LongWindow is the number of windows the long-run latency averages
+	// over; 0 means 60. It must not be negative.
 	LongWindow int
-	// RetryAfter of a deny (default DefaultRetryAfter).
+	// RetryAfter is the RetryAfter of a deny; 0 means DefaultRetryAfter. It
+	// must not be negative.
 	RetryAfter time.Duration
-	// Clock (default floodgate.SystemClock).
+	// Clock is what latencies and windows are read from; nil means
+	// floodgate.SystemClock().
 	Clock floodgate.Clock
 }
 
-// NewAdaptive returns an adaptive limiter, or an error naming every bad
-// field of cfg.
-func NewAdaptive(cfg AdaptiveConfig) (*Adaptive, error) {
-	def := func(v *int64, d int64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&cfg.Initial, 20)
-	def(&cfg.Min, 1)
-	def(&cfg.Max, 1000)
-	if cfg.Name == "" {
-		cfg.Name = "adaptive-concurrency"
-	}
-	if cfg.Window == 0 {
-		cfg.Window = time.Second
-	}
-	if cfg.MinSamples == 0 {
-		cfg.MinSamples = 10
-	}
-	if cfg.Smoothing == 0 {
-		cfg.Smoothing = 0.2
-	}
-	if cfg.Tolerance == 0 {
-		cfg.Tolerance = 1.5
-	}
-	if cfg.LongWindow == 0 {
-		cfg.LongWindow = 60
-	}
-	if cfg.RetryAfter == 0 {
-		cfg.RetryAfter = DefaultRetryAfter
-	}
+// withDefaults returns cfg with every zero field set to its default.
+func (cfg AdaptiveConfig) withDefaults() AdaptiveConfig {
+	orDefault(&cfg.Name, "adaptive-concurrency")
+	orDefault(&cfg.Initial, 20)
+	orDefault(&cfg.Min, 1)
+	orDefault(&cfg.Max, 1000)
+	orDefault(&cfg.Window, time.Second)
+	orDefault(&cfg.MinSamples, 10)
+	orDefault(&cfg.Smoothing, 0.2)
+	orDefault(&cfg.Tolerance, 1.5)
+	orDefault(&cfg.LongWindow, 60)
+	orDefault(&cfg.RetryAfter, DefaultRetryAfter)
 	if cfg.Clock == nil {
-		cfg.Clock = floodgate.SystemClock
+		cfg.Clock = floodgate.SystemClock()
 	}
+	return cfg
+}
+
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// NewAdaptive returns an adaptive limiter, or an error naming every bad
+// field of cfg ("concurrency: NewAdaptive: AdaptiveConfig.Smoothing 2 is
+// out of range (0, 1]").
+func NewAdaptive(cfg AdaptiveConfig) (*Adaptive, error) {
+	cfg = cfg.withDefaults()
 	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("concurrency: adaptive: "+format, args...))
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, errors.New("concurrency: NewAdaptive: AdaptiveConfig."+field+" "+fmt.Sprintf(format, args...)))
 	}
-	if cfg.Min < 1 || cfg.Min > cfg.Initial || cfg.Initial > cfg.Max {
-		bad("limits must satisfy 1 <= Min <= Initial <= Max, got Min %d, Initial %d, Max %d", cfg.Min, cfg.Initial, cfg.Max)
+	if cfg.Min < 1 {
+		bad("Min", "%d must be >= 1", cfg.Min)
+	}
+	if cfg.Initial < cfg.Min {
+		bad("Initial", "%d must be >= Min %d", cfg.Initial, cfg.Min)
+	}
+	if cfg.Max < cfg.Initial {
+		bad("Max", "%d must be >= Initial %d", cfg.Max, cfg.Initial)
 	}
 	if cfg.Window < 0 {
-		bad("Window %s is negative", cfg.Window)
+		bad("Window", "%s is negative", cfg.Window)
 	}
 	if cfg.MinSamples < 0 {
-		bad("MinSamples %d is negative", cfg.MinSamples)
+		bad("MinSamples", "%d is negative", cfg.MinSamples)
 	}
 	if !(cfg.Smoothing > 0 && cfg.Smoothing <= 1) {
-		bad("Smoothing %v is out of range (0, 1]", cfg.Smoothing)
+		bad("Smoothing", "%v is out of range (0, 1]", cfg.Smoothing)
 	}
 	if !(cfg.Tolerance >= 1) || math.IsInf(cfg.Tolerance, 0) {
-		bad("Tolerance %v must be a finite number >= 1", cfg.Tolerance)
+		bad("Tolerance", "%v must be a finite number >= 1", cfg.Tolerance)
 	}
 	if cfg.LongWindow < 0 {
-		bad("LongWindow %d is negative", cfg.LongWindow)
+		bad("LongWindow", "%d is negative", cfg.LongWindow)
 	}
 	if cfg.RetryAfter < 0 {
-		bad("RetryAfter %s is negative", cfg.RetryAfter)
+		bad("RetryAfter", "%s is negative", cfg.RetryAfter)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -152,13 +166,6 @@ func NewAdaptive(cfg AdaptiveConfig) (*Adaptive, error) {
 
 // Limit returns the current cap on requests in flight.
 func (a *Adaptive) Limit() int64 { return a.limit.Load() }
-
-// Estimate returns the unrounded limit.
-func (a *Adaptive) Estimate() float64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.est
-}
 
 // InFlight returns the requests in flight.
 func (a *Adaptive) InFlight() int64 { return a.inflight.Load() }

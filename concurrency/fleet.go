@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redisnow"
 )
 
 // Fleet defaults.
@@ -27,6 +28,8 @@ const (
 	DefaultFleetTimeout = 250 * time.Millisecond
 	// MinLease is the shortest lease a fleet cap accepts.
 	MinLease = 10 * time.Millisecond
+
+	instanceIDMaxLength = 200
 )
 
 // FailMode is what a fleet cap does when Redis cannot answer.
@@ -51,36 +54,71 @@ func (m FailMode) String() string {
 	return "failmode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// FleetPerKey configures a per-key cap across every instance sharing one
-// Redis.
+// FleetPerKey describes a per-key cap across every instance sharing one
+// Redis, for WithFleetPerKey. The zero value of an optional field is its
+// default; New reports a bad field by its name.
 type FleetPerKey struct {
-	// Name is the cap's policy name; it must not contain ':' and is part of
-	// the Redis key, so instances of one service must agree on it.
+	// Name is the cap's policy name. Required: it must be non-empty, must
+	// not contain ':' and must differ from every other cap's name. It is
+	// part of the Redis key, so instances of one service must agree on it.
 	Name string
-	// Cap is the most requests in flight per key, fleet-wide (>= 1).
+	// Cap is the most requests in flight per key, fleet-wide. Required: at
+	// least 1.
 	Cap int64
-	// Key computes the key. Required.
+	// Key computes the key. Required: nil is an error.
 	Key KeyFunc
-	// Client is the Redis client. Required. Each key is one Redis key, so
-	// Redis Cluster works too.
+	// Client is the Redis client. Required: nil is an error. Each key is
+	// one Redis key, so Redis Cluster works too.
 	Client redis.UniversalClient
-	// Prefix starts every Redis key (DefaultFleetPrefix when empty). The
-	// full key is Prefix + Name + ":" + key; Name has no ':', so no key
-	// can collide with another cap's.
+	// Prefix starts every Redis key; "" means DefaultFleetPrefix. The full
+	// key is Prefix + Name + ":" + key; Name has no ':', so no key can
+	// collide with another cap's.
 	Prefix string
 	// Lease is how long a slot lives without Done or renewal: a crashed
-	// instance's slots are freed after it (DefaultLease when 0; at least
-	// MinLease, whole milliseconds).
+	// instance's slots are freed after it. 0 means DefaultLease; otherwise
+	// it must be at least MinLease and whole milliseconds.
 	Lease time.Duration
-	// Timeout bounds each Redis call (DefaultFleetTimeout when 0).
+	// Timeout bounds each Redis call; 0 means DefaultFleetTimeout. It must
+	// not be negative.
 	Timeout time.Duration
-	// OnError is what the cap does when Redis cannot answer.
+	// OnError is what the cap does when Redis cannot answer; the zero
+	// value is FailOpen.
 	OnError FailMode
 }
 
-// WithFleetPerKey adds a fleet-wide per-key cap kept in Redis.
+// WithFleetPerKey adds a fleet-wide per-key cap kept in Redis. A Limiter
+// holds at most MaxPerKeyCaps of them.
 func WithFleetPerKey(c FleetPerKey) Option {
-	return func(o *options) { o.fleet = append(o.fleet, c) }
+	return func(o *config) {
+		f := o.fields("WithFleetPerKey", "FleetPerKey", c.Name)
+		f.checkCap(c.Cap, c.Key)
+		if c.Client == nil {
+			f.bad("Client", "is nil")
+		}
+		if c.Prefix == "" {
+			c.Prefix = DefaultFleetPrefix
+		}
+		if c.Lease == 0 {
+			c.Lease = DefaultLease
+		}
+		if c.Lease < MinLease || c.Lease%time.Millisecond != 0 {
+			f.bad("Lease", "%s must be at least %s and whole milliseconds", c.Lease, MinLease)
+		}
+		if c.Timeout == 0 {
+			c.Timeout = DefaultFleetTimeout
+		}
+		if c.Timeout < 0 {
+			f.bad("Timeout", "%s is negative", c.Timeout)
+		}
+		if c.OnError > FailClosed {
+			f.bad("OnError", "%s is not FailOpen or FailClosed", c.OnError)
+		}
+		o.fleet = append(o.fleet, &fleetLimit{
+			name: c.Name, cap: c.Cap, key: c.Key, client: c.Client,
+			prefix: c.Prefix + c.Name + ":", leaseMs: c.Lease.Milliseconds(),
+			timeout: c.Timeout, onError: c.OnError,
+		})
+	}
 }
 
 //go:embed acquire.lua
@@ -89,7 +127,10 @@ var acquireLua string
 //go:embed renew.lua
 var renewLua string
 
-var acquireScript = redis.NewScript(acquireLua)
+var (
+	acquireScript = redisnow.Script(acquireLua)
+	renewScript   = redisnow.Script(renewLua)
+)
 
 type fleetLimit struct {
 	name    string
@@ -102,57 +143,17 @@ type fleetLimit struct {
 	onError FailMode
 }
 
-func newFleetLimit(c FleetPerKey) (*fleetLimit, error) {
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("concurrency: fleet per-key cap %q: "+format, append([]any{c.Name}, args...)...))
-	}
-	if c.Cap < 1 {
-		bad("Cap %d must be at least 1", c.Cap)
-	}
-	if c.Key == nil {
-		bad("Key is nil")
-	}
-	if c.Client == nil {
-		bad("Client is nil")
-	}
-	if c.Prefix == "" {
-		c.Prefix = DefaultFleetPrefix
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.Lease < MinLease || c.Lease%time.Millisecond != 0 {
-		bad("Lease %s must be at least %s and whole milliseconds", c.Lease, MinLease)
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultFleetTimeout
-	}
-	if c.Timeout < 0 {
-		bad("Timeout %s is negative", c.Timeout)
-	}
-	if c.OnError > FailClosed {
-		bad("OnError %s is not FailOpen or FailClosed", c.OnError)
-	}
-	return &fleetLimit{
-		name: c.Name, cap: c.Cap, key: c.Key, client: c.Client,
-		prefix: c.Prefix + c.Name + ":", leaseMs: c.Lease.Milliseconds(),
-		timeout: c.Timeout, onError: c.OnError,
-	}, errors.Join(errs...)
-}
-
 // fleetState is the part of a Limiter that fleet caps need.
 type fleetState struct {
-	instance  string
-	clock     floodgate.Clock
-	redisTime bool
-	seq       atomic.Uint64
-	heldMu    sync.Mutex
-	held      map[*fleetTicket]struct{}
+	instance string
+	clock    floodgate.Clock // nil: the scripts read Redis TIME
+	seq      atomic.Uint64
+	heldMu   sync.Mutex
+	held     map[*fleetTicket]struct{}
 }
 
-func (s *fleetState) init(o options) error {
-	s.clock, s.redisTime = o.clock, !o.clockGiven
+func (s *fleetState) init(o *config) error {
+	s.clock = o.clock
 	s.held = make(map[*fleetTicket]struct{})
 	s.instance = o.instance
 	if s.instance == "" {
@@ -163,13 +164,6 @@ func (s *fleetState) init(o options) error {
 		s.instance = hex.EncodeToString(b[:])
 	}
 	return nil
-}
-
-func (s *fleetState) nowArg() string {
-	if s.redisTime {
-		return ""
-	}
-	return strconv.FormatInt(s.clock.Now().UnixMilli(), 10)
 }
 
 // slot is one fleet slot a request holds.
@@ -249,7 +243,7 @@ func (l *Limiter) admitFleet(ctx context.Context, r *floodgate.Request, b *bindi
 func (l *Limiter) acquire(ctx context.Context, s slot) (n int64, got bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.fl.timeout)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, s.fl.client, []string{s.key}, l.nowArg(), s.fl.leaseMs, s.fl.cap, s.id).Int64Slice()
+	res, err := acquireScript.Run(ctx, s.fl.client, []string{s.key}, redisnow.Arg(l.clock), s.fl.leaseMs, s.fl.cap, s.id).Int64Slice()
 	if err != nil {
 		return 0, false, err
 	}
@@ -307,7 +301,7 @@ func (l *Limiter) Renew(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, fl.timeout)
 		_, err := fl.client.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for _, s := range slots {
-				p.Eval(cctx, renewLua, []string{s.key}, l.nowArg(), fl.leaseMs, s.id)
+				renewScript.Eval(cctx, p, []string{s.key}, redisnow.Arg(l.clock), fl.leaseMs, s.id)
 			}
 			return nil
 		})
@@ -343,30 +337,4 @@ func (l *Limiter) Run(ctx context.Context, onError func(error)) error {
 			}
 		}
 	}
-}
-
-// FleetInFlight returns the number of live (unexpired) slots for key under
-// the fleet cap named name, as Redis holds them now.
-func (l *Limiter) FleetInFlight(ctx context.Context, name, key string) (int64, error) {
-	for _, fl := range l.fleet {
-		if fl.name != name {
-			continue
-		}
-		var now int64
-		if l.redisTime {
-			t, err := fl.client.Time(ctx).Result()
-			if err != nil {
-				return 0, fmt.Errorf("concurrency: fleet cap %q: %w", name, err)
-			}
-			now = t.UnixMilli()
-		} else {
-			now = l.clock.Now().UnixMilli()
-		}
-		n, err := fl.client.ZCount(ctx, fl.prefix+key, "("+strconv.FormatInt(now, 10), "+inf").Result()
-		if err != nil {
-			return 0, fmt.Errorf("concurrency: fleet cap %q: %w", name, err)
-		}
-		return n, nil
-	}
-	return 0, fmt.Errorf("concurrency: no fleet cap named %q", name)
 }

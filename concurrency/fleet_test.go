@@ -3,9 +3,7 @@ package concurrency_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +30,15 @@ func fleetLimiter(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, id
 		opts = append(opts, concurrency.WithClock(clk))
 	}
 	return mustNew(t, opts...)
+}
+
+// twoLimiters starts a Redis and returns two instances "a" and "b" with a
+// fail-open fleet cap of capN per user on it, on one fake clock.
+func twoLimiters(t *testing.T, capN int64) (*clock.Fake, *concurrency.Limiter, *concurrency.Limiter) {
+	t.Helper()
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	return clk, fleetLimiter(t, srv.NewClient(), clk, "a", capN, concurrency.FailOpen), fleetLimiter(t, srv.NewClient(), clk, "b", capN, concurrency.FailOpen)
 }
 
 func fleetCount(t *testing.T, l *concurrency.Limiter, user string) int64 {
@@ -93,10 +100,7 @@ func TestFleetCapAcrossInstances(t *testing.T) {
 
 // An instance that dies holding slots frees them exactly one lease later.
 func TestFleetCrashedInstanceSlotsExpire(t *testing.T) {
-	srv := redistest.Start(t)
-	clk := clock.New(time.Time{})
-	a := fleetLimiter(t, srv.NewClient(), clk, "a", 2, concurrency.FailOpen)
-	b := fleetLimiter(t, srv.NewClient(), clk, "b", 2, concurrency.FailOpen)
+	clk, a, b := twoLimiters(t, 2)
 	alice := req("/m", "", "alice")
 	mustAdmit(t, a, alice) // a crashes: these Dones are never called
 	mustAdmit(t, a, alice)
@@ -115,10 +119,7 @@ func TestFleetCrashedInstanceSlotsExpire(t *testing.T) {
 
 // Renew keeps a long request's slot past its first lease.
 func TestFleetRenew(t *testing.T) {
-	srv := redistest.Start(t)
-	clk := clock.New(time.Time{})
-	a := fleetLimiter(t, srv.NewClient(), clk, "a", 1, concurrency.FailOpen)
-	b := fleetLimiter(t, srv.NewClient(), clk, "b", 1, concurrency.FailOpen)
+	clk, a, b := twoLimiters(t, 1)
 	alice := req("/m", "", "alice")
 	_, long := mustAdmit(t, a, alice)
 	clk.Advance(lease - time.Millisecond)
@@ -192,46 +193,14 @@ func TestFleetNoLeaks(t *testing.T) {
 			concurrency.WithPerKey(concurrency.PerKey{Name: "per-tenant", Cap: 2, Key: byTenant})),
 	}
 	users := []string{"u0", "u1", "u2"}
-	const workers, perWorker = 8, 1250
-	var served, denied, errs atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		l := ls[w%2]
-		wg.Go(func() {
-			for i := range perWorker {
-				n := w*perWorker + i
-				r := req("/m", "t"+strconv.Itoa(n%2), users[n%len(users)])
-				rctx, cancel := context.WithCancel(ctx)
-				func() {
-					defer func() { _ = recover() }()
-					d, done, err := l.Admit(rctx, r)
-					if err != nil {
-						errs.Add(1)
-					}
-					if !d.Allowed {
-						denied.Add(1)
-						return
-					}
-					served.Add(1)
-					defer done()
-					switch n % 3 {
-					case 1:
-						panic("handler panics")
-					case 2:
-						cancel()
-						<-rctx.Done()
-					}
-				}()
-				cancel()
-			}
-		})
+	o := storm(func(w, n int) (*concurrency.Limiter, *floodgate.Request) {
+		return ls[w%2], req("/m", "t"+strconv.Itoa(n%2), users[n%len(users)])
+	})
+	if o.errs.Load() != 0 {
+		t.Fatalf("%d admissions returned errors against a healthy Redis", o.errs.Load())
 	}
-	wg.Wait()
-	if errs.Load() != 0 {
-		t.Fatalf("%d admissions returned errors against a healthy Redis", errs.Load())
-	}
-	if served.Load()+denied.Load() != workers*perWorker || served.Load() == 0 || denied.Load() == 0 {
-		t.Fatalf("served %d denied %d, want both > 0 summing to %d", served.Load(), denied.Load(), workers*perWorker)
+	if o.served.Load()+o.denied.Load() != stormSize || o.served.Load() == 0 || o.denied.Load() == 0 {
+		t.Fatalf("served %d denied %d, want both > 0 summing to %d", o.served.Load(), o.denied.Load(), stormSize)
 	}
 	for _, l := range ls {
 		if l.InFlight() != 0 {
@@ -246,20 +215,7 @@ func TestFleetNoLeaks(t *testing.T) {
 			t.Errorf("Redis set of %s has %d members (err %v), want 0", u, n, err)
 		}
 	}
-	t.Logf("served %d, denied %d", served.Load(), denied.Load())
-}
-
-func TestFleetBadInput(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	_, err := concurrency.New(concurrency.WithFleetPerKey(concurrency.FleetPerKey{
-		Name: "f", Cap: 0, Key: byUser, Client: c, Lease: time.Millisecond, Timeout: -1, OnError: 7,
-	}))
-	for _, want := range []string{"Cap 0", "Lease 1ms", "Timeout -1ns", "OnError failmode(7)"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("error %v does not mention %q", err, want)
-		}
-	}
+	t.Logf("served %d, denied %d", o.served.Load(), o.denied.Load())
 }
 
 // The fleet cap works on Redis Cluster (each key is one Redis key, so no

@@ -6,11 +6,9 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  the request's ID
 -- returns  1 if renewed, 0 if the slot was gone
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+--
+-- The preamble of internal/redisnow (prepended by redisnow.Script) reads
+-- ARGV[1] and defines the local now used below, in Unix milliseconds.
 local lease = tonumber(ARGV[2])
 local score = redis.call('ZSCORE', KEYS[1], ARGV[3])
 if (not score) or tonumber(score) <= now then

@@ -19,24 +19,7 @@ func BenchmarkShedderAdmitDone(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := &floodgate.Request{Priority: floodgate.PriorityRead}
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_, done, _ := s.Admit(ctx, req)
-			done()
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			r := &floodgate.Request{Priority: floodgate.PriorityRead}
-			for pb.Next() {
-				_, done, _ := s.Admit(ctx, r)
-				done()
-			}
-		})
-	})
+	benchAdmitDone(b, s)
 	b.Run("shed", func(b *testing.B) {
 		full, err := shedder.New(10)
 		if err != nil {
@@ -45,6 +28,7 @@ func BenchmarkShedderAdmitDone(b *testing.B) {
 		for range 10 {
 			full.Admit(ctx, &floodgate.Request{Priority: floodgate.PriorityCritical})
 		}
+		req := &floodgate.Request{Priority: floodgate.PriorityRead}
 		b.ReportAllocs()
 		for b.Loop() {
 			full.Admit(ctx, req)
@@ -59,11 +43,16 @@ func BenchmarkFleetAdmitDone(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := &floodgate.Request{Priority: floodgate.PriorityRead}
+	benchAdmitDone(b, f)
+}
+
+// benchAdmitDone runs Admit then Done of a read on a, serial and parallel.
+func benchAdmitDone(b *testing.B, a floodgate.Admitter) {
 	b.Run("serial", func(b *testing.B) {
+		req := &floodgate.Request{Priority: floodgate.PriorityRead}
 		b.ReportAllocs()
 		for b.Loop() {
-			_, done, _ := f.Admit(ctx, req)
+			_, done, _ := a.Admit(ctx, req)
 			done()
 		}
 	})
@@ -72,7 +61,7 @@ func BenchmarkFleetAdmitDone(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			r := &floodgate.Request{Priority: floodgate.PriorityRead}
 			for pb.Next() {
-				_, done, _ := f.Admit(ctx, r)
+				_, done, _ := a.Admit(ctx, r)
 				done()
 			}
 		})

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redisnow"
 )
 
 // Default settings of a Fleet.
@@ -42,72 +42,14 @@ var ErrFleetStale = errors.New("shedder: fleet counts are stale (no successful s
 //go:embed fleet.lua
 var fleetLua string
 
-var fleetScript = redis.NewScript(fleetLua)
-
-// WithReserve sets the share of fleet capacity, in (0, 1), kept for
-// critical traffic: non-critical requests are shed when the fleet's in-flight
-// count reaches (1 − reserve) × capacity. Default 0.20.
-func WithReserve(share float64) Option {
-	return func(o *options) {
-		o.fleetOnly = append(o.fleetOnly, "WithReserve")
-		if !(share > 0 && share < 1) {
-			o.fail("reserve %v is out of range (0, 1)", share)
-		}
-		o.reserve = share
-	}
-}
-
-// WithInstanceID names this instance in Redis (default: 16 random hex
-// digits). Two live instances must never share an ID.
-func WithInstanceID(id string) Option {
-	return func(o *options) {
-		o.fleetOnly = append(o.fleetOnly, "WithInstanceID")
-		if id == "" || len(id) > instanceIDMaxLength {
-			o.fail("instance ID %q must have 1 to %d bytes", id, instanceIDMaxLength)
-		}
-		o.instance = id
-	}
-}
-
-// WithFleetKey sets the Redis key (a hash) holding the fleet's counts,
-// DefaultFleetKey by default. Services sharing one Redis need distinct keys.
-func WithFleetKey(key string) Option {
-	return func(o *options) {
-		o.fleetOnly = append(o.fleetOnly, "WithFleetKey")
-		if key == "" {
-			o.fail("fleet key is empty")
-		}
-		o.prefix = key
-	}
-}
-
-// WithSync sets how often Run publishes this instance's counts and reads the
-// fleet's (interval), how long an instance's entry lives without a refresh
-// (ttl; a dead instance's share is freed after it), and the timeout of each
-// Redis call. They must satisfy 0 < interval < ttl and timeout > 0.
-// Defaults: 500ms, 3s, 250ms.
-func WithSync(interval, ttl, timeout time.Duration) Option {
-	return func(o *options) {
-		o.fleetOnly = append(o.fleetOnly, "WithSync")
-		if interval <= 0 || ttl <= interval {
-			o.fail("sync interval %s and ttl %s must satisfy 0 < interval < ttl", interval, ttl)
-		}
-		if ttl%time.Millisecond != 0 {
-			o.fail("sync ttl %s is not a whole number of milliseconds", ttl)
-		}
-		if timeout <= 0 {
-			o.fail("sync timeout %s must be positive", timeout)
-		}
-		o.interval, o.ttl, o.timeout = interval, ttl, timeout
-	}
-}
+var fleetScript = redisnow.Script(fleetLua)
 
 // Fleet is the fleet-usage load shedder, a floodgate.Admitter. It keeps a
 // share of the whole fleet's in-flight capacity for critical traffic (Stripe
 // reserves 20%): with fleet capacity C and reserve r, a non-critical request
 // starts being shed when the fleet has C × (1 − r) or more requests in
 // flight, and is admitted again once the fleet falls below that minus the
-// hysteresis band (5% of C by default; see WithHysteresis); critical
+// hysteresis band (5% of C by default; see WithFleetHysteresis); critical
 // requests are never shed (the reserve is theirs; hard caps are package
 // concurrency's job).
 //
@@ -129,7 +71,7 @@ func WithSync(interval, ttl, timeout time.Duration) Option {
 // succeeded for a TTL, Fleet fails open: it forgets the other instances'
 // counts and Admit returns ErrFleetStale with each decision.
 //
-// Time. With WithClock, the script takes now from that Clock, so tests can
+// Time. With WithFleetClock, the script takes now from that Clock, so tests can
 // expire instances on fake time; without it, the script reads Redis TIME, so
 // instances with skewed clocks agree on expiry.
 type Fleet struct {
@@ -139,22 +81,18 @@ type Fleet struct {
 	others      [floodgate.NumPriorities]atomic.Int64
 	lastOK      atomic.Int64 // clock Unix nanos of the last successful Sync; 0 = never
 	stale       atomic.Bool
-	gate        gate // non-critical: shed from limit, admit again below limit - band
+	gate        gate // non-critical: shed from gate.start, admit again below gate.stop
+	verdicts
 
-	client          redis.UniversalClient
-	key             string
-	instance        string
-	capacity        int64
-	limit           int64 // non-critical shed when fleet in flight >= limit
-	ttl             time.Duration
-	interval        time.Duration
-	timeout         time.Duration
-	retryAfter      time.Duration
-	defaultPriority floodgate.Priority
-	clock           floodgate.Clock
-	redisTime       bool // the script reads Redis TIME instead of an argument
-	policy          string
-	dones           [floodgate.NumPriorities]floodgate.Done
+	client      redis.UniversalClient
+	key         string
+	instance    string
+	ttl         time.Duration
+	interval    time.Duration
+	timeout     time.Duration
+	clock       floodgate.Clock
+	scriptClock floodgate.Clock // nil: the script reads Redis TIME
+	dones       [floodgate.NumPriorities]floodgate.Done
 
 	syncMu sync.Mutex
 }
@@ -165,57 +103,44 @@ var _ floodgate.Admitter = (*Fleet)(nil)
 // in flight in total (capacity >= 1), keeping its counts in client. Call Run
 // in a goroutine to keep the counts fresh (or Sync yourself). It returns an
 // error naming every bad option.
-func NewFleet(client redis.UniversalClient, capacity int64, opts ...Option) (*Fleet, error) {
-	o := defaultOptions()
-	o.policy = DefaultFleetPolicy
-	o.reserve = DefaultReserve
-	o.prefix = DefaultFleetKey
-	o.ttl, o.interval, o.timeout = DefaultTTL, DefaultInterval, DefaultSyncTimeout
-	clockGiven := false
-	for _, opt := range opts {
-		before := o.clock
-		opt(&o)
-		if o.clock != before {
-			clockGiven = true
-		}
+func NewFleet(client redis.UniversalClient, capacity int64, opts ...FleetOption) (*Fleet, error) {
+	c := fleetConfig{
+		common:   newCommon(DefaultFleetPolicy),
+		reserve:  DefaultReserve,
+		key:      DefaultFleetKey,
+		ttl:      DefaultTTL,
+		interval: DefaultInterval,
+		timeout:  DefaultSyncTimeout,
 	}
-	var errs []error
 	if client == nil {
-		errs = append(errs, errors.New("shedder: redis client is nil"))
+		c.errs = append(c.errs, errors.New("shedder: redis client is nil"))
 	}
 	if capacity < 1 {
-		errs = append(errs, fmt.Errorf("shedder: fleet capacity %d must be at least 1", capacity))
+		c.errs = append(c.errs, fmt.Errorf("shedder: fleet capacity %d must be at least 1", capacity))
 	}
-	errs = append(errs, o.errs...)
-	if len(o.shedderOnly) > 0 {
-		errs = append(errs, fmt.Errorf("shedder: options %v apply only to New", o.shedderOnly))
-	}
-	if o.instance == "" {
+	apply(&c, &c.common, "FleetOption", opts)
+	if c.instance == "" {
 		id, err := randomID()
 		if err != nil {
-			errs = append(errs, err)
+			c.errs = append(c.errs, err)
 		}
-		o.instance = id
+		c.instance = id
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
 	}
 	f := &Fleet{
-		client:          client,
-		key:             o.prefix,
-		instance:        o.instance,
-		capacity:        capacity,
-		limit:           fractionOf(1-o.reserve, capacity),
-		ttl:             o.ttl,
-		interval:        o.interval,
-		timeout:         o.timeout,
-		retryAfter:      o.retryAfter,
-		defaultPriority: o.defaultPriority,
-		clock:           o.clock,
-		redisTime:       !clockGiven,
-		policy:          o.policy,
+		verdicts:    c.verdicts(capacity),
+		client:      client,
+		key:         c.key,
+		instance:    c.instance,
+		ttl:         c.ttl,
+		interval:    c.interval,
+		timeout:     c.timeout,
+		clock:       c.timeSource(),
+		scriptClock: c.clock,
 	}
-	f.gate.init(f.limit, capacity, o)
+	f.gate.init(fractionOf(1-c.reserve, capacity), capacity, &c.common)
 	f.stale.Store(true)
 	for p := floodgate.PriorityTest; p <= floodgate.PriorityCritical; p++ {
 		f.dones[p] = func() {
@@ -226,54 +151,9 @@ func NewFleet(client redis.UniversalClient, capacity int64, opts ...Option) (*Fl
 	return f, nil
 }
 
-// InstanceID returns the name of this instance's entry in Redis.
-func (f *Fleet) InstanceID() string { return f.instance }
-
-// Threshold returns the fleet in-flight count from which non-critical
-// requests are shed, capacity × (1 − reserve) rounded up, and the count
-// below which shedding stops again (the hysteresis band below it).
-func (f *Fleet) Threshold() (start, stop int64) { return f.gate.start, f.gate.stop }
-
-// Shedding reports whether non-critical requests are currently shed.
-func (f *Fleet) Shedding() bool { return f.gate.shedding() }
-
-// LocalInFlight returns this instance's requests in flight of priority p
-// (PriorityUnspecified: the total over all priorities).
-func (f *Fleet) LocalInFlight(p floodgate.Priority) int64 {
-	if p == floodgate.PriorityUnspecified || !p.Valid() {
-		return f.localTotal.Load()
-	}
-	return f.local[p].Load()
-}
-
-// OthersInFlight returns the other instances' requests in flight of
-// priority p (PriorityUnspecified: the total) as of the last successful
-// Sync, or 0 while the counts are stale.
-func (f *Fleet) OthersInFlight(p floodgate.Priority) int64 {
-	if p == floodgate.PriorityUnspecified || !p.Valid() {
-		return f.othersTotal.Load()
-	}
-	return f.others[p].Load()
-}
-
-// Stale reports whether the Fleet currently decides on local counts only.
-func (f *Fleet) Stale() bool { return f.stale.Load() }
-
-func (f *Fleet) resolve(p floodgate.Priority) floodgate.Priority {
-	if p == floodgate.PriorityUnspecified || !p.Valid() {
-		return f.defaultPriority
-	}
-	return p
-}
-
 // Admit implements floodgate.Admitter. It never calls Redis.
 func (f *Fleet) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
-	var err error
-	p := r.Priority
-	if !p.Valid() {
-		err = ErrInvalidPriority
-	}
-	p = f.resolve(p)
+	p, err := f.priority(r)
 	if f.stale.Load() && err == nil {
 		err = ErrFleetStale
 	}
@@ -287,32 +167,12 @@ func (f *Fleet) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decisi
 		n := f.localTotal.Load()
 		total := others + n
 		if f.gate.shed(total) {
-			return floodgate.Decision{
-				Allowed:    false,
-				Stage:      floodgate.StageShedder,
-				Source:     floodgate.SourceShedder,
-				Policy:     f.policy,
-				Limit:      f.capacity,
-				Remaining:  max(f.capacity-total, 0),
-				RetryAfter: f.retryAfter,
-				Priority:   p,
-			}, nil, err
+			return f.shed(p, total), nil, err
 		}
 		if f.localTotal.CompareAndSwap(n, n+1) {
 			f.local[p].Add(1)
 			return f.allow(p, total+1), f.dones[p], err
 		}
-	}
-}
-
-func (f *Fleet) allow(p floodgate.Priority, total int64) floodgate.Decision {
-	return floodgate.Decision{
-		Allowed:   true,
-		Stage:     floodgate.StageShedder,
-		Source:    floodgate.SourceShedder,
-		Limit:     f.capacity,
-		Remaining: max(f.capacity-total, 0),
-		Priority:  p,
 	}
 }
 
@@ -327,11 +187,7 @@ func (f *Fleet) Sync(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 
-	nowArg := ""
-	if !f.redisTime {
-		nowArg = strconv.FormatInt(f.clock.Now().UnixMilli(), 10)
-	}
-	args := []any{nowArg, f.ttl.Milliseconds(), f.instance, 0, 0, 0, 0}
+	args := []any{redisnow.Arg(f.scriptClock), f.ttl.Milliseconds(), f.instance, 0, 0, 0, 0}
 	for p := floodgate.PriorityTest; p <= floodgate.PriorityCritical; p++ {
 		args[2+int(p)] = f.local[p].Load()
 	}

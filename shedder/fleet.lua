@@ -7,11 +7,9 @@
 -- ARGV[3]  this instance's ID
 -- ARGV[4..7] this instance's counts: test, read, write, critical
 -- returns  {test, read, write, critical} summed over the other live instances
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+--
+-- The preamble of internal/redisnow (prepended by redisnow.Script) reads
+-- ARGV[1] and defines the local now used below, in Unix milliseconds.
 local ttl = tonumber(ARGV[2])
 local me = ARGV[3]
 redis.call('HSET', KEYS[1], me, string.format('%d %d %d %d %d',

@@ -21,15 +21,24 @@ const ttl = 3 * time.Second
 
 func newFleet(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, id string, capacity int64) *shedder.Fleet {
 	t.Helper()
-	opts := []shedder.Option{shedder.WithInstanceID(id), shedder.WithSync(500*time.Millisecond, ttl, time.Second)}
+	opts := []shedder.FleetOption{shedder.WithFleetInstanceID(id), shedder.WithFleetSync(500*time.Millisecond, ttl, time.Second)}
 	if clk != nil {
-		opts = append(opts, shedder.WithClock(clk))
+		opts = append(opts, shedder.WithFleetClock(clk))
 	}
 	f, err := shedder.NewFleet(c, capacity, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// twoFleets starts a Redis and returns two instances "a" and "b" of a fleet
+// of the given capacity on it, on one fake clock.
+func twoFleets(t *testing.T, capacity int64) (*redistest.Server, *clock.Fake, *shedder.Fleet, *shedder.Fleet) {
+	t.Helper()
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	return srv, clk, newFleet(t, srv.NewClient(), clk, "a", capacity), newFleet(t, srv.NewClient(), clk, "b", capacity)
 }
 
 func mustSync(t *testing.T, fs ...*shedder.Fleet) {
@@ -75,10 +84,7 @@ func endAll(dones []floodgate.Done) {
 // critical traffic; when one stops refreshing its entry (it died), its share
 // is freed exactly one TTL after its last sync.
 func TestFleetReservesCriticalShare(t *testing.T) {
-	srv := redistest.Start(t)
-	clk := clock.New(time.Time{})
-	a := newFleet(t, srv.NewClient(), clk, "a", 10)
-	b := newFleet(t, srv.NewClient(), clk, "b", 10)
+	srv, clk, a, b := twoFleets(t, 10)
 	if start, stop := a.Threshold(); start != 8 || stop != 7 {
 		t.Fatalf("threshold = %d/%d, want 8/7 (capacity 10, reserve 20%%, band 5%% rounded up)", start, stop)
 	}
@@ -175,10 +181,7 @@ func TestFleetReservesCriticalShare(t *testing.T) {
 
 // Leave frees an instance's share at once, without waiting for the TTL.
 func TestFleetLeave(t *testing.T) {
-	srv := redistest.Start(t)
-	clk := clock.New(time.Time{})
-	a := newFleet(t, srv.NewClient(), clk, "a", 5)
-	b := newFleet(t, srv.NewClient(), clk, "b", 5)
+	_, _, a, b := twoFleets(t, 5)
 	held := admitN(t, a, floodgate.PriorityWrite, 4)
 	mustSync(t, a, b)
 	if b.OthersInFlight(floodgate.PriorityUnspecified) != 4 {
@@ -200,10 +203,7 @@ func TestFleetLeave(t *testing.T) {
 // When Redis is gone the last fleet counts stay in force for one TTL, then
 // the Fleet fails open on its local counts and says so with every decision.
 func TestFleetStaleFailsOpen(t *testing.T) {
-	srv := redistest.Start(t)
-	clk := clock.New(time.Time{})
-	a := newFleet(t, srv.NewClient(), clk, "a", 10)
-	b := newFleet(t, srv.NewClient(), clk, "b", 10)
+	srv, clk, a, b := twoFleets(t, 10)
 	held := admitN(t, a, floodgate.PriorityRead, 8)
 	mustSync(t, a, b)
 	if _, _, err := b.Admit(ctx, &floodgate.Request{Priority: floodgate.PriorityRead}); err != nil {
@@ -334,59 +334,11 @@ func TestFleetNoLeaks(t *testing.T) {
 
 func newFleetReal(t *testing.T, c redis.UniversalClient, id string) *shedder.Fleet {
 	t.Helper()
-	f, err := shedder.NewFleet(c, 6, shedder.WithInstanceID(id), shedder.WithSync(2*time.Millisecond, time.Second, time.Second))
+	f, err := shedder.NewFleet(c, 6, shedder.WithFleetInstanceID(id), shedder.WithFleetSync(2*time.Millisecond, time.Second, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
-}
-
-func TestNewFleetRejectsBadInput(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	for _, tc := range []struct {
-		name   string
-		client redis.UniversalClient
-		cap    int64
-		opts   []shedder.Option
-		want   string
-	}{
-		{"nil client", nil, 10, nil, "redis client is nil"},
-		{"capacity", c, -1, nil, "fleet capacity -1"},
-		{"reserve", c, 10, []shedder.Option{shedder.WithReserve(1)}, "reserve 1 is out of range"},
-		{"instance", c, 10, []shedder.Option{shedder.WithInstanceID("")}, "instance ID"},
-		{"key", c, 10, []shedder.Option{shedder.WithFleetKey("")}, "fleet key is empty"},
-		{"sync order", c, 10, []shedder.Option{shedder.WithSync(time.Second, time.Second, time.Second)}, "0 < interval < ttl"},
-		{"sync timeout", c, 10, []shedder.Option{shedder.WithSync(time.Second, 2*time.Second, 0)}, "sync timeout 0s"},
-		{"shedder option", c, 10, []shedder.Option{shedder.WithThresholds(0.5, 0.6, 0.7)}, "[WithThresholds] apply only to New"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, err := shedder.NewFleet(tc.client, tc.cap, tc.opts...)
-			if err == nil || f != nil {
-				t.Fatalf("NewFleet = %v, %v; want an error", f, err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not mention %q", err, tc.want)
-			}
-		})
-	}
-}
-
-func TestFleetAdmitAllocatesNothing(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	f, err := shedder.NewFleet(c, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &floodgate.Request{Priority: floodgate.PriorityRead}
-	allocs := testing.AllocsPerRun(1000, func() {
-		_, done, _ := f.Admit(ctx, req)
-		done()
-	})
-	if allocs != 0 {
-		t.Errorf("Fleet Admit+Done allocates %v times per request, want 0", allocs)
-	}
 }
 
 // The fleet shedder works on Redis Cluster (one key) and survives a flushed

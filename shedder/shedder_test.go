@@ -3,11 +3,12 @@ package shedder_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/shedder"
@@ -291,37 +292,6 @@ func TestTinyCapacityRecovers(t *testing.T) {
 	}
 }
 
-func TestNewRejectsBadInput(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		cap  int64
-		opts []shedder.Option
-		want string
-	}{
-		{"zero capacity", 0, nil, "capacity 0"},
-		{"threshold above 1", 10, []shedder.Option{shedder.WithThresholds(0.5, 0.6, 1.2)}, "write threshold 1.2"},
-		{"threshold zero", 10, []shedder.Option{shedder.WithThresholds(0, 0.6, 0.7)}, "test threshold 0"},
-		{"misordered", 10, []shedder.Option{shedder.WithThresholds(0.9, 0.8, 0.7)}, "test <= read <= write"},
-		{"band", 10, []shedder.Option{shedder.WithHysteresis(0.6, 0)}, "hysteresis band 0.6"},
-		{"hold", 10, []shedder.Option{shedder.WithHysteresis(0.1, -time.Second)}, "hold -1s"},
-		{"retry", 10, []shedder.Option{shedder.WithRetryAfter(0)}, "retry-after 0s"},
-		{"default", 10, []shedder.Option{shedder.WithDefaultPriority(floodgate.PriorityUnspecified)}, "default priority unspecified"},
-		{"clock", 10, []shedder.Option{shedder.WithClock(nil)}, "clock is nil"},
-		{"policy", 10, []shedder.Option{shedder.WithPolicy("")}, "policy name is empty"},
-		{"fleet option", 10, []shedder.Option{shedder.WithReserve(0.2)}, "[WithReserve] apply only to NewFleet"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s, err := shedder.New(tc.cap, tc.opts...)
-			if err == nil || s != nil {
-				t.Fatalf("New = %v, %v; want an error", s, err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not mention %q", err, tc.want)
-			}
-		})
-	}
-}
-
 // 10 000 requests of mixed priorities, ended by return, panic and context
 // cancellation from 8 concurrent loops, leave in flight at exactly 0.
 func TestNoLeaks(t *testing.T) {
@@ -388,12 +358,20 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // Admit never calls Redis
+	defer c.Close()
+	f, err := shedder.NewFleet(c, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req := &floodgate.Request{Priority: floodgate.PriorityRead}
-	allocs := testing.AllocsPerRun(1000, func() {
-		_, done, _ := s.Admit(ctx, req)
-		done()
-	})
-	if allocs != 0 {
-		t.Errorf("Admit+Done allocates %v times per request, want 0", allocs)
+	for name, a := range map[string]floodgate.Admitter{"Shedder": s, "Fleet": f} {
+		allocs := testing.AllocsPerRun(1000, func() {
+			_, done, _ := a.Admit(ctx, req)
+			done()
+		})
+		if allocs != 0 {
+			t.Errorf("%s Admit+Done allocates %v times per request, want 0", name, allocs)
+		}
 	}
 }

@@ -1,0 +1,95 @@
+package concurrency
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// Test-only views of the limiters' state.
+
+// KeyInFlight returns the requests in flight on this instance for key under
+// the per-key cap named name, and whether such a cap exists.
+func (l *Limiter) KeyInFlight(name, key string) (int64, bool) {
+	k := l.keyLimit(name)
+	if k == nil {
+		return 0, false
+	}
+	sh := k.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[key]; e != nil {
+		return e.n, true
+	}
+	return 0, true
+}
+
+// Keys returns the number of keys the per-key cap named name tracks now
+// (keys with requests in flight), and whether such a cap exists.
+func (l *Limiter) Keys(name string) (int, bool) {
+	k := l.keyLimit(name)
+	if k == nil {
+		return 0, false
+	}
+	return int(k.size.Load()), true
+}
+
+// Tracked returns the number of entries the per-key cap named name holds in
+// memory: keys in flight plus idle entries kept for reuse (at most 256), and
+// whether such a cap exists.
+func (l *Limiter) Tracked(name string) (int, bool) {
+	k := l.keyLimit(name)
+	if k == nil {
+		return 0, false
+	}
+	total := 0
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		total += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return total, true
+}
+
+func (l *Limiter) keyLimit(name string) *keyLimit {
+	for _, k := range l.keys {
+		if k.name == name {
+			return k
+		}
+	}
+	return nil
+}
+
+// FleetInFlight returns the number of live (unexpired) slots for key under
+// the fleet cap named name, as Redis holds them now.
+func (l *Limiter) FleetInFlight(ctx context.Context, name, key string) (int64, error) {
+	for _, fl := range l.fleet {
+		if fl.name != name {
+			continue
+		}
+		var now int64
+		if l.clock == nil {
+			t, err := fl.client.Time(ctx).Result()
+			if err != nil {
+				return 0, fmt.Errorf("concurrency: fleet cap %q: %w", name, err)
+			}
+			now = t.UnixMilli()
+		} else {
+			now = l.clock.Now().UnixMilli()
+		}
+		n, err := fl.client.ZCount(ctx, fl.prefix+key, "("+strconv.FormatInt(now, 10), "+inf").Result()
+		if err != nil {
+			return 0, fmt.Errorf("concurrency: fleet cap %q: %w", name, err)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("concurrency: no fleet cap named %q", name)
+}
+
+// Estimate returns the unrounded limit.
+func (a *Adaptive) Estimate() float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.est
+}

@@ -1,0 +1,190 @@
+package concurrency
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Option configures New.
+type Option func(*config)
+
+// config is what Options set; errs collects their errors.
+type config struct {
+	global     int64
+	globalName string
+	perKey     []PerKey
+	fleet      []*fleetLimit
+	names      []capName // every cap's name, in option order
+	retryAfter time.Duration
+	clock      floodgate.Clock // nil: fleet scripts read Redis TIME
+	instance   string
+	errs       []error
+}
+
+// capName is the name of one per-key or fleet per-key cap, and the option
+// that added it.
+type capName struct{ option, name string }
+
+func (o *config) fail(option, format string, args ...any) {
+	o.errs = append(o.errs, errors.New("concurrency: "+option+": "+fmt.Sprintf(format, args...)))
+}
+
+// WithGlobal caps the requests in flight on this instance at limit (>= 1),
+// reported under the policy name DefaultPolicy unless WithGlobalPolicy
+// renames it.
+func WithGlobal(limit int64) Option {
+	return func(o *config) {
+		if limit < 1 {
+			o.fail("WithGlobal", "limit %d must be >= 1", limit)
+		}
+		o.global = limit
+	}
+}
+
+// WithGlobalPolicy renames the global cap's policy (default DefaultPolicy).
+func WithGlobalPolicy(name string) Option {
+	return func(o *config) {
+		if name == "" {
+			o.fail("WithGlobalPolicy", "policy name is empty")
+		}
+		o.globalName = name
+	}
+}
+
+// PerKey describes a per-key cap on this instance, for WithPerKey. The zero
+// value of an optional field is its default; New reports a bad field by its
+// name.
+type PerKey struct {
+	// Name is the cap's policy name, reported in Decisions. Required: it
+	// must be non-empty, must not contain ':' and must differ from every
+	// other cap's name.
+	Name string
+	// Cap is the most requests in flight per key. Required: at least 1.
+	Cap int64
+	// Key computes the key. Required: nil is an error.
+	Key KeyFunc
+	// MaxKeys bounds the number of keys in flight at once; a request for a
+	// new key beyond it is denied with ErrTooManyKeys. 0 means
+	// DefaultMaxKeys; it must not be negative.
+	MaxKeys int
+}
+
+// WithPerKey adds a per-key cap on this instance. A Limiter holds at most
+// MaxPerKeyCaps of them.
+func WithPerKey(c PerKey) Option {
+	return func(o *config) {
+		f := o.fields("WithPerKey", "PerKey", c.Name)
+		f.checkCap(c.Cap, c.Key)
+		if c.MaxKeys < 0 {
+			f.bad("MaxKeys", "%d is negative", c.MaxKeys)
+		}
+		if c.MaxKeys == 0 {
+			c.MaxKeys = DefaultMaxKeys
+		}
+		o.perKey = append(o.perKey, c)
+	}
+}
+
+// WithRetryAfter sets the RetryAfter of a deny (> 0; default
+// DefaultRetryAfter).
+func WithRetryAfter(d time.Duration) Option {
+	return func(o *config) {
+		if d <= 0 {
+			o.fail("WithRetryAfter", "retry-after %s must be positive", d)
+		}
+		o.retryAfter = d
+	}
+}
+
+// WithClock sets the Clock for fleet leases: the acquire and renew scripts
+// then take now from it instead of Redis TIME, so tests can expire leases
+// on fake time. Without fleet caps it has no effect.
+func WithClock(c floodgate.Clock) Option {
+	return func(o *config) {
+		if c == nil {
+			o.fail("WithClock", "clock is nil")
+			return
+		}
+		o.clock = c
+	}
+}
+
+// WithInstanceID sets the prefix of the request IDs this instance puts in
+// Redis (default: 16 random hex digits). Live instances must not share one.
+func WithInstanceID(id string) Option {
+	return func(o *config) {
+		if id == "" || len(id) > instanceIDMaxLength {
+			o.fail("WithInstanceID", "instance ID %q must have 1 to %d bytes", id, instanceIDMaxLength)
+		}
+		o.instance = id
+	}
+}
+
+// fields reports the bad fields of one cap description, typ (PerKey or
+// FleetPerKey) given to option; it also records the cap's name.
+type fields struct {
+	o      *config
+	option string
+	typ    string
+	name   string
+}
+
+func (o *config) fields(option, typ, name string) fields {
+	f := fields{o: o, option: option, typ: typ, name: name}
+	switch {
+	case name == "":
+		o.fail(option, "%s.Name is empty", typ)
+	case strings.Contains(name, ":"):
+		o.fail(option, "%s.Name %q contains ':'", typ, name)
+	}
+	o.names = append(o.names, capName{option, name})
+	return f
+}
+
+// bad reports field of the cap description: "<option>: <typ>.<field>
+// <problem> (cap <name>)".
+func (f fields) bad(field, format string, args ...any) {
+	msg := f.typ + "." + field + " " + fmt.Sprintf(format, args...)
+	if f.name != "" {
+		msg += fmt.Sprintf(" (cap %q)", f.name)
+	}
+	f.o.fail(f.option, "%s", msg)
+}
+
+// checkCap checks the fields every cap description has besides Name.
+func (f fields) checkCap(capN int64, key KeyFunc) {
+	if capN < 1 {
+		f.bad("Cap", "%d must be >= 1", capN)
+	}
+	if key == nil {
+		f.bad("Key", "is nil")
+	}
+}
+
+// checkCaps reports what no single option can see: no cap at all, too many
+// caps, and a name used twice.
+func (o *config) checkCaps() {
+	if o.global == 0 && len(o.perKey) == 0 && len(o.fleet) == 0 {
+		o.errs = append(o.errs, errors.New("concurrency: no cap configured (use WithGlobal, WithPerKey or WithFleetPerKey)"))
+	}
+	if len(o.perKey) > MaxPerKeyCaps {
+		o.fail("WithPerKey", "%d per-key caps, at most %d", len(o.perKey), MaxPerKeyCaps)
+	}
+	if len(o.fleet) > MaxPerKeyCaps {
+		o.fail("WithFleetPerKey", "%d fleet per-key caps, at most %d", len(o.fleet), MaxPerKeyCaps)
+	}
+	seen := map[string]bool{}
+	if o.global > 0 {
+		seen[o.globalName] = true
+	}
+	for _, n := range o.names {
+		if n.name != "" && seen[n.name] {
+			o.fail(n.option, "cap name %q is used twice", n.name)
+		}
+		seen[n.name] = true
+	}
+}

@@ -1,0 +1,117 @@
+package concurrency_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate/concurrency"
+)
+
+// Every bad option, or bad field of a cap description, makes New return an
+// error that names it ("concurrency: <Option>: …"), and no Limiter.
+func TestNewErrors(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	perKey := func(p concurrency.PerKey) concurrency.Option { return concurrency.WithPerKey(p) }
+	fleet := func(f concurrency.FleetPerKey) concurrency.Option {
+		if f.Client == nil {
+			f.Client = c
+		}
+		return concurrency.WithFleetPerKey(f)
+	}
+	global := concurrency.WithGlobal(1)
+	nine := func(add func(i int) concurrency.Option) []concurrency.Option {
+		var opts []concurrency.Option
+		for i := range 9 {
+			opts = append(opts, add(i))
+		}
+		return opts
+	}
+	for _, tc := range []struct {
+		name string
+		opts []concurrency.Option
+		want string
+	}{
+		{"nothing", nil, "concurrency: no cap configured"},
+		{"nil option", []concurrency.Option{global, nil}, "concurrency: nil Option"},
+		{"global", []concurrency.Option{concurrency.WithGlobal(0)}, "concurrency: WithGlobal: limit 0 must be >= 1"},
+		{"global policy", []concurrency.Option{global, concurrency.WithGlobalPolicy("")}, "concurrency: WithGlobalPolicy: policy name is empty"},
+		{"retry", []concurrency.Option{global, concurrency.WithRetryAfter(-1)}, "concurrency: WithRetryAfter: retry-after -1ns must be positive"},
+		{"clock", []concurrency.Option{global, concurrency.WithClock(nil)}, "concurrency: WithClock: clock is nil"},
+		{"instance", []concurrency.Option{global, concurrency.WithInstanceID("")}, `concurrency: WithInstanceID: instance ID "" must have 1 to 200 bytes`},
+
+		{"no name", []concurrency.Option{perKey(concurrency.PerKey{Cap: 1, Key: byUser})}, "concurrency: WithPerKey: PerKey.Name is empty"},
+		{"colon", []concurrency.Option{perKey(concurrency.PerKey{Name: "a:b", Cap: 1, Key: byUser})}, `concurrency: WithPerKey: PerKey.Name "a:b" contains ':'`},
+		{"dup", []concurrency.Option{global, perKey(concurrency.PerKey{Name: "concurrency", Cap: 1, Key: byUser})}, `concurrency: WithPerKey: cap name "concurrency" is used twice`},
+		{"cap", []concurrency.Option{perKey(concurrency.PerKey{Name: "u", Key: byUser})}, `concurrency: WithPerKey: PerKey.Cap 0 must be >= 1 (cap "u")`},
+		{"key", []concurrency.Option{perKey(concurrency.PerKey{Name: "u", Cap: 1})}, `concurrency: WithPerKey: PerKey.Key is nil (cap "u")`},
+		{"maxkeys", []concurrency.Option{perKey(concurrency.PerKey{Name: "u", Cap: 1, Key: byUser, MaxKeys: -1})}, `concurrency: WithPerKey: PerKey.MaxKeys -1 is negative (cap "u")`},
+		{"too many", nine(func(i int) concurrency.Option {
+			return perKey(concurrency.PerKey{Name: string(rune('a' + i)), Cap: 1, Key: byUser})
+		}), "concurrency: WithPerKey: 9 per-key caps, at most 8"},
+
+		{"fleet name", []concurrency.Option{fleet(concurrency.FleetPerKey{Cap: 1, Key: byUser})}, "concurrency: WithFleetPerKey: FleetPerKey.Name is empty"},
+		{"fleet dup", []concurrency.Option{perKey(concurrency.PerKey{Name: "f", Cap: 1, Key: byUser}), fleet(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser})}, `concurrency: WithFleetPerKey: cap name "f" is used twice`},
+		{"fleet cap", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Key: byUser})}, `concurrency: WithFleetPerKey: FleetPerKey.Cap 0 must be >= 1 (cap "f")`},
+		{"fleet key", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Cap: 1})}, `concurrency: WithFleetPerKey: FleetPerKey.Key is nil (cap "f")`},
+		{"fleet client", []concurrency.Option{concurrency.WithFleetPerKey(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser})}, `concurrency: WithFleetPerKey: FleetPerKey.Client is nil (cap "f")`},
+		{"fleet lease", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser, Lease: time.Millisecond})}, `concurrency: WithFleetPerKey: FleetPerKey.Lease 1ms must be at least 10ms and whole milliseconds (cap "f")`},
+		{"fleet timeout", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser, Timeout: -1})}, `concurrency: WithFleetPerKey: FleetPerKey.Timeout -1ns is negative (cap "f")`},
+		{"fleet on error", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser, OnError: 7})}, `concurrency: WithFleetPerKey: FleetPerKey.OnError failmode(7) is not FailOpen or FailClosed (cap "f")`},
+		{"too many fleet", nine(func(i int) concurrency.Option {
+			return fleet(concurrency.FleetPerKey{Name: string(rune('a' + i)), Cap: 1, Key: byUser})
+		}), "concurrency: WithFleetPerKey: 9 fleet per-key caps, at most 8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := concurrency.New(tc.opts...)
+			if err == nil || l != nil {
+				t.Fatalf("New = %v, %v; want an error", l, err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// New reports every bad option at once.
+func TestNewJoinsErrors(t *testing.T) {
+	_, err := concurrency.New(concurrency.WithGlobal(0), nil, concurrency.WithPerKey(concurrency.PerKey{Name: "u"}))
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != 4 {
+		t.Fatalf("error %v, want 4 joined errors (WithGlobal, nil Option, PerKey.Cap, PerKey.Key)", err)
+	}
+}
+
+// Every bad field of an AdaptiveConfig makes NewAdaptive return an error
+// that names it; the zero AdaptiveConfig is valid.
+func TestNewAdaptiveErrors(t *testing.T) {
+	if _, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{}); err != nil {
+		t.Fatalf("zero AdaptiveConfig: %v", err)
+	}
+	for _, tc := range []struct {
+		cfg  concurrency.AdaptiveConfig
+		want string
+	}{
+		{concurrency.AdaptiveConfig{Min: -1}, "AdaptiveConfig.Min -1 must be >= 1"},
+		{concurrency.AdaptiveConfig{Initial: 5, Min: 6}, "AdaptiveConfig.Initial 5 must be >= Min 6"},
+		{concurrency.AdaptiveConfig{Max: 10}, "AdaptiveConfig.Max 10 must be >= Initial 20"},
+		{concurrency.AdaptiveConfig{Window: -1}, "AdaptiveConfig.Window -1ns is negative"},
+		{concurrency.AdaptiveConfig{MinSamples: -1}, "AdaptiveConfig.MinSamples -1 is negative"},
+		{concurrency.AdaptiveConfig{Smoothing: 2}, "AdaptiveConfig.Smoothing 2 is out of range (0, 1]"},
+		{concurrency.AdaptiveConfig{Tolerance: 0.5}, "AdaptiveConfig.Tolerance 0.5 must be a finite number >= 1"},
+		{concurrency.AdaptiveConfig{LongWindow: -1}, "AdaptiveConfig.LongWindow -1 is negative"},
+		{concurrency.AdaptiveConfig{RetryAfter: -1}, "AdaptiveConfig.RetryAfter -1ns is negative"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			a, err := concurrency.NewAdaptive(tc.cfg)
+			if err == nil || a != nil || !strings.Contains(err.Error(), "concurrency: NewAdaptive: "+tc.want) {
+				t.Errorf("NewAdaptive(%+v) = %v, %v; want an error mentioning %q", tc.cfg, a, err, tc.want)
+			}
+		})
+	}
+}

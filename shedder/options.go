@@ -1,0 +1,279 @@
+package shedder
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Option configures New.
+type Option func(*config)
+
+// FleetOption configures NewFleet.
+type FleetOption func(*fleetConfig)
+
+// common holds the settings New and NewFleet share, and the errors their
+// options report.
+type common struct {
+	hysteresis      float64
+	hold            time.Duration
+	retryAfter      time.Duration
+	defaultPriority floodgate.Priority
+	clock           floodgate.Clock // nil until an option sets one
+	policy          string
+	errs            []error
+}
+
+// config is what Options set.
+type config struct {
+	common
+	thresholds [floodgate.NumPriorities]float64
+}
+
+// fleetConfig is what FleetOptions set.
+type fleetConfig struct {
+	common
+	reserve  float64
+	instance string
+	key      string
+	ttl      time.Duration
+	interval time.Duration
+	timeout  time.Duration
+}
+
+func newCommon(policy string) common {
+	return common{
+		hysteresis:      DefaultHysteresis,
+		retryAfter:      DefaultRetryAfter,
+		defaultPriority: DefaultPriority,
+		policy:          policy,
+	}
+}
+
+// fail records the error of the option named option.
+func (c *common) fail(option, format string, args ...any) {
+	c.errs = append(c.errs, errors.New("shedder: "+option+": "+fmt.Sprintf(format, args...)))
+}
+
+// timeSource returns the Clock set by an option, or the system clock.
+func (c *common) timeSource() floodgate.Clock {
+	if c.clock == nil {
+		return floodgate.SystemClock()
+	}
+	return c.clock
+}
+
+// apply runs opts on c, reporting a nil one in e as a nil typeName.
+func apply[C any, O ~func(*C)](c *C, e *common, typeName string, opts []O) {
+	for _, opt := range opts {
+		if opt == nil {
+			e.errs = append(e.errs, errors.New("shedder: nil "+typeName))
+			continue
+		}
+		opt(c)
+	}
+}
+
+// setting is a setting both constructors take. It reports its errors under
+// the name of the With… function that carries it.
+type setting func(c *common, option string)
+
+func (s setting) option(name string) Option {
+	return func(c *config) { s(&c.common, name) }
+}
+
+func (s setting) fleetOption(name string) FleetOption {
+	return func(c *fleetConfig) { s(&c.common, name) }
+}
+
+// WithThresholds sets the fraction of capacity at which test, read and write
+// traffic starts being shed (defaults DefaultTestThreshold,
+// DefaultReadThreshold, DefaultWriteThreshold). Each must be in (0, 1] and
+// test <= read <= write, so less important traffic is always shed first.
+func WithThresholds(test, read, write float64) Option {
+	return func(c *config) {
+		bad := false
+		for _, t := range []struct {
+			p floodgate.Priority
+			v float64
+		}{{floodgate.PriorityTest, test}, {floodgate.PriorityRead, read}, {floodgate.PriorityWrite, write}} {
+			if math.IsNaN(t.v) || t.v <= 0 || t.v > 1 {
+				c.fail("WithThresholds", "%s threshold %v is out of range (0, 1]", t.p, t.v)
+				bad = true
+			}
+			c.thresholds[t.p] = t.v
+		}
+		if !bad && (test > read || read > write) {
+			c.fail("WithThresholds", "thresholds test %v, read %v, write %v must satisfy test <= read <= write", test, read, write)
+		}
+	}
+}
+
+// WithHysteresis sets the band, a fraction of capacity in [0, 0.5), by which
+// in flight must fall below a threshold before shedding stops (default
+// DefaultHysteresis), and the hold, the least time (>= 0) shedding lasts
+// after in flight was last at or above the threshold (default 0: no hold).
+// WithHysteresis(0, 0) turns hysteresis off.
+func WithHysteresis(band float64, hold time.Duration) Option {
+	return hysteresis(band, hold).option("WithHysteresis")
+}
+
+// WithFleetHysteresis is WithHysteresis for NewFleet, where the band is a
+// fraction of fleet capacity.
+func WithFleetHysteresis(band float64, hold time.Duration) FleetOption {
+	return hysteresis(band, hold).fleetOption("WithFleetHysteresis")
+}
+
+func hysteresis(band float64, hold time.Duration) setting {
+	return func(c *common, option string) {
+		if math.IsNaN(band) || band < 0 || band >= 0.5 {
+			c.fail(option, "hysteresis band %v is out of range [0, 0.5)", band)
+		}
+		if hold < 0 {
+			c.fail(option, "hysteresis hold %s is negative", hold)
+		}
+		c.hysteresis, c.hold = band, hold
+	}
+}
+
+// WithRetryAfter sets the RetryAfter of a shed Decision (default
+// DefaultRetryAfter); it must be > 0.
+func WithRetryAfter(d time.Duration) Option {
+	return retryAfter(d).option("WithRetryAfter")
+}
+
+// WithFleetRetryAfter is WithRetryAfter for NewFleet.
+func WithFleetRetryAfter(d time.Duration) FleetOption {
+	return retryAfter(d).fleetOption("WithFleetRetryAfter")
+}
+
+func retryAfter(d time.Duration) setting {
+	return func(c *common, option string) {
+		if d <= 0 {
+			c.fail(option, "retry-after %s must be positive", d)
+		}
+		c.retryAfter = d
+	}
+}
+
+// WithDefaultPriority sets the priority used for requests whose Priority is
+// PriorityUnspecified (default DefaultPriority). It must be a named priority
+// other than unspecified.
+func WithDefaultPriority(p floodgate.Priority) Option {
+	return defaultPriority(p).option("WithDefaultPriority")
+}
+
+// WithFleetDefaultPriority is WithDefaultPriority for NewFleet.
+func WithFleetDefaultPriority(p floodgate.Priority) FleetOption {
+	return defaultPriority(p).fleetOption("WithFleetDefaultPriority")
+}
+
+func defaultPriority(p floodgate.Priority) setting {
+	return func(c *common, option string) {
+		if p == floodgate.PriorityUnspecified || !p.Valid() {
+			c.fail(option, "default priority %v is not one of critical, write, read, test", p)
+		}
+		c.defaultPriority = p
+	}
+}
+
+// WithClock sets the Clock the Shedder reads its hold from
+// (floodgate.SystemClock() by default).
+func WithClock(clock floodgate.Clock) Option {
+	return clockSetting(clock).option("WithClock")
+}
+
+// WithFleetClock sets the Clock a Fleet reads time from
+// (floodgate.SystemClock() by default). It also makes the Redis script take
+// its time from this Clock instead of Redis TIME, so tests can run on fake
+// time.
+func WithFleetClock(clock floodgate.Clock) FleetOption {
+	return clockSetting(clock).fleetOption("WithFleetClock")
+}
+
+func clockSetting(clock floodgate.Clock) setting {
+	return func(c *common, option string) {
+		if clock == nil {
+			c.fail(option, "clock is nil")
+			return
+		}
+		c.clock = clock
+	}
+}
+
+// WithPolicy sets the Policy name of shed Decisions (default DefaultPolicy).
+func WithPolicy(name string) Option {
+	return policy(name).option("WithPolicy")
+}
+
+// WithFleetPolicy is WithPolicy for NewFleet (default DefaultFleetPolicy).
+func WithFleetPolicy(name string) FleetOption {
+	return policy(name).fleetOption("WithFleetPolicy")
+}
+
+func policy(name string) setting {
+	return func(c *common, option string) {
+		if name == "" {
+			c.fail(option, "policy name is empty")
+		}
+		c.policy = name
+	}
+}
+
+// WithFleetReserve sets the share of fleet capacity, in (0, 1), kept for
+// critical traffic: non-critical requests are shed when the fleet's
+// in-flight count reaches (1 − reserve) × capacity. Default DefaultReserve.
+func WithFleetReserve(share float64) FleetOption {
+	return func(c *fleetConfig) {
+		if !(share > 0 && share < 1) {
+			c.fail("WithFleetReserve", "reserve %v is out of range (0, 1)", share)
+		}
+		c.reserve = share
+	}
+}
+
+// WithFleetInstanceID names this instance in Redis (default: 16 random hex
+// digits). Two live instances must never share an ID.
+func WithFleetInstanceID(id string) FleetOption {
+	return func(c *fleetConfig) {
+		if id == "" || len(id) > instanceIDMaxLength {
+			c.fail("WithFleetInstanceID", "instance ID %q must have 1 to %d bytes", id, instanceIDMaxLength)
+		}
+		c.instance = id
+	}
+}
+
+// WithFleetKey sets the Redis key (a hash) holding the fleet's counts,
+// DefaultFleetKey by default. Services sharing one Redis need distinct keys.
+func WithFleetKey(key string) FleetOption {
+	return func(c *fleetConfig) {
+		if key == "" {
+			c.fail("WithFleetKey", "fleet key is empty")
+		}
+		c.key = key
+	}
+}
+
+// WithFleetSync sets how often Run publishes this instance's counts and
+// reads the fleet's (interval), how long an instance's entry lives without a
+// refresh (ttl; a dead instance's share is freed after it), and the timeout
+// of each Redis call. They must satisfy 0 < interval < ttl, ttl a whole
+// number of milliseconds, and timeout > 0. Defaults: DefaultInterval,
+// DefaultTTL, DefaultSyncTimeout.
+func WithFleetSync(interval, ttl, timeout time.Duration) FleetOption {
+	return func(c *fleetConfig) {
+		if interval <= 0 || ttl <= interval {
+			c.fail("WithFleetSync", "sync interval %s and ttl %s must satisfy 0 < interval < ttl", interval, ttl)
+		}
+		if ttl%time.Millisecond != 0 {
+			c.fail("WithFleetSync", "sync ttl %s is not a whole number of milliseconds", ttl)
+		}
+		if timeout <= 0 {
+			c.fail("WithFleetSync", "sync timeout %s must be positive", timeout)
+		}
+		c.interval, c.ttl, c.timeout = interval, ttl, timeout
+	}
+}
