@@ -1,6 +1,9 @@
-// Package otel reports floodgate decisions to OpenTelemetry: it tags the
-// request's span and records metrics for every decision, and has hooks for
-// the store, the circuit breaker and requests in flight.
+// Package otel decides how floodgate shows up in OpenTelemetry: what each
+// decision adds to the request's span (attributes and an event; no span of
+// its own), which metrics count decisions, store calls, circuit breaker
+// states and requests in flight, and under which names and attributes —
+// bounded in number whatever the traffic, and never carrying a caller's
+// identity in the clear.
 //
 // It follows the OpenTelemetry instrumentation contract: WithTracerProvider
 // and WithMeterProvider default to the global providers, the scope is
@@ -13,9 +16,9 @@
 //		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(limits, interceptor.WithObserver(obs))),
 //	)
 //
-// # What this package decides
+// # Spans
 //
-// Spans. Observe does not start spans: it annotates the span already in the
+// Observe does not start spans: it annotates the span already in the
 // request's context (the server span otelgrpc or otelhttp started). When
 // that span is not recording, nothing span-related is done. Each decision
 // adds a span event named "floodgate.decision" carrying the attributes
@@ -49,6 +52,8 @@
 // quota (Decision.HideQuota): that flag governs what clients are told, and
 // traces are the operator's.
 //
+// # Identity
+//
 // Identity never leaves the process raw. floodgate.key_hash is an
 // HMAC-SHA-256 of the principal (the API key if set, else the user, else
 // the tenant, else the IP), keyed by a secret (WithKeyHashSecret; a random
@@ -57,7 +62,9 @@
 // for a known caller so operators can look that caller up in traces.
 // Identity values never appear on metrics at all.
 //
-// Metrics. Names are dotted with snake_case segments, without _total, in
+// # Metrics
+//
+// Names are dotted with snake_case segments, without _total, in
 // UCUM units. No attribute carries a user, API key, tenant or IP.
 //
 //	metric                                  instrument            unit          attributes
@@ -79,30 +86,38 @@
 // state and 0 for the others (closed, half_open, open), from the first
 // BreakerStateChanged call on.
 //
+// # Hooks
+//
 // Decisions are observed through Observe. What decisions do not show comes
 // through hooks wired next to the stages: Store wraps a tiers.Store so each
 // Take is timed (with a "floodgate.store" child span when the request's
 // span is recording), or a store calls RecordStoreCall / StartStoreCall
 // itself; BreakerStateChanged is called from the fallback store's
-// OnStateChange callback; TrackInFlight (or AddInFlight) counts requests in
-// flight per stage.
+// WithOnStateChange callback; TrackInFlight (or AddInFlight) counts
+// requests in flight per stage.
 //
 //	obs, _ := otel.New()
-//	guarded, _ := fallback.New(obs.Store(redisStore), fallback.OnStateChange(
+//	guarded, _ := fallback.New(obs.Store(redisStore), fallback.WithOnStateChange(
 //		func(name string, from, to gobreaker.State) { obs.BreakerStateChanged(name, from.String(), to.String()) }))
 //	limits, _ := tiers.NewLimiter(guarded, policy)
 //	chain := obs.TrackInFlight(floodgate.Chain{shed, conc, limits})
 //	handler := interceptor.HTTP(chain, interceptor.WithObserver(obs))(mux)
 //
-// Cardinality. Policy names come from the operator's policy and are few,
+// # Cardinality
+//
+// Policy names come from the operator's policy and are few,
 // but the observer guards anyway: after WithMaxPolicies distinct names
 // (default 100) every new name is recorded as "_other"; custom Stage and
 // Source values beyond the ones package floodgate defines are capped at 8
 // each, and breaker names at 32, the same way. The number of series is
 // therefore bounded whatever the traffic.
 //
-// Cost. Attribute sets are built once per distinct series and cached in
+// # Cost
+//
+// Attribute sets are built once per distinct series and cached in
 // copy-on-write maps read without locks, so with a span that is not
-// recording Observe allocates nothing; a recording span costs the
-// attributes, the event and the key hash.
+// recording Observe does not allocate once its series is cached
+// (TestObserveNoopDoesNotAllocate holds it to that); a recording span costs
+// the attributes, the event and the key hash. BenchmarkObserve in
+// otel/sdktest measures both against the SDK.
 package otel

@@ -37,7 +37,7 @@ func ExampleObserver_BreakerStateChanged() {
 		log.Fatal(err)
 	}
 	// With package fallback:
-	//	fallback.OnStateChange(func(name string, from, to gobreaker.State) {
+	//	fallback.WithOnStateChange(func(name string, from, to gobreaker.State) {
 	//		obs.BreakerStateChanged(name, from.String(), to.String())
 	//	})
 	obs.BreakerStateChanged("redis", "closed", "open")

@@ -23,9 +23,10 @@ const ScopeName = "github.com/floodgate-go/floodgate/otel"
 // Version is the instrumentation scope version reported with ScopeName.
 const Version = "0.1.0"
 
-// Default caps on distinct attribute values, see WithMaxPolicies.
+// Caps on distinct attribute values.
 const (
-	DefaultMaxPolicies = 100
+	// defaultMaxPolicies caps policy names, see WithMaxPolicies.
+	defaultMaxPolicies = 100
 	// maxExtraStages and maxExtraSources cap custom Stage and Source
 	// values beyond the ones package floodgate defines.
 	maxExtraStages  = 8
@@ -102,14 +103,8 @@ func priorityName(i uint8) string {
 	return floodgate.Priority(i).String()
 }
 
-// Option configures an Observer.
-type Option interface {
-	apply(*config)
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+// Option configures an Observer. A bad option makes New fail, naming it.
+type Option func(*config)
 
 type config struct {
 	tp          trace.TracerProvider
@@ -125,40 +120,28 @@ type config struct {
 // in the request's context, whichever provider started it. The default is
 // otel.GetTracerProvider() at the time New is called.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return optionFunc(func(c *config) {
-		if tp == nil {
-			c.errs = append(c.errs, errors.New("WithTracerProvider: provider is nil"))
-			return
-		}
-		c.tp = tp
-	})
+	return notNil("WithTracerProvider", "provider", tp, func(c *config) { c.tp = tp })
 }
 
 // WithMeterProvider sets the MeterProvider that creates the instruments.
 // The default is otel.GetMeterProvider() at the time New is called.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return optionFunc(func(c *config) {
-		if mp == nil {
-			c.errs = append(c.errs, errors.New("WithMeterProvider: provider is nil"))
-			return
-		}
-		c.mp = mp
-	})
+	return notNil("WithMeterProvider", "provider", mp, func(c *config) { c.mp = mp })
 }
 
 // WithMaxPolicies caps the number of distinct floodgate.policy values on
-// metrics (default DefaultMaxPolicies). Policy names come from the
-// operator's policy file, so they are few; the cap is a guard: once n
-// distinct names have been seen, every further name is recorded as
-// "_other". n must be between 1 and 10000.
+// metrics (default 100). Policy names come from the operator's policy
+// file, so they are few; the cap is a guard: once n distinct names have
+// been seen, every further name is recorded as "_other". n must be between
+// 1 and 10000.
 func WithMaxPolicies(n int) Option {
-	return optionFunc(func(c *config) {
+	return func(c *config) {
 		if n < 1 || n > 10000 {
-			c.errs = append(c.errs, fmt.Errorf("WithMaxPolicies: %d is out of range [1, 10000]", n))
+			c.errs = append(c.errs, fmt.Errorf("otel: WithMaxPolicies: %d is out of range [1, 10000]", n))
 			return
 		}
 		c.maxPolicies = n
-	})
+	}
 }
 
 // WithKeyHashSecret sets the secret that keys floodgate.key_hash (an
@@ -168,25 +151,31 @@ func WithMaxPolicies(n int) Option {
 // secret at start-up, and hashes only correlate within one process. The
 // secret must be at least 16 bytes; it is copied.
 func WithKeyHashSecret(secret []byte) Option {
-	return optionFunc(func(c *config) {
+	return func(c *config) {
 		if len(secret) < 16 {
-			c.errs = append(c.errs, fmt.Errorf("WithKeyHashSecret: secret is %d bytes, want at least 16", len(secret)))
+			c.errs = append(c.errs, fmt.Errorf("otel: WithKeyHashSecret: secret is %d bytes, want at least 16", len(secret)))
 			return
 		}
 		c.secret = append([]byte(nil), secret...)
-	})
+	}
 }
 
 // WithClock sets the clock StartStoreCall times store calls with (default
-// floodgate.SystemClock).
+// floodgate.SystemClock()).
 func WithClock(clk floodgate.Clock) Option {
-	return optionFunc(func(c *config) {
-		if clk == nil {
-			c.errs = append(c.errs, errors.New("WithClock: clock is nil"))
+	return notNil("WithClock", "clock", clk, func(c *config) { c.clock = clk })
+}
+
+// notNil returns an Option that applies set, or records that the option
+// called name was given a nil what (v).
+func notNil(name, what string, v any, set func(*config)) Option {
+	return func(c *config) {
+		if v == nil {
+			c.errs = append(c.errs, fmt.Errorf("otel: %s: %s is nil", name, what))
 			return
 		}
-		c.clock = clk
-	})
+		set(c)
+	}
 }
 
 // Observer is a floodgate.Observer that annotates the current span and
@@ -232,22 +221,22 @@ type series struct {
 	cache     []metric.AddOption // floodgate.cache.hits: policy only
 }
 
-// New returns an Observer. It reports a clear error for a bad option.
-// Errors creating instruments are passed to otel.Handle, as the
+// New returns an Observer. Its error names every bad option (a nil Option
+// is one). Errors creating instruments are passed to otel.Handle, as the
 // OpenTelemetry contract asks, and never fail New: the instrument the
 // provider returned with the error is used, or a no-op one if it returned
 // none.
 func New(opts ...Option) (*Observer, error) {
-	c := config{maxPolicies: DefaultMaxPolicies, clock: floodgate.SystemClock}
+	c := config{maxPolicies: defaultMaxPolicies, clock: floodgate.SystemClock()}
 	for _, o := range opts {
 		if o == nil {
-			c.errs = append(c.errs, errors.New("nil Option"))
+			c.errs = append(c.errs, errors.New("otel: nil Option"))
 			continue
 		}
-		o.apply(&c)
+		o(&c)
 	}
-	if len(c.errs) > 0 {
-		return nil, fmt.Errorf("floodgate/otel: %w", errors.Join(c.errs...))
+	if err := errors.Join(c.errs...); err != nil {
+		return nil, err
 	}
 	if c.tp == nil {
 		c.tp = otel.GetTracerProvider()
@@ -257,7 +246,7 @@ func New(opts ...Option) (*Observer, error) {
 	}
 	hasher, err := newKeyHasher(c.secret)
 	if err != nil {
-		return nil, fmt.Errorf("floodgate/otel: %w", err)
+		return nil, fmt.Errorf("otel: %w", err)
 	}
 	o := &Observer{
 		tracer:   c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
@@ -272,51 +261,28 @@ func New(opts ...Option) (*Observer, error) {
 		hasher: hasher,
 	}
 	meter := c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
-	noop := metricnoop.Meter{}
-
-	o.decisions, err = meter.Int64Counter("floodgate.decisions",
+	o.decisions = instrument[metric.Int64CounterOption](meter, metric.Meter.Int64Counter, "floodgate.decisions",
 		metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions made by floodgate stages, by stage, decision, policy, source, priority and shadow."))
-	handle(err)
-	if o.decisions == nil {
-		o.decisions, _ = noop.Int64Counter("")
-	}
-	o.cacheHits, err = meter.Int64Counter("floodgate.cache.hits",
+	o.cacheHits = instrument[metric.Int64CounterOption](meter, metric.Meter.Int64Counter, "floodgate.cache.hits",
 		metric.WithUnit("{hit}"),
 		metric.WithDescription("Requests denied by the local over-limit cache without asking the store, by policy."))
-	handle(err)
-	if o.cacheHits == nil {
-		o.cacheHits, _ = noop.Int64Counter("")
-	}
-	o.storeDuration, err = meter.Float64Histogram("floodgate.store.duration",
+	o.storeDuration = instrument[metric.Float64HistogramOption](meter, metric.Meter.Float64Histogram, "floodgate.store.duration",
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of rate-limit store calls; error.type is set when the call failed."),
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
-	handle(err)
-	if o.storeDuration == nil {
-		o.storeDuration, _ = noop.Float64Histogram("")
-	}
-	o.inFlight, err = meter.Int64UpDownCounter("floodgate.in_flight",
+	o.inFlight = instrument[metric.Int64UpDownCounterOption](meter, metric.Meter.Int64UpDownCounter, "floodgate.in_flight",
 		metric.WithUnit("{request}"),
 		metric.WithDescription("Requests admitted by a stage and not yet finished, by stage."))
-	handle(err)
-	if o.inFlight == nil {
-		o.inFlight, _ = noop.Int64UpDownCounter("")
-	}
-	o.breakerTransitions, err = meter.Int64Counter("floodgate.fallback.breaker.transitions",
+	o.breakerTransitions = instrument[metric.Int64CounterOption](meter, metric.Meter.Int64Counter, "floodgate.fallback.breaker.transitions",
 		metric.WithUnit("{transition}"),
 		metric.WithDescription("Circuit breaker state changes, by breaker, previous and new state."))
-	handle(err)
-	if o.breakerTransitions == nil {
-		o.breakerTransitions, _ = noop.Int64Counter("")
-	}
 	o.breakers = newBreakerSet(maxBreakers)
-	if _, err := meter.Int64ObservableGauge("floodgate.fallback.breaker.state",
+	_, err = meter.Int64ObservableGauge("floodgate.fallback.breaker.state",
 		metric.WithUnit("1"),
 		metric.WithDescription("Circuit breaker state: 1 for the breaker's current state, 0 for the others."),
-		metric.WithInt64Callback(o.breakers.observe)); err != nil {
-		handle(err)
-	}
+		metric.WithInt64Callback(o.breakers.observe))
+	handle(err)
 	for i := range o.storeOpts {
 		if i == errNone {
 			o.storeOpts[i] = []metric.RecordOption{metric.WithAttributeSet(*attribute.EmptySet())}
@@ -327,6 +293,22 @@ func New(opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
+// instrument creates the instrument name with create (a metric.Meter
+// method) on meter. An error goes to otel.Handle and does not fail New: the
+// instrument the provider returned with it is used, or the no-op meter's
+// when it returned none.
+func instrument[O, T any](meter metric.Meter, create func(metric.Meter, string, ...O) (T, error), name string, opts ...O) T {
+	inst, err := create(meter, name, opts...)
+	handle(err)
+	if any(inst) == nil {
+		inst, _ = create(metricnoop.Meter{}, name, opts...)
+	}
+	return inst
+}
+
+// handle passes err, when not nil, to otel.Handle. The prefix names the
+// library as well as the package: the global handler also receives the
+// errors of OpenTelemetry itself and of every other instrumentation.
 func handle(err error) {
 	if err != nil {
 		otel.Handle(fmt.Errorf("floodgate/otel: %w", err))
@@ -400,7 +382,7 @@ func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.D
 	kv[6] = AttrRetryAfter.Float64(d.RetryAfter.Seconds())
 	kv[7] = AttrPriority.String(priorityName(prio))
 	kv[8] = AttrShadow.Bool(d.Shadow)
-	kv[9] = AttrDegraded.Bool(d.Degraded())
+	kv[9] = AttrDegraded.Bool(d.Source.Degraded())
 	n := 10
 	if r != nil {
 		if h := o.hasher.hash(r.Identity); h != "" {

@@ -2,12 +2,16 @@ package otel
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
@@ -20,24 +24,68 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		opt  Option
 		want string
 	}{
-		{"nil tracer provider", WithTracerProvider(nil), "WithTracerProvider: provider is nil"},
-		{"nil meter provider", WithMeterProvider(nil), "WithMeterProvider: provider is nil"},
-		{"zero policies", WithMaxPolicies(0), "WithMaxPolicies: 0 is out of range [1, 10000]"},
-		{"too many policies", WithMaxPolicies(10001), "WithMaxPolicies: 10001 is out of range [1, 10000]"},
-		{"short secret", WithKeyHashSecret([]byte("short")), "WithKeyHashSecret: secret is 5 bytes, want at least 16"},
-		{"nil clock", WithClock(nil), "WithClock: clock is nil"},
-		{"nil option", nil, "nil Option"},
+		{"nil tracer provider", WithTracerProvider(nil), "otel: WithTracerProvider: provider is nil"},
+		{"nil meter provider", WithMeterProvider(nil), "otel: WithMeterProvider: provider is nil"},
+		{"zero policies", WithMaxPolicies(0), "otel: WithMaxPolicies: 0 is out of range [1, 10000]"},
+		{"too many policies", WithMaxPolicies(10001), "otel: WithMaxPolicies: 10001 is out of range [1, 10000]"},
+		{"short secret", WithKeyHashSecret([]byte("short")), "otel: WithKeyHashSecret: secret is 5 bytes, want at least 16"},
+		{"nil clock", WithClock(nil), "otel: WithClock: clock is nil"},
+		{"nil option", nil, "otel: nil Option"},
 	}
+	var all []Option
+	var want []string
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o, err := New(c.opt)
 			if err == nil || o != nil {
 				t.Fatalf("New = %v, %v; want an error", o, err)
 			}
-			if !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "floodgate/otel: ") {
-				t.Errorf("error %q, want it to contain %q", err, c.want)
+			if err.Error() != c.want {
+				t.Errorf("error %q, want %q", err, c.want)
 			}
 		})
+		all = append(all, WithClock(floodgate.SystemClock()), c.opt)
+		want = append(want, c.want)
+	}
+	// Every bad option is named, one line each, good ones in between.
+	if _, err := New(all...); err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("New(every bad option) = %v, want:\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
+// nilMeter is a meter whose instruments fail without returning one.
+type nilMeter struct{ metricnoop.Meter }
+
+func (nilMeter) Int64Counter(string, ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	return nil, errors.New("no counter")
+}
+
+type nilMeterProvider struct{ metricnoop.MeterProvider }
+
+func (nilMeterProvider) Meter(string, ...metric.MeterOption) metric.Meter { return nilMeter{} }
+
+// TestNewSurvivesFailingInstruments: an instrument the provider fails to
+// create is reported to otel.Handle and replaced by a no-op one; New
+// succeeds and the observer works.
+func TestNewSurvivesFailingInstruments(t *testing.T) {
+	var mu sync.Mutex
+	var handled []string
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		mu.Lock()
+		handled = append(handled, err.Error())
+		mu.Unlock()
+	}))
+	t.Cleanup(func() { otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Print(err) })) })
+	o, err := New(WithMeterProvider(nilMeterProvider{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Observe(context.Background(), nil, floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourceCache}, nil)
+	o.BreakerStateChanged("redis", "closed", "open")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(handled) != 3 || handled[0] != "floodgate/otel: no counter" {
+		t.Errorf("otel.Handle got %q, want the error of each of the 3 counters", handled)
 	}
 }
 
@@ -145,10 +193,7 @@ func TestInternerCap(t *testing.T) {
 // TestObserveNoopDoesNotAllocate: with no-op providers and a span that is
 // not recording, a decision costs no allocation once its series is cached.
 func TestObserveNoopDoesNotAllocate(t *testing.T) {
-	o, err := New(WithTracerProvider(tracenoop.NewTracerProvider()), WithMeterProvider(metricnoop.NewMeterProvider()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := newNoop(t)
 	ctx := context.Background()
 	r := &floodgate.Request{Method: "/x.v1.X/Y", Priority: floodgate.PriorityRead, Identity: floodgate.Identity{User: "u"}}
 	d := floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Source: floodgate.SourceCache, Policy: "search", Limit: 10, Remaining: 3}
@@ -193,11 +238,18 @@ func TestGlobalProviders(t *testing.T) {
 	done()
 }
 
-func BenchmarkObserveNoop(b *testing.B) {
+// newNoop returns an Observer on no-op providers.
+func newNoop(tb testing.TB) *Observer {
+	tb.Helper()
 	o, err := New(WithTracerProvider(tracenoop.NewTracerProvider()), WithMeterProvider(metricnoop.NewMeterProvider()))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
+	return o
+}
+
+func BenchmarkObserveNoop(b *testing.B) {
+	o := newNoop(b)
 	ctx := context.Background()
 	r := &floodgate.Request{Method: "/x.v1.X/Y", Priority: floodgate.PriorityRead, Identity: floodgate.Identity{User: "u"}}
 	d := floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Source: floodgate.SourceStore, Policy: "search", Limit: 10, Remaining: 3}

@@ -29,6 +29,14 @@ type instrumentedStore struct {
 	o *Observer
 }
 
+// DecidesOnStoreError reports what the wrapped store reports, so a
+// tiers.Limiter over an instrumented fallback store still sees its local
+// fallback.
+func (w instrumentedStore) DecidesOnStoreError() bool {
+	d, ok := w.s.(interface{ DecidesOnStoreError() bool })
+	return ok && d.DecidesOnStoreError()
+}
+
 // Take implements tiers.Store.
 func (w instrumentedStore) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
 	if trace.SpanFromContext(ctx).IsRecording() {

@@ -5,9 +5,11 @@ import (
 	"net/netip"
 	"testing"
 
+	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/floodgate-go/floodgate"
@@ -32,41 +34,37 @@ func BenchmarkObserve(b *testing.B) {
 	b.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	unsampled := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
 	sampled := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
-
-	b.Run("noop", func(b *testing.B) {
-		obs, err := fgotel.New(fgotel.WithTracerProvider(tracenoop.NewTracerProvider()), fgotel.WithMeterProvider(metricnoop.NewMeterProvider()))
+	// unsampledCtx carries a span that is not sampled.
+	unsampledCtx, span := unsampled.Tracer("bench").Start(context.Background(), "request")
+	defer span.End()
+	observer := func(b *testing.B, tp trace.TracerProvider, mp metric.MeterProvider) *fgotel.Observer {
+		b.Helper()
+		obs, err := fgotel.New(fgotel.WithTracerProvider(tp), fgotel.WithMeterProvider(mp))
 		if err != nil {
 			b.Fatal(err)
 		}
-		ctx := context.Background()
 		b.ReportAllocs()
+		return obs
+	}
+
+	b.Run("noop", func(b *testing.B) {
+		obs := observer(b, tracenoop.NewTracerProvider(), metricnoop.NewMeterProvider())
+		ctx := context.Background()
 		for b.Loop() {
 			obs.Observe(ctx, benchReq, d, nil)
 		}
 	})
 	b.Run("sdk-unsampled", func(b *testing.B) {
-		obs, err := fgotel.New(fgotel.WithTracerProvider(unsampled), fgotel.WithMeterProvider(mp))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, span := unsampled.Tracer("bench").Start(context.Background(), "request")
-		defer span.End()
-		b.ReportAllocs()
+		obs := observer(b, unsampled, mp)
 		for b.Loop() {
-			obs.Observe(ctx, benchReq, d, nil)
+			obs.Observe(unsampledCtx, benchReq, d, nil)
 		}
 	})
 	b.Run("sdk-unsampled-parallel", func(b *testing.B) {
-		obs, err := fgotel.New(fgotel.WithTracerProvider(unsampled), fgotel.WithMeterProvider(mp))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, span := unsampled.Tracer("bench").Start(context.Background(), "request")
-		defer span.End()
-		b.ReportAllocs()
+		obs := observer(b, unsampled, mp)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				obs.Observe(ctx, benchReq, d, nil)
+				obs.Observe(unsampledCtx, benchReq, d, nil)
 			}
 		})
 	})
@@ -79,11 +77,7 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 	b.Run("sdk-span-observe", func(b *testing.B) {
-		obs, err := fgotel.New(fgotel.WithTracerProvider(sampled), fgotel.WithMeterProvider(mp))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
+		obs := observer(b, sampled, mp)
 		for b.Loop() {
 			ctx, span := tracer.Start(context.Background(), "request")
 			obs.Observe(ctx, benchReq, d, nil)

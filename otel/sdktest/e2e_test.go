@@ -3,7 +3,6 @@ package sdktest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -88,7 +86,7 @@ func wantFloodgate(s scenario, prio, keyHash string) map[string]string {
 		"floodgate.retry_after": "FLOAT64:" + attribute.Float64Value(d.RetryAfter.Seconds()).String(),
 		"floodgate.priority":    "STRING:" + prio,
 		"floodgate.shadow":      "BOOL:false",
-		"floodgate.degraded":    fmt.Sprintf("BOOL:%t", d.Degraded()),
+		"floodgate.degraded":    fmt.Sprintf("BOOL:%t", d.Source.Degraded()),
 		"floodgate.key_hash":    "STRING:" + keyHash,
 	}
 }
@@ -165,7 +163,7 @@ func checkE2E(t *testing.T, h *harness, spanName, prio string, keyHash string) {
 			fgotel.AttrSource.String(source), fgotel.AttrPriority.String(prio), fgotel.AttrShadow.Bool(false)) + fmt.Sprintf("=%d", n)
 	}
 	ms := h.collect(t)
-	equalLines(t, "floodgate.decisions", sumPoints(t, ms["floodgate.decisions"]), []string{
+	equalLines(t, "floodgate.decisions", intPoints[sum](t, ms["floodgate.decisions"]), []string{
 		series("shedder", "allowed", "", "shedder", 3),
 		series("shedder", "shed", "shedder", "shedder", 1),
 		series("tiers", "allowed", "search", "store", 1),
@@ -191,22 +189,10 @@ func TestGRPCEndToEnd(t *testing.T) {
 			interceptor.WithObserver(h.obs),
 			interceptor.WithUser(interceptor.FromHeader("x-user")),
 			interceptor.WithAPIKey(interceptor.FromHeader("x-api-key")),
-			interceptor.WithMethods(map[string]interceptor.MethodLimits{method: {Priority: floodgate.PriorityWrite}}),
+			interceptor.WithMethods(map[string]floodgate.MethodOptions{method: {Priority: floodgate.PriorityWrite}}),
 		)),
 	)
-	testgrpc.RegisterTestServiceServer(srv, &testgrpc.UnimplementedTestServiceServer{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	client := testgrpc.NewTestServiceClient(conn)
+	client := serveGRPC(t, srv)
 
 	for i, s := range scenarios() {
 		cur.Store(&s)

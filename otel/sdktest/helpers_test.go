@@ -2,6 +2,7 @@ package sdktest
 
 import (
 	"context"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +13,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	fgotel "github.com/floodgate-go/floodgate/otel"
 )
@@ -44,6 +48,26 @@ func newHarness(t testing.TB, opts ...fgotel.Option) *harness {
 	return &harness{obs: obs, rec: rec, tp: tp, reader: reader}
 }
 
+// serveGRPC registers the gRPC test service (answering Unimplemented) on
+// srv, serves it on a loopback port until the test ends, and returns a
+// client of it.
+func serveGRPC(t testing.TB, srv *grpc.Server) testgrpc.TestServiceClient {
+	t.Helper()
+	testgrpc.RegisterTestServiceServer(srv, &testgrpc.UnimplementedTestServiceServer{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return testgrpc.NewTestServiceClient(conn)
+}
+
 // collect reads every metric of the floodgate scope, by name.
 func (h *harness) collect(t testing.TB) map[string]metricdata.Metrics {
 	t.Helper()
@@ -66,30 +90,29 @@ func (h *harness) collect(t testing.TB) map[string]metricdata.Metrics {
 	return out
 }
 
-// sumPoints renders the points of an int64 Sum as "attrs=value" lines,
-// sorted, so a test can compare the whole metric at once.
-func sumPoints(t testing.TB, m metricdata.Metrics) []string {
-	t.Helper()
-	s, ok := m.Data.(metricdata.Sum[int64])
-	if !ok {
-		t.Fatalf("%s: data is %T, want Sum[int64]", m.Name, m.Data)
-	}
-	var out []string
-	for _, dp := range s.DataPoints {
-		out = append(out, dp.Attributes.Encoded(attribute.DefaultEncoder())+"="+strconv.FormatInt(dp.Value, 10))
-	}
-	sort.Strings(out)
-	return out
-}
+// The int64 metric kinds intPoints reads.
+type (
+	sum   = metricdata.Sum[int64]
+	gauge = metricdata.Gauge[int64]
+)
 
-func gaugePoints(t testing.TB, m metricdata.Metrics) []string {
+// intPoints renders the points of m, an int64 metric of kind D, as
+// "attrs=value" lines, sorted, so a test can compare the whole metric at
+// once.
+func intPoints[D sum | gauge](t testing.TB, m metricdata.Metrics) []string {
 	t.Helper()
-	g, ok := m.Data.(metricdata.Gauge[int64])
-	if !ok {
-		t.Fatalf("%s: data is %T, want Gauge[int64]", m.Name, m.Data)
+	var dps []metricdata.DataPoint[int64]
+	switch d := m.Data.(type) {
+	case sum:
+		dps = d.DataPoints
+	case gauge:
+		dps = d.DataPoints
 	}
-	var out []string
-	for _, dp := range g.DataPoints {
+	if _, ok := m.Data.(D); !ok {
+		t.Fatalf("%s: data is %T, want %T", m.Name, m.Data, *new(D))
+	}
+	out := make([]string, 0, len(dps))
+	for _, dp := range dps {
 		out = append(out, dp.Attributes.Encoded(attribute.DefaultEncoder())+"="+strconv.FormatInt(dp.Value, 10))
 	}
 	sort.Strings(out)

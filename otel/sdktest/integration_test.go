@@ -3,7 +3,6 @@ package sdktest
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -46,7 +44,7 @@ func TestRealStackOverGRPC(t *testing.T) {
 	store, err := fallback.New(h.obs.Store(primary),
 		fallback.WithClock(clk), fallback.WithName("redis"), fallback.WithFailures(1),
 		fallback.WithTimeout(5*time.Second), fallback.WithOpenInterval(time.Minute),
-		fallback.OnStateChange(func(name string, from, to gobreaker.State) {
+		fallback.WithOnStateChange(func(name string, from, to gobreaker.State) {
 			h.obs.BreakerStateChanged(name, from.String(), to.String())
 		}))
 	if err != nil {
@@ -79,23 +77,11 @@ rules:
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(h.tp))),
 		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(limiter,
-			interceptor.WithObserver(floodgate.Observers{h.obs, capture}),
+			interceptor.WithObserver(h.obs, capture),
 			interceptor.WithUser(interceptor.FromHeader("x-user")),
 		)),
 	)
-	testgrpc.RegisterTestServiceServer(srv, &testgrpc.UnimplementedTestServiceServer{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	client := testgrpc.NewTestServiceClient(conn)
+	client := serveGRPC(t, srv)
 
 	steps := []struct {
 		name             string
@@ -159,14 +145,14 @@ rules:
 		return enc(fgotel.AttrStage.String("tiers"), fgotel.AttrDecision.String(decision), fgotel.AttrPolicy.String("search"),
 			fgotel.AttrSource.String(source), fgotel.AttrPriority.String("unspecified"), fgotel.AttrShadow.Bool(false)) + fmt.Sprintf("=%d", n)
 	}
-	equalLines(t, "floodgate.decisions", sumPoints(t, ms["floodgate.decisions"]), []string{
+	equalLines(t, "floodgate.decisions", intPoints[sum](t, ms["floodgate.decisions"]), []string{
 		series("allowed", "store", 2), series("limited", "store", 1), series("limited", "cache", 1), series("allowed", "local_fallback", 1),
 	})
-	equalLines(t, "floodgate.cache.hits", sumPoints(t, ms["floodgate.cache.hits"]), []string{enc(fgotel.AttrPolicy.String("search")) + "=1"})
+	equalLines(t, "floodgate.cache.hits", intPoints[sum](t, ms["floodgate.cache.hits"]), []string{enc(fgotel.AttrPolicy.String("search")) + "=1"})
 	b := func(st string, v int) string {
 		return enc(fgotel.AttrBreaker.String("redis"), fgotel.AttrBreakerState.String(st)) + fmt.Sprintf("=%d", v)
 	}
-	equalLines(t, "floodgate.fallback.breaker.state", gaugePoints(t, ms["floodgate.fallback.breaker.state"]), []string{
+	equalLines(t, "floodgate.fallback.breaker.state", intPoints[gauge](t, ms["floodgate.fallback.breaker.state"]), []string{
 		b("closed", 0), b("half_open", 0), b("open", 1),
 	})
 	// Every Take reached the instrumented primary: four answered (the

@@ -204,7 +204,7 @@ func TestDecisionSequence(t *testing.T) {
 		return enc(fgotel.AttrStage.String(stage), fgotel.AttrDecision.String(decision), fgotel.AttrPolicy.String(policy),
 			fgotel.AttrSource.String(source), fgotel.AttrPriority.String(prio), fgotel.AttrShadow.Bool(shadow)) + fmt.Sprintf("=%d", n)
 	}
-	equalLines(t, "floodgate.decisions", sumPoints(t, ms["floodgate.decisions"]), []string{
+	equalLines(t, "floodgate.decisions", intPoints[sum](t, ms["floodgate.decisions"]), []string{
 		series("shedder", "allowed", "", "shedder", "read", false, 3),
 		series("concurrency", "allowed", "concurrency", "concurrency", "read", false, 2),
 		series("tiers", "allowed", "search", "store", "read", false, 1),
@@ -216,7 +216,7 @@ func TestDecisionSequence(t *testing.T) {
 		series("concurrency", "concurrency_limited", "concurrency", "concurrency", "read", false, 1),
 		series("tiers", "allowed", "search", "store", "read", true, 1),
 	})
-	equalLines(t, "floodgate.cache.hits", sumPoints(t, ms["floodgate.cache.hits"]), []string{
+	equalLines(t, "floodgate.cache.hits", intPoints[sum](t, ms["floodgate.cache.hits"]), []string{
 		enc(fgotel.AttrPolicy.String("search")) + "=1",
 	})
 	d := ms["floodgate.decisions"]
@@ -285,7 +285,7 @@ func TestCardinality(t *testing.T) {
 	}
 	wg.Wait()
 	ms := h.collect(t)
-	got := sumPoints(t, ms["floodgate.decisions"])
+	got := intPoints[sum](t, ms["floodgate.decisions"])
 	// i%3 picks the policy and i%2 the outcome, so each (policy, outcome)
 	// pair is one residue of i mod 6; 10 000 = 6*1666 + 4, so residues 0-3
 	// occur 1667 times and 4-5 occur 1666 times.
@@ -314,7 +314,7 @@ func TestCardinality(t *testing.T) {
 		d.Policy = fmt.Sprintf("user-%d", i)
 		h2.obs.Observe(ctx, &floodgate.Request{Priority: floodgate.PriorityRead}, d, nil)
 	}
-	got = sumPoints(t, h2.collect(t)["floodgate.decisions"])
+	got = intPoints[sum](t, h2.collect(t)["floodgate.decisions"])
 	want = nil
 	for i := range 5 {
 		want = append(want, enc(fgotel.AttrStage.String("tiers"), fgotel.AttrDecision.String("limited"), fgotel.AttrPolicy.String(fmt.Sprintf("user-%d", i)),
@@ -441,14 +441,14 @@ func TestStoreBreakerInFlight(t *testing.T) {
 	b := func(name, st string, v int) string {
 		return enc(fgotel.AttrBreaker.String(name), fgotel.AttrBreakerState.String(st)) + fmt.Sprintf("=%d", v)
 	}
-	equalLines(t, "floodgate.fallback.breaker.state", gaugePoints(t, ms["floodgate.fallback.breaker.state"]), []string{
+	equalLines(t, "floodgate.fallback.breaker.state", intPoints[gauge](t, ms["floodgate.fallback.breaker.state"]), []string{
 		b("redis", "closed", 0), b("redis", "half_open", 1), b("redis", "open", 0),
 		b("redis-eu", "closed", 0), b("redis-eu", "half_open", 0), b("redis-eu", "open", 1),
 	})
 	tr := func(name, from, to string) string {
 		return enc(fgotel.AttrBreaker.String(name), fgotel.AttrBreakerFrom.String(from), fgotel.AttrBreakerTo.String(to)) + "=1"
 	}
-	equalLines(t, "floodgate.fallback.breaker.transitions", sumPoints(t, ms["floodgate.fallback.breaker.transitions"]), []string{
+	equalLines(t, "floodgate.fallback.breaker.transitions", intPoints[sum](t, ms["floodgate.fallback.breaker.transitions"]), []string{
 		tr("redis", "closed", "open"), tr("redis", "open", "half_open"), tr("redis-eu", "closed", "open"),
 	})
 
@@ -456,7 +456,7 @@ func TestStoreBreakerInFlight(t *testing.T) {
 	if s := inf.Data.(metricdata.Sum[int64]); s.IsMonotonic {
 		t.Error("floodgate.in_flight is monotonic, want an up-down counter")
 	}
-	equalLines(t, "floodgate.in_flight", sumPoints(t, inf), []string{
+	equalLines(t, "floodgate.in_flight", intPoints[sum](t, inf), []string{
 		// shedder: 4 admitted (3 + the one tiers later denied, released by the chain), 3 finished.
 		enc(fgotel.AttrStage.String("shedder")) + "=1",
 		enc(fgotel.AttrStage.String("tiers")) + "=1",
@@ -483,7 +483,10 @@ func (a advancing) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result)
 func TestStoreWrapper(t *testing.T) {
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	h := newHarness(t, fgotel.WithClock(clk))
-	mem := memstore.New(memstore.WithClock(clk))
+	mem, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lim := tiers.Limit{Rate: 10, Period: time.Second, Burst: 10}
 	bucket := []tiers.Bucket{{Key: "search:alice", Limit: lim, Cost: 1}}
 	res := make([]tiers.Result, 1)
