@@ -67,7 +67,7 @@ demo:
 demo-screenshot:
 	./scripts/screenshot-report.sh
 
-## proto: regenerate proto/floodgate/v1 Go code.
+## proto: regenerate the Go code of proto/floodgate/v1 and internal/**/*.proto.
 proto:
 	./proto/generate.sh
 

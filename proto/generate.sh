@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the committed Go code of proto/floodgate/v1 and of every
-# .proto under internal/ (test and demo services). Installs what it needs
-# when missing: protoc (apt: protobuf-compiler) and the Go plugins at pinned
-# versions.
+# .proto under internal/ (the test service; the shop service of the demo
+# and the examples module). Installs what it needs when missing: protoc
+# (apt: protobuf-compiler) and the Go plugins at pinned versions.
 # Used by `make proto`; run from anywhere.
 set -euo pipefail
 
@@ -37,8 +37,8 @@ protoc -I proto -I "$include" \
 	--go_out=. --go_opt=module=github.com/floodgate-go/floodgate \
 	proto/floodgate/v1/annotations.proto
 
-# Every other .proto under internal/ (the test service, the demo's
-# services) may import floodgate/v1/annotations.proto; each is registered
+# Every other .proto under internal/ (the test service, the shop service)
+# may import floodgate/v1/annotations.proto; each is registered
 # under its path from the repository root.
 while IFS= read -r f; do
 	protoc -I . -I proto -I "$include" \

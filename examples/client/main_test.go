@@ -13,8 +13,8 @@ import (
 
 	"github.com/floodgate-go/floodgate/examples/internal/exampletest"
 	"github.com/floodgate-go/floodgate/examples/internal/stack"
-	"github.com/floodgate-go/floodgate/examples/shoppb"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/shoppb"
 )
 
 // startServer serves Shop.Search behind the same chain and policy as
@@ -31,12 +31,12 @@ func startServer(t *testing.T) string {
 		interceptor.WithUser(interceptor.FromHeader("x-user")),
 		interceptor.WithTenant(interceptor.FromHeader("x-tenant")),
 		interceptor.WithTier(interceptor.FromHeader("x-tier")),
-		interceptor.WithMethodOptions(st.Limiter.MethodCostPriority),
 	}
+	fg := interceptor.MustNew(opts...)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		interceptor.UnaryServer(st.Shed, opts...),
-		interceptor.UnaryServer(st.Conc, opts...),
-		interceptor.UnaryServer(st.Limits, opts...),
+		fg.UnaryServer(st.Shed),
+		fg.UnaryServer(st.Conc),
+		fg.UnaryServer(st.Limits),
 	))
 	shoppb.RegisterShopServer(srv, search{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

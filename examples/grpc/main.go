@@ -1,4 +1,4 @@
-// Command grpc is the example shop as a gRPC service (examples/shoppb)
+// Command grpc is the example shop as a gRPC service (internal/shoppb)
 // protected by the whole floodgate chain, one interceptor per stage: the
 // priority load shedder, the in-flight limiter and the hierarchical rate
 // limits of policy.yaml (hot-reloaded), kept in process or, when REDIS_URL is
@@ -30,8 +30,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-go/floodgate/examples/internal/stack"
-	"github.com/floodgate-go/floodgate/examples/shoppb"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/shoppb"
 )
 
 func main() {
@@ -72,33 +72,30 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer st.Close(context.Background())
 
-	// Every interceptor gets the options that build the floodgate.Request;
-	// the first one builds it, the others reuse it. Identity: an auth proxy
-	// in front sets these metadata keys and strips them from client calls.
-	opts := []interceptor.Option{
+	// One Interceptor makes every stage's interceptor, so they share one
+	// floodgate.Request (the first builds it) and the policy's methods:
+	// (cost and priority, then the proto annotations). Identity: an auth
+	// proxy in front sets these metadata keys and strips them from client
+	// calls.
+	fg, err := interceptor.New(
 		interceptor.WithUser(interceptor.FromHeader("x-user")),
 		interceptor.WithTenant(interceptor.FromHeader("x-tenant")),
 		interceptor.WithTier(interceptor.FromHeader("x-tier")),
-		interceptor.WithMethodOptions(st.Limiter.MethodCostPriority), // the policy, then the proto annotations
-		interceptor.WithDomain("shop.example.com"),                   // google.rpc.ErrorInfo domain
-		interceptor.WithObserver(st.Observer),                        // spans and metrics
-	}
-	if _, err := interceptor.New(st.Limits, opts...); err != nil {
-		return err // UnaryServer would report bad options on the first call only
+		interceptor.WithDomain("shop.example.com"), // google.rpc.ErrorInfo domain
+		interceptor.WithObserver(st.Observer),      // spans and metrics
+	)
+	if err != nil {
+		return err
 	}
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithMeterProvider(st.MeterProvider), otelgrpc.WithTracerProvider(st.TracerProvider))),
 		grpc.ChainUnaryInterceptor(
-			interceptor.UnaryServer(st.Shed, opts...),   // 1. shed low priorities near capacity
-			interceptor.UnaryServer(st.Conc, opts...),   // 2. cap requests in flight
-			interceptor.UnaryServer(st.Limits, opts...), // 3. the policy's rate limits
+			fg.UnaryServer(st.Shed),   // 1. shed low priorities near capacity
+			fg.UnaryServer(st.Conc),   // 2. cap requests in flight
+			fg.UnaryServer(st.Limits), // 3. the policy's rate limits
 		),
-		grpc.ChainStreamInterceptor(
-			interceptor.StreamServer(st.Shed, opts...),
-			interceptor.StreamServer(st.Conc, opts...),
-			interceptor.StreamServer(st.Limits, opts...),
-		),
+		grpc.ChainStreamInterceptor(fg.StreamServer(st.Shed), fg.StreamServer(st.Conc), fg.StreamServer(st.Limits)),
 	)
 	shoppb.RegisterShopServer(srv, shop{work: *work})
 	healthpb.RegisterHealthServer(srv, health.NewServer()) // /grpc.health.v1.Health/* is never limited

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate/examples/internal/exampletest"
-	"github.com/floodgate-go/floodgate/examples/shoppb"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/shoppb"
 )
 
 var (

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate-go/floodgate/examples/shoppb"
+	"github.com/floodgate-go/floodgate/internal/shoppb"
 )
 
 // shop implements the Shop service; each call does some simulated work.

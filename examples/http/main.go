@@ -87,8 +87,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 
 	// The chain: shed low priorities near capacity, cap requests in flight,
-	// then charge the policy's rate limits. New reports bad options at start.
-	limit, err := interceptor.New(floodgate.Chain{st.Shed, st.Conc, st.Limits},
+	// then charge the policy's rate limits (whose methods: section sets each
+	// route's cost and priority). New reports bad options at start.
+	limit, err := interceptor.New(
 		interceptor.WithServeMux(mux),           // requests are named by route pattern
 		interceptor.WithHealthPaths("/healthz"), // never limited
 		// Identity: an auth proxy in front sets these headers and strips
@@ -96,13 +97,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		interceptor.WithUser(interceptor.FromHeader("X-User")),
 		interceptor.WithTenant(interceptor.FromHeader("X-Tenant")),
 		interceptor.WithTier(interceptor.FromHeader("X-Tier")),
-		interceptor.WithMethodOptions(st.Limiter.MethodCostPriority), // cost and priority from the policy
-		interceptor.WithObserver(st.Observer),                        // spans and metrics
+		interceptor.WithObserver(st.Observer), // spans and metrics
 	)
 	if err != nil {
 		return err
 	}
-	handler := otelhttp.NewHandler(limit.HTTP()(mux), "shop-http",
+	handler := otelhttp.NewHandler(limit.HTTP(floodgate.Chain{st.Shed, st.Conc, st.Limits})(mux), "shop-http",
 		otelhttp.WithMeterProvider(st.MeterProvider), otelhttp.WithTracerProvider(st.TracerProvider))
 
 	ln, err := net.Listen("tcp", *addr)

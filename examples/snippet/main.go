@@ -36,21 +36,23 @@ func newServers(policyFile string, mux *http.ServeMux) (*grpc.Server, http.Handl
 	if err != nil {
 		return nil, nil, err
 	}
-	limits, err := tiers.NewLimiter(memstore.New(), policy) // or fallback.New(redisstore.New(...))
-	shed, err2 := shedder.New(64)                           // capacity: requests in flight
+	store, err := memstore.New() // or fallback.New(redisstore.New(...))
+	limits, err1 := tiers.NewLimiter(store, policy)
+	shed, err2 := shedder.New(64) // capacity: requests in flight
 	conc, err3 := concurrency.New(concurrency.WithGlobal(128))
-	if err := errors.Join(err, err2, err3); err != nil {
+	fg, err4 := interceptor.New(interceptor.WithServeMux(mux)) // one config for every stage
+	if err := errors.Join(err, err1, err2, err3, err4); err != nil {
 		return nil, nil, err
 	}
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(
-			interceptor.UnaryServer(shed),   // 1. shed low priorities near capacity
-			interceptor.UnaryServer(conc),   // 2. cap requests in flight
-			interceptor.UnaryServer(limits), // 3. hierarchical rate limits
+			fg.UnaryServer(shed),   // 1. shed low priorities near capacity
+			fg.UnaryServer(conc),   // 2. cap requests in flight
+			fg.UnaryServer(limits), // 3. hierarchical rate limits
 		),
-		grpc.ChainStreamInterceptor(interceptor.StreamServer(shed), interceptor.StreamServer(conc), interceptor.StreamServer(limits)),
+		grpc.ChainStreamInterceptor(fg.StreamServer(shed), fg.StreamServer(conc), fg.StreamServer(limits)),
 	)
-	handler := interceptor.HTTP(floodgate.Chain{shed, conc, limits}, interceptor.WithServeMux(mux))(mux)
+	handler := fg.HTTP(floodgate.Chain{shed, conc, limits})(mux)
 	return srv, handler, nil
 }
 

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate-go/floodgate/examples/shoppb"
+	"github.com/floodgate-go/floodgate/internal/shoppb"
 )
 
 // TestReadmeHasSnippet keeps examples/README.md in step with this file.

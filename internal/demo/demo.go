@@ -21,7 +21,7 @@ import (
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/interceptor"
-	"github.com/floodgate-go/floodgate/internal/demo/shoppb"
+	"github.com/floodgate-go/floodgate/internal/shoppb"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -113,7 +113,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		store = fb
 		storeName = "Redis at " + opt.Addr + " (behind the circuit-breaker fallback)"
 	} else {
-		store = memstore.New()
+		mem, err := memstore.New()
+		if err != nil {
+			return nil, fmt.Errorf("demo: memory store: %w", err)
+		}
+		store = mem
 	}
 
 	limits, err := tiers.NewLimiter(store, policy)
@@ -145,7 +149,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		interceptor.WithUser(interceptor.FromHeader(headerUser)),
 		interceptor.WithTier(interceptor.FromHeader(headerTier)),
 		interceptor.WithPriorityHeader(headerPriority),
-		interceptor.WithMethodOptions(limits.MethodCostPriority),
 		interceptor.WithHealthPaths("/healthz"),
 		interceptor.WithObserver(counts),
 	}
@@ -175,11 +178,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer httpSrv.Close()
 
 	// gRPC service: the same stages, one interceptor each, in chain order.
+	fg, err := interceptor.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("demo: interceptor: %w", err)
+	}
 	grpcSrv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(
-			interceptor.UnaryServer(shed, opts...),
-			interceptor.UnaryServer(conc, opts...),
-			interceptor.UnaryServer(limits, opts...),
+			fg.UnaryServer(shed),
+			fg.UnaryServer(conc),
+			fg.UnaryServer(limits),
 		),
 	)
 	shoppb.RegisterShopServer(grpcSrv, shopServer{})
@@ -292,22 +299,24 @@ type shopServer struct {
 	shoppb.UnimplementedShopServer
 }
 
-func (shopServer) Login(ctx context.Context, _ *shoppb.LoginRequest) (*shoppb.Reply, error) {
-	return reply(ctx, "welcome")
+func (shopServer) Login(ctx context.Context, req *shoppb.LoginRequest) (*shoppb.LoginReply, error) {
+	return reply(ctx, &shoppb.LoginReply{Token: "session-" + req.GetUser()})
 }
 
-func (shopServer) Search(ctx context.Context, _ *shoppb.SearchRequest) (*shoppb.Reply, error) {
-	return reply(ctx, "3 results")
+func (shopServer) Search(ctx context.Context, _ *shoppb.SearchRequest) (*shoppb.SearchReply, error) {
+	return reply(ctx, &shoppb.SearchReply{Items: []string{"lamp", "desk", "chair"}})
 }
 
-func (shopServer) Pay(ctx context.Context, _ *shoppb.PayRequest) (*shoppb.Reply, error) {
-	return reply(ctx, "paid")
+func (shopServer) Pay(ctx context.Context, _ *shoppb.PayRequest) (*shoppb.PayReply, error) {
+	return reply(ctx, &shoppb.PayReply{PaymentId: "paid"})
 }
 
-func reply(ctx context.Context, msg string) (*shoppb.Reply, error) {
+// reply answers with msg after the simulated work, or gives up when the
+// call ends.
+func reply[T any](ctx context.Context, msg *T) (*T, error) {
 	select {
 	case <-time.After(workTime):
-		return &shoppb.Reply{Message: msg}, nil
+		return msg, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/demo/shoppb"
+	"github.com/floodgate-go/floodgate/internal/shoppb"
 	"github.com/floodgate-go/floodgate/shedder"
 )
 
@@ -35,7 +35,7 @@ type Generator struct {
 	// ordinary tenant traffic.
 	Scenario string
 	// Route is the HTTP route ("GET /v1/search") or the gRPC method
-	// ("/demo.shop.v1.Shop/Search").
+	// ("/floodgate.shop.v1.Shop/Search").
 	Route string
 	// Priority is the class the request belongs to (for the report). When
 	// Header is set it is also sent as the trusted priority header.
@@ -103,8 +103,8 @@ func Scenario(d time.Duration) []Generator {
 			mk("POST /v1/items", floodgate.PriorityWrite, 10),
 			mk("POST /v1/payments", floodgate.PriorityCritical, 5),
 			mk("GET /v1/search", floodgate.PriorityRead, 6),
-			mk("/demo.shop.v1.Shop/Search", floodgate.PriorityRead, 5),
-			mk("/demo.shop.v1.Shop/Pay", floodgate.PriorityCritical, 3),
+			mk("/floodgate.shop.v1.Shop/Search", floodgate.PriorityRead, 5),
+			mk("/floodgate.shop.v1.Shop/Pay", floodgate.PriorityCritical, 3),
 		)
 	}
 	surgeUsers, surgeIPs := names("bigcorp-batch", 60), ips(100, 60)
@@ -241,11 +241,11 @@ func (d *driver) sendGRPC(ctx context.Context, g *Generator, user, ip string) Ou
 	ctx = metadata.NewOutgoingContext(ctx, md)
 	var err error
 	switch g.Route {
-	case "/demo.shop.v1.Shop/Search":
+	case "/floodgate.shop.v1.Shop/Search":
 		_, err = d.shop.Search(ctx, &shoppb.SearchRequest{Query: "lamp"}, grpc.WaitForReady(true))
-	case "/demo.shop.v1.Shop/Pay":
+	case "/floodgate.shop.v1.Shop/Pay":
 		_, err = d.shop.Pay(ctx, &shoppb.PayRequest{AmountCents: 1999}, grpc.WaitForReady(true))
-	case "/demo.shop.v1.Shop/Login":
+	case "/floodgate.shop.v1.Shop/Login":
 		_, err = d.shop.Login(ctx, &shoppb.LoginRequest{User: user, Password: "hunter2"}, grpc.WaitForReady(true))
 	default:
 		return Failed

@@ -182,7 +182,11 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 	if s.cfg.RedisURL == "" {
 		s.StoreName = "in-process memory (memstore)"
-		return s.Observer.Store(memstore.New()), nil
+		mem, err := memstore.New()
+		if err != nil {
+			return nil, fmt.Errorf("memory store: %w", err)
+		}
+		return s.Observer.Store(mem), nil
 	}
 	opt, err := redis.ParseURL(s.cfg.RedisURL)
 	if err != nil {
@@ -210,7 +214,7 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 		fallback.WithTimeout(StoreTimeout),
 		fallback.WithReplicas(s.cfg.Replicas),
 		fallback.WithLogger(s.cfg.Logger),
-		fallback.OnStateChange(func(name string, from, to gobreaker.State) {
+		fallback.WithOnStateChange(func(name string, from, to gobreaker.State) {
 			s.Observer.BreakerStateChanged(name, from.String(), to.String())
 		}),
 	)
@@ -226,8 +230,8 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 // line of each error.
 func (s *Stack) WatchPolicy(ctx context.Context) {
 	err := tiers.Watch(ctx, s.cfg.PolicyPath, s.Limiter,
-		tiers.WatchInterval(time.Second),
-		tiers.WatchLogger(s.cfg.Logger),
+		tiers.WithWatchInterval(time.Second),
+		tiers.WithWatchLogger(s.cfg.Logger),
 	)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		s.cfg.Logger.Error("policy watch stopped", "err", err)
