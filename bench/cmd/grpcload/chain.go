@@ -59,21 +59,16 @@ func chain(store tiers.Store, levels int, prefix string) ([]grpc.ServerOption, e
 		interceptor.WithUser(interceptor.FromHeader("x-user")),
 		interceptor.WithAPIKey(interceptor.FromHeader("x-api-key")),
 	}
-	var ics []grpc.UnaryServerInterceptor
-	for _, a := range []floodgate.Admitter{shed, conc, limits} {
-		// New reports a bad option here rather than on the first call.
-		i, err := interceptor.New(a, opts...)
-		if err != nil {
-			return nil, err
-		}
-		ics = append(ics, i.UnaryServer())
+	fg, err := interceptor.New(opts...)
+	if err != nil {
+		return nil, err
 	}
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(ics...)}, nil
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(fg.UnaryServer(shed), fg.UnaryServer(conc), fg.UnaryServer(limits))}, nil
 }
 
 func setupChainMem4(_ context.Context, e *env) ([]grpc.ServerOption, error) {
-	store := memstore.New()
-	if err := store.Err(); err != nil {
+	store, err := memstore.New()
+	if err != nil {
 		return nil, err
 	}
 	return chain(store, 4, e.Prefix)

@@ -36,7 +36,11 @@ func BenchmarkStageAdmit(b *testing.B) {
 		a    floodgate.Admitter
 	}{{"shedder", shed}, {"concurrency", conc}}
 	for _, levels := range []int{1, 4} {
-		lim, err := tiers.NewLimiter(memstore.New(), policy(levels))
+		store, err := memstore.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		lim, err := tiers.NewLimiter(store, policy(levels))
 		if err != nil {
 			b.Fatal(err)
 		}

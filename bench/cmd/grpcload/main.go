@@ -57,18 +57,6 @@ var help = harness.Help{
 	Batching:    "chain-redis-1-batch and chain-redis-4-batch",
 }
 
-func parseFlags(args []string, out io.Writer) (harness.Config, error) {
-	return harness.ParseFlags(args, out, help, names())
-}
-
-func names() []string {
-	out := make([]string, len(contenders))
-	for i, c := range contenders {
-		out[i] = c.name
-	}
-	return out
-}
-
 // env is what a contender's setup gets; Opts is nil when no chosen
 // contender needs Redis.
 type env struct {
@@ -112,7 +100,7 @@ func (echo) Plain(_ context.Context, r *testpb.EchoRequest) (*testpb.EchoRespons
 }
 
 func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, error) {
-	cfg, err := parseFlags(args, out)
+	cfg, err := harness.ParseFlags(args, out, help, harness.Names(contenders, func(c contender) string { return c.name }))
 	if err != nil {
 		return nil, err
 	}

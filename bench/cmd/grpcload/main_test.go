@@ -56,24 +56,3 @@ func TestShortRun(t *testing.T) {
 		}
 	}
 }
-
-func TestFlagsRejectBadInput(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-only", "chain-redis-9"}, `unknown contender "chain-redis-9"`},
-		{[]string{"-c", "0"}, "concurrency 0"},
-		{[]string{"-rounds", "0"}, "rounds 0"},
-		{[]string{"-max-ops", "1"}, "max ops 1"},
-		{[]string{"-pool", "-3"}, "pool -3"},
-		{[]string{"-batch-max", "0"}, "batch-max 0"},
-		{[]string{"-only", ","}, "names no contender"},
-		{[]string{"extra"}, "unexpected arguments"},
-	} {
-		_, err := parseFlags(append([]string{"grpcload"}, tc.args...), &bytes.Buffer{})
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
-		}
-	}
-}

@@ -52,18 +52,6 @@ var help = harness.Help{
 	Batching:    "floodgate-*-batch",
 }
 
-func parseFlags(args []string, out io.Writer) (harness.Config, error) {
-	return harness.ParseFlags(args, out, help, names())
-}
-
-func names() []string {
-	out := make([]string, len(contenders))
-	for i, c := range contenders {
-		out[i] = c.name
-	}
-	return out
-}
-
 // env is what a contender's setup gets: a way to make counted clients of
 // the server under test and the key layout of the run.
 type env struct {
@@ -128,7 +116,7 @@ func measure(ctx context.Context, cfg harness.Config, c contender, e *env) (harn
 }
 
 func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, error) {
-	cfg, err := parseFlags(args, out)
+	cfg, err := harness.ParseFlags(args, out, help, harness.Names(contenders, func(c contender) string { return c.name }))
 	if err != nil {
 		return nil, err
 	}

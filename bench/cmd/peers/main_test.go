@@ -51,26 +51,3 @@ func TestShortRun(t *testing.T) {
 		}
 	}
 }
-
-func TestFlagsRejectBadInput(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-only", "redis_rate-2"}, `unknown contender "redis_rate-2"`},
-		{[]string{"-only", ","}, "names no contender"},
-		{[]string{"-c", "0"}, "concurrency 0"},
-		{[]string{"-keys", "-5"}, "keys -5"},
-		{[]string{"-duration", "0s"}, "duration 0s"},
-		{[]string{"-pool", "-1"}, "pool -1"},
-		{[]string{"-rounds", "0"}, "rounds 0"},
-		{[]string{"-batch-flushers", "0"}, "batch-flushers 0"},
-		{[]string{"-max-ops", "1"}, "max ops 1"},
-		{[]string{"extra"}, "unexpected arguments"},
-	} {
-		_, err := parseFlags(append([]string{"peers"}, tc.args...), &bytes.Buffer{})
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
-		}
-	}
-}

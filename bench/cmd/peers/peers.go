@@ -16,18 +16,7 @@ import (
 // setupRedisRate1: redis_rate's GCRA, one EVALSHA per decision, at the
 // user level.
 func setupRedisRate1(_ context.Context, e *env) (func() harness.Op, error) {
-	lim := redis_rate.NewLimiter(e.NewClient())
-	keys := e.levelKeys()
-	limit := redis_rate.Limit{Rate: levelRates[1], Burst: levelRates[1], Period: time.Second}
-	return func() harness.Op {
-		return func(ctx context.Context, k int) (bool, error) {
-			r, err := lim.Allow(ctx, keys[k][1], limit)
-			if err != nil {
-				return false, err
-			}
-			return r.Allowed > 0, nil
-		}
-	}, nil
+	return redisRate1(redis_rate.NewLimiter(e.NewClient()), e), nil
 }
 
 // setupRedisRate1AutoPipe: redis_rate over go-redis's AutoPipeliner
@@ -40,7 +29,11 @@ func setupRedisRate1AutoPipe(_ context.Context, e *env) (func() harness.Op, erro
 	if err != nil {
 		return nil, err
 	}
-	lim := redis_rate.NewLimiter(ap)
+	return redisRate1(redis_rate.NewLimiter(ap), e), nil
+}
+
+// redisRate1 decides with lim at the user level, one Allow per decision.
+func redisRate1(lim *redis_rate.Limiter, e *env) func() harness.Op {
 	keys := e.levelKeys()
 	limit := redis_rate.Limit{Rate: levelRates[1], Burst: levelRates[1], Period: time.Second}
 	return func() harness.Op {
@@ -51,7 +44,7 @@ func setupRedisRate1AutoPipe(_ context.Context, e *env) (func() harness.Op, erro
 			}
 			return r.Allowed > 0, nil
 		}
-	}, nil
+	}
 }
 
 // setupRedisRateNaive4: what a user of redis_rate writes for four levels:

@@ -1,7 +1,8 @@
 // Package harness is the measuring machinery shared by the bench programs
-// (cmd/peers and cmd/grpcload): it starts a private redis-server, runs a
-// bounded closed-loop load with a fixed number of goroutines, records the
-// latency of every operation in an allocation-free log-linear histogram, and
+// (cmd/peers and cmd/grpcload): it starts a private redis-server (with
+// testing/redistest.StartProcess) unless given one, runs a bounded
+// closed-loop load with a fixed number of goroutines, records the latency
+// of every operation in an allocation-free log-linear histogram, and
 // measures what each operation cost the client process (heap allocations,
 // CPU time) and Redis (round trips, commands, server CPU). It also owns the
 // flags the programs share (Flags, ParseFlags), the Redis under test

@@ -3,9 +3,10 @@ package harness
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
 // Target is the Redis a run measures against: a given server (never
@@ -21,7 +22,7 @@ type Target struct {
 	// whether it was started and is flushed.
 	Where string
 
-	srv *RedisServer
+	stop func() // stops the server the run started; nil for a given one
 }
 
 // OpenRedis connects to the Redis at addr (host:port or redis:// URL) or,
@@ -38,12 +39,12 @@ func OpenRedis(ctx context.Context, addr string) (*Target, error) {
 		t.Opts = opts
 		where = "given " + opts.Addr + " (not flushed)"
 	} else {
-		srv, err := StartRedis(ctx, 10*time.Second)
+		srvAddr, stop, err := redistest.StartProcess()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w; or pass -redis host:port (or set REDIS_URL) to use a running server", err)
 		}
-		t.srv, t.Opts, t.Owned = srv, &redis.Options{Addr: srv.Addr}, true
-		where = "started " + srv.Addr + " (--save \"\" --appendonly no, flushed between contenders)"
+		t.stop, t.Opts, t.Owned = stop, &redis.Options{Addr: srvAddr}, true
+		where = "started " + srvAddr + " (--save \"\" --appendonly no, flushed between contenders)"
 	}
 	t.Admin = redis.NewClient(t.Opts)
 	version, err := Info(ctx, t.Admin, "server", "redis_version")
@@ -58,8 +59,8 @@ func OpenRedis(ctx context.Context, addr string) (*Target, error) {
 // Close closes the admin client and stops the server if the run started it.
 func (t *Target) Close() {
 	_ = t.Admin.Close()
-	if t.srv != nil {
-		t.srv.Stop()
+	if t.stop != nil {
+		t.stop()
 	}
 }
 

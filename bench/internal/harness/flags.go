@@ -134,6 +134,16 @@ func (f *Flags) Config() (Config, error) {
 	return cfg, nil
 }
 
+// Names returns name(c) for every contender c of a program, in order: the
+// names ParseFlags takes.
+func Names[C any](contenders []C, name func(C) string) []string {
+	out := make([]string, len(contenders))
+	for i, c := range contenders {
+		out[i] = name(c)
+	}
+	return out
+}
+
 // ParseFlags parses a program's command line (args[0] is its name) with
 // only the common flags, writing usage and parse errors to out, and returns
 // the validated Config. Positional arguments are an error.

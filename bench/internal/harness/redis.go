@@ -1,161 +1,17 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// RedisServer is a redis-server process started for one bench run: no
-// persistence, loopback only, its own temporary directory.
-type RedisServer struct {
-	// Addr is the server's host:port on 127.0.0.1.
-	Addr string
-
-	cmd  *exec.Cmd
-	dir  string
-	out  *syncBuffer
-	done chan struct{}
-	once sync.Once
-}
-
-// StartRedis starts redis-server on a free 127.0.0.1 port with
-// `--save "" --appendonly no` and waits (at most timeout) until it answers
-// PING. The caller must call Stop. It fails with a message naming `make deps`
-// when redis-server is not on PATH.
-func StartRedis(ctx context.Context, timeout time.Duration) (*RedisServer, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, errors.New("redis-server not found on PATH: run `make deps` to install it, or pass -redis host:port (or REDIS_URL) to use a running server")
-	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		s, err := startRedisOnce(ctx, bin, timeout)
-		if err == nil {
-			return s, nil
-		}
-		lastErr = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
-}
-
-func startRedisOnce(ctx context.Context, bin string, timeout time.Duration) (*RedisServer, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, fmt.Errorf("finding a free loopback port: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "floodgate-bench-redis-")
-	if err != nil {
-		return nil, fmt.Errorf("creating redis-server directory: %w", err)
-	}
-	s := &RedisServer{
-		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		dir:  dir,
-		out:  &syncBuffer{},
-		done: make(chan struct{}),
-	}
-	s.cmd = exec.Command(bin,
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", dir,
-		"--daemonize", "no",
-		"--loglevel", "warning",
-	)
-	s.cmd.Stdout = s.out
-	s.cmd.Stderr = s.out
-	setProcAttr(s.cmd)
-	if err := s.cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
-	}
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.done)
-	}()
-
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(timeout)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
-		err := c.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			return s, nil
-		}
-		select {
-		case <-s.done:
-			s.Stop()
-			return nil, fmt.Errorf("redis-server on %s exited at start: %s", s.Addr, strings.TrimSpace(s.out.String()))
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			s.Stop()
-			return nil, fmt.Errorf("redis-server on %s did not answer PING within %s: %v; output: %s", s.Addr, timeout, err, strings.TrimSpace(s.out.String()))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// Stop kills the server, reaps it and removes its directory. It is safe to
-// call more than once.
-func (s *RedisServer) Stop() {
-	s.once.Do(func() {
-		if s.cmd.Process != nil {
-			_ = s.cmd.Process.Kill()
-			select {
-			case <-s.done:
-			case <-time.After(5 * time.Second):
-			}
-		}
-		_ = os.RemoveAll(s.dir)
-	})
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.b.Len() > 64<<10 {
-		return len(p), nil
-	}
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // ParseRedisAddr turns a -redis flag or REDIS_URL value into client options:
 // either host:port or a redis:// URL.

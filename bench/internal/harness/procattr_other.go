@@ -1,7 +1,0 @@
-//go:build !linux
-
-package harness
-
-import "os/exec"
-
-func setProcAttr(*exec.Cmd) {}
