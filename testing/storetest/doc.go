@@ -22,7 +22,14 @@
 //     key twice, an invalid Limit, a negative cost, an unknown
 //     OnStoreError) with exactly tiers.ValidateTake's error, so a caller
 //     sees the same text whichever store is behind it. An empty Take is
-//     allowed.
+//     allowed;
+//   - if it has a Refund(ctx, buckets) error method (what package
+//     tiers/localfirst needs of its ledger), gives units back exactly as
+//     RefundVectors say (token bucket: refill to now, add the cost, cap at
+//     the burst; GCRA: TAT back by cost x T, never before now; an absent
+//     bucket stays full), and refuses bad input with ValidateTake's error
+//     and the window algorithms with an error naming them. Run skips these
+//     checks for a Store without Refund.
 //
 // # Running it
 //

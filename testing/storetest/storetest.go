@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +75,36 @@ func Run(t *testing.T, newStore Factory) {
 		st, _, prefix := fresh(t)
 		badInput(t, st, prefix)
 	})
+	t.Run("Refund", func(t *testing.T) {
+		st, _, _ := fresh(t)
+		if _, ok := st.(refunder); !ok {
+			t.Skipf("%T has no Refund method", st)
+		}
+		for _, v := range RefundVectors {
+			t.Run(v.Name, func(t *testing.T) {
+				st, clk, prefix := fresh(t)
+				Check(t, st, clk, v, prefix)
+			})
+			if multiBucket(v) {
+				t.Run(v.Name+"/same_hash_tag", func(t *testing.T) {
+					st, clk, prefix := fresh(t)
+					Check(t, st, clk, v, "{"+prefix+"}:")
+				})
+			}
+		}
+		t.Run("BadInput", func(t *testing.T) {
+			st, _, prefix := fresh(t)
+			refundBadInput(t, st.(refunder), prefix)
+		})
+	})
+}
+
+// refunder is a Store that can give units back, as package tiers/localfirst
+// needs of its ledger. Run checks Refund (RefundVectors and its bad input)
+// on every Store that has one.
+type refunder interface {
+	tiers.Store
+	Refund(ctx context.Context, buckets []tiers.Bucket) error
 }
 
 // newPrefix returns a key prefix unique to this process and call.
@@ -113,6 +144,16 @@ func check(t reporter, st tiers.Store, clk *clock.Fake, v Vector, prefix string)
 		bs := make([]tiers.Bucket, len(step.Charges))
 		for j, c := range step.Charges {
 			bs[j] = tiers.Bucket{Key: prefix + c.Key, Limit: c.Limit, Cost: c.Cost}
+		}
+		if step.Refund {
+			r, ok := st.(refunder)
+			if !ok {
+				t.Fatalf("step %d (at %v): %T has no Refund method", i, step.At, st)
+			}
+			if err := r.Refund(ctx, bs); err != nil {
+				t.Fatalf("step %d (at %v): Refund: %v", i, step.At, err)
+			}
+			continue
 		}
 		res := make([]tiers.Result, len(bs))
 		allowed, err := st.Take(ctx, bs, res)
@@ -481,5 +522,56 @@ func badInput(t reporter, st tiers.Store, prefix string) {
 		if r := take1(t, st, prefix+k, ok, 1); !r.Allowed || r.Remaining != 9 {
 			t.Errorf("%s after rejected takes: %s, want allowed with 9 remaining", k, fmtResult(r))
 		}
+	}
+}
+
+// refundBadInput: a Refund of malformed buckets is refused with
+// tiers.ValidateTake's error (as if they were a take), a Refund of a window
+// algorithm with an error naming it, both before anything is refunded; an
+// empty Refund succeeds.
+func refundBadInput(t reporter, st refunder, prefix string) {
+	ctx := context.Background()
+	tb := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	if err := st.Refund(ctx, nil); err != nil {
+		t.Errorf("empty Refund: %v, want nil", err)
+	}
+	// "a" has 5 of 10 left; no refused Refund may give any back.
+	if r := take1(t, st, prefix+"a", tb, 5); !r.Allowed || r.Remaining != 5 {
+		t.Fatalf("take 5 of 10: %s", fmtResult(r))
+	}
+	cases := []struct {
+		name    string
+		buckets []tiers.Bucket
+	}{
+		{"empty key", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: "", Limit: tb, Cost: 1}}},
+		{"negative cost", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "c", Limit: tb, Cost: -1}}},
+		{"zero rate", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "d", Limit: tiers.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}},
+		{"same key twice", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "a", Limit: tb, Cost: 1}}},
+	}
+	for _, c := range cases {
+		want := tiers.ValidateTake(c.buckets, make([]tiers.Result, len(c.buckets)))
+		if want == nil {
+			t.Errorf("%s: tiers.ValidateTake accepts this case; the suite is out of date", c.name)
+			continue
+		}
+		if err := st.Refund(ctx, c.buckets); err == nil {
+			t.Errorf("%s: Refund returned no error", c.name)
+		} else if err.Error() != want.Error() {
+			t.Errorf("%s: Refund error:\n got  %s\n want %s (tiers.ValidateTake's)", c.name, err, want)
+		}
+	}
+	for _, l := range []tiers.Limit{
+		{Algorithm: tiers.SlidingWindowCounter, Rate: 10, Period: time.Second},
+		{Algorithm: tiers.SlidingWindowLog, Rate: 10, Period: time.Second},
+		{Algorithm: tiers.FixedWindow, Rate: 10, Period: time.Second},
+	} {
+		bs := []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "w", Limit: l, Cost: 1}}
+		if err := st.Refund(ctx, bs); err == nil || !strings.Contains(err.Error(), l.Algorithm.String()) {
+			t.Errorf("Refund of a %s bucket: %v, want an error naming %s", l.Algorithm, err, l.Algorithm)
+		}
+	}
+	// 6 > 5: denied with 5 remaining, as before the refused Refunds.
+	if r := take1(t, st, prefix+"a", tb, 6); r.Allowed || r.Remaining != 5 {
+		t.Errorf("after refused Refunds: %s, want a deny with 5 remaining", fmtResult(r))
 	}
 }

@@ -182,3 +182,66 @@ func TestRecorderPassesMemstore(t *testing.T) {
 		t.Errorf("badInput: %s", strings.Join(msgs, "\n"))
 	}
 }
+
+// refundWrong is a memstore whose Refund is wrong: "noop" refunds
+// nothing, "twice" refunds every cost twice.
+type refundWrong struct {
+	*memstore.Store
+	how string
+}
+
+func (r refundWrong) Refund(ctx context.Context, bs []tiers.Bucket) error {
+	if r.how == "noop" {
+		return nil
+	}
+	if err := r.Store.Refund(ctx, bs); err != nil {
+		return err
+	}
+	return r.Store.Refund(ctx, bs)
+}
+
+// takeOnly hides memstore's Refund.
+type takeOnly struct{ inner tiers.Store }
+
+func (o takeOnly) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+	return o.inner.Take(ctx, bs, res)
+}
+
+func TestRefundVectorsCatchWrongRefunds(t *testing.T) {
+	for _, how := range []string{"noop", "twice"} {
+		for _, v := range RefundVectors {
+			clk := clock.New(time.Time{})
+			st := refundWrong{Store: mem(t, clk), how: how}
+			if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "r:") }); len(msgs) == 0 {
+				t.Errorf("%s: a store whose Refund is wrong (%s) passed", v.Name, how)
+			}
+		}
+	}
+	clk := clock.New(time.Time{})
+	msgs := runRecorded(func(r reporter) { check(r, takeOnly{mem(t, clk)}, clk, RefundVectors[0], "o:") })
+	if len(msgs) != 1 || !strings.Contains(msgs[0], "has no Refund method") {
+		t.Errorf("a store without Refund: %q, want one report saying so", msgs)
+	}
+}
+
+// A Refund that refunds before refusing, or refuses in its own words,
+// fails refundBadInput.
+func TestRefundBadInputCatchesWrongStores(t *testing.T) {
+	msgs := runRecorded(func(r reporter) { refundBadInput(r, refundWrong{Store: mem(t, nil), how: "noop"}, "n:") })
+	if len(msgs) != 7 { // 4 bad inputs and 3 window algorithms accepted
+		t.Errorf("a Refund that accepts everything: %d reports, want 7:\n%s", len(msgs), strings.Join(msgs, "\n"))
+	}
+}
+
+func TestRecorderPassesMemstoreRefund(t *testing.T) {
+	for _, v := range RefundVectors {
+		clk := clock.New(time.Time{})
+		st := mem(t, clk)
+		if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "m:") }); len(msgs) != 0 {
+			t.Errorf("%s: %s", v.Name, strings.Join(msgs, "\n"))
+		}
+	}
+	if msgs := runRecorded(func(r reporter) { refundBadInput(r, mem(t, nil), "m:") }); len(msgs) != 0 {
+		t.Errorf("refundBadInput: %s", strings.Join(msgs, "\n"))
+	}
+}

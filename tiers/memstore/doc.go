@@ -48,6 +48,11 @@
 //     entries first, else the live entry closest to expiry. An evicted
 //     bucket starts again from a new, full bucket; that is the price of
 //     bounded memory, paid by the bucket with the least state left to lose.
+//   - Refund gives units back to token bucket and GCRA buckets (what
+//     package tiers/localfirst returns of a lease): refilled to now, plus
+//     the cost, capped at the capacity; a TAT moved back, never before
+//     now. An absent bucket is full and stays absent. The window
+//     algorithms cannot be refunded (an error names them).
 //   - Bucket.OnStoreError and Bucket.CacheDenials are ignored: this store
 //     never fails, and every answer is already local.
 //   - Durations saturate: a Reset or RetryAfter beyond time.Duration's range

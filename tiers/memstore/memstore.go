@@ -303,6 +303,136 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 	return allowed, nil
 }
 
+// Refund gives each bucket's Cost units back, as if that many units charged
+// earlier had never been taken, capped so a bucket never holds more than its
+// capacity. It is what a caller that took units ahead (a lease, package
+// tiers/localfirst) calls to return those it did not spend. Every bucket is
+// refunded under the same locks, at one reading of the clock (now, µs),
+// with the arithmetic of the tiers.Algorithm doc:
+//
+//	TokenBucket: tokens = min(B, tokens + (elapsed * N) / P), ts = now  (the refill, as a take does)
+//	             tokens = min(B, tokens + c)
+//	GCRA:        tat = max(t, tat - c * T)                               (t = now - tiers.GCRAEpoch)
+//
+// A bucket whose state is absent (never charged, expired, or kept for
+// another algorithm) is full already and is left alone, as is a bucket of
+// cost 0. The state's lifetime becomes what the refunded state needs (its
+// reset, at least 1 ms), never longer than before.
+//
+// Only TokenBucket and GCRA can be refunded: a window algorithm's units
+// belong to the window they were charged in, which Refund is not told, so
+// a bucket of one is an error naming its algorithm. Bad input is refused
+// with tiers.ValidateTake's error (as if the buckets were a take). Either
+// error is reported before anything is refunded. ctx is not consulted.
+func (s *Store) Refund(_ context.Context, buckets []tiers.Bucket) error {
+	if err := validateRefund(buckets); err != nil {
+		return err
+	}
+	n := len(buckets)
+	if n == 0 {
+		return nil
+	}
+	var (
+		hbuf [stackBuckets]uint64
+		sbuf [stackBuckets]uint32
+		lbuf [stackBuckets]uint32
+		hs   []uint64
+		shs  []uint32
+		lock []uint32
+	)
+	if n <= stackBuckets {
+		hs, shs, lock = hbuf[:n], sbuf[:n], lbuf[:0]
+	} else {
+		hs, shs, lock = make([]uint64, n), make([]uint32, n), make([]uint32, 0, n)
+	}
+	nsh := uint64(len(s.shards))
+	for i := range buckets {
+		if buckets[i].Cost == 0 {
+			continue
+		}
+		h := maphash.String(s.seed, buckets[i].Key) & hashMask
+		sh, _ := bits.Mul64(h, nsh)
+		hs[i], shs[i] = h, uint32(sh)
+		lock = insertSorted(lock, uint32(sh))
+	}
+	for _, i := range lock {
+		s.shards[i].mu.Lock()
+	}
+	now := s.clock.Now().UnixMicro()
+	for i := range buckets {
+		b := &buckets[i]
+		if b.Cost == 0 {
+			continue
+		}
+		e := s.shards[shs[i]].t.get(hs[i], b.Key)
+		if e == nil || e.alg != b.Limit.Algorithm || now >= e.expires {
+			continue // absent: a missing bucket is full
+		}
+		refund(e, b, now)
+	}
+	for k := len(lock) - 1; k >= 0; k-- {
+		s.shards[lock[k]].mu.Unlock()
+	}
+	return nil
+}
+
+// refund gives b's cost back to its live state e at now (see Refund).
+func refund(e *entry, b *tiers.Bucket, now int64) {
+	lim := b.Limit
+	per := int64(lim.Period / time.Microsecond)
+	B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(b.Cost)
+	var reset int64
+	switch lim.Algorithm {
+	case tiers.TokenBucket:
+		elapsed := now - e.ts
+		if elapsed < 0 {
+			elapsed = 0
+		}
+		tokens := e.f + (float64(elapsed)*N)/P
+		if tokens > B {
+			tokens = B
+		}
+		tokens += cf
+		if tokens > B {
+			tokens = B
+		}
+		e.f, e.ts = tokens, now
+		reset = ceilI(((B - tokens) * P) / N)
+	case tiers.GCRA:
+		T := P / N
+		tf := float64(now - tiers.GCRAEpoch)
+		tat := e.f - float64(cf*T) // no fused multiply-add, as in Lua
+		if tat < tf {
+			tat = tf
+		}
+		e.f = tat
+		reset = ceilI(tat - tf)
+	}
+	// The refunded state needs less time than the charged one did: the
+	// lifetime shrinks to that, as a take would have set it.
+	e.expires = min(e.expires, satAdd(satAdd(now, max(reset, minTTL)), ttlSlack))
+}
+
+// validateRefund refuses what tiers.ValidateTake refuses of a take of
+// buckets (with its error) and buckets whose algorithm has no refund. It
+// allocates only for more than stackBuckets buckets, or to report an error.
+func validateRefund(buckets []tiers.Bucket) error {
+	var rbuf [stackBuckets]tiers.Result
+	res := rbuf[:]
+	if len(buckets) > len(rbuf) {
+		res = make([]tiers.Result, len(buckets))
+	}
+	if err := tiers.ValidateTake(buckets, res); err != nil {
+		return err
+	}
+	for i := range buckets {
+		if a := buckets[i].Limit.Algorithm; a != tiers.TokenBucket && a != tiers.GCRA {
+			return fmt.Errorf("memstore: Refund: bucket %d (%q): %s has no refund (token_bucket and gcra only)", i, buckets[i].Key, a)
+		}
+	}
+	return nil
+}
+
 // insertSorted adds v to the ascending, duplicate-free list l, whose
 // capacity must allow one more element. Lists are a handful of shards
 // long: a plain insertion step beats a call to memmove.

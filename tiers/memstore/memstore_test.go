@@ -361,3 +361,69 @@ func TestConcurrentChurnKeepsCap(t *testing.T) {
 		t.Fatalf("Len = %d, want the store full at 64 after 350 distinct keys", n)
 	}
 }
+
+// TestRefundUndoesTake: a Refund of what a Take charged leaves a bucket
+// exactly as if the Take had not happened: the same Results, to the
+// microsecond, for every probe after it (at the take's time and later),
+// token bucket and GCRA, also when the refund comes later than the take.
+func TestRefundUndoesTake(t *testing.T) {
+	ctx := context.Background()
+	for _, l := range []tiers.Limit{
+		{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20},
+		{Algorithm: tiers.TokenBucket, Rate: 3, Period: time.Second, Burst: 7},
+		{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 20},
+		{Algorithm: tiers.GCRA, Rate: 3, Period: time.Second, Burst: 7},
+	} {
+		for _, later := range []time.Duration{0, 70 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s_%d_per_s/refund_after_%s", l.Algorithm, l.Rate, later), func(t *testing.T) {
+				clk := clock.New(time.Time{})
+				s := newStore(t, memstore.WithClock(clk))
+				// Both buckets are half used; "undone" is then charged 4
+				// and refunded 4.
+				take(t, s, "undone", l, 3)
+				take(t, s, "kept", l, 3)
+				clk.Advance(30 * time.Millisecond)
+				if r := take(t, s, "undone", l, 4); !r.Allowed {
+					t.Fatalf("take of 4: %+v", r)
+				}
+				clk.Advance(later)
+				if err := s.Refund(ctx, []tiers.Bucket{{Key: "undone", Limit: l, Cost: 4}}); err != nil {
+					t.Fatal(err)
+				}
+				for _, step := range []struct {
+					after time.Duration
+					cost  int64
+				}{{0, 0}, {0, 5}, {0, 30}, {10 * time.Millisecond, 2}, {time.Second, 1}} {
+					clk.Advance(step.after)
+					got, want := take(t, s, "undone", l, step.cost), take(t, s, "kept", l, step.cost)
+					if got != want {
+						t.Fatalf("cost %d after %s: refunded bucket %+v, untouched bucket %+v", step.cost, step.after, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestRefundAbsentAndZero: a refund of an absent bucket, or of cost 0,
+// creates no state; and refunds do not allocate.
+func TestRefundAbsentAndZero(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 20}
+	bs := []tiers.Bucket{{Key: "a", Limit: l, Cost: 3}, {Key: "b", Limit: l, Cost: 0}}
+	if err := s.Refund(ctx, bs); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("%d states after refunds of absent buckets, want 0", n)
+	}
+	take(t, s, "a", l, 5)
+	if allocs := testing.AllocsPerRun(100, func() {
+		if err := s.Refund(ctx, bs); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Fatalf("Refund allocates %.1f times, want 0", allocs)
+	}
+}

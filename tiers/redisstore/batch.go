@@ -10,23 +10,30 @@ import (
 
 // batcher sends the takes of concurrent callers together: each flusher
 // goroutine takes the first waiting take, adds every other take already
-// waiting (up to max), and sends them all as ONE take.lua call that decides
-// them in order, each all or nothing, as if each were its own call. A lone
-// take goes out at once; under load, takes that arrive while a call is in
-// flight share the next one, so round trips, script invocations and
-// (for a key several takes charge, such as a tenant's) SETs per decision
-// fall as concurrency rises.
+// waiting (up to max), and sends them in ONE pipeline, the takes of each
+// cluster slot (on a standalone or Sentinel-managed Redis: all of them) as
+// ONE take.lua call that decides them in order, each all or nothing, as
+// if each were its own call. A lone take goes out at once, as its own
+// call; under load, takes that arrive while a call is in flight share the
+// next one, so round trips, script invocations and (for a key several
+// takes charge, such as a tenant's) SETs per decision fall as concurrency
+// rises.
 //
 // A take with a sliding window log bucket is sent as its own take.lua
 // call, in the same pipeline: take.lua writes the log's entries last, so a
-// later take of a merged call could not see them.
+// later take of a merged call could not see them. So is a take that is
+// the only one of its slot in the batch.
+//
+// The batcher holds the client, not the Store, so that a Store dropped
+// without Close can still be collected, which stops the flushers.
 type batcher struct {
-	s    *Store
-	ch   chan *pending
-	max  int
-	wg   sync.WaitGroup
-	once sync.Once
-	quit chan struct{}
+	client redis.UniversalClient
+	keyPos int8 // where a call's keys start, for a cluster client (else 0)
+	ch     chan *pending
+	max    int
+	wg     sync.WaitGroup
+	once   sync.Once
+	quit   chan struct{}
 }
 
 // pending is one take waiting in a batch, and its answer.
@@ -41,8 +48,8 @@ type pending struct {
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
-func newBatcher(s *Store, flushers, max int) *batcher {
-	b := &batcher{s: s, ch: make(chan *pending, flushers*max), max: max, quit: make(chan struct{})}
+func newBatcher(client redis.UniversalClient, keyPos int8, flushers, max int) *batcher {
+	b := &batcher{client: client, keyPos: keyPos, ch: make(chan *pending, flushers*max), max: max, quit: make(chan struct{})}
 	b.wg.Add(flushers)
 	for i := 0; i < flushers; i++ {
 		go b.loop()
@@ -50,14 +57,18 @@ func newBatcher(s *Store, flushers, max int) *batcher {
 	return b
 }
 
+// stop tells the flushers to send what is queued and end.
+func (b *batcher) stop() { b.once.Do(func() { close(b.quit) }) }
+
+// close stops the flushers and waits for them.
 func (b *batcher) close() {
-	b.once.Do(func() { close(b.quit) })
+	b.stop()
 	b.wg.Wait()
 }
 
 func (b *batcher) loop() {
 	defer b.wg.Done()
-	f := &flusher{s: b.s, batch: make([]*pending, 0, b.max)}
+	f := newFlusher(b.client, b.keyPos, b.max)
 	for {
 		var p *pending
 		select {
@@ -91,60 +102,93 @@ func (b *batcher) loop() {
 
 // flusher is one flusher goroutine's reusable state.
 type flusher struct {
-	s      *Store
+	client redis.UniversalClient
+	keyPos int8
 	batch  []*pending
-	merged []*pending // the takes of the merged call
+	merged []*pending // the takes of the merged calls, by group
 	alone  []*pending // the takes sent as their own call
-	m      call       // the merged call's own arguments
+	groups []group    // the merged calls: runs of merged, one slot each
+	calls  []*call    // the merged calls' own arguments, one per group
 }
 
-// flush sends the batch in one pipeline: the takes without a sliding window
-// log as one merged call (when there are at least two), the others as
-// their own calls. A call answered NOSCRIPT (the script cache was emptied)
-// did not run, so it is sent again by EVAL, which also reloads the script.
-// Any other error of the merged call is every one of its takes' error; it
-// charged none of them (take.lua decides everything before its first
-// write, and Redis refuses a script's write only at the first).
+// group is one merged call: the takes merged[start:end], all of one slot.
+type group struct {
+	start, end int
+	cmd        *redis.IntSliceCmd
+}
+
+func newFlusher(client redis.UniversalClient, keyPos int8, max int) *flusher {
+	return &flusher{client: client, keyPos: keyPos, batch: make([]*pending, 0, max)}
+}
+
+// newCmd returns the command of a script call laid out in args, routed by
+// its first key on a cluster.
+func (f *flusher) newCmd(ctx context.Context, args []any) *redis.IntSliceCmd {
+	cmd := redis.NewIntSliceCmd(ctx, args...)
+	if f.keyPos != 0 {
+		cmd.SetFirstKeyPos(f.keyPos)
+	}
+	return cmd
+}
+
+// flush sends the batch. A lone take is its own call, outside any
+// pipeline, exactly as an unbatched take goes. Otherwise it sends one
+// pipeline (a cluster client splits it by node): the takes without a
+// sliding window log that share a slot with another as one merged call per
+// slot, the others as their own calls. A call answered NOSCRIPT (the
+// script cache was emptied) did not run, so it is sent again by EVAL,
+// which also reloads the script. Any other error of a merged call is every
+// one of its takes' error; it charged none of them (take.lua decides
+// everything before its first write, and Redis refuses a script's write
+// only at the first).
 func (f *flusher) flush() {
 	ctx := context.Background()
-	f.merged, f.alone = f.merged[:0], f.alone[:0]
-	for _, p := range f.batch {
-		if p.c.log {
-			f.alone = append(f.alone, p)
+	if len(f.batch) == 1 {
+		p := f.batch[0]
+		f.merged, f.alone, f.groups = f.merged[:0], append(f.alone[:0], p), f.groups[:0]
+		cmd, err := runScript(ctx, f.client, p.c, takeScript, f.keyPos, redis.NewIntSliceCmd)
+		if err != nil {
+			p.err = fmt.Errorf("redisstore: %w", err)
 		} else {
-			f.merged = append(f.merged, p)
+			p.now, p.seg, p.err = splitNow(cmd.Val())
 		}
+		p.done <- struct{}{}
+		return
 	}
-	if len(f.merged) == 1 {
-		f.alone, f.merged = append(f.alone, f.merged[0]), f.merged[:0]
-	}
-	var mcmd *redis.IntSliceCmd
-	pipe := f.s.client.Pipeline()
-	if len(f.merged) > 0 {
-		f.buildMerged()
-		mcmd = redis.NewIntSliceCmd(ctx, f.m.args...)
-		_ = pipe.Process(ctx, mcmd)
+	f.group()
+	pipe := f.client.Pipeline()
+	for g := range f.groups {
+		gr := &f.groups[g]
+		m := f.buildMerged(g)
+		gr.cmd = f.newCmd(ctx, m.args)
+		_ = pipe.Process(ctx, gr.cmd)
 	}
 	for _, p := range f.alone {
-		p.cmd = redis.NewIntSliceCmd(ctx, p.c.args...)
+		p.cmd = f.newCmd(ctx, p.c.args)
 		_ = pipe.Process(ctx, p.cmd)
 	}
 	_, _ = pipe.Exec(ctx)
 
 	var retry redis.Pipeliner
-	if mcmd != nil && isNoScript(mcmd.Err()) {
-		retry = f.s.client.Pipeline()
-		f.m.args[0], f.m.args[1] = "eval", takeScript.srcArg
-		mcmd = redis.NewIntSliceCmd(ctx, f.m.args...)
-		_ = retry.Process(ctx, mcmd)
+	for g := range f.groups {
+		gr := &f.groups[g]
+		if isNoScript(gr.cmd.Err()) {
+			if retry == nil {
+				retry = f.client.Pipeline()
+			}
+			m := f.calls[g]
+			m.args[0], m.args[1] = "eval", takeScript.srcArg
+			gr.cmd = f.newCmd(ctx, m.args)
+			_ = retry.Process(ctx, gr.cmd)
+		}
 	}
 	for _, p := range f.alone {
 		if isNoScript(p.cmd.Err()) {
 			if retry == nil {
-				retry = f.s.client.Pipeline()
+				retry = f.client.Pipeline()
 			}
 			p.c.args[0], p.c.args[1] = "eval", takeScript.srcArg
-			p.cmd = redis.NewIntSliceCmd(ctx, p.c.args...)
+			p.cmd = f.newCmd(ctx, p.c.args)
 			_ = retry.Process(ctx, p.cmd)
 		}
 	}
@@ -152,8 +196,11 @@ func (f *flusher) flush() {
 		_, _ = retry.Exec(ctx)
 	}
 
-	if mcmd != nil {
-		f.split(mcmd)
+	for g := range f.groups {
+		gr := &f.groups[g]
+		split(gr.cmd, f.merged[gr.start:gr.end])
+		gr.cmd = nil
+		f.calls[g].reset()
 	}
 	for _, p := range f.alone {
 		p.now, p.seg, p.err = splitOne(p.cmd)
@@ -161,7 +208,49 @@ func (f *flusher) flush() {
 	for _, p := range f.batch {
 		p.done <- struct{}{}
 	}
-	f.m.reset()
+}
+
+// group sorts the batch into merged calls and calls of their own: the
+// takes with a sliding window log go alone; the others are ordered by slot
+// (stably, so each slot's takes keep the order they queued in; on a
+// standalone Redis every take has slot 0) and each slot's run becomes one
+// merged call, unless it is a single take, which goes alone.
+func (f *flusher) group() {
+	f.merged, f.alone, f.groups = f.merged[:0], f.alone[:0], f.groups[:0]
+	for _, p := range f.batch {
+		if p.c.log {
+			f.alone = append(f.alone, p)
+			continue
+		}
+		// insertion: batches are short, and usually of one slot
+		f.merged = append(f.merged, p)
+		k := len(f.merged) - 1
+		for k > 0 && f.merged[k-1].c.slot > p.c.slot {
+			f.merged[k] = f.merged[k-1]
+			k--
+		}
+		f.merged[k] = p
+	}
+	// Compact the runs of two or more into groups, in place.
+	w := 0
+	for i := 0; i < len(f.merged); {
+		j := i + 1
+		for j < len(f.merged) && f.merged[j].c.slot == f.merged[i].c.slot {
+			j++
+		}
+		if j-i == 1 {
+			f.alone = append(f.alone, f.merged[i])
+		} else {
+			f.groups = append(f.groups, group{start: w, end: w + j - i})
+			w += copy(f.merged[w:], f.merged[i:j])
+		}
+		i = j
+	}
+	clear(f.merged[w:])
+	f.merged = f.merged[:w]
+	for len(f.calls) < len(f.groups) {
+		f.calls = append(f.calls, new(call))
+	}
 }
 
 // splitOne returns the time and the take's part of a one-take reply.
@@ -173,67 +262,73 @@ func splitOne(cmd *redis.IntSliceCmd) (int64, []int64, error) {
 	return splitNow(vals)
 }
 
-// split hands each take of the merged call its part of the reply.
-func (f *flusher) split(cmd *redis.IntSliceCmd) {
+// split hands each take of a merged call its part of the reply.
+func split(cmd *redis.IntSliceCmd, takes []*pending) {
 	vals, err := cmd.Result()
 	if err == nil && len(vals) == 0 {
 		err = fmt.Errorf("take.lua replied nothing")
 	}
 	if err == nil {
 		now, o := vals[0], 1
-		for _, p := range f.merged {
+		for _, p := range takes {
 			if o >= len(vals) {
-				err = fmt.Errorf("take.lua replied %d values for %d takes", len(vals), len(f.merged))
+				err = fmt.Errorf("take.lua replied %d values for %d takes", len(vals), len(takes))
 				break
 			}
 			l, _ := takeLen(vals[o], p.c.n, false)
 			if o+l > len(vals) {
-				err = fmt.Errorf("take.lua replied %d values for %d takes", len(vals), len(f.merged))
+				err = fmt.Errorf("take.lua replied %d values for %d takes", len(vals), len(takes))
 				break
 			}
 			p.now, p.seg = now, vals[o:o+l:o+l]
 			o += l
 		}
 		if err == nil && o != len(vals) {
-			err = fmt.Errorf("take.lua replied %d values for %d takes, want %d", len(vals), len(f.merged), o)
+			err = fmt.Errorf("take.lua replied %d values for %d takes, want %d", len(vals), len(takes), o)
 		}
 	}
 	if err != nil {
-		for _, p := range f.merged {
+		for _, p := range takes {
 			p.seg, p.err = nil, fmt.Errorf("redisstore: %w", err)
 		}
 	}
 }
 
-// buildMerged lays out, in f.m.args, one take.lua call of every take in
-// f.merged:
+// buildMerged lays out, in f.calls[g].args, one take.lua call of the takes
+// of group g:
 //
 //	EVALSHA sha numkeys key... now "t" minttl T limits...
 //
-// The keys and each take's limits are the takes' own argument buffers; f.m
-// holds the counts and the time (the latest of the takes' times, when the
-// store has a clock: each take is decided no earlier than it was asked
-// for).
-func (f *flusher) buildMerged() {
-	m := &f.m
+// The keys and each take's limits are the takes' own argument buffers; the
+// call holds the counts and the time (the latest of the takes' times, when
+// the store has a clock: each take is decided no earlier than it was asked
+// for). On a cluster its first key is the first take's, as a string, by
+// which the client routes it: every take of the group has its keys in that
+// slot.
+func (f *flusher) buildMerged(g int) *call {
+	m := f.calls[g]
+	takes := f.merged[f.groups[g].start:f.groups[g].end]
 	keys, fixed, now := 0, false, int64(0)
-	for _, p := range f.merged {
+	for _, p := range takes {
 		keys += p.c.n
 		if p.c.fixed && (!fixed || p.c.now > now) {
 			fixed, now = true, p.c.now
 		}
 	}
 	m.putInt(int64(keys))
-	m.putInt(int64(len(f.merged)))
+	m.putInt(int64(len(takes)))
 	if fixed {
 		m.putInt(now)
 	}
 	m.finish()
 	m.args = append(m.args, "evalsha", takeScript.shaArg, &m.bufs[0])
-	for _, p := range f.merged {
+	for _, p := range takes {
 		for k := 1; k <= p.c.n; k++ {
 			m.args = append(m.args, &p.c.bufs[k])
 		}
+	}
+	if f.keyPos != 0 {
+		m.args[keysAt] = takes[0].c.args[keysAt]
 	}
 	if fixed {
 		m.args = append(m.args, &m.bufs[2])
@@ -241,10 +336,11 @@ func (f *flusher) buildMerged() {
 		m.args = append(m.args, "")
 	}
 	// minttl is the same for every take of a store: the first take's.
-	m.args = append(m.args, modeTake, &f.merged[0].c.bufs[f.merged[0].c.lim-1], &m.bufs[1])
-	for _, p := range f.merged {
+	m.args = append(m.args, modeTake, &takes[0].c.bufs[takes[0].c.lim-1], &m.bufs[1])
+	for _, p := range takes {
 		m.args = append(m.args, &p.c.bufs[p.c.lim])
 	}
+	return m
 }
 
 // do queues c and waits for its answer: the time the script used and the

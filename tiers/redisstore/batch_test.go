@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,13 +140,170 @@ func TestBatchingCloseAndCancel(t *testing.T) {
 	}
 }
 
-func TestBatchingRejectedOnCluster(t *testing.T) {
+// TestBatchingOptions: batching is on by default for every client kind,
+// cluster included; WithBatching(0, 0) turns it off (no goroutine to
+// stop) and half-off settings are refused.
+func TestBatchingOptions(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer c.Close()
-	if _, err := redisstore.New(c, redisstore.WithBatching(1, 8)); err == nil || !strings.Contains(err.Error(), "Cluster") {
-		t.Fatalf("WithBatching on a cluster client: %v, want an error", err)
+	for _, opts := range [][]redisstore.Option{nil, {redisstore.WithBatching(1, 8)}} {
+		st, err := redisstore.New(c, opts...)
+		if err != nil {
+			t.Fatalf("New(cluster, %d options): %v", len(opts), err)
+		}
+		if !redisstore.Batched(st) {
+			t.Fatalf("New(cluster, %d options) is not batched", len(opts))
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := redisstore.New(c, redisstore.WithBatching(0, 8)); err == nil {
-		t.Fatal("WithBatching(0, 8) accepted")
+	st, err := redisstore.New(c, redisstore.WithBatching(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if redisstore.Batched(st) {
+		t.Fatal("WithBatching(0, 0) is batched")
+	}
+	if n := flushers(); n != 0 {
+		t.Fatalf("%d flusher goroutines after Close", n)
+	}
+	for _, bad := range [][2]int{{0, 8}, {8, 0}, {-1, 4}} {
+		if _, err := redisstore.New(c, redisstore.WithBatching(bad[0], bad[1])); err == nil {
+			t.Fatalf("WithBatching(%d, %d) accepted", bad[0], bad[1])
+		}
+	}
+}
+
+// flushers counts the running batcher goroutines of every store.
+func flushers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "redisstore.(*batcher).loop")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// TestBatchingStopsWithoutClose: a batched store dropped without Close
+// stops its flushers once it is garbage collected, and Close stops them
+// at once.
+func TestBatchingStopsWithoutClose(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.NewClient()
+	base := flushers()
+	func() {
+		st, err := redisstore.New(c, redisstore.WithBatching(3, 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, _ := mustTake(t, st, []tiers.Bucket{bucket("drop", tb100, 1)}); !ok {
+			t.Fatal("take denied")
+		}
+		if n := flushers() - base; n != 3 {
+			t.Fatalf("%d flushers running, want 3", n)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for flushers() != base {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d flushers still running 5s after the store was dropped", flushers()-base)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	st, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := flushers() - base; n != redisstore.DefaultBatchFlushers {
+		t.Fatalf("default store runs %d flushers, want %d", n, redisstore.DefaultBatchFlushers)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := flushers(); n != base {
+		t.Fatalf("%d flushers after Close, want %d", n, base)
+	}
+}
+
+// TestBatchingCluster: takes that queue while every master is paused leave
+// in a few pipelines, the takes of each slot merged into few script calls
+// (each routed to its slot's master); every slot admits exactly its burst;
+// and after SCRIPT FLUSH on every node the batches are re-sent by EVAL
+// without failing a take.
+func TestBatchingCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	c := cl.Client()
+	pc := &pipeCounter{counter: counter{n: map[string]int{}}}
+	c.AddHook(pc)
+	clk := clock.New(time.Time{})
+	st := fakeTimeStore(t, c, clk, redisstore.WithBatching(1, 64))
+	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
+	tags := []string{"{bc=a}", "{bc=b}", "{bc=c}"}
+
+	run := func(name string) map[string]int64 {
+		t.Helper()
+		pc.take()
+		pc.pipes.Store(0)
+		for _, n := range cl.Nodes() {
+			n.Pause()
+		}
+		var mu sync.Mutex
+		allowed := map[string]int64{}
+		var wg, started sync.WaitGroup
+		for g := 0; g < 60; g++ {
+			wg.Add(1)
+			started.Add(1)
+			go func() {
+				defer wg.Done()
+				started.Done()
+				key := tags[g%len(tags)] + name
+				var res [1]tiers.Result
+				ok, err := st.Take(context.Background(), []tiers.Bucket{bucket(key, l, 1)}, res[:])
+				if err != nil {
+					t.Errorf("%s: Take: %v", name, err)
+				}
+				if ok {
+					mu.Lock()
+					allowed[key]++
+					mu.Unlock()
+				}
+			}()
+		}
+		started.Wait()
+		time.Sleep(200 * time.Millisecond) // let every started take queue
+		for _, n := range cl.Nodes() {
+			n.Resume()
+		}
+		wg.Wait()
+		return allowed
+	}
+	check := func(name string, allowed map[string]int64) {
+		t.Helper()
+		for _, tag := range tags {
+			if got := allowed[tag+name]; got != l.Burst {
+				t.Fatalf("%s: slot of %s allowed %d of 20, want exactly %d", name, tag, got, l.Burst)
+			}
+		}
+	}
+	check("warm", run("warm"))
+	got := pc.take()
+	if p := pc.pipes.Load(); p > 4 {
+		t.Fatalf("60 queued takes went out in %d pipelines, want at most 4", p)
+	}
+	// The first take usually leaves alone; the 59 queued behind it fill one
+	// pipeline of one merged call per slot (a straggler may take another).
+	if got["evalsha"] < 3 || got["evalsha"] > 9 {
+		t.Fatalf("commands %v, want 3 to 9 evalsha for 60 takes over 3 slots", got)
+	}
+
+	cl.ScriptFlush()
+	check("flushed", run("flushed"))
+	got = pc.take()
+	if got["evalsha"] < 3 || got["evalsha"] > 9 || got["eval"] < 1 || got["eval"] > got["evalsha"] {
+		t.Fatalf("after SCRIPT FLUSH: commands %v, want 3 to 9 evalsha and a re-send by eval of those answered NOSCRIPT", got)
 	}
 }

@@ -19,15 +19,23 @@ import (
 
 // BenchmarkTake measures one Take of 1 and 4 levels against a local
 // redis-server on Redis TIME, serially (latency, client allocations) and
-// with parallel callers (throughput). Keys cycle over 10k principals so
-// Redis does real work; limits are generous so most takes are allowed.
+// with parallel callers (throughput): unbatched (WithBatching(0, 0); the
+// rows without a suffix and "parallel"), with the default batching
+// ("default", "parallel-default") and with WithBatching(4, 64)
+// ("parallel-batched"). Keys cycle over 10k principals so Redis does real
+// work; limits are generous so most takes are allowed.
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Start(b)
 	admin := srv.Client()
-	plain, err := redisstore.New(srv.NewClient())
+	plain, err := redisstore.New(srv.NewClient(), redisstore.WithBatching(0, 0))
 	if err != nil {
 		b.Fatal(err)
 	}
+	def, err := redisstore.New(srv.NewClient())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = def.Close() })
 	batched, err := redisstore.New(srv.NewClient(), redisstore.WithBatching(4, 64))
 	if err != nil {
 		b.Fatal(err)
@@ -53,26 +61,32 @@ func BenchmarkTake(b *testing.B) {
 	}
 	for _, levels := range []int{1, 4} {
 		bss := sets(levels)
-		b.Run(fmt.Sprintf("levels=%d", levels), func(b *testing.B) {
-			ctx := context.Background()
-			var res [4]tiers.Result
-			b.ReportAllocs()
-			i := 0
-			cpu0, r0 := processCPU(), redisCPU(b, admin)
-			for b.Loop() {
-				if _, err := plain.Take(ctx, bss[i%principals], res[:levels]); err != nil {
-					b.Fatal(err)
-				}
-				i++
-			}
-			// redis-server is another process: this is the client's CPU.
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
-			b.ReportMetric(float64(redisCPU(b, admin)-r0)/float64(b.N), "redis-cpu-ns/op")
-		})
 		for _, v := range []struct {
 			name string
 			st   *redisstore.Store
-		}{{"parallel", plain}, {"parallel-batched", batched}} {
+		}{{"", plain}, {"/default", def}} {
+			st := v.st
+			b.Run(fmt.Sprintf("levels=%d%s", levels, v.name), func(b *testing.B) {
+				ctx := context.Background()
+				var res [4]tiers.Result
+				b.ReportAllocs()
+				i := 0
+				cpu0, r0 := processCPU(), redisCPU(b, admin)
+				for b.Loop() {
+					if _, err := st.Take(ctx, bss[i%principals], res[:levels]); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+				// redis-server is another process: this is the client's CPU.
+				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
+				b.ReportMetric(float64(redisCPU(b, admin)-r0)/float64(b.N), "redis-cpu-ns/op")
+			})
+		}
+		for _, v := range []struct {
+			name string
+			st   *redisstore.Store
+		}{{"parallel", plain}, {"parallel-default", def}, {"parallel-batched", batched}} {
 			st := v.st
 			b.Run(fmt.Sprintf("levels=%d/%s", levels, v.name), func(b *testing.B) {
 				ctx := context.Background()
@@ -133,11 +147,18 @@ func redisCPU(b *testing.B, c *redis.Client) time.Duration {
 }
 
 // BenchmarkTakeCluster measures a 4-level take on a 3-master cluster when
-// the levels share one hash tag (one script) and when they sit in four
-// slots (four scripts in parallel, refunds on a deny).
+// the levels share one hash tag (one script; batched per slot by default)
+// and when they sit in four slots (four scripts in parallel, refunds on a
+// deny; never batched), with the default batching and without
+// ("/unbatched").
 func BenchmarkTakeCluster(b *testing.B) {
 	cl := redistest.StartCluster(b)
-	st, err := redisstore.New(cl.Client())
+	def, err := redisstore.New(cl.Client())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = def.Close() })
+	plain, err := redisstore.New(cl.Client(), redisstore.WithBatching(0, 0))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -156,21 +177,27 @@ func BenchmarkTakeCluster(b *testing.B) {
 			}
 			bss[p] = bs
 		}
-		b.Run(shape, func(b *testing.B) {
-			ctx := context.Background()
-			b.ReportAllocs()
-			b.SetParallelism(32)
-			b.RunParallel(func(pb *testing.PB) {
-				var res [4]tiers.Result
-				i := 0
-				for pb.Next() {
-					if _, err := st.Take(ctx, bss[i%principals], res[:]); err != nil {
-						b.Error(err)
-						return
+		for _, v := range []struct {
+			name string
+			st   *redisstore.Store
+		}{{"", def}, {"/unbatched", plain}} {
+			st := v.st
+			b.Run(shape+v.name, func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.SetParallelism(32)
+				b.RunParallel(func(pb *testing.PB) {
+					var res [4]tiers.Result
+					i := 0
+					for pb.Next() {
+						if _, err := st.Take(ctx, bss[i%principals], res[:]); err != nil {
+							b.Error(err)
+							return
+						}
+						i += 7
 					}
-					i += 7
-				}
+				})
 			})
-		})
+		}
 	}
 }

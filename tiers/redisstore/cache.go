@@ -133,3 +133,15 @@ func (d *denialCache) put(k cacheKey, e cacheEntry, now time.Time) {
 	}
 	d.m[k] = e
 }
+
+// forget drops the cached denials of the buckets with CacheDenials set:
+// after a refund they may admit again before their retry-after.
+func (d *denialCache) forget(buckets []tiers.Bucket) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range buckets {
+		if b := &buckets[i]; b.CacheDenials && b.Cost > 0 {
+			delete(d.m, cacheKey{key: b.Key, lim: b.Limit})
+		}
+	}
+}

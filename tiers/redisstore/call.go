@@ -34,6 +34,10 @@ type call struct {
 	fixed  bool
 	n, lim int
 	log    bool
+	// slot is the cluster slot of every key of a take sent through the
+	// batcher, which merges only takes of one slot (0 on a standalone
+	// Redis).
+	slot int
 	// abandoned is set when a batched take's caller gave up while the
 	// batcher still held the call; it must then not return to the pool.
 	abandoned bool
@@ -48,7 +52,7 @@ func (c *call) reset() {
 	}
 	clear(c.states)
 	c.args, c.offs, c.arena, c.pre, c.states = c.args[:0], c.offs[:0], c.arena[:0], c.pre[:0], c.states[:0]
-	c.n, c.lim, c.now, c.fixed, c.log = 0, 0, 0, false, false
+	c.n, c.lim, c.now, c.fixed, c.log, c.slot = 0, 0, 0, false, false, 0
 }
 
 // put appends what f writes to the arena as the next buffered argument.
@@ -185,6 +189,45 @@ func (c *call) buildRefund(sc script, prefix string, buckets []tiers.Bucket, idx
 	}
 	if cluster {
 		c.args[3] = string(c.bufs[1].b)
+	}
+}
+
+// buildCredit lays out a credit.lua call:
+//
+//	EVALSHA sha numkeys key... now limits
+//
+// over the buckets named by idx, at c.now if c.fixed (else now is "":
+// Redis TIME), limits packed as take.lua's per-take argument. With
+// cluster, the first key is also passed as a plain string so the cluster
+// client can route by it.
+func (c *call) buildCredit(sc script, prefix string, buckets []tiers.Bucket, idx []int, cluster bool) {
+	n := len(idx)
+	c.n = n
+	c.putInt(int64(n))
+	for _, i := range idx {
+		c.putKey(prefix, buckets[i].Key)
+	}
+	if c.fixed {
+		c.putInt(c.now)
+	}
+	start := len(c.arena)
+	c.arena = appendF64(c.arena, int64(n))
+	for _, i := range idx {
+		c.arena = appendLimit(c.arena, &buckets[i])
+	}
+	c.offs = append(c.offs, start, len(c.arena))
+	c.finish()
+	c.args = append(c.args, "evalsha", sc.shaArg)
+	for k := 0; k <= n; k++ {
+		c.args = append(c.args, &c.bufs[k])
+	}
+	if cluster {
+		c.args[3] = string(c.bufs[1].b)
+	}
+	if c.fixed {
+		c.args = append(c.args, &c.bufs[n+1], &c.bufs[n+2])
+	} else {
+		c.args = append(c.args, "", &c.bufs[n+1])
 	}
 }
 

@@ -32,7 +32,7 @@ func (s *Store) takeCluster(ctx context.Context, buckets []tiers.Bucket, res []t
 		}
 	}
 	if same {
-		return s.takeOne(ctx, buckets, nil, res, false)
+		return s.takeOne(ctx, buckets, slots[0], res)
 	}
 	return s.takeMulti(ctx, buckets, slots, res)
 }

@@ -9,9 +9,9 @@
 // # Decisions
 //
 //   - Arithmetic. The five algorithms run inside Lua scripts (take.lua,
-//     refund.lua, embedded) with exactly the arithmetic of the tiers.Algorithm
-//     doc, on integer microseconds, so decisions equal the in-process
-//     memstore's on the same trace. Time is Redis TIME read inside the
+//     refund.lua, credit.lua, embedded) with exactly the arithmetic of the
+//     tiers.Algorithm doc, on integer microseconds, so decisions equal the
+//     in-process memstore's on the same trace. Time is Redis TIME read inside the
 //     script, so pods with skewed clocks agree; WithClock passes the time as
 //     an argument instead (tests on fake time).
 //
@@ -55,15 +55,24 @@
 //     it off). Each answer it gives is a Redis call saved; package otel
 //     counts them by that Source.
 //
-//   - Client-side batching (WithBatching, standalone and Sentinel only):
-//     the takes of concurrent callers go out as ONE take.lua call that
+//   - Client-side batching (on by default; WithBatching sets it, and
+//     WithBatching(0, 0) turns it off): the takes of concurrent callers go
+//     out in one pipeline, the takes of each cluster slot (on a standalone
+//     or Sentinel-managed Redis: all of them) as ONE take.lua call that
 //     decides them in order, each all or nothing, exactly as if each were
-//     its own call (a take with a sliding window log bucket goes as its
-//     own call in the same pipeline). Each script call costs Redis far more
-//     than a bucket does, so this cuts Redis and client CPU per decision
-//     under concurrency (BenchmarkTake's parallel-batched rows and
-//     bench/README.md show by how much); it is off by default because a
-//     lone caller gains nothing.
+//     its own call (a take with a sliding window log bucket, or alone in
+//     its slot, goes as its own call in the same pipeline; a take whose
+//     buckets span cluster slots is not batched). Each script call costs
+//     Redis far more than a bucket does, so this cuts Redis and client CPU
+//     per decision under concurrency (BenchmarkTake's parallel-default and
+//     parallel-batched rows and bench/README.md show by how much); a lone
+//     take goes out at once as its own call, so an idle store pays only a
+//     hand-off to a flusher goroutine. The flushers run until Close.
+//
+//   - Refund gives units back to token bucket and GCRA buckets (what
+//     package tiers/localfirst returns of a lease), by credit.lua: one call
+//     per slot, refilled to now and capped at the capacity, with the
+//     arithmetic memstore's Refund uses.
 //
 //   - Redis version: 6.2 or later (take.lua uses SET ... GET).
 package redisstore

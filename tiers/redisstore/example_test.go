@@ -30,6 +30,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
+	defer st.Close() // stops the batching goroutines
 	buckets := []tiers.Bucket{
 		{Key: "{tenant=acme}:plan", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 2, Period: time.Hour}, Cost: 1},
 		{Key: "{user=ann}:search", Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}, Cost: 1},

@@ -25,3 +25,6 @@ func (s *Store) CacheLen() int {
 	}
 	return s.cache.len()
 }
+
+// Batched reports whether s sends takes through the batcher.
+func Batched(s *Store) bool { return s.batch != nil }

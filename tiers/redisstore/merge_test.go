@@ -37,6 +37,7 @@ func newStore(t *testing.T, opts ...Option) (*Store, *redis.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	return s, c
 }
 
@@ -51,7 +52,10 @@ func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]tiers.Bucket) []*p
 		if s.clock != nil {
 			c.now, c.fixed = s.clock.Now().UnixMicro(), true
 		}
-		c.build(takeScript, s.prefix, bs, nil, false, s.minArg, false)
+		c.build(takeScript, s.prefix, bs, nil, false, s.minArg, s.cluster != nil)
+		if s.cluster != nil {
+			c.slot = s.slotOf(bs[0].Key)
+		}
 		f.batch = append(f.batch, &pending{c: c, done: make(chan struct{}, 1)})
 	}
 	f.flush()
@@ -76,7 +80,7 @@ func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &flusher{s: s}
+	f := newFlusher(s.client, s.keyPos(), 64)
 	rng := rand.New(rand.NewPCG(7, 11))
 	keys := []string{"m:tb", "m:gcra", "m:swc", "m:swl", "m:fw"}
 	ctx := context.Background()
@@ -200,7 +204,7 @@ func TestMergedCallRefusedChargesNothing(t *testing.T) {
 	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	f := &flusher{s: s}
+	f := newFlusher(s.client, s.keyPos(), 64)
 	order := flushTakes(t, s, f, takes)
 	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
@@ -228,10 +232,11 @@ func TestMergedCallNetworkErrorFailsEveryTake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
 	srv.Kill()
 	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 10}
 	takes := [][]tiers.Bucket{{{Key: "n:a", Limit: l, Cost: 1}}, {{Key: "n:b", Limit: l, Cost: 1}}}
-	order := flushTakes(t, s, &flusher{s: s}, takes)
+	order := flushTakes(t, s, newFlusher(s.client, s.keyPos(), 64), takes)
 	for _, p := range order {
 		var rerr interface{ RedisError() }
 		if p.err == nil || errors.As(p.err, &rerr) {
@@ -256,7 +261,7 @@ func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
 	if ok, err := s.Take(ctx, []tiers.Bucket{{Key: "w:alone", Limit: l, Cost: 3}}, res[:]); err != nil || !ok || res[0].Remaining != 7 {
 		t.Fatalf("take over a hash: %v %v %+v, want allowed with 7 remaining", ok, err, res[0])
 	}
-	order := flushTakes(t, s, &flusher{s: s}, [][]tiers.Bucket{
+	order := flushTakes(t, s, newFlusher(s.client, s.keyPos(), 64), [][]tiers.Bucket{
 		{{Key: "w:merged", Limit: l, Cost: 2}},
 		{{Key: "w:merged", Limit: l, Cost: 4}},
 	})
@@ -323,7 +328,7 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 	// Merged: the first take moves the deadline, the second (covered by
 	// the moved one) keeps it; the key must get the moved deadline.
 	take("d:m", 1)
-	f := &flusher{s: s}
+	f := newFlusher(s.client, s.keyPos(), 64)
 	order := flushTakes(t, s, f, [][]tiers.Bucket{
 		{{Key: "d:m", Limit: l, Cost: 90}},
 		{{Key: "d:m", Limit: l, Cost: 1}},
@@ -357,7 +362,7 @@ func TestMergedGCRAFastRate(t *testing.T) {
 		{{Key: "g:fast", Limit: l, Cost: 600}},
 		{{Key: "g:fast", Limit: l, Cost: 600}},
 	}
-	f := &flusher{s: s}
+	f := newFlusher(s.client, s.keyPos(), 64)
 	flushTakes(t, s, f, takes)
 	if len(f.merged) != 2 {
 		t.Fatalf("%d takes merged, want 2", len(f.merged))
@@ -376,5 +381,105 @@ func TestMergedGCRAFastRate(t *testing.T) {
 		if (p.seg[0] == 1) != wok || got.remaining != want[0].Remaining {
 			t.Fatalf("take %d: charged %v remaining %d, memstore %v remaining %d", j, p.seg[0] == 1, got.remaining, wok, want[0].Remaining)
 		}
+	}
+}
+
+// TestMergedCallsPerSlotCluster: on a cluster a flush merges the takes of
+// each slot into one take.lua call of its own (each call's keys in one
+// slot, as Redis requires), sends every call in one pipeline, and every
+// take is decided exactly as memstore decides it taking them one after
+// another in the order Redis ran them (takes of different slots share no
+// key, so only each slot's order matters).
+func TestMergedCallsPerSlotCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	clk := clock.New(time.Time{})
+	s, err := New(cl.Client(), WithClock(clk), WithMinTTL(time.Minute), WithDenialCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ms, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := []string{"{ps=a}", "{ps=b}", "{ps=c}"}
+	slots := map[int]bool{}
+	for _, tag := range tags {
+		slots[Slot(tag)] = true
+	}
+	if len(slots) != 3 {
+		t.Fatalf("tags share slots: %v", slots)
+	}
+	f := newFlusher(s.client, s.keyPos(), 64)
+	rng := rand.New(rand.NewPCG(3, 5))
+	algs := []string{"tb", "gcra", "swc", "swl", "fw"}
+	ctx := context.Background()
+	var allowed, denied, multi int
+	for step := 0; step < 80; step++ {
+		clk.Advance(time.Duration(rng.IntN(150_000)) * time.Microsecond)
+		var takes [][]tiers.Bucket
+		for n := 2 + rng.IntN(10); len(takes) < n; {
+			tag := tags[rng.IntN(len(tags))]
+			var bs []tiers.Bucket
+			for i, a := range algs {
+				if rng.IntN(3) == 0 || (i == 3 && rng.IntN(4) != 0) {
+					continue
+				}
+				bs = append(bs, tiers.Bucket{Key: tag + a, Limit: SmallLimits[i], Cost: int64(rng.IntN(4))})
+			}
+			if len(bs) > 0 {
+				takes = append(takes, bs)
+			}
+		}
+		order := flushTakes(t, s, f, takes)
+		if len(f.groups) > 1 {
+			multi++
+		}
+		for _, g := range f.groups {
+			for _, p := range f.merged[g.start:g.end] {
+				if p.c.slot != f.merged[g.start].c.slot {
+					t.Fatalf("step %d: a merged call mixes slots %d and %d", step, f.merged[g.start].c.slot, p.c.slot)
+				}
+			}
+		}
+		for j, p := range order {
+			bs := takeOf(t, takes, p)
+			want := make([]tiers.Result, len(bs))
+			wok, err := ms.Take(ctx, bs, want)
+			if err != nil {
+				t.Fatalf("memstore: %v", err)
+			}
+			if p.err != nil {
+				t.Fatalf("step %d take %d: %v", step, j, p.err)
+			}
+			per, err := takePart(p.seg, len(bs), false)
+			if err != nil {
+				t.Fatalf("step %d take %d: %v", step, j, err)
+			}
+			if gok := p.seg[0] == 1; gok != wok {
+				t.Fatalf("step %d take %d: charged %v, memstore %v", step, j, gok, wok)
+			}
+			for i := range bs {
+				b := bucketAt(p.seg, per, i)
+				g := tiers.Result{Allowed: b.allowed, Limit: bs[i].Limit.Capacity(), Remaining: b.remaining, Reset: usec(b.reset), RetryAfter: usec(b.retry)}
+				if b.retry < 0 {
+					g.RetryAfter = tiers.Never
+				}
+				w := want[i]
+				w.Source = ""
+				if g != w {
+					t.Fatalf("step %d take %d bucket %s cost %d:\n got  %+v\n want %+v", step, j, bs[i].Key, bs[i].Cost, g, w)
+				}
+			}
+			if wok {
+				allowed++
+			} else {
+				denied++
+			}
+		}
+	}
+	t.Logf("%d allowed, %d denied; %d flushes sent several merged calls", allowed, denied, multi)
+	if allowed < 50 || denied < 50 || multi < 20 {
+		t.Fatalf("trace too weak: %d allowed, %d denied, %d flushes with several merged calls", allowed, denied, multi)
 	}
 }

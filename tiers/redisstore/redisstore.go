@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,7 +65,7 @@ type Store struct {
 	refundTimeout time.Duration
 
 	cache *denialCache // nil when disabled
-	batch *batcher     // nil unless WithBatching
+	batch *batcher     // nil when batching is off (WithBatching(0, 0))
 
 	pool sync.Pool // *call
 }
@@ -162,23 +163,37 @@ func WithMinTTL(d time.Duration) Option {
 	}
 }
 
-// WithBatching sends the takes of concurrent callers together: up to
-// flushers calls in flight at once, each carrying up to max takes that were
-// waiting when it left, as ONE take.lua call that decides them in order,
+// Client-side batching is on by default (see WithBatching), with these
+// settings.
+const (
+	DefaultBatchFlushers = 2
+	DefaultBatchMax      = 64
+)
+
+// WithBatching sets how the takes of concurrent callers are sent together
+// (default DefaultBatchFlushers, DefaultBatchMax): up to flushers pipelines
+// in flight at once, each carrying up to max takes that were waiting when
+// it left, the takes of each cluster slot (all of them, on a standalone or
+// Sentinel-managed Redis) as ONE take.lua call that decides them in order,
 // each all or nothing, exactly as separate calls would (a take with a
-// sliding window log bucket goes as its own call in the same pipeline).
-// NOSCRIPT is handled for the whole call. A lone take is sent at once, so
-// batching adds no latency when idle; under load a take waits for the
-// call ahead of it, so leave room for that in a per-call budget such as
-// fallback.WithTimeout. It starts flushers goroutines, stopped by Close.
-// Both arguments must be at least 1. Not available on Redis Cluster (New
-// returns an error). What it saves is measured by BenchmarkTake (with
-// WithBatching(4, 64)) and by the bench/ module (WithBatching(2, 64)); see
-// bench/README.md.
+// sliding window log bucket, or alone in its slot, goes as its own call in
+// the same pipeline; a take whose buckets span cluster slots is not
+// batched). NOSCRIPT is handled for the whole call. A lone take is sent at
+// once, as its own call, so batching adds no round trip when idle; under
+// load a take waits for the call ahead of it, so leave room for that in a
+// per-call budget such as fallback.WithTimeout. The store runs flushers
+// goroutines, stopped by Close.
+//
+// WithBatching(0, 0) turns batching off: every take is its own call, sent
+// by the caller's goroutine, and Close has nothing to stop. Otherwise both
+// arguments must be at least 1. What batching saves is measured by
+// BenchmarkTake (its parallel-default rows, and parallel-batched with
+// WithBatching(4, 64)), BenchmarkTakeCluster (one-slot against
+// one-slot/unbatched) and the bench/ module; see bench/README.md.
 func WithBatching(flushers, max int) Option {
 	return func(cfg *config) {
-		if flushers < 1 || max < 1 {
-			cfg.fail("WithBatching: flushers %d and max %d must be >= 1", flushers, max)
+		if (flushers < 1 || max < 1) && (flushers != 0 || max != 0) {
+			cfg.fail("WithBatching: flushers %d and max %d must both be >= 1, or both 0 to turn batching off", flushers, max)
 			return
 		}
 		cfg.batchFlushers, cfg.batchMax = flushers, max
@@ -204,8 +219,13 @@ func WithRefundTimeout(d time.Duration) Option {
 // master of a cluster) with a short timeout; a failure to load is not an
 // error, because the store reloads them on NOSCRIPT, so a service can start
 // while Redis is still coming up.
+//
+// Unless WithBatching(0, 0) turns batching off, the Store runs goroutines
+// that send batched takes: call Close when done with it. (A Store dropped
+// without Close stops them when it is garbage collected.)
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	cfg := config{denialCache: DefaultDenialCacheSize, minTTL: DefaultMinTTL, refundTimeout: time.Second}
+	cfg := config{denialCache: DefaultDenialCacheSize, minTTL: DefaultMinTTL, refundTimeout: time.Second,
+		batchFlushers: DefaultBatchFlushers, batchMax: DefaultBatchMax}
 	var cluster *redis.ClusterClient
 	switch c := client.(type) {
 	case nil:
@@ -222,9 +242,6 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		}
 		o(&cfg)
 	}
-	if cfg.batchFlushers > 0 && cluster != nil {
-		cfg.fail("WithBatching: not available on Redis Cluster")
-	}
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
@@ -239,7 +256,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s.minArg = strconv.AppendInt(nil, int64((cfg.minTTL+time.Millisecond-1)/time.Millisecond), 10)
 	s.pool.New = func() any { return new(call) }
 	if cfg.batchFlushers > 0 {
-		s.batch = newBatcher(s, cfg.batchFlushers, cfg.batchMax)
+		s.batch = newBatcher(client, s.keyPos(), cfg.batchFlushers, cfg.batchMax)
+		// The flushers hold the batcher, not s: if s is dropped without
+		// Close, this stops them.
+		runtime.AddCleanup(s, func(b *batcher) { b.stop() }, s.batch)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -252,7 +272,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // failover only saves the first request the extra round trip.
 func (s *Store) LoadScripts(ctx context.Context) error {
 	load := func(ctx context.Context, c *redis.Client) error {
-		for _, sc := range []script{takeScript, refundScript} {
+		for _, sc := range []script{takeScript, refundScript, creditScript} {
 			if err := c.ScriptLoad(ctx, sc.src).Err(); err != nil {
 				return fmt.Errorf("redisstore: SCRIPT LOAD on %s: %w", c.Options().Addr, err)
 			}
@@ -265,7 +285,7 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 	if c, ok := s.client.(*redis.Client); ok {
 		return load(ctx, c)
 	}
-	for _, sc := range []script{takeScript, refundScript} {
+	for _, sc := range []script{takeScript, refundScript, creditScript} {
 		if err := s.client.ScriptLoad(ctx, sc.src).Err(); err != nil {
 			return fmt.Errorf("redisstore: SCRIPT LOAD: %w", err)
 		}
@@ -275,9 +295,11 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 
 var errClosed = errors.New("redisstore: store is closed")
 
-// Close stops the batching goroutines started by WithBatching; Takes after
-// Close that would be batched fail. It does not close the Redis client,
-// which the caller owns. Close without WithBatching does nothing.
+// Close stops the batching goroutines (see WithBatching), after sending
+// the takes already queued; Takes after Close that would be batched fail
+// with an error saying the store is closed (Refund is never batched). It
+// does not close the Redis client, which the caller owns. Close is
+// idempotent; with batching off it does nothing.
 func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.close()
@@ -308,7 +330,7 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 		err     error
 	)
 	if s.cluster == nil {
-		allowed, err = s.takeOne(ctx, buckets, nil, res, false)
+		allowed, err = s.takeOne(ctx, buckets, 0, res)
 	} else {
 		allowed, err = s.takeCluster(ctx, buckets, res)
 	}
@@ -361,13 +383,13 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// takeOne runs take.lua once over buckets (or the subset idx of them, all in
-// one slot) and fills res. With pre, it also keeps the pre-charge values (in
-// the returned call) for a possible refund.
-func (s *Store) takeOne(ctx context.Context, buckets []tiers.Bucket, idx []int, res []tiers.Result, pre bool) (bool, error) {
+// takeOne runs take.lua once over buckets, all in one slot (0 on a
+// standalone Redis), and fills res; batched unless batching is off.
+func (s *Store) takeOne(ctx context.Context, buckets []tiers.Bucket, slot int, res []tiers.Result) (bool, error) {
 	c := s.pool.Get().(*call)
 	defer s.release(c)
-	allowed, _, err := s.runTake(ctx, c, buckets, idx, res, pre)
+	c.slot = slot
+	allowed, _, err := s.runTake(ctx, c, buckets, nil, res, false)
 	return allowed, err
 }
 
@@ -398,6 +420,9 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []tiers.Bucket, id
 		now, seg, err = s.evalPre(ctx, c, n)
 	case s.batch != nil:
 		now, seg, err = s.batch.do(ctx, c)
+		// s must not be collected (which stops the batcher) while a take
+		// of it waits there.
+		runtime.KeepAlive(s)
 	default:
 		if seg, err = s.eval(ctx, c); err == nil {
 			now, seg, err = splitNow(seg)

@@ -103,6 +103,7 @@ func oneRoundTrip(t *testing.T, c *redis.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer st.Close()
 	cnt.take() // forget SCRIPT LOAD
 	levels := []tiers.Limit{
 		tb100,
@@ -147,6 +148,7 @@ func TestNoScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer st.Close()
 	bs := []tiers.Bucket{bucket("ns:a", tb100, 1), bucket("ns:b", gcra50, 1)}
 	mustTake(t, st, bs)
 	cnt.take()
@@ -194,6 +196,7 @@ func storesN(t *testing.T, n int, client func() redis.UniversalClient, clk flood
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = st.Close() })
 		out[i] = st
 	}
 	return out
@@ -574,7 +577,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"negative cache", redisstore.WithDenialCache(-1), "redisstore: WithDenialCache: size -1 must be >= 0"},
 		{"tiny ttl", redisstore.WithMinTTL(time.Microsecond), "redisstore: WithMinTTL: 1µs must be >= 1ms"},
 		{"zero refund timeout", redisstore.WithRefundTimeout(0), "redisstore: WithRefundTimeout: 0s must be > 0"},
-		{"no flushers", redisstore.WithBatching(0, 8), "redisstore: WithBatching: flushers 0 and max 8 must be >= 1"},
+		{"no flushers", redisstore.WithBatching(0, 8), "redisstore: WithBatching: flushers 0 and max 8 must both be >= 1, or both 0 to turn batching off"},
+		{"negative max", redisstore.WithBatching(2, -1), "redisstore: WithBatching: flushers 2 and max -1 must both be >= 1, or both 0 to turn batching off"},
 		{"nil option", nil, "redisstore: nil Option"},
 	}
 	for _, tc := range cases {
@@ -597,6 +601,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New against a down Redis: %v", err)
 	}
+	defer st.Close()
 	var res [1]tiers.Result
 	if _, err := st.Take(context.Background(), []tiers.Bucket{bucket("k", tb100, 1)}, res[:]); err == nil {
 		t.Fatal("Take against a down Redis returned no error")
@@ -631,6 +636,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer st.Close()
 		for _, tc := range cases {
 			key := "k:" + tc.l.Algorithm.String()
 			if ok, _ := mustTake(t, st, []tiers.Bucket{bucket(key, tc.l, 1)}); !ok {

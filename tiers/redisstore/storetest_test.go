@@ -22,9 +22,12 @@ func fakeTimeStore(t *testing.T, c redis.UniversalClient, clk *clock.Fake, opts 
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(func() { _ = st.Close() })
 	return st
 }
 
+// TestConformanceStandalone runs the suite on the default store: batched
+// (DefaultBatchFlushers, DefaultBatchMax).
 func TestConformanceStandalone(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
@@ -33,6 +36,8 @@ func TestConformanceStandalone(t *testing.T) {
 	})
 }
 
+// TestConformanceCluster runs the suite on the default store: single-slot
+// takes batched per slot, multi-slot takes in parallel with refunds.
 func TestConformanceCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
@@ -41,8 +46,9 @@ func TestConformanceCluster(t *testing.T) {
 	})
 }
 
-// TestConformanceSentinel runs the suite through a go-redis FailoverClient
-// that finds the master through a real Redis Sentinel.
+// TestConformanceSentinel runs the suite (default store: batched) through
+// a go-redis FailoverClient that finds the master through a real Redis
+// Sentinel: merged calls go to the master Sentinel names.
 func TestConformanceSentinel(t *testing.T) {
 	sn := redistest.StartSentinel(t)
 	c := sn.Client()
@@ -51,26 +57,33 @@ func TestConformanceSentinel(t *testing.T) {
 	})
 }
 
-// TestConformanceBatched runs the suite with client-side batching on: the
-// decisions of pipelined takes are the same.
-func TestConformanceBatched(t *testing.T) {
+// TestConformanceUnbatched runs the suite with batching off: every take is
+// its own call from the caller's goroutine.
+func TestConformanceUnbatched(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
-		st := fakeTimeStore(t, c, clk, redisstore.WithBatching(2, 16))
-		t.Cleanup(func() { _ = st.Close() })
-		return st
+		return fakeTimeStore(t, c, clk, redisstore.WithBatching(0, 0))
 	})
 }
 
-// TestConformanceSentinelBatched runs the suite with batching through a
-// FailoverClient: merged calls go to the master Sentinel names.
-func TestConformanceSentinelBatched(t *testing.T) {
-	sn := redistest.StartSentinel(t)
-	c := sn.Client()
+// TestConformanceClusterUnbatched runs the suite on a cluster with
+// batching off: single-slot takes are each one script call.
+func TestConformanceClusterUnbatched(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	c := cl.Client()
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
-		st := fakeTimeStore(t, c, clk, redisstore.WithBatching(2, 16))
-		t.Cleanup(func() { _ = st.Close() })
-		return st
+		return fakeTimeStore(t, c, clk, redisstore.WithBatching(0, 0))
+	})
+}
+
+// TestConformanceSmallBatches runs the suite with one flusher of at most 4
+// takes: batches fill and queue behind each other under the concurrent
+// cases.
+func TestConformanceSmallBatches(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+		return fakeTimeStore(t, c, clk, redisstore.WithBatching(1, 4))
 	})
 }
