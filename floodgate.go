@@ -206,6 +206,12 @@ const (
 	SourceShedder Source = "shedder"
 	// SourceConcurrency: the in-flight limiter decided.
 	SourceConcurrency Source = "concurrency"
+	// SourceLease: units leased earlier from the store's bucket paid for
+	// the request, decided locally (consistency leased).
+	SourceLease Source = "lease"
+	// SourceAsync: decided locally on the last known state of the store's
+	// bucket, reported to the store later (consistency async).
+	SourceAsync Source = "async"
 )
 
 // Degraded reports whether s is a decision taken without the primary store.

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -39,7 +40,9 @@ type cRule struct {
 	shadow bool
 	cache  bool
 	fail   FailMode
-	noKey  string // no-key rules: "<prefix>{<rule>}"
+	mode   Consistency
+	sync   time.Duration // Async only
+	noKey  string        // no-key rules: "<prefix>{<rule>}"
 	// Full keys of no-key rules, prebuilt: fixed rules use constKey, tier
 	// rules tierKeys (by tier name) or defaultKey.
 	constKey   string
@@ -127,7 +130,35 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		} else {
 			names[r.Name] = i
 		}
-		cr := cRule{name: r.Name, index: i, cost: r.Cost, hide: r.HideQuota, shadow: r.Shadow, cache: r.CacheDenials, fail: r.OnStoreError}
+		cr := cRule{name: r.Name, index: i, cost: r.Cost, hide: r.HideQuota, shadow: r.Shadow, cache: r.CacheDenials, fail: r.OnStoreError, mode: r.Consistency}
+		switch {
+		case r.Consistency > Async:
+			rep.addf(rp+".consistency", "unknown consistency %d", r.Consistency)
+			ok = false
+		case r.Consistency != Async && r.SyncInterval != 0:
+			rep.addf(rp+".sync_interval", "is only for consistency async (the rule is %s)", r.Consistency)
+			ok = false
+		case r.Consistency == Async && r.SyncInterval == 0:
+			cr.sync = DefaultSyncInterval
+		case r.Consistency == Async && (r.SyncInterval < MinSyncInterval || r.SyncInterval > MaxSyncInterval):
+			rep.addf(rp+".sync_interval", "%s is out of range [%s, %s]", r.SyncInterval, MinSyncInterval, MaxSyncInterval)
+			ok = false
+		default:
+			cr.sync = r.SyncInterval
+		}
+		if r.Consistency != Exact {
+			if r.Rate.Tier {
+				for _, n := range tierNames {
+					if t, has := c.tiers[n]; has && !t.limit.Algorithm.localModes() {
+						rep.addf(rp+".consistency", "%s needs token_bucket or gcra, but tier %q uses %s", r.Consistency, n, t.limit.Algorithm)
+						ok = false
+					}
+				}
+			} else if !r.Algorithm.localModes() {
+				rep.addf(rp+".consistency", "%s needs token_bucket or gcra, not %s", r.Consistency, r.Algorithm)
+				ok = false
+			}
+		}
 		if r.Match.Method == "" {
 			cr.any = true
 		} else if err := validMethodPattern(r.Match.Method); err != nil {
@@ -273,6 +304,10 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		}
 		l, lok := limitOf(rep, op+".rate", op+".burst", o.Rate, o.Burst, alg)
 		if !lok {
+			continue
+		}
+		if r.mode != Exact && !alg.localModes() {
+			rep.addf(op+".algorithm", "rule %q is %s, which needs token_bucket or gcra, not %s", o.Rule, r.mode, alg)
 			continue
 		}
 		if r.cost > l.Capacity() {

@@ -235,6 +235,8 @@ func (sc *scratch) addBucket(key string, l Limit, cost int64, cr *cRule) {
 	b.OnStoreError = cr.fail
 	b.CacheDenials = cr.cache
 	b.Rule = cr.name
+	b.Consistency = cr.mode
+	b.SyncInterval = cr.sync
 }
 
 // setKeys sets the keys built in sc.buf into sc.all, with at most one

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"gopkg.in/yaml.v3"
@@ -396,6 +397,23 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 			r.Shadow = d.boolean(v, fp)
 		case "cache_denials":
 			r.CacheDenials = d.boolean(v, fp)
+		case "consistency":
+			if s, ok := d.str(v, fp); ok {
+				c, err := ParseConsistency(s)
+				if err != nil {
+					d.fail(fp, v, "%s", err.Error())
+				}
+				r.Consistency = c
+			}
+		case "sync_interval":
+			if s, ok := d.str(v, fp); ok {
+				iv, err := time.ParseDuration(s)
+				if err != nil || iv <= 0 {
+					d.fail(fp, v, "%q is not a positive duration such as 50ms", s)
+				} else {
+					r.SyncInterval = iv
+				}
+			}
 		case "on_store_error":
 			if s, ok := d.str(v, fp); ok {
 				m, err := ParseFailMode(s)

@@ -102,6 +102,15 @@ func TestLoadErrors(t *testing.T) {
 		{"method cost over capacity and bad priority", rule + "    rate: 10/1s\nmethods:\n  /a.B/C: {cost: 11, priority: urgent}\n",
 			"methods[\"/a.B/C\"].priority: unknown priority \"urgent\" (want critical, write, read or test), at line 5\n" +
 				"methods[\"/a.B/C\"].cost: 11 exceeds the capacity 10 of rule \"a\": such a request could never pass, at line 5"},
+		{"unknown consistency", rule + "    rate: 10/1s\n    consistency: eventual\n", `rules[0].consistency: unknown consistency "eventual" (want exact, leased or async), at line 4`},
+		{"leased on a window algorithm", rule + "    rate: 10/1s\n    algorithm: fixed_window\n    consistency: leased\n", "rules[0].consistency: leased needs token_bucket or gcra, not fixed_window, at line 5"},
+		{"async on a tier with a window", "tiers:\n  free: {rate: 10/1m, algorithm: sliding_window_log}\ndefault_tier: free\n" + rule + "    rate: tier\n    consistency: async\n",
+			`rules[0].consistency: async needs token_bucket or gcra, but tier "free" uses sliding_window_log, at line 7`},
+		{"sync_interval without async", rule + "    rate: 10/1s\n    sync_interval: 50ms\n", "rules[0].sync_interval: is only for consistency async (the rule is exact), at line 4"},
+		{"sync_interval out of range", rule + "    rate: 10/1s\n    consistency: async\n    sync_interval: 1m\n", "rules[0].sync_interval: 1m0s is out of range [1ms, 10s], at line 5"},
+		{"sync_interval not a duration", rule + "    rate: 10/1s\n    consistency: async\n    sync_interval: soon\n", `rules[0].sync_interval: "soon" is not a positive duration such as 50ms, at line 5`},
+		{"override algorithm on a leased rule", rule + "    key: [tenant]\n    rate: 10/1s\n    consistency: leased\noverrides:\n  - {rule: a, key: {tenant: x}, rate: 2/1s, algorithm: fixed_window}\n",
+			`overrides[0].algorithm: rule "a" is leased, which needs token_bucket or gcra, not fixed_window, at line 7`},
 		{"alias", "rules:\n  - &x {name: a, rate: 10/1s}\n  - *x\n", "rules[1]: YAML aliases are not supported, at line 3"},
 		{"every error at once", "rules:\n  - name: a\n    rate: 5/minute\n  - name: a\n    rate: 0/1s\n    burst: 0\n    bogus: 1\n",
 			"rules[0].rate: \"5/minute\" is not N/duration, at line 3\n" +

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -46,5 +47,37 @@ func TestWatchOptionErrors(t *testing.T) {
 	err = tiers.Watch(ctx, "policy.yaml", l, tiers.WithWatchInterval(0), nil)
 	if err == nil || !strings.Contains(err.Error(), "WithWatchInterval") || !strings.Contains(err.Error(), "nil") {
 		t.Fatalf("Watch = %v, want errors naming WithWatchInterval and the nil option", err)
+	}
+}
+
+// TestConsistencyReachesBuckets: a rule's consistency and sync interval
+// (defaulted) are on every bucket it charges.
+func TestConsistencyReachesBuckets(t *testing.T) {
+	p, err := tiers.Load([]byte(`
+rules:
+  - {name: a, key: [user], rate: 10/1s, consistency: async}
+  - {name: b, key: [user], rate: 10/1s, consistency: async, sync_interval: 20ms}
+  - {name: c, key: [user], rate: 10/1s, algorithm: gcra, consistency: leased}
+  - {name: d, key: [user], rate: 10/1s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tiers.NewLimiter(newMemstore(t), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := l.Buckets(nil, &floodgate.Request{Identity: floodgate.Identity{User: "u"}})
+	want := map[string]struct {
+		c  tiers.Consistency
+		iv time.Duration
+	}{"a": {tiers.Async, tiers.DefaultSyncInterval}, "b": {tiers.Async, 20 * time.Millisecond}, "c": {tiers.Leased, 0}, "d": {tiers.Exact, 0}}
+	if len(bs) != 4 {
+		t.Fatalf("%d buckets", len(bs))
+	}
+	for _, b := range bs {
+		if w := want[b.Rule]; b.Consistency != w.c || b.SyncInterval != w.iv {
+			t.Errorf("rule %s: %s every %s, want %s every %s", b.Rule, b.Consistency, b.SyncInterval, w.c, w.iv)
+		}
 	}
 }

@@ -201,7 +201,22 @@ type Rule struct {
 	// CacheDenials lets stores answer "still denied" locally until the
 	// retry-after passes.
 	CacheDenials bool
+	// Consistency is where the rule's decisions are made; the zero value
+	// is Exact. Leased and Async need TokenBucket or GCRA (for rate
+	// "tier", in every tier; and in every override of the rule).
+	Consistency Consistency
+	// SyncInterval is how often an Async rule's hits are reported to the
+	// store: 0 means DefaultSyncInterval; at least MinSyncInterval and at
+	// most MaxSyncInterval. It must be 0 unless Consistency is Async.
+	SyncInterval time.Duration
 }
+
+// Bounds and default of Rule.SyncInterval.
+const (
+	DefaultSyncInterval = 50 * time.Millisecond
+	MinSyncInterval     = time.Millisecond
+	MaxSyncInterval     = 10 * time.Second
+)
 
 // Override gives one key of one rule its own rate.
 type Override struct {

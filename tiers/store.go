@@ -210,6 +210,54 @@ func ParseFailMode(s string) (FailMode, error) {
 	return 0, fmt.Errorf("unknown on_store_error %q (want local, open or closed)", s)
 }
 
+// Consistency is where a rule's decisions are made: in the store on every
+// request (Exact), or locally against a share of the store's budget
+// (Leased, Async; package tiers/localfirst). Stores decide every bucket
+// exactly; the local modes are a Store in front of them.
+type Consistency uint8
+
+// Consistencies. The zero value is Exact, the default.
+const (
+	// Exact decides every request with a store take (in Redis: one
+	// round trip), all levels at once. For strict, low-rate rules.
+	Exact Consistency = iota
+	// Leased takes units from the store's bucket in chunks and spends
+	// them locally. It never admits more than the store would; it may
+	// admit less, by what other instances hold. TokenBucket and GCRA only.
+	Leased
+	// Async decides locally on the last known state of the store's
+	// bucket and reports hits in batches every sync interval; it can
+	// admit more than the limit, by a documented bound. TokenBucket and
+	// GCRA only.
+	Async
+)
+
+var consistencyNames = [...]string{"exact", "leased", "async"}
+
+// String returns "exact", "leased" or "async".
+func (c Consistency) String() string {
+	if int(c) < len(consistencyNames) {
+		return consistencyNames[c]
+	}
+	return fmt.Sprintf("consistency(%d)", uint8(c))
+}
+
+// ParseConsistency parses a consistency name as written by
+// Consistency.String.
+func ParseConsistency(s string) (Consistency, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	for i, n := range consistencyNames {
+		if n == t {
+			return Consistency(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown consistency %q (want exact, leased or async)", s)
+}
+
+// localModes reports whether a supports the local consistencies: its
+// charge can be taken ahead (a lease) and given back.
+func (a Algorithm) localModes() bool { return a == TokenBucket || a == GCRA }
+
 // Bucket is one level of a hierarchical decision: the state at Key, counted
 // by Limit, charged Cost.
 type Bucket struct {
@@ -234,6 +282,13 @@ type Bucket struct {
 	// CacheDenials lets a store answer "still denied" locally, without a
 	// round trip, until the bucket's retry-after passes.
 	CacheDenials bool
+	// Consistency is where the bucket's decisions are made. Stores decide
+	// every bucket exactly; a tiers/localfirst Store in front of them
+	// decides Leased and Async buckets locally.
+	Consistency Consistency
+	// SyncInterval is how often an Async bucket's hits are reported to
+	// the store (0 for other consistencies).
+	SyncInterval time.Duration
 }
 
 // GCRAEpoch is the origin, in Unix microseconds, of GCRA's stored times:
