@@ -1,0 +1,43 @@
+// Package fleet decides how many instances of a service are live, from
+// heartbeats the instances keep in the Redis they share, so that a rate
+// limit meant for the whole fleet can be split among them by the real
+// count: Members.Count is that count, the last one known when Redis cannot
+// answer, or a static count that overrides it (WithStatic). The local-first
+// store and the fallback store's local limiters take it as a func() int.
+//
+// # Heartbeats
+//
+// Every instance beats every interval (Run; default DefaultInterval). A
+// beat is one Lua script call, atomic: it records this instance in a sorted
+// set (instance ID -> expiry in Unix milliseconds, now + TTL), removes the
+// members whose expiry has passed, reads how many remain, and sets the
+// key's own expiry to the TTL, so the set of a fleet that is gone vanishes
+// from Redis. An instance is live while now is before its expiry: one that
+// stops beating drops out of the others' counts at their first beat a TTL
+// (default DefaultTTL) after its last one; Leave (called by Run when it
+// stops) removes it at once, and the others count one fewer at their next
+// beat. Now is Redis TIME, read in the script, so instances with skewed
+// clocks agree on expiries; WithClock passes the time instead (tests on
+// fake time).
+//
+// # What Count returns
+//
+// Count is an atomic load, always at least 1 (this instance counts itself).
+// Before the first successful beat it is 1. A failed beat leaves it as it
+// was, so through a Redis outage the fleet keeps sharing by the last count
+// known; Stale reports when that count is older than a TTL, and Errors
+// counts the failures. A beat that finds this instance missing from the set
+// (Redis restarted empty, failed over without the set, or this instance
+// expired) does not lower the count, because the other instances
+// re-register only within the next interval: without that, a Redis restart
+// would make each instance believe for an interval that it is alone and
+// admit the whole fleet's limit. Count may be up to an interval plus a
+// round trip old, and lags a stopped instance by up to a TTL plus an
+// interval; in both directions the error is short-lived.
+//
+// # Keys
+//
+// All instances of one service use one key (WithKey; default DefaultKey),
+// one Redis key, so on Redis Cluster it lives in one slot. Two services that
+// share one Redis must use different keys.
+package fleet
