@@ -1,0 +1,182 @@
+package localfirst
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// entry is the local state of one bucket key.
+type entry struct {
+	mu      sync.Mutex
+	touched time.Time // guarded by Store.mu
+	queued  bool      // on Store.pending; guarded by mu
+	state             // guarded by mu
+}
+
+// state is what an entry knows of its key.
+type state struct {
+	b     tiers.Bucket // the bucket as last seen, Cost 0: what reports and returns send
+	limit tiers.Limit
+	mode  tiers.Consistency
+
+	// Leased.
+	units    int64     // leased units not yet spent
+	expires  time.Time // when units go back
+	owed     int64     // expired units still to give back
+	last     int64     // the extra units of the last lease
+	leasedAt time.Time // when the last lease (or the first take) was granted
+	demand   int64     // units asked for since leasedAt
+	// deniedUntil: the store denied the key until then; takes that the
+	// lease cannot pay are denied locally meanwhile, without asking.
+	deniedUntil time.Time
+	denied      tiers.Result
+
+	// Async.
+	known      bool
+	r          float64   // the store's remaining at ts
+	ts         time.Time // when r was learned
+	u          int64     // admitted here, not yet reported (debt included)
+	inflight   int64     // units of the report under way
+	lastReport time.Time
+}
+
+// reset makes e the fresh state of b: a key whose limit or consistency
+// changed starts over (what it held goes back first, see Sync).
+func (e *entry) reset(b *tiers.Bucket, now time.Time) {
+	owed, u, inflight := e.owed+e.units, e.u, e.inflight
+	e.state = state{}
+	e.b = *b
+	e.b.Cost = 0
+	e.limit, e.mode = b.Limit, b.Consistency
+	e.owed, e.u, e.inflight = owed, u, inflight
+	e.lastReport = now
+}
+
+func (e *entry) capacity() int64 { return e.limit.Capacity() }
+
+// perNano is the bucket's refill rate in units per nanosecond.
+func (e *entry) perNano() float64 {
+	return float64(e.limit.Rate) / float64(e.limit.Period)
+}
+
+// reserveLease spends b's cost from the lease when it holds enough, and
+// otherwise says how many extra units to lease with the request, which
+// then goes to the store.
+func (e *entry) reserveLease(b *tiers.Bucket, now time.Time, n int, c *config, res *tiers.Result) (local bool, extra int64) {
+	if e.units > 0 && !now.Before(e.expires) {
+		e.owed += e.units
+		e.units = 0
+	}
+	e.demand += b.Cost
+	if b.Cost > 0 && e.units >= b.Cost {
+		e.units -= b.Cost
+		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: e.units, Source: floodgate.SourceLease}
+		return true, 0
+	}
+	if now.Before(e.deniedUntil) {
+		*res = e.denied
+		res.RetryAfter = e.deniedUntil.Sub(now)
+		return false, -1
+	}
+	*res = tiers.Result{}
+	return false, e.nextLease(b.Cost, now, n, c)
+}
+
+// deny remembers that the store denied the key until now + the result's
+// retry-after, so takes the lease cannot pay meanwhile are denied without
+// asking it again.
+func (e *entry) deny(r tiers.Result, now time.Time) {
+	if r.RetryAfter <= 0 {
+		return
+	}
+	e.deniedUntil = now.Add(r.RetryAfter)
+	e.denied = r
+	e.denied.Source = floodgate.SourceLease
+}
+
+// nextLease sizes the extra units of the next lease: the key's demand
+// since the last lease over the lease target, at most twice the last
+// lease (at least 1 once the key is warm), at most share × capacity ÷ n
+// less the request's own cost. A cold key leases nothing.
+func (e *entry) nextLease(cost int64, now time.Time, n int, c *config) int64 {
+	if e.leasedAt.IsZero() {
+		return 0
+	}
+	limit := int64(math.Floor(c.leaseShare*float64(e.capacity())/float64(n))) - cost
+	if limit <= 0 {
+		return 0
+	}
+	growth := max(1, 2*e.last)
+	want := float64(growth)
+	if el := now.Sub(e.leasedAt); el > 0 {
+		want = math.Min(want, math.Ceil(float64(e.demand)*float64(c.leaseTarget)/float64(el)))
+	}
+	return min(int64(want), limit)
+}
+
+// granted records a take the store allowed for a lease bucket: the extra
+// units are the new lease.
+func (e *entry) granted(cost, extra int64, now time.Time, c *config) {
+	if extra > 0 {
+		e.units += extra
+		e.expires = now.Add(c.leaseTTL)
+	}
+	e.last = extra
+	e.leasedAt = now
+	e.demand = 0
+	_ = cost
+}
+
+// reserveAsync decides b on the last known state. cold asks the store
+// (the state is unknown, or the cost is more than this instance's share
+// could ever hold); deny is a local deny, with res filled.
+func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.Result) (local, cold, deny bool) {
+	c := float64(e.capacity())
+	if !e.known || float64(b.Cost) > c/float64(n) {
+		*res = tiers.Result{}
+		return false, true, false
+	}
+	est := math.Min(c, e.r+e.perNano()*float64(now.Sub(e.ts)))
+	allowance := est/float64(n) - float64(e.u+e.inflight)
+	if allowance >= float64(b.Cost) {
+		e.u += b.Cost
+		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Floor(allowance - float64(b.Cost))), Source: floodgate.SourceAsync}
+		return true, false, false
+	}
+	// Short by need units of this instance's share: n·need of the
+	// store's bucket, which refills at rate; if the bucket is full in
+	// the estimate, what is short is unreported here and a report frees
+	// it.
+	need := (float64(b.Cost) - allowance) * float64(n)
+	wait := time.Duration(e.b.SyncInterval)
+	if est+need <= c {
+		wait = ceilDur(need / e.perNano())
+	}
+	*res = tiers.Result{Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(allowance))), RetryAfter: max(wait, time.Microsecond), Source: floodgate.SourceAsync}
+	return false, false, true
+}
+
+// learn records the store's remaining units for the key at now.
+func (e *entry) learn(remaining float64, now time.Time) {
+	e.known = true
+	e.r = remaining
+	e.ts = now
+}
+
+// cancel gives back a local reservation of cost.
+func (e *entry) cancel(mode tiers.Consistency, cost int64) {
+	if mode == tiers.Leased {
+		e.units += cost
+		return
+	}
+	e.u -= cost
+}
+
+// idle reports whether e holds and owes nothing.
+func (e *entry) idle() bool {
+	return e.units == 0 && e.owed == 0 && e.u <= 0 && e.inflight == 0
+}

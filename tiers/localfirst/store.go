@@ -1,0 +1,522 @@
+package localfirst
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// Ledger is the store a Store leases from and reports to: the fleet's
+// budget, usually a *redisstore.Store (a *memstore.Store in tests).
+type Ledger interface {
+	tiers.Store
+	// Refund gives each bucket's Cost units back to it, capped at the
+	// bucket's capacity.
+	Refund(ctx context.Context, buckets []tiers.Bucket) error
+}
+
+// Defaults of the options.
+const (
+	DefaultLeaseTTL    = time.Second
+	DefaultLeaseTarget = 100 * time.Millisecond
+	DefaultLeaseShare  = 0.5
+	DefaultSyncTimeout = 250 * time.Millisecond
+	DefaultMaxKeys     = 100_000
+)
+
+type config struct {
+	clock       floodgate.Clock
+	instances   func() int
+	leaseTTL    time.Duration
+	leaseTarget time.Duration
+	leaseShare  float64
+	syncTimeout time.Duration
+	maxKeys     int
+	logger      *slog.Logger
+	manual      bool
+	errs        []error
+}
+
+func (c *config) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("localfirst: "+format, args...))
+}
+
+// Option configures New.
+type Option func(*config)
+
+// WithClock sets the clock local decisions read (default
+// floodgate.SystemClock()).
+func WithClock(clk floodgate.Clock) Option {
+	return func(c *config) {
+		if clk == nil {
+			c.fail("WithClock: nil Clock")
+			return
+		}
+		c.clock = clk
+	}
+}
+
+// WithInstances sets how the live instances sharing the budget are
+// counted: count is called on every local decision and must be cheap (for
+// example (*fleet.Members).Count). Values below 1 count as 1. The default
+// counts 1.
+func WithInstances(count func() int) Option {
+	return func(c *config) {
+		if count == nil {
+			c.fail("WithInstances: nil func")
+			return
+		}
+		c.instances = count
+	}
+}
+
+// WithLeaseTTL sets how long leased units may be spent before the unspent
+// ones go back to the store (default DefaultLeaseTTL; at least 10ms).
+func WithLeaseTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d < 10*time.Millisecond {
+			c.fail("WithLeaseTTL: %s is below 10ms", d)
+			return
+		}
+		c.leaseTTL = d
+	}
+}
+
+// WithLeaseTarget sets how long a lease should last at the key's current
+// demand (default DefaultLeaseTarget; positive, below the lease TTL).
+func WithLeaseTarget(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("WithLeaseTarget: %s is not positive", d)
+			return
+		}
+		c.leaseTarget = d
+	}
+}
+
+// WithLeaseShare caps one lease at share × the bucket's capacity ÷ live
+// instances (default DefaultLeaseShare; in (0, 1]).
+func WithLeaseShare(share float64) Option {
+	return func(c *config) {
+		if !(share > 0 && share <= 1) {
+			c.fail("WithLeaseShare: %v is not in (0, 1]", share)
+			return
+		}
+		c.leaseShare = share
+	}
+}
+
+// WithSyncTimeout bounds each background call to the ledger: a report or
+// a lease return (default DefaultSyncTimeout; positive).
+func WithSyncTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("WithSyncTimeout: %s is not positive", d)
+			return
+		}
+		c.syncTimeout = d
+	}
+}
+
+// WithMaxKeys bounds the keys held locally (default DefaultMaxKeys; at
+// least 1). Idle keys (nothing leased, nothing unreported) are dropped
+// first; past the bound a new key is decided by the exact store.
+func WithMaxKeys(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.fail("WithMaxKeys: %d is below 1", n)
+			return
+		}
+		c.maxKeys = n
+	}
+}
+
+// WithLogger sets the logger of background failures (default
+// slog.Default()); they are logged at most once a second.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.fail("WithLogger: nil Logger")
+			return
+		}
+		c.logger = l
+	}
+}
+
+// Store decides Leased and Async buckets locally and every other bucket
+// with the exact store. See the package documentation. It is safe for
+// concurrent use; Close returns what it holds.
+type Store struct {
+	exact  tiers.Store
+	ledger Ledger
+	cfg    config
+
+	mu      sync.Mutex
+	entries map[string]*entry
+
+	// pending holds the entries that hold or owe something (a lease,
+	// unreported hits, units to give back): what Sync visits.
+	pmu       sync.Mutex
+	pending   []*entry
+	lastSweep atomic.Int64
+
+	stop    chan struct{}
+	stopped chan struct{}
+	closed  atomic.Bool
+
+	lastLog atomic.Int64
+	st      counters
+}
+
+// New returns a Store that decides exact buckets with exact and leases
+// from and reports to ledger. exact is usually the fallback-guarded Redis
+// store and ledger the Redis store itself; exact may be ledger. A
+// background goroutine runs Sync every few milliseconds until Close.
+func New(exact tiers.Store, ledger Ledger, opts ...Option) (*Store, error) {
+	c := config{
+		clock:       floodgate.SystemClock(),
+		instances:   func() int { return 1 },
+		leaseTTL:    DefaultLeaseTTL,
+		leaseTarget: DefaultLeaseTarget,
+		leaseShare:  DefaultLeaseShare,
+		syncTimeout: DefaultSyncTimeout,
+		maxKeys:     DefaultMaxKeys,
+		logger:      slog.Default(),
+	}
+	if exact == nil {
+		c.fail("New: nil exact store")
+	}
+	if ledger == nil {
+		c.fail("New: nil ledger")
+	}
+	for _, o := range opts {
+		if o == nil {
+			c.fail("nil Option")
+			continue
+		}
+		o(&c)
+	}
+	if c.leaseTarget >= c.leaseTTL {
+		c.fail("WithLeaseTarget: %s must be below the lease TTL %s", c.leaseTarget, c.leaseTTL)
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	s := &Store{exact: exact, ledger: ledger, cfg: c, entries: make(map[string]*entry),
+		stop: make(chan struct{}), stopped: make(chan struct{})}
+	if c.manual {
+		close(s.stopped)
+	} else {
+		go s.loop()
+	}
+	return s, nil
+}
+
+// mark puts e on the pending list, once; e.mu is held.
+func (s *Store) mark(e *entry) {
+	if e.queued {
+		return
+	}
+	e.queued = true
+	s.pmu.Lock()
+	s.pending = append(s.pending, e)
+	s.pmu.Unlock()
+}
+
+// DecidesOnStoreError reports what the exact store reports (see package
+// tiers): a Store over a fallback store has every fail mode.
+func (s *Store) DecidesOnStoreError() bool {
+	d, ok := s.exact.(interface{ DecidesOnStoreError() bool })
+	return ok && d.DecidesOnStoreError()
+}
+
+// maxStack is how many buckets one Take handles without allocating.
+const maxStack = 8
+
+// held is one local bucket of a Take in progress.
+type held struct {
+	i     int    // index in buckets
+	e     *entry // nil: over the key bound, decided exactly
+	local bool   // reserved locally (undone on a deny)
+	extra int64  // lease units asked for on top of the cost
+	cold  bool   // an async bucket decided exactly to learn its state
+}
+
+// Take implements tiers.Store: see the package documentation.
+func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+	nLocal := 0
+	for i := range buckets {
+		if buckets[i].Consistency != tiers.Exact {
+			nLocal++
+		}
+	}
+	if nLocal == 0 {
+		return s.exact.Take(ctx, buckets, res)
+	}
+	if err := tiers.ValidateTake(buckets, res); err != nil {
+		return false, err
+	}
+	now := s.cfg.clock.Now()
+	n := max(1, s.cfg.instances())
+	var hs [maxStack]held
+	hl := hs[:0]
+	allowed := true
+	for i := range buckets {
+		b := &buckets[i]
+		if b.Consistency == tiers.Exact {
+			continue
+		}
+		e := s.entry(b, now)
+		h := held{i: i, e: e}
+		if e != nil {
+			e.mu.Lock()
+			switch b.Consistency {
+			case tiers.Leased:
+				h.local, h.extra = e.reserveLease(b, now, n, &s.cfg, &res[i])
+				if h.extra < 0 { // denied locally: the store said so moments ago
+					h.extra = 0
+					allowed = false
+				}
+				if h.local {
+					s.mark(e)
+				}
+			default:
+				var deny bool
+				h.local, h.cold, deny = e.reserveAsync(b, now, n, &res[i])
+				if deny {
+					allowed = false
+				}
+				if h.local {
+					s.mark(e)
+				}
+			}
+			e.mu.Unlock()
+		}
+		hl = append(hl, h)
+	}
+	if !allowed {
+		s.undo(hl, buckets)
+		s.fillUndecided(buckets, res, hl)
+		s.st.localDenied.Add(1)
+		return false, nil
+	}
+	// The exact store decides the exact buckets and every local bucket
+	// that was not reserved (a lease to take, a cold async key).
+	nStore := len(buckets) - nLocal
+	for _, h := range hl {
+		if !h.local {
+			nStore++
+		}
+	}
+	if nStore == 0 {
+		s.st.localAllowed.Add(1)
+		return true, nil
+	}
+	var sbuf [maxStack]tiers.Bucket
+	var rbuf [maxStack]tiers.Result
+	var ibuf [maxStack]int
+	sub, subRes, idx := sbuf[:0], rbuf[:0], ibuf[:0]
+	if nStore > maxStack {
+		sub, subRes, idx = make([]tiers.Bucket, 0, nStore), make([]tiers.Result, 0, nStore), make([]int, 0, nStore)
+	}
+	extras := false
+	j := 0
+	for i := range buckets {
+		if buckets[i].Consistency == tiers.Exact {
+			sub = append(sub, buckets[i])
+			idx = append(idx, i)
+			continue
+		}
+		h := &hl[j]
+		j++
+		if h.local {
+			continue
+		}
+		b := buckets[i]
+		b.Cost += h.extra
+		extras = extras || h.extra > 0
+		sub = append(sub, b)
+		idx = append(idx, i)
+	}
+	subRes = subRes[:len(sub)]
+	ok, err := s.exact.Take(ctx, sub, subRes)
+	if err == nil && !ok && extras && s.shrinkLeases(buckets, hl, sub, subRes, idx) {
+		// The extra units, not the request, were what the store could
+		// not give: ask again with leases that fit.
+		ok, err = s.exact.Take(ctx, sub, subRes)
+	}
+	if err != nil {
+		s.undo(hl, buckets)
+		return false, err
+	}
+	for k, i := range idx {
+		res[i] = subRes[k]
+	}
+	s.settle(buckets, hl, res, ok, now)
+	if !ok {
+		s.undo(hl, buckets)
+		return false, nil
+	}
+	s.st.storeAllowed.Add(1)
+	return true, nil
+}
+
+// shrinkLeases lowers the extra units of lease buckets the store denied
+// but that had room for the request itself, to what was left; it reports
+// whether anything changed (and so whether to ask again).
+func (s *Store) shrinkLeases(buckets []tiers.Bucket, hl []held, sub []tiers.Bucket, subRes []tiers.Result, idx []int) bool {
+	changed := false
+	for k, i := range idx {
+		if subRes[k].Allowed {
+			continue
+		}
+		h := findHeld(hl, i)
+		if h == nil || h.extra == 0 {
+			continue
+		}
+		cost := buckets[i].Cost
+		room := max(0, subRes[k].Remaining-cost)
+		if subRes[k].Remaining < cost {
+			// The request itself does not fit: the deny stands.
+			continue
+		}
+		h.extra = min(h.extra, room)
+		sub[k].Cost = cost + h.extra
+		changed = true
+	}
+	return changed
+}
+
+func findHeld(hl []held, i int) *held {
+	for k := range hl {
+		if hl[k].i == i {
+			return &hl[k]
+		}
+	}
+	return nil
+}
+
+// settle records what the exact store answered for local buckets: leases
+// granted, the state of cold async keys.
+func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok bool, now time.Time) {
+	for k := range hl {
+		h := &hl[k]
+		if h.local || h.e == nil {
+			continue
+		}
+		r := &res[h.i]
+		if r.Source != "" && r.Source != floodgate.SourceStore {
+			// Decided without the store (its fallback, or its denial
+			// cache): nothing was leased from it, nothing learned.
+			continue
+		}
+		h.e.mu.Lock()
+		switch {
+		case !ok && !r.Allowed && buckets[h.i].Consistency == tiers.Leased:
+			h.e.deny(*r, now)
+		case h.cold:
+			// A deny leaves the bucket as it was: its remaining is still
+			// the store's state, so it teaches the same.
+			h.e.learn(float64(r.Remaining), now)
+		case ok && buckets[h.i].Consistency == tiers.Leased:
+			h.e.granted(buckets[h.i].Cost, h.extra, now, &s.cfg)
+			if h.extra > 0 {
+				s.st.leases.Add(1)
+				s.st.leasedUnits.Add(uint64(h.extra))
+				s.mark(h.e)
+			}
+		}
+		h.e.mu.Unlock()
+	}
+}
+
+// undo gives back every local reservation of a Take that did not pass.
+func (s *Store) undo(hl []held, buckets []tiers.Bucket) {
+	for k := range hl {
+		h := &hl[k]
+		if !h.local {
+			continue
+		}
+		h.e.mu.Lock()
+		h.e.cancel(buckets[h.i].Consistency, buckets[h.i].Cost)
+		h.e.mu.Unlock()
+		h.local = false
+	}
+}
+
+// fillUndecided gives the exact buckets of a Take denied locally, which
+// the store was never asked about, a neutral Result: allowed by
+// themselves, nothing known.
+func (s *Store) fillUndecided(buckets []tiers.Bucket, res []tiers.Result, hl []held) {
+	neutral := func(i int) {
+		c := buckets[i].Limit.Capacity()
+		res[i] = tiers.Result{Allowed: true, Limit: c, Remaining: c}
+	}
+	for i := range buckets {
+		if buckets[i].Consistency == tiers.Exact {
+			neutral(i)
+		}
+	}
+	for _, h := range hl {
+		if res[h.i] == (tiers.Result{}) {
+			neutral(h.i)
+		}
+	}
+}
+
+// entry returns the local state of b's key, creating it; nil when the key
+// bound is reached and no idle key can make room.
+func (s *Store) entry(b *tiers.Bucket, now time.Time) *entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[b.Key]
+	if ok {
+		e.touched = now
+		if e.limit != b.Limit || e.mode != b.Consistency {
+			e.mu.Lock()
+			e.reset(b, now)
+			e.mu.Unlock()
+		}
+		return e
+	}
+	if len(s.entries) >= s.cfg.maxKeys && !s.evictIdleLocked(now) {
+		s.st.overflow.Add(1)
+		return nil
+	}
+	e = &entry{}
+	e.reset(b, now)
+	e.touched = now
+	s.entries[b.Key] = e
+	return e
+}
+
+// evictIdleLocked drops one idle entry (nothing held, nothing owed); it
+// reports whether it made room.
+func (s *Store) evictIdleLocked(now time.Time) bool {
+	for k, e := range s.entries {
+		e.mu.Lock()
+		idle := e.idle()
+		e.mu.Unlock()
+		if idle {
+			delete(s.entries, k)
+			return true
+		}
+	}
+	return false
+}
+
+// ceilDur rounds a duration in nanoseconds up, saturating.
+func ceilDur(d float64) time.Duration {
+	if d >= float64(math.MaxInt64) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(math.Ceil(d))
+}

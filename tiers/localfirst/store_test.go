@@ -1,0 +1,405 @@
+package localfirst_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/testing/clock"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/localfirst"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// fixture is one shared ledger (the fleet's budget) and a fake clock.
+type fixture struct {
+	clk    *clock.Fake
+	ledger *memstore.Store
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	clk := clock.New(t0)
+	m, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{clk: clk, ledger: m}
+}
+
+// instance is one process's local-first store over the shared ledger.
+func (f *fixture) instance(t *testing.T, n int, opts ...localfirst.Option) *localfirst.Store {
+	t.Helper()
+	opts = append([]localfirst.Option{localfirst.WithClock(f.clk), localfirst.WithManualSync(),
+		localfirst.WithInstances(func() int { return n })}, opts...)
+	s, err := localfirst.New(f.ledger, f.ledger, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// remaining reads the ledger's bucket without charging it.
+func (f *fixture) remaining(t *testing.T, b tiers.Bucket) int64 {
+	t.Helper()
+	b.Cost = 0
+	b.Consistency = tiers.Exact
+	res := make([]tiers.Result, 1)
+	if _, err := f.ledger.Take(context.Background(), []tiers.Bucket{b}, res); err != nil {
+		t.Fatal(err)
+	}
+	return res[0].Remaining
+}
+
+func bucket(key string, mode tiers.Consistency, rate, burst int64) tiers.Bucket {
+	b := tiers.Bucket{Key: key, Rule: key, Cost: 1, Consistency: mode,
+		Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: rate, Period: time.Second, Burst: burst}}
+	if mode == tiers.Async {
+		b.SyncInterval = 50 * time.Millisecond
+	}
+	return b
+}
+
+func take(t *testing.T, s *localfirst.Store, bs ...tiers.Bucket) (bool, []tiers.Result) {
+	t.Helper()
+	res := make([]tiers.Result, len(bs))
+	ok, err := s.Take(context.Background(), bs, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok, res
+}
+
+// drain takes until the first deny (at most max takes) and returns how
+// many were admitted and by which source.
+func drain(t *testing.T, s *localfirst.Store, max int, bs ...tiers.Bucket) (int, map[floodgate.Source]int) {
+	t.Helper()
+	src := map[floodgate.Source]int{}
+	for i := 0; i < max; i++ {
+		ok, res := take(t, s, bs...)
+		if !ok {
+			return i, src
+		}
+		s := res[0].Source
+		if s == "" {
+			s = floodgate.SourceStore
+		}
+		src[s]++
+	}
+	t.Fatalf("no deny within %d takes", max)
+	return 0, nil
+}
+
+func TestExactPassesThrough(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	b := bucket("k", tiers.Exact, 10, 3)
+	n, src := drain(t, s, 100, b)
+	if n != 3 || src[floodgate.SourceStore] != 3 {
+		t.Fatalf("admitted %d (%v), want 3 from the store", n, src)
+	}
+	if st := s.Stats(); st.Keys != 0 || st.LocalAllowed != 0 {
+		t.Fatalf("an exact take left local state: %+v", st)
+	}
+}
+
+// TestLeasedExactCounts: one instance, one instant: a lease never admits
+// more than the bucket holds, and spends all of it.
+func TestLeasedExactCounts(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	b := bucket("lease", tiers.Leased, 10, 10)
+	n, src := drain(t, s, 100, b)
+	if n != 10 {
+		t.Fatalf("admitted %d in one instant, want exactly the burst 10 (%v)", n, src)
+	}
+	if src[floodgate.SourceLease] == 0 || src[floodgate.SourceStore] == 0 {
+		t.Fatalf("sources %v: want both store takes (leases) and local lease spends", src)
+	}
+	st := s.Stats()
+	if st.Leases == 0 || int(st.LeasedUnits) != src[floodgate.SourceLease] {
+		t.Fatalf("stats %+v: leased units should equal the lease spends %d", st, src[floodgate.SourceLease])
+	}
+	// One second refills 10; the lease grows with demand but never past
+	// half the capacity (WithLeaseShare default 0.5) per lease.
+	f.clk.Advance(time.Second)
+	if n, _ := drain(t, s, 100, b); n != 10 {
+		t.Fatalf("after a refill admitted %d, want 10", n)
+	}
+}
+
+// TestLeaseReturn: unspent units go back when the lease expires, and on
+// Close.
+func TestLeaseReturn(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1, localfirst.WithLeaseTTL(time.Second))
+	b := bucket("lease", tiers.Leased, 1000, 1000)
+	// Warm the key: the first take is exact, later ones lease 1, 2, 4...
+	for i := 0; i < 4; i++ {
+		if ok, _ := take(t, s, b); !ok {
+			t.Fatal("denied")
+		}
+	}
+	// Takes so far: 1 (exact), 1+1 (lease 1), 1 local, 1+2 (lease 2):
+	// 4 admitted, 6 charged, 2 held.
+	if got := f.remaining(t, b); got != 1000-6 {
+		t.Fatalf("ledger remaining %d, want %d", got, 1000-6)
+	}
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.remaining(t, b); got != 1000-6 {
+		t.Fatalf("a live lease was returned early: remaining %d", got)
+	}
+	f.clk.Advance(time.Second)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// 1s later the bucket refilled to 1000 anyway; check the counter and
+	// that nothing is held.
+	st := s.Stats()
+	if st.ReturnedUnits != 2 {
+		t.Fatalf("returned %d units on expiry, want 2 (%+v)", st.ReturnedUnits, st)
+	}
+
+	// On Close: a fresh lease is given back at once.
+	s2 := f.instance(t, 1)
+	b2 := bucket("lease2", tiers.Leased, 1, 100) // no refill to speak of
+	for i := 0; i < 4; i++ {
+		take(t, s2, b2)
+	}
+	if got := f.remaining(t, b2); got != 100-6 {
+		t.Fatalf("ledger remaining %d, want 94", got)
+	}
+	if err := s2.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.remaining(t, b2); got != 100-4 {
+		t.Fatalf("after Close remaining %d, want 96 (the 2 held units back)", got)
+	}
+}
+
+// TestAsyncExactCounts: one instance decides locally on the known state
+// and reports; counts are exact.
+func TestAsyncExactCounts(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	b := bucket("async", tiers.Async, 10, 10)
+	n, src := drain(t, s, 100, b)
+	if n != 10 || src[floodgate.SourceStore] != 1 || src[floodgate.SourceAsync] != 9 {
+		t.Fatalf("admitted %d (%v), want 1 exact (cold) then 9 local", n, src)
+	}
+	_, res := take(t, s, b)
+	if res[0].Source != floodgate.SourceAsync || res[0].RetryAfter <= 0 {
+		t.Fatalf("local deny %+v: want async source and a retry-after", res[0])
+	}
+	if got := f.remaining(t, b); got != 9 {
+		t.Fatalf("before the report the ledger has %d, want 9 (one exact take)", got)
+	}
+	// Near its share, the key is reported within a quarter interval.
+	f.clk.Advance(12500 * time.Microsecond)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.remaining(t, b); got != 0 {
+		t.Fatalf("after the report the ledger has %d, want 0", got)
+	}
+	st := s.Stats()
+	if st.Reports != 1 || st.ReportedUnits != 9 || st.DebtUnits != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	f.clk.Advance(time.Second)
+	if n, _ := drain(t, s, 100, b); n != 10 {
+		t.Fatalf("after a full refill admitted %d, want 10", n)
+	}
+}
+
+// TestAsyncEvenSplit: two instances sharing one bucket each decide on
+// half of it: together exactly the burst.
+func TestAsyncEvenSplit(t *testing.T) {
+	f := newFixture(t)
+	a, b2 := f.instance(t, 2), f.instance(t, 2)
+	b := bucket("shared", tiers.Async, 10, 10)
+	na, _ := drain(t, a, 100, b)
+	nb, _ := drain(t, b2, 100, b)
+	if na+nb != 10 {
+		t.Fatalf("admitted %d + %d, want 10 together", na, nb)
+	}
+}
+
+// TestAsyncBound scripts the worst case of stale state: instance A learns
+// the state and goes quiet; B spends its share, reports, and does so again
+// until the bucket is empty; then A spends its share of what it knew.
+// Over-admission stays within the documented bound (n−1)/n × (C + rate × I).
+func TestAsyncBound(t *testing.T) {
+	f := newFixture(t)
+	const n, burst, rate = 2, 100, 100
+	a, b2 := f.instance(t, n), f.instance(t, n)
+	bk := bucket("stale", tiers.Async, rate, burst)
+	take(t, a, bk)  // A: cold, exact: learns R = 99
+	take(t, b2, bk) // B: cold, exact: learns R = 98
+	nb := 0
+	start := f.clk.Now()
+	for range 20 {
+		k, _ := drain(t, b2, 1000, bk)
+		nb += k
+		f.clk.Advance(12500 * time.Microsecond) // a key near its share reports every quarter interval
+		if err := b2.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	na, _ := drain(t, a, 1000, bk) // A still decides on R = 99
+	admitted := 2 + na + nb
+	if err := a.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	allowed := burst + int(rate*f.clk.Now().Sub(start).Seconds())
+	over := admitted - allowed
+	t.Logf("A admitted %d, B %d, cold 2: over by %d", na, nb, over)
+	bound := float64(n-1) / n * (burst + rate*0.05)
+	if over <= 0 || float64(over) > bound {
+		t.Fatalf("admitted %d of %d: over by %d, want within (0, %.1f]", admitted, allowed, over, bound)
+	}
+	// What the store had no room for is carried as debt, not forgotten.
+	if st := a.Stats(); st.DebtUnits != uint64(over) {
+		t.Fatalf("debt %d, want the over-admission %d", st.DebtUnits, over)
+	}
+}
+
+// TestMixedAllOrNothing: a local level reserves first and gives back when
+// an exact level denies; an exact level is not charged when a local level
+// denies.
+func TestMixedAllOrNothing(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	local := bucket("tenant", tiers.Async, 1000, 1000)
+	exact := bucket("login", tiers.Exact, 1, 2)
+	take(t, s, local) // warm: learn the state
+	for i := 0; i < 2; i++ {
+		if ok, _ := take(t, s, exact, local); !ok {
+			t.Fatal("denied within both limits")
+		}
+	}
+	before := s.Stats()
+	ok, res := take(t, s, exact, local)
+	f.clk.Advance(400 * time.Millisecond) // a key far below its share reports every 8 intervals
+	if ok || res[0].Allowed || res[0].Source != "" && res[0].Source != floodgate.SourceStore {
+		t.Fatalf("third login: %v %+v, want a store deny", ok, res)
+	}
+	// The local reservation was given back: 3 local units spent in all,
+	// reported as 3 (the cold take was exact).
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.ReportedUnits != 2 {
+		t.Fatalf("reported %d units, want 2 (the denied take's reservation undone); before %+v", st.ReportedUnits, before)
+	}
+
+	// A local deny never charges the exact level.
+	tight := bucket("tight", tiers.Async, 1, 1)
+	roomy := bucket("roomy", tiers.Exact, 1000, 1000)
+	take(t, s, tight) // cold: takes the only unit exactly
+	ok, _ = take(t, s, roomy, tight)
+	if ok {
+		t.Fatal("allowed past an empty async bucket")
+	}
+	if got := f.remaining(t, roomy); got != 1000 {
+		t.Fatalf("the exact level was charged by a take denied locally: %d left", got)
+	}
+}
+
+func TestOptionErrors(t *testing.T) {
+	f := newFixture(t)
+	_, err := localfirst.New(nil, nil, localfirst.WithLeaseTTL(time.Millisecond), localfirst.WithLeaseShare(2),
+		localfirst.WithInstances(nil), localfirst.WithSyncTimeout(0), localfirst.WithMaxKeys(0), nil)
+	if err == nil {
+		t.Fatal("New accepted bad options")
+	}
+	for _, want := range []string{"nil exact store", "nil ledger", "WithLeaseTTL", "WithLeaseShare", "WithInstances", "WithSyncTimeout", "WithMaxKeys", "nil Option"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if _, err := localfirst.New(f.ledger, f.ledger, localfirst.WithLeaseTarget(2*time.Second)); err == nil || !strings.Contains(err.Error(), "below the lease TTL") {
+		t.Errorf("lease target above TTL: %v", err)
+	}
+}
+
+func TestBadTake(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	b := bucket("x", tiers.Leased, 10, 10)
+	b.Cost = -1
+	_, err := s.Take(context.Background(), []tiers.Bucket{b}, make([]tiers.Result, 1))
+	if err == nil || err.Error() != tiers.ValidateTake([]tiers.Bucket{b}, make([]tiers.Result, 1)).Error() {
+		t.Fatalf("err = %v, want tiers.ValidateTake's", err)
+	}
+}
+
+// hookStore is an exact store that allows takes of local buckets alone
+// (a cold key learning its state), and runs hook, then denies, for any
+// take with an exact bucket.
+type hookStore struct {
+	hook  func()
+	calls *int
+}
+
+func (h hookStore) Take(_ context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+	exact := false
+	for _, b := range bs {
+		exact = exact || b.Consistency == tiers.Exact
+	}
+	for i := range bs {
+		c := bs[i].Limit.Capacity()
+		res[i] = tiers.Result{Allowed: !exact, Limit: c, Remaining: c - bs[i].Cost}
+		if exact {
+			res[i] = tiers.Result{Limit: c, Remaining: c, RetryAfter: time.Second}
+		}
+	}
+	if exact {
+		*h.calls++
+		h.hook()
+	}
+	return !exact, nil
+}
+
+// TestCancelAfterReport: a reservation cancelled after a sync already
+// reported its unit leaves a credit, not a negative report: no report
+// fails and Close is clean.
+func TestCancelAfterReport(t *testing.T) {
+	f := newFixture(t)
+	var s *localfirst.Store
+	calls := 0
+	exact := hookStore{calls: &calls, hook: func() { _ = s.Close(context.Background()) }} // reports everything, now
+	s2, err := localfirst.New(exact, f.ledger, localfirst.WithClock(f.clk), localfirst.WithManualSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = s2
+	local := bucket("tenant", tiers.Async, 1000, 1000)
+	gate := bucket("gate", tiers.Exact, 10, 10)
+	take(t, s, local) // cold: the exact store allows and teaches the state
+	if ok, _ := take(t, s, local, gate); ok || calls != 1 {
+		t.Fatalf("allowed=%v with %d exact calls: want the exact level asked once, and denying", ok, calls)
+	}
+	if st := s.Stats(); st.ReportedUnits != 1 {
+		t.Fatalf("the hook's sync reported %d units, want the reserved 1", st.ReportedUnits)
+	}
+	// A read of the key (cost 0) puts it back on the sync list with its
+	// credit.
+	read := local
+	read.Cost = 0
+	take(t, s, read)
+	f.clk.Advance(time.Second)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatalf("Sync after a cancelled reservation: %v", err)
+	}
+	if st := s.Stats(); st.ReportFailures != 0 {
+		t.Fatalf("reports failed: %+v", st)
+	}
+}

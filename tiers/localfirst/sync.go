@@ -1,0 +1,319 @@
+package localfirst
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// counters back Stats.
+type counters struct {
+	localAllowed, localDenied, storeAllowed atomic.Uint64
+	leases, leasedUnits, returnedUnits      atomic.Uint64
+	reports, reportedUnits, reportFailures  atomic.Uint64
+	debtUnits, returnFailures, overflow     atomic.Uint64
+	syncs, lastBatch                        atomic.Uint64
+	lagMax                                  atomic.Int64
+}
+
+// Stats is a snapshot of a Store's counters.
+type Stats struct {
+	// LocalAllowed and LocalDenied count takes decided without the store;
+	// StoreAllowed counts takes the exact store allowed (exact levels,
+	// leases taken with a request, cold async keys).
+	LocalAllowed, LocalDenied, StoreAllowed uint64
+	// Leases counts leases granted and LeasedUnits their extra units;
+	// ReturnedUnits counts unspent units given back.
+	Leases, LeasedUnits, ReturnedUnits uint64
+	// Reports counts async reports that reached the store, ReportedUnits
+	// their units, ReportFailures those that did not (their units are
+	// kept and sent again); DebtUnits counts units admitted here that the
+	// store had no room for when reported.
+	Reports, ReportedUnits, ReportFailures, DebtUnits uint64
+	// ReturnFailures counts lease returns that failed (retried).
+	ReturnFailures uint64
+	// Overflow counts local buckets decided by the exact store because
+	// the key bound was reached.
+	Overflow uint64
+	// Syncs counts Sync runs; LastBatch is how many reports and returns
+	// the last one sent; MaxSyncLag is the longest a key that needed a
+	// report waited past its interval.
+	Syncs, LastBatch uint64
+	MaxSyncLag       time.Duration
+	// Keys is the number of keys held locally.
+	Keys int
+}
+
+// Stats returns a snapshot of the Store's counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	keys := len(s.entries)
+	s.mu.Unlock()
+	c := &s.st
+	return Stats{
+		LocalAllowed: c.localAllowed.Load(), LocalDenied: c.localDenied.Load(), StoreAllowed: c.storeAllowed.Load(),
+		Leases: c.leases.Load(), LeasedUnits: c.leasedUnits.Load(), ReturnedUnits: c.returnedUnits.Load(),
+		Reports: c.reports.Load(), ReportedUnits: c.reportedUnits.Load(), ReportFailures: c.reportFailures.Load(),
+		DebtUnits: c.debtUnits.Load(), ReturnFailures: c.returnFailures.Load(), Overflow: c.overflow.Load(),
+		Syncs: c.syncs.Load(), LastBatch: c.lastBatch.Load(), MaxSyncLag: time.Duration(c.lagMax.Load()),
+		Keys: keys,
+	}
+}
+
+// tick is how often the background goroutine runs Sync.
+const tick = 10 * time.Millisecond
+
+// idleFor is how long an idle key is kept.
+const idleFor = 30 * time.Second
+
+func (s *Store) loop() {
+	defer close(s.stopped)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.sync(context.Background(), false)
+		}
+	}
+}
+
+// Sync reports the async keys that are due and gives back expired leases,
+// now; the background goroutine calls it every few milliseconds.
+func (s *Store) Sync(ctx context.Context) error { return s.sync(ctx, false) }
+
+// Close stops the background goroutine, reports every unreported hit and
+// gives back every leased unit. The Store must not be used after.
+func (s *Store) Close(ctx context.Context) error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	close(s.stop)
+	<-s.stopped
+	return s.sync(ctx, true)
+}
+
+// job is one report or return to send.
+type job struct {
+	e      *entry
+	b      tiers.Bucket // Cost: the units
+	report bool
+}
+
+// maxParallel bounds the ledger calls one Sync has in flight.
+const maxParallel = 16
+
+func (s *Store) sync(ctx context.Context, all bool) error {
+	now := s.cfg.clock.Now()
+	n := max(1, s.cfg.instances())
+	var jobs []job
+	var refunds []tiers.Bucket
+	var refundEntries []*entry
+	s.pmu.Lock()
+	pending := s.pending
+	s.pending = nil
+	s.pmu.Unlock()
+	keep := pending[:0]
+	for _, e := range pending {
+		e.mu.Lock()
+		if e.units > 0 && (all || !now.Before(e.expires)) {
+			e.owed += e.units
+			e.units = 0
+		}
+		if e.owed > 0 {
+			b := e.b
+			b.Cost = e.owed
+			refunds = append(refunds, b)
+			refundEntries = append(refundEntries, e)
+		}
+		if e.inflight == 0 {
+			if cost, lag, due := e.due(now, n, all); due {
+				b := e.b
+				b.Cost = cost
+				e.u -= cost
+				e.inflight = cost
+				e.lastReport = now
+				jobs = append(jobs, job{e: e, b: b, report: true})
+				if lag > time.Duration(s.st.lagMax.Load()) {
+					s.st.lagMax.Store(int64(lag))
+				}
+			}
+		}
+		// An entry stays pending while it holds or owes anything;
+		// reports and returns under way count (they may fail).
+		if e.units > 0 || e.owed > 0 || e.u > 0 || e.inflight > 0 {
+			keep = append(keep, e)
+		} else {
+			e.queued = false
+		}
+		e.mu.Unlock()
+	}
+	if len(keep) > 0 {
+		s.pmu.Lock()
+		s.pending = append(s.pending, keep...)
+		s.pmu.Unlock()
+	}
+	s.sweep(now)
+	s.st.syncs.Add(1)
+	s.st.lastBatch.Store(uint64(len(jobs) + len(refunds)))
+
+	var errs []error
+	if len(refunds) > 0 {
+		if err := s.giveBack(ctx, refunds, refundEntries); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(jobs) > 0 {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, maxParallel)
+		for i := range jobs {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := s.report(ctx, &jobs[i]); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		s.logFailure(err)
+	}
+	return err
+}
+
+// sweep drops keys idle for idleFor, at most once per idleFor/4.
+func (s *Store) sweep(now time.Time) {
+	last := s.lastSweep.Load()
+	if last != 0 && now.UnixNano()-last < int64(idleFor/4) {
+		return
+	}
+	s.lastSweep.Store(now.UnixNano())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.entries {
+		if now.Sub(e.touched) <= idleFor {
+			continue
+		}
+		e.mu.Lock()
+		if e.idle() && !e.queued {
+			delete(s.entries, k)
+		}
+		e.mu.Unlock()
+	}
+}
+
+// due says whether e's hits should be reported now, how many, and how
+// late: keys near their share every quarter interval, others every
+// interval, keys far below their share every 8 intervals. A negative
+// count (a reservation cancelled after its units were reported) is a
+// credit: nothing to report, and later hits pay it off.
+func (e *entry) due(now time.Time, n int, all bool) (cost int64, lag time.Duration, ok bool) {
+	if e.u <= 0 {
+		return 0, 0, false
+	}
+	if all {
+		return e.u, 0, true
+	}
+	iv := e.b.SyncInterval
+	every := iv
+	if e.known {
+		share := math.Min(float64(e.capacity()), e.r+e.perNano()*float64(now.Sub(e.ts))) / float64(n)
+		switch {
+		case float64(e.u) >= share/2:
+			every = iv / 4 // near the share: soon, but not on every hit
+		case float64(e.u) < share/16:
+			every = 8 * iv
+		}
+	}
+	since := now.Sub(e.lastReport)
+	if since >= every {
+		return e.u, max(0, since-every), true
+	}
+	return 0, 0, false
+}
+
+// report sends one key's unreported units to the ledger and learns the
+// store's state from the reply.
+func (s *Store) report(ctx context.Context, j *job) error {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
+	defer cancel()
+	var res [1]tiers.Result
+	units := j.b.Cost
+	ok, err := s.ledger.Take(cctx, []tiers.Bucket{j.b}, res[:])
+	var debt int64
+	if err == nil && !ok && res[0].RetryAfter != tiers.Never {
+		// Other instances spent what this one admitted: charge what is
+		// left, keep the rest as debt for the next report.
+		left := max(0, res[0].Remaining)
+		debt = units - left
+		if left > 0 {
+			b := j.b
+			b.Cost = left
+			ok, err = s.ledger.Take(cctx, []tiers.Bucket{b}, res[:])
+			if err == nil && !ok {
+				debt, left = units, 0 // another report won the race: all of it is owed
+			}
+		}
+		ok = err == nil
+	}
+	now := s.cfg.clock.Now()
+	j.e.mu.Lock()
+	defer j.e.mu.Unlock()
+	j.e.inflight = 0
+	if err != nil || !ok {
+		j.e.u += units
+		s.st.reportFailures.Add(1)
+		if err == nil {
+			err = errors.New("localfirst: the store refused a report")
+		}
+		return err
+	}
+	j.e.u += debt
+	j.e.learn(float64(res[0].Remaining), now)
+	s.st.reports.Add(1)
+	s.st.reportedUnits.Add(uint64(units - debt))
+	s.st.debtUnits.Add(uint64(debt))
+	return nil
+}
+
+// giveBack returns expired lease units in one ledger call.
+func (s *Store) giveBack(ctx context.Context, bs []tiers.Bucket, es []*entry) error {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
+	defer cancel()
+	err := s.ledger.Refund(cctx, bs)
+	if err != nil {
+		s.st.returnFailures.Add(1)
+		return err
+	}
+	for i, e := range es {
+		e.mu.Lock()
+		e.owed -= bs[i].Cost
+		e.mu.Unlock()
+		s.st.returnedUnits.Add(uint64(bs[i].Cost))
+	}
+	return nil
+}
+
+func (s *Store) logFailure(err error) {
+	now := time.Now().UnixNano()
+	prev := s.lastLog.Load()
+	if prev != 0 && now-prev < int64(time.Second) {
+		return
+	}
+	if s.lastLog.CompareAndSwap(prev, now) {
+		s.cfg.logger.Warn("floodgate: local-first sync with the store failed; what was not sent is kept and sent again", "error", err.Error())
+	}
+}
