@@ -185,6 +185,7 @@ func notNil(name, what string, v any, set func(*config)) Option {
 // (TrackInFlight, AddInFlight). It is safe for concurrent use.
 type Observer struct {
 	tracer trace.Tracer
+	meter  metric.Meter
 	clock  floodgate.Clock
 
 	decisions          metric.Int64Counter
@@ -257,10 +258,12 @@ func New(opts ...Option) (*Observer, error) {
 		sources: newInterner(maxExtraSources, "",
 			string(floodgate.SourceStore), string(floodgate.SourceCache), string(floodgate.SourceLocalFallback),
 			string(floodgate.SourceFailOpen), string(floodgate.SourceFailClosed),
-			string(floodgate.SourceShedder), string(floodgate.SourceConcurrency)),
+			string(floodgate.SourceShedder), string(floodgate.SourceConcurrency),
+			string(floodgate.SourceLease), string(floodgate.SourceAsync)),
 		hasher: hasher,
 	}
 	meter := c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
+	o.meter = meter
 	o.decisions = instrument[metric.Int64CounterOption](meter, metric.Meter.Int64Counter, "floodgate.decisions",
 		metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions made by floodgate stages, by stage, decision, policy, source, priority and shadow."))

@@ -41,6 +41,7 @@ func TestRealStackOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = primary.Close() })
 	store, err := fallback.New(h.obs.Store(primary),
 		fallback.WithClock(clk), fallback.WithName("redis"), fallback.WithFailures(1),
 		fallback.WithTimeout(5*time.Second), fallback.WithOpenInterval(time.Minute),
