@@ -8,9 +8,19 @@
 //
 // # What this package decides
 //
-// When a call fails. Each Take gets a budget (WithTimeout, default 5ms). An
-// error from the primary, or the budget running out, is a failure; a deny
-// is a success (the store answered). A call abandoned because the caller's
+// When a call fails. Each Take gets a budget (WithTimeout, default 5ms; a
+// Take with a rule whose on_store_error is "closed" gets WithClosedTimeout,
+// default 250ms, since such a rule would deny rather than decide locally).
+// A deny is a success (the store answered). An error from the primary is a
+// failure. The budget running out is a failure only when the primary has
+// answered nothing for WithSlowGrace (default 1s): until then the store is
+// busy, not down, so the call is decided by on_store_error but counted as
+// slow (Stats.Slow) and not against the breaker. A healthy but loaded
+// Redis, or one paused for tens of milliseconds, therefore never opens the
+// breaker; a dead one (connections refused or reset) opens it at once, and
+// a silent one after the grace. Every failure and slow call is counted by
+// its cause (Stats.Causes: timeout, refused, reset, noscript, oom,
+// redirect, other) and logged with it. A call abandoned because the caller's
 // own context ended is neither: the caller left, which says nothing about
 // the store, so the breaker does not count it and Take returns the
 // context's error. Bad arguments (an empty or repeated key, an invalid
@@ -60,9 +70,13 @@
 //
 //   - tiers.FailLocal (the default) decides with a golang.org/x/time/rate
 //     limiter per bucket, read at the injected clock's time. Its rate is the
-//     bucket's Rate ÷ Period ÷ replicas per second and its burst the
+//     bucket's Rate ÷ Period ÷ instances per second and its burst the
 //     bucket's capacity (Burst for token bucket and GCRA, Rate for the window
-//     algorithms) ÷ replicas, rounded down, at least 1. The window
+//     algorithms) ÷ instances, rounded down, at least 1. A limiter starts
+//     from what the primary last answered for the key, not full: the
+//     remaining units then, refilled at the bucket's rate since, capped at
+//     the capacity, ÷ instances. So one slow call, or the first calls of an
+//     outage, cannot hand a key that was at its limit a fresh bucket. The window
 //     algorithms are approximated by this token bucket, which can admit up
 //     to twice the window's share across one window; the store's exact
 //     window comes back with the store. The Result reports the local burst
@@ -89,11 +103,12 @@
 // results the primary produced keep the primary's Source, so the Observer
 // and the transports can tell degraded decisions apart.
 //
-// Replicas. The number of instances sharing a quota is a static setting
-// (WithReplicas, default 1): set it to the deployment's replica count. It is
-// not counted live, because the moment it matters is the moment the shared
-// store that would hold the heartbeats is gone; a fleet that scales while in
-// fallback admits in proportion to its growth.
+// Replicas. The number of instances sharing a quota comes from
+// WithInstances (default 1), read on every local decision: pass
+// (*fleet.Members).Count, which counts heartbeats in Redis and keeps the
+// last count through an outage (so a fleet that was 4 before Redis went
+// away keeps sharing by 4), or a constant for a static replica count. A
+// limiter whose count changes is reshaped, keeping its consumption.
 //
 // Bounds. Local limiters live in an LRU bounded by WithLocalCapacity
 // (default 10,000 buckets). Creating a limiter when the LRU is full evicts

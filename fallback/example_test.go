@@ -27,8 +27,8 @@ func (downStore) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, er
 func Example() {
 	clk := clock.New(time.Time{})
 	store, err := fallback.New(downStore{},
-		fallback.WithReplicas(4), // four instances share each quota
-		fallback.WithFailures(2), // two failures in a row open the breaker
+		fallback.WithInstances(func() int { return 4 }), // four instances share each quota
+		fallback.WithFailures(2),                        // two failures in a row open the breaker
 		fallback.WithTimeout(5*time.Millisecond),
 		fallback.WithClock(clk),
 		fallback.WithLogger(slog.New(slog.DiscardHandler)),
@@ -72,7 +72,7 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	store, err := fallback.New(primary, fallback.WithReplicas(3), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	store, err := fallback.New(primary, fallback.WithInstances(func() int { return 3 }), fallback.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -84,11 +84,11 @@ func ExampleNew() {
 		ok, _ := store.Take(context.Background(), b, res)
 		fmt.Printf("allowed=%v degraded=%v\n", ok, res[0].Source.Degraded())
 	}
-	_, err = fallback.New(primary, fallback.WithReplicas(0))
+	_, err = fallback.New(primary, fallback.WithInstances(nil))
 	fmt.Println(err)
 	// Output:
 	// allowed=true degraded=false
 	// allowed=true degraded=false
 	// allowed=false degraded=false
-	// fallback: New: WithReplicas(0): the replica count must be at least 1
+	// fallback: New: WithInstances(nil): the count func must not be nil
 }

@@ -21,10 +21,11 @@ import (
 // Defaults for the options of New.
 const (
 	DefaultTimeout          = 5 * time.Millisecond
+	DefaultClosedTimeout    = 250 * time.Millisecond
+	DefaultSlowGrace        = time.Second
 	DefaultFailures         = 5
 	DefaultOpenInterval     = time.Second
 	DefaultProbes           = 1
-	DefaultReplicas         = 1
 	DefaultLocalCapacity    = 10_000
 	DefaultName             = "floodgate-store"
 	defaultFailureLogPeriod = time.Second
@@ -34,10 +35,13 @@ const (
 type config struct {
 	name          string
 	timeout       time.Duration
+	closedTimeout time.Duration
+	closedSet     bool
+	slowGrace     time.Duration
 	failures      uint32
 	openInterval  time.Duration
 	probes        uint32
-	replicas      int
+	instances     func() int
 	localCapacity int
 	clock         floodgate.Clock
 	logger        *slog.Logger
@@ -99,20 +103,53 @@ func WithProbes(n int) Option {
 	}
 }
 
-// WithReplicas sets the number of instances sharing each rule's quota
-// (default DefaultReplicas). Local limiters run at each bucket's rate divided
-// by n, with a burst of its capacity divided by n (rounded down, at least 1),
-// so n instances in fallback together admit about what the store would
-// have. The number is static: set it to the replica count the deployment
-// runs with (for example from the Deployment's replicas field); a fleet that
-// scales up while the store is down over-admits in proportion. It must be
-// at least 1.
-func WithReplicas(n int) Option {
+// WithInstances sets how the instances sharing each rule's quota are
+// counted (default: 1). Local limiters run at each bucket's rate divided
+// by the count, with a burst of its capacity divided by it (rounded down,
+// at least 1), so the instances in fallback together admit about what the
+// store would have. count is called on every local decision and must be
+// cheap: pass (*fleet.Members).Count, which counts heartbeats in Redis and
+// keeps the last count through an outage, or a constant func for a static
+// replica count. Values below 1 count as 1.
+func WithInstances(count func() int) Option {
 	return func(c *config) {
-		if n < 1 {
-			c.errs = append(c.errs, fmt.Errorf("WithReplicas(%d): the replica count must be at least 1", n))
+		if count == nil {
+			c.errs = append(c.errs, errors.New("WithInstances(nil): the count func must not be nil"))
+			return
 		}
-		c.replicas = n
+		c.instances = count
+	}
+}
+
+// WithClosedTimeout sets the budget of a call whose buckets include a rule
+// with on_store_error "closed" (default DefaultClosedTimeout, or the
+// WithTimeout budget when that is longer; set explicitly it must not be
+// shorter): such a rule denies when the store cannot answer, so
+// it waits longer for a busy store rather than deny a login because one
+// call was slow.
+func WithClosedTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("WithClosedTimeout(%s): the timeout must be positive", d))
+			return
+		}
+		c.closedTimeout, c.closedSet = d, true
+	}
+}
+
+// WithSlowGrace sets how recently the primary must have answered for a
+// call that runs out of its budget to count as slow rather than failed
+// (default DefaultSlowGrace). A slow call is decided by on_store_error
+// like a failed one but is not counted against the breaker: a store that
+// keeps answering other calls is busy, not down. Errors (refused, reset,
+// OOM, ...) always count. It must be positive.
+func WithSlowGrace(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("WithSlowGrace(%s): the grace must be positive", d))
+			return
+		}
+		c.slowGrace = d
 	}
 }
 
@@ -184,6 +221,11 @@ func WithOnStateChange(f func(name string, from, to gobreaker.State)) Option {
 // A Store is safe for concurrent use.
 type Store struct {
 	primary      tiers.Store
+	closedTO     time.Duration
+	slowGrace    time.Duration
+	instances    func() int
+	seen         *lastKnown
+	lastOK       atomic.Int64 // unix nanoseconds of the last answer from the primary
 	cb           *gobreaker.CircuitBreaker[bool]
 	timeout      time.Duration
 	clock        floodgate.Clock
@@ -212,6 +254,8 @@ type Store struct {
 // counters are the Store's statistics; see Stats.
 type counters struct {
 	calls, failures, timeouts, canceled, rejected atomic.Uint64
+	slow                                          atomic.Uint64
+	causes                                        [numCauses]atomic.Uint64
 	takesAllowed, takesDenied                     atomic.Uint64
 	modes                                         modeCounts
 	transitions                                   [3]atomic.Uint64 // [to state]
@@ -259,10 +303,12 @@ func New(primary tiers.Store, opts ...Option) (*Store, error) {
 	c := config{
 		name:          DefaultName,
 		timeout:       DefaultTimeout,
+		closedTimeout: DefaultClosedTimeout,
+		slowGrace:     DefaultSlowGrace,
 		failures:      DefaultFailures,
 		openInterval:  DefaultOpenInterval,
 		probes:        DefaultProbes,
-		replicas:      DefaultReplicas,
+		instances:     func() int { return 1 },
 		localCapacity: DefaultLocalCapacity,
 		clock:         floodgate.SystemClock(),
 		logger:        slog.Default(),
@@ -274,17 +320,27 @@ func New(primary tiers.Store, opts ...Option) (*Store, error) {
 		}
 		o(&c)
 	}
+	switch {
+	case !c.closedSet:
+		c.closedTimeout = max(c.closedTimeout, c.timeout)
+	case c.closedTimeout < c.timeout:
+		c.errs = append(c.errs, fmt.Errorf("WithClosedTimeout(%s): shorter than the call budget %s", c.closedTimeout, c.timeout))
+	}
 	if len(c.errs) > 0 {
 		return nil, fmt.Errorf("fallback: New: %w", errors.Join(c.errs...))
 	}
 	s := &Store{
 		primary:      primary,
 		timeout:      c.timeout,
+		closedTO:     c.closedTimeout,
+		slowGrace:    c.slowGrace,
+		instances:    c.instances,
+		seen:         newLastKnown(c.localCapacity, time.Now()),
 		clock:        c.clock,
 		logger:       c.logger,
 		name:         c.name,
 		userOnChange: c.onStateChange,
-		local:        newLocalLimiters(c.localCapacity, c.replicas),
+		local:        newLocalLimiters(c.localCapacity),
 	}
 	s.localFn = s.decideLocal
 	s.closed.Store(true)
@@ -411,11 +467,11 @@ func (s *Store) dirty() {
 }
 
 func excluded(err error) bool {
-	if err == errCallerGone {
+	switch err.(type) {
+	case badInputError, slowError:
 		return true
 	}
-	_, bad := err.(badInputError)
-	return bad
+	return err == errCallerGone
 }
 
 // failed handles a Take the primary did not answer: err is what the
@@ -440,6 +496,13 @@ func (s *Store) failed(ctx context.Context, buckets []tiers.Bucket, res []tiers.
 		if errors.As(err, &bad) {
 			return false, bad.err
 		}
+		var slow slowError
+		if errors.As(err, &slow) {
+			s.c.slow.Add(1)
+			s.c.causes[causeTimeout].Add(1)
+			break
+		}
+		s.c.causes[causeOf(err)].Add(1)
 		s.dirty()
 		s.c.failures.Add(1)
 		if isTimeout(err) {
@@ -461,6 +524,12 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// slowError carries a call that ran out of its budget while the primary
+// kept answering others; the breaker excludes it.
+type slowError struct{ err error }
+
+func (e slowError) Error() string { return "slow call: " + e.err.Error() }
+
 // badInputError carries a check failure of the caller's buckets through the
 // breaker, which excludes it.
 type badInputError struct{ err error }
@@ -471,10 +540,20 @@ func (e badInputError) Error() string { return e.err.Error() }
 // failure is classified here, inside the breaker: the caller leaving, or
 // bad input, is excluded from the breaker's counts.
 func (s *Store) callPrimary(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
-	cctx := acquireCallCtx(ctx, s.timeout)
+	budget := s.timeout
+	for i := range buckets {
+		if buckets[i].OnStoreError == tiers.FailClosed {
+			budget = s.closedTO
+			break
+		}
+	}
+	cctx := acquireCallCtx(ctx, budget)
 	allowed, err := s.primary.Take(cctx, buckets, res)
 	if err == nil {
 		releaseCallCtx(cctx)
+		now := s.clock.Now()
+		s.lastOK.Store(now.UnixNano())
+		s.seen.record(buckets, res, now)
 		return allowed, nil
 	}
 	gone := ctx.Err() != nil || cctx.callerGone()
@@ -484,6 +563,11 @@ func (s *Store) callPrimary(ctx context.Context, buckets []tiers.Bucket, res []t
 	}
 	if bad := tiers.ValidateTake(buckets, res); bad != nil {
 		return false, badInputError{bad}
+	}
+	if isTimeout(err) && s.clock.Now().UnixNano()-s.lastOK.Load() < int64(s.slowGrace) {
+		// The primary answered another call within the grace: it is
+		// busy, not down. Decide this one locally, but do not count it.
+		return false, slowError{err}
 	}
 	// Remembered before the breaker counts it, so the log line of the
 	// transition it causes names it.
@@ -507,7 +591,7 @@ func (s *Store) noteFailure(err error) {
 	s.lastLogged = now
 	s.lastErrMu.Unlock()
 	s.logger.Warn("floodgate: rate-limit store call failed; deciding by each rule's on_store_error",
-		"breaker", s.name, "error", err.Error(), "suppressed_since_last_log", suppressed)
+		"breaker", s.name, "cause", causeNames[causeOf(err)], "error", err.Error(), "suppressed_since_last_log", suppressed)
 }
 
 // maxStackReservations is how many local buckets one Take decides without
@@ -565,6 +649,7 @@ func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed 
 	if n > maxStackReservations {
 		hs = make([]held, 0, n)
 	}
+	inst := max(1, s.instances())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
@@ -573,7 +658,7 @@ func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed 
 		if b.OnStoreError != tiers.FailLocal || b.Cost > b.Limit.Capacity() {
 			continue
 		}
-		e := s.local.get(b.Key, b.Limit, now)
+		e := s.local.get(b.Key, b.Limit, inst, now, s.seen.lookup)
 		r := &res[i]
 		r.Limit = e.burst
 		if b.Cost > e.burst {
@@ -627,6 +712,14 @@ type Stats struct {
 	// timeout); Timeouts is the part of them that ran out of time (the
 	// context's deadline, or a network deadline).
 	Failures, Timeouts uint64
+	// Slow is the number of calls that ran out of their budget while the
+	// primary kept answering others (WithSlowGrace): decided without the
+	// primary but not counted against the breaker, nor in Failures.
+	Slow uint64
+	// Causes counts failed and slow calls by cause: CauseTimeout,
+	// CauseRefused, CauseReset, CauseNoScript, CauseOOM, CauseRedirect,
+	// CauseOther (absent when 0).
+	Causes map[string]uint64
 	// Canceled is the number of primary calls abandoned because the
 	// caller's context ended; they do not count against the store.
 	Canceled uint64
@@ -683,6 +776,7 @@ func (s *Store) Stats() Stats {
 		Failures:             s.c.failures.Load(),
 		Timeouts:             s.c.timeouts.Load(),
 		Canceled:             s.c.canceled.Load(),
+		Slow:                 s.c.slow.Load(),
 		Rejected:             s.c.rejected.Load(),
 		FallbackTakesAllowed: s.c.takesAllowed.Load(),
 		FallbackTakesDenied:  s.c.takesDenied.Load(),
@@ -691,6 +785,14 @@ func (s *Store) Stats() Stats {
 		Closed:               s.c.transitions[gobreaker.StateClosed].Load(),
 	}
 	st.Fallback = s.c.modes.snapshot()
+	for i := range s.c.causes {
+		if v := s.c.causes[i].Load(); v > 0 {
+			if st.Causes == nil {
+				st.Causes = make(map[string]uint64, numCauses)
+			}
+			st.Causes[causeNames[i]] = v
+		}
+	}
 	s.c.byRule.Range(func(k, v any) bool {
 		if st.ByRule == nil {
 			st.ByRule = make(map[string][3]ModeCount)

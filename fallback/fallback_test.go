@@ -161,7 +161,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"failures", fallback.WithFailures(0), "WithFailures(0)"},
 		{"open", fallback.WithOpenInterval(-time.Second), "WithOpenInterval(-1s)"},
 		{"probes", fallback.WithProbes(0), "WithProbes(0)"},
-		{"replicas", fallback.WithReplicas(0), "WithReplicas(0)"},
+		{"instances", fallback.WithInstances(nil), "WithInstances(nil)"},
+		{"closed timeout", fallback.WithClosedTimeout(0), "WithClosedTimeout(0s)"},
+		{"closed timeout below budget", fallback.WithClosedTimeout(time.Microsecond), "shorter than the call budget"},
+		{"slow grace", fallback.WithSlowGrace(0), "WithSlowGrace(0s)"},
 		{"capacity", fallback.WithLocalCapacity(0), "WithLocalCapacity(0)"},
 		{"clock", fallback.WithClock(nil), "WithClock(nil)"},
 		{"logger", fallback.WithLogger(nil), "WithLogger(nil)"},
@@ -298,7 +301,7 @@ func TestFailuresMustBeConsecutive(t *testing.T) {
 // TestLocalLimitIsRateOverReplicas holds a bucket of 400/s, burst 40, on an
 // instance of 4 replicas: locally 100/s with a burst of 10, exactly.
 func TestLocalLimitIsRateOverReplicas(t *testing.T) {
-	fx := newFixture(t, fallback.WithFailures(1), fallback.WithReplicas(4), fallback.WithOpenInterval(time.Hour))
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithInstances(func() int { return 4 }), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("user:1", 400, 40, time.Second, tiers.FailLocal)
 	trip(t, fx, 1, b) // the tripping call itself was decided locally: 1 token
 	allowed := 1
@@ -338,7 +341,7 @@ func TestLocalLimitIsRateOverReplicas(t *testing.T) {
 }
 
 func TestLocalWindowAlgorithmShare(t *testing.T) {
-	fx := newFixture(t, fallback.WithFailures(1), fallback.WithReplicas(3), fallback.WithOpenInterval(time.Hour))
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithInstances(func() int { return 3 }), fallback.WithOpenInterval(time.Hour))
 	b := tiers.Bucket{Key: "ip:1", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 60, Period: time.Minute}, Cost: 1}
 	trip(t, fx, 1, b)
 	allowed := 1
@@ -455,7 +458,7 @@ func TestByRuleIsBounded(t *testing.T) {
 }
 
 func TestCostAboveCapacityNeverAdmitted(t *testing.T) {
-	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithReplicas(4))
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithInstances(func() int { return 4 }))
 	fx.f.fail.Store(true)
 	for _, mode := range []tiers.FailMode{tiers.FailLocal, tiers.FailOpen, tiers.FailClosed} {
 		b := tokenBucket("k:"+mode.String(), 10, 10, time.Second, mode)
@@ -663,6 +666,7 @@ type ctxKey struct{}
 // waits for Done when told to.
 type ctxProbe struct {
 	wait     bool
+	delay    time.Duration // with wait: answer after delay unless the context ends first
 	value    any
 	deadline time.Duration // until the deadline, as seen at the start
 	waited   time.Duration
@@ -678,7 +682,18 @@ func (p *ctxProbe) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result)
 	p.deadline = time.Until(d)
 	if p.wait {
 		start := time.Now()
-		<-ctx.Done()
+		if p.delay > 0 {
+			select {
+			case <-time.After(p.delay):
+				for i := range b {
+					r[i] = tiers.Result{Allowed: true}
+				}
+				return true, nil
+			case <-ctx.Done():
+			}
+		} else {
+			<-ctx.Done()
+		}
 		p.waited = time.Since(start)
 		p.err = ctx.Err()
 		return false, ctx.Err()
@@ -734,8 +749,54 @@ func TestCallContext(t *testing.T) {
 			t.Fatalf("timed-out take %d: Done after %s with %v, want about %s and DeadlineExceeded", i, p.waited, p.err, budget)
 		}
 	}
-	if st := s.Stats(); st.Timeouts != 2 {
-		t.Fatalf("stats %+v, want 2 timeouts", st)
+	// The store answered the three takes just before: these timeouts are
+	// slow calls, not failures (WithSlowGrace).
+	if st := s.Stats(); st.Timeouts != 0 || st.Failures != 0 || st.Slow != 2 || st.Causes[fallback.CauseTimeout] != 2 {
+		t.Fatalf("stats %+v, want 2 slow calls and no failures", st)
+	}
+}
+
+// TestSlowCallsDoNotTrip: a store that keeps answering but is sometimes
+// slower than the budget never opens the breaker, and a fail-closed rule
+// waits the longer closed budget instead of denying; once the store has
+// answered nothing for the grace, timeouts count and open it.
+func TestSlowCallsDoNotTrip(t *testing.T) {
+	const budget, grace = 10 * time.Millisecond, 150 * time.Millisecond
+	p := &ctxProbe{}
+	s, err := fallback.New(p, fallback.WithTimeout(budget), fallback.WithClosedTimeout(200*time.Millisecond),
+		fallback.WithSlowGrace(grace), fallback.WithFailures(2), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := []tiers.Bucket{tokenBucket("k", 10, 10, time.Second, tiers.FailOpen)}
+	closed := []tiers.Bucket{tokenBucket("login", 10, 10, time.Second, tiers.FailClosed)}
+	res := make([]tiers.Result, 1)
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		p.wait = i%2 == 1 // every other call is slower than the budget
+		if ok, err := s.Take(ctx, open, res); err != nil || !ok {
+			t.Fatalf("take %d: %v %v", i, ok, err)
+		}
+	}
+	if st := s.Stats(); st.State != gobreaker.StateClosed || st.Failures != 0 || st.Slow != 5 {
+		t.Fatalf("stats %+v: want closed, 5 slow calls, no failures", st)
+	}
+	// A closed rule gets the closed budget: a call of 50ms is answered by
+	// the store, not denied.
+	p.wait, p.delay = true, 50*time.Millisecond
+	ok, err := s.Take(ctx, closed, res)
+	p.delay = 0
+	if err != nil || !ok || res[0].Source == floodgate.SourceFailClosed {
+		t.Fatalf("closed rule on a slow store: %v %v %+v, want the store's answer", ok, err, res[0])
+	}
+	// Silence longer than the grace is an outage.
+	p.wait = true
+	time.Sleep(grace)
+	for i := 0; i < 2; i++ {
+		_, _ = s.Take(ctx, open, res)
+	}
+	if st := s.Stats(); st.State != gobreaker.StateOpen || st.Failures != 2 {
+		t.Fatalf("stats %+v: want the breaker open after 2 timeouts past the grace", st)
 	}
 }
 
@@ -773,4 +834,79 @@ func TestConcurrentFailuresRace(t *testing.T) {
 	}
 	take(t, fx.s, b)
 	trip(t, fx, 3, b)
+}
+
+// TestLocalStartsFromWhatTheStoreSaid: a local limiter created when the
+// store stops answering starts from the remaining units of the store's
+// last answer for that key, refilled since and divided among the live
+// instances, not from a fresh full share; a key the store never answered
+// for starts full; a change in the instance count reshapes the share.
+func TestLocalStartsFromWhatTheStoreSaid(t *testing.T) {
+	instances := 2
+	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(50*time.Millisecond),
+		fallback.WithInstances(func() int { return instances }))
+	b := tokenBucket("tenant:acme", 1, 100, time.Second, tiers.FailLocal) // 1 unit/s: no refill to speak of
+	for i := 0; i < 90; i++ {
+		if ok, _ := take(t, fx.s, b); !ok {
+			t.Fatalf("store denied take %d", i)
+		}
+	}
+	fx.f.fail.Store(true)
+	// 10 left in the store, 2 instances: this one's share is 5.
+	n := 0
+	for ; n < 100; n++ {
+		ok, res := take(t, fx.s, b)
+		if !ok {
+			break
+		}
+		if res[0].Source != floodgate.SourceLocalFallback {
+			t.Fatalf("take %d decided by %s", n, res[0].Source)
+		}
+	}
+	if n != 5 {
+		t.Fatalf("local limiter admitted %d after the store said 10 were left, want 5 (10 / 2 instances)", n)
+	}
+	// A key the store never answered for: a full share, 100 / 2.
+	fresh := tokenBucket("tenant:new", 1, 100, time.Second, tiers.FailLocal)
+	n = 0
+	for ; n < 100; n++ {
+		if ok, _ := take(t, fx.s, fresh); !ok {
+			break
+		}
+	}
+	if n != 50 {
+		t.Fatalf("a key never seen admitted %d, want a full share of 50", n)
+	}
+	// Four instances now: the share's burst and rate follow.
+	instances = 4
+	fx.clk.Advance(time.Hour)
+	n = 0
+	for ; n < 100; n++ {
+		if ok, _ := take(t, fx.s, fresh); !ok {
+			break
+		}
+	}
+	if n != 25 {
+		t.Fatalf("after the fleet grew to 4 admitted %d, want 25", n)
+	}
+	// The store comes back and answers for acme again; the existing local
+	// limiter, refilled while idle, starts from the store's word at the
+	// next outage: 10 left, 4 instances: 2.
+	fx.f.fail.Store(false)
+	time.Sleep(60 * time.Millisecond) // past the open interval: the next take probes and closes the breaker
+	for i := 0; i < 90; i++ {         // the store's bucket refilled to 100 in the hour
+		if ok, res := take(t, fx.s, b); !ok || res[0].Source.Degraded() {
+			t.Fatalf("store take %d: %v %+v", i, ok, res[0])
+		}
+	}
+	fx.f.fail.Store(true)
+	n = 0
+	for ; n < 100; n++ {
+		if ok, _ := take(t, fx.s, b); !ok {
+			break
+		}
+	}
+	if n != 2 {
+		t.Fatalf("a refilled local limiter admitted %d after the store said 10 were left to 4 instances, want 2", n)
+	}
 }

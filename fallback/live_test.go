@@ -175,6 +175,7 @@ func liveStore(t *testing.T, srv *redistest.Server, opts ...fallback.Option) (*f
 	if err != nil {
 		t.Fatalf("redisstore.New: %v", err)
 	}
+	t.Cleanup(func() { _ = primary.Close() })
 	sl := &stateLog{}
 	all := append([]fallback.Option{
 		fallback.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))),
@@ -340,7 +341,7 @@ func TestLiveKill(t *testing.T) {
 	)
 	srv := redistest.Start(t)
 	s, sl := liveStore(t, srv, fallback.WithTimeout(budget), fallback.WithFailures(failures),
-		fallback.WithOpenInterval(openFor), fallback.WithReplicas(2))
+		fallback.WithOpenInterval(openFor), fallback.WithInstances(func() int { return 2 }))
 
 	l := startLoad(s)
 	time.Sleep(200 * time.Millisecond)
@@ -451,13 +452,16 @@ func TestLivePause(t *testing.T) {
 	}
 	const (
 		budget     = 50 * time.Millisecond
+		grace      = 100 * time.Millisecond
 		openFor    = 200 * time.Millisecond
 		failures   = 3
 		retryAfter = tiers.StoreErrorRetryAfter
 	)
 	srv := redistest.Start(t)
-	s, sl := liveStore(t, srv, fallback.WithTimeout(budget), fallback.WithFailures(failures),
-		fallback.WithOpenInterval(openFor), fallback.WithReplicas(2))
+	// A pause longer than the slow grace is an outage: once Redis has not
+	// answered anything for the grace, timeouts count and open the breaker.
+	s, sl := liveStore(t, srv, fallback.WithTimeout(budget), fallback.WithClosedTimeout(budget), fallback.WithSlowGrace(grace),
+		fallback.WithFailures(failures), fallback.WithOpenInterval(openFor), fallback.WithInstances(func() int { return 2 }))
 
 	l := startLoad(s)
 	time.Sleep(200 * time.Millisecond)
@@ -487,7 +491,8 @@ func TestLivePause(t *testing.T) {
 			continue
 		}
 		lats = append(lats, x.lat)
-		if x.res.Source == floodgate.SourceStore {
+		// A call started within a budget of the resume may be answered.
+		if x.res.Source == floodgate.SourceStore && x.start.Before(pauseEnd.Add(-budget)) {
 			t.Errorf("decision from the store %s into the pause: %+v", x.start.Sub(paused), x.res)
 		}
 		if x.lat >= budget {
@@ -511,13 +516,19 @@ func TestLivePause(t *testing.T) {
 	if !ok {
 		t.Fatalf("breaker never opened; changes %v", sl.changes())
 	}
-	// Three timed-out calls open it: one budget when they overlap, a few on
-	// a loaded machine; never the whole pause.
-	if d := opened.Sub(paused); d > 10*budget {
-		t.Errorf("breaker opened %s into the pause, want within a few budgets (%s)", d, budget)
+	// Calls time out as slow for the grace, then three timed-out calls
+	// open it: one budget when they overlap, a few on a loaded machine;
+	// never the whole pause.
+	if d := opened.Sub(paused); d < grace || d > grace+10*budget {
+		t.Errorf("breaker opened %s into the pause, want after the grace %s and within a few budgets (%s) of it", d, grace, budget)
+	}
+	if st.Slow == 0 {
+		t.Errorf("no call was counted slow during the grace: %+v", st)
 	}
 	t.Logf("breaker opened %s into the pause", opened.Sub(paused))
-	counts := checkOutage(t, samples, opened, pauseEnd, retryAfter)
+	// A probe started in the last budget of the pause may be answered by
+	// the resumed Redis.
+	counts := checkOutage(t, samples, opened, pauseEnd.Add(-budget), retryAfter)
 	if counts[floodgate.SourceFailClosed] == 0 || counts[floodgate.SourceFailOpen] == 0 || counts[floodgate.SourceLocalFallback] == 0 {
 		t.Errorf("pause decisions by source %v, want every mode exercised", counts)
 	}
@@ -559,5 +570,49 @@ func TestLiveNoScriptDoesNotTrip(t *testing.T) {
 	takeStore("after restart")
 	if st := s.Stats(); st.Failures != 0 || st.State != gobreaker.StateClosed || len(sl.changes()) != 0 {
 		t.Fatalf("stats %+v, changes %v: NOSCRIPT counted against the store", st, sl.changes())
+	}
+}
+
+// TestLiveShortPausesAreNotAnOutage pauses Redis for 30ms every 500ms
+// under load with the default budgets: Redis is slow, never down. The
+// breaker never opens, no failure is counted, no login (on_store_error
+// closed) is denied for want of Redis, and the calls that ran out of their
+// budget are counted slow and decided locally.
+func TestLiveShortPausesAreNotAnOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	s, sl := liveStore(t, srv, fallback.WithInstances(func() int { return 2 }))
+	l := startLoad(s)
+	time.Sleep(100 * time.Millisecond)
+	for range 4 {
+		srv.Pause()
+		time.Sleep(30 * time.Millisecond)
+		srv.Resume()
+		time.Sleep(470 * time.Millisecond)
+	}
+	samples := l.stop()
+	st := s.Stats()
+	t.Logf("stats %+v", st)
+	if ch := sl.changes(); len(ch) != 0 {
+		t.Errorf("breaker changed state on a slow Redis: %v", ch)
+	}
+	if st.Failures != 0 || st.Opened != 0 {
+		t.Errorf("failures counted on a slow Redis: %+v", st)
+	}
+	bySource := map[floodgate.Source]int{}
+	for _, x := range samples {
+		if x.err != nil {
+			t.Fatalf("Take returned an error: %v", x.err)
+		}
+		bySource[x.res.Source]++
+		if x.kind == kindClosed && x.res.Source == floodgate.SourceFailClosed {
+			t.Errorf("a fail-closed rule denied on a slow Redis: %+v", x.res)
+		}
+	}
+	t.Logf("decisions by source: %v", bySource)
+	if st.Slow == 0 || bySource[floodgate.SourceLocalFallback] == 0 {
+		t.Errorf("no call ran out of its budget during the pauses (slow %d, local %d): the test did not pause Redis", st.Slow, bySource[floodgate.SourceLocalFallback])
 	}
 }

@@ -15,6 +15,8 @@ import (
 type localEntry struct {
 	key   string
 	limit tiers.Limit
+	n     int       // the instance count the share was built for
+	used  time.Time // the last local decision
 	lim   *rate.Limiter
 	burst int64
 }
@@ -24,25 +26,24 @@ type localEntry struct {
 // mutex.
 type localLimiters struct {
 	capacity int
-	replicas int
 	ll       list.List // front = most recently used; values are *localEntry
 	byKey    map[string]*list.Element
 	evicted  uint64
 }
 
-func newLocalLimiters(capacity, replicas int) *localLimiters {
-	l := &localLimiters{capacity: capacity, replicas: replicas, byKey: make(map[string]*list.Element)}
+func newLocalLimiters(capacity int) *localLimiters {
+	l := &localLimiters{capacity: capacity, byKey: make(map[string]*list.Element)}
 	l.ll.Init()
 	return l
 }
 
 // share returns the local rate (events per second) and burst of limit for
-// one of replicas instances: Rate ÷ Period ÷ replicas per second, and a
-// burst of floor(capacity ÷ replicas), at least 1, where capacity is Burst
-// for TokenBucket and GCRA and Rate for the window algorithms.
-func share(limit tiers.Limit, replicas int) (rate.Limit, int64) {
-	perSecond := float64(limit.Rate) / limit.Period.Seconds() / float64(replicas)
-	burst := limit.Capacity() / int64(replicas)
+// one of n instances: Rate ÷ Period ÷ n per second, and a burst of
+// floor(capacity ÷ n), at least 1, where capacity is Burst for TokenBucket
+// and GCRA and Rate for the window algorithms.
+func share(limit tiers.Limit, n int) (rate.Limit, int64) {
+	perSecond := float64(limit.Rate) / limit.Period.Seconds() / float64(n)
+	burst := limit.Capacity() / int64(n)
 	if burst < 1 {
 		burst = 1
 	}
@@ -52,20 +53,30 @@ func share(limit tiers.Limit, replicas int) (rate.Limit, int64) {
 	return rate.Limit(perSecond), burst
 }
 
-// get returns the limiter for key at limit, creating it full or adjusting it
-// to a changed limit (keeping its consumption), and marks it most recently
-// used. Creating an entry when the LRU is full evicts the least recently
-// used one.
-func (l *localLimiters) get(key string, limit tiers.Limit, now time.Time) *localEntry {
+// get returns the limiter for key at limit, for one of n instances,
+// creating it or adjusting it to a changed limit or instance count
+// (keeping its consumption), and marks it most recently used. A new
+// limiter starts from what the primary last said of the key, when known
+// (seen: the remaining units and when), refilled at the key's rate since
+// and divided among the n instances; else full. Creating an entry when the
+// LRU is full evicts the least recently used one.
+func (l *localLimiters) get(key string, limit tiers.Limit, n int, now time.Time, seen func(string) (int64, time.Time, bool)) *localEntry {
 	if el, ok := l.byKey[key]; ok {
 		l.ll.MoveToFront(el)
 		e := el.Value.(*localEntry)
-		if e.limit != limit {
-			r, b := share(limit, l.replicas)
+		if e.limit != limit || e.n != n {
+			r, b := share(limit, n)
 			e.lim.SetLimitAt(now, r)
 			e.lim.SetBurstAt(now, int(b))
-			e.limit, e.burst = limit, b
+			e.limit, e.burst, e.n = limit, b, n
 		}
+		if rem, at, ok := seen(key); ok && at.After(e.used) {
+			// The primary answered for the key since the limiter last
+			// decided: it refilled meanwhile, the store's bucket maybe
+			// not. Start again from what the store said.
+			e.seed(rem, at, now)
+		}
+		e.used = now
 		return e
 	}
 	if l.ll.Len() >= l.capacity {
@@ -74,13 +85,28 @@ func (l *localLimiters) get(key string, limit tiers.Limit, now time.Time) *local
 		l.ll.Remove(oldest)
 		l.evicted++
 	}
-	r, b := share(limit, l.replicas)
-	e := &localEntry{key: strings.Clone(key), limit: limit, lim: rate.NewLimiter(r, int(b)), burst: b}
+	r, b := share(limit, n)
+	e := &localEntry{key: strings.Clone(key), limit: limit, n: n, lim: rate.NewLimiter(r, int(b)), burst: b}
+	if rem, at, ok := seen(key); ok {
+		e.seed(rem, at, now)
+	}
+	e.used = now
 	l.byKey[e.key] = l.ll.PushFront(e)
 	return e
 }
 
 func (l *localLimiters) len() int { return l.ll.Len() }
+
+// seed lowers the limiter's tokens to this instance's share of what the
+// primary said was left at at (rem units), refilled since: the fleet's
+// remaining divided among the instances. It never adds tokens.
+func (e *localEntry) seed(rem int64, at, now time.Time) {
+	elapsed := max(0, now.Sub(at).Seconds())
+	fleet := math.Min(float64(e.limit.Capacity()), float64(rem)+elapsed*float64(e.limit.Rate)/e.limit.Period.Seconds())
+	if excess := e.lim.TokensAt(now) - math.Floor(fleet/float64(e.n)); excess >= 1 {
+		e.lim.ReserveN(now, int(excess))
+	}
+}
 
 // durationFor is how long the entry's limiter takes to gain tokens, rounded
 // up to a whole microsecond like the stores' arithmetic.

@@ -1,0 +1,70 @@
+package fallback
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// lastKnown remembers, per bucket key, the remaining units the primary last
+// reported and when: what a local limiter starts from when the primary
+// stops answering, so one slow call does not hand out a fresh full bucket.
+// It is a direct-mapped table of atomics: recording costs a hash and two
+// stores, never an allocation or a lock; a collision overwrites (the other
+// key then starts from a full local share, as without a record). The two
+// words of a slot are not written as one: a reader racing a writer of
+// another key in the same slot can take that key's value. Either way the
+// damage is one local limiter seeded wrong within its own share.
+type lastKnown struct {
+	seed  maphash.Seed
+	base  time.Time
+	mask  uint64
+	slots []seedSlot
+}
+
+type seedSlot struct {
+	h atomic.Uint64 // key hash | 1 (0 = empty)
+	v atomic.Uint64 // remaining << 34 | milliseconds since base
+}
+
+const (
+	seedTimeBits = 34
+	seedTimeMask = 1<<seedTimeBits - 1
+	seedMaxRem   = 1<<(64-seedTimeBits) - 1
+)
+
+func newLastKnown(size int, base time.Time) *lastKnown {
+	n := 1
+	for n < size {
+		n <<= 1
+	}
+	return &lastKnown{seed: maphash.MakeSeed(), base: base, mask: uint64(n - 1), slots: make([]seedSlot, n)}
+}
+
+// record notes the primary's answer for every bucket of a take.
+func (l *lastKnown) record(buckets []tiers.Bucket, res []tiers.Result, now time.Time) {
+	ms := uint64(now.Sub(l.base).Milliseconds()) & seedTimeMask
+	for i := range buckets {
+		h := maphash.String(l.seed, buckets[i].Key) | 1
+		rem := uint64(max(0, min(res[i].Remaining, seedMaxRem)))
+		s := &l.slots[h&l.mask]
+		s.v.Store(rem<<seedTimeBits | ms)
+		s.h.Store(h)
+	}
+}
+
+// lookup returns the remaining units last reported for key and when.
+func (l *lastKnown) lookup(key string) (remaining int64, at time.Time, ok bool) {
+	h := maphash.String(l.seed, key) | 1
+	s := &l.slots[h&l.mask]
+	if s.h.Load() != h {
+		return 0, time.Time{}, false
+	}
+	v := s.v.Load()
+	if s.h.Load() != h {
+		return 0, time.Time{}, false
+	}
+	return int64(v >> seedTimeBits), l.base.Add(time.Duration(v&seedTimeMask) * time.Millisecond), true
+}
