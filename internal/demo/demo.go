@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/shoppb"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
@@ -83,6 +84,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var (
 		store     tiers.Store
+		ledger    localfirst.Ledger // leases and async reports go here
 		storeName = "in-process memory store"
 		fb        *fallback.Store
 	)
@@ -91,6 +93,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("demo: REDIS_URL %q: %w", cfg.RedisURL, err)
 		}
+		opt.ContextTimeoutEnabled = true // the fallback's per-call budget bounds every call
+		opt.DialerRetries = 1            // a dead server fails at once; the breaker decides
+		opt.MaxRetries = -1              // no retries with backoff inside the budget
 		client := redis.NewClient(opt)
 		defer client.Close()
 		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -110,15 +115,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("demo: fallback store: %w", err)
 		}
-		store = fb
+		store, ledger = fb, rs
 		storeName = "Redis at " + opt.Addr + " (behind the circuit-breaker fallback)"
 	} else {
 		mem, err := memstore.New()
 		if err != nil {
 			return nil, fmt.Errorf("demo: memory store: %w", err)
 		}
-		store = mem
+		store, ledger = mem, mem
 	}
+	// Local-first: the tenant plans are decided async and the IP safety
+	// net leased (see the policy); every other rule asks the store.
+	lf, err := localfirst.New(store, ledger)
+	if err != nil {
+		return nil, fmt.Errorf("demo: local-first store: %w", err)
+	}
+	defer lf.Close(context.Background())
+	store = lf
 
 	limits, err := tiers.NewLimiter(store, policy)
 	if err != nil {

@@ -194,6 +194,7 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 	}
 	opt.ContextTimeoutEnabled = true // honour the fallback's per-call budget
 	opt.DialerRetries = 1            // a dead server fails fast; the breaker decides
+	opt.MaxRetries = -1              // no retries with backoff inside the call budget: the breaker is the retry policy
 	client := redis.NewClient(opt)
 	s.closer = append(s.closer, func(context.Context) error { return client.Close() })
 	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -212,7 +213,7 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 	guarded, err := fallback.New(s.Observer.Store(rs),
 		fallback.WithName("redis"),
 		fallback.WithTimeout(StoreTimeout),
-		fallback.WithReplicas(s.cfg.Replicas),
+		fallback.WithInstances(func() int { return s.cfg.Replicas }),
 		fallback.WithLogger(s.cfg.Logger),
 		fallback.WithOnStateChange(func(name string, from, to gobreaker.State) {
 			s.Observer.BreakerStateChanged(name, from.String(), to.String())
