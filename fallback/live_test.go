@@ -616,3 +616,56 @@ func TestLiveShortPausesAreNotAnOutage(t *testing.T) {
 		t.Errorf("no call ran out of its budget during the pauses (slow %d, local %d): the test did not pause Redis", st.Slow, bySource[floodgate.SourceLocalFallback])
 	}
 }
+
+// TestLiveCauses: the cause a failed call is counted under matches the
+// fault: a killed Redis refuses, a paused one times out, a full one
+// (maxmemory, noeviction) answers OOM.
+func TestLiveCauses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	b := []tiers.Bucket{liveBuckets[kindOpen]}
+	res := make([]tiers.Result, 1)
+	take := func(s *fallback.Store) {
+		if _, err := s.Take(context.Background(), b, res); err != nil {
+			t.Fatalf("Take: %v", err)
+		}
+	}
+	for _, tc := range []struct {
+		cause string
+		fault func(*redistest.Server)
+		heal  func(*redistest.Server)
+	}{
+		{fallback.CauseOOM, func(srv *redistest.Server) {
+			c := srv.Client()
+			if err := c.FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}, nil},
+		{fallback.CauseTimeout, func(srv *redistest.Server) { srv.Pause() }, func(srv *redistest.Server) { srv.Resume() }},
+		{fallback.CauseRefused, func(srv *redistest.Server) { srv.Kill() }, nil},
+	} {
+		t.Run(tc.cause, func(t *testing.T) {
+			srv := redistest.Start(t)
+			s, _ := liveStore(t, srv, fallback.WithTimeout(20*time.Millisecond), fallback.WithSlowGrace(time.Nanosecond))
+			take(s) // healthy: loads the script
+			tc.fault(srv)
+			if tc.heal != nil {
+				defer tc.heal(srv)
+			}
+			for range 3 {
+				take(s)
+			}
+			st := s.Stats()
+			if st.Causes[tc.cause] == 0 || len(st.Causes) != 1 {
+				t.Fatalf("causes %v, want only %s", st.Causes, tc.cause)
+			}
+		})
+	}
+}
