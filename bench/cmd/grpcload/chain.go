@@ -12,21 +12,27 @@ import (
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
-// policy returns the bench's rate-limit policy. With 4 levels every call is
-// charged to its tenant, user, API key (hashed into the key) and
+// policy returns the bench's rate-limit policy, every rule in consistency
+// mode (tiers.Exact but for the local-first contenders). With 4 levels every
+// call is charged to its tenant, user, API key (hashed into the key) and
 // method+user; with 1 level only to its user. The rates are far above what
-// one principal sees at c=64 over 10k principals, so every call is admitted.
-func policy(levels int) *tiers.Policy {
+// one principal sees at c=64 over 10k principals drawn uniformly, so every
+// call is admitted (with -dist zipf the hottest users can go over 1 000/s).
+func policy(levels int, mode tiers.Consistency) *tiers.Policy {
 	perSec := func(n int64) tiers.Rate { return tiers.Rate{N: n, Period: time.Second} }
 	rules := []tiers.Rule{
 		{Name: "user", Key: []tiers.Scope{tiers.ScopeUser}, Rate: perSec(1_000)},
 		{Name: "tenant", Key: []tiers.Scope{tiers.ScopeTenant}, Rate: perSec(100_000)},
 		{Name: "api-key", Key: []tiers.Scope{tiers.ScopeAPIKey}, Rate: perSec(1_000)},
 		{Name: "method-user", Key: []tiers.Scope{tiers.ScopeUser, tiers.ScopeEndpoint}, Rate: perSec(1_000)},
+	}
+	for i := range rules {
+		rules[i].Consistency = mode
 	}
 	return &tiers.Policy{Rules: rules[:levels]}
 }
@@ -35,6 +41,11 @@ func policy(levels int) *tiers.Policy {
 // them: one UnaryServer per stage, in chain order (shedder, concurrency,
 // tiers), each given the same identity options.
 func chain(store tiers.Store, levels int, prefix string) ([]grpc.ServerOption, error) {
+	return chainMode(store, levels, tiers.Exact, prefix)
+}
+
+// chainMode is chain with every rule in consistency mode.
+func chainMode(store tiers.Store, levels int, mode tiers.Consistency, prefix string) ([]grpc.ServerOption, error) {
 	shed, err := shedder.New(10_000)
 	if err != nil {
 		return nil, fmt.Errorf("shedder: %w", err)
@@ -50,7 +61,7 @@ func chain(store tiers.Store, levels int, prefix string) ([]grpc.ServerOption, e
 	if err != nil {
 		return nil, fmt.Errorf("concurrency: %w", err)
 	}
-	limits, err := tiers.NewLimiter(store, policy(levels), tiers.WithKeyPrefix(prefix))
+	limits, err := tiers.NewLimiter(store, policy(levels, mode), tiers.WithKeyPrefix(prefix))
 	if err != nil {
 		return nil, fmt.Errorf("tiers: %w", err)
 	}
@@ -80,9 +91,10 @@ func setupChainRedis(levels int, batch bool) func(context.Context, *env) ([]grpc
 		if err != nil {
 			return nil, err
 		}
-		var opts []redisstore.Option
+		// Batching is redisstore's default: the unbatched rows turn it off.
+		opts := []redisstore.Option{redisstore.WithBatching(0, 0)}
 		if batch {
-			opts = append(opts, redisstore.WithBatching(e.batch[0], e.batch[1]))
+			opts = []redisstore.Option{redisstore.WithBatching(e.batch[0], e.batch[1])}
 		}
 		store, err := redisstore.New(c, opts...)
 		if err != nil {
@@ -90,5 +102,36 @@ func setupChainRedis(levels int, batch bool) func(context.Context, *env) ([]grpc
 		}
 		e.OnClose(func() { _ = store.Close() })
 		return chain(store, levels, e.Prefix)
+	}
+}
+
+// setupChainLocal is chain-redis-4-batch with every level in consistency
+// mode (tiers.Leased or tiers.Async), decided by a localfirst.Store in
+// front of the batched Redis store, which is both its exact store and its
+// ledger (no fallback, as in the other chain-redis rows). The service is
+// one process, so the store counts one live instance (the default).
+func setupChainLocal(mode tiers.Consistency) func(context.Context, *env) ([]grpc.ServerOption, error) {
+	return func(_ context.Context, e *env) ([]grpc.ServerOption, error) {
+		c, err := e.newRedisClient()
+		if err != nil {
+			return nil, err
+		}
+		store, err := redisstore.New(c, redisstore.WithBatching(e.batch[0], e.batch[1]))
+		if err != nil {
+			return nil, err
+		}
+		e.OnClose(func() { _ = store.Close() })
+		lf, err := localfirst.New(store, store)
+		if err != nil {
+			return nil, err
+		}
+		// Registered last, so it runs first: what it still holds goes back
+		// to Redis before the store stops.
+		e.OnClose(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = lf.Close(ctx)
+		})
+		return chainMode(lf, 4, mode, e.Prefix)
 	}
 }

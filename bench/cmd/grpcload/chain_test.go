@@ -40,7 +40,7 @@ func BenchmarkStageAdmit(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		lim, err := tiers.NewLimiter(store, policy(levels))
+		lim, err := tiers.NewLimiter(store, policy(levels, tiers.Exact))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,11 +10,15 @@
 //	chain-redis-4    the same chain, tiers with 4 levels on a real redis-server
 //	chain-redis-1-batch  chain-redis-1 with redisstore.WithBatching
 //	chain-redis-4-batch  chain-redis-4 with redisstore.WithBatching
+//	chain-redis-4-leased chain-redis-4-batch with every level consistency leased,
+//	                 decided by tiers/localfirst in front of the Redis store
+//	chain-redis-4-async  the same with every level consistency async
 //	redis_rate-1     yardstick: one github.com/go-redis/redis_rate/v10 Allow per
 //	                 call in an interceptor (user level), on the same redis-server
 //
 // Each call carries x-tenant, x-user and x-api-key metadata for a principal
-// drawn uniformly (seeded) from -keys; the interceptor reads identity from
+// drawn (seeded) from -keys, uniformly or, with -dist zipf, Zipf-distributed
+// (hot principals, and so a hot tenant); the interceptor reads identity from
 // them. Limits are high, so every call is admitted and the table measures
 // the admission path.
 //
@@ -27,8 +31,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
 
@@ -41,6 +47,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
 	"github.com/floodgate-go/floodgate/internal/testpb"
+	"github.com/floodgate-go/floodgate/tiers"
 )
 
 func main() { harness.Main("grpcload", run) }
@@ -51,10 +58,44 @@ const baseline = "bare"
 var help = harness.Help{
 	Warmup:      "warm-up per contender (not measured)",
 	Concurrency: "calls in flight",
-	Keys:        "distinct principals (tenant = principal/100), drawn uniformly at random",
+	Keys:        "distinct principals (tenant = principal/100), drawn at random as -dist says",
 	MaxOps:      "bound on calls per contender (the phase ends at -duration or -max-ops)",
 	Pool:        "go-redis connection pool size of the Redis store (0: equal to -c)",
-	Batching:    "chain-redis-1-batch and chain-redis-4-batch",
+	Batching:    "chain-redis-*-batch, -leased and -async",
+}
+
+// The principal distributions of -dist.
+const (
+	distUniform = "uniform"
+	distZipf    = "zipf"
+	// zipfS is the exponent of -dist zipf: principal r (0 the hottest) is
+	// drawn with probability proportional to 1/(r+1)^zipfS.
+	zipfS = 1.1
+	// zipfStream offsets the PCG streams of the zipf draws from the
+	// harness's uniform ones.
+	zipfStream = 1 << 32
+)
+
+// parseFlags parses the common flags and -dist.
+func parseFlags(args []string, out io.Writer) (harness.Config, string, error) {
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	fs.SetOutput(out)
+	f := harness.RegisterFlags(fs, help, harness.Names(contenders, func(c contender) string { return c.name }))
+	dist := fs.String("dist", distUniform, "how principals are drawn: uniform over -keys, or zipf (exponent 1.1: principal 0 hottest, and so tenant 0; hot keys)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return harness.Config{}, "", err
+	}
+	if fs.NArg() > 0 {
+		return harness.Config{}, "", fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *dist != distUniform && *dist != distZipf {
+		return harness.Config{}, "", fmt.Errorf("bad flags: -dist %q is not uniform or zipf", *dist)
+	}
+	cfg, err := f.Config()
+	if err == nil && *dist == distZipf && cfg.Load.Keys < 2 {
+		err = errors.New("bad flags: -dist zipf needs -keys >= 2")
+	}
+	return cfg, *dist, err
 }
 
 // env is what a contender's setup gets; Opts is nil when no chosen
@@ -87,6 +128,8 @@ var contenders = []contender{
 	{"chain-redis-4", true, setupChainRedis(4, false)},
 	{"chain-redis-1-batch", true, setupChainRedis(1, true)},
 	{"chain-redis-4-batch", true, setupChainRedis(4, true)},
+	{"chain-redis-4-leased", true, setupChainLocal(tiers.Leased)},
+	{"chain-redis-4-async", true, setupChainLocal(tiers.Async)},
 	{"redis_rate-1", true, setupRedisRate1},
 }
 
@@ -100,7 +143,7 @@ func (echo) Plain(_ context.Context, r *testpb.EchoRequest) (*testpb.EchoRespons
 }
 
 func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, error) {
-	cfg, err := harness.ParseFlags(args, out, help, harness.Names(contenders, func(c contender) string { return c.name }))
+	cfg, dist, err := parseFlags(args, out)
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +169,8 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 	harness.WriteHeader(out, args,
 		[]string{
 			"redis:   " + redisWhere,
-			fmt.Sprintf("load:    c=%d calls in flight on 1 connection, keys=%d (uniform, seed %d) warmup=%s duration=%s max-ops=%d pool=%d batch=%d flushers x %d per contender and round, %d round(s)",
-				cfg.Load.Concurrency, cfg.Load.Keys, cfg.Load.Seed, cfg.Load.Warmup, cfg.Load.Duration, cfg.Load.MaxOps, cfg.Pool, cfg.BatchFlushers, cfg.BatchMax, cfg.Rounds),
+			fmt.Sprintf("load:    c=%d calls in flight on 1 connection, keys=%d (%s, seed %d) warmup=%s duration=%s max-ops=%d pool=%d batch=%d flushers x %d per contender and round, %d round(s)",
+				cfg.Load.Concurrency, cfg.Load.Keys, dist, cfg.Load.Seed, cfg.Load.Warmup, cfg.Load.Duration, cfg.Load.MaxOps, cfg.Pool, cfg.BatchFlushers, cfg.BatchMax, cfg.Rounds),
 		},
 		[]string{"google.golang.org/grpc", "github.com/redis/go-redis/v9"})
 
@@ -149,7 +192,7 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 		if c.redis {
 			e.Probe.Redis = target.Admin
 		}
-		st, err := measure(ctx, cfg, c, e)
+		st, err := measure(ctx, cfg, dist, c, e)
 		e.Close()
 		if err != nil {
 			return st, fmt.Errorf("%s: %w", c.name, err)
@@ -160,7 +203,7 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 
 // measure starts the service with the contender's interceptors on a free
 // loopback port, dials it, runs the load and stops both.
-func measure(ctx context.Context, cfg harness.Config, c contender, e *env) (harness.Stats, error) {
+func measure(ctx context.Context, cfg harness.Config, dist string, c contender, e *env) (harness.Stats, error) {
 	opts, err := c.setup(ctx, e)
 	if err != nil {
 		return harness.Stats{}, fmt.Errorf("setting up: %w", err)
@@ -200,9 +243,16 @@ func measure(ctx context.Context, cfg harness.Config, c contender, e *env) (harn
 		)
 	}
 	req := &testpb.EchoRequest{Message: "hello"}
+	ops := uint64(0) // Ops made so far: each zipf Op gets its own stream
 	newOp := func() harness.Op {
+		pick := func(k int) int { return k } // uniform: the harness's draw
+		if dist == distZipf {
+			ops++
+			z := rand.NewZipf(rand.New(rand.NewPCG(cfg.Load.Seed, zipfStream+ops)), zipfS, 1, uint64(cfg.Load.Keys-1))
+			pick = func(int) int { return int(z.Uint64()) }
+		}
 		return func(ctx context.Context, k int) (bool, error) {
-			_, err := client.Plain(metadata.NewOutgoingContext(ctx, mds[k]), req)
+			_, err := client.Plain(metadata.NewOutgoingContext(ctx, mds[pick(k)]), req)
 			if err == nil {
 				return true, nil
 			}

@@ -56,3 +56,48 @@ func TestShortRun(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalFirstRows runs the local-first contenders with hot principals
+// (-dist zipf), beside the batched exact chain: no errors, and with every
+// level leased or async most calls are decided without Redis, so both send
+// fewer round trips than calls (leases, cold keys and async reports are
+// what remains). The hottest users may go over their 1 000/s, so only a
+// majority of calls must be admitted.
+func TestLocalFirstRows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := run(ctx, []string{"grpcload", "-short", "-c", "8", "-dist", "zipf", "-only", "chain-redis-4-batch,chain-redis-4-leased,chain-redis-4-async"}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rows))
+	}
+	if !strings.Contains(out.String(), "keys=10000 (zipf, seed 1)") {
+		t.Errorf("header does not name the zipf distribution:\n%s", out.String())
+	}
+	for _, r := range rows {
+		st := r.Stats
+		if st.Ops == 0 || st.Errors != 0 {
+			t.Errorf("%s: %d calls, %d errors (first %v)", r.Name, st.Ops, st.Errors, st.FirstErr)
+			continue
+		}
+		if 2*st.Allowed < st.Ops {
+			t.Errorf("%s: %d of %d calls admitted, want most", r.Name, st.Allowed, st.Ops)
+		}
+		if r.Name != "chain-redis-4-batch" && (st.RoundTrips == 0 || st.RoundTrips >= st.Ops) {
+			t.Errorf("%s: %d Redis round trips for %d calls, want 1..%d", r.Name, st.RoundTrips, st.Ops, st.Ops-1)
+		}
+	}
+}
+
+// TestBadDist checks that -dist names its mistake.
+func TestBadDist(t *testing.T) {
+	var out bytes.Buffer
+	_, err := run(context.Background(), []string{"grpcload", "-dist", "pareto"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "-dist") {
+		t.Fatalf("err = %v, want one naming -dist", err)
+	}
+}

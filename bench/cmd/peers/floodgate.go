@@ -18,9 +18,9 @@ import (
 // call decides them in order, each Take still all or nothing.
 func setupFloodgate(levels int, batch bool) func(context.Context, *env) (func() harness.Op, error) {
 	return func(ctx context.Context, e *env) (func() harness.Op, error) {
-		var opts []redisstore.Option
+		opts := []redisstore.Option{redisstore.WithBatching(0, 0)} // batching is redisstore's default
 		if batch {
-			opts = append(opts, redisstore.WithBatching(e.batchFlushers, e.batchMax))
+			opts[0] = redisstore.WithBatching(e.batchFlushers, e.batchMax)
 		}
 		store, err := redisstore.New(e.NewClient(), opts...)
 		if err != nil {

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bench/internal/harness"
+	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/fleet"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/localfirst"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
+)
+
+// childFlag, as the first argument, makes the program one process of the
+// fleet: the second argument is its childConfig in JSON.
+const childFlag = "-child"
+
+// childConfig is what the parent gives each process of a run.
+type childConfig struct {
+	Index        int
+	Procs        int
+	Addr         string
+	Prefix       string // key prefix of the run's buckets
+	FleetKey     string
+	Mode         string // exact, leased or async
+	Levels       int
+	Keys         int
+	Rate, Burst  int64
+	Sync         time.Duration
+	Goroutines   int
+	Dur          time.Duration
+	MaxOps       int64
+	Offered      float64 // decisions/s of this process; 0: closed loop
+	Instances    string  // fleet or static
+	OnStoreError string
+	FBTimeout    time.Duration
+	Batch        bool
+	Seed         uint64
+}
+
+// childResult is the line a process prints when it is done.
+type childResult struct {
+	Index                       int
+	Decisions, Admitted, Errors uint64
+	// Degraded counts decisions a fallback made (Source.Degraded).
+	Degraded uint64
+	// PerKey is the admitted count of each principal, Demand its decisions.
+	PerKey, Demand []uint64
+	// Sources counts decisions by Decision.Source ("+" admitted, "-"
+	// denied): what decided.
+	Sources map[string]uint64
+	// First and Last are the start of the first decision and the end of
+	// the last, in Unix nanoseconds.
+	First, Last int64
+	// RoundTrips and Commands are the store client's (hook counted), from
+	// the start signal to after Close.
+	RoundTrips, Commands uint64
+	// Instances is the live count the process started with.
+	Instances int
+	Stats     localfirst.Stats
+	FirstErr  string `json:",omitempty"`
+	CloseErr  string `json:",omitempty"`
+}
+
+// readyLine and resultLine start the lines a process writes on standard
+// output; goLine is what the parent writes on its standard input.
+const (
+	readyLine  = "ready "
+	resultLine = "result "
+	goLine     = "go"
+)
+
+// childMain runs one process of the fleet: it builds the stack, says
+// ready, waits for the start line on standard input, decides for the
+// run's duration, closes the local-first store and prints its result. It
+// exits when standard input closes (the parent is gone).
+func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) != 1 {
+		return errors.New("-child takes one JSON argument")
+	}
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
+		return fmt.Errorf("-child: %w", err)
+	}
+	mode, err := tiers.ParseConsistency(cfg.Mode)
+	if err != nil {
+		return err
+	}
+	onErr, err := tiers.ParseFailMode(cfg.OnStoreError)
+	if err != nil {
+		return err
+	}
+	// Background failures (reports and returns during a pause) are logged
+	// by the stores at Warn; the parent shows standard error only when a
+	// process fails.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	opt := &redis.Options{
+		Addr:                  cfg.Addr,
+		PoolSize:              cfg.Goroutines + 8,
+		ContextTimeoutEnabled: true, // honour the fallback's per-call budget
+		DialerRetries:         1,    // a dead server fails fast; the breaker decides
+	}
+	cnt := &harness.Counter{}
+	client := redis.NewClient(opt)
+	client.AddHook(cnt)
+	defer client.Close()
+	fleetClient := redis.NewClient(&redis.Options{Addr: cfg.Addr, ContextTimeoutEnabled: true})
+	defer fleetClient.Close()
+
+	var ropts []redisstore.Option
+	if !cfg.Batch {
+		ropts = append(ropts, redisstore.WithBatching(0, 0))
+	}
+	rs, err := redisstore.New(client, ropts...)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	count := func() int { return cfg.Procs }
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	var fleetDone chan struct{}
+	if cfg.Instances == "fleet" {
+		m, err := fleet.New(fleetClient,
+			fleet.WithKey(cfg.FleetKey),
+			fleet.WithInstanceID(fmt.Sprintf("proc-%d-%d", cfg.Index, os.Getpid())),
+			fleet.WithHeartbeat(250*time.Millisecond, 2*time.Second),
+			fleet.WithLogger(logger),
+		)
+		if err != nil {
+			return err
+		}
+		fleetDone = make(chan struct{})
+		go func() {
+			defer close(fleetDone)
+			_ = m.Run(runCtx)
+		}()
+		// Start with the whole fleet counted (bounded: a process that
+		// never sees it starts anyway, and reports the count it had).
+		deadline := time.Now().Add(5 * time.Second)
+		for m.Count() < cfg.Procs && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		count = m.Count
+	}
+	fopts := []fallback.Option{
+		fallback.WithTimeout(cfg.FBTimeout),
+		fallback.WithInstances(count),
+		fallback.WithLogger(logger),
+	}
+	if cfg.FBTimeout > fallback.DefaultClosedTimeout {
+		fopts = append(fopts, fallback.WithClosedTimeout(cfg.FBTimeout))
+	}
+	exact, err := fallback.New(rs, fopts...)
+	if err != nil {
+		return err
+	}
+	lf, err := localfirst.New(exact, rs, localfirst.WithInstances(count), localfirst.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	ls := levelsFor(cfg.Levels, cfg.Rate, cfg.Burst, cfg.Keys)
+	limits, err := tiers.NewLimiter(lf, policyFor(ls, mode, cfg.Sync, onErr), tiers.WithKeyPrefix(cfg.Prefix))
+	if err != nil {
+		_ = lf.Close(context.Background())
+		return err
+	}
+	// Warm up on keys of their own (scripts loaded, connections dialled),
+	// so the measured keys start full.
+	warm, err := tiers.NewLimiter(lf, policyFor(ls, mode, cfg.Sync, onErr), tiers.WithKeyPrefix(cfg.Prefix+"warm:"))
+	if err != nil {
+		_ = lf.Close(context.Background())
+		return err
+	}
+	for i := range 2 * cfg.Goroutines {
+		r := request(i % cfg.Keys)
+		_, _, _ = warm.Admit(context.Background(), &r)
+	}
+
+	res := childResult{Index: cfg.Index, Instances: count(), PerKey: make([]uint64, cfg.Keys), Demand: make([]uint64, cfg.Keys), Sources: make(map[string]uint64)}
+	if _, err := fmt.Fprintln(stdout, readyLine+"{}"); err != nil {
+		return err
+	}
+	in := bufio.NewScanner(stdin)
+	if !in.Scan() || in.Text() != goLine {
+		_ = lf.Close(context.Background())
+		return errors.New("no start line on standard input")
+	}
+	// The parent closing standard input ends the process.
+	go func() {
+		for in.Scan() {
+		}
+		os.Exit(3)
+	}()
+	rt0, cmd0 := cnt.RoundTrips(), cnt.Commands()
+
+	hammer(limits, &cfg, &res)
+
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := lf.Close(cctx); err != nil {
+		res.CloseErr = err.Error()
+	}
+	cancel()
+	res.Stats = lf.Stats()
+	res.RoundTrips, res.Commands = cnt.RoundTrips()-rt0, cnt.Commands()-cmd0
+	stopRun()
+	if fleetDone != nil {
+		<-fleetDone
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, resultLine+string(b))
+	return err
+}
+
+// worker is one goroutine's tally.
+type worker struct {
+	decisions, admitted, errors, degraded uint64
+	perKey, demand                        []uint64
+	sources                               map[string]uint64
+	first, last                           int64
+	firstErr                              error
+}
+
+// hammer runs cfg.Goroutines goroutines calling limits.Admit on principals
+// drawn uniformly from cfg.Keys, for cfg.Dur or cfg.MaxOps decisions,
+// paced to cfg.Offered decisions per second when it is set.
+func hammer(limits *tiers.Limiter, cfg *childConfig, res *childResult) {
+	g := cfg.Goroutines
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Dur+30*time.Second)
+	defer cancel()
+	var stop atomic.Bool
+	timer := time.AfterFunc(cfg.Dur, func() { stop.Store(true) })
+	defer timer.Stop()
+	perWorker := uint64(max(1, cfg.MaxOps/int64(g)))
+	var every time.Duration
+	if cfg.Offered > 0 {
+		every = time.Duration(float64(g) / cfg.Offered * float64(time.Second))
+	}
+	ws := make([]worker, g)
+	var wg sync.WaitGroup
+	for i := range ws {
+		w := &ws[i]
+		w.perKey, w.demand = make([]uint64, cfg.Keys), make([]uint64, cfg.Keys)
+		w.sources = make(map[string]uint64)
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Index)<<16|uint64(i)))
+			reqs := make([]floodgate.Request, cfg.Keys)
+			for k := range reqs {
+				reqs[k] = request(k)
+			}
+			next := time.Now()
+			for n := uint64(0); n < perWorker && !stop.Load(); n++ {
+				if every > 0 {
+					now := time.Now()
+					if d := next.Sub(now); d > 0 {
+						time.Sleep(d)
+					} else if -d > 10*every {
+						next = now // do not make up for more than a few late starts
+					}
+					next = next.Add(every)
+				}
+				k := rng.IntN(cfg.Keys)
+				r := reqs[k]
+				t0 := time.Now().UnixNano()
+				d, done, err := limits.Admit(ctx, &r)
+				t1 := time.Now().UnixNano()
+				if w.decisions == 0 {
+					w.first = t0
+				}
+				w.last = t1
+				w.decisions++
+				w.demand[k]++
+				if err != nil {
+					if w.errors == 0 {
+						w.firstErr = err
+					}
+					w.errors++
+				}
+				if d.Source.Degraded() {
+					w.degraded++
+				}
+				if d.Allowed {
+					w.admitted++
+					w.perKey[k]++
+					w.sources["+"+string(d.Source)]++
+				} else {
+					w.sources["-"+string(d.Source)]++
+				}
+				if done != nil {
+					done()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range ws {
+		w := &ws[i]
+		if w.decisions == 0 {
+			continue
+		}
+		if res.Decisions == 0 || w.first < res.First {
+			res.First = w.first
+		}
+		res.Last = max(res.Last, w.last)
+		res.Decisions += w.decisions
+		res.Admitted += w.admitted
+		res.Errors += w.errors
+		res.Degraded += w.degraded
+		for k, n := range w.perKey {
+			res.PerKey[k] += n
+			res.Demand[k] += w.demand[k]
+		}
+		for src, n := range w.sources {
+			res.Sources[src] += n
+		}
+		if res.FirstErr == "" && w.firstErr != nil {
+			res.FirstErr = w.firstErr.Error()
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary be a process of the fleet: runFleet starts
+// os.Executable() with -child, which here is this binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == childFlag {
+		if err := childMain(os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "fleetacc child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmoke runs two processes for a second, exact at one level, healthy
+// and with Redis paused: the table has its columns and one row per run,
+// the processes decided and were over the limit (demand several times the
+// rate), and exact admitted nothing over any bucket's bound, paused or not.
+func TestSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := runFleet(ctx, []string{"fleetacc", "-procs", "2", "-dur", "1s", "-modes", "exact", "-levels", "1", "-pause", "both", "-pause-every", "300ms"}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2", len(rows))
+	}
+	for _, col := range []string{"mode", "levels", "redis", "decisions/s", "admitted", "allowed", "over", "over %", "under %", "bucket over", "local %", "RT/decision", "redis CPU µs/decision", "leases", "reports", "degraded"} {
+		if !strings.Contains(out.String(), col) {
+			t.Errorf("table lacks the %q column", col)
+		}
+	}
+	for _, want := range []string{"command: fleetacc -procs 2", "exact 1-level healthy", "exact 1-level paused", "0 over: met"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, r := range rows {
+		if len(r.results) != 2 {
+			t.Errorf("%s: %d process results, want 2", r.spec, len(r.results))
+		}
+		if r.decisions < 2*uint64(r.acc.Allowed) {
+			t.Errorf("%s: %d decisions for %.0f allowed: the load should be several times the limit", r.spec, r.decisions, r.acc.Allowed)
+		}
+		if r.admitted == 0 || r.acc.Excess != 0 || r.over() > 0 {
+			t.Errorf("%s: admitted %d, allowed %.0f, %.0f over the buckets' bounds: exact must never be over", r.spec, r.admitted, r.acc.Allowed, r.acc.Excess)
+		}
+		if r.paused && r.pauses == 0 {
+			t.Errorf("%s: Redis was never paused", r.spec)
+		}
+		if r.local != 0 {
+			t.Errorf("%s: %d local decisions in exact mode", r.spec, r.local)
+		}
+	}
+}
+
+// TestBadFlags checks that every mistake is named.
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-modes", "eventual"},
+		{"-levels", "2"},
+		{"-pause", "sometimes"},
+		{"-procs", "0"},
+		{"-pause-for", "600ms"},
+		{"-instances", "dns"},
+		{"-on-store-error", "maybe"},
+	} {
+		var out bytes.Buffer
+		_, err := runFleet(context.Background(), append([]string{"fleetacc"}, args...), &out)
+		if err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: err = %v, want one naming %s", args, err, args[0])
+		}
+	}
+}
+
+// TestAccuracy checks the bounds on hand-made counts: 4 principals at
+// 10/s burst 5 over 2s may take 25 each; the 4-level tenant binds; light
+// demand is all a perfect limiter admits.
+func TestAccuracy(t *testing.T) {
+	ls := levelsFor(1, 10, 5, 4)
+	none := func(int64) float64 { return 0 }
+	lots := []uint64{1000, 1000, 1000, 1000}
+	a := measureAccuracy(ls, []uint64{25, 25, 25, 27}, lots, 2*time.Second, none)
+	if a.Allowed != 100 || a.Excess != 2 || a.Worst != "user/3" {
+		t.Errorf("1 level: %+v, want allowed 100, excess 2 at user/3", a)
+	}
+	// Tenant: 30/s burst 15 -> 75 in 2s; users 25 each -> 100.
+	ls4 := levelsFor(4, 10, 5, 4)
+	a = measureAccuracy(ls4, []uint64{20, 20, 20, 20}, lots, 2*time.Second, none)
+	if a.Allowed != 75 || a.Excess != 5 || a.Worst != "tenant" {
+		t.Errorf("4 levels: %+v, want allowed 75, excess 5 at tenant", a)
+	}
+	slack := func(rate int64) float64 { return float64(rate) } // 1s worth
+	a = measureAccuracy(ls4, []uint64{20, 20, 20, 20}, lots, 2*time.Second, slack)
+	if a.Formula != 105 || a.FormulaExcess != 0 {
+		t.Errorf("4 levels with slack: %+v, want formula 105 and no excess", a)
+	}
+	// Demand below the bounds: a perfect limiter admits all of it.
+	a = measureAccuracy(ls4, []uint64{5, 10, 10, 10}, []uint64{5, 10, 10, 12}, 2*time.Second, none)
+	if a.Allowed != 37 || a.Excess != 0 {
+		t.Errorf("4 levels, light demand: %+v, want allowed 37 (the demand)", a)
+	}
+}
