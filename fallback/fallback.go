@@ -335,7 +335,7 @@ func New(primary tiers.Store, opts ...Option) (*Store, error) {
 		closedTO:     c.closedTimeout,
 		slowGrace:    c.slowGrace,
 		instances:    c.instances,
-		seen:         newLastKnown(c.localCapacity, time.Now()),
+		seen:         newLastKnown(c.localCapacity, c.clock.Now()),
 		clock:        c.clock,
 		logger:       c.logger,
 		name:         c.name,

@@ -45,7 +45,7 @@ func newLastKnown(size int, base time.Time) *lastKnown {
 
 // record notes the primary's answer for every bucket of a take.
 func (l *lastKnown) record(buckets []tiers.Bucket, res []tiers.Result, now time.Time) {
-	ms := uint64(now.Sub(l.base).Milliseconds()) & seedTimeMask
+	ms := uint64(max(0, now.Sub(l.base).Milliseconds())) & seedTimeMask // base and now read the same clock
 	for i := range buckets {
 		h := maphash.String(l.seed, buckets[i].Key) | 1
 		rem := uint64(max(0, min(res[i].Remaining, seedMaxRem)))
