@@ -93,16 +93,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("demo: REDIS_URL %q: %w", cfg.RedisURL, err)
 		}
-		opt.ContextTimeoutEnabled = true // the fallback's per-call budget bounds every call
-		opt.DialerRetries = 1            // a dead server fails at once; the breaker decides
-		opt.MaxRetries = -1              // no retries with backoff inside the budget
+		opt.ContextTimeoutEnabled = true                   // the fallback's per-call budget bounds every call
+		opt.DialerRetries = 1                              // a dead server fails at once; the breaker decides
+		opt.MaxRetries = -1                                // no retries with backoff inside the budget
+		redisstore.SetRedisLogger(logger, slog.LevelDebug) // go-redis's own lines stay out of the progress output
 		client := redis.NewClient(opt)
 		defer client.Close()
 		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err = client.Ping(pingCtx).Err()
+		unreachable := client.Ping(pingCtx).Err()
 		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("demo: cannot reach Redis at %s: %w", opt.Addr, err)
+		if unreachable != nil {
+			// Not fatal: the breaker opens, rules decide locally, and
+			// Redis takes over when it answers.
+			logger.Warn("floodgate demo: Redis does not answer yet; deciding locally until it does", "addr", opt.Addr, "error", unreachable)
 		}
 		// Batching: the demo's concurrent callers share script calls.
 		rs, err := redisstore.New(client, redisstore.WithPrefix(fmt.Sprintf("fgdemo:%d:", time.Now().UnixNano())),
@@ -117,6 +120,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		store, ledger = fb, rs
 		storeName = "Redis at " + opt.Addr + " (behind the circuit-breaker fallback)"
+		if unreachable != nil {
+			storeName += ", unreachable at start"
+		}
 	} else {
 		mem, err := memstore.New()
 		if err != nil {

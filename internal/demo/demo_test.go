@@ -121,6 +121,31 @@ func TestDemoOnRedis(t *testing.T) {
 	checkReport(t, rep)
 }
 
+// TestDemoRedisUnreachableAtStart: a Redis that is not there is no reason
+// to fail: the demo runs, deciding locally, and says so.
+func TestDemoRedisUnreachableAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives load for a second")
+	}
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	srv.Kill() // a free loopback port nothing listens on
+	rep, err := demo.Run(context.Background(), demo.Config{Duration: time.Second, RedisURL: "redis://" + addr})
+	if err != nil {
+		t.Fatalf("Run with Redis down: %v", err)
+	}
+	if !strings.Contains(rep.Store, "unreachable at start") {
+		t.Errorf("store = %q, want it to say Redis was unreachable", rep.Store)
+	}
+	local := false
+	for _, n := range rep.Notes {
+		local = local || strings.Contains(n, "local_fallback")
+	}
+	if !local {
+		t.Errorf("no local_fallback decision in the notes %q", rep.Notes)
+	}
+}
+
 func TestDemoRejectsBadConfig(t *testing.T) {
 	_, err := demo.Run(context.Background(), demo.Config{Duration: 10 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "shorter than 1s") {

@@ -195,13 +195,16 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 	opt.ContextTimeoutEnabled = true // honour the fallback's per-call budget
 	opt.DialerRetries = 1            // a dead server fails fast; the breaker decides
 	opt.MaxRetries = -1              // no retries with backoff inside the call budget: the breaker is the retry policy
+	redisstore.SetRedisLogger(s.cfg.Logger, slog.LevelDebug)
 	client := redis.NewClient(opt)
 	s.closer = append(s.closer, func(context.Context) error { return client.Close() })
 	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	err = client.Ping(pingCtx).Err()
+	unreachable := client.Ping(pingCtx).Err()
 	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach Redis at %s (REDIS_URL): %w", opt.Addr, err)
+	if unreachable != nil {
+		// Not fatal: the breaker opens, the rules decide locally, and Redis
+		// takes over when it answers.
+		s.cfg.Logger.Warn("Redis does not answer yet; deciding locally until it does", "addr", opt.Addr, "error", unreachable)
 	}
 	// Batching: the takes of concurrent requests share script calls, which
 	// is where a busy server's Redis throughput is (see the README).
@@ -223,6 +226,9 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 		return nil, fmt.Errorf("fallback store: %w", err)
 	}
 	s.StoreName = "Redis at " + opt.Addr + " (circuit breaker, local fallback)"
+	if unreachable != nil {
+		s.StoreName += ", unreachable at start"
+	}
 	return guarded, nil
 }
 
