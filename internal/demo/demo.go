@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -89,23 +89,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fb        *fallback.Store
 	)
 	if cfg.RedisURL != "" {
-		opt, err := redis.ParseURL(cfg.RedisURL)
+		// NewClient sets go-redis up for the fallback (deadlines from the
+		// context, no retries inside the budget); any URL form go-redis
+		// parses: standalone, redis+sentinel://, redis+cluster://.
+		client, err := redisstore.NewClient(cfg.RedisURL)
 		if err != nil {
-			return nil, fmt.Errorf("demo: REDIS_URL %q: %w", cfg.RedisURL, err)
+			return nil, fmt.Errorf("demo: REDIS_URL: %w", err)
 		}
-		opt.ContextTimeoutEnabled = true                   // the fallback's per-call budget bounds every call
-		opt.DialerRetries = 1                              // a dead server fails at once; the breaker decides
-		opt.MaxRetries = -1                                // no retries with backoff inside the budget
-		redisstore.SetRedisLogger(logger, slog.LevelDebug) // go-redis's own lines stay out of the progress output
-		client := redis.NewClient(opt)
 		defer client.Close()
+		addr := redisHost(cfg.RedisURL)
+		redisstore.SetRedisLogger(logger, slog.LevelDebug) // go-redis's own lines stay out of the progress output
 		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		unreachable := client.Ping(pingCtx).Err()
 		cancel()
 		if unreachable != nil {
 			// Not fatal: the breaker opens, rules decide locally, and
 			// Redis takes over when it answers.
-			logger.Warn("floodgate demo: Redis does not answer yet; deciding locally until it does", "addr", opt.Addr, "error", unreachable)
+			logger.Warn("floodgate demo: Redis does not answer yet; deciding locally until it does", "addr", addr, "error", unreachable)
 		}
 		// Batching: the demo's concurrent callers share script calls.
 		rs, err := redisstore.New(client, redisstore.WithPrefix(fmt.Sprintf("fgdemo:%d:", time.Now().UnixNano())),
@@ -119,7 +119,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("demo: fallback store: %w", err)
 		}
 		store, ledger = fb, rs
-		storeName = "Redis at " + opt.Addr + " (behind the circuit-breaker fallback)"
+		storeName = "Redis at " + addr + " (behind the circuit-breaker fallback)"
 		if unreachable != nil {
 			storeName += ", unreachable at start"
 		}
@@ -270,6 +270,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			st.FallbackTakesAllowed, st.FallbackTakesDenied, st.Opened))
 	}
 	return rep, nil
+}
+
+// redisHost is the host part of a Redis URL, without credentials, for
+// messages.
+func redisHost(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return "(URL)"
 }
 
 // decisionCounts is the demo's own Observer: it counts decisions by stage,

@@ -17,11 +17,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	promclient "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -188,15 +188,18 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 		}
 		return s.Observer.Store(mem), nil
 	}
-	opt, err := redis.ParseURL(s.cfg.RedisURL)
+	// NewClient sets go-redis up for the fallback (deadlines from the
+	// context, no retries inside the budget) from any URL form:
+	// standalone, redis+sentinel:// or redis+cluster://.
+	client, err := redisstore.NewClient(s.cfg.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL %q: %w", s.cfg.RedisURL, err)
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	opt.ContextTimeoutEnabled = true // honour the fallback's per-call budget
-	opt.DialerRetries = 1            // a dead server fails fast; the breaker decides
-	opt.MaxRetries = -1              // no retries with backoff inside the call budget: the breaker is the retry policy
+	addr := s.cfg.RedisURL
+	if u, err := url.Parse(s.cfg.RedisURL); err == nil && u.Host != "" {
+		addr = u.Host // never print credentials
+	}
 	redisstore.SetRedisLogger(s.cfg.Logger, slog.LevelDebug)
-	client := redis.NewClient(opt)
 	s.closer = append(s.closer, func(context.Context) error { return client.Close() })
 	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	unreachable := client.Ping(pingCtx).Err()
@@ -204,7 +207,7 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 	if unreachable != nil {
 		// Not fatal: the breaker opens, the rules decide locally, and Redis
 		// takes over when it answers.
-		s.cfg.Logger.Warn("Redis does not answer yet; deciding locally until it does", "addr", opt.Addr, "error", unreachable)
+		s.cfg.Logger.Warn("Redis does not answer yet; deciding locally until it does", "addr", addr, "error", unreachable)
 	}
 	// Batching: the takes of concurrent requests share script calls, which
 	// is where a busy server's Redis throughput is (see the README).
@@ -225,7 +228,7 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fallback store: %w", err)
 	}
-	s.StoreName = "Redis at " + opt.Addr + " (circuit breaker, local fallback)"
+	s.StoreName = "Redis at " + addr + " (circuit breaker, local fallback)"
 	if unreachable != nil {
 		s.StoreName += ", unreachable at start"
 	}
