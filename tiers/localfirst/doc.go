@@ -22,12 +22,17 @@
 // unit spent was first taken from the store, so Leased never admits more
 // than the store would; it admits less by what other instances hold unspent.
 //
-// Async buckets are decided on the last known state of the store's bucket:
-// its remaining units R at the last report, plus the refill since, capped
-// at capacity, divided among the live instances, minus the units this
-// instance admitted and has not yet reported:
+// Async buckets are decided on the last known state of the store's bucket.
+// Each instance keeps its share of it as a local token bucket of capacity
+// C/n refilling at rate/n (n live instances): when the store answers a
+// report with its remaining units R, the share is set to
 //
-//	allowance = min(C, R + rate·(now − t)) / n − unreported
+//	R / n − unreported
+//
+// (what this instance admitted since and has not reported), and local
+// admits spend it between reports. Refill beyond C/n is lost and spending
+// never is, so through a long outage an instance keeps admitting its share
+// of the rate, not only its share of the capacity once.
 //
 // A cold key is decided by the exact store once, which also gives R. Hits
 // are reported to the store per key (a Take of the unreported units, which

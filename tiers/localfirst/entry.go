@@ -37,8 +37,13 @@ type state struct {
 
 	// Async.
 	known      bool
-	r          float64   // the store's remaining at ts
-	ts         time.Time // when r was learned
+	// tok is this instance's share of the bucket, as a local token bucket
+	// of capacity C/n refilling at rate/n: set to r/n less what is
+	// unreported when the store answers, spent by local admits, refilled
+	// at tokAt. Refill beyond the cap is lost, spending never is, so a
+	// long outage admits the share's rate, not only its capacity.
+	tok   float64
+	tokAt time.Time
 	u          int64     // admitted here, not yet reported (debt included)
 	inflight   int64     // units of the report under way
 	lastReport time.Time
@@ -140,31 +145,37 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 		*res = tiers.Result{}
 		return false, true, false
 	}
-	est := math.Min(c, e.r+e.perNano()*float64(now.Sub(e.ts)))
-	allowance := est/float64(n) - float64(e.u+e.inflight)
-	if allowance >= float64(b.Cost) {
+	e.refill(now, n)
+	if e.tok >= float64(b.Cost) {
+		e.tok -= float64(b.Cost)
 		e.u += b.Cost
-		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Floor(allowance - float64(b.Cost))), Source: floodgate.SourceAsync}
+		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Floor(e.tok)), Source: floodgate.SourceAsync}
 		return true, false, false
 	}
-	// Short by need units of this instance's share: n·need of the
-	// store's bucket, which refills at rate; if the bucket is full in
-	// the estimate, what is short is unreported here and a report frees
-	// it.
-	need := (float64(b.Cost) - allowance) * float64(n)
-	wait := time.Duration(e.b.SyncInterval)
-	if est+need <= c {
-		wait = ceilDur(need / e.perNano())
-	}
-	*res = tiers.Result{Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(allowance))), RetryAfter: max(wait, time.Microsecond), Source: floodgate.SourceAsync}
+	// Short by need units of this instance's share, which refills at
+	// rate/n.
+	need := float64(b.Cost) - e.tok
+	wait := ceilDur(need * float64(n) / e.perNano())
+	*res = tiers.Result{Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), RetryAfter: max(wait, time.Microsecond), Source: floodgate.SourceAsync}
 	return false, false, true
 }
 
-// learn records the store's remaining units for the key at now.
-func (e *entry) learn(remaining float64, now time.Time) {
+// refill brings the share's tokens to now, capped at C/n.
+func (e *entry) refill(now time.Time, n int) {
+	if el := now.Sub(e.tokAt); el > 0 {
+		e.tok += e.perNano() * float64(el) / float64(n)
+		e.tokAt = now
+	}
+	e.tok = math.Min(e.tok, float64(e.capacity())/float64(n))
+}
+
+// learn records the store's remaining units for the key at now: this
+// instance's share is then remaining/n less what it admitted and has not
+// reported.
+func (e *entry) learn(remaining float64, now time.Time, n int) {
 	e.known = true
-	e.r = remaining
-	e.ts = now
+	e.tok = remaining/float64(n) - float64(e.u+e.inflight)
+	e.tokAt = now
 }
 
 // cancel gives back a local reservation of cost.
@@ -174,6 +185,7 @@ func (e *entry) cancel(mode tiers.Consistency, cost int64) {
 		return
 	}
 	e.u -= cost
+	e.tok += float64(cost)
 }
 
 // idle reports whether e holds and owes nothing.

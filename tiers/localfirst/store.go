@@ -360,7 +360,7 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 	for k, i := range idx {
 		res[i] = subRes[k]
 	}
-	s.settle(buckets, hl, res, ok, now)
+	s.settle(buckets, hl, res, ok, now, n)
 	if !ok {
 		s.undo(hl, buckets)
 		return false, nil
@@ -406,7 +406,7 @@ func findHeld(hl []held, i int) *held {
 
 // settle records what the exact store answered for local buckets: leases
 // granted, the state of cold async keys.
-func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok bool, now time.Time) {
+func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok bool, now time.Time, n int) {
 	for k := range hl {
 		h := &hl[k]
 		if h.local || h.e == nil {
@@ -425,7 +425,7 @@ func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok
 		case h.cold:
 			// A deny leaves the bucket as it was: its remaining is still
 			// the store's state, so it teaches the same.
-			h.e.learn(float64(r.Remaining), now)
+			h.e.learn(float64(r.Remaining), now, n)
 		case ok && buckets[h.i].Consistency == tiers.Leased:
 			h.e.granted(buckets[h.i].Cost, h.extra, now, &s.cfg)
 			if h.extra > 0 {

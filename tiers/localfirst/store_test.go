@@ -403,3 +403,43 @@ func TestCancelAfterReport(t *testing.T) {
 		t.Fatalf("reports failed: %+v", st)
 	}
 }
+
+// downLedger is a ledger whose Redis is gone: every call fails.
+type downLedger struct{ localfirst.Ledger }
+
+func (downLedger) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, error) {
+	return false, context.DeadlineExceeded
+}
+func (downLedger) Refund(context.Context, []tiers.Bucket) error { return context.DeadlineExceeded }
+
+// TestAsyncThroughAnOutage: with every report failing for 10 s, an async
+// key keeps admitting its share's rate (not just its capacity once), and
+// the unreported hits are all kept for when the store is back.
+func TestAsyncThroughAnOutage(t *testing.T) {
+	f := newFixture(t)
+	warm := f.instance(t, 2)
+	b := bucket("outage", tiers.Async, 10, 10)
+	take(t, warm, b) // learn: 9 left, a share of 4.5
+	_ = warm.Close(context.Background())
+
+	s, err := localfirst.New(f.ledger, downLedger{f.ledger}, localfirst.WithClock(f.clk), localfirst.WithManualSync(),
+		localfirst.WithInstances(func() int { return 2 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	take(t, s, b) // cold here: exact through the (healthy) exact store: 8 left, share 4
+	admitted := 0
+	for step := 0; step < 100; step++ { // 10 s in 100 ms steps
+		n, _ := drain(t, s, 100, b)
+		admitted += n
+		_ = s.Sync(context.Background()) // fails: the ledger is down
+		f.clk.Advance(100 * time.Millisecond)
+	}
+	// Share 4 at once, then 10/s / 2 instances for 9.9 s = 49.5: 53.
+	if admitted != 53 {
+		t.Fatalf("admitted %d over a 10 s outage, want 53 (the share, then rate/n)", admitted)
+	}
+	if st := s.Stats(); st.ReportFailures == 0 || st.ReportedUnits != 0 {
+		t.Fatalf("stats %+v: want failed reports and nothing reported", st)
+	}
+}

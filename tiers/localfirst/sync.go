@@ -230,7 +230,8 @@ func (e *entry) due(now time.Time, n int, all bool) (cost int64, lag time.Durati
 	iv := e.b.SyncInterval
 	every := iv
 	if e.known {
-		share := math.Min(float64(e.capacity()), e.r+e.perNano()*float64(now.Sub(e.ts))) / float64(n)
+		// What this instance had to spend since its last report.
+		share := math.Max(1, e.tok+float64(e.u))
 		switch {
 		case float64(e.u) >= share/2:
 			every = iv / 4 // near the share: soon, but not on every hit
@@ -282,7 +283,7 @@ func (s *Store) report(ctx context.Context, j *job) error {
 		return err
 	}
 	j.e.u += debt
-	j.e.learn(float64(res[0].Remaining), now)
+	j.e.learn(float64(res[0].Remaining), now, max(1, s.cfg.instances()))
 	s.st.reports.Add(1)
 	s.st.reportedUnits.Add(uint64(units - debt))
 	s.st.debtUnits.Add(uint64(debt))
