@@ -51,3 +51,26 @@ func ValidateTake(buckets []Bucket, res []Result) error {
 func bucketError(i int, b *Bucket, problem error) error {
 	return fmt.Errorf("tiers: bucket %d (%q): %w", i, b.Key, problem)
 }
+
+// ValidateRefund reports the first thing wrong with the arguments of a
+// store's Refund, or nil: what ValidateTake refuses of a take of the same
+// buckets, then a bucket whose algorithm has no refund (only TokenBucket
+// and GCRA do). Every store with a Refund calls it, so bad input reads the
+// same whichever store refuses it. It does not allocate for up to 8
+// buckets unless it reports an error.
+func ValidateRefund(buckets []Bucket) error {
+	var rbuf [8]Result
+	res := rbuf[:]
+	if len(buckets) > len(rbuf) {
+		res = make([]Result, len(buckets))
+	}
+	if err := ValidateTake(buckets, res); err != nil {
+		return err
+	}
+	for i := range buckets {
+		if a := buckets[i].Limit.Algorithm; !a.localModes() {
+			return bucketError(i, &buckets[i], fmt.Errorf("%s has no refund (token_bucket and gcra only)", a))
+		}
+	}
+	return nil
+}

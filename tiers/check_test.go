@@ -56,3 +56,24 @@ func TestValidateTakeDoesNotAllocate(t *testing.T) {
 		t.Fatalf("ValidateTake allocates %v times per valid take", n)
 	}
 }
+
+func TestValidateRefund(t *testing.T) {
+	tb := tiers.Bucket{Key: "k", Cost: 1, Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}}
+	fw := tb
+	fw.Key, fw.Limit = "w", tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1, Period: time.Second}
+	neg := tb
+	neg.Cost = -1
+	for _, tc := range []struct {
+		bs   []tiers.Bucket
+		want string
+	}{
+		{[]tiers.Bucket{tb}, ""},
+		{[]tiers.Bucket{tb, fw}, `tiers: bucket 1 ("w"): fixed_window has no refund (token_bucket and gcra only)`},
+		{[]tiers.Bucket{neg}, `tiers: bucket 0 ("k"): cost -1 is negative`},
+	} {
+		err := tiers.ValidateRefund(tc.bs)
+		if (err == nil) != (tc.want == "") || (err != nil && err.Error() != tc.want) {
+			t.Errorf("ValidateRefund = %v, want %q", err, tc.want)
+		}
+	}
+}

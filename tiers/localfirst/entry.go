@@ -36,16 +36,16 @@ type state struct {
 	denied      tiers.Result
 
 	// Async.
-	known      bool
+	known bool
 	// tok is this instance's share of the bucket, as a local token bucket
 	// of capacity C/n refilling at rate/n: set to r/n less what is
 	// unreported when the store answers, spent by local admits, refilled
 	// at tokAt. Refill beyond the cap is lost, spending never is, so a
 	// long outage admits the share's rate, not only its capacity.
-	tok   float64
-	tokAt time.Time
-	u          int64     // admitted here, not yet reported (debt included)
-	inflight   int64     // units of the report under way
+	tok        float64
+	tokAt      time.Time
+	u          int64 // admitted here, not yet reported (debt included)
+	inflight   int64 // units of the report under way
 	lastReport time.Time
 }
 

@@ -325,7 +325,7 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 // with tiers.ValidateTake's error (as if the buckets were a take). Either
 // error is reported before anything is refunded. ctx is not consulted.
 func (s *Store) Refund(_ context.Context, buckets []tiers.Bucket) error {
-	if err := validateRefund(buckets); err != nil {
+	if err := tiers.ValidateRefund(buckets); err != nil {
 		return err
 	}
 	n := len(buckets)
@@ -411,26 +411,6 @@ func refund(e *entry, b *tiers.Bucket, now int64) {
 	// The refunded state needs less time than the charged one did: the
 	// lifetime shrinks to that, as a take would have set it.
 	e.expires = min(e.expires, satAdd(satAdd(now, max(reset, minTTL)), ttlSlack))
-}
-
-// validateRefund refuses what tiers.ValidateTake refuses of a take of
-// buckets (with its error) and buckets whose algorithm has no refund. It
-// allocates only for more than stackBuckets buckets, or to report an error.
-func validateRefund(buckets []tiers.Bucket) error {
-	var rbuf [stackBuckets]tiers.Result
-	res := rbuf[:]
-	if len(buckets) > len(rbuf) {
-		res = make([]tiers.Result, len(buckets))
-	}
-	if err := tiers.ValidateTake(buckets, res); err != nil {
-		return err
-	}
-	for i := range buckets {
-		if a := buckets[i].Limit.Algorithm; a != tiers.TokenBucket && a != tiers.GCRA {
-			return fmt.Errorf("memstore: Refund: bucket %d (%q): %s has no refund (token_bucket and gcra only)", i, buckets[i].Key, a)
-		}
-	}
-	return nil
 }
 
 // insertSorted adds v to the ascending, duplicate-free list l, whose

@@ -46,7 +46,7 @@ var creditScript = newScript(creditSrc)
 // with tiers.ValidateTake's error (as if the buckets were a take). Either
 // error is reported before any round trip.
 func (s *Store) Refund(ctx context.Context, buckets []tiers.Bucket) error {
-	if err := validateRefund(buckets); err != nil {
+	if err := tiers.ValidateRefund(buckets); err != nil {
 		return err
 	}
 	var inline [maxInlineBuckets]int
@@ -124,27 +124,6 @@ func (s *Store) credit(ctx context.Context, buckets []tiers.Bucket, idx []int, n
 	c.buildCredit(creditScript, s.prefix, buckets, idx, s.cluster != nil)
 	if _, err := runScript(ctx, s.client, c, creditScript, s.keyPos(), redis.NewIntCmd); err != nil {
 		return fmt.Errorf("redisstore: Refund: %w", err)
-	}
-	return nil
-}
-
-// validateRefund refuses what tiers.ValidateTake refuses of a take of
-// buckets (with its error) and buckets whose algorithm has no refund. It
-// allocates only for more than maxInlineBuckets buckets, or to report an
-// error.
-func validateRefund(buckets []tiers.Bucket) error {
-	var rbuf [maxInlineBuckets]tiers.Result
-	res := rbuf[:]
-	if len(buckets) > len(rbuf) {
-		res = make([]tiers.Result, len(buckets))
-	}
-	if err := tiers.ValidateTake(buckets, res); err != nil {
-		return err
-	}
-	for i := range buckets {
-		if a := buckets[i].Limit.Algorithm; a != tiers.TokenBucket && a != tiers.GCRA {
-			return fmt.Errorf("redisstore: Refund: bucket %d (%q): %s has no refund (token_bucket and gcra only)", i, buckets[i].Key, a)
-		}
 	}
 	return nil
 }
