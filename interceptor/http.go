@@ -224,7 +224,11 @@ func (i *Interceptor) writeDeny(w http.ResponseWriter, d floodgate.Decision) {
 	if d.RetryAfter > 0 {
 		ra := max(ceilSeconds(d.RetryAfter), quotaSeconds(d))
 		h["Retry-After"] = []string{strconv.FormatInt(ra, 10)}
-		p.Detail += "; retry after " + strconv.FormatInt(ra, 10) + " seconds"
+		unit := " seconds"
+		if ra == 1 {
+			unit = " second"
+		}
+		p.Detail += "; retry after " + strconv.FormatInt(ra, 10) + unit
 	}
 	if !d.HideQuota && d.Policy != "" {
 		p.ViolatedPolicies = []string{d.Policy}

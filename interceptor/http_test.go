@@ -147,7 +147,7 @@ func TestHTTPDenyShedHiddenConcurrency(t *testing.T) {
 			status: 503,
 			body: `{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",` +
 				`"title":"Service temporarily has reduced capacity","status":503,` +
-				`"detail":"server overloaded: request shed; retry after 1 seconds","violated-policies":["shedder"]}` + "\n",
+				`"detail":"server overloaded: request shed; retry after 1 second","violated-policies":["shedder"]}` + "\n",
 			header: map[string][]string{"Retry-After": {"1"}, "Cache-Control": {"no-store"}, "RateLimit": nil, "RateLimit-Policy": nil},
 		},
 		{

@@ -56,6 +56,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: floodgate validate POLICY.yaml...\n\nChecks each policy and prints every error with its field and line; exits 1 if any is invalid.\n")
+	}
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		return 2
+	}
+	args = fs.Args()
 	if len(args) == 0 {
 		fmt.Fprint(stderr, "floodgate validate: name at least one policy file\n")
 		return 2

@@ -56,3 +56,18 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateHelp: -h and --help print the usage and exit 0; they are
+// never taken for a policy file.
+func TestValidateHelp(t *testing.T) {
+	for _, h := range []string{"-h", "--help"} {
+		var out, errOut bytes.Buffer
+		if code := run([]string{"validate", h}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "usage: floodgate validate") || strings.Contains(errOut.String(), ": invalid") {
+			t.Errorf("validate %s: code %d, stderr %q", h, code, errOut.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"validate", "-bogus"}, &out, &errOut); code != 2 {
+		t.Errorf("validate -bogus: code %d, want 2", code)
+	}
+}
