@@ -1,67 +1,26 @@
 package fallback
 
-import (
-	"errors"
-	"io"
-	"net"
-	"strings"
-	"syscall"
-)
+import "github.com/floodgate-go/floodgate/internal/cause"
 
 // Causes of a failed call to the primary store, as counted in
-// Stats.Causes and named in logs.
+// Stats.Causes and named in logs (and, through package otel, as a store
+// call's error.type).
 const (
-	CauseTimeout  = "timeout"  // the call ran out of its budget
-	CauseRefused  = "refused"  // nothing listens: the server is down
-	CauseReset    = "reset"    // the connection broke mid-call
-	CauseNoScript = "noscript" // the script cache was lost and not reloaded
-	CauseOOM      = "oom"      // Redis is out of memory (maxmemory, noeviction)
-	CauseRedirect = "redirect" // a Redis Cluster redirect (MOVED, ASK, CLUSTERDOWN, TRYAGAIN)
-	CauseOther    = "other"
+	CauseTimeout  = cause.Timeout  // the call ran out of its budget
+	CauseRefused  = cause.Refused  // nothing listens: the server is down
+	CauseReset    = cause.Reset    // the connection broke mid-call
+	CauseNoScript = cause.NoScript // the script cache was lost and not reloaded
+	CauseOOM      = cause.OOM      // Redis is out of memory (maxmemory, noeviction)
+	CauseRedirect = cause.Redirect // a Redis Cluster redirect (MOVED, ASK, CLUSTERDOWN, TRYAGAIN)
+	CauseOther    = cause.Other
 )
 
 const (
-	causeTimeout = iota
-	causeRefused
-	causeReset
-	causeNoScript
-	causeOOM
-	causeRedirect
-	causeOther
-	numCauses
+	causeTimeout = 0
+	numCauses    = cause.N
 )
 
-var causeNames = [numCauses]string{CauseTimeout, CauseRefused, CauseReset, CauseNoScript, CauseOOM, CauseRedirect, CauseOther}
+var causeNames = cause.Names
 
 // causeOf classifies a failed call's error.
-func causeOf(err error) int {
-	switch {
-	case isTimeout(err):
-		return causeTimeout
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return causeRefused
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
-		return causeReset
-	}
-	msg := err.Error()
-	for _, p := range [...]struct {
-		prefix string
-		cause  int
-	}{{"NOSCRIPT", causeNoScript}, {"OOM", causeOOM}, {"MOVED", causeRedirect}, {"ASK", causeRedirect},
-		{"CLUSTERDOWN", causeRedirect}, {"TRYAGAIN", causeRedirect}} {
-		if hasReplyPrefix(msg, p.prefix) {
-			return p.cause
-		}
-	}
-	return causeOther
-}
-
-// hasReplyPrefix reports whether a Redis error reply with the given prefix
-// appears in msg, at its start or after a wrapping "...: ".
-func hasReplyPrefix(msg, prefix string) bool {
-	if strings.HasPrefix(msg, prefix+" ") {
-		return true
-	}
-	return strings.Contains(msg, ": "+prefix+" ")
-}
+func causeOf(err error) int { return cause.Index(err) }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/cause"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -516,13 +516,7 @@ func (s *Store) failed(ctx context.Context, buckets []tiers.Bucket, res []tiers.
 // isTimeout reports whether err is the budget running out: the context's
 // deadline, or a network deadline derived from it (a go-redis client with
 // ContextTimeoutEnabled sets the connection's deadline from the context).
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
-		return true
-	}
-	var ne interface{ Timeout() bool }
-	return errors.As(err, &ne) && ne.Timeout()
-}
+func isTimeout(err error) bool { return cause.IsTimeout(err) }
 
 // slowError carries a call that ran out of its budget while the primary
 // kept answering others; the breaker excludes it.

@@ -40,7 +40,7 @@
 //	floodgate.shadow        bool     a shadow (dry-run) rule would have denied
 //	floodgate.degraded      bool     decided without the primary store (fallback)
 //	floodgate.key_hash      string   16 hex digits identifying the caller (see below); absent when anonymous
-//	error.type              string   on events only, when the stage returned an error: timeout | canceled | _OTHER
+//	error.type              string   on events only, when the stage returned an error: canceled | timeout | refused | reset | noscript | oom | redirect | _OTHER
 //
 // The decision is "shed" when the shedder stage denies, "concurrency_limited"
 // when the concurrency stage denies, and "limited" when any other stage

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/cause"
 )
 
 // ScopeName is the instrumentation scope name of the tracer and meter this
@@ -410,33 +411,40 @@ func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.D
 func (o *Observer) KeyHash(id floodgate.Identity) string { return o.hasher.hash(id) }
 
 // Error types of error.type on floodgate.store.duration and on decision
-// events.
+// events: "canceled" for the caller's cancellation, else the cause of the
+// failure, classified as package fallback counts it (timeout, refused,
+// reset, noscript, oom, redirect), and "_OTHER".
 const (
-	errNone = iota
-	errTimeout
-	errCanceled
-	errOther
-	numErrorTypes
+	errNone     = 0
+	errCanceled = 1
+	// errCause + a cause index; the last cause, other, is "_OTHER".
+	errCause      = 2
+	numErrorTypes = errCause + cause.N
 )
 
-var errorTypeNames = [numErrorTypes]string{"", "timeout", "canceled", "_OTHER"}
+var errorTypeNames = func() (n [numErrorTypes]string) {
+	n[errCanceled] = "canceled"
+	for i, c := range cause.Names {
+		n[errCause+i] = c
+	}
+	n[numErrorTypes-1] = "_OTHER"
+	return n
+}()
 
 func classify(err error) int {
 	switch {
 	case err == nil:
 		return errNone
-	case errors.Is(err, context.DeadlineExceeded):
-		return errTimeout
 	case errors.Is(err, context.Canceled):
 		return errCanceled
 	}
-	return errOther
+	return errCause + cause.Index(err)
 }
 
 // RecordStoreCall records one rate-limit store call of duration d in
 // floodgate.store.duration. err is the call's error; a non-nil err sets
-// error.type to "timeout" (context.DeadlineExceeded), "canceled"
-// (context.Canceled) or "_OTHER". A store, or the fallback wrapper around
+// error.type to "canceled" (context.Canceled) or the failure's cause:
+// "timeout", "refused", "reset", "noscript", "oom", "redirect" or "_OTHER". A store, or the fallback wrapper around
 // it, calls this after each Take; a deny is not an error.
 func (o *Observer) RecordStoreCall(ctx context.Context, d time.Duration, err error) {
 	o.storeDuration.Record(ctx, d.Seconds(), o.storeOpts[classify(err)]...)

@@ -157,13 +157,14 @@ rules:
 		b("closed", 0), b("half_open", 0), b("open", 1),
 	})
 	// Every Take reached the instrumented primary: four answered (the
-	// cached denial is answered inside the Redis store), one failed.
+	// cached denial is answered inside the Redis store), one failed, and
+	// error.type names its cause: Redis was killed, the dial refused.
 	hist := ms["floodgate.store.duration"].Data.(metricdata.Histogram[float64])
 	counts := map[string]uint64{}
 	for _, p := range hist.DataPoints {
 		counts[p.Attributes.Encoded(attribute.DefaultEncoder())] = p.Count
 	}
-	if want := map[string]uint64{enc(): 4, enc(fgotel.AttrErrorType.String("_OTHER")): 1}; fmt.Sprint(counts) != fmt.Sprint(want) {
+	if want := map[string]uint64{enc(): 4, enc(fgotel.AttrErrorType.String("refused")): 1}; fmt.Sprint(counts) != fmt.Sprint(want) {
 		t.Errorf("floodgate.store.duration counts %v, want %v", counts, want)
 	}
 	// ... each inside a floodgate.store span under its server span.
