@@ -26,7 +26,9 @@ func TestMain(m *testing.M) {
 // TestSmoke runs two processes for a second, exact at one level, healthy
 // and with Redis paused: the table has its columns and one row per run,
 // the processes decided and were over the limit (demand several times the
-// rate), and exact admitted nothing over any bucket's bound, paused or not.
+// rate), exact admitted nothing over any bucket's bound, paused or not,
+// and no decision was made without Redis (issue 15: a slow Redis never
+// trips the fallback).
 func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -64,6 +66,11 @@ func TestSmoke(t *testing.T) {
 		}
 		if r.local != 0 {
 			t.Errorf("%s: %d local decisions in exact mode", r.spec, r.local)
+		}
+		// Redis slow in bursts is not down: no decision came from the
+		// fallback (so no fail-closed deny and no open breaker).
+		if r.degraded != 0 {
+			t.Errorf("%s: %d decisions made without Redis while it was only slow", r.spec, r.degraded)
 		}
 	}
 }
