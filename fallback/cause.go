@@ -14,13 +14,3 @@ const (
 	CauseRedirect = cause.Redirect // a Redis Cluster redirect (MOVED, ASK, CLUSTERDOWN, TRYAGAIN)
 	CauseOther    = cause.Other
 )
-
-const (
-	causeTimeout = 0
-	numCauses    = cause.N
-)
-
-var causeNames = cause.Names
-
-// causeOf classifies a failed call's error.
-func causeOf(err error) int { return cause.Index(err) }

@@ -255,7 +255,7 @@ type Store struct {
 type counters struct {
 	calls, failures, timeouts, canceled, rejected atomic.Uint64
 	slow                                          atomic.Uint64
-	causes                                        [numCauses]atomic.Uint64
+	causes                                        [cause.N]atomic.Uint64
 	takesAllowed, takesDenied                     atomic.Uint64
 	modes                                         modeCounts
 	transitions                                   [3]atomic.Uint64 // [to state]
@@ -499,24 +499,19 @@ func (s *Store) failed(ctx context.Context, buckets []tiers.Bucket, res []tiers.
 		var slow slowError
 		if errors.As(err, &slow) {
 			s.c.slow.Add(1)
-			s.c.causes[causeTimeout].Add(1)
+			s.c.causes[cause.TimeoutIndex].Add(1)
 			break
 		}
-		s.c.causes[causeOf(err)].Add(1)
+		s.c.causes[cause.Index(err)].Add(1)
 		s.dirty()
 		s.c.failures.Add(1)
-		if isTimeout(err) {
+		if cause.IsTimeout(err) {
 			s.c.timeouts.Add(1)
 		}
 		s.noteFailure(err)
 	}
 	return s.decide(buckets, res), nil
 }
-
-// isTimeout reports whether err is the budget running out: the context's
-// deadline, or a network deadline derived from it (a go-redis client with
-// ContextTimeoutEnabled sets the connection's deadline from the context).
-func isTimeout(err error) bool { return cause.IsTimeout(err) }
 
 // slowError carries a call that ran out of its budget while the primary
 // kept answering others; the breaker excludes it.
@@ -558,7 +553,7 @@ func (s *Store) callPrimary(ctx context.Context, buckets []tiers.Bucket, res []t
 	if bad := tiers.ValidateTake(buckets, res); bad != nil {
 		return false, badInputError{bad}
 	}
-	if isTimeout(err) && s.clock.Now().UnixNano()-s.lastOK.Load() < int64(s.slowGrace) {
+	if cause.IsTimeout(err) && s.clock.Now().UnixNano()-s.lastOK.Load() < int64(s.slowGrace) {
 		// The primary answered another call within the grace: it is
 		// busy, not down. Decide this one locally, but do not count it.
 		return false, slowError{err}
@@ -585,7 +580,7 @@ func (s *Store) noteFailure(err error) {
 	s.lastLogged = now
 	s.lastErrMu.Unlock()
 	s.logger.Warn("floodgate: rate-limit store call failed; deciding by each rule's on_store_error",
-		"breaker", s.name, "cause", causeNames[causeOf(err)], "error", err.Error(), "suppressed_since_last_log", suppressed)
+		"breaker", s.name, "cause", cause.Names[cause.Index(err)], "error", err.Error(), "suppressed_since_last_log", suppressed)
 }
 
 // maxStackReservations is how many local buckets one Take decides without
@@ -782,9 +777,9 @@ func (s *Store) Stats() Stats {
 	for i := range s.c.causes {
 		if v := s.c.causes[i].Load(); v > 0 {
 			if st.Causes == nil {
-				st.Causes = make(map[string]uint64, numCauses)
+				st.Causes = make(map[string]uint64, cause.N)
 			}
-			st.Causes[causeNames[i]] = v
+			st.Causes[cause.Names[i]] = v
 		}
 	}
 	s.c.byRule.Range(func(k, v any) bool {

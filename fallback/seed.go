@@ -43,10 +43,14 @@ func newLastKnown(size int, base time.Time) *lastKnown {
 	return &lastKnown{seed: maphash.MakeSeed(), base: base, mask: uint64(n - 1), slots: make([]seedSlot, n)}
 }
 
-// record notes the primary's answer for every bucket of a take.
+// record notes the primary's answer for the FailLocal buckets of a take,
+// the only ones a local limiter is ever made for.
 func (l *lastKnown) record(buckets []tiers.Bucket, res []tiers.Result, now time.Time) {
 	ms := uint64(max(0, now.Sub(l.base).Milliseconds())) & seedTimeMask // base and now read the same clock
 	for i := range buckets {
+		if buckets[i].OnStoreError != tiers.FailLocal {
+			continue
+		}
 		h := maphash.String(l.seed, buckets[i].Key) | 1
 		rem := uint64(max(0, min(res[i].Remaining, seedMaxRem)))
 		s := &l.slots[h&l.mask]

@@ -148,7 +148,7 @@ func (i *Interceptor) exempt(method string) bool {
 
 // grpcRequest returns the call's Request and the context carrying it.
 func (i *Interceptor) grpcRequest(ctx context.Context, method string) (*floodgate.Request, context.Context) {
-	return i.request(ctx, &call{method: method, grpcMethod: true, peer: peerAddr(ctx), md: Metadata{ctx: ctx}})
+	return i.request(ctx, &call{method: method, grpcMethod: true, md: Metadata{ctx: ctx}})
 }
 
 func peerAddr(ctx context.Context) (a netip.Addr) {

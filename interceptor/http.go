@@ -3,7 +3,6 @@ package interceptor
 import (
 	"encoding/json"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"unsafe"
 
@@ -76,7 +75,7 @@ func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler
 				next.ServeHTTP(w, r)
 				return
 			}
-			cl := call{def: httpPriority(r.Method), md: Metadata{h: r.Header}}
+			cl := call{def: httpPriority(r.Method), md: Metadata{h: r.Header}, remoteAddr: r.RemoteAddr}
 			if fr, ok := floodgate.FromContext(r.Context()); ok {
 				cl.method = fr.Method
 			} else {
@@ -85,11 +84,6 @@ func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler
 			if i.c.skip != nil && i.c.skip(cl.method) {
 				next.ServeHTTP(w, r)
 				return
-			}
-			if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-				cl.peer = normalize(ap.Addr())
-			} else {
-				cl.peer = parseHostAddr(r.RemoteAddr)
 			}
 			fr, nctx := i.request(r.Context(), &cl)
 			if nctx != r.Context() {

@@ -162,8 +162,20 @@ type call struct {
 	method     string
 	grpcMethod bool
 	def        floodgate.Priority // the transport's default priority
-	peer       netip.Addr
+	remoteAddr string             // HTTP: http.Request.RemoteAddr; gRPC: the peer in ctx
 	md         Metadata
+}
+
+// peer is the call's immediate peer address, read only when a Request is
+// built.
+func (cl *call) peer(ctx context.Context) netip.Addr {
+	if cl.grpcMethod {
+		return peerAddr(ctx)
+	}
+	if ap, err := netip.ParseAddrPort(cl.remoteAddr); err == nil {
+		return normalize(ap.Addr())
+	}
+	return parseHostAddr(cl.remoteAddr)
 }
 
 // build fills r for one call. With own set it fills only what this
@@ -186,7 +198,7 @@ func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call,
 		}
 	}
 	if !own || len(c.trusted) > 0 {
-		r.Identity.IP = c.clientIP(cl.peer, cl.md)
+		r.Identity.IP = c.clientIP(cl.peer(ctx), cl.md)
 	}
 	if c.user != nil {
 		r.Identity.User = c.user(ctx, cl.md)

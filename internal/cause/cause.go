@@ -30,11 +30,14 @@ var Names = [...]string{Timeout, Refused, Reset, NoScript, OOM, Redirect, Other}
 // N is the number of causes.
 const N = len(Names)
 
+// TimeoutIndex is Timeout's index in Names.
+const TimeoutIndex = 0
+
 // Index classifies a failed call's error: an index into Names.
 func Index(err error) int {
 	switch {
 	case IsTimeout(err):
-		return 0
+		return TimeoutIndex
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return 1
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),

@@ -68,10 +68,11 @@ func (e *entry) perNano() float64 {
 	return float64(e.limit.Rate) / float64(e.limit.Period)
 }
 
-// reserveLease spends b's cost from the lease when it holds enough, and
-// otherwise says how many extra units to lease with the request, which
+// reserveLease spends b's cost from the lease when it holds enough (local);
+// denies when the store denied the key moments ago (deny, res filled);
+// and otherwise says how many extra units to lease with the request, which
 // then goes to the store.
-func (e *entry) reserveLease(b *tiers.Bucket, now time.Time, n int, c *config, res *tiers.Result) (local bool, extra int64) {
+func (e *entry) reserveLease(b *tiers.Bucket, now time.Time, n int, c *config, res *tiers.Result) (local bool, extra int64, deny bool) {
 	if e.units > 0 && !now.Before(e.expires) {
 		e.owed += e.units
 		e.units = 0
@@ -80,15 +81,15 @@ func (e *entry) reserveLease(b *tiers.Bucket, now time.Time, n int, c *config, r
 	if b.Cost > 0 && e.units >= b.Cost {
 		e.units -= b.Cost
 		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: e.units, Source: floodgate.SourceLease}
-		return true, 0
+		return true, 0, false
 	}
 	if now.Before(e.deniedUntil) {
 		*res = e.denied
 		res.RetryAfter = e.deniedUntil.Sub(now)
-		return false, -1
+		return false, 0, true
 	}
 	*res = tiers.Result{}
-	return false, e.nextLease(b.Cost, now, n, c)
+	return false, e.nextLease(b.Cost, now, n, c), false
 }
 
 // deny remembers that the store denied the key until now + the result's
@@ -125,7 +126,7 @@ func (e *entry) nextLease(cost int64, now time.Time, n int, c *config) int64 {
 
 // granted records a take the store allowed for a lease bucket: the extra
 // units are the new lease.
-func (e *entry) granted(cost, extra int64, now time.Time, c *config) {
+func (e *entry) granted(extra int64, now time.Time, c *config) {
 	if extra > 0 {
 		e.units += extra
 		e.expires = now.Add(c.leaseTTL)
@@ -133,7 +134,6 @@ func (e *entry) granted(cost, extra int64, now time.Time, c *config) {
 	e.last = extra
 	e.leasedAt = now
 	e.demand = 0
-	_ = cost
 }
 
 // reserveAsync decides b on the last known state. cold asks the store

@@ -280,9 +280,9 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 			e.mu.Lock()
 			switch b.Consistency {
 			case tiers.Leased:
-				h.local, h.extra = e.reserveLease(b, now, n, &s.cfg, &res[i])
-				if h.extra < 0 { // denied locally: the store said so moments ago
-					h.extra = 0
+				var deny bool
+				h.local, h.extra, deny = e.reserveLease(b, now, n, &s.cfg, &res[i])
+				if deny { // the store denied the key moments ago
 					allowed = false
 				}
 				if h.local {
@@ -427,7 +427,7 @@ func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok
 			// the store's state, so it teaches the same.
 			h.e.learn(float64(r.Remaining), now, n)
 		case ok && buckets[h.i].Consistency == tiers.Leased:
-			h.e.granted(buckets[h.i].Cost, h.extra, now, &s.cfg)
+			h.e.granted(h.extra, now, &s.cfg)
 			if h.extra > 0 {
 				s.st.leases.Add(1)
 				s.st.leasedUnits.Add(uint64(h.extra))

@@ -100,11 +100,10 @@ func (s *Store) Close(ctx context.Context) error {
 	return s.sync(ctx, true)
 }
 
-// job is one report or return to send.
+// job is one async report to send.
 type job struct {
-	e      *entry
-	b      tiers.Bucket // Cost: the units
-	report bool
+	e *entry
+	b tiers.Bucket // Cost: the units
 }
 
 // maxParallel bounds the ledger calls one Sync has in flight.
@@ -140,7 +139,7 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 				e.u -= cost
 				e.inflight = cost
 				e.lastReport = now
-				jobs = append(jobs, job{e: e, b: b, report: true})
+				jobs = append(jobs, job{e: e, b: b})
 				if lag > time.Duration(s.st.lagMax.Load()) {
 					s.st.lagMax.Store(int64(lag))
 				}
