@@ -4,8 +4,12 @@ go 1.26.0
 
 replace github.com/floodgate-go/floodgate => ../
 
+replace github.com/floodgate-go/floodgate/grpcmw => ../grpcmw
+
 require (
 	github.com/floodgate-go/floodgate v0.0.0-00010101000000-000000000000
+	github.com/floodgate-go/floodgate/grpcmw v0.0.0-00010101000000-000000000000
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/prometheus/client_golang v1.24.1
 	github.com/sony/gobreaker/v2 v2.4.0
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0

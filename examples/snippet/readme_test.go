@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/shoppb"
+	"github.com/floodgate-go/floodgate/testing/redistest"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
+)
+
+// TestReadmeHasSections keeps the top README's "With go-grpc-middleware"
+// and "Redis client setup" code in step with middleware.go and redis.go.
+func TestReadmeHasSections(t *testing.T) {
+	top, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, marker string }{{"middleware.go", "snippet-grpcmw"}, {"redis.go", "snippet-redis"}} {
+		src, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(src)
+		begin, end := "// "+tc.marker+":start\n", "// "+tc.marker+":end"
+		i, j := strings.Index(s, begin), strings.Index(s, end)
+		if i < 0 || j < i {
+			t.Fatalf("%s lacks the %s markers", tc.file, tc.marker)
+		}
+		snippet := strings.TrimSpace(s[i+len(begin) : j])
+		if n := strings.Count(snippet, "\n") + 1; n > 35 {
+			t.Errorf("%s: snippet is %d lines; keep it short", tc.file, n)
+		}
+		if !strings.Contains(string(top), "```go\n"+snippet+"\n```") {
+			t.Errorf("the top README.md does not contain the snippet of %s verbatim, in a go block:\n%s", tc.file, snippet)
+		}
+	}
+}
+
+func perIPLimiter(t *testing.T, rate string) *tiers.Limiter {
+	t.Helper()
+	policy, err := tiers.Load([]byte("rules:\n  - {name: per-ip, key: [ip], rate: " + rate + "}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits, err := tiers.NewLimiter(store, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return limits
+}
+
+// adminDesc is a hand-written admin.v1.Admin service with one method,
+// Flush(Empty) Empty, for the snippet's exempt service.
+var adminDesc = grpc.ServiceDesc{
+	ServiceName: "admin.v1.Admin",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Flush",
+		Handler: func(_ any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
+			req := new(emptypb.Empty)
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			h := func(context.Context, any) (any, error) { return new(emptypb.Empty), nil }
+			if in == nil {
+				return h(ctx, req)
+			}
+			return in(ctx, req, &grpc.UnaryServerInfo{FullMethod: "/admin.v1.Admin/Flush"}, h)
+		},
+	}},
+}
+
+// serveLoopback serves srv (the shop and the admin service) on 127.0.0.1.
+func serveLoopback(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+	t.Helper()
+	shoppb.RegisterShopServer(srv, shop{})
+	srv.RegisterService(&adminDesc, struct{}{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestMiddlewareSnippet runs the README's go-grpc-middleware server over
+// loopback behind a trusted proxy (127.0.0.1 forwarding X-Forwarded-For).
+func TestMiddlewareSnippet(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		lines []string
+	)
+	logger := logging.LoggerFunc(func(_ context.Context, _ logging.Level, msg string, fields ...any) {
+		var b strings.Builder
+		b.WriteString(msg)
+		for i := 0; i+1 < len(fields); i += 2 {
+			b.WriteString(" " + fields[i].(string) + "=")
+			if s, ok := fields[i+1].(string); ok {
+				b.WriteString(s)
+			}
+		}
+		mu.Lock()
+		lines = append(lines, b.String())
+		mu.Unlock()
+	})
+	srv, err := newMiddlewareServer(perIPLimiter(t, "2/1m"), []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serveLoopback(t, srv)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	from := func(ip string) context.Context { return metadata.AppendToOutgoingContext(ctx, "x-forwarded-for", ip) }
+	client := shoppb.NewShopClient(conn)
+	var codesSeen []codes.Code
+	for range 3 {
+		_, err := client.Search(from("203.0.113.7"), &shoppb.SearchRequest{})
+		codesSeen = append(codesSeen, status.Code(err))
+	}
+	if codesSeen[0] != codes.OK || codesSeen[1] != codes.OK || codesSeen[2] != codes.ResourceExhausted {
+		t.Errorf("3 searches from 203.0.113.7: %v, want OK OK ResourceExhausted", codesSeen)
+	}
+	if _, err := client.Search(from("198.51.100.9"), &shoppb.SearchRequest{}); err != nil {
+		t.Errorf("search from 198.51.100.9: %v, want ok (realip's address, its own bucket)", err)
+	}
+	for i := range 5 {
+		if err := conn.Invoke(from("203.0.113.7"), "/admin.v1.Admin/Flush", new(emptypb.Empty), new(emptypb.Empty)); err != nil {
+			t.Fatalf("exempt admin call %d: %v", i+1, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var limited bool
+	for _, l := range lines {
+		limited = limited || strings.HasPrefix(l, "finished call") && strings.Contains(l, "grpc.method=Search") &&
+			strings.Contains(l, "floodgate.decision=limited") && strings.Contains(l, "floodgate.policy=per-ip")
+	}
+	if !limited {
+		t.Errorf("no finished-call line with the denial's floodgate fields in:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+func TestRatelimitSnippet(t *testing.T) {
+	srv, err := newRatelimitServer(perIPLimiter(t, "2/1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := shoppb.NewShopClient(serveLoopback(t, srv))
+	var last error
+	for range 3 {
+		_, last = client.Search(t.Context(), &shoppb.SearchRequest{})
+	}
+	if st := status.Convert(last); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "grpc_ratelimit") || len(st.Details()) != 0 {
+		t.Errorf("third search: %v (details %v), want the ratelimit interceptor's RESOURCE_EXHAUSTED without details", last, st.Details())
+	}
+}
+
+// TestRedisSnippet runs the README's Redis setup against a real
+// redis-server, then kills it: the fallback decides locally.
+func TestRedisSnippet(t *testing.T) {
+	if _, _, err := newRedisLimiter("localhost:6379", nil); err == nil || !strings.Contains(err.Error(), "redisstore: NewClient") {
+		t.Errorf("a URL without scheme: err = %v", err)
+	}
+	redis := redistest.Start(t)
+	policy, err := tiers.Load([]byte("rules:\n  - {name: per-user, key: [user], rate: 2/1m}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := newRedisLimiter("redis://"+redis.Addr(), nil); err == nil {
+		t.Error("nil policy: no error")
+	}
+	limits, closeAll, err := newRedisLimiter("redis://"+redis.Addr(), policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	admit := func() floodgate.Decision {
+		t.Helper()
+		d, done, _ := limits.Admit(ctx, &floodgate.Request{Method: "/x/Y", Identity: floodgate.Identity{User: "u1"}})
+		if done != nil {
+			done()
+		}
+		return d
+	}
+	for i, want := range []bool{true, true, false} {
+		if d := admit(); d.Allowed != want || d.Source != floodgate.SourceStore {
+			t.Errorf("take %d: allowed %v source %s, want %v from the store", i+1, d.Allowed, d.Source, want)
+		}
+	}
+	redis.Kill()
+	if d := admit(); !d.Source.Degraded() {
+		t.Errorf("with Redis killed: source %s, want a fallback decision", d.Source)
+	}
+}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
+)
+
+// The README's "Redis client setup" section, compiled and tested
+// (readme_test.go): the README holds the text between the markers verbatim.
+
+// snippet-redis:start
+func newRedisLimiter(redisURL string, policy *tiers.Policy) (limits *tiers.Limiter, closeAll func(), err error) {
+	// redis://host:6379, redis+sentinel://host:26379?master_name=m or
+	// redis+cluster://host:7000?addr=host2:7000, with the timeouts and
+	// retries the fallback needs.
+	client, err := redisstore.NewClient(redisURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := redisstore.New(client) // one EVALSHA per decision, batched
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	closeAll = func() { store.Close(); client.Close() }
+	guarded, err := fallback.New(store) // breaker; local limiters while Redis is down
+	if err == nil {
+		limits, err = tiers.NewLimiter(guarded, policy)
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return limits, closeAll, nil
+}
+
+// snippet-redis:end
