@@ -212,6 +212,9 @@ const (
 	// SourceAsync: decided locally on the last known state of the store's
 	// bucket, reported to the store later (consistency async).
 	SourceAsync Source = "async"
+	// SourcePolicy: the policy alone decided, without a store: the client
+	// address is in one of its address lists (exempt or deny).
+	SourcePolicy Source = "policy"
 )
 
 // Degraded reports whether s is a decision taken without the primary store.
@@ -252,6 +255,14 @@ type Decision struct {
 	Shadow bool
 	// Priority is the priority the stage used for the request.
 	Priority Priority
+	// Skipped names the rules that matched the request but did not apply
+	// to it because it lacks an identity component their key needs (no
+	// user, no tenant, no client address, ...), comma-separated, most
+	// specific first; empty when every matching rule applied. A rule
+	// skipped on every request is a configuration mistake (package
+	// interceptor warns of one at start); one skipped by some requests
+	// (anonymous callers of a per-user rule) is how keyed rules work.
+	Skipped string
 }
 
 // Done is returned by a stage that admitted a request; the transport calls it

@@ -88,12 +88,42 @@
 // proxy is the client. An unparsable, "unknown" or obfuscated hop stops the
 // walk at the last address a trusted proxy vouched for. A client sending
 // X-Forwarded-For from an untrusted address is identified by that address.
+// When another middleware before floodgate already resolved the client
+// (go-grpc-middleware's realip), WithClientAddr takes its answer instead,
+// and falls back to the walk above when it has none.
+//
+// The address resolved is unmapped (an IPv4-mapped IPv6 address is the
+// IPv4 address) and has no zone. Rate limits key it by network, not by
+// address: package tiers puts every IPv4 address in its own bucket and
+// every IPv6 /64 in one (a client owns its /64 and can rotate addresses in
+// it at will), settable per rule with ipv4_prefix and ipv6_prefix; a
+// policy's exempt: and deny: lists and overrides match networks too. A
+// spoofed forwarding header from an untrusted peer therefore still lands
+// in the peer's own prefix.
 //
 // User, tenant, API key and tier come only from Extractors the operator
-// supplies: FromHeader for a header the edge sets and strips, FromClaims for
-// claims of a token the auth layer already verified, or any function. API
-// keys are passed to the stages only; this package never logs them or puts
-// them in errors.
+// supplies: FromClaims for claims of a token the auth layer already
+// verified; FromProtoField (a request field marked with the
+// floodgate.v1.identity option, such as LoginRequest.user) or FromMessage
+// (a Go func over the decoded request) for the value the handler acts on;
+// FromHTTPRequest for a func over the *http.Request (the middleware never
+// reads a body itself; the func may, and the handler then finds the form
+// parsed); FromHeader for a header the edge sets and strips; FirstOf to
+// try several in order; or any function. Unary gRPC calls have their
+// request message when the Request is built. Streams are admitted when
+// they open, before any message is read, so message extractors find
+// nothing there (nor over HTTP), and a rule keyed on what only they give
+// is skipped for those calls. A login limiter keys on the account the
+// login submits, never on a header the client picks: a guesser who
+// changes the header still guesses, and is limited on, the same account.
+//
+// Every decision names the rules it skipped for lack of identity
+// (floodgate.Decision.Skipped). A rule that can never apply, keyed on a
+// scope for which this Interceptor has no extractor, is warned about once
+// when UnaryServer, StreamServer or HTTP wraps its *tiers.Limiter, and on
+// each reload that brings one; WithStrictIdentity makes it a panic at
+// construction and a failed reload instead. API keys are passed to the
+// stages only; this package never logs them or puts them in errors.
 //
 // Health checks are never limited: every /grpc.health.v1.Health/ method,
 // and the HTTP paths given to WithHealthPaths. WithSkip exempts more.

@@ -146,9 +146,11 @@ func (i *Interceptor) exempt(method string) bool {
 	return strings.HasPrefix(method, healthPrefix) || (i.c.skip != nil && i.c.skip(method))
 }
 
-// grpcRequest returns the call's Request and the context carrying it.
-func (i *Interceptor) grpcRequest(ctx context.Context, method string) (*floodgate.Request, context.Context) {
-	return i.request(ctx, &call{method: method, grpcMethod: true, md: Metadata{ctx: ctx}})
+// grpcRequest returns the call's Request and the context carrying it. msg
+// is the request message of a unary call (nil for streams), for the
+// extractors that read it.
+func (i *Interceptor) grpcRequest(ctx context.Context, method string, msg any) (*floodgate.Request, context.Context) {
+	return i.request(ctx, &call{method: method, grpcMethod: true, md: Metadata{ctx: ctx, msg: msg}})
 }
 
 func peerAddr(ctx context.Context) (a netip.Addr) {
@@ -174,14 +176,16 @@ func (i *Interceptor) admit(a floodgate.Admitter, ctx context.Context, r *floodg
 }
 
 // UnaryServer returns a gRPC unary server interceptor admitting calls
-// through a: one stage, or a floodgate.Chain. It panics if a is nil.
+// through a: one stage, or a floodgate.Chain. It panics if a is nil, and
+// with WithStrictIdentity if a rule of a stage's policy can never apply.
 func (i *Interceptor) UnaryServer(a floodgate.Admitter) grpc.UnaryServerInterceptor {
+	i.requireScopes(a, transportGRPC)
 	a = i.stage(a)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if i.exempt(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		r, ctx := i.grpcRequest(ctx, info.FullMethod)
+		r, ctx := i.grpcRequest(ctx, info.FullMethod, req)
 		d, done := i.admit(a, ctx, r)
 		if !d.Allowed {
 			_ = grpc.SetTrailer(ctx, pushbackMD(d))
@@ -197,15 +201,17 @@ func (i *Interceptor) UnaryServer(a floodgate.Admitter) grpc.UnaryServerIntercep
 // StreamServer returns a gRPC stream server interceptor admitting streams
 // through a. A stream is charged once when it opens (and per received
 // message with WithPerMessage); its Done runs when the handler returns,
-// including when the client cancels. It panics if a is nil.
+// including when the client cancels. It panics if a is nil, and with
+// WithStrictIdentity if a rule of a stage's policy can never apply.
 func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterceptor {
+	i.requireScopes(a, transportGRPC)
 	a = i.stage(a)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if i.exempt(info.FullMethod) {
 			return handler(srv, ss)
 		}
 		ctx := ss.Context()
-		r, nctx := i.grpcRequest(ctx, info.FullMethod)
+		r, nctx := i.grpcRequest(ctx, info.FullMethod, nil)
 		d, done := i.admit(a, nctx, r)
 		if !d.Allowed {
 			ss.SetTrailer(pushbackMD(d))
@@ -215,7 +221,11 @@ func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterc
 			defer done()
 		}
 		if nctx != ctx || i.c.perMessage {
-			ss = &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
+			w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
+			if i.c.perMessage {
+				w.msgCtx = context.WithValue(nctx, streamMessageKey{}, true)
+			}
+			ss = w
 		}
 		return handler(srv, ss)
 	}
@@ -223,10 +233,23 @@ func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterc
 
 type serverStream struct {
 	grpc.ServerStream
-	ctx context.Context
-	i   *Interceptor
-	a   floodgate.Admitter
-	r   *floodgate.Request
+	ctx    context.Context
+	msgCtx context.Context // ctx marked for InStreamMessage (WithPerMessage)
+	i      *Interceptor
+	a      floodgate.Admitter
+	r      *floodgate.Request
+}
+
+type streamMessageKey struct{}
+
+// InStreamMessage reports whether ctx is the context of a decision on one
+// message of a stream (WithPerMessage), made while the handler runs, rather
+// than of the decision made as the call opens, before any handler code. An
+// Observer that updates per-call state which is not safe for concurrent use
+// once the handler runs (go-grpc-middleware's logging.AddFields) checks it.
+func InStreamMessage(ctx context.Context) bool {
+	v, _ := ctx.Value(streamMessageKey{}).(bool)
+	return v
 }
 
 func (s *serverStream) Context() context.Context { return s.ctx }
@@ -238,7 +261,7 @@ func (s *serverStream) RecvMsg(m any) error {
 	if !s.i.c.perMessage {
 		return nil
 	}
-	d, done := s.i.admit(s.a, s.ctx, s.r)
+	d, done := s.i.admit(s.a, s.msgCtx, s.r)
 	if !d.Allowed {
 		s.SetTrailer(pushbackMD(d))
 		return DenyStatus(d, s.i.c.domain).Err()

@@ -56,7 +56,8 @@ func httpPriority(method string) floodgate.Priority {
 
 // HTTP returns net/http middleware admitting requests through a: one
 // stage, or a floodgate.Chain. Use one per stage or one around a Chain. It
-// panics if a is nil.
+// panics if a is nil, and with WithStrictIdentity if a rule of a stage's
+// policy can never apply.
 //
 // The request's Method is its route pattern: r.Pattern, which
 // http.ServeMux sets only once it has routed the request. Wrap the
@@ -68,6 +69,7 @@ func httpPriority(method string) floodgate.Priority {
 // none of these, an unrouted request has an empty Method (rules keyed on
 // method do not match it) and a warning is logged, rate-limited.
 func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler {
+	i.requireScopes(a, transportHTTP)
 	a = i.stage(a)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +77,7 @@ func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler
 				next.ServeHTTP(w, r)
 				return
 			}
-			cl := call{def: httpPriority(r.Method), md: Metadata{h: r.Header}, remoteAddr: r.RemoteAddr}
+			cl := call{def: httpPriority(r.Method), md: Metadata{h: r.Header, req: r}, remoteAddr: r.RemoteAddr}
 			if fr, ok := floodgate.FromContext(r.Context()); ok {
 				cl.method = fr.Method
 			} else {

@@ -51,8 +51,9 @@ type config struct {
 	skip        func(method string) bool
 	healthPaths map[string]bool
 
-	trusted  []netip.Prefix
-	ipHeader ClientIPHeader
+	trusted    []netip.Prefix
+	ipHeader   ClientIPHeader
+	clientAddr func(context.Context) (netip.Addr, bool) // WithClientAddr
 
 	user, tenant, apiKey, tier Extractor
 	priorityHeader             string
@@ -65,6 +66,10 @@ type config struct {
 	builds bool
 
 	perMessage bool
+
+	// strictIdentity: a rule whose key scope no extractor fills is an
+	// error, not a warning (WithStrictIdentity).
+	strictIdentity bool
 
 	// HTTP only.
 	route          func(*http.Request) string
@@ -360,15 +365,21 @@ func WithLegacyHeaders() Option {
 }
 
 // Extractor finds one identity value (user, tenant, API key, tier) for a
-// call. md reads the call's HTTP headers or incoming gRPC metadata. Return
-// "" when the value is unknown.
+// call. md reads the call's HTTP headers or incoming gRPC metadata, and
+// holds the decoded request message of a unary gRPC call (Message) or the
+// HTTP request (HTTPRequest). Return "" when the value is unknown. See
+// FromClaims, FromProtoField, FromMessage, FromHTTPRequest, FromHeader and
+// FirstOf for where a value can be trusted.
 type Extractor func(ctx context.Context, md Metadata) string
 
 // Metadata reads the headers of an HTTP request or the incoming metadata of
-// a gRPC call.
+// a gRPC call, and carries the call's request message or HTTP request for
+// the extractors that read them.
 type Metadata struct {
 	h   http.Header
 	ctx context.Context
+	msg any           // unary gRPC: the decoded request message
+	req *http.Request // HTTP: the request
 }
 
 // Get returns the first value of key (case-insensitive), or "".

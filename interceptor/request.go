@@ -197,8 +197,8 @@ func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call,
 			}
 		}
 	}
-	if !own || len(c.trusted) > 0 {
-		r.Identity.IP = c.clientIP(cl.peer(ctx), cl.md)
+	if !own || len(c.trusted) > 0 || c.clientAddr != nil {
+		r.Identity.IP = c.resolveIP(ctx, cl)
 	}
 	if c.user != nil {
 		r.Identity.User = c.user(ctx, cl.md)

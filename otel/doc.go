@@ -32,7 +32,7 @@
 //	floodgate.decision      string   allowed | limited | shed | concurrency_limited
 //	floodgate.stage         string   shedder | concurrency | tiers (Decision.Stage)
 //	floodgate.policy        string   binding policy (rule) name; may be empty
-//	floodgate.source        string   store | cache | local_fallback | fail_open | fail_closed | shedder | concurrency
+//	floodgate.source        string   store | cache | local_fallback | fail_open | fail_closed | shedder | concurrency | lease | async | policy
 //	floodgate.limit         int      quota or capacity of the binding policy
 //	floodgate.remaining     int      quota left after this request
 //	floodgate.retry_after   double   seconds to wait before retrying (0 on allow)
@@ -40,6 +40,7 @@
 //	floodgate.shadow        bool     a shadow (dry-run) rule would have denied
 //	floodgate.degraded      bool     decided without the primary store (fallback)
 //	floodgate.key_hash      string   16 hex digits identifying the caller (see below); absent when anonymous
+//	floodgate.skipped       string   rules skipped for lack of identity (Decision.Skipped); absent when none
 //	error.type              string   on events only, when the stage returned an error: canceled | timeout | refused | reset | noscript | oom | redirect | _OTHER
 //
 // The decision is "shed" when the shedder stage denies, "concurrency_limited"

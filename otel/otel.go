@@ -49,6 +49,7 @@ const (
 	AttrShadow       = attribute.Key("floodgate.shadow")
 	AttrDegraded     = attribute.Key("floodgate.degraded")
 	AttrKeyHash      = attribute.Key("floodgate.key_hash")
+	AttrSkipped      = attribute.Key("floodgate.skipped")
 	AttrBreaker      = attribute.Key("floodgate.breaker.name")
 	AttrBreakerState = attribute.Key("floodgate.breaker.state")
 	AttrBreakerFrom  = attribute.Key("floodgate.breaker.from")
@@ -260,7 +261,7 @@ func New(opts ...Option) (*Observer, error) {
 			string(floodgate.SourceStore), string(floodgate.SourceCache), string(floodgate.SourceLocalFallback),
 			string(floodgate.SourceFailOpen), string(floodgate.SourceFailClosed),
 			string(floodgate.SourceShedder), string(floodgate.SourceConcurrency),
-			string(floodgate.SourceLease), string(floodgate.SourceAsync)),
+			string(floodgate.SourceLease), string(floodgate.SourceAsync), string(floodgate.SourcePolicy)),
 		hasher: hasher,
 	}
 	meter := c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
@@ -376,7 +377,7 @@ func (o *Observer) newSeries(k seriesKey) *series {
 }
 
 func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.Decision, dec, prio uint8, err error) {
-	var kv [12]attribute.KeyValue
+	var kv [13]attribute.KeyValue
 	kv[0] = AttrDecision.String(decisionNames[dec])
 	kv[1] = AttrStage.String(string(d.Stage))
 	kv[2] = AttrPolicy.String(d.Policy)
@@ -393,6 +394,10 @@ func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.D
 			kv[n] = AttrKeyHash.String(h)
 			n++
 		}
+	}
+	if d.Skipped != "" {
+		kv[n] = AttrSkipped.String(d.Skipped)
+		n++
 	}
 	span.SetAttributes(kv[:n]...)
 	if err != nil {

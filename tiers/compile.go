@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"net/netip"
 	"path"
 	"slices"
 	"sort"
@@ -19,6 +20,8 @@ type compiled struct {
 	// tiers by name, and the default tier, for rate "tier" rules.
 	tiers       map[string]tierLimit
 	defaultTier tierLimit
+	// exempt and deny are the policy's address lists; nil when empty.
+	exempt, deny *netSet
 }
 
 type tierLimit struct {
@@ -55,6 +58,45 @@ type cRule struct {
 	scopeLabels []string
 	// overrides keyed by the key body "{scope0=v0}:rule[:scopeI=vI]..."
 	overrides map[string]tierLimit
+	// cidrs are the overrides whose ip value is a network wider than one
+	// bucket, longest prefix first, then policy order.
+	cidrs []cidrOverride
+	// v4bits and v6bits are the prefix lengths of the ip scope's buckets.
+	v4bits, v6bits int
+}
+
+// cidrOverride is an override that applies to every bucket whose address
+// is inside net and whose other scopes have the given values.
+type cidrOverride struct {
+	net   netip.Prefix
+	vals  [len(scopeNames)]string // by Scope: the other scopes' raw values
+	limit tierLimit
+}
+
+// matchCIDR returns the limit of the first CIDR override of r that
+// matches the request, or nil.
+func (r *cRule) matchCIDR(method string, id *floodgate.Identity) *tierLimit {
+	ip := normIP(id.IP)
+	for i := range r.cidrs {
+		o := &r.cidrs[i]
+		if !o.net.Contains(ip) {
+			continue
+		}
+		match := true
+		for _, s := range r.key {
+			if s == ScopeIP {
+				continue
+			}
+			if v, _ := component(s, method, id); v != o.vals[s] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return &o.limit
+		}
+	}
+	return nil
 }
 
 func (r *cRule) matches(method string) bool {
@@ -127,6 +169,9 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		} else if j, dup := names[r.Name]; dup {
 			rep.addf(rp+".name", "%q is already the name of rules[%d]", r.Name, j)
 			ok = false
+		} else if r.Name == PolicyExempt || r.Name == PolicyDeny {
+			rep.addf(rp+".name", "%q is reserved: it names the decisions of the policy's %s list", r.Name, r.Name)
+			ok = false
 		} else {
 			names[r.Name] = i
 		}
@@ -184,6 +229,26 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			seen |= 1 << s
 		}
 		cr.key = slices.Clone(r.Key)
+		hasIP := slices.Contains(r.Key, ScopeIP)
+		cr.v4bits, cr.v6bits = DefaultIPv4Prefix, DefaultIPv6Prefix
+		for _, pf := range [...]struct {
+			field string
+			v     int
+			max   int
+			dst   *int
+		}{{"ipv4_prefix", r.IPv4Prefix, 32, &cr.v4bits}, {"ipv6_prefix", r.IPv6Prefix, 128, &cr.v6bits}} {
+			switch {
+			case pf.v == 0:
+			case !hasIP:
+				rep.addf(rp+"."+pf.field, "is only for rules whose key has ip (the key is [%s])", scopeList(r.Key))
+				ok = false
+			case pf.v < 1 || pf.v > pf.max:
+				rep.addf(rp+"."+pf.field, "%d is out of range [1, %d]", pf.v, pf.max)
+				ok = false
+			default:
+				*pf.dst = pf.v
+			}
+		}
 		if r.OnStoreError > FailClosed {
 			rep.addf(rp+".on_store_error", "unknown fail mode %d", r.OnStoreError)
 			ok = false
@@ -317,13 +382,41 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		id := floodgate.Identity{}
 		method := ""
 		bad := false
+		var (
+			ipNet     netip.Prefix
+			wide      bool
+			otherVals [len(scopeNames)]string
+		)
 		for _, s := range r.key {
-			v, err := keyValue(s, o.Key[s])
+			if s == ScopeIP {
+				n, err := parseNet(o.Key[s])
+				if err != nil {
+					rep.add(op+".key.ip", err.Error())
+					bad = true
+					continue
+				}
+				field, bucket := "ipv6_prefix", r.v6bits
+				if n.Addr().Is4() {
+					field, bucket = "ipv4_prefix", r.v4bits
+				}
+				if n.Bits() > bucket {
+					whole, _ := n.Addr().Prefix(bucket)
+					rep.addf(op+".key.ip", "%s is narrower than rule %q's buckets (%s %d): every address of one /%d shares one bucket and one limit; name %s or a wider network",
+						o.Key[s], o.Rule, field, bucket, bucket, whole)
+					bad = true
+					continue
+				}
+				ipNet, wide = n, n.Bits() < bucket
+				id.IP = n.Addr()
+				continue
+			}
+			v, err := keyValue(o.Key[s])
 			if err != nil {
 				rep.add(op+".key."+s.String(), err.Error())
 				bad = true
 				continue
 			}
+			otherVals[s] = v
 			switch s {
 			case ScopeEndpoint:
 				method = v
@@ -333,11 +426,23 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 				id.APIKey = v
 			case ScopeTenant:
 				id.Tenant = v
-			case ScopeIP:
-				id.IP = mustAddr(v)
 			}
 		}
 		if bad {
+			continue
+		}
+		if wide {
+			dup := false
+			for j := range r.cidrs {
+				if r.cidrs[j].net == ipNet && r.cidrs[j].vals == otherVals {
+					dup = true
+				}
+			}
+			if dup {
+				rep.addf(op+".key", "rule %q already has an override for this key", o.Rule)
+				continue
+			}
+			r.cidrs = append(r.cidrs, cidrOverride{net: ipNet, vals: otherVals, limit: tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}})
 			continue
 		}
 		body, _ := kb.appendKeyBody(nil, r, method, &id)
@@ -350,6 +455,16 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		}
 		r.overrides[string(body)] = tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}
 	}
+
+	for i := range rules {
+		// Longest prefix first; the sort is stable, so policy order
+		// breaks ties.
+		slices.SortStableFunc(rules[i].cidrs, func(a, b cidrOverride) int { return b.net.Bits() - a.net.Bits() })
+	}
+
+	// Address lists.
+	c.exempt = netList(rep, "exempt", p.Exempt)
+	c.deny = netList(rep, "deny", p.Deny)
 
 	// Methods.
 	mnames := make([]string, 0, len(p.Methods))
@@ -443,7 +558,31 @@ func capacities(c *compiled, r *cRule) []capEntry {
 	for _, o := range r.overrides {
 		out = append(out, capEntry{o.limit.Capacity(), " (override)"})
 	}
+	for _, o := range r.cidrs {
+		out = append(out, capEntry{o.limit.limit.Capacity(), " (override for " + o.net.String() + ")"})
+	}
 	return out
+}
+
+// netList validates an address list of the policy and builds its set; nil
+// when the list is empty or wrong.
+func netList(rep *reporter, field string, nets []netip.Prefix) *netSet {
+	if len(nets) == 0 {
+		return nil
+	}
+	set := &netSet{}
+	for i, n := range nets {
+		norm, err := checkNet(n)
+		if err != nil {
+			rep.add(field+"["+strconv.Itoa(i)+"]", err.Error())
+			continue
+		}
+		set.add(norm)
+	}
+	if set.empty() {
+		return nil
+	}
+	return set
 }
 
 func capacityWhat(l Limit) string {

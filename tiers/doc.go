@@ -27,9 +27,21 @@
 // method; a method glob uses path.Match, so '*' never crosses a '/'; an
 // HTTP route pattern ("GET /v1/items/{id}") is compared literally. A rule
 // keyed on a scope the request does not have (no user, no valid IP, ...)
-// does not apply to that request: pair such rules with an IP rule as a
-// safety net. Buckets are ordered most specific first: rules with more key
-// scopes first, then policy order.
+// does not apply to that request, and the Decision names it in Skipped:
+// pair such rules with an IP rule as a safety net. A rule that no request
+// can ever key (user with no user extractor) is a mistake: a transport
+// declares what it fills with RequireScopes (package interceptor does),
+// and such a rule is then warned about once, or refused. Buckets are
+// ordered most specific first: rules with more key scopes first, then
+// policy order.
+//
+// Address lists. exempt: and deny: list networks (CIDRs or addresses).
+// A request whose client address is in deny is denied before any rule
+// (Policy "deny", Source policy, quota hidden, RetryAfter 0); one in
+// exempt is allowed without charging anything (Policy "exempt"); deny
+// wins where both hold. An override's ip may be a network too (an office
+// range at a higher rate): every client bucket inside it takes the
+// override's rate, the longest prefix winning.
 //
 // Costs. A rule's own cost wins over everything; otherwise the request's
 // Cost (if > 0), otherwise 1. Request.Cost is resolved by the transport
@@ -86,7 +98,14 @@
 // a rule without key is tagged with its name. Identity values are escaped
 // injectively (every byte outside [A-Za-z0-9._-] becomes %XX); values
 // longer than 64 bytes are replaced by '#' and 32 hex digits of their
-// SHA-256; API keys are always hashed that way, never stored raw. Escaped
+// SHA-256; API keys are always hashed that way, never stored raw. An IP
+// is keyed on the network of its rule's prefix length: ipv4_prefix (32,
+// one address, by default) and ipv6_prefix (64 by default: an IPv6 client
+// commonly owns a whole /64 and can rotate addresses in it at will), the
+// address alone for a full-length prefix ("192.0.2.1") and the masked
+// prefix otherwise ("2001:db8:1:2::/64"). An IPv4-mapped IPv6 address
+// (::ffff:192.0.2.1) is keyed, listed and overridden as the IPv4 address
+// it maps, and zones are dropped: one client, one key. Escaped
 // values never contain '#', ':', '=', '{' or '}', so no client input can
 // make one principal's key equal another's or choose a hash tag. Override
 // values are written raw in the policy and go through the same escaping

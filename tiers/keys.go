@@ -17,7 +17,9 @@ import (
 // Each value v is either the escaped identity component (every byte outside
 // [A-Za-z0-9._-] written as %XX, upper-case hex) or, for API keys always
 // and for other components longer than maxRawComponent bytes, '#' followed
-// by 32 hex digits of the component's SHA-256. Escaped values never contain
+// by 32 hex digits of the component's SHA-256. An IP component is the text
+// of the network the address is in at the rule's prefix length (appendIP)
+// before escaping. Escaped values never contain
 // '#', ':', '=', '{' or '}', rule names never contain them either, so the
 // format parses back uniquely (keys are injective in the identity) and the
 // first "{...}" of a key, its Redis Cluster hash tag, is always ours.
@@ -142,15 +144,15 @@ func component(s Scope, method string, id *floodgate.Identity) (string, bool) {
 	return "", false
 }
 
-// appendValue appends the key value for scope s, reporting false when the
-// request lacks that component.
-func (kb *keyBuilder) appendValue(b []byte, s Scope, method string, id *floodgate.Identity) ([]byte, bool) {
+// appendValue appends the key value for scope s of rule r, reporting
+// false when the request lacks that component.
+func (kb *keyBuilder) appendValue(b []byte, s Scope, r *cRule, method string, id *floodgate.Identity) ([]byte, bool) {
 	switch s {
 	case ScopeIP:
 		if !id.IP.IsValid() {
 			return b, false
 		}
-		return appendEscapedRaw(b, id.IP.AppendTo(kb.ip[:0])), true
+		return appendEscapedRaw(b, kb.appendIP(kb.ip[:0], normIP(id.IP), r)), true
 	case ScopeAPIKey:
 		if id.APIKey == "" {
 			return b, false
@@ -178,14 +180,14 @@ func (kb *keyBuilder) appendKeyBody(b []byte, r *cRule, method string, id *flood
 // b[start]), reporting false and b[:start] when the request lacks one of
 // the scopes.
 func (kb *keyBuilder) appendKeyValues(b []byte, start int, r *cRule, method string, id *floodgate.Identity) ([]byte, bool) {
-	b, ok := kb.appendValue(b, r.key[0], method, id)
+	b, ok := kb.appendValue(b, r.key[0], r, method, id)
 	if !ok {
 		return b[:start], false
 	}
 	b = append(b, r.mid...)
 	for i := 1; i < len(r.key); i++ {
 		b = append(b, r.scopeLabels[i]...)
-		if b, ok = kb.appendValue(b, r.key[i], method, id); !ok {
+		if b, ok = kb.appendValue(b, r.key[i], r, method, id); !ok {
 			return b[:start], false
 		}
 	}
@@ -208,8 +210,23 @@ func validKeyPrefix(p string) bool {
 	return true
 }
 
-// mustAddr parses an address already validated by keyValue.
-func mustAddr(v string) netip.Addr {
-	a, _ := netip.ParseAddr(v)
-	return a
+// appendIP appends the text of the network a (normalised by normIP)
+// belongs to at rule r's prefix length for its family: the address alone
+// when the prefix is the whole address ("192.0.2.1"), else the masked
+// prefix ("2001:db8:1:2::/64"). The two forms never meet (only a prefix
+// has a '/'), nor do IPv4 and IPv6 texts (only IPv6 has a ':'), so
+// distinct buckets have distinct texts.
+func (kb *keyBuilder) appendIP(b []byte, a netip.Addr, r *cRule) []byte {
+	bits := r.v6bits
+	if a.Is4() {
+		bits = r.v4bits
+	}
+	if bits >= a.BitLen() {
+		return a.AppendTo(b)
+	}
+	p, err := a.Prefix(bits)
+	if err != nil { // bits is validated at load; keep the whole address
+		return a.AppendTo(b)
+	}
+	return p.AppendTo(b)
 }

@@ -29,6 +29,12 @@ type Limiter struct {
 	prefix string
 	state  atomic.Pointer[compiled]
 	pool   sync.Pool
+
+	// mu serialises policy swaps with scope declarations (see
+	// RequireScopes), so every policy in force has been checked against
+	// every declaration.
+	mu     sync.Mutex
+	scopes []*scopeDecl
 }
 
 // Option configures a Limiter.
@@ -82,10 +88,16 @@ func NewLimiter(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
 
 // SetPolicy validates p and, if it is valid, makes it the policy in force
 // for every later Admit. A bad policy is reported as a *PolicyError and the
-// current one stays in force.
+// current one stays in force. So does a policy with a rule that a strict
+// scope declaration (RequireScopes) says can never apply.
 func (l *Limiter) SetPolicy(p *Policy) error {
 	c, err := compile(p, l.prefix, nil)
 	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkScopes(c); err != nil {
 		return err
 	}
 	warnLocalWithoutFallback(l.store, c)
@@ -108,18 +120,35 @@ func (l *Limiter) MethodOptions(method string) (floodgate.MethodOptions, bool) {
 }
 
 // Buckets resolves r under the policy in force into the buckets Admit
-// would charge, most specific first, appending them to dst. Shadow rules'
-// buckets are included; it is meant for tools and tests.
+// would charge, most specific first, appending them to dst: none for an
+// address in the policy's exempt or deny list. Shadow rules' buckets are
+// included; it is meant for tools and tests.
 func (l *Limiter) Buckets(dst []Bucket, r *floodgate.Request) []Bucket {
 	if r == nil {
 		return dst
 	}
+	c := l.state.Load()
+	if _, listed := c.listed(r); listed {
+		return dst
+	}
 	sc := l.pool.Get().(*scratch)
 	defer l.release(sc)
-	c := l.state.Load()
 	sc.resolve(c, r)
 	sc.setKeys()
 	return append(dst, sc.all...)
+}
+
+// listed reports whether r's client address is in the policy's deny list
+// (denied true) or exempt list; deny wins.
+func (c *compiled) listed(r *floodgate.Request) (denied, listed bool) {
+	if c.deny == nil && c.exempt == nil || !r.Identity.IP.IsValid() {
+		return false, false
+	}
+	ip := normIP(r.Identity.IP)
+	if c.deny.contains(ip) {
+		return true, true
+	}
+	return false, c.exempt.contains(ip)
 }
 
 // meta is what Admit knows of one matched rule besides its bucket. It holds
@@ -143,6 +172,11 @@ type scratch struct {
 	shadow    []Bucket
 	shadowIdx []int32
 	res       []Result
+	// skipped are the rules (indices in compiled.rules) that matched but
+	// lacked an identity component, and names the buffer their names are
+	// joined in.
+	skipped []int32
+	names   []byte
 }
 
 func newScratch() *scratch {
@@ -163,6 +197,7 @@ func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 	sc.buf = sc.buf[:0]
 	sc.metas = sc.metas[:0]
 	sc.all = sc.all[:0]
+	sc.skipped = sc.skipped[:0]
 	id := &r.Identity
 	for i := range c.rules {
 		cr := &c.rules[i]
@@ -205,11 +240,18 @@ func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 		sc.buf = append(sc.buf, cr.head...)
 		var ok bool
 		if sc.buf, ok = sc.kb.appendKeyValues(sc.buf, start, cr, r.Method, id); !ok {
+			sc.skipped = append(sc.skipped, int32(i))
 			continue
 		}
+		overridden := false
 		if cr.overrides != nil {
 			if o, has := cr.overrides[string(sc.buf[bodyStart:])]; has {
-				tl = &o
+				tl, overridden = &o, true
+			}
+		}
+		if !overridden && cr.cidrs != nil {
+			if o := cr.matchCIDR(r.Method, id); o != nil {
+				tl = o
 			}
 		}
 		sc.buf = append(sc.buf, tl.suffix...)
@@ -254,6 +296,26 @@ func (sc *scratch) setKeys() {
 	}
 }
 
+// skippedNames returns the names of the rules resolve skipped, joined by
+// commas. Joined names are interned in recentKeys, so requests that skip
+// the same rules share one string instead of allocating one each.
+func (sc *scratch) skippedNames(c *compiled) string {
+	switch len(sc.skipped) {
+	case 0:
+		return ""
+	case 1:
+		return c.rules[sc.skipped[0]].name
+	}
+	sc.names = sc.names[:0]
+	for i, k := range sc.skipped {
+		if i > 0 {
+			sc.names = append(sc.names, ',')
+		}
+		sc.names = append(sc.names, c.rules[k].name...)
+	}
+	return recentKeys.get(sc.names)
+}
+
 // Admit implements floodgate.Admitter. See the package doc for what it
 // decides. It never returns a Done: the stage holds nothing once decided.
 func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
@@ -265,11 +327,25 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		return floodgate.Decision{Stage: floodgate.StageTiers, Priority: r.Priority},
 			nil, fmt.Errorf("%w: %d for %s", ErrInvalidCost, r.Cost, r.Method)
 	}
+	if denied, listed := c.listed(r); listed {
+		d := floodgate.Decision{Allowed: !denied, Stage: floodgate.StageTiers, Source: floodgate.SourcePolicy, Policy: PolicyExempt, Priority: r.Priority}
+		if denied {
+			d.Policy, d.HideQuota = PolicyDeny, true
+		}
+		return d, nil, nil
+	}
 	sc := l.pool.Get().(*scratch)
 	defer l.release(sc)
 	sc.resolve(c, r)
+	d, err := l.decide(ctx, c, sc, r)
+	d.Skipped = sc.skippedNames(c)
+	return d, nil, err
+}
+
+// decide charges the buckets resolve found.
+func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *floodgate.Request) (floodgate.Decision, error) {
 	if len(sc.metas) == 0 {
-		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Priority: r.Priority}, nil, nil
+		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Priority: r.Priority}, nil
 	}
 	sc.setKeys()
 	shadowDeny := -1
@@ -281,7 +357,7 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		if m.fromRequest && b.Cost > b.Limit.Capacity() {
 			if !cr.shadow {
 				d := decision(r, cr, b, Result{Limit: b.Limit.Capacity()}, false)
-				return d, nil, fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, cr.name, b.Limit.Capacity(), b.Cost)
+				return d, fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, cr.name, b.Limit.Capacity(), b.Cost)
 			}
 			if shadowDeny < 0 {
 				shadowDeny = i
@@ -338,7 +414,7 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 				if d.RetryAfter < 0 {
 					d.RetryAfter = 0
 				}
-				return d, nil, err
+				return d, err
 			}
 			errOut = err
 			haveD = true
@@ -347,9 +423,9 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 			if !allowed {
 				if d.RetryAfter < 0 {
 					d.RetryAfter = 0
-					return d, nil, fmt.Errorf("%w: rule %q", ErrCostExceedsCapacity, d.Policy)
+					return d, fmt.Errorf("%w: rule %q", ErrCostExceedsCapacity, d.Policy)
 				}
-				return d, nil, nil
+				return d, nil
 			}
 			haveD = true
 		}
@@ -357,7 +433,7 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 	if shadowDeny >= 0 {
 		b := &sc.all[shadowDeny]
 		sd := decision(r, &c.rules[sc.metas[shadowDeny].rule], b, Result{Limit: b.Limit.Capacity()}, true)
-		return sd, nil, errOut
+		return sd, errOut
 	}
 	if len(shadow) > 0 {
 		clear(res)
@@ -368,13 +444,13 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		case !allowed:
 			sd := bind(r, c, sc, shadowIdx, res[:len(shadow)], false)
 			sd.Allowed, sd.Shadow, sd.RetryAfter = true, true, 0
-			return sd, nil, errOut
+			return sd, errOut
 		case !haveD:
 			// Only shadow rules matched and all allowed: nothing binds.
-			return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Priority: r.Priority}, nil, errOut
+			return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Priority: r.Priority}, errOut
 		}
 	}
-	return d, nil, errOut
+	return d, errOut
 }
 
 func (l *Limiter) release(sc *scratch) {

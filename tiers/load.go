@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -93,7 +94,7 @@ func parseYAML(data []byte) (doc *yaml.Node, fe *FieldError) {
 		if errors.Is(err, io.EOF) {
 			return nil, &FieldError{Msg: "policy is empty"}
 		}
-		return nil, yamlError(err)
+		return nil, yamlSyntaxError(data, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -265,7 +266,7 @@ func (d *decoder) algorithm(n *yaml.Node, path string) Algorithm {
 
 func (d *decoder) policy(n *yaml.Node, p *Policy) {
 	if n.Kind != yaml.MappingNode {
-		d.fail("", n, "a policy must be a mapping (tiers, default_tier, rules, overrides, methods), got %s", kindName(n))
+		d.fail("", n, "a policy must be a mapping (tiers, default_tier, rules, overrides, methods, exempt, deny), got %s", kindName(n))
 		return
 	}
 	haveRules := false
@@ -292,6 +293,10 @@ func (d *decoder) policy(n *yaml.Node, p *Policy) {
 			}
 		case "methods":
 			d.methods(v, fp, p)
+		case "exempt":
+			p.Exempt = d.nets(v, fp)
+		case "deny":
+			p.Deny = d.nets(v, fp)
 		default:
 			return false
 		}
@@ -422,6 +427,12 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 				}
 				r.OnStoreError = m
 			}
+		case "ipv4_prefix":
+			n, _ := d.integer(v, fp)
+			r.IPv4Prefix = int(min(n, 1<<16)) // the range is checked with the rule
+		case "ipv6_prefix":
+			n, _ := d.integer(v, fp)
+			r.IPv6Prefix = int(min(n, 1<<16))
 		default:
 			return false
 		}
@@ -465,6 +476,31 @@ func (d *decoder) override(n *yaml.Node, path string, o *Override) {
 		}
 		return true
 	})
+}
+
+// nets decodes an address list: a list of CIDRs or single addresses.
+// An entry that fails keeps its place (as the zero Prefix, whose error is
+// already reported), so later indices stay right.
+func (d *decoder) nets(n *yaml.Node, path string) []netip.Prefix {
+	if !d.kind(n, path, yaml.SequenceNode, "a list of CIDRs or addresses") {
+		return nil
+	}
+	out := make([]netip.Prefix, 0, len(n.Content))
+	for i, en := range n.Content {
+		ep := path + "[" + strconv.Itoa(i) + "]"
+		d.at(ep, en)
+		s, ok := d.str(en, ep)
+		if !ok {
+			out = append(out, netip.Prefix{})
+			continue
+		}
+		p, err := parseNet(s)
+		if err != nil {
+			d.fail(ep, en, "%s", err.Error())
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func (d *decoder) methods(n *yaml.Node, path string, p *Policy) {

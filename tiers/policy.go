@@ -37,7 +37,36 @@ type Policy struct {
 	// Methods holds per-method options (cost, priority) keyed by exact
 	// method: a gRPC full method or an HTTP route pattern.
 	Methods map[string]floodgate.MethodOptions
+	// Exempt lists client networks that are never limited: a request
+	// whose Identity.IP is inside one is allowed without charging any
+	// rule (Decision.Policy PolicyExempt, Source floodgate.SourcePolicy).
+	// A single address is a /32 or /128. Prefixes must have no bits set
+	// past their length (10.0.0.0/8, not 10.0.0.1/8); IPv4-mapped IPv6
+	// prefixes (::ffff:10.0.0.0/104) are IPv4 prefixes.
+	Exempt []netip.Prefix
+	// Deny lists client networks whose requests are always denied,
+	// before any rule is charged (Decision.Policy PolicyDeny, Source
+	// floodgate.SourcePolicy, quota hidden, RetryAfter 0: waiting cannot
+	// cure it). An address in both Deny and Exempt is denied. The same
+	// form as Exempt.
+	Deny []netip.Prefix
 }
+
+// Decision.Policy of the requests decided by the policy's address lists.
+// No rule may take these names.
+const (
+	PolicyExempt = "exempt"
+	PolicyDeny   = "deny"
+)
+
+// Default IP prefix lengths of an ip key scope (Rule.IPv4Prefix,
+// Rule.IPv6Prefix): one IPv4 address, one IPv6 /64, the block a single
+// IPv6 client (a home, a phone, a VM) is commonly given and can rotate
+// addresses in at will.
+const (
+	DefaultIPv4Prefix = 32
+	DefaultIPv6Prefix = 64
+)
 
 // Tier is the limit of one plan tier.
 type Tier struct {
@@ -209,6 +238,14 @@ type Rule struct {
 	// store: 0 means DefaultSyncInterval; at least MinSyncInterval and at
 	// most MaxSyncInterval. It must be 0 unless Consistency is Async.
 	SyncInterval time.Duration
+	// IPv4Prefix and IPv6Prefix are how many leading bits of the client
+	// address name its bucket at the rule's ip scope: every address of
+	// one such prefix shares one bucket. 0 means DefaultIPv4Prefix (32)
+	// and DefaultIPv6Prefix (64). IPv4Prefix must be in [1, 32] and
+	// IPv6Prefix in [1, 128], and either may be set only on a rule whose
+	// key has ip. An IPv4-mapped IPv6 address (::ffff:192.0.2.1) is the
+	// IPv4 address it maps.
+	IPv4Prefix, IPv6Prefix int
 }
 
 // Bounds and default of Rule.SyncInterval.
@@ -222,9 +259,15 @@ const (
 type Override struct {
 	// Rule names the rule.
 	Rule string
-	// Key gives a value for exactly the scopes of the rule's key. IP
-	// values are parsed and compared as addresses; API key values are the
-	// raw key (it is hashed like a request's).
+	// Key gives a value for exactly the scopes of the rule's key. API key
+	// values are the raw key (it is hashed like a request's). An IP value
+	// is an address or a CIDR ("198.51.100.0/24": an office range), and
+	// the override applies to every request whose address is inside it,
+	// each client prefix keeping its own bucket at the override's rate.
+	// It may not be narrower than the rule's prefix for its family (an
+	// IPv6 address in a rule keyed on /64s: name the /64), since every
+	// address of one bucket must meet one limit. Where several CIDR
+	// overrides contain an address, the longest prefix wins.
 	Key map[Scope]string
 	// Rate is the key's rate; it cannot be "tier".
 	Rate Rate
@@ -476,17 +519,54 @@ func limitOf(rep *reporter, ratePath, burstPath string, rate Rate, burst int64, 
 	return l, true
 }
 
-// keyValue normalises an override key value for scope s.
-func keyValue(s Scope, v string) (string, error) {
+// keyValue checks an override key value for scope s (IP values are
+// checked by parseNet).
+func keyValue(v string) (string, error) {
 	if v == "" {
 		return "", errors.New("must not be empty")
 	}
-	if s == ScopeIP {
-		a, err := netip.ParseAddr(v)
-		if err != nil {
-			return "", fmt.Errorf("%q is not an IP address", v)
-		}
-		return a.String(), nil
-	}
 	return v, nil
+}
+
+// parseNet parses an address ("192.0.2.1", a /32 or /128) or a CIDR
+// ("192.0.2.0/24") into a normalised prefix: IPv4-mapped prefixes become
+// IPv4 ones. A CIDR with bits set past its length or a zone is an error
+// naming the fix.
+func parseNet(v string) (netip.Prefix, error) {
+	if v == "" {
+		return netip.Prefix{}, errors.New("must not be empty")
+	}
+	if !strings.Contains(v, "/") {
+		a, err := netip.ParseAddr(v)
+		if err != nil || a.Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR", v)
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(v)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR", v)
+	}
+	return checkNet(p)
+}
+
+// checkNet validates and normalises a prefix given in Go or parsed from
+// YAML.
+func checkNet(p netip.Prefix) (netip.Prefix, error) {
+	if !p.IsValid() {
+		return netip.Prefix{}, errors.New("is not a valid CIDR")
+	}
+	if p.Addr().Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%s has a zone; networks have none", p)
+	}
+	if m := p.Masked(); m != p {
+		return netip.Prefix{}, fmt.Errorf("%s has bits set past /%d: write %s", p, p.Bits(), m)
+	}
+	if p.Addr().Is4In6() {
+		// Masked, an address in ::ffff:0:0/96 has a prefix of at least
+		// 96 bits: the ffff is in the bits 80 to 95.
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p, nil
 }

@@ -4,7 +4,11 @@
 // limits of policy.yaml (hot-reloaded), kept in process or, when REDIS_URL is
 // set, in Redis behind a circuit breaker. The gRPC health service is never
 // limited. Decisions are traced and counted with OpenTelemetry and exposed for
-// Prometheus over HTTP.
+// Prometheus over HTTP. The stages run inside go-grpc-middleware v2's
+// logging, realip, selector and recovery interceptors (package grpcmw): each
+// call's log line carries floodgate's decision, the client behind
+// -trusted-proxies is limited by its own address, and -unlimited methods
+// are never limited.
 //
 //	cd examples && go run ./grpc
 //	go run ./client    # in another terminal
@@ -24,14 +28,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/realip"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate-go/floodgate/examples/internal/stack"
+	"github.com/floodgate-go/floodgate/grpcmw"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
+	floodgatev1 "github.com/floodgate-go/floodgate/proto/floodgate/v1"
 )
 
 func main() {
@@ -55,6 +66,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	redisURL := fs.String("redis", os.Getenv("REDIS_URL"), "Redis URL for limits shared by every instance (default $REDIS_URL; empty: in process)")
 	trace := fs.Bool("trace", false, "print every span (with its floodgate.* attributes) as JSON")
 	work := fs.Duration("work", 10*time.Millisecond, "simulated work per call")
+	trustedProxies := fs.String("trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For names the client (realip)")
+	unlimited := fs.String("unlimited", reflectionServices, "comma-separated methods (/pkg.Svc/Method or /pkg.Svc/*) floodgate never sees (selector)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,6 +75,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	logger := slog.New(slog.NewTextHandler(stdout, nil))
+	mw, err := newMiddleware(logger, *trustedProxies, *unlimited)
+	if err != nil {
+		return err
+	}
 	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Logger: logger}
 	if *trace {
 		cfg.Traces = stdout
@@ -78,7 +95,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// proxy in front sets these metadata keys and strips them from client
 	// calls.
 	fg, err := interceptor.New(
-		interceptor.WithUser(interceptor.FromHeader("x-user")),
+		grpcmw.WithRealIP(),    // limit the client realip resolved
+		grpcmw.WithLogFields(), // floodgate.* fields on each call's log line
+		// The user of Login is the account it submits (LoginRequest.user,
+		// marked floodgate.v1.identity in shop.proto), so the login limits
+		// follow the account guessed whatever x-user says; other calls'
+		// user is x-user, from the auth proxy.
+		interceptor.WithUser(interceptor.FirstOf(
+			interceptor.FromProtoField(floodgatev1.Identity_IDENTITY_USER),
+			interceptor.FromHeader("x-user"),
+		)),
 		interceptor.WithTenant(interceptor.FromHeader("x-tenant")),
 		interceptor.WithTier(interceptor.FromHeader("x-tier")),
 		interceptor.WithDomain("shop.example.com"), // google.rpc.ErrorInfo domain
@@ -90,15 +116,29 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithMeterProvider(st.MeterProvider), otelgrpc.WithTracerProvider(st.TracerProvider))),
+		// go-grpc-middleware v2 around floodgate's stages: logging first, so
+		// its line sees denials; realip before floodgate; a selector keeps
+		// -unlimited methods away from every stage; recovery innermost.
 		grpc.ChainUnaryInterceptor(
-			fg.UnaryServer(st.Shed),   // 1. shed low priorities near capacity
-			fg.UnaryServer(st.Conc),   // 2. cap requests in flight
-			fg.UnaryServer(st.Limits), // 3. the policy's rate limits
+			logging.UnaryServerInterceptor(mw.logger, mw.logOpts...),
+			realip.UnaryServerInterceptorOpts(mw.realIP...),
+			selector.UnaryServerInterceptor(fg.UnaryServer(st.Shed), mw.limited),   // 1. shed low priorities near capacity
+			selector.UnaryServerInterceptor(fg.UnaryServer(st.Conc), mw.limited),   // 2. cap requests in flight
+			selector.UnaryServerInterceptor(fg.UnaryServer(st.Limits), mw.limited), // 3. the policy's rate limits
+			recovery.UnaryServerInterceptor(mw.recovered),
 		),
-		grpc.ChainStreamInterceptor(fg.StreamServer(st.Shed), fg.StreamServer(st.Conc), fg.StreamServer(st.Limits)),
+		grpc.ChainStreamInterceptor(
+			logging.StreamServerInterceptor(mw.logger, mw.logOpts...),
+			realip.StreamServerInterceptorOpts(mw.realIP...),
+			selector.StreamServerInterceptor(fg.StreamServer(st.Shed), mw.limited),
+			selector.StreamServerInterceptor(fg.StreamServer(st.Conc), mw.limited),
+			selector.StreamServerInterceptor(fg.StreamServer(st.Limits), mw.limited),
+			recovery.StreamServerInterceptor(mw.recovered),
+		),
 	)
 	shoppb.RegisterShopServer(srv, shop{work: *work})
 	healthpb.RegisterHealthServer(srv, health.NewServer()) // /grpc.health.v1.Health/* is never limited
+	reflection.Register(srv)                               // -unlimited by default
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -70,10 +70,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/login", handle(*work, func(r *http.Request) (int, any) {
-		if r.Header.Get("X-User") == "" || r.FormValue("password") != "hunter2" {
+		if loginUser(r) == "" || r.FormValue("password") != "hunter2" {
 			return http.StatusUnauthorized, map[string]string{"error": "wrong user or password"}
 		}
-		return http.StatusOK, map[string]string{"token": "session-" + r.Header.Get("X-User")}
+		return http.StatusOK, map[string]string{"token": "session-" + loginUser(r)}
 	}))
 	mux.HandleFunc("GET /v1/search", handle(*work, func(r *http.Request) (int, any) {
 		return http.StatusOK, map[string]any{"query": r.FormValue("q"), "items": []string{"lamp", "desk"}}
@@ -94,7 +94,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		interceptor.WithHealthPaths("/healthz"), // never limited
 		// Identity: an auth proxy in front sets these headers and strips
 		// them from client requests. The client IP is the peer address.
-		interceptor.WithUser(interceptor.FromHeader("X-User")),
+		// The user of a login is the account its form submits, so the
+		// login limits follow the account guessed whatever X-User says.
+		interceptor.WithUser(interceptor.FirstOf(interceptor.FromHTTPRequest(loginUser), interceptor.FromHeader("X-User"))),
 		interceptor.WithTenant(interceptor.FromHeader("X-Tenant")),
 		interceptor.WithTier(interceptor.FromHeader("X-Tier")),
 		interceptor.WithObserver(st.Observer), // spans and metrics

@@ -116,8 +116,10 @@ func TestHTTPExample(t *testing.T) {
 	}
 
 	// Login hides its quota: a 429 without RateLimit fields or policy names.
+	// It is keyed on the account the form submits: changing X-User on
+	// every try does not help.
 	for i := 1; i <= 6; i++ {
-		resp, body := get(t, "POST", api+"/v1/login?password=wrong", "X-User", "mallory")
+		resp, body := get(t, "POST", api+"/v1/login?user=mallory&password=wrong", "X-User", "decoy-"+strconv.Itoa(i))
 		switch {
 		case i <= 5 && resp.StatusCode != http.StatusUnauthorized:
 			t.Fatalf("login %d: status %d, want 401", i, resp.StatusCode)

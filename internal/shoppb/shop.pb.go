@@ -28,7 +28,9 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// LoginRequest names the account to log into.
+// LoginRequest names the account to log into. The user is the identity
+// the login limits key on: the account whose password is tried, not a
+// header the client picks.
 type LoginRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
@@ -408,9 +410,9 @@ var File_internal_shoppb_shop_proto protoreflect.FileDescriptor
 
 const file_internal_shoppb_shop_proto_rawDesc = "" +
 	"\n" +
-	"\x1ainternal/shoppb/shop.proto\x12\x11floodgate.shop.v1\x1a\x1efloodgate/v1/annotations.proto\">\n" +
-	"\fLoginRequest\x12\x12\n" +
-	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1a\n" +
+	"\x1ainternal/shoppb/shop.proto\x12\x11floodgate.shop.v1\x1a\x1efloodgate/v1/annotations.proto\"D\n" +
+	"\fLoginRequest\x12\x18\n" +
+	"\x04user\x18\x01 \x01(\tB\x04\x88\x81\x19\x01R\x04user\x12\x1a\n" +
 	"\bpassword\x18\x02 \x01(\tR\bpassword\"\"\n" +
 	"\n" +
 	"LoginReply\x12\x14\n" +

@@ -12,5 +12,16 @@
 //
 // Package interceptor reads the option from the registered descriptors;
 // its package doc gives the order in which the annotation, the Go map and
-// the policy decide. Regenerate with `make proto`.
+// the policy decide.
+//
+// The (floodgate.v1.identity) field option marks a request field as an
+// identity the rate limits key on (Identity: user, tenant or API key), so
+// they key on the value the handler acts on; interceptor.FromProtoField
+// reads it in unary calls:
+//
+//	message LoginRequest {
+//	  string user = 1 [(floodgate.v1.identity) = IDENTITY_USER];
+//	}
+//
+// Regenerate with `make proto`.
 package floodgatev1
