@@ -58,14 +58,19 @@ bench-peers: deps
 bench-grpc: deps
 	cd bench && $(GO) run ./cmd/grpcload
 
-## demo: the in-process demo (Redis when REDIS_URL is set).
+## demo: the in-process demo (Redis when REDIS_URL is set); it writes
+## DEMO_REPORT. DEMO_ARGS adds flags: make demo DEMO_ARGS='--redis-fault kill@8s:4s'
+## starts the demo's own redis-server and kills it 8s in (back 4s later).
+DEMO_REPORT ?= floodgate-demo-report.html
+DEMO_ARGS   ?=
 demo:
-	$(GO) run ./cmd/floodgate demo
+	$(GO) run ./cmd/floodgate demo -report $(DEMO_REPORT) $(DEMO_ARGS)
 
-## demo-screenshot: open the demo's HTML report in headless Chromium (fails on
-## console errors) and save a screenshot.
+## demo-screenshot: open the report the last `make demo` wrote in headless
+## Chromium (fails on console errors) and save SCREENSHOT.
+SCREENSHOT  ?= $(DEMO_REPORT:.html=.png)
 demo-screenshot:
-	./scripts/screenshot-report.sh
+	./scripts/screenshot-report.sh $(DEMO_REPORT) $(SCREENSHOT)
 
 ## proto: regenerate the Go code of proto/floodgate/v1 and internal/**/*.proto.
 proto:

@@ -1,6 +1,6 @@
 // Command floodgate is floodgate's command line.
 //
-//	floodgate demo [-duration 20s] [-redis URL] [-report FILE]
+//	floodgate demo [-duration 20s] [-redis URL | -redis-fault kill@AT[:FOR] | -redis-fault pause@AT[:FOR]] [-report FILE]
 //	floodgate validate POLICY.yaml...
 //
 // demo starts an HTTP and a gRPC service in-process, protected by the whole
@@ -8,6 +8,11 @@
 // limits with plan tiers), drives mixed traffic at them, prints live progress
 // and a table, and writes a self-contained HTML report. Rate-limit state is
 // kept in process unless REDIS_URL (or -redis) names a Redis server.
+// -redis-fault starts the demo's own redis-server on a free loopback port
+// (redis-server must be installed) and kills (SIGKILL) or pauses (SIGSTOP)
+// it AT after the start of traffic; with FOR it comes back FOR later (a new,
+// empty server after a kill; SIGCONT after a pause): `-redis-fault kill@8s`,
+// `-redis-fault pause@8s:3s`.
 //
 // validate checks policy files and prints every error with its field and
 // line; it exits 1 if any file is invalid.
@@ -22,6 +27,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/demo"
@@ -33,7 +39,7 @@ func main() {
 }
 
 const usage = `usage:
-  floodgate demo [-duration 20s] [-redis URL] [-report FILE]
+  floodgate demo [-duration 20s] [-redis URL | -redis-fault kill@AT[:FOR] | -redis-fault pause@AT[:FOR]] [-report FILE]
   floodgate validate POLICY.yaml...
 `
 
@@ -100,11 +106,28 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	redisURL := fs.String("redis", os.Getenv("REDIS_URL"), "Redis URL for rate-limit state (default $REDIS_URL; empty: in-process)")
 	reportPath := fs.String("report", "floodgate-demo-report.html", "where to write the HTML report (empty: none)")
 	verbose := fs.Bool("v", false, "log the library's warnings (breaker state changes, fallback) to stderr")
-	if err := fs.Parse(args); err != nil {
+	var fault *demo.Fault
+	fs.Func("redis-fault", "start the demo's own redis-server and break it: "+demo.FaultSyntax, func(v string) error {
+		f, err := demo.ParseFault(v)
+		if err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), "demo: "))
+		}
+		fault = &f
+		return nil
+	})
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
 		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "floodgate demo: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg := demo.Config{Duration: *duration, RedisURL: *redisURL, Progress: stdout, Fault: fault}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "floodgate %v\n", err)
 		return 2
 	}
 	var logger *slog.Logger
@@ -112,17 +135,25 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 
+	cfg.Logger = logger
 	store := "the in-process memory store"
-	if *redisURL != "" {
+	switch {
+	case fault != nil:
+		store = "a redis-server the demo starts (fault " + fault.String() + ")"
+	case *redisURL != "":
 		store = "Redis at " + *redisURL
 	}
 	fmt.Fprintf(stdout, "floodgate demo: %s of traffic against an HTTP and a gRPC service on loopback, rate-limit state in %s\n\n", *duration, store)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	rep, err := demo.Run(ctx, demo.Config{Duration: *duration, RedisURL: *redisURL, Progress: stdout, Logger: logger})
-	if err != nil {
-		fmt.Fprintf(stderr, "floodgate demo: %v\n", err)
+	rep, err := demo.Run(ctx, cfg)
+	switch {
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(stderr, "floodgate demo: interrupted")
+		return 1
+	case err != nil:
+		fmt.Fprintf(stderr, "floodgate %v\n", err) // demo's errors start with "demo: "
 		return 1
 	}
 	fmt.Fprintf(stdout, "\nWhat each group of traffic met (store: %s):\n\n", rep.Store)
@@ -132,6 +163,10 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintln(stdout, "  "+n)
+	}
+	fmt.Fprintln(stdout, "\nWhat this run shows:")
+	for _, c := range rep.Captions() {
+		fmt.Fprintf(stdout, "  %s: %s\n", c.Title, c.Text)
 	}
 	if *reportPath != "" {
 		f, err := os.Create(*reportPath)

@@ -71,3 +71,33 @@ func TestValidateHelp(t *testing.T) {
 		t.Errorf("validate -bogus: code %d, want 2", code)
 	}
 }
+
+// TestDemoFlags: -h prints the demo's usage; a malformed -redis-fault, one
+// that does not fit in the run, or one combined with an external Redis is a
+// usage error (exit 2) that says what is wrong, before anything starts.
+func TestDemoFlags(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"demo", "-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "-redis-fault") {
+		t.Errorf("demo -h: code %d, stderr %q", code, errOut.String())
+	}
+	t.Setenv("REDIS_URL", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "--redis-fault", "kill"}, "missing @AT"},
+		{[]string{"demo", "--redis-fault", "explode@8s"}, `unknown kind "explode"`},
+		{[]string{"demo", "--redis-fault", "pause@8s:soon"}, `FOR "soon" is not a duration`},
+		{[]string{"demo", "-duration", "5s", "--redis-fault", "kill@8s"}, "not before the end of the 5s run"},
+		{[]string{"demo", "-duration", "5s", "--redis-fault", "pause@4s:2s"}, "ends at 6s"},
+		{[]string{"demo", "-redis", "redis://127.0.0.1:1", "--redis-fault", "kill@8s"}, "unset REDIS_URL"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(c.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("run(%q) = %d, stderr %q; want 2 and %q", c.args, code, errOut.String(), c.want)
+		}
+		if out.Len() > 0 {
+			t.Errorf("run(%q) started the demo: %q", c.args, out.String())
+		}
+	}
+}

@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -46,7 +44,35 @@ type Config struct {
 	// Logger receives the library's logs (breaker changes, fallback);
 	// nil: discarded.
 	Logger *slog.Logger
+	// Fault, when set, makes the run start its own redis-server on a free
+	// loopback port (through testing/redistest; redis-server must be
+	// installed), keep rate-limit state there, and kill or pause it as
+	// the Fault says. RedisURL must then be empty.
+	Fault *Fault
 }
+
+// Validate reports what is wrong with c, before anything starts.
+func (c Config) Validate() error {
+	d := c.Duration
+	if d == 0 {
+		d = DefaultDuration
+	}
+	if d < time.Second {
+		return fmt.Errorf("demo: duration %s is shorter than 1s", d)
+	}
+	if c.Fault != nil {
+		if c.RedisURL != "" {
+			return fmt.Errorf("demo: a redis fault (%s) breaks a redis-server the demo starts itself, not the Redis at %s: unset REDIS_URL (or -redis) or drop the fault", c.Fault, redisHost(c.RedisURL))
+		}
+		if err := c.Fault.check(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DefaultDuration is the length of a run whose Config.Duration is 0.
+const DefaultDuration = 20 * time.Second
 
 // Headers the demo's edge proxy (the load generator) sets and the services
 // trust. A real deployment would strip them from client requests at its edge.
@@ -67,16 +93,29 @@ const (
 // Run starts the demo services on loopback, drives the scenario at them for
 // cfg.Duration, and returns the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if cfg.Duration == 0 {
-		cfg.Duration = 20 * time.Second
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Duration < time.Second {
-		return nil, fmt.Errorf("demo: duration %s is shorter than 1s", cfg.Duration)
+	if cfg.Duration == 0 {
+		cfg.Duration = DefaultDuration
 	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	progress := &syncWriter{w: cfg.Progress}
+	var faultSrv *faultServer
+	if cfg.Fault != nil {
+		srv, err := startFaultServer()
+		if err != nil {
+			return nil, err
+		}
+		defer srv.stop()
+		faultSrv = srv
+		cfg.RedisURL = "redis://" + srv.addr()
+	}
+	axis := axisFor(cfg.Duration)
+	tl := newTimeline(axis)
 
 	policy, err := tiers.Load(Policy)
 	if err != nil {
@@ -114,12 +153,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("demo: redis store: %w", err)
 		}
 		defer rs.Close()
-		fb, err = fallback.New(rs, fallback.WithName("demo-redis"), fallback.WithTimeout(50*time.Millisecond), fallback.WithLogger(logger))
+		fb, err = fallback.New(rs, fallback.WithName("demo-redis"), fallback.WithTimeout(50*time.Millisecond), fallback.WithLogger(logger),
+			fallback.WithOnStateChange(tl.breakerChanged))
 		if err != nil {
 			return nil, fmt.Errorf("demo: fallback store: %w", err)
 		}
 		store, ledger = fb, rs
 		storeName = "Redis at " + addr + " (behind the circuit-breaker fallback)"
+		if faultSrv != nil {
+			storeName = "redis-server started by the demo at " + addr + " (behind the circuit-breaker fallback)"
+		}
 		if unreachable != nil {
 			storeName += ", unreachable at start"
 		}
@@ -132,7 +175,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	// Local-first: the tenant plans are decided async and the IP safety
 	// net leased (see the policy); every other rule asks the store.
-	lf, err := localfirst.New(store, ledger)
+	lf, err := localfirst.New(store, ledger, localfirst.WithLogger(logger))
 	if err != nil {
 		return nil, fmt.Errorf("demo: local-first store: %w", err)
 	}
@@ -161,7 +204,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("demo: concurrency: %w", err)
 	}
 
-	counts := &decisionCounts{}
 	opts := []interceptor.Option{
 		interceptor.WithTrustedProxies("127.0.0.0/8", "::1/128"),
 		interceptor.WithTenant(interceptor.FromHeader(headerTenant)),
@@ -169,7 +211,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		interceptor.WithTier(interceptor.FromHeader(headerTier)),
 		interceptor.WithPriorityHeader(headerPriority),
 		interceptor.WithHealthPaths("/healthz"),
-		interceptor.WithObserver(counts),
+		interceptor.WithObserver(tl),
 	}
 
 	// HTTP service.
@@ -223,7 +265,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer conn.Close()
 
 	start := time.Now()
-	stats := NewStats(start)
+	stats := NewStats(start, axis)
+	tl.begin(start)
 	d := &driver{
 		base:   "http://" + httpLn.Addr().String(),
 		http:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}, Timeout: 10 * time.Second},
@@ -238,11 +281,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	go func() {
 		defer close(progressDone)
 		if cfg.Progress != nil {
-			d.progress(runCtx, cfg.Progress, shed)
+			d.progress(runCtx, progress, shed)
 		}
 	}()
-	d.run(runCtx, Scenario(cfg.Duration))
+	var (
+		faultEvent *Event
+		faultNotes []string
+	)
+	faultDone := make(chan struct{})
+	go func() {
+		defer close(faultDone)
+		if faultSrv != nil {
+			faultEvent, faultNotes = injectFault(runCtx, faultSrv, *cfg.Fault, start, cfg.Duration, progress)
+		}
+	}()
+	gens := Scenario(cfg.Duration)
+	d.run(runCtx, gens)
 	<-progressDone
+	<-faultDone
+	if faultSrv != nil && cfg.Fault.Kind == FaultPause {
+		_ = faultSrv.p.Resume() // nothing waits on a stopped server while the run shuts down
+	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -250,19 +309,33 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{
 		Store:    storeName,
 		Duration: cfg.Duration,
+		Axis:     axis,
 		Rows: stats.Rows([]string{
-			"tier=free", "tier=pro", "tier=enterprise",
+			"all", "tier=free", "tier=pro", "tier=enterprise",
 			"priority=critical", "priority=write", "priority=read", "priority=test",
 			"scenario=attack", "scenario=brute-force",
 		}),
-		Series: map[string][]Point{},
+		Series: map[string][]Point{"all": stats.Series("all")},
+		Events: Events(gens),
+		Fault:  cfg.Fault,
+	}
+	for _, tier := range []string{"free", "pro", "enterprise"} {
+		for _, p := range []string{"critical", "write", "read", "test"} {
+			rep.Cross = append(rep.Cross, stats.Rows([]string{"tier=" + tier + ",priority=" + p})...)
+		}
 	}
 	for _, n := range []string{"tier=free", "tier=pro", "tier=enterprise", "priority=critical", "priority=write", "priority=read", "priority=test"} {
 		rep.Series[n] = stats.Series(n)
 		rep.SeriesOrder = append(rep.SeriesOrder, n)
 	}
-	rep.Notes = counts.notes()
+	rep.Sources, rep.Denials = tl.snapshot()
+	rep.Latency, rep.Admitted = stats.Latency()
+	if faultEvent != nil {
+		rep.Events = append(rep.Events, *faultEvent)
+	}
+	rep.Notes = append(tl.notes(), faultNotes...)
 	if fb != nil {
+		rep.Breaker = tl.breakerSpans(cfg.Duration)
 		st := fb.Stats()
 		rep.Notes = append(rep.Notes, fmt.Sprintf(
 			"Redis fallback: breaker %s; %d store calls, %d failed (%d timed out); %d takes decided without Redis (%d allowed, %d denied); breaker opened %d times",
@@ -272,6 +345,58 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
+// injectFault breaks srv at f.At after start and, when f.For is set,
+// repairs it f.For later; it returns the fault's event (nil when the run
+// ended first) and notes on anything that went wrong.
+func injectFault(ctx context.Context, srv *faultServer, f Fault, start time.Time, d time.Duration, progress io.Writer) (*Event, []string) {
+	wait := func(off time.Duration) bool {
+		t := time.NewTimer(time.Until(start.Add(off)))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	if !wait(f.At) {
+		return nil, nil
+	}
+	down, up := f.verb()
+	at := time.Since(start)
+	if err := srv.inject(f); err != nil {
+		return nil, []string{fmt.Sprintf("redis fault %s: could not break redis-server: %v", f, err)}
+	}
+	fmt.Fprintf(progress, "%5s  %s (%s)\n", fmtSec(at), down, f)
+	ev := &Event{Name: down, Kind: "fault", From: at, To: d}
+	if f.For == 0 || !wait(f.At+f.For) {
+		return ev, nil
+	}
+	err := srv.recover(f)
+	ev.To = min(time.Since(start), d) // a slow restart may end after the traffic
+	if err != nil {
+		return ev, []string{fmt.Sprintf("redis fault %s: redis-server could not be %s: %v", f, up, err)}
+	}
+	fmt.Fprintf(progress, "%5s  Redis %s\n", fmtSec(ev.To), up)
+	return ev, nil
+}
+
+// syncWriter serialises the progress lines of the load driver and the
+// fault injector; a nil w discards them.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	if s.w == nil {
+		return len(p), nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
 // redisHost is the host part of a Redis URL, without credentials, for
 // messages.
 func redisHost(raw string) string {
@@ -279,48 +404,6 @@ func redisHost(raw string) string {
 		return u.Host
 	}
 	return "(URL)"
-}
-
-// decisionCounts is the demo's own Observer: it counts decisions by stage,
-// outcome and source for the report's notes.
-type decisionCounts struct {
-	mu sync.Mutex
-	m  map[string]int
-}
-
-func (c *decisionCounts) Observe(_ context.Context, _ *floodgate.Request, d floodgate.Decision, err error) {
-	k := string(d.Stage) + " " + map[bool]string{true: "allowed", false: "denied"}[d.Allowed]
-	if d.Source != "" {
-		k += " by " + string(d.Source)
-	}
-	if err != nil {
-		k += " (with error)"
-	}
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = map[string]int{}
-	}
-	c.m[k]++
-	c.mu.Unlock()
-}
-
-func (c *decisionCounts) notes() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for _, stage := range []floodgate.Stage{floodgate.StageShedder, floodgate.StageConcurrency, floodgate.StageTiers} {
-		var parts []string
-		for k, v := range c.m {
-			if strings.HasPrefix(k, string(stage)+" ") {
-				parts = append(parts, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, string(stage)+" "), v))
-			}
-		}
-		if len(parts) > 0 {
-			slices.Sort(parts)
-			out = append(out, fmt.Sprintf("%s decisions — %s", stage, strings.Join(parts, ", ")))
-		}
-	}
-	return out
 }
 
 type shopServer struct {

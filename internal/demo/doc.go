@@ -4,6 +4,31 @@
 // tier and priority met (a text table and a self-contained HTML page).
 //
 // What it decides: the demo's traffic mix and its policy are fixed (see
-// policy.yaml and Scenario) so runs are comparable; only the duration and
-// the store (in-process, or Redis when a URL is given) change.
+// policy.yaml and Scenario) so runs are comparable; only the duration, the
+// store (in-process, or Redis when a URL is given) and an optional Redis
+// fault change.
+//
+// # The report
+//
+// Every chart of the HTML report is a panel of one SVG drawn on one time
+// axis: the run is cut into equal buckets (half a second, adjusted so that
+// they divide the run exactly, at most 120) and every series has one value
+// per bucket, counted by when the request started; nothing starts after
+// the run's end, so no bucket is partial. Lanes above the panels mark the
+// scenario's events (scraper, surge, brute force, Redis fault) and the
+// Redis breaker's state; the panels show rate-limit decisions by where they
+// were made (floodgate.Source, from the demo's own Observer), all requests
+// by outcome, denials by policy, the latency of admitted requests (p50,
+// p99), then each tier and priority. The captions (Report.Captions) are
+// computed from the same counts, never written in advance.
+//
+// # Redis faults
+//
+// Config.Fault (`-redis-fault kill@8s`, `pause@8s:3s`) starts a
+// redis-server of the demo's own on a free loopback port through
+// testing/redistest, the helper the tests use, and kills it (SIGKILL;
+// with a FOR, a new empty server on the same port FOR later) or pauses it
+// (SIGSTOP; SIGCONT FOR later). It never touches a Redis it did not start,
+// so it cannot be combined with REDIS_URL, and it fails at once, naming
+// `make deps`, when redis-server is not installed.
 package demo

@@ -4,34 +4,81 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/floodgate-go/floodgate"
 )
 
-// Report is what a demo run produced.
+// Report is what a demo run produced. Every per-bucket slice has one entry
+// per bucket of Axis.
 type Report struct {
-	Store    string        // "memory" or "redis (redis://...)"
+	Store    string        // where rate-limit state was kept, for people
 	Duration time.Duration // traffic time
-	Rows     []Row         // table rows, grouped
-	// Series are per-second offered/allowed points for charts, by name
-	// ("tier=free", ..., "priority=test", ...).
+	// Axis is the time axis every series and chart shares.
+	Axis Axis
+	Rows []Row // table rows, grouped
+	// Cross are the rows of tenant traffic by tier and priority
+	// ("tier=enterprise,priority=read"), which the captions explain
+	// shedding with.
+	Cross []Row
+	// Series are per-bucket offered/allowed/limited/shed points by name:
+	// "all", "tier=free", ..., "priority=test", ...
 	Series map[string][]Point
-	// SeriesOrder is the order charts are drawn in.
+	// SeriesOrder is the order the tier and priority charts are drawn in.
 	SeriesOrder []string
+	// Sources counts the rate-limit stage's decisions per bucket by where
+	// they were made (store, cache, lease, async, local_fallback,
+	// fail_open, fail_closed).
+	Sources map[floodgate.Source][]int
+	// Denials counts every stage's denials per bucket by policy (rule
+	// name, "shedder", a concurrency cap's name).
+	Denials map[string][]int
+	// Latency is p50/p99 of the admitted requests that started in each
+	// bucket; Admitted is the same over the whole run.
+	Latency  []LatencyPoint
+	Admitted LatencyPoint
+	// Breaker is the Redis circuit breaker's state over the run; nil when
+	// the run had no Redis.
+	Breaker []BreakerSpan
+	// Events are the scenario's events and the Redis fault, if any.
+	Events []Event
+	// Fault is the Redis fault the run injected, if any.
+	Fault *Fault
 	// Notes are facts the run wants to tell (fallback decisions, errors).
 	Notes []string
 }
 
 // Row returns the row for group, if present.
 func (r *Report) Row(group string) (Row, bool) {
-	for _, row := range r.Rows {
-		if row.Group == group {
-			return row, true
+	for _, rows := range [][]Row{r.Rows, r.Cross} {
+		for _, row := range rows {
+			if row.Group == group {
+				return row, true
+			}
 		}
 	}
 	return Row{}, false
+}
+
+// Event returns the first event of kind, if present.
+func (r *Report) Event(kind string) (Event, bool) {
+	for _, e := range r.Events {
+		if e.Kind == kind {
+			return e, true
+		}
+	}
+	return Event{}, false
+}
+
+// InWindow reports whether bucket i counts as inside [from, to): its
+// middle is.
+func (a Axis) InWindow(i int, from, to time.Duration) bool {
+	lo, hi := a.Span(i)
+	mid := lo + (hi-lo)/2
+	return mid >= from && mid < to
 }
 
 // WriteTable prints the rows as an aligned text table.
@@ -56,143 +103,51 @@ func fmtDur(d time.Duration) string {
 	}
 }
 
-// chart is one small SVG line chart in the HTML report: one group's
-// offered, allowed, limited and shed requests per second, on its own scale.
-type chart struct {
-	Title   string
-	Width   int
-	Height  int
-	Lines   []line
-	XLabels []axisLabel
-	YLabels []axisLabel
-}
-
-type line struct {
-	Name   string
-	Color  string
-	Points string // SVG polyline points
-	Dash   string
-}
-
-type axisLabel struct {
-	X, Y int
-	Text string
-}
-
-const (
-	chartW, chartH   = 300, 170
-	padL, padR, padT = 40, 10, 10
-	padB             = 24
-)
-
-// lineKinds are the lines of every chart, with their colours.
-var lineKinds = []struct {
-	name, color, dash string
-	get               func(Point) int
-}{
-	{"offered", "#555555", "4 3", func(p Point) int { return p.Offered }},
-	{"allowed", "#2ca02c", "", func(p Point) int { return p.Allowed }},
-	{"limited", "#ff7f0e", "", func(p Point) int { return p.Limited }},
-	{"shed", "#d62728", "", func(p Point) int { return p.Shed }},
-}
-
-func buildChart(title string, pts []Point) chart {
-	c := chart{Title: title, Width: chartW, Height: chartH}
-	maxY, maxX := 1, max(1, len(pts))
-	for _, p := range pts {
-		maxY = max(maxY, p.Offered)
-	}
-	plotW := float64(chartW - padL - padR)
-	plotH := float64(chartH - padT - padB)
-	x := func(i int) float64 {
-		if maxX <= 1 {
-			return float64(padL)
-		}
-		return float64(padL) + plotW*float64(i)/float64(maxX-1)
-	}
-	y := func(v int) float64 { return float64(padT) + plotH*(1-float64(v)/float64(maxY)) }
-	for _, k := range lineKinds {
-		var b strings.Builder
-		for i, p := range pts {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(strconv.FormatFloat(x(i), 'f', 1, 64))
-			b.WriteByte(',')
-			b.WriteString(strconv.FormatFloat(y(k.get(p)), 'f', 1, 64))
-		}
-		c.Lines = append(c.Lines, line{Name: k.name, Color: k.color, Dash: k.dash, Points: b.String()})
-	}
-	for i := 0; i <= 2; i++ {
-		v := maxY * i / 2
-		c.YLabels = append(c.YLabels, axisLabel{X: padL - 4, Y: int(y(v)) + 4, Text: strconv.Itoa(v)})
-	}
-	step := max(1, maxX/5)
-	for i := 0; i < maxX; i += step {
-		c.XLabels = append(c.XLabels, axisLabel{X: int(x(i)), Y: chartH - 6, Text: strconv.Itoa(i) + "s"})
-	}
-	return c
+// fmtSec formats an offset in seconds with at most one decimal: "8s",
+// "7.5s".
+func fmtSec(d time.Duration) string {
+	return strconv.FormatFloat(math.Round(d.Seconds()*10)/10, 'f', -1, 64) + "s"
 }
 
 // WriteHTML writes a self-contained HTML page (inline CSS and SVG, no
-// scripts, no external resources) with the table and the charts.
+// scripts, no external resources): one timeline SVG whose panels share a
+// single time axis, what the run shows in words, the table and the notes.
 func (r *Report) WriteHTML(w io.Writer) error {
-	var tierCharts, prioCharts []chart
-	for _, n := range r.SeriesOrder {
-		switch {
-		case strings.HasPrefix(n, "tier="):
-			tierCharts = append(tierCharts, buildChart(strings.TrimPrefix(n, "tier=")+" tier", r.Series[n]))
-		case strings.HasPrefix(n, "priority="):
-			prioCharts = append(prioCharts, buildChart(strings.TrimPrefix(n, "priority=")+" priority", r.Series[n]))
-		}
-	}
 	data := struct {
 		*Report
 		Duration string
-		Legend   []line
-		Sections []section
+		Captions []Caption
+		Timeline template.HTML
 	}{
 		Report:   r,
-		Duration: r.Duration.Round(time.Second).String(),
-		Sections: []section{
-			{"Requests per second by tenant plan tier", "Free tenants hit their plan first; enterprise traffic passes.", tierCharts},
-			{"The shedder at work: requests per second by priority", "Under the surge, test traffic is shed first, then reads; critical traffic is never shed.", prioCharts},
-		},
-	}
-	for _, k := range lineKinds {
-		data.Legend = append(data.Legend, line{Name: k.name, Color: k.color, Dash: k.dash})
+		Duration: fmtSec(r.Duration),
+		Captions: r.Captions(),
+		Timeline: template.HTML(r.timelineSVG()), // built with every text escaped (svg.go)
 	}
 	return reportTmpl.Execute(w, data)
 }
 
-type section struct {
-	Title, Caption string
-	Charts         []chart
-}
-
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"dur": fmtDur}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>floodgate demo report</title>
+<link rel="icon" href="data:,">
 <style>
-body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:70em}
-table{border-collapse:collapse;margin:1em 0}th,td{padding:.25em .7em;text-align:right;border-bottom:1px solid #ddd}
-th:first-child,td:first-child{text-align:left}svg{display:block;background:#fafafa;border:1px solid #ddd}
-.grid{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}figcaption{font-weight:600}.legend span{display:inline-block;margin-right:1em}.sw{display:inline-block;width:1em;height:.3em;vertical-align:middle;margin-right:.3em}
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em 2em;color:#222;max-width:64em}
+h1{margin:.2em 0}h2{margin:1.2em 0 .4em;font-size:1.15em}
+table{border-collapse:collapse;margin:.5em 0}th,td{padding:.2em .7em;text-align:right;border-bottom:1px solid #ddd}
+th:first-child,td:first-child{text-align:left}
+svg{display:block;background:#fff;border:1px solid #ddd}
+dl.captions{margin:.4em 0}dl.captions dt{font-weight:600;margin-top:.35em}dl.captions dd{margin:0 0 0 1.2em}
 </style></head><body>
 <h1>floodgate demo report</h1>
-<p>Store: <b>{{.Store}}</b>. Traffic for {{.Duration}}.</p>
+<p>Store: <b>{{.Store}}</b>. Traffic for {{.Duration}}{{with .Fault}}, Redis fault <b>{{.}}</b>{{end}}. Every chart below shares one time axis: {{.Axis.Buckets}} buckets of {{dur .Axis.Width}}, rates in requests per second.</p>
+{{.Timeline}}
+<h2>What this run shows</h2>
+<dl class="captions" id="captions">{{range .Captions}}<dt>{{.Title}}</dt><dd data-caption="{{.ID}}">{{.Text}}</dd>
+{{end}}</dl>
+<h2>Totals by group</h2>
 <table id="summary"><thead><tr><th>group</th><th>offered</th><th>allowed</th><th>limited</th><th>shed</th><th>failed</th><th>p50</th><th>p99</th></tr></thead><tbody>
 {{range .Rows}}<tr><td>{{.Group}}</td><td>{{.Offered}}</td><td>{{.Allowed}}</td><td>{{.Limited}}</td><td>{{.Shed}}</td><td>{{.Failed}}</td><td>{{dur .P50}}</td><td>{{dur .P99}}</td></tr>
 {{end}}</tbody></table>
-<div class="legend">{{range .Legend}}<span><i class="sw" style="background:{{.Color}}"></i>{{.Name}}{{if .Dash}} (dashed){{end}}</span>{{end}}</div>
-{{range .Sections}}<h2>{{.Title}}</h2><p>{{.Caption}}</p><div class="grid">
-{{range .Charts}}<figure><figcaption>{{.Title}}</figcaption>
-<svg width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="{{.Title}}">
-{{range .YLabels}}<text x="{{.X}}" y="{{.Y}}" font-size="10" text-anchor="end">{{.Text}}</text>{{end}}
-{{range .XLabels}}<text x="{{.X}}" y="{{.Y}}" font-size="10" text-anchor="middle">{{.Text}}</text>{{end}}
-{{range .Lines}}<polyline fill="none" stroke="{{.Color}}" stroke-width="1.6"{{if .Dash}} stroke-dasharray="{{.Dash}}"{{end}} points="{{.Points}}"><title>{{.Name}}</title></polyline>
-{{end}}</svg></figure>
-{{end}}</div>
-{{end}}
 {{if .Notes}}<h2>Notes</h2><ul>{{range .Notes}}<li>{{.}}</li>{{end}}</ul>{{end}}
 </body></html>
 `))

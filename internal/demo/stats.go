@@ -38,22 +38,56 @@ func (r Row) Balanced() bool { return r.Offered == r.Allowed+r.Limited+r.Shed+r.
 // taken over the first maxSamples).
 const maxSamples = 200_000
 
+// maxBucketSamples bounds the admitted-latency samples kept per time bucket.
+const maxBucketSamples = 50_000
+
 type group struct {
 	counts  [numOutcomes]int
 	samples []time.Duration
 }
 
-// Stats collects outcomes by group and per-second series. It is safe for
-// concurrent use.
-type Stats struct {
-	mu     sync.Mutex
-	start  time.Time
-	groups map[string]*group
-	order  []string
-	series map[string][]Point // name -> per-second points
+// Axis is the time axis every series and chart of a run shares: n buckets
+// of equal width that together cover the run exactly, so there is no
+// partial last bucket.
+type Axis struct {
+	Buckets int           // number of buckets
+	Width   time.Duration // width of one bucket
 }
 
-// Point is one second of one series.
+// axisFor returns the axis of a run of length d: half-second buckets (at
+// most 120 of them), their width adjusted so that they divide d exactly.
+func axisFor(d time.Duration) Axis {
+	n := int((d + 250*time.Millisecond) / (500 * time.Millisecond))
+	n = min(max(n, 1), 120)
+	return Axis{Buckets: n, Width: d / time.Duration(n)}
+}
+
+// Index returns the bucket of an offset from the start of the run, clamped
+// to the axis (the last bucket takes the nanoseconds d/n rounded off).
+func (a Axis) Index(off time.Duration) int {
+	if off < 0 {
+		return 0
+	}
+	return min(int(off/a.Width), a.Buckets-1)
+}
+
+// Span returns the offsets [from, to) that bucket i covers.
+func (a Axis) Span(i int) (from, to time.Duration) {
+	return time.Duration(i) * a.Width, time.Duration(i+1) * a.Width
+}
+
+// Stats collects outcomes by group, per-bucket series and the latency of
+// admitted requests per bucket. It is safe for concurrent use.
+type Stats struct {
+	mu       sync.Mutex
+	start    time.Time
+	axis     Axis
+	groups   map[string]*group
+	series   map[string][]Point // name -> per-bucket points
+	admitted [][]time.Duration  // per bucket: latencies of admitted requests
+}
+
+// Point is one time bucket of one series: requests that started in it.
 type Point struct {
 	Offered int
 	Allowed int
@@ -61,18 +95,18 @@ type Point struct {
 	Shed    int
 }
 
-// NewStats returns an empty collector whose series count seconds from start.
-func NewStats(start time.Time) *Stats {
-	return &Stats{start: start, groups: map[string]*group{}, series: map[string][]Point{}}
+// NewStats returns an empty collector whose series have one Point per
+// bucket of axis, counted from start.
+func NewStats(start time.Time, axis Axis) *Stats {
+	return &Stats{start: start, axis: axis, groups: map[string]*group{}, series: map[string][]Point{},
+		admitted: make([][]time.Duration, axis.Buckets)}
 }
 
-// Record counts one request that ended with o after lat, under every group
-// in groups, and in the per-second series named by series.
+// Record counts one request that started at at and ended with o after lat,
+// under every group in groups, and in the per-bucket series named by
+// series.
 func (s *Stats) Record(at time.Time, lat time.Duration, o Outcome, groups []string, series []string) {
-	sec := int(at.Sub(s.start) / time.Second)
-	if sec < 0 {
-		sec = 0
-	}
+	b := s.axis.Index(at.Sub(s.start))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, name := range groups {
@@ -80,7 +114,6 @@ func (s *Stats) Record(at time.Time, lat time.Duration, o Outcome, groups []stri
 		if g == nil {
 			g = &group{}
 			s.groups[name] = g
-			s.order = append(s.order, name)
 		}
 		g.counts[o]++
 		if len(g.samples) < maxSamples {
@@ -89,10 +122,11 @@ func (s *Stats) Record(at time.Time, lat time.Duration, o Outcome, groups []stri
 	}
 	for _, name := range series {
 		pts := s.series[name]
-		for len(pts) <= sec {
-			pts = append(pts, Point{})
+		if pts == nil {
+			pts = make([]Point, s.axis.Buckets)
+			s.series[name] = pts
 		}
-		p := &pts[sec]
+		p := &pts[b]
 		p.Offered++
 		switch o {
 		case Allowed:
@@ -102,21 +136,17 @@ func (s *Stats) Record(at time.Time, lat time.Duration, o Outcome, groups []stri
 		case Shed:
 			p.Shed++
 		}
-		s.series[name] = pts
+	}
+	if o == Allowed && len(s.admitted[b]) < maxBucketSamples {
+		s.admitted[b] = append(s.admitted[b], lat)
 	}
 }
 
-// Rows returns one Row per group, in the order groups were first seen
-// unless order names them.
-func (s *Stats) Rows(order []string) []Row {
+// Rows returns one Row for each group in names that saw traffic, in that
+// order.
+func (s *Stats) Rows(names []string) []Row {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	names := slices.Clone(order)
-	for _, n := range s.order {
-		if !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
 	rows := make([]Row, 0, len(names))
 	for _, n := range names {
 		g := s.groups[n]
@@ -131,11 +161,38 @@ func (s *Stats) Rows(order []string) []Row {
 	return rows
 }
 
-// Series returns a copy of the named per-second series.
+// Series returns a copy of the named per-bucket series: one Point per
+// bucket of the axis, zero where nothing was offered.
 func (s *Stats) Series(name string) []Point {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.series[name])
+	if pts := s.series[name]; pts != nil {
+		return slices.Clone(pts)
+	}
+	return make([]Point, s.axis.Buckets)
+}
+
+// Latency returns p50 and p99 of the admitted requests that started in
+// each bucket (zero where none was admitted), and over the whole run.
+func (s *Stats) Latency() (perBucket []LatencyPoint, all LatencyPoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	perBucket = make([]LatencyPoint, len(s.admitted))
+	var every []time.Duration
+	for i, samples := range s.admitted {
+		p50, p99 := quantiles(samples)
+		perBucket[i] = LatencyPoint{Count: len(samples), P50: p50, P99: p99}
+		every = append(every, samples...)
+	}
+	p50, p99 := quantiles(every)
+	return perBucket, LatencyPoint{Count: len(every), P50: p50, P99: p99}
+}
+
+// LatencyPoint is the latency of the admitted requests of one bucket (or
+// of the run): how many there were, and their p50 and p99.
+type LatencyPoint struct {
+	Count    int
+	P50, P99 time.Duration
 }
 
 func quantiles(samples []time.Duration) (p50, p99 time.Duration) {

@@ -1,10 +1,12 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +45,49 @@ type Generator struct {
 	Header   bool
 	// Rate is the offered rate, in requests per second, at offset t.
 	Rate func(t time.Duration) float64
+	// Event, when set, names the scenario event this traffic belongs to
+	// ("surge", "scraper", "brute-force"); the report marks it from From
+	// to To.
+	Event    string
+	From, To time.Duration
+}
+
+// during makes g send rps from from to to, as part of the event kind.
+func during(g Generator, kind string, from, to time.Duration, rps float64) Generator {
+	g.Rate, g.Event, g.From, g.To = window(from, to, rps), kind, from, to
+	return g
+}
+
+// eventNames are the markers' labels, by event kind.
+var eventNames = map[string]string{
+	"scraper":     "scraper (one IP)",
+	"surge":       "bigcorp + synthetics surge",
+	"brute-force": "login brute force",
+}
+
+// Events returns the scenario's events: one per kind of event traffic in
+// gens, from the earliest start to the latest end of its generators.
+func Events(gens []Generator) []Event {
+	var out []Event
+	idx := map[string]int{}
+	for _, g := range gens {
+		if g.Event == "" {
+			continue
+		}
+		i, ok := idx[g.Event]
+		if !ok {
+			idx[g.Event] = len(out)
+			name := eventNames[g.Event]
+			if name == "" {
+				name = g.Event
+			}
+			out = append(out, Event{Name: name, Kind: g.Event, From: g.From, To: g.To})
+			continue
+		}
+		out[i].From, out[i].To = min(out[i].From, g.From), max(out[i].To, g.To)
+	}
+	slices.SortStableFunc(out, func(a, b Event) int { return cmp.Compare(a.From, b.From) })
+	return out
 }
 
 func steady(rps float64) func(time.Duration) float64 {
@@ -108,21 +153,23 @@ func Scenario(d time.Duration) []Generator {
 		)
 	}
 	surgeUsers, surgeIPs := names("bigcorp-batch", 60), ips(100, 60)
+	surgeFrom, surgeTo := frac(0.35), frac(0.7)
 	gs = append(gs,
 		Generator{Name: "synthetic checks", Tenant: "synthetics", Tier: "enterprise", Users: names("probe", 20), IPs: ips(200, 20),
 			Route: "GET /v1/items/{id}", Priority: floodgate.PriorityTest, Header: true, Rate: steady(80)},
-		Generator{Name: "bigcorp batch surge (reads)", Tenant: "bigcorp", Tier: "enterprise", Users: surgeUsers, IPs: surgeIPs,
-			Route: "GET /v1/items/{id}", Priority: floodgate.PriorityRead, Rate: window(frac(0.35), frac(0.7), 1000)},
-		Generator{Name: "bigcorp batch surge (writes)", Tenant: "bigcorp", Tier: "enterprise", Users: surgeUsers, IPs: surgeIPs,
-			Route: "POST /v1/items", Priority: floodgate.PriorityWrite, Rate: window(frac(0.35), frac(0.7), 200)},
-		Generator{Name: "synthetic surge", Tenant: "synthetics", Tier: "enterprise", Users: names("probe", 20), IPs: ips(200, 20),
-			Route: "GET /v1/items/{id}", Priority: floodgate.PriorityTest, Header: true, Rate: window(frac(0.35), frac(0.7), 500)},
-		Generator{Name: "scraper from one address", Tenant: "scraper", Tier: "pro", Users: names("scraper", 30),
-			IPs: []string{"203.0.113.7"}, Scenario: "attack", Route: "GET /v1/items/{id}", Priority: floodgate.PriorityRead,
-			Rate: window(frac(0.1), frac(0.32), 400)}, // before the surge: the limiter, not the shedder, stops it
-		Generator{Name: "login brute force", Tenant: "tinyco", Tier: "free", Users: []string{"admin"},
-			IPs: []string{"203.0.113.66"}, Scenario: "brute-force", Route: "POST /v1/login", Priority: floodgate.PriorityCritical,
-			Rate: steady(8)},
+		during(Generator{Name: "bigcorp batch surge (reads)", Tenant: "bigcorp", Tier: "enterprise", Users: surgeUsers, IPs: surgeIPs,
+			Route: "GET /v1/items/{id}", Priority: floodgate.PriorityRead}, "surge", surgeFrom, surgeTo, 1000),
+		during(Generator{Name: "bigcorp batch surge (writes)", Tenant: "bigcorp", Tier: "enterprise", Users: surgeUsers, IPs: surgeIPs,
+			Route: "POST /v1/items", Priority: floodgate.PriorityWrite}, "surge", surgeFrom, surgeTo, 200),
+		during(Generator{Name: "synthetic surge", Tenant: "synthetics", Tier: "enterprise", Users: names("probe", 20), IPs: ips(200, 20),
+			Route: "GET /v1/items/{id}", Priority: floodgate.PriorityTest, Header: true}, "surge", surgeFrom, surgeTo, 500),
+		// Before the surge: the limiter, not the shedder, stops it.
+		during(Generator{Name: "scraper from one address", Tenant: "scraper", Tier: "pro", Users: names("scraper", 30),
+			IPs: []string{"203.0.113.7"}, Scenario: "attack", Route: "GET /v1/items/{id}", Priority: floodgate.PriorityRead},
+			"scraper", frac(0.1), frac(0.32), 400),
+		during(Generator{Name: "login brute force", Tenant: "tinyco", Tier: "free", Users: []string{"admin"},
+			IPs: []string{"203.0.113.66"}, Scenario: "brute-force", Route: "POST /v1/login", Priority: floodgate.PriorityCritical},
+			"brute-force", 0, d, 8),
 	)
 	return gs
 }
@@ -171,7 +218,13 @@ func (d *driver) generate(ctx context.Context, g *Generator, wg *sync.WaitGroup)
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			owed += g.Rate(now.Sub(d.start)) * tick.Seconds()
+			off := now.Sub(d.start)
+			if off >= d.window {
+				return // the run's last bucket ends here: nothing starts after it
+			}
+			// A ticker drops ticks when this loop falls behind: a starved
+			// machine is offered less, never a burst to catch up.
+			owed += g.Rate(off) * tick.Seconds()
 			for ; owed >= 1; owed-- {
 				select {
 				case d.sem <- struct{}{}:
@@ -274,12 +327,14 @@ func setIdentity(set func(k, v string), g *Generator, user, ip string) {
 func (d *driver) record(g *Generator, at time.Time, lat time.Duration, o Outcome) {
 	d.sec[o].Add(1)
 	d.sentTotal.Add(1)
-	groups := make([]string, 0, 3)
-	series := make([]string, 0, 2)
+	groups := make([]string, 0, 5)
+	series := make([]string, 0, 3)
+	groups = append(groups, "all")
+	series = append(series, "all")
 	if g.Scenario != "" {
 		groups = append(groups, "scenario="+g.Scenario)
 	} else {
-		groups = append(groups, "tier="+g.Tier)
+		groups = append(groups, "tier="+g.Tier, "tier="+g.Tier+",priority="+g.Priority.String())
 		series = append(series, "tier="+g.Tier)
 	}
 	groups = append(groups, "priority="+g.Priority.String())

@@ -5,7 +5,9 @@
 // Sentinel (StartSentinel) or a three-master Redis Cluster (StartCluster)
 // runs on free loopback ports, with no persistence and its own temporary
 // directory, and is stopped and reaped when the test ends; StartProcess
-// starts a standalone server for a program that is not a test.
+// starts a standalone server for a program that is not a test, and
+// StartProcessHandle one that program can also kill, pause and restart (the
+// demo's -redis-fault).
 //
 // # Faults
 //

@@ -17,3 +17,38 @@ func TestStartProcess(t *testing.T) {
 	}
 	stop() // a second stop does nothing
 }
+
+// TestProcessHandleFaults: a Process kills, restarts (same address),
+// pauses and resumes its server with errors instead of a test's failures,
+// and Stop leaves nothing answering, a paused server included.
+func TestProcessHandleFaults(t *testing.T) {
+	p, err := StartProcessHandle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	addr := p.Addr()
+	step := func(name string, err error, answers bool) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := ping(addr) == nil; got != answers {
+			t.Fatalf("after %s: %s answers PING = %v, want %v", name, addr, got, answers)
+		}
+	}
+	step("start", nil, true)
+	step("Kill", p.Kill(), false)
+	step("Restart", p.Restart(), true)
+	if p.Addr() != addr {
+		t.Errorf("restarted on %s, want %s", p.Addr(), addr)
+	}
+	step("Pause", p.Pause(), false)
+	step("Resume", p.Resume(), true)
+	step("Pause", p.Pause(), false)
+	p.Stop()
+	step("Stop", nil, false)
+	if err := p.Resume(); err == nil {
+		t.Error("Resume after Stop: no error")
+	}
+}
