@@ -367,17 +367,24 @@ func (s *Server) Running() bool {
 // server that is not running does nothing.
 func (s *Server) Kill() {
 	s.t.Helper()
+	if err := s.kill(); err != nil {
+		s.t.Errorf("redistest: %v", err)
+	}
+}
+
+func (s *Server) kill() error {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
 	s.mu.Unlock()
 	if cmd == nil {
-		return
+		return nil
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	select {
 	case <-exited:
+		return nil
 	case <-time.After(10 * time.Second):
-		s.t.Errorf("redistest: redis-server pid %d did not exit within 10s of SIGKILL", cmd.Process.Pid)
+		return fmt.Errorf("redis-server pid %d did not exit within 10s of SIGKILL", cmd.Process.Pid)
 	}
 }
 
@@ -408,17 +415,25 @@ func (s *Server) signal(sig syscall.Signal, name string) {
 // Sentinel keeps its configuration.
 func (s *Server) Restart() {
 	s.t.Helper()
-	s.Kill()
+	if err := s.restart(); err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+}
+
+func (s *Server) restart() error {
+	if err := s.kill(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	port, dir := s.port, s.dir
 	s.mu.Unlock()
 	if !s.cluster && s.sentinelOf == "" {
 		if err := os.RemoveAll(dir); err != nil {
-			s.t.Fatalf("redistest: restart: %v", err)
+			return fmt.Errorf("restart: %w", err)
 		}
 		nd, err := os.MkdirTemp("", "redistest-")
 		if err != nil {
-			s.t.Fatalf("redistest: restart: %v", err)
+			return fmt.Errorf("restart: %w", err)
 		}
 		dir = nd
 	}
@@ -427,14 +442,14 @@ func (s *Server) Restart() {
 	var err error
 	for attempt := 0; attempt < maxStartAttempts; attempt++ {
 		if err = s.launch(port, dir); err == nil {
-			return
+			return nil
 		}
 		if !errors.Is(err, errPortClash) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.t.Fatalf("redistest: restart on port %d: %v", port, err)
+	return fmt.Errorf("restart on port %d: %w", port, err)
 }
 
 // FlushAll deletes every key on the server (FLUSHALL).
