@@ -134,6 +134,10 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 		}
 		if e.inflight == 0 {
 			if cost, lag, due := e.due(now, n, all); due {
+				// A report is a take, and a take above the capacity is
+				// refused for ever: send at most the capacity, the
+				// rest next time (after an outage, a key may owe more).
+				cost = min(cost, e.capacity())
 				b := e.b
 				b.Cost = cost
 				e.u -= cost
@@ -214,9 +218,22 @@ func (s *Store) sweep(now time.Time) {
 	}
 }
 
+// maxReportEvery bounds how many sync intervals a key with unreported
+// hits may go without a report, however far below its share it is.
+const maxReportEvery = 64
+
 // due says whether e's hits should be reported now, how many, and how
-// late: keys near their share every quarter interval, others every
-// interval, keys far below their share every 8 intervals. A negative
+// late. The cadence follows the key's headroom: a key that has spent half
+// its share (or more) since its last report is reported every quarter
+// interval; below that, a key is due once
+//
+//	time since its last report × unreported ≥ interval × share / 2
+//
+// so one at a quarter of its share waits 2 intervals, one at 1/16 waits 8,
+// and an idle-looking key at most maxReportEvery intervals. Redis work then
+// follows the keys near their limits, not the number of keys touched; and
+// what any instance holds unreported stays below half its share plus a
+// quarter interval of its refill, which keeps the async bound. A negative
 // count (a reservation cancelled after its units were reported) is a
 // credit: nothing to report, and later hits pay it off.
 func (e *entry) due(now time.Time, n int, all bool) (cost int64, lag time.Duration, ok bool) {
@@ -231,11 +248,11 @@ func (e *entry) due(now time.Time, n int, all bool) (cost int64, lag time.Durati
 	if e.known {
 		// What this instance had to spend since its last report.
 		share := math.Max(1, e.tok+float64(e.u))
-		switch {
-		case float64(e.u) >= share/2:
+		if float64(e.u) >= share/2 {
 			every = iv / 4 // near the share: soon, but not on every hit
-		case float64(e.u) < share/16:
-			every = 8 * iv
+		} else {
+			k := math.Min(maxReportEvery, share/(2*float64(e.u)))
+			every = time.Duration(k * float64(iv))
 		}
 	}
 	since := now.Sub(e.lastReport)
@@ -273,20 +290,33 @@ func (s *Store) report(ctx context.Context, j *job) error {
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()
 	j.e.inflight = 0
+	n := max(1, s.cfg.instances())
 	if err != nil || !ok {
-		j.e.u += units
+		j.e.u = j.e.keep(j.e.u+units, n)
 		s.st.reportFailures.Add(1)
 		if err == nil {
 			err = errors.New("localfirst: the store refused a report")
 		}
 		return err
 	}
-	j.e.u += debt
-	j.e.learn(float64(res[0].Remaining), now, max(1, s.cfg.instances()))
+	j.e.u = j.e.keep(j.e.u+debt, n)
+	j.e.learn(float64(res[0].Remaining), now, n)
 	s.st.reports.Add(1)
 	s.st.reportedUnits.Add(uint64(units - debt))
 	s.st.debtUnits.Add(uint64(debt))
 	return nil
+}
+
+// keep caps what an instance holds unreported at its share of the
+// bucket's capacity, C/n (at least 1). Units beyond it were admitted at
+// this instance's share of the rate while the store could not be told (an
+// outage) or had no room (debt): the store's bucket refilled meanwhile,
+// and a bucket never holds more than its capacity, so charging more than
+// one share's worth when the store answers again would make the key pay
+// twice for the same refill (fleetacc measured 36 % under-admission after
+// a 2 s outage before this cap).
+func (e *entry) keep(u int64, n int) int64 {
+	return min(u, max(1, e.capacity()/int64(n)))
 }
 
 // giveBack returns expired lease units in one ledger call.
