@@ -457,7 +457,7 @@ func TestReportCadenceFollowsHeadroom(t *testing.T) {
 	}{
 		{spent: 500, notYet: iv/4 - time.Microsecond, by: iv / 4},
 		{spent: 250, notYet: 99 * time.Millisecond, by: 2 * iv}, // share 999 (the cold take was exact): 1.998 intervals
-		{spent: 62, notYet: 8 * iv, by: 9 * iv}, // 1000/(2*62) = 8.06 intervals
+		{spent: 62, notYet: 8 * iv, by: 9 * iv},                 // 1000/(2*62) = 8.06 intervals
 		{spent: 1, notYet: 64*iv - time.Microsecond, by: 64 * iv},
 	} {
 		f := newFixture(t)

@@ -45,7 +45,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -220,32 +219,32 @@ func (s spec) String() string {
 // row is one measured run.
 type row struct {
 	spec
-	results   []childResult
-	window    time.Duration
-	redisCPU  time.Duration
-	cpuKnown  bool
-	pauses    int
+	results  []childResult
+	window   time.Duration
+	redisCPU time.Duration
+	cpuKnown bool
+	pauses   int
 	// killed runs: when Redis was killed and answered again (Unix ns),
 	// and the last decision any process made without it.
 	killedAt, restartedAt, lastDegraded, lastBack int64
 	opens                                         int
-	acc       accuracy
-	decisions uint64
-	admitted  uint64
-	errors    uint64
-	degraded  uint64
-	local     uint64
-	rts       uint64
-	leases    uint64
-	returned  uint64
-	reports   uint64
-	debt      uint64
-	repFail   uint64
-	retFail   uint64
-	firstErr  string
-	closeErr  string
-	minInst   int
-	sources   map[string]uint64 // admitted decisions by Source
+	acc                                           accuracy
+	decisions                                     uint64
+	admitted                                      uint64
+	errors                                        uint64
+	degraded                                      uint64
+	local                                         uint64
+	rts                                           uint64
+	leases                                        uint64
+	returned                                      uint64
+	reports                                       uint64
+	debt                                          uint64
+	repFail                                       uint64
+	retFail                                       uint64
+	firstErr                                      string
+	closeErr                                      string
+	minInst                                       int
+	sources                                       map[string]uint64 // admitted decisions by Source
 }
 
 func (r *row) over() float64 { return float64(r.admitted) - r.acc.Allowed }
