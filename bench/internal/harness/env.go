@@ -95,6 +95,7 @@ func (e *Env) NewClient() *redis.Client {
 	o.MinIdleConns = 0
 	cnt := &Counter{}
 	o.Dialer = cnt.Dial
+	o.ContextTimeoutEnabled = true // redisstore requires it; peers run on the same settings
 	c := redis.NewClient(&o)
 	c.AddHook(cnt)
 	e.clients = append(e.clients, c)
