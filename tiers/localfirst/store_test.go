@@ -560,3 +560,28 @@ func (l *switchLedger) Refund(ctx context.Context, b []tiers.Bucket) error {
 	}
 	return l.Ledger.Refund(ctx, b)
 }
+
+// TestHitsBringTheReportForward: Sync, having seen a key far below its
+// share, does not look at it again until its report is due; hits that
+// bring it near its share move that forward to a quarter interval.
+func TestHitsBringTheReportForward(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	b := bucket("forward", tiers.Async, 10, 1000) // refill negligible here
+	take(t, s, b) // cold: exact, learns 999
+	take(t, s, b) // 1 unit: due after 64 intervals
+	f.clk.Advance(10 * time.Millisecond)
+	if err := s.Sync(context.Background()); err != nil { // sees it: next look at 64 intervals
+		t.Fatal(err)
+	}
+	for range 499 { // 500 of a share of 999: near it
+		take(t, s, b)
+	}
+	f.clk.Advance(12500*time.Microsecond - 10*time.Millisecond) // a quarter interval since the last report
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Reports != 1 || st.ReportedUnits != 500 {
+		t.Fatalf("stats %+v: want one report of 500 a quarter interval in", st)
+	}
+}

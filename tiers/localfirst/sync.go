@@ -111,7 +111,6 @@ const maxParallel = 16
 
 func (s *Store) sync(ctx context.Context, all bool) error {
 	now := s.cfg.clock.Now()
-	n := max(1, s.cfg.instances())
 	var jobs []job
 	var refunds []tiers.Bucket
 	var refundEntries []*entry
@@ -120,7 +119,12 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 	s.pending = nil
 	s.pmu.Unlock()
 	keep := pending[:0]
+	nowNs := now.UnixNano()
 	for _, e := range pending {
+		if !all && nowNs < e.wake.Load() {
+			keep = append(keep, e) // nothing due: not even a lock
+			continue
+		}
 		e.mu.Lock()
 		if e.units > 0 && (all || !now.Before(e.expires)) {
 			e.owed += e.units
@@ -133,7 +137,7 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 			refundEntries = append(refundEntries, e)
 		}
 		if e.inflight == 0 {
-			if cost, lag, due := e.due(now, n, all); due {
+			if cost, lag, due := e.due(now, all); due {
 				// A report is a take, and a take above the capacity is
 				// refused for ever: send at most the capacity, the
 				// rest next time (after an outage, a key may owe more).
@@ -153,6 +157,7 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 		// reports and returns under way count (they may fail).
 		if e.units > 0 || e.owed > 0 || e.u > 0 || e.inflight > 0 {
 			keep = append(keep, e)
+			e.wake.Store(e.nextWake())
 		} else {
 			e.queued = false
 		}
@@ -236,30 +241,35 @@ const maxReportEvery = 64
 // quarter interval of its refill, which keeps the async bound. A negative
 // count (a reservation cancelled after its units were reported) is a
 // credit: nothing to report, and later hits pay it off.
-func (e *entry) due(now time.Time, n int, all bool) (cost int64, lag time.Duration, ok bool) {
+func (e *entry) due(now time.Time, all bool) (cost int64, lag time.Duration, ok bool) {
 	if e.u <= 0 {
 		return 0, 0, false
 	}
 	if all {
 		return e.u, 0, true
 	}
-	iv := e.b.SyncInterval
-	every := iv
-	if e.known {
-		// What this instance had to spend since its last report.
-		share := math.Max(1, e.tok+float64(e.u))
-		if float64(e.u) >= share/2 {
-			every = iv / 4 // near the share: soon, but not on every hit
-		} else {
-			k := math.Min(maxReportEvery, share/(2*float64(e.u)))
-			every = time.Duration(k * float64(iv))
-		}
-	}
+	every := e.reportEvery()
 	since := now.Sub(e.lastReport)
 	if since >= every {
 		return e.u, max(0, since-every), true
 	}
 	return 0, 0, false
+}
+
+// reportEvery is how long e's unreported units may wait after its last
+// report (see due); e.u > 0.
+func (e *entry) reportEvery() time.Duration {
+	iv := e.b.SyncInterval
+	if !e.known {
+		return iv
+	}
+	// What this instance had to spend since its last report.
+	share := math.Max(1, e.tok+float64(e.u))
+	if float64(e.u) >= share/2 {
+		return iv / 4 // near the share: soon, but not on every hit
+	}
+	k := math.Min(maxReportEvery, share/(2*float64(e.u)))
+	return time.Duration(k * float64(iv))
 }
 
 // report sends one key's unreported units to the ledger and learns the
@@ -290,6 +300,7 @@ func (s *Store) report(ctx context.Context, j *job) error {
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()
 	j.e.inflight = 0
+	j.e.wake.Store(0) // its state changed: Sync looks again
 	n := max(1, s.cfg.instances())
 	if err != nil || !ok {
 		j.e.u = j.e.keep(j.e.u+units, n)
