@@ -180,7 +180,11 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 	if e.tok >= float64(b.Cost) {
 		e.tok -= float64(b.Cost)
 		e.u += b.Cost
-		e.sooner(e.lastReport.Add(e.reportEvery()))
+		// Every report waits at least a quarter interval: a key whose
+		// wake is already that soon needs no arithmetic here.
+		if soonest := e.lastReport.UnixNano() + int64(e.b.SyncInterval/4); e.wake.Load() > soonest {
+			e.sooner(e.lastReport.Add(e.reportEvery()))
+		}
 		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Floor(e.tok)), Source: floodgate.SourceAsync}
 		return true, false, false
 	}

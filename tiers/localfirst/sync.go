@@ -3,7 +3,6 @@ package localfirst
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,9 +50,7 @@ type Stats struct {
 
 // Stats returns a snapshot of the Store's counters.
 func (s *Store) Stats() Stats {
-	s.mu.Lock()
-	keys := len(s.entries)
-	s.mu.Unlock()
+	keys := int(s.nkeys.Load())
 	c := &s.st
 	return Stats{
 		LocalAllowed: c.localAllowed.Load(), LocalDenied: c.localDenied.Load(), StoreAllowed: c.storeAllowed.Load(),
@@ -209,17 +206,21 @@ func (s *Store) sweep(now time.Time) {
 		return
 	}
 	s.lastSweep.Store(now.UnixNano())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, e := range s.entries {
-		if now.Sub(e.touched) <= idleFor {
-			continue
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.entries {
+			if now.Sub(e.touched) <= idleFor {
+				continue
+			}
+			e.mu.Lock()
+			if e.idle() && !e.queued {
+				delete(sh.entries, k)
+				s.nkeys.Add(-1)
+			}
+			e.mu.Unlock()
 		}
-		e.mu.Lock()
-		if e.idle() && !e.queued {
-			delete(s.entries, k)
-		}
-		e.mu.Unlock()
+		sh.mu.Unlock()
 	}
 }
 
@@ -264,11 +265,17 @@ func (e *entry) reportEvery() time.Duration {
 		return iv
 	}
 	// What this instance had to spend since its last report.
-	share := math.Max(1, e.tok+float64(e.u))
+	share := e.tok + float64(e.u)
+	if share < 1 {
+		share = 1
+	}
 	if float64(e.u) >= share/2 {
 		return iv / 4 // near the share: soon, but not on every hit
 	}
-	k := math.Min(maxReportEvery, share/(2*float64(e.u)))
+	k := share / (2 * float64(e.u))
+	if k > maxReportEvery {
+		k = maxReportEvery
+	}
 	return time.Duration(k * float64(iv))
 }
 
