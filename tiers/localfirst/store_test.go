@@ -568,8 +568,8 @@ func TestHitsBringTheReportForward(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("forward", tiers.Async, 10, 1000) // refill negligible here
-	take(t, s, b) // cold: exact, learns 999
-	take(t, s, b) // 1 unit: due after 64 intervals
+	take(t, s, b)                                 // cold: exact, learns 999
+	take(t, s, b)                                 // 1 unit: due after 64 intervals
 	f.clk.Advance(10 * time.Millisecond)
 	if err := s.Sync(context.Background()); err != nil { // sees it: next look at 64 intervals
 		t.Fatal(err)
