@@ -57,12 +57,10 @@ func killDesc(cfg config) string {
 		cfg.killAt, cfg.kill, recoveryBound(cfg), fallback.DefaultOpenInterval, probeTimeout(cfg))
 }
 
-// probeTimeout is how long the breaker's probe may wait on Redis.
+// probeTimeout is how long the breaker's probe may wait on Redis: the
+// closed budget (fallback's doc).
 func probeTimeout(cfg config) time.Duration {
-	if cfg.onErr == "closed" {
-		return max(cfg.fbTimeout, fallback.DefaultClosedTimeout)
-	}
-	return cfg.fbTimeout
+	return max(cfg.fbTimeout, fallback.DefaultClosedTimeout)
 }
 
 // recoveryBound is how soon after Redis answers again every process must
