@@ -42,8 +42,8 @@
 //
 //	time since the last report × u ≥ I × s / 2
 //
-// (2 intervals at a quarter of the share, 8 at 1/16), and at most every
-// 64 intervals. Redis work then follows the keys near their limits, not
+// (2 intervals at a quarter of the share, 8 at 1/16), and at least every
+// 10 seconds. Redis work then follows the keys near their limits, not
 // the number of keys touched. A report is at most the bucket's capacity
 // (a larger take is refused for ever; the rest goes next time). A report
 // the store denies (other instances over-admitted) charges what is left

@@ -289,7 +289,7 @@ func TestMixedAllOrNothing(t *testing.T) {
 	}
 	before := s.Stats()
 	ok, res := take(t, s, exact, local)
-	f.clk.Advance(3200 * time.Millisecond) // a key this far below its share reports every 64 intervals
+	f.clk.Advance(10 * time.Second) // a key this far below its share reports within maxReportWait
 	if ok || res[0].Allowed || res[0].Source != "" && res[0].Source != floodgate.SourceStore {
 		t.Fatalf("third login: %v %+v, want a store deny", ok, res)
 	}
@@ -448,7 +448,7 @@ func TestAsyncThroughAnOutage(t *testing.T) {
 
 // TestReportCadenceFollowsHeadroom: a key's report waits longer the less
 // of its share it has spent: at half its share a quarter interval, at a
-// quarter 2 intervals, at 1/16 8 intervals, a single unit at most 64.
+// quarter 2 intervals, at 1/16 8 intervals, a single unit at most 10s.
 func TestReportCadenceFollowsHeadroom(t *testing.T) {
 	const iv = 50 * time.Millisecond
 	for _, tc := range []struct {
@@ -456,9 +456,9 @@ func TestReportCadenceFollowsHeadroom(t *testing.T) {
 		notYet, by time.Duration
 	}{
 		{spent: 500, notYet: iv/4 - time.Microsecond, by: iv / 4},
-		{spent: 250, notYet: 99 * time.Millisecond, by: 2 * iv}, // share 999 (the cold take was exact): 1.998 intervals
-		{spent: 62, notYet: 8 * iv, by: 9 * iv},                 // 1000/(2*62) = 8.06 intervals
-		{spent: 1, notYet: 64*iv - time.Microsecond, by: 64 * iv},
+		{spent: 250, notYet: 99 * time.Millisecond, by: 2 * iv},                     // share 999 (the cold take was exact): 1.998 intervals
+		{spent: 62, notYet: 8 * iv, by: 9 * iv},                                     // 1000/(2*62) = 8.06 intervals
+		{spent: 1, notYet: 10*time.Second - time.Microsecond, by: 10 * time.Second}, // 499.5 intervals, capped
 	} {
 		f := newFixture(t)
 		s := f.instance(t, 1)
@@ -569,9 +569,9 @@ func TestHitsBringTheReportForward(t *testing.T) {
 	s := f.instance(t, 1)
 	b := bucket("forward", tiers.Async, 10, 1000) // refill negligible here
 	take(t, s, b)                                 // cold: exact, learns 999
-	take(t, s, b)                                 // 1 unit: due after 64 intervals
+	take(t, s, b)                                 // 1 unit: due after 10s
 	f.clk.Advance(10 * time.Millisecond)
-	if err := s.Sync(context.Background()); err != nil { // sees it: next look at 64 intervals
+	if err := s.Sync(context.Background()); err != nil { // sees it: next look in 10s
 		t.Fatal(err)
 	}
 	for range 499 { // 500 of a share of 999: near it

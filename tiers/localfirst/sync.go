@@ -224,9 +224,12 @@ func (s *Store) sweep(now time.Time) {
 	}
 }
 
-// maxReportEvery bounds how many sync intervals a key with unreported
-// hits may go without a report, however far below its share it is.
-const maxReportEvery = 64
+// maxReportWait bounds how long a key with unreported hits goes without a
+// report, however far below its share it is (or one sync interval, if
+// longer). What it holds unreported is below half its share whatever the
+// wait (see due), so the wait bounds staleness, not over-admission; it is
+// well below idleFor, so such a key is reported before it could be swept.
+const maxReportWait = 10 * time.Second
 
 // due says whether e's hits should be reported now, how many, and how
 // late. The cadence follows the key's headroom: a key that has spent half
@@ -236,7 +239,7 @@ const maxReportEvery = 64
 //	time since its last report × unreported ≥ interval × share / 2
 //
 // so one at a quarter of its share waits 2 intervals, one at 1/16 waits 8,
-// and an idle-looking key at most maxReportEvery intervals. Redis work then
+// and a key touched now and then at most maxReportWait (10s). Redis work then
 // follows the keys near their limits, not the number of keys touched; and
 // what any instance holds unreported stays below half its share plus a
 // quarter interval of its refill, which keeps the async bound. A negative
@@ -272,11 +275,11 @@ func (e *entry) reportEvery() time.Duration {
 	if float64(e.u) >= share/2 {
 		return iv / 4 // near the share: soon, but not on every hit
 	}
-	k := share / (2 * float64(e.u))
-	if k > maxReportEvery {
-		k = maxReportEvery
+	w := share / (2 * float64(e.u)) * float64(iv)
+	if limit := float64(max(maxReportWait, iv)); w > limit {
+		w = limit
 	}
-	return time.Duration(k * float64(iv))
+	return time.Duration(w)
 }
 
 // report sends one key's unreported units to the ledger and learns the
