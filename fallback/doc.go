@@ -13,7 +13,9 @@
 // default 250ms, since such a rule would deny rather than decide locally).
 // A deny is a success (the store answered). An error from the primary is a
 // failure. The budget running out is a failure only when the primary has
-// answered nothing for WithSlowGrace (default 1s): until then the store is
+// answered nothing for WithSlowGrace (default 1s; a store not heard from
+// yet gets the grace from New, so the first calls of a process on a busy
+// host do not count): until then the store is
 // busy, not down, so the call is decided by on_store_error but counted as
 // slow (Stats.Slow) and not against the breaker. A healthy but loaded
 // Redis, or one paused for tens of milliseconds, therefore never opens the
@@ -50,8 +52,12 @@
 // for WithOpenInterval (default 1s). Then it is half-open: WithProbes calls
 // (default 1) go to the primary while every other call keeps falling back,
 // so a recovering Redis is not hit by the whole fleet's traffic at once.
-// When the probes all succeed the breaker closes; a failed probe opens it for
-// another interval. gobreaker measures the interval on the system clock;
+// A probe waits up to WithClosedTimeout (default 250ms), not the per-call
+// timeout: it is one call per interval, and a store that has just come back
+// (a restarted Redis, a loaded host) may answer slowly at first, which a
+// few-millisecond budget would mistake for another failure and hold the
+// breaker open for another interval. When the probes all succeed the breaker
+// closes; a failed probe opens it for another interval. gobreaker measures the interval on the system clock;
 // WithClock only drives the local limiters. Every transition is logged with
 // log/slog (Warn when opening, Info otherwise, naming the last store error)
 // and passed to the WithOnStateChange callback, which telemetry (package otel)

@@ -225,7 +225,7 @@ type Store struct {
 	slowGrace    time.Duration
 	instances    func() int
 	seen         *lastKnown
-	lastOK       atomic.Int64 // unix nanoseconds of the last answer from the primary
+	lastOK       atomic.Int64 // unix nanoseconds of the last answer from the primary (at first: New)
 	cb           *gobreaker.CircuitBreaker[bool]
 	timeout      time.Duration
 	clock        floodgate.Clock
@@ -247,6 +247,9 @@ type Store struct {
 	// breaker's state being closed.
 	health atomic.Uint64
 	closed atomic.Bool
+	// halfOpen is set while the breaker lets its probes through: a probe
+	// waits the closed budget (see callPrimary).
+	halfOpen atomic.Bool
 
 	c counters
 }
@@ -345,6 +348,11 @@ func New(primary tiers.Store, opts ...Option) (*Store, error) {
 	s.localFn = s.decideLocal
 	s.closed.Store(true)
 	s.health.Store(healthClean)
+	// A store not heard from yet gets the grace from now: the first calls
+	// of a process (dialing, loading scripts on a busy host) that run out
+	// of their budget are slow, not an outage; one that times out for
+	// longer than the grace from the start is down.
+	s.lastOK.Store(s.clock.Now().UnixNano())
 	failures := c.failures
 	s.cb = gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
 		Name:        c.name,
@@ -363,6 +371,7 @@ func New(primary tiers.Store, opts ...Option) (*Store, error) {
 // callback. It runs under gobreaker's lock.
 func (s *Store) stateChanged(name string, from, to gobreaker.State) {
 	s.closed.Store(to == gobreaker.StateClosed)
+	s.halfOpen.Store(to == gobreaker.StateHalfOpen)
 	s.dirty()
 	if int(to) < len(s.c.transitions) {
 		s.c.transitions[to].Add(1)
@@ -530,6 +539,14 @@ func (e badInputError) Error() string { return e.err.Error() }
 // bad input, is excluded from the breaker's counts.
 func (s *Store) callPrimary(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
 	budget := s.timeout
+	if s.halfOpen.Load() {
+		// A probe decides whether the whole instance goes back to the
+		// store; it is one call per open interval, so it may wait the
+		// closed budget: a store that came back busy (a restarted Redis
+		// reloading its scripts, a loaded host) is not held open by a
+		// probe that timed out after a few milliseconds.
+		budget = s.closedTO
+	}
 	for i := range buckets {
 		if buckets[i].OnStoreError == tiers.FailClosed {
 			budget = s.closedTO

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -574,11 +575,15 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 	}
 }
 
+// TestTimeoutIsAFailure: a store that has said nothing for the slow grace
+// (here since New) and times out is failing: each timeout counts.
 func TestTimeoutIsAFailure(t *testing.T) {
 	const budget = 3 * time.Millisecond
 	fx := newFixture(t, fallback.WithFailures(2), fallback.WithTimeout(budget), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("user:1", 10, 10, time.Second, tiers.FailLocal)
 	fx.f.hang.Store(true)
+	// Silent for longer than the slow grace since New: down, not busy.
+	fx.clk.Advance(fallback.DefaultSlowGrace)
 	for i := 0; i < 2; i++ {
 		start := time.Now()
 		ok, res := take(t, fx.s, b)
@@ -909,4 +914,80 @@ func TestLocalStartsFromWhatTheStoreSaid(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("a refilled local limiter admitted %d after the store said 10 were left to 4 instances, want 2", n)
 	}
+}
+
+// TestFirstTimeoutsAreSlow: a store not heard from yet whose first calls
+// run out of their budget (a process dialing a busy Redis) is slow, not
+// failing, until the slow grace since New has passed.
+func TestFirstTimeoutsAreSlow(t *testing.T) {
+	fx := newFixture(t, fallback.WithFailures(2), fallback.WithTimeout(2*time.Millisecond), fallback.WithOpenInterval(time.Hour))
+	b := tokenBucket("user:1", 10, 10, time.Second, tiers.FailLocal)
+	fx.f.hang.Store(true)
+	for range 3 {
+		take(t, fx.s, b)
+	}
+	if st := fx.s.Stats(); st.Slow != 3 || st.Failures != 0 || st.State != gobreaker.StateClosed {
+		t.Fatalf("stats %+v: want 3 slow calls, no failure, closed", st)
+	}
+	fx.clk.Advance(fallback.DefaultSlowGrace)
+	for range 2 {
+		take(t, fx.s, b)
+	}
+	if st := fx.s.Stats(); st.Failures != 2 || st.State != gobreaker.StateOpen {
+		t.Fatalf("stats %+v: want 2 failures and an open breaker after the grace", st)
+	}
+}
+
+// TestProbeWaitsTheClosedBudget: after an outage the store comes back slow
+// (20ms, four times the call budget): the half-open probe waits the closed
+// budget, succeeds and closes the breaker, instead of timing out and
+// holding it open interval after interval.
+func TestProbeWaitsTheClosedBudget(t *testing.T) {
+	const open = 100 * time.Millisecond
+	p := &comesBackSlow{}
+	p.down.Store(true)
+	s, err := fallback.New(p, fallback.WithTimeout(5*time.Millisecond), fallback.WithClosedTimeout(200*time.Millisecond),
+		fallback.WithFailures(2), fallback.WithOpenInterval(open), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []tiers.Bucket{tokenBucket("k", 10, 10, time.Second, tiers.FailOpen)}
+	res := make([]tiers.Result, 1)
+	ctx := context.Background()
+	for range 2 {
+		_, _ = s.Take(ctx, b, res)
+	}
+	if st := s.State(); st != gobreaker.StateOpen {
+		t.Fatalf("state %s after 2 refused calls, want open", st)
+	}
+	p.down.Store(false) // back, but every call takes 20ms
+	time.Sleep(open + 10*time.Millisecond)
+	if _, err := s.Take(ctx, b, res); err != nil { // the probe
+		t.Fatal(err)
+	}
+	if res[0].Source.Degraded() {
+		t.Fatalf("probe: source %q, want the store's answer within the closed budget", res[0].Source)
+	}
+	if st := s.State(); st != gobreaker.StateClosed {
+		t.Fatalf("state %s after a slow but successful probe, want closed", st)
+	}
+}
+
+// comesBackSlow refuses every call while down, then answers each after
+// 20ms unless the call's context ends first.
+type comesBackSlow struct{ down atomic.Bool }
+
+func (c *comesBackSlow) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+	if c.down.Load() {
+		return false, syscall.ECONNREFUSED
+	}
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	for i := range b {
+		r[i] = tiers.Result{Allowed: true, Limit: 10, Remaining: 9}
+	}
+	return true, nil
 }

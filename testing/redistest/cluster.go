@@ -128,6 +128,8 @@ func (c *Cluster) Client() *redis.ClusterClient {
 		ReadTimeout:  c.cfg.ioTimeout,
 		WriteTimeout: c.cfg.ioTimeout,
 		MaxRedirects: 3,
+		// Honour the context's deadline, as redisstore requires.
+		ContextTimeoutEnabled: true,
 	})
 	c.mu.Lock()
 	c.clients = append(c.clients, cl)

@@ -48,6 +48,17 @@ func StartProcessHandle(opts ...Option) (*Process, error) {
 // across Restart.
 func (p *Process) Addr() string { return p.s.Addr() }
 
+// Pid returns the process ID of the running server (a new one after
+// Restart), or 0 when it is not running.
+func (p *Process) Pid() int {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	if p.s.cmd == nil || p.s.cmd.Process == nil {
+		return 0
+	}
+	return p.s.cmd.Process.Pid
+}
+
 // Kill sends SIGKILL and waits until the server has exited; killing a
 // server that is not running does nothing.
 func (p *Process) Kill() error { return wrap(p.s.kill()) }

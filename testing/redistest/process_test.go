@@ -38,10 +38,17 @@ func TestProcessHandleFaults(t *testing.T) {
 		}
 	}
 	step("start", nil, true)
+	pid := p.Pid()
+	if pid == 0 {
+		t.Fatal("Pid is 0 for a running server")
+	}
 	step("Kill", p.Kill(), false)
 	step("Restart", p.Restart(), true)
 	if p.Addr() != addr {
 		t.Errorf("restarted on %s, want %s", p.Addr(), addr)
+	}
+	if p.Pid() == pid || p.Pid() == 0 {
+		t.Errorf("pid after Restart = %d, before %d: want a new process", p.Pid(), pid)
 	}
 	step("Pause", p.Pause(), false)
 	step("Resume", p.Resume(), true)

@@ -344,6 +344,8 @@ func (s *Server) newClientLocked() *redis.Client {
 		ReadTimeout:  s.cfg.ioTimeout,
 		WriteTimeout: s.cfg.ioTimeout,
 		MaxRetries:   1,
+		// Honour the context's deadline, as redisstore requires.
+		ContextTimeoutEnabled: true,
 	})
 }
 

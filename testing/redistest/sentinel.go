@@ -83,6 +83,8 @@ func (s *Sentinel) Client() *redis.Client {
 		ReadTimeout:   s.cfg.ioTimeout,
 		WriteTimeout:  s.cfg.ioTimeout,
 		MaxRetries:    1,
+		// Honour the context's deadline, as redisstore requires.
+		ContextTimeoutEnabled: true,
 	})
 	s.mu.Lock()
 	s.clients = append(s.clients, c)

@@ -35,11 +35,23 @@
 // of the rate, not only its share of the capacity once.
 //
 // A cold key is decided by the exact store once, which also gives R. Hits
-// are reported to the store per key (a Take of the unreported units, which
-// returns the new R) every sync interval of its rule, more often for keys
-// near their share and less often, up to every 8 intervals, for keys far
-// below it. A report the store denies (other instances over-admitted)
-// charges what is left and keeps the rest as debt, reported next time.
+// are reported to the store per key (a Take of the unreported units u,
+// which returns the new R) at a cadence that follows the key's headroom:
+// every quarter sync interval I once u reaches half the share s this
+// instance had to spend since its last report, else once
+//
+//	time since the last report × u ≥ I × s / 2
+//
+// (2 intervals at a quarter of the share, 8 at 1/16), and at least every
+// 10 seconds. Redis work then follows the keys near their limits, not
+// the number of keys touched. A report is at most the bucket's capacity
+// (a larger take is refused for ever; the rest goes next time). A report
+// the store denies (other instances over-admitted) charges what is left
+// and keeps the rest as debt, reported next time; what an instance keeps
+// unreported, debt included, is capped at its share of the capacity, C/n:
+// beyond that it admitted at its share of the rate while the store could
+// not be told, the store's bucket refilled meanwhile, and charging it
+// again would make the key pay twice for the same refill.
 //
 // The bound. Each instance admits at most its share of the state it last
 // learned, so the fleet admits more than the limit only when an instance's
@@ -50,7 +62,11 @@
 //	(n − 1) / n × (C + rate × I)
 //
 // units over the limit (n live instances, C the bucket's capacity, I its
-// sync interval), plus what arrives during one report's round trip.
+// sync interval), plus what arrives during one report's round trip. (What
+// the fleet has admitted beyond the limit is at most what its instances
+// hold unreported or as debt: the store's bucket never goes below empty.
+// The headroom cadence keeps each instance's unreported units below half
+// its share plus a quarter interval of its refill, within that bound.)
 // TestAsyncBound scripts that case; with fresh state and even traffic the
 // excess is close to 0 (bench/cmd/fleetacc measures it across processes).
 // A count of instances below the real one loosens the bound in proportion.
@@ -60,8 +76,10 @@
 // decides; Async buckets keep deciding on their last known state, whose
 // refill estimate grows to the capacity ÷ n, so the fleet as a whole keeps
 // close to the rule's rate. Reports resume when the store answers; a report
-// that failed is counted as not applied and sent again (a timed-out report
-// that did reach the store is then charged twice: the safe side).
+// that failed is counted as not applied and sent again, up to the share
+// cap above (a timed-out report that did reach the store is then charged
+// twice, within that cap: the safe side). After Redis restarted empty,
+// the first reports drain its full bucket by what the fleet still owes.
 //
 // Mixed takes stay all or nothing. Local units are reserved first; if any
 // local bucket denies, nothing else is asked and the reservations are

@@ -3,6 +3,7 @@ package localfirst
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -14,7 +15,36 @@ type entry struct {
 	mu      sync.Mutex
 	touched time.Time // guarded by Store.mu
 	queued  bool      // on Store.pending; guarded by mu
-	state             // guarded by mu
+	// wake is when Sync next needs to look at the entry (Unix ns; 0: at
+	// the next tick): its next report or lease expiry. Sync reads it
+	// without the lock, so that keys far from their next report cost a
+	// load per tick, not a lock; it is written under mu, and takes only
+	// move it earlier.
+	wake  atomic.Int64
+	state // guarded by mu
+}
+
+// sooner moves e's wake to t if t is earlier; e.mu is held.
+func (e *entry) sooner(t time.Time) {
+	if w := t.UnixNano(); w < e.wake.Load() {
+		e.wake.Store(w)
+	}
+}
+
+// nextWake is when Sync next needs e, from what it holds and owes now;
+// e.mu is held.
+func (e *entry) nextWake() int64 {
+	if e.owed > 0 || e.inflight > 0 {
+		return 0
+	}
+	w := int64(math.MaxInt64)
+	if e.units > 0 {
+		w = e.expires.UnixNano()
+	}
+	if e.u > 0 {
+		w = min(w, e.lastReport.Add(e.reportEvery()).UnixNano())
+	}
+	return w
 }
 
 // state is what an entry knows of its key.
@@ -130,6 +160,7 @@ func (e *entry) granted(extra int64, now time.Time, c *config) {
 	if extra > 0 {
 		e.units += extra
 		e.expires = now.Add(c.leaseTTL)
+		e.sooner(e.expires)
 	}
 	e.last = extra
 	e.leasedAt = now
@@ -149,6 +180,11 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 	if e.tok >= float64(b.Cost) {
 		e.tok -= float64(b.Cost)
 		e.u += b.Cost
+		// Every report waits at least a quarter interval: a key whose
+		// wake is already that soon needs no arithmetic here.
+		if soonest := e.lastReport.UnixNano() + int64(e.b.SyncInterval/4); e.wake.Load() > soonest {
+			e.sooner(e.lastReport.Add(e.reportEvery()))
+		}
 		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Floor(e.tok)), Source: floodgate.SourceAsync}
 		return true, false, false
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math"
 	"sync"
@@ -159,8 +160,11 @@ type Store struct {
 	ledger Ledger
 	cfg    config
 
-	mu      sync.Mutex
-	entries map[string]*entry
+	// shards hold the keys, split by a hash of the key so that takes of
+	// different keys do not wait on one lock.
+	shards [nShards]shard
+	nkeys  atomic.Int64 // keys held, over every shard
+	seed   maphash.Seed
 
 	// pending holds the entries that hold or owe something (a lease,
 	// unreported hits, units to give back): what Sync visits.
@@ -210,8 +214,11 @@ func New(exact tiers.Store, ledger Ledger, opts ...Option) (*Store, error) {
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
-	s := &Store{exact: exact, ledger: ledger, cfg: c, entries: make(map[string]*entry),
+	s := &Store{exact: exact, ledger: ledger, cfg: c, seed: maphash.MakeSeed(),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
+	for i := range s.shards {
+		s.shards[i].entries = make(map[string]*entry)
+	}
 	if c.manual {
 		close(s.stopped)
 	} else {
@@ -472,12 +479,27 @@ func (s *Store) fillUndecided(buckets []tiers.Bucket, res []tiers.Result, hl []h
 	}
 }
 
+// nShards is the number of key shards (a power of two).
+const nShards = 64
+
+// shard is one part of the key table.
+type shard struct {
+	mu      sync.Mutex
+	entries map[string]*entry
+	_       [48]byte // keep shards' locks on separate cache lines
+}
+
+func (s *Store) shardOf(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)&(nShards-1)]
+}
+
 // entry returns the local state of b's key, creating it; nil when the key
 // bound is reached and no idle key can make room.
 func (s *Store) entry(b *tiers.Bucket, now time.Time) *entry {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.entries[b.Key]
+	sh := s.shardOf(b.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.entries[b.Key]
 	if ok {
 		e.touched = now
 		if e.limit != b.Limit || e.mode != b.Consistency {
@@ -487,26 +509,28 @@ func (s *Store) entry(b *tiers.Bucket, now time.Time) *entry {
 		}
 		return e
 	}
-	if len(s.entries) >= s.cfg.maxKeys && !s.evictIdleLocked(now) {
+	if s.nkeys.Load() >= int64(s.cfg.maxKeys) && !sh.evictIdleLocked(&s.nkeys) {
 		s.st.overflow.Add(1)
 		return nil
 	}
 	e = &entry{}
 	e.reset(b, now)
 	e.touched = now
-	s.entries[b.Key] = e
+	sh.entries[b.Key] = e
+	s.nkeys.Add(1)
 	return e
 }
 
-// evictIdleLocked drops one idle entry (nothing held, nothing owed); it
-// reports whether it made room.
-func (s *Store) evictIdleLocked(now time.Time) bool {
-	for k, e := range s.entries {
+// evictIdleLocked drops one idle entry (nothing held, nothing owed) of
+// the shard; it reports whether it made room.
+func (sh *shard) evictIdleLocked(nkeys *atomic.Int64) bool {
+	for k, e := range sh.entries {
 		e.mu.Lock()
-		idle := e.idle()
+		idle := e.idle() && !e.queued
 		e.mu.Unlock()
 		if idle {
-			delete(s.entries, k)
+			delete(sh.entries, k)
+			nkeys.Add(-1)
 			return true
 		}
 	}

@@ -2,7 +2,9 @@ package localfirst_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,7 +289,7 @@ func TestMixedAllOrNothing(t *testing.T) {
 	}
 	before := s.Stats()
 	ok, res := take(t, s, exact, local)
-	f.clk.Advance(400 * time.Millisecond) // a key far below its share reports every 8 intervals
+	f.clk.Advance(10 * time.Second) // a key this far below its share reports within maxReportWait
 	if ok || res[0].Allowed || res[0].Source != "" && res[0].Source != floodgate.SourceStore {
 		t.Fatalf("third login: %v %+v, want a store deny", ok, res)
 	}
@@ -441,5 +443,145 @@ func TestAsyncThroughAnOutage(t *testing.T) {
 	}
 	if st := s.Stats(); st.ReportFailures == 0 || st.ReportedUnits != 0 {
 		t.Fatalf("stats %+v: want failed reports and nothing reported", st)
+	}
+}
+
+// TestReportCadenceFollowsHeadroom: a key's report waits longer the less
+// of its share it has spent: at half its share a quarter interval, at a
+// quarter 2 intervals, at 1/16 8 intervals, a single unit at most 10s.
+func TestReportCadenceFollowsHeadroom(t *testing.T) {
+	const iv = 50 * time.Millisecond
+	for _, tc := range []struct {
+		spent      int
+		notYet, by time.Duration
+	}{
+		{spent: 500, notYet: iv/4 - time.Microsecond, by: iv / 4},
+		{spent: 250, notYet: 99 * time.Millisecond, by: 2 * iv},                     // share 999 (the cold take was exact): 1.998 intervals
+		{spent: 62, notYet: 8 * iv, by: 9 * iv},                                     // 1000/(2*62) = 8.06 intervals
+		{spent: 1, notYet: 10*time.Second - time.Microsecond, by: 10 * time.Second}, // 499.5 intervals, capped
+	} {
+		f := newFixture(t)
+		s := f.instance(t, 1)
+		b := bucket(fmt.Sprintf("cadence-%d", tc.spent), tiers.Async, 1000, 1000)
+		take(t, s, b) // cold: exact, learns the state; nothing to report
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for range tc.spent {
+			if ok, _ := take(t, s, b); !ok {
+				t.Fatal("denied within the share")
+			}
+		}
+		f.clk.Advance(tc.notYet)
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if st := s.Stats(); st.Reports != 0 {
+			t.Fatalf("%d spent: reported after %s, want not before %s", tc.spent, tc.notYet, tc.by)
+		}
+		f.clk.Advance(tc.by - tc.notYet)
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if st := s.Stats(); st.Reports != 1 || st.ReportedUnits != uint64(tc.spent) {
+			t.Fatalf("%d spent: after %s stats %+v, want one report of %d", tc.spent, tc.by, st, tc.spent)
+		}
+	}
+}
+
+// TestReportCappedAtCapacity: after an outage an instance owes at most its
+// share of the capacity (the rest was paid by the refill meanwhile), sent
+// in one report that the store can take.
+func TestReportCappedAtCapacity(t *testing.T) {
+	f := newFixture(t)
+	l := &switchLedger{Ledger: f.ledger}
+	s, err := localfirst.New(f.ledger, l, localfirst.WithClock(f.clk), localfirst.WithManualSync(),
+		localfirst.WithInstances(func() int { return 1 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bucket("owes", tiers.Async, 10, 10)
+	take(t, s, b) // cold, exact: 9 left, learned
+	l.down.Store(true)
+	admitted := 0
+	for range 30 { // 3 s of outage at 10/s: 9 at once, then the refill
+		n, _ := drain(t, s, 100, b)
+		admitted += n
+		_ = s.Sync(context.Background())
+		f.clk.Advance(100 * time.Millisecond)
+	}
+	if admitted != 9+29 {
+		t.Fatalf("admitted %d locally through the outage, want 38", admitted)
+	}
+	l.down.Store(false)
+	// 38 were admitted at the share's rate (10/s for one instance), which
+	// the ledger's bucket refilled meanwhile: what is still owed is one
+	// share (here the capacity, 10), charged in one report (a report
+	// above the capacity would be refused for ever), leaving the bucket
+	// empty, not in debt for the outage's refill.
+	f.clk.Advance(50 * time.Millisecond)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatalf("report after the outage: %v", err)
+	}
+	if got := f.remaining(t, b); got != 0 {
+		t.Fatalf("the ledger has %d left after the report, want 0", got)
+	}
+	if st := s.Stats(); st.Reports != 1 || st.ReportedUnits != 10 || st.DebtUnits != 0 {
+		t.Fatalf("stats %+v: want one report of the 10 owed, no debt", st)
+	}
+	f.clk.Advance(time.Second) // refilled: nothing more is owed
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.remaining(t, b); got != 10 {
+		t.Fatalf("a second after, the ledger has %d, want 10", got)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// switchLedger is a ledger whose Redis can be taken away and given back.
+type switchLedger struct {
+	localfirst.Ledger
+	down atomic.Bool
+}
+
+func (l *switchLedger) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+	if l.down.Load() {
+		return false, context.DeadlineExceeded
+	}
+	return l.Ledger.Take(ctx, b, r)
+}
+
+func (l *switchLedger) Refund(ctx context.Context, b []tiers.Bucket) error {
+	if l.down.Load() {
+		return context.DeadlineExceeded
+	}
+	return l.Ledger.Refund(ctx, b)
+}
+
+// TestHitsBringTheReportForward: Sync, having seen a key far below its
+// share, does not look at it again until its report is due; hits that
+// bring it near its share move that forward to a quarter interval.
+func TestHitsBringTheReportForward(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	b := bucket("forward", tiers.Async, 10, 1000) // refill negligible here
+	take(t, s, b)                                 // cold: exact, learns 999
+	take(t, s, b)                                 // 1 unit: due after 10s
+	f.clk.Advance(10 * time.Millisecond)
+	if err := s.Sync(context.Background()); err != nil { // sees it: next look in 10s
+		t.Fatal(err)
+	}
+	for range 499 { // 500 of a share of 999: near it
+		take(t, s, b)
+	}
+	f.clk.Advance(12500*time.Microsecond - 10*time.Millisecond) // a quarter interval since the last report
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Reports != 1 || st.ReportedUnits != 500 {
+		t.Fatalf("stats %+v: want one report of 500 a quarter interval in", st)
 	}
 }

@@ -3,7 +3,6 @@ package localfirst
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,9 +50,7 @@ type Stats struct {
 
 // Stats returns a snapshot of the Store's counters.
 func (s *Store) Stats() Stats {
-	s.mu.Lock()
-	keys := len(s.entries)
-	s.mu.Unlock()
+	keys := int(s.nkeys.Load())
 	c := &s.st
 	return Stats{
 		LocalAllowed: c.localAllowed.Load(), LocalDenied: c.localDenied.Load(), StoreAllowed: c.storeAllowed.Load(),
@@ -111,7 +108,6 @@ const maxParallel = 16
 
 func (s *Store) sync(ctx context.Context, all bool) error {
 	now := s.cfg.clock.Now()
-	n := max(1, s.cfg.instances())
 	var jobs []job
 	var refunds []tiers.Bucket
 	var refundEntries []*entry
@@ -120,7 +116,12 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 	s.pending = nil
 	s.pmu.Unlock()
 	keep := pending[:0]
+	nowNs := now.UnixNano()
 	for _, e := range pending {
+		if !all && nowNs < e.wake.Load() {
+			keep = append(keep, e) // nothing due: not even a lock
+			continue
+		}
 		e.mu.Lock()
 		if e.units > 0 && (all || !now.Before(e.expires)) {
 			e.owed += e.units
@@ -133,7 +134,11 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 			refundEntries = append(refundEntries, e)
 		}
 		if e.inflight == 0 {
-			if cost, lag, due := e.due(now, n, all); due {
+			if cost, lag, due := e.due(now, all); due {
+				// A report is a take, and a take above the capacity is
+				// refused for ever: send at most the capacity, the
+				// rest next time (after an outage, a key may owe more).
+				cost = min(cost, e.capacity())
 				b := e.b
 				b.Cost = cost
 				e.u -= cost
@@ -149,6 +154,7 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 		// reports and returns under way count (they may fail).
 		if e.units > 0 || e.owed > 0 || e.u > 0 || e.inflight > 0 {
 			keep = append(keep, e)
+			e.wake.Store(e.nextWake())
 		} else {
 			e.queued = false
 		}
@@ -200,49 +206,80 @@ func (s *Store) sweep(now time.Time) {
 		return
 	}
 	s.lastSweep.Store(now.UnixNano())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, e := range s.entries {
-		if now.Sub(e.touched) <= idleFor {
-			continue
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.entries {
+			if now.Sub(e.touched) <= idleFor {
+				continue
+			}
+			e.mu.Lock()
+			if e.idle() && !e.queued {
+				delete(sh.entries, k)
+				s.nkeys.Add(-1)
+			}
+			e.mu.Unlock()
 		}
-		e.mu.Lock()
-		if e.idle() && !e.queued {
-			delete(s.entries, k)
-		}
-		e.mu.Unlock()
+		sh.mu.Unlock()
 	}
 }
 
+// maxReportWait bounds how long a key with unreported hits goes without a
+// report, however far below its share it is (or one sync interval, if
+// longer). What it holds unreported is below half its share whatever the
+// wait (see due), so the wait bounds staleness, not over-admission; it is
+// well below idleFor, so such a key is reported before it could be swept.
+const maxReportWait = 10 * time.Second
+
 // due says whether e's hits should be reported now, how many, and how
-// late: keys near their share every quarter interval, others every
-// interval, keys far below their share every 8 intervals. A negative
+// late. The cadence follows the key's headroom: a key that has spent half
+// its share (or more) since its last report is reported every quarter
+// interval; below that, a key is due once
+//
+//	time since its last report × unreported ≥ interval × share / 2
+//
+// so one at a quarter of its share waits 2 intervals, one at 1/16 waits 8,
+// and a key touched now and then at most maxReportWait (10s). Redis work then
+// follows the keys near their limits, not the number of keys touched; and
+// what any instance holds unreported stays below half its share plus a
+// quarter interval of its refill, which keeps the async bound. A negative
 // count (a reservation cancelled after its units were reported) is a
 // credit: nothing to report, and later hits pay it off.
-func (e *entry) due(now time.Time, n int, all bool) (cost int64, lag time.Duration, ok bool) {
+func (e *entry) due(now time.Time, all bool) (cost int64, lag time.Duration, ok bool) {
 	if e.u <= 0 {
 		return 0, 0, false
 	}
 	if all {
 		return e.u, 0, true
 	}
-	iv := e.b.SyncInterval
-	every := iv
-	if e.known {
-		// What this instance had to spend since its last report.
-		share := math.Max(1, e.tok+float64(e.u))
-		switch {
-		case float64(e.u) >= share/2:
-			every = iv / 4 // near the share: soon, but not on every hit
-		case float64(e.u) < share/16:
-			every = 8 * iv
-		}
-	}
+	every := e.reportEvery()
 	since := now.Sub(e.lastReport)
 	if since >= every {
 		return e.u, max(0, since-every), true
 	}
 	return 0, 0, false
+}
+
+// reportEvery is how long e's unreported units may wait after its last
+// report (see due); e.u > 0.
+func (e *entry) reportEvery() time.Duration {
+	iv := e.b.SyncInterval
+	if !e.known {
+		return iv
+	}
+	// What this instance had to spend since its last report.
+	share := e.tok + float64(e.u)
+	if share < 1 {
+		share = 1
+	}
+	if float64(e.u) >= share/2 {
+		return iv / 4 // near the share: soon, but not on every hit
+	}
+	w := share / (2 * float64(e.u)) * float64(iv)
+	if limit := float64(max(maxReportWait, iv)); w > limit {
+		w = limit
+	}
+	return time.Duration(w)
 }
 
 // report sends one key's unreported units to the ledger and learns the
@@ -273,20 +310,34 @@ func (s *Store) report(ctx context.Context, j *job) error {
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()
 	j.e.inflight = 0
+	j.e.wake.Store(0) // its state changed: Sync looks again
+	n := max(1, s.cfg.instances())
 	if err != nil || !ok {
-		j.e.u += units
+		j.e.u = j.e.keep(j.e.u+units, n)
 		s.st.reportFailures.Add(1)
 		if err == nil {
 			err = errors.New("localfirst: the store refused a report")
 		}
 		return err
 	}
-	j.e.u += debt
-	j.e.learn(float64(res[0].Remaining), now, max(1, s.cfg.instances()))
+	j.e.u = j.e.keep(j.e.u+debt, n)
+	j.e.learn(float64(res[0].Remaining), now, n)
 	s.st.reports.Add(1)
 	s.st.reportedUnits.Add(uint64(units - debt))
 	s.st.debtUnits.Add(uint64(debt))
 	return nil
+}
+
+// keep caps what an instance holds unreported at its share of the
+// bucket's capacity, C/n (at least 1). Units beyond it were admitted at
+// this instance's share of the rate while the store could not be told (an
+// outage) or had no room (debt): the store's bucket refilled meanwhile,
+// and a bucket never holds more than its capacity, so charging more than
+// one share's worth when the store answers again would make the key pay
+// twice for the same refill (fleetacc measured 36 % under-admission after
+// a 2 s outage before this cap).
+func (e *entry) keep(u int64, n int) int64 {
+	return min(u, max(1, e.capacity()/int64(n)))
 }
 
 // giveBack returns expired lease units in one ledger call.

@@ -144,7 +144,7 @@ func TestBatchingCloseAndCancel(t *testing.T) {
 // cluster included; WithBatching(0, 0) turns it off (no goroutine to
 // stop) and half-off settings are refused.
 func TestBatchingOptions(t *testing.T) {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true})
 	defer c.Close()
 	for _, opts := range [][]redisstore.Option{nil, {redisstore.WithBatching(1, 8)}} {
 		st, err := redisstore.New(c, opts...)

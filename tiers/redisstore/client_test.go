@@ -90,3 +90,26 @@ func TestNewClientBadURLs(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRefusesClientsWithoutContextTimeout: a client that would ignore
+// the per-call deadline is refused, naming the setting and NewClient;
+// the same client with it set is taken.
+func TestNewRefusesClientsWithoutContextTimeout(t *testing.T) {
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer plain.Close()
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cluster.Close()
+	for _, c := range []redis.UniversalClient{plain, cluster} {
+		_, err := redisstore.New(c, redisstore.WithBatching(0, 0))
+		if err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") || !strings.Contains(err.Error(), "redisstore.NewClient") {
+			t.Errorf("%T without ContextTimeoutEnabled: err = %v, want one naming the setting and NewClient", c, err)
+		}
+	}
+	ok := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, DialTimeout: 50 * time.Millisecond})
+	defer ok.Close()
+	st, err := redisstore.New(ok, redisstore.WithBatching(0, 0))
+	if err != nil {
+		t.Fatalf("with ContextTimeoutEnabled: %v", err)
+	}
+	_ = st.Close()
+}

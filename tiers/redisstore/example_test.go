@@ -23,7 +23,11 @@ func Example() {
 	addr, stop := exampleRedis() // a throwaway redis-server for this example
 	defer stop()
 
-	client := redis.NewClient(&redis.Options{Addr: addr})
+	client, err := redisstore.NewClient("redis://" + addr)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer client.Close()
 	st, err := redisstore.New(client, redisstore.WithPrefix("example:"))
 	if err != nil {
@@ -59,7 +63,11 @@ func ExampleWithBatching() {
 	addr, stop := exampleRedis()
 	defer stop()
 
-	client := redis.NewClient(&redis.Options{Addr: addr})
+	client, err := redisstore.NewClient("redis://" + addr)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer client.Close()
 	st, err := redisstore.New(client, redisstore.WithBatching(2, 64))
 	if err != nil {

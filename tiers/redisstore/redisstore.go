@@ -213,6 +213,9 @@ func WithRefundTimeout(d time.Duration) Option {
 	}
 }
 
+// errNoContextTimeout is why New refuses a client that ignores deadlines.
+const errNoContextTimeout = "the client's ContextTimeoutEnabled is false, so go-redis would ignore the per-call deadline (fallback's timeout) and wait for its own ReadTimeout on a slow Redis: build the client with redisstore.NewClient(url), or set redis.Options.ContextTimeoutEnabled (and DialerRetries 1)"
+
 // New returns a Store over client, which may be a *redis.Client (standalone
 // or, through redis.NewFailoverClient, Sentinel) or a *redis.ClusterClient,
 // or an error naming every bad option. It loads the scripts (on every
@@ -223,6 +226,11 @@ func WithRefundTimeout(d time.Duration) Option {
 // Unless WithBatching(0, 0) turns batching off, the Store runs goroutines
 // that send batched takes: call Close when done with it. (A Store dropped
 // without Close stops them when it is garbage collected.)
+//
+// New refuses a client built without redis.Options.ContextTimeoutEnabled:
+// such a client ignores the deadline of the call's context, so the
+// fallback's per-call budget would not bound a call to a slow Redis.
+// NewClient builds one with the right settings from a URL.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	cfg := config{denialCache: DefaultDenialCacheSize, minTTL: DefaultMinTTL, refundTimeout: time.Second,
 		batchFlushers: DefaultBatchFlushers, batchMax: DefaultBatchMax}
@@ -232,6 +240,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		cfg.fail("client is nil")
 	case *redis.ClusterClient:
 		cluster = c
+		if !c.Options().ContextTimeoutEnabled {
+			cfg.fail("%s", errNoContextTimeout)
+		}
+	case *redis.Client:
+		if !c.Options().ContextTimeoutEnabled {
+			cfg.fail("%s", errNoContextTimeout)
+		}
 	case *redis.Ring:
 		cfg.fail("*redis.Ring is not supported: a take's keys may live on different shards and a Ring cannot run one script over them; use a Client, FailoverClient or ClusterClient")
 	}

@@ -565,7 +565,7 @@ func hostileKeys() []string {
 
 // TestNewRejectsBadOptions: bad options are errors that name the problem.
 func TestNewRejectsBadOptions(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 50 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
 	cases := []struct {
 		name string

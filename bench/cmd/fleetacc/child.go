@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
@@ -58,6 +59,15 @@ type childResult struct {
 	Decisions, Admitted, Errors uint64
 	// Degraded counts decisions a fallback made (Source.Degraded).
 	Degraded uint64
+	// LastDegraded is when the last of those ended, in Unix nanoseconds
+	// (0: none).
+	LastDegraded int64
+	// Opens counts the breaker's moves to open; LastBack is when it last
+	// closed or local-first syncs last succeeded again after failing,
+	// whichever is later (Unix ns; 0: neither): when this process was
+	// back on Redis.
+	Opens    int
+	LastBack int64
 	// PerKey is the admitted count of each principal, Demand its decisions.
 	PerKey, Demand []uint64
 	// Sources counts decisions by Decision.Source ("+" admitted, "-"
@@ -158,7 +168,17 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 		count = m.Count
 	}
+	var opens atomic.Int64
+	var lastClosed atomic.Int64
 	fopts := []fallback.Option{
+		fallback.WithOnStateChange(func(_ string, _, to gobreaker.State) {
+			switch to {
+			case gobreaker.StateOpen:
+				opens.Add(1)
+			case gobreaker.StateClosed:
+				lastClosed.Store(time.Now().UnixNano())
+			}
+		}),
 		fallback.WithTimeout(cfg.FBTimeout),
 		fallback.WithInstances(count),
 		fallback.WithLogger(logger),
@@ -209,7 +229,41 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	}()
 	rt0, cmd0 := cnt.RoundTrips(), cnt.Commands()
 
+	// Async and leased keys decide locally whether Redis is there or not:
+	// they are back on Redis at their first successful sync (a report or
+	// a lease return) after a failed one.
+	var lastSyncBack atomic.Int64
+	watchDone := make(chan struct{})
+	watchStop := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		var prevFail, prevOK uint64
+		failing := false
+		for {
+			select {
+			case <-watchStop:
+				return
+			case <-t.C:
+			}
+			st := lf.Stats()
+			fail, ok := st.ReportFailures+st.ReturnFailures, st.Reports+st.ReturnedUnits
+			if fail != prevFail {
+				failing = true
+			}
+			if ok != prevOK && failing {
+				failing = false
+				lastSyncBack.Store(time.Now().UnixNano())
+			}
+			prevFail, prevOK = fail, ok
+		}
+	}()
 	hammer(limits, &cfg, &res)
+	close(watchStop)
+	<-watchDone
+	res.Opens = int(opens.Load())
+	res.LastBack = max(lastClosed.Load(), lastSyncBack.Load())
 
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := lf.Close(cctx); err != nil {
@@ -233,6 +287,7 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 // worker is one goroutine's tally.
 type worker struct {
 	decisions, admitted, errors, degraded uint64
+	lastDegraded                          int64
 	perKey, demand                        []uint64
 	sources                               map[string]uint64
 	first, last                           int64
@@ -296,6 +351,7 @@ func hammer(limits *tiers.Limiter, cfg *childConfig, res *childResult) {
 				}
 				if d.Source.Degraded() {
 					w.degraded++
+					w.lastDegraded = t1
 				}
 				if d.Allowed {
 					w.admitted++
@@ -324,6 +380,7 @@ func hammer(limits *tiers.Limiter, cfg *childConfig, res *childResult) {
 		res.Admitted += w.admitted
 		res.Errors += w.errors
 		res.Degraded += w.degraded
+		res.LastDegraded = max(res.LastDegraded, w.lastDegraded)
 		for k, n := range w.perKey {
 			res.PerKey[k] += n
 			res.Demand[k] += w.demand[k]

@@ -6,9 +6,12 @@
 // and deciding limits.Admit with -g goroutines on a few principals that
 // every process shares, at several times the limit, for -dur. With -pause,
 // Redis is stopped (SIGSTOP) for -pause-for every -pause-every meanwhile,
-// and continued (SIGCONT): latency spikes.
+// and continued (SIGCONT): latency spikes. With -kill, each mode × levels
+// also gets a run where Redis is killed (SIGKILL) -kill-at into the run and
+// restarted empty on the same port -kill later (an outage), which reports
+// how long the processes took to decide on Redis again.
 //
-// Per run (mode × levels × healthy or paused) it prints what the fleet
+// Per run (mode × levels × healthy, paused or killed) it prints what the fleet
 // admitted beside what a perfect global limiter could have admitted in the
 // same window: for a token bucket that starts full, burst + rate × window
 // per bucket, the window running from the first decision of any process to
@@ -18,7 +21,10 @@
 // and leased must never admit more than a bucket's bound (the exit status
 // is 1 if either did in any run); async's targets (within n × rate × sync
 // interval per bucket, at most 2% over) and leased's under-admission
-// target (at most 5%) are printed, not enforced.
+// target (at most 5%) are printed, not enforced. A killed run must stay
+// within the outage bound (see killSlack) and be back on Redis within
+// the fallback's open interval plus one probe plus go-redis's one-second
+// dial backoff (recoveryBound); either miss also exits 1.
 package main
 
 import (
@@ -38,8 +44,6 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
 	"github.com/floodgate-go/floodgate/fallback"
@@ -65,6 +69,7 @@ type config struct {
 	levels               []int
 	pauses               []bool
 	pauseEvery, pauseFor time.Duration
+	kill, killAt         time.Duration
 	sync                 time.Duration
 	rate, burst          int64
 	offered              float64
@@ -88,6 +93,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	pause := fs.String("pause", "both", "Redis latency spikes: off, on, or both (a healthy and a paused run of each)")
 	fs.DurationVar(&c.pauseEvery, "pause-every", 500*time.Millisecond, "with -pause: stop Redis this often")
 	fs.DurationVar(&c.pauseFor, "pause-for", 30*time.Millisecond, "with -pause: for this long (SIGSTOP, then SIGCONT)")
+	fs.DurationVar(&c.kill, "kill", 0, "also run each mode and level with Redis killed (SIGKILL) for this long, then restarted empty on the same port (0: no killed runs)")
+	fs.DurationVar(&c.killAt, "kill-at", time.Second, "with -kill: how far into the run Redis is killed")
 	fs.DurationVar(&c.sync, "sync", 50*time.Millisecond, "sync_interval of the async rules")
 	fs.IntVar(&c.g, "g", 4, "goroutines deciding in every process")
 	fs.IntVar(&c.keys, "keys", 4, "principals every process shares (drawn uniformly)")
@@ -160,6 +167,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if slices.Contains(c.pauses, true) && (c.pauseFor <= 0 || c.pauseEvery <= c.pauseFor) {
 		bad("-pause-for %s must be positive and below -pause-every %s", c.pauseFor, c.pauseEvery)
 	}
+	if c.kill < 0 || c.killAt <= 0 || (c.kill > 0 && c.killAt+c.kill+2*time.Second > c.dur) {
+		bad("-kill %s / -kill-at %s: the outage must start after 0 and end at least 2s before -dur %s", c.kill, c.killAt, c.dur)
+	}
 	if c.offered < 0 {
 		bad("-offered: %v is negative", c.offered)
 	}
@@ -184,46 +194,57 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	return c, nil
 }
 
+// condition is what happens to Redis during a run.
+type condition uint8
+
+const (
+	healthy condition = iota
+	paused            // SIGSTOP -pause-for every -pause-every
+	killed            // SIGKILL at -kill-at, restarted -kill later
+)
+
+func (c condition) String() string { return [...]string{"healthy", "paused", "killed"}[c] }
+
 // spec is one run.
 type spec struct {
 	mode   string
 	levels int
-	paused bool
+	cond   condition
 }
 
 func (s spec) String() string {
-	cond := "healthy"
-	if s.paused {
-		cond = "paused"
-	}
-	return fmt.Sprintf("%s %d-level %s", s.mode, s.levels, cond)
+	return fmt.Sprintf("%s %d-level %s", s.mode, s.levels, s.cond)
 }
 
 // row is one measured run.
 type row struct {
 	spec
-	results   []childResult
-	window    time.Duration
-	redisCPU  time.Duration
-	cpuKnown  bool
-	pauses    int
-	acc       accuracy
-	decisions uint64
-	admitted  uint64
-	errors    uint64
-	degraded  uint64
-	local     uint64
-	rts       uint64
-	leases    uint64
-	returned  uint64
-	reports   uint64
-	debt      uint64
-	repFail   uint64
-	retFail   uint64
-	firstErr  string
-	closeErr  string
-	minInst   int
-	sources   map[string]uint64 // admitted decisions by Source
+	results  []childResult
+	window   time.Duration
+	redisCPU time.Duration
+	cpuKnown bool
+	pauses   int
+	// killed runs: when Redis was killed and answered again (Unix ns),
+	// and the last decision any process made without it.
+	killedAt, restartedAt, lastDegraded, lastBack int64
+	opens                                         int
+	acc                                           accuracy
+	decisions                                     uint64
+	admitted                                      uint64
+	errors                                        uint64
+	degraded                                      uint64
+	local                                         uint64
+	rts                                           uint64
+	leases                                        uint64
+	returned                                      uint64
+	reports                                       uint64
+	debt                                          uint64
+	repFail                                       uint64
+	retFail                                       uint64
+	firstErr                                      string
+	closeErr                                      string
+	minInst                                       int
+	sources                                       map[string]uint64 // admitted decisions by Source
 }
 
 func (r *row) over() float64 { return float64(r.admitted) - r.acc.Allowed }
@@ -255,14 +276,7 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		return nil, err
 	}
 	defer target.Close()
-	pidStr, err := harness.Info(ctx, target.Admin, "server", "process_id")
-	if err != nil {
-		return nil, err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(pidStr))
-	if err != nil {
-		return nil, fmt.Errorf("INFO server process_id %q: %w", pidStr, err)
-	}
+	pidStr := strconv.Itoa(target.Proc.Pid())
 
 	pauseDesc := "off"
 	if slices.Contains(cfg.pauses, true) {
@@ -280,20 +294,24 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 			map[bool]string{true: " (default batching)", false: " (batching off)"}[cfg.batch], cfg.fbTimeout, max(cfg.fbTimeout, fallback.DefaultClosedTimeout), cfg.onErr, cfg.sync),
 		"policy:  " + describeLevels(levelsFor(1, cfg.rate, cfg.burst, cfg.keys)) + " | " + describeLevels(levelsFor(4, cfg.rate, cfg.burst, cfg.keys)),
 		"pause:   " + pauseDesc,
+		"kill:    " + killDesc(cfg),
 	}, []string{"github.com/redis/go-redis/v9"})
 
 	var specs []spec
 	for _, m := range cfg.modes {
 		for _, l := range cfg.levels {
 			for _, p := range cfg.pauses {
-				specs = append(specs, spec{m, l, p})
+				specs = append(specs, spec{m, l, map[bool]condition{false: healthy, true: paused}[p]})
+			}
+			if cfg.kill > 0 {
+				specs = append(specs, spec{m, l, killed})
 			}
 		}
 	}
 	runID := strconv.FormatInt(time.Now().UnixNano()%1_000_000_007, 36)
 	var rows []*row
 	for i, s := range specs {
-		r, err := measure(ctx, cfg, exe, target.Admin, pid, s, fmt.Sprintf("fgacc:%s:%d:", runID, i))
+		r, err := measure(ctx, cfg, exe, target, s, fmt.Sprintf("fgacc:%s:%d:", runID, i))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s, err)
 		}
@@ -302,7 +320,7 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		rows = append(rows, r)
 	}
 	fmt.Fprintln(out)
-	if err := writeTable(out, rows); err != nil {
+	if err := writeTable(out, cfg, rows); err != nil {
 		return nil, err
 	}
 	failed := writeTargets(out, cfg, rows)
@@ -310,7 +328,7 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		fmt.Fprintf(out, "loadavg: %s at end\n", la)
 	}
 	if len(failed) > 0 {
-		return rows, fmt.Errorf("check failed: %s admitted more than a bucket's bound", strings.Join(failed, "; "))
+		return rows, fmt.Errorf("check failed: %s admitted more than a bucket's bound or recovered late", strings.Join(failed, "; "))
 	}
 	return rows, nil
 }
@@ -344,7 +362,8 @@ type event struct {
 // measure runs one fleet: starts the processes, waits until all are
 // ready, starts them together (and the pause injector), collects their
 // results and computes the row.
-func measure(ctx context.Context, cfg config, exe string, admin *redis.Client, pid int, s spec, prefix string) (*row, error) {
+func measure(ctx context.Context, cfg config, exe string, target *harness.Target, s spec, prefix string) (*row, error) {
+	admin := target.Admin
 	ctx, cancel := context.WithTimeout(ctx, cfg.dur+90*time.Second)
 	defer cancel()
 	events := make(chan event, 4*cfg.procs)
@@ -454,9 +473,14 @@ func measure(ctx context.Context, cfg config, exe string, admin *redis.Client, p
 	}
 	cpu0, cpuErr := harness.RedisCPU(ctx, admin)
 	var inj *injector
-	if s.paused {
-		inj = startInjector(pid, cfg.pauseEvery, cfg.pauseFor, cfg.dur)
+	var k *killer
+	switch s.cond {
+	case paused:
+		inj = startInjector(target.Proc.Pid(), cfg.pauseEvery, cfg.pauseFor, cfg.dur)
 		defer inj.stop() // on an early return: Redis is left running
+	case killed:
+		k = startKiller(target.Proc, cfg.killAt, cfg.kill)
+		defer k.wait() // on an early return: Redis is restarted
 	}
 	for i, p := range procs {
 		if _, err := io.WriteString(p.stdin, goLine+"\n"); err != nil {
@@ -468,6 +492,10 @@ func measure(ctx context.Context, cfg config, exe string, admin *redis.Client, p
 	if inj != nil {
 		r.pauses = inj.stop()
 		err = errors.Join(err, inj.err)
+	}
+	if k != nil {
+		err = errors.Join(err, k.wait())
+		r.killedAt, r.restartedAt = k.killedAt, k.restartedAt
 	}
 	if err != nil {
 		return nil, err
@@ -536,22 +564,31 @@ func (r *row) compute(cfg config) {
 			}
 		}
 		r.minInst = min(r.minInst, c.Instances)
+		r.lastDegraded = max(r.lastDegraded, c.LastDegraded)
+		r.lastBack = max(r.lastBack, c.LastBack)
+		r.opens += c.Opens
 	}
 	r.window = time.Duration(last - first)
-	slack := func(int64) float64 { return 0 }
+	slack := func(level) float64 { return 0 }
 	if r.mode == "async" {
-		slack = func(rate int64) float64 { return float64(cfg.procs) * float64(rate) * cfg.sync.Seconds() }
+		slack = func(l level) float64 { return asyncSlack(cfg, l) }
+	}
+	if r.cond == killed {
+		slack = func(l level) float64 { return killSlack(cfg, r.mode, l) }
 	}
 	r.acc = measureAccuracy(levelsFor(r.levels, cfg.rate, cfg.burst, cfg.keys), perKey, demand, r.window, slack)
 }
 
-func writeTable(w io.Writer, rows []*row) error {
+func writeTable(w io.Writer, cfg config, rows []*row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode  \tlevels\tredis\tdecisions/s\tadmitted\tallowed\tover\tover %\tunder %\tbucket over\tlocal %\tRT/decision\tredis CPU µs/decision\tleases\treturned\treports\tdebt\terrors\tdegraded\t")
+	fmt.Fprintln(tw, "mode  \tlevels\tredis\tdecisions/s\tadmitted\tallowed\tover\tover %\tunder %\tbucket over\tlocal %\tRT/decision\tredis CPU µs/decision\tleases\treturned\treports\tdebt\terrors\tdegraded\topens\t")
 	for _, r := range rows {
-		cond := "healthy"
-		if r.paused {
+		cond := r.cond.String()
+		switch r.cond {
+		case paused:
 			cond = fmt.Sprintf("paused x%d", r.pauses)
+		case killed:
+			cond = fmt.Sprintf("killed %s", cfg.kill)
 		}
 		per := func(v float64) float64 {
 			if r.decisions == 0 {
@@ -560,13 +597,13 @@ func writeTable(w io.Writer, rows []*row) error {
 			return v / float64(r.decisions)
 		}
 		rcpu := "n/a"
-		if r.cpuKnown {
+		if r.cpuKnown && r.cond != killed { // a restarted Redis counts from 0
 			rcpu = strconv.FormatFloat(per(float64(r.redisCPU)/float64(time.Microsecond)), 'f', 2, 64)
 		}
-		fmt.Fprintf(tw, "%-6s\t%d\t%s\t%.0f\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%.3f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+		fmt.Fprintf(tw, "%-6s\t%d\t%s\t%.0f\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%.3f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
 			r.mode, r.levels, cond, float64(r.decisions)/r.window.Seconds(), r.admitted, r.acc.Allowed,
 			max(0, r.over()), r.overPct(), r.underPct(), r.acc.Excess, 100*per(float64(r.local)),
-			per(float64(r.rts)), rcpu, r.leases, r.returned, r.reports, r.debt, r.errors, r.degraded)
+			per(float64(r.rts)), rcpu, r.leases, r.returned, r.reports, r.debt, r.errors, r.degraded, r.opens)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -588,6 +625,10 @@ func writeTable(w io.Writer, rows []*row) error {
 		if r.acc.Excess > 0 {
 			notes = append(notes, fmt.Sprintf("bucket %s admitted the most over its bound", r.acc.Worst))
 		}
+		if r.cond == killed {
+			notes = append(notes, fmt.Sprintf("Redis killed for %s: %d decisions without it; every process back on Redis %s after it answered again (promised within %s), the last decision without it %s after; outage bound %.0f allowed",
+				time.Duration(r.restartedAt-r.killedAt).Round(time.Millisecond), r.degraded, r.recovery().Round(time.Millisecond), recoveryBound(cfg), r.lastLocal().Round(time.Millisecond), r.acc.Formula))
+		}
 		if r.degraded > 0 || r.acc.Excess > 0 {
 			notes = append(notes, "admitted by source: "+formatSources(r.sources))
 		}
@@ -605,6 +646,17 @@ func writeTargets(w io.Writer, cfg config, rows []*row) []string {
 	fmt.Fprintln(w, "\ntargets (issue 14):")
 	for _, r := range rows {
 		var checks []string
+		if r.cond == killed {
+			ok := r.acc.FormulaExcess == 0
+			checks = append(checks, fmt.Sprintf("within the outage bound (%.0f allowed): %s", r.acc.Formula, metStr(ok)))
+			rok := r.recovery() <= recoveryBound(cfg)
+			checks = append(checks, fmt.Sprintf("back on Redis %s after restart <= %s: %s", r.recovery().Round(time.Millisecond), recoveryBound(cfg), metStr(rok)))
+			if !ok || !rok {
+				failed = append(failed, r.spec.String())
+			}
+			fmt.Fprintf(w, "  %-24s %s\n", r.spec, strings.Join(checks, ", "))
+			continue
+		}
 		switch r.mode {
 		case "exact", "leased":
 			if r.acc.Excess == 0 {

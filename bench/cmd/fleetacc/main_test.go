@@ -61,7 +61,7 @@ func TestSmoke(t *testing.T) {
 		if r.admitted == 0 || r.acc.Excess != 0 || r.over() > 0 {
 			t.Errorf("%s: admitted %d, allowed %.0f, %.0f over the buckets' bounds: exact must never be over", r.spec, r.admitted, r.acc.Allowed, r.acc.Excess)
 		}
-		if r.paused && r.pauses == 0 {
+		if r.cond == paused && r.pauses == 0 {
 			t.Errorf("%s: Redis was never paused", r.spec)
 		}
 		if r.local != 0 {
@@ -85,6 +85,7 @@ func TestBadFlags(t *testing.T) {
 		{"-pause-for", "600ms"},
 		{"-instances", "dns"},
 		{"-on-store-error", "maybe"},
+		{"-kill", "9s"}, // ends after -dur 5s
 	} {
 		var out bytes.Buffer
 		_, err := runFleet(context.Background(), append([]string{"fleetacc"}, args...), &out)
@@ -99,7 +100,7 @@ func TestBadFlags(t *testing.T) {
 // demand is all a perfect limiter admits.
 func TestAccuracy(t *testing.T) {
 	ls := levelsFor(1, 10, 5, 4)
-	none := func(int64) float64 { return 0 }
+	none := func(level) float64 { return 0 }
 	lots := []uint64{1000, 1000, 1000, 1000}
 	a := measureAccuracy(ls, []uint64{25, 25, 25, 27}, lots, 2*time.Second, none)
 	if a.Allowed != 100 || a.Excess != 2 || a.Worst != "user/3" {
@@ -111,7 +112,7 @@ func TestAccuracy(t *testing.T) {
 	if a.Allowed != 75 || a.Excess != 5 || a.Worst != "tenant" {
 		t.Errorf("4 levels: %+v, want allowed 75, excess 5 at tenant", a)
 	}
-	slack := func(rate int64) float64 { return float64(rate) } // 1s worth
+	slack := func(l level) float64 { return float64(l.rate) } // 1s worth
 	a = measureAccuracy(ls4, []uint64{20, 20, 20, 20}, lots, 2*time.Second, slack)
 	if a.Formula != 105 || a.FormulaExcess != 0 {
 		t.Errorf("4 levels with slack: %+v, want formula 105 and no excess", a)
@@ -120,5 +121,54 @@ func TestAccuracy(t *testing.T) {
 	a = measureAccuracy(ls4, []uint64{5, 10, 10, 10}, []uint64{5, 10, 10, 12}, 2*time.Second, none)
 	if a.Allowed != 37 || a.Excess != 0 {
 		t.Errorf("4 levels, light demand: %+v, want allowed 37 (the demand)", a)
+	}
+}
+
+// TestKilled runs two processes, exact and async at one level, on local
+// fallback, with Redis killed 1s into the run and restarted empty 2s later
+// (issue 15): runFleet itself fails the run if a bucket admitted more than
+// the outage bound or a process was back on Redis later than the open
+// interval plus one probe plus go-redis's dial backoff. Here the test also
+// checks that the outage was real: decisions were made without Redis, the
+// breaker opened, and the processes recovered after the restart.
+func TestKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := runFleet(ctx, []string{"fleetacc", "-procs", "2", "-dur", "5s", "-modes", "exact,async", "-levels", "1",
+		"-pause", "off", "-kill", "2s", "-kill-at", "1s", "-on-store-error", "local"}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	killedRows := 0
+	for _, r := range rows {
+		if r.cond != killed {
+			continue
+		}
+		killedRows++
+		if r.restartedAt-r.killedAt < int64(2*time.Second) {
+			t.Errorf("%s: Redis was down %s, want at least 2s", r.spec, time.Duration(r.restartedAt-r.killedAt))
+		}
+		if r.mode == "exact" && (r.degraded == 0 || r.opens == 0) {
+			t.Errorf("%s: %d decisions without Redis and %d breaker opens: the outage did not reach the fallback", r.spec, r.degraded, r.opens)
+		}
+		if r.mode == "async" && r.repFail == 0 {
+			t.Errorf("%s: no report failed during the outage", r.spec)
+		}
+		if r.lastBack <= r.restartedAt {
+			t.Errorf("%s: no process came back on Redis after the restart", r.spec)
+		}
+		if r.admitted == 0 || r.errors != 0 {
+			t.Errorf("%s: admitted %d with %d errors", r.spec, r.admitted, r.errors)
+		}
+	}
+	if killedRows != 2 {
+		t.Fatalf("%d killed runs, want 2", killedRows)
+	}
+	for _, want := range []string{"exact 1-level killed", "async 1-level killed", "back on Redis", "within the outage bound"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
 	}
 }

@@ -89,8 +89,9 @@ type accuracy struct {
 	// the tightest per-principal bound or the principal's demand (the
 	// decisions asked for it), whichever is less.
 	Allowed float64
-	// Formula is Allowed with every bucket's bound raised by slack(rate):
-	// the async bound n × rate × sync interval per bucket.
+	// Formula is Allowed with every bucket's bound raised by slack(level):
+	// the async bound n × rate × sync interval per bucket, or an outage's
+	// (killSlack).
 	Formula float64
 	// Excess sums, over every bucket of every level, what it admitted
 	// beyond its own bound (0 for a limiter that is never over anywhere);
@@ -102,9 +103,9 @@ type accuracy struct {
 
 // measureAccuracy compares the admitted counts per principal with the
 // bounds of window t, given the decisions asked per principal (demand);
-// slack is the extra units a bucket of the given rate may admit by the
-// async formula.
-func measureAccuracy(ls []level, perKey, demand []uint64, t time.Duration, slack func(rate int64) float64) accuracy {
+// slack is the extra units a bucket of level l may admit by the run's
+// formula (async's, or an outage's).
+func measureAccuracy(ls []level, perKey, demand []uint64, t time.Duration, slack func(l level) float64) accuracy {
 	var a accuracy
 	var total uint64
 	for _, n := range perKey {
@@ -126,7 +127,7 @@ func measureAccuracy(ls []level, perKey, demand []uint64, t time.Duration, slack
 	}
 	for _, l := range ls {
 		b := bound(l.rate, l.burst, t)
-		bf := b + slack(l.rate)
+		bf := b + slack(l)
 		if l.shared {
 			sharedMin, sharedMinF = min(sharedMin, b), min(sharedMinF, bf)
 			over(l.name, total, b, bf)
@@ -141,7 +142,7 @@ func measureAccuracy(ls []level, perKey, demand []uint64, t time.Duration, slack
 		for _, l := range ls {
 			if !l.shared {
 				b := bound(l.rate, l.burst, t)
-				kMin, kMinF = min(kMin, b), min(kMinF, b+slack(l.rate))
+				kMin, kMinF = min(kMin, b), min(kMinF, b+slack(l))
 			}
 		}
 		sumKeys += kMin

@@ -21,6 +21,9 @@ type Target struct {
 	// Where describes the server for the header: its version, address and
 	// whether it was started and is flushed.
 	Where string
+	// Proc is the server the run started, for fault injection (kill,
+	// restart); nil for a given server.
+	Proc *redistest.Process
 
 	stop func() // stops the server the run started; nil for a given one
 }
@@ -39,11 +42,12 @@ func OpenRedis(ctx context.Context, addr string) (*Target, error) {
 		t.Opts = opts
 		where = "given " + opts.Addr + " (not flushed)"
 	} else {
-		srvAddr, stop, err := redistest.StartProcess()
+		p, err := redistest.StartProcessHandle()
 		if err != nil {
 			return nil, fmt.Errorf("%w; or pass -redis host:port (or set REDIS_URL) to use a running server", err)
 		}
-		t.stop, t.Opts, t.Owned = stop, &redis.Options{Addr: srvAddr}, true
+		srvAddr := p.Addr()
+		t.stop, t.Opts, t.Owned, t.Proc = p.Stop, &redis.Options{Addr: srvAddr}, true, p
 		where = "started " + srvAddr + " (--save \"\" --appendonly no, flushed between contenders)"
 	}
 	t.Admin = redis.NewClient(t.Opts)
@@ -91,6 +95,7 @@ func (e *Env) NewClient() *redis.Client {
 	o.MinIdleConns = 0
 	cnt := &Counter{}
 	o.Dialer = cnt.Dial
+	o.ContextTimeoutEnabled = true // redisstore requires it; peers run on the same settings
 	c := redis.NewClient(&o)
 	c.AddHook(cnt)
 	e.clients = append(e.clients, c)
