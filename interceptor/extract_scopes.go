@@ -67,6 +67,10 @@ func (i *Interceptor) requireScopes(a floodgate.Admitter, transport string) {
 		}
 		return
 	}
+	if w, ok := a.(floodgate.Wrapper); ok {
+		i.requireScopes(w.Unwrap(), transport)
+		return
+	}
 	sc, ok := a.(scopeChecker)
 	if !ok {
 		return

@@ -120,6 +120,10 @@ func (i *Interceptor) addSources(a floodgate.Admitter) {
 		}
 		return
 	}
+	if w, ok := a.(floodgate.Wrapper); ok {
+		i.addSources(w.Unwrap())
+		return
+	}
 	src, ok := a.(methodSource)
 	if !ok {
 		return

@@ -368,6 +368,19 @@ func TestMethodPrecedenceWiring(t *testing.T) {
 		callBoth(t, c)
 		check(t, shed, lim)
 	})
+	t.Run("one interceptor around a wrapped chain", func(t *testing.T) {
+		// floodgate.Observed (and otel's TrackInFlight) wrap each stage:
+		// the interceptor looks through the wrapper for the policy.
+		shed, lim := &stage{}, &stage{}
+		var observed int
+		obs := floodgate.ObserverFunc(func(context.Context, *floodgate.Request, floodgate.Decision, error) { observed++ })
+		c := unaryServer(t, &echoServer{}, UnaryServer(floodgate.Observed(floodgate.Chain{shed, &policyStage{stage: lim, methods: policy}}, obs), opts...))
+		callBoth(t, c)
+		check(t, shed, lim)
+		if observed != 4 {
+			t.Errorf("%d decisions observed, want 4 (2 calls x 2 stages)", observed)
+		}
+	})
 	t.Run("HTTP around a chain", func(t *testing.T) {
 		shed, lim := &stage{}, &stage{}
 		httpWant := map[string]floodgate.MethodOptions{"GET /e": {Cost: 7}, "GET /p": {Priority: floodgate.PriorityRead}}

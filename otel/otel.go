@@ -512,6 +512,9 @@ type inFlightAdmitter struct {
 	o *Observer
 }
 
+// Unwrap returns the Admitter w counts (see floodgate.Wrapper).
+func (w inFlightAdmitter) Unwrap() floodgate.Admitter { return w.a }
+
 func (w inFlightAdmitter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	d, done, err := w.a.Admit(ctx, r)
 	if !d.Allowed {
