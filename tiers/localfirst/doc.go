@@ -44,7 +44,10 @@
 //
 // (2 intervals at a quarter of the share, 8 at 1/16), and at least every
 // 10 seconds. Redis work then follows the keys near their limits, not
-// the number of keys touched. A report is at most the bucket's capacity
+// the number of keys touched. The reports of keys far below their share
+// due in one Sync go to the store together, up to 64 in one Take (one
+// script call on a standalone Redis); if one of them finds no room, the
+// Take charges nothing and each is sent alone. A report is at most the bucket's capacity
 // (a larger take is refused for ever; the rest goes next time). A report
 // the store denies (other instances over-admitted) charges what is left
 // and keeps the rest as debt, reported next time; what an instance keeps

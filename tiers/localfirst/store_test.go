@@ -585,3 +585,82 @@ func TestHitsBringTheReportForward(t *testing.T) {
 		t.Fatalf("stats %+v: want one report of 500 a quarter interval in", st)
 	}
 }
+
+// countingLedger counts the ledger's takes and the buckets they carry.
+type countingLedger struct {
+	localfirst.Ledger
+	takes, buckets atomic.Int64
+}
+
+func (l *countingLedger) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+	l.takes.Add(1)
+	l.buckets.Add(int64(len(b)))
+	return l.Ledger.Take(ctx, b, r)
+}
+
+// TestReportGroup: keys far below their share are reported in one take;
+// when one of them has no room after all (another instance drained it),
+// the group charges nothing and each key reports alone, the drained one
+// keeping what the store could not take as debt.
+func TestReportGroup(t *testing.T) {
+	f := newFixture(t)
+	l := &countingLedger{Ledger: f.ledger}
+	s, err := localfirst.New(f.ledger, l, localfirst.WithClock(f.clk), localfirst.WithManualSync(),
+		localfirst.WithInstances(func() int { return 1 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	bs := []tiers.Bucket{bucket("g1", tiers.Async, 1, 100), bucket("g2", tiers.Async, 1, 100), bucket("g3", tiers.Async, 1, 100)}
+	for _, b := range bs {
+		take(t, s, b) // cold: exact, learns 99
+		for range 10 {
+			take(t, s, b) // 10 of 99: far below the share
+		}
+	}
+	f.clk.Advance(10 * time.Second)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.takes.Load(); got != 1 || l.buckets.Load() != 3 {
+		t.Fatalf("%d ledger takes of %d buckets, want 1 take of 3", got, l.buckets.Load())
+	}
+	for _, b := range bs {
+		if got := f.remaining(t, b); got != 90 { // 99, refilled to the cap of 100 in 10s, less the 10 reported
+			t.Fatalf("%s: ledger has %d, want 90", b.Key, got)
+		}
+	}
+	// Another instance drains g2; this one spends 10 more of each.
+	other := bs[1]
+	other.Cost = 90 // all it has
+	other.Consistency = tiers.Exact
+	res := make([]tiers.Result, 1)
+	if ok, err := f.ledger.Take(context.Background(), []tiers.Bucket{other}, res); err != nil || !ok {
+		t.Fatalf("could not drain g2: %v %v", ok, err)
+	}
+	for _, b := range bs {
+		for range 10 {
+			take(t, s, b)
+		}
+	}
+	l.takes.Store(0)
+	f.clk.Advance(300 * time.Millisecond) // due (10 of a share of 90: 4.5 intervals); g2 refills 0.3
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The group finds no room in g2 and charges nothing; then each key
+	// alone: g1 and g3 charged, g2 charged what it has (nothing) and owes
+	// the 10 as debt.
+	if got := l.takes.Load(); got != 4 {
+		t.Fatalf("%d ledger takes, want 4 (the denied group, then 3 alone)", got)
+	}
+	st := s.Stats()
+	if st.Reports != 6 || st.ReportedUnits != 50 || st.DebtUnits != 10 {
+		t.Fatalf("stats %+v: want 6 reports, 50 units charged, 10 owed", st)
+	}
+	for i, want := range []int64{80, 0, 80} { // 90 + 0.3 refilled - 10
+		if got := f.remaining(t, bs[i]); got != want {
+			t.Fatalf("%s: ledger has %d, want %d", bs[i].Key, got, want)
+		}
+	}
+}

@@ -101,7 +101,13 @@ func (s *Store) Close(ctx context.Context) error {
 type job struct {
 	e *entry
 	b tiers.Bucket // Cost: the units
+	// far: the key was far below its share (under half of it spent):
+	// its report goes in a grouped take with other such keys.
+	far bool
 }
+
+// maxGroup bounds the keys of one grouped report.
+const maxGroup = 64
 
 // maxParallel bounds the ledger calls one Sync has in flight.
 const maxParallel = 16
@@ -139,12 +145,13 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 				// refused for ever: send at most the capacity, the
 				// rest next time (after an outage, a key may owe more).
 				cost = min(cost, e.capacity())
+				far := e.known && float64(e.u) < (e.tok+float64(e.u))/2
 				b := e.b
 				b.Cost = cost
 				e.u -= cost
 				e.inflight = cost
 				e.lastReport = now
-				jobs = append(jobs, job{e: e, b: b})
+				jobs = append(jobs, job{e: e, b: b, far: far})
 				if lag > time.Duration(s.st.lagMax.Load()) {
 					s.st.lagMax.Store(int64(lag))
 				}
@@ -176,14 +183,36 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 		}
 	}
 	if len(jobs) > 0 {
+		// Keys near their share report alone (their take may find no
+		// room); keys far below it report together, maxGroup to a take.
+		var tasks [][]job
+		var far []job
+		for _, j := range jobs {
+			if j.far {
+				far = append(far, j)
+			} else {
+				tasks = append(tasks, []job{j})
+			}
+		}
+		for len(far) > 0 {
+			k := min(len(far), maxGroup)
+			tasks = append(tasks, far[:k:k])
+			far = far[k:]
+		}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, maxParallel)
-		for i := range jobs {
+		for _, t := range tasks {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				if err := s.report(ctx, &jobs[i]); err != nil {
+				var err error
+				if len(t) == 1 {
+					err = s.report(ctx, &t[0])
+				} else {
+					err = s.reportGroup(ctx, t)
+				}
+				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -306,26 +335,68 @@ func (s *Store) report(ctx context.Context, j *job) error {
 		}
 		ok = err == nil
 	}
+	if err == nil && !ok {
+		err = errors.New("localfirst: the store refused a report")
+	}
+	s.reported(j, res[0], debt, err)
+	return err
+}
+
+// reportGroup sends the reports of keys far below their share as one
+// take: all of them are charged, or (some key had no room after all)
+// none, and then each is sent alone. A grouped take is one script call
+// for every key on a standalone Redis, where separate reports cost a call
+// each (about 35 µs of Redis CPU each when measured, against a few µs per
+// key in a merged call).
+func (s *Store) reportGroup(ctx context.Context, js []job) error {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
+	bs := make([]tiers.Bucket, len(js))
+	res := make([]tiers.Result, len(js))
+	for i := range js {
+		bs[i] = js[i].b
+	}
+	ok, err := s.ledger.Take(cctx, bs, res)
+	cancel()
+	if err != nil {
+		for i := range js {
+			s.reported(&js[i], tiers.Result{}, 0, err)
+		}
+		return err
+	}
+	if ok {
+		for i := range js {
+			s.reported(&js[i], res[i], 0, nil)
+		}
+		return nil
+	}
+	var errs []error
+	for i := range js {
+		errs = append(errs, s.report(ctx, &js[i]))
+	}
+	return errors.Join(errs...)
+}
+
+// reported records how a report of j ended: on success the units are
+// charged (less debt, owed again) and the key learns the store's state
+// from res; on failure they are owed again.
+func (s *Store) reported(j *job, res tiers.Result, debt int64, err error) {
+	units := j.b.Cost
 	now := s.cfg.clock.Now()
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()
 	j.e.inflight = 0
 	j.e.wake.Store(0) // its state changed: Sync looks again
 	n := max(1, s.cfg.instances())
-	if err != nil || !ok {
+	if err != nil {
 		j.e.u = j.e.keep(j.e.u+units, n)
 		s.st.reportFailures.Add(1)
-		if err == nil {
-			err = errors.New("localfirst: the store refused a report")
-		}
-		return err
+		return
 	}
 	j.e.u = j.e.keep(j.e.u+debt, n)
-	j.e.learn(float64(res[0].Remaining), now, n)
+	j.e.learn(float64(res.Remaining), now, n)
 	s.st.reports.Add(1)
 	s.st.reportedUnits.Add(uint64(units - debt))
 	s.st.debtUnits.Add(uint64(debt))
-	return nil
 }
 
 // keep caps what an instance holds unreported at its share of the
