@@ -24,7 +24,9 @@
 // target (at most 5%) are printed, not enforced. A killed run must stay
 // within the outage bound (see killSlack) and be back on Redis within
 // the fallback's open interval plus one probe plus go-redis's one-second
-// dial backoff (recoveryBound); either miss also exits 1.
+// dial backoff (recoveryBound); either miss also exits 1. So does a paused
+// run in which a breaker opened, or (rules on_store_error closed) any
+// decision was made without Redis.
 package main
 
 import (
@@ -328,7 +330,7 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		fmt.Fprintf(out, "loadavg: %s at end\n", la)
 	}
 	if len(failed) > 0 {
-		return rows, fmt.Errorf("check failed: %s admitted more than a bucket's bound or recovered late", strings.Join(failed, "; "))
+		return rows, fmt.Errorf("check failed: %s admitted more than a bucket's bound, recovered late, or fell back on a slow Redis", strings.Join(failed, "; "))
 	}
 	return rows, nil
 }
@@ -656,6 +658,17 @@ func writeTargets(w io.Writer, cfg config, rows []*row) []string {
 			}
 			fmt.Fprintf(w, "  %-24s %s\n", r.spec, strings.Join(checks, ", "))
 			continue
+		}
+		if r.cond == paused {
+			// Issue 15: Redis slow in bursts is not down. No breaker
+			// opens; with on_store_error closed (whose calls wait the
+			// closed budget) no decision is made without Redis at all,
+			// so no login is denied for want of it.
+			ok := r.opens == 0 && (cfg.onErr != "closed" || r.degraded == 0)
+			checks = append(checks, fmt.Sprintf("slow is not down (%d breaker opens, %d decisions without Redis): %s", r.opens, r.degraded, metStr(ok)))
+			if !ok {
+				failed = append(failed, r.spec.String())
+			}
 		}
 		switch r.mode {
 		case "exact", "leased":
