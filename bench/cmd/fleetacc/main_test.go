@@ -172,3 +172,40 @@ func TestKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowIsNotDown is issue 15's multi-process check as a test: 4 and 8
+// processes, exact and async, one key at several times its limit, Redis
+// stopped 30 ms every 300 ms, rules on_store_error closed. runFleet fails
+// the run if anything was admitted over a bucket's bound (exact), a
+// breaker opened, or a decision was made without Redis (so no fail-closed
+// deny); the test also checks that Redis was paused and the key was at its
+// limit.
+func TestSlowIsNotDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and 12 processes")
+	}
+	for _, procs := range []string{"4", "8"} {
+		t.Run(procs, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			rows, err := runFleet(ctx, []string{"fleetacc", "-procs", procs, "-dur", "2s", "-modes", "exact,async", "-levels", "1",
+				"-keys", "1", "-pause", "on", "-pause-every", "300ms"}, &out)
+			t.Log("\n" + out.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				if r.pauses == 0 {
+					t.Errorf("%s: Redis was never paused", r.spec)
+				}
+				if r.decisions < 2*uint64(r.acc.Allowed) {
+					t.Errorf("%s: %d decisions for %.0f allowed: the key should be at its limit", r.spec, r.decisions, r.acc.Allowed)
+				}
+				if r.opens != 0 || r.degraded != 0 {
+					t.Errorf("%s: %d breaker opens, %d decisions without Redis", r.spec, r.opens, r.degraded)
+				}
+			}
+		})
+	}
+}
