@@ -2,6 +2,7 @@ package localfirst_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -49,5 +50,59 @@ func TestOverRedis(t *testing.T) {
 	b.Cost = 0
 	if _, err := rs.Take(context.Background(), []tiers.Bucket{b}, res); err != nil || res[0].Remaining != 0 {
 		t.Fatalf("after Close the async bucket has %d left (%v), want 0", res[0].Remaining, err)
+	}
+}
+
+// TestGroupedReportsOnCluster: on a Redis Cluster, the reports of keys in
+// different slots go out as one grouped take (the store splits it by
+// slot) and each key is charged exactly what was spent.
+func TestGroupedReportsOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	c := redistest.StartCluster(t)
+	clk := clock.New(t0)
+	rs, err := redisstore.New(c.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Close() })
+	l := &countingLedger{Ledger: rs}
+	s, err := localfirst.New(rs, l, localfirst.WithClock(clk), localfirst.WithManualSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	const keys = 12
+	var bs []tiers.Bucket
+	for i := range keys {
+		// Distinct hash tags: the keys spread over the cluster's slots.
+		b := bucket("{k"+strconv.Itoa(i)+"}:async", tiers.Async, 1, 1000)
+		bs = append(bs, b)
+		for range 5 { // the first is the cold, exact take
+			if ok, _ := take(t, s, b); !ok {
+				t.Fatal("denied far below the limit")
+			}
+		}
+	}
+	clk.Advance(10 * time.Second)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Reports != keys || st.ReportedUnits != 4*keys || st.ReportFailures != 0 {
+		t.Fatalf("stats %+v: want %d reports of 4 units each", st, keys)
+	}
+	if got := l.takes.Load(); got != 1 {
+		t.Fatalf("%d ledger takes, want 1 grouped take", got)
+	}
+	res := make([]tiers.Result, 1)
+	for _, b := range bs {
+		b.Cost, b.Consistency = 0, tiers.Exact
+		if _, err := rs.Take(context.Background(), []tiers.Bucket{b}, res); err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Remaining != 996 {
+			t.Fatalf("%s: %d left, want 996 (999 after the cold take, full again 10 s later, less the 4 reported)", b.Key, res[0].Remaining)
+		}
 	}
 }
