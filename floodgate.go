@@ -378,15 +378,6 @@ func (f ObserverFunc) Observe(ctx context.Context, r *Request, d Decision, err e
 	f(ctx, r, d, err)
 }
 
-// Wrapper is an Admitter that wraps another (as Observed and package otel's
-// TrackInFlight do). The interceptors look through wrappers for what the
-// wrapped stage offers (a policy's methods: section, the identity its rules
-// need), as errors.Unwrap does for errors.
-type Wrapper interface {
-	Admitter
-	Unwrap() Admitter
-}
-
 // Observed returns an Admitter that reports every decision of a to o, once.
 // If a is a Chain, each of its stages is wrapped, so every stage's decision
 // is reported, not only the chain's result.

@@ -67,7 +67,7 @@ func (i *Interceptor) requireScopes(a floodgate.Admitter, transport string) {
 		}
 		return
 	}
-	if w, ok := a.(floodgate.Wrapper); ok {
+	if w, ok := a.(wrapper); ok {
 		i.requireScopes(w.Unwrap(), transport)
 		return
 	}

@@ -113,6 +113,14 @@ func (i *Interceptor) stage(a floodgate.Admitter) floodgate.Admitter {
 	return a
 }
 
+// wrapper is an Admitter that wraps another (floodgate.Observed, otel's
+// TrackInFlight): the interceptor looks through it for what the wrapped
+// stage offers (a policy's methods: section, the identity its rules need),
+// as errors.Unwrap does for errors.
+type wrapper interface {
+	Unwrap() floodgate.Admitter
+}
+
 func (i *Interceptor) addSources(a floodgate.Admitter) {
 	if ch, ok := a.(floodgate.Chain); ok {
 		for _, s := range ch {
@@ -120,7 +128,7 @@ func (i *Interceptor) addSources(a floodgate.Admitter) {
 		}
 		return
 	}
-	if w, ok := a.(floodgate.Wrapper); ok {
+	if w, ok := a.(wrapper); ok {
 		i.addSources(w.Unwrap())
 		return
 	}

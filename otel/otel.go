@@ -512,7 +512,8 @@ type inFlightAdmitter struct {
 	o *Observer
 }
 
-// Unwrap returns the Admitter w counts (see floodgate.Wrapper).
+// Unwrap returns the Admitter w counts, so that the interceptors find what
+// the wrapped stage offers (as floodgate.Observed's wrapper does).
 func (w inFlightAdmitter) Unwrap() floodgate.Admitter { return w.a }
 
 func (w inFlightAdmitter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {

@@ -145,7 +145,7 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 				// refused for ever: send at most the capacity, the
 				// rest next time (after an outage, a key may owe more).
 				cost = min(cost, e.capacity())
-				far := e.known && float64(e.u) < (e.tok+float64(e.u))/2
+				far := e.known && float64(e.u) < e.share()/2
 				b := e.b
 				b.Cost = cost
 				e.u -= cost
@@ -289,6 +289,10 @@ func (e *entry) due(now time.Time, all bool) (cost int64, lag time.Duration, ok 
 	return 0, 0, false
 }
 
+// share is what this instance had to spend since its last report (at
+// least 1).
+func (e *entry) share() float64 { return max(1, e.tok+float64(e.u)) }
+
 // reportEvery is how long e's unreported units may wait after its last
 // report (see due); e.u > 0.
 func (e *entry) reportEvery() time.Duration {
@@ -296,11 +300,7 @@ func (e *entry) reportEvery() time.Duration {
 	if !e.known {
 		return iv
 	}
-	// What this instance had to spend since its last report.
-	share := e.tok + float64(e.u)
-	if share < 1 {
-		share = 1
-	}
+	share := e.share()
 	if float64(e.u) >= share/2 {
 		return iv / 4 // near the share: soon, but not on every hit
 	}
