@@ -124,8 +124,8 @@ func TestAccuracy(t *testing.T) {
 	}
 }
 
-// TestKilled runs two processes, exact and async at one level, on local
-// fallback, with Redis killed 1s into the run and restarted empty 2s later
+// TestKilled runs two processes, exact and async at one level, rules
+// failing closed, with Redis killed 1s into the run and restarted empty 2s later
 // (issue 15): runFleet itself fails the run if a bucket admitted more than
 // the outage bound or a process was back on Redis later than the open
 // interval plus one probe plus go-redis's dial backoff. Here the test also
@@ -136,7 +136,7 @@ func TestKilled(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	rows, err := runFleet(ctx, []string{"fleetacc", "-procs", "2", "-dur", "5s", "-modes", "exact,async", "-levels", "1",
-		"-pause", "off", "-kill", "2s", "-kill-at", "1s", "-on-store-error", "local"}, &out)
+		"-pause", "off", "-kill", "2s", "-kill-at", "1s", "-on-store-error", "closed"}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
