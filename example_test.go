@@ -14,7 +14,7 @@ func ExampleChain() {
 	slots := floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 		inFlight++
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency},
-			func() { inFlight-- }, nil
+			func(floodgate.Result) { inFlight-- }, nil
 	})
 	quota := floodgate.AdmitFunc(func(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 		return floodgate.Decision{Allowed: r.Identity.User != "mallory", Stage: floodgate.StageTiers, Policy: "per-user"}, nil, nil
@@ -28,7 +28,7 @@ func ExampleChain() {
 		})
 		fmt.Printf("%s: allowed=%v policy=%s in-flight=%d\n", user, d.Allowed, d.Policy, inFlight)
 		if done != nil {
-			done()
+			done(floodgate.Result{})
 		}
 	}
 	// Output:

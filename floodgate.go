@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -139,7 +140,10 @@ type requestContext struct {
 	context.Context
 	r      Request
 	origin any
+	cost   atomic.Int64 // ReportCost's value plus one; 0 when none was reported
 }
+
+type costKey struct{}
 
 func (c *requestContext) Value(key any) any {
 	switch key {
@@ -147,6 +151,8 @@ func (c *requestContext) Value(key any) any {
 		return &c.r
 	case originKey{}:
 		return c.origin
+	case costKey{}:
+		return c
 	}
 	return c.Context.Value(key)
 }
@@ -267,9 +273,106 @@ type Decision struct {
 
 // Done is returned by a stage that admitted a request; the transport calls it
 // exactly once when the request finishes (on return, panic, cancellation or
-// the end of a stream). A stage that denies returns a nil Done. A Done
-// returned by an Admitter may be nil when the stage holds nothing.
-type Done func()
+// the end of a stream), with what it knows of how the request went. A stage
+// that denies returns a nil Done. A Done returned by an Admitter may be nil
+// when the stage holds nothing.
+type Done func(Result)
+
+// Outcome is how an admitted request ended, as the transport saw it. Stages
+// that learn from requests (adaptive limits, latency-driven shedding) read
+// it to tell a valid latency sample from one that says nothing of the
+// service's load.
+type Outcome uint8
+
+// Outcomes. The zero value is OutcomeSuccess, so Result{} reports a request
+// that completed normally.
+const (
+	// OutcomeSuccess: the handler ran and returned without error. Its
+	// latency is a sample of the service's health.
+	OutcomeSuccess Outcome = iota
+	// OutcomeFailed: the handler ran and returned an error that says
+	// nothing of load (invalid argument, not found, an internal error).
+	// Whether its latency is a sample is the stage's choice, documented
+	// by the stage.
+	OutcomeFailed
+	// OutcomeDropped: the request ended in a way that signals overload:
+	// its deadline passed, or the handler returned a resource-exhausted,
+	// unavailable or timeout error (gRPC DeadlineExceeded,
+	// ResourceExhausted, Unavailable; HTTP 429, 503, 504). Adaptive limits
+	// shrink on it.
+	OutcomeDropped
+	// OutcomeIgnored: the request never ran its handler to completion for
+	// a reason that says nothing of the service: a later stage of a Chain
+	// denied it, the client cancelled it, or the handler panicked. No
+	// latency sample is taken.
+	OutcomeIgnored
+)
+
+var outcomeNames = [...]string{"success", "failed", "dropped", "ignored"}
+
+// String returns the lower-case name of o: "success", "failed", "dropped"
+// or "ignored".
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Result is what a finished request reports to the Done of every stage that
+// admitted it: how it ended and, when the handler reported it, what it
+// actually cost. It is one value for both needs: adaptive stages read
+// Outcome, rate-limit stages settle a charge made on an estimate with Cost.
+type Result struct {
+	// Outcome is how the request ended.
+	Outcome Outcome
+	// Cost is the request's actual cost (tokens, rows, bytes: whatever
+	// unit the rules count) when HasCost is true. A rate-limit stage that
+	// charged an estimate charges the difference, or refunds it, on every
+	// level it charged. Never negative.
+	Cost int64
+	// HasCost reports whether Cost is set. When false, the charge made at
+	// admission stands.
+	HasCost bool
+}
+
+// Ignored is the Result of a request that a stage admitted but that never
+// ran: a later stage of a Chain denied it. It refunds what was charged
+// (HasCost with Cost 0) and gives no latency sample.
+var Ignored = Result{Outcome: OutcomeIgnored, HasCost: true}
+
+// ReportCost records the actual cost of the request in ctx, for rate-limit
+// stages that charged it on an estimate: the transport passes it to every
+// stage's Done as Result.Cost when the request finishes. A handler calls it
+// once it knows the cost (tokens generated, rows scanned); a later call
+// replaces an earlier one. It returns an error, and records nothing, when
+// n is negative or ctx carries no Request built by NewRequestContext (the
+// handler is not behind a floodgate interceptor).
+func ReportCost(ctx context.Context, n int64) error {
+	if n < 0 {
+		return fmt.Errorf("floodgate: ReportCost: negative cost %d", n)
+	}
+	c, ok := ctx.Value(costKey{}).(*requestContext)
+	if !ok {
+		return errors.New("floodgate: ReportCost: the context carries no floodgate request (is the handler behind a floodgate interceptor?)")
+	}
+	c.cost.Store(n + 1)
+	return nil
+}
+
+// ReportedCost returns the cost last given to ReportCost for the request in
+// ctx, and whether one was given. Transports call it when the request
+// finishes to fill Result.Cost and Result.HasCost.
+func ReportedCost(ctx context.Context) (int64, bool) {
+	c, ok := ctx.Value(costKey{}).(*requestContext)
+	if !ok {
+		return 0, false
+	}
+	if v := c.cost.Load(); v > 0 {
+		return v - 1, true
+	}
+	return 0, false
+}
 
 // Admitter is one stage of the chain.
 //
@@ -293,11 +396,12 @@ func (f AdmitFunc) Admit(ctx context.Context, r *Request) (Decision, Done, error
 }
 
 // Chain is an Admitter that runs its stages in order. It stops at the first
-// stage that denies, calls the Done of the stages already passed, and returns
+// stage that denies, calls the Done of the stages already passed with
+// Ignored (no latency sample; a charge refunded), and returns
 // the denying stage's Decision. When every stage allows, it returns the
 // Decision of the last stage that named a Policy (the rate-limit stage, when
 // present, so transports can send its quota headers), and a Done that calls
-// every stage's Done in reverse order.
+// every stage's Done in reverse order with the same Result.
 //
 // Errors from stages are joined; a stage's error never by itself stops the
 // chain, its Decision does.
@@ -324,7 +428,7 @@ func (c Chain) Admit(ctx context.Context, r *Request) (Decision, Done, error) {
 			errs = append(errs, err)
 		}
 		if !d.Allowed {
-			releaseReverse(dones)
+			releaseReverse(dones, Ignored)
 			return d, nil, joinErrors(errs)
 		}
 		if done != nil {
@@ -342,24 +446,24 @@ func (c Chain) Admit(ctx context.Context, r *Request) (Decision, Done, error) {
 	case n <= len(buf):
 		// Four values captured by value: the closure is the only allocation.
 		d0, d1, d2, d3 := buf[0], buf[1], buf[2], buf[3]
-		return result, func() {
+		return result, func(res Result) {
 			if d3 != nil {
-				d3()
+				d3(res)
 			}
 			if d2 != nil {
-				d2()
+				d2(res)
 			}
-			d1()
-			d0()
+			d1(res)
+			d0(res)
 		}, joinErrors(errs)
 	}
 	heap := append([]Done(nil), dones...)
-	return result, func() { releaseReverse(heap) }, joinErrors(errs)
+	return result, func(res Result) { releaseReverse(heap, res) }, joinErrors(errs)
 }
 
-func releaseReverse(dones []Done) {
+func releaseReverse(dones []Done, res Result) {
 	for i := len(dones) - 1; i >= 0; i-- {
-		dones[i]()
+		dones[i](res)
 	}
 }
 

@@ -79,6 +79,7 @@ type stage struct {
 	noDone   bool
 	log      *[]string
 	released int
+	results  []floodgate.Result
 }
 
 func (s *stage) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
@@ -87,7 +88,8 @@ func (s *stage) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decisi
 	if !s.allow || s.noDone {
 		return d, nil, s.err
 	}
-	return d, func() {
+	return d, func(res floodgate.Result) {
+		s.results = append(s.results, res)
 		s.released++
 		*s.log = append(*s.log, "done "+s.name)
 	}, s.err
@@ -116,6 +118,11 @@ func TestChainStopsAtFirstDenyAndReleasesPassedStages(t *testing.T) {
 	if a.released != 1 || b.released != 1 || d.released != 0 {
 		t.Fatalf("released a=%d b=%d d=%d", a.released, b.released, d.released)
 	}
+	for _, s := range []*stage{a, b} {
+		if s.results[0] != floodgate.Ignored {
+			t.Fatalf("stage %s released with %+v, want floodgate.Ignored", s.name, s.results[0])
+		}
+	}
 }
 
 func TestChainAllowReturnsLastPolicyAndReleasesInReverse(t *testing.T) {
@@ -134,7 +141,7 @@ func TestChainAllowReturnsLastPolicyAndReleasesInReverse(t *testing.T) {
 	if done == nil {
 		t.Fatal("allowing chain returned nil Done")
 	}
-	done()
+	done(floodgate.Result{})
 	want := []string{"admit a", "admit b", "admit c", "admit e", "done e", "done c", "done a"}
 	if !reflect.DeepEqual(log, want) {
 		t.Fatalf("log = %q, want %q", log, want)
@@ -154,7 +161,7 @@ func TestChainJoinsErrorsButDecisionRules(t *testing.T) {
 	if !errors.Is(err, e1) || !errors.Is(err, e2) {
 		t.Fatalf("err = %v, want both stage errors", err)
 	}
-	done()
+	done(floodgate.Result{})
 	if a.released != 1 || b.released != 1 {
 		t.Fatal("stages not released")
 	}
@@ -171,7 +178,7 @@ func TestChainEdgeLengths(t *testing.T) {
 	if !d.Allowed || done == nil {
 		t.Fatal("single-stage chain did not pass the stage through")
 	}
-	done()
+	done(floodgate.Result{})
 	if one.released != 1 {
 		t.Fatal("single stage not released")
 	}
@@ -239,7 +246,7 @@ func TestSourceDegraded(t *testing.T) {
 }
 
 func BenchmarkChainAllow3(b *testing.B) {
-	noop := func() {}
+	noop := func(floodgate.Result) {}
 	mk := func(policy string) floodgate.Admitter {
 		return floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 			return floodgate.Decision{Allowed: true, Policy: policy}, noop, nil
@@ -251,7 +258,7 @@ func BenchmarkChainAllow3(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_, done, _ := c.Admit(ctx, r)
-		done()
+		done(floodgate.Result{})
 	}
 }
 
@@ -268,9 +275,15 @@ func TestChainReleasesEveryStageForAnyLength(t *testing.T) {
 			want = append(want, "done "+string(rune('a'+i)))
 		}
 		_, done, _ := chain.Admit(context.Background(), &floodgate.Request{})
-		done()
+		res := floodgate.Result{Outcome: floodgate.OutcomeDropped, Cost: int64(n), HasCost: true}
+		done(res)
 		if !reflect.DeepEqual(log, want) {
 			t.Fatalf("n=%d: log = %q, want %q", n, log, want)
+		}
+		for _, a := range chain {
+			if got := a.(*stage).results; len(got) != 1 || got[0] != res {
+				t.Fatalf("n=%d: stage %s got %+v, want [%+v]", n, a.(*stage).name, got, res)
+			}
 		}
 	}
 }
@@ -300,3 +313,41 @@ func TestNewRequestContext(t *testing.T) {
 }
 
 var sinkCtx context.Context
+
+func TestReportCost(t *testing.T) {
+	if err := floodgate.ReportCost(context.Background(), 3); err == nil {
+		t.Fatal("ReportCost without a floodgate request succeeded")
+	}
+	if _, ok := floodgate.ReportedCost(context.Background()); ok {
+		t.Fatal("ReportedCost without a floodgate request reported one")
+	}
+	ctx, _ := floodgate.NewRequestContext(context.Background(), nil)
+	if n, ok := floodgate.ReportedCost(ctx); ok || n != 0 {
+		t.Fatalf("ReportedCost before any report = %d, %v; want 0, false", n, ok)
+	}
+	if err := floodgate.ReportCost(ctx, -1); err == nil {
+		t.Fatal("ReportCost(-1) succeeded")
+	}
+	// A derived context reports into the same request.
+	type k struct{}
+	child := context.WithValue(ctx, k{}, 1)
+	for _, n := range []int64{0, 5, 2} {
+		if err := floodgate.ReportCost(child, n); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := floodgate.ReportedCost(ctx); !ok || got != n {
+			t.Fatalf("ReportedCost = %d, %v; want %d, true (the last report)", got, ok, n)
+		}
+	}
+}
+
+func TestOutcomeString(t *testing.T) {
+	for o, want := range map[floodgate.Outcome]string{
+		floodgate.OutcomeSuccess: "success", floodgate.OutcomeFailed: "failed",
+		floodgate.OutcomeDropped: "dropped", floodgate.OutcomeIgnored: "ignored", 9: "outcome(9)",
+	} {
+		if got := o.String(); got != want {
+			t.Errorf("Outcome(%d).String() = %q, want %q", o, got, want)
+		}
+	}
+}

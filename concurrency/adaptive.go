@@ -184,9 +184,11 @@ func (a *Adaptive) Admit(_ context.Context, r *floodgate.Request) (floodgate.Dec
 		if a.inflight.CompareAndSwap(n, n+1) {
 			start := a.clock.Now()
 			var once atomic.Bool
-			done := func() {
+			done := func(res floodgate.Result) {
 				if once.CompareAndSwap(false, true) {
-					a.sample(a.clock.Now().Sub(start), n+1)
+					if res.Outcome != floodgate.OutcomeIgnored {
+						a.sample(a.clock.Now().Sub(start), n+1)
+					}
 					a.inflight.Add(-1)
 				}
 			}

@@ -41,7 +41,7 @@ func round(t *testing.T, a *concurrency.Adaptive, clk *clock.Fake, n int, rtt ti
 	}
 	clk.Advance(rtt)
 	for _, d := range dones {
-		d()
+		d(floodgate.Result{})
 	}
 	clk.Advance(10 * time.Millisecond)
 }
@@ -125,10 +125,10 @@ func TestAdaptiveCapsAndDoneOnce(t *testing.T) {
 	if d.Allowed || done != nil || d.Policy != "adaptive-concurrency" || d.Limit != 2 || d.RetryAfter != concurrency.DefaultRetryAfter {
 		t.Fatalf("third request: %+v, want a deny at limit 2", d)
 	}
-	d1()
-	d1()
+	d1(floodgate.Result{})
+	d1(floodgate.Result{})
 	if a.InFlight() != 1 {
 		t.Fatalf("in flight %d after a double Done, want 1", a.InFlight())
 	}
-	d2()
+	d2(floodgate.Result{})
 }

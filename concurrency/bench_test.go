@@ -1,6 +1,7 @@
 package concurrency_test
 
 import (
+	"github.com/floodgate-go/floodgate"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -34,7 +35,7 @@ func BenchmarkAdmitDone(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_, done, _ := l.Admit(ctx, r)
-				done()
+				done(floodgate.Result{})
 			}
 		})
 		var g atomic.Int64
@@ -45,7 +46,7 @@ func BenchmarkAdmitDone(b *testing.B) {
 				r := req("/m", "tenant-"+n, "user-"+n)
 				for pb.Next() {
 					_, done, _ := l.Admit(ctx, r)
-					done()
+					done(floodgate.Result{})
 				}
 			})
 		})
@@ -55,7 +56,7 @@ func BenchmarkAdmitDone(b *testing.B) {
 				r := req("/m", "acme", "alice")
 				for pb.Next() {
 					_, done, _ := l.Admit(ctx, r)
-					done()
+					done(floodgate.Result{})
 				}
 			})
 		})
@@ -80,6 +81,6 @@ func BenchmarkFleetAdmitDone(b *testing.B) {
 		if err != nil || !d.Allowed {
 			b.Fatalf("%+v %v", d, err)
 		}
-		done()
+		done(floodgate.Result{})
 	}
 }

@@ -30,7 +30,7 @@ func TestChainWithShedder(t *testing.T) {
 	if s.InFlight() != 1 {
 		t.Fatalf("shedder in flight %d after a concurrency deny, want 1", s.InFlight())
 	}
-	done()
+	done(floodgate.Result{})
 	if n, _ := l.KeyInFlight("per-user", "alice"); s.InFlight() != 0 || n != 0 {
 		t.Fatalf("after Done: shedder %d, alice %d; want 0, 0", s.InFlight(), n)
 	}

@@ -77,7 +77,7 @@ func New(opts ...Option) (*Limiter, error) {
 		}
 	}
 	if l.global > 0 {
-		l.releaseGlobal = func() { l.inflight.Add(-1) }
+		l.releaseGlobal = func(floodgate.Result) { l.inflight.Add(-1) }
 	}
 	l.tickets.New = func() any {
 		t := &ticket{l: l}
@@ -187,7 +187,7 @@ type ticket struct {
 	done    floodgate.Done
 }
 
-func (t *ticket) releaseLocal() {
+func (t *ticket) releaseLocal(floodgate.Result) {
 	l := t.l
 	l.releaseLocal(t.entries[:t.n])
 	clear(t.entries[:t.n])
@@ -287,7 +287,7 @@ func (k *keyLimit) acquire(key string) (*entry, int64, error) {
 func (k *keyLimit) newEntry() *entry {
 	e := &entry{kl: k}
 	l := k.l
-	e.releaseAll = func() {
+	e.releaseAll = func(floodgate.Result) {
 		k.release(e)
 		if l.global > 0 {
 			l.inflight.Add(-1)

@@ -77,11 +77,11 @@ func TestGlobalCap(t *testing.T) {
 	if d != want || err != nil {
 		t.Fatalf("deny: %+v, %v; want %+v, nil", d, err, want)
 	}
-	dones[0]()
+	dones[0](floodgate.Result{})
 	_, done := mustAdmit(t, l, r)
-	done()
-	dones[1]()
-	dones[2]()
+	done(floodgate.Result{})
+	dones[1](floodgate.Result{})
+	dones[2](floodgate.Result{})
 	if l.InFlight() != 0 {
 		t.Fatalf("in flight %d, want 0", l.InFlight())
 	}
@@ -114,11 +114,11 @@ func TestPerKeyCap(t *testing.T) {
 	if k, _ := l.Keys("search-per-user"); k != 2 {
 		t.Fatalf("keys tracked %d, want 2", k)
 	}
-	a1()
+	a1(floodgate.Result{})
 	_, a3 := mustAdmit(t, l, search("alice"))
-	a2()
-	a3()
-	b1()
+	a2(floodgate.Result{})
+	a3(floodgate.Result{})
+	b1(floodgate.Result{})
 	if k, _ := l.Keys("search-per-user"); k != 0 {
 		t.Fatalf("keys tracked after every request ended: %d, want 0", k)
 	}
@@ -135,11 +135,11 @@ func TestPerKeyTableFull(t *testing.T) {
 		t.Fatalf("carol: %+v, %v; want deny by per-user with ErrTooManyKeys", d, err)
 	}
 	_, a2 := mustAdmit(t, l, req("/m", "", "alice"))
-	a()
-	a2()
+	a(floodgate.Result{})
+	a2(floodgate.Result{})
 	_, c := mustAdmit(t, l, req("/m", "", "carol"))
-	b()
-	c()
+	b(floodgate.Result{})
+	c(floodgate.Result{})
 	if k, _ := l.Keys("per-user"); k != 0 {
 		t.Fatalf("keys %d, want 0", k)
 	}
@@ -168,8 +168,8 @@ func TestCapsCompose(t *testing.T) {
 	if k, _ := l.Keys("per-user"); k != 2 {
 		t.Fatalf("per-user keys %d, want 2 (carol's entry removed)", k)
 	}
-	x1()
-	x2()
+	x1(floodgate.Result{})
+	x2(floodgate.Result{})
 	if l.InFlight() != 0 {
 		t.Fatalf("global %d, want 0", l.InFlight())
 	}
@@ -190,7 +190,7 @@ func TestPerKeyMemoryBounded(t *testing.T) {
 		held = append(held, done)
 		if len(held) == 50 {
 			for _, d := range held {
-				d()
+				d(floodgate.Result{})
 			}
 			held = held[:0]
 		}
@@ -266,7 +266,7 @@ func storm(pick func(w, n int) (*concurrency.Limiter, *floodgate.Request)) *outc
 						return
 					}
 					o.served.Add(1)
-					defer done()
+					defer done(floodgate.Result{})
 					switch n % 3 {
 					case 1:
 						panic("handler panics")
@@ -302,7 +302,7 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 			r := req("/m", "acme", "alice")
 			allocs := testing.AllocsPerRun(1000, func() {
 				_, done, _ := l.Admit(ctx, r)
-				done()
+				done(floodgate.Result{})
 			})
 			if allocs != 0 {
 				t.Errorf("Admit+Done allocates %v per request, want 0", allocs)

@@ -39,7 +39,7 @@ func ExampleNew() {
 		}
 	}
 	for _, done := range dones {
-		done() // the transport calls Done, by defer, when the request ends
+		done(floodgate.Result{}) // the transport calls Done, by defer, when the request ends
 	}
 	fmt.Println("in flight:", l.InFlight())
 	// Output:

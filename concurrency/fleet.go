@@ -256,7 +256,7 @@ func (l *Limiter) acquire(ctx context.Context, s slot) (n int64, got bool, err e
 // release is the Done of a request holding fleet slots: the first call
 // removes its slots from Redis and releases its local slots; later calls do
 // nothing.
-func (t *fleetTicket) release() {
+func (t *fleetTicket) release(res floodgate.Result) {
 	if !t.released.CompareAndSwap(false, true) {
 		return
 	}
@@ -266,7 +266,7 @@ func (t *fleetTicket) release() {
 	l.heldMu.Unlock()
 	l.removeSlots(t.slots)
 	if t.local != nil {
-		t.local()
+		t.local(res)
 	}
 }
 

@@ -75,8 +75,8 @@ func TestFleetCapAcrossInstances(t *testing.T) {
 	}
 	_, bob := mustAdmit(t, b, req("/m", "", "bob"))
 
-	a1()
-	a1() // a second call must not release anything else
+	a1(floodgate.Result{})
+	a1(floodgate.Result{}) // a second call must not release anything else
 	if got := fleetCount(t, a, "alice"); got != 2 {
 		t.Fatalf("alice fleet count after a1 twice = %d, want 2", got)
 	}
@@ -86,7 +86,7 @@ func TestFleetCapAcrossInstances(t *testing.T) {
 	_, b2 := mustAdmit(t, b, alice)
 	mustDeny(t, a, alice)
 	for _, done := range []floodgate.Done{a2, b1, b2, bob} {
-		done()
+		done(floodgate.Result{})
 	}
 	for _, u := range []string{"alice", "bob"} {
 		if n, err := srv.Client().ZCard(ctx, concurrency.DefaultFleetPrefix+"fleet-user:"+u).Result(); err != nil || n != 0 {
@@ -110,8 +110,8 @@ func TestFleetCrashedInstanceSlotsExpire(t *testing.T) {
 	_, d1 := mustAdmit(t, b, alice)
 	_, d2 := mustAdmit(t, b, alice)
 	mustDeny(t, b, alice)
-	d1()
-	d2()
+	d1(floodgate.Result{})
+	d2(floodgate.Result{})
 	if got := fleetCount(t, b, "alice"); got != 0 {
 		t.Fatalf("alice fleet count %d, want 0", got)
 	}
@@ -137,8 +137,8 @@ func TestFleetRenew(t *testing.T) {
 	if got := fleetCount(t, b, "alice"); got != 1 {
 		t.Fatalf("alice fleet count after a stale renewal %d, want 1", got)
 	}
-	long()
-	other()
+	long(floodgate.Result{})
+	other(floodgate.Result{})
 }
 
 func TestFleetFailModes(t *testing.T) {
@@ -153,7 +153,7 @@ func TestFleetFailModes(t *testing.T) {
 	if !d.Allowed || d.Source != floodgate.SourceFailOpen || err == nil || done == nil {
 		t.Fatalf("fail open: %+v, %v; want allowed from fail_open with an error", d, err)
 	}
-	done()
+	done(floodgate.Result{})
 	if open.InFlight() != 0 {
 		t.Fatalf("fail open: global in flight %d after Done, want 0", open.InFlight())
 	}
@@ -177,7 +177,7 @@ func TestFleetRedisTime(t *testing.T) {
 	if got := fleetCount(t, a, "alice"); got != 1 {
 		t.Fatalf("fleet count %d, want 1", got)
 	}
-	done()
+	done(floodgate.Result{})
 	mustAdmit(t, a, alice)
 }
 
@@ -234,11 +234,11 @@ func TestFleetClusterAndNoScript(t *testing.T) {
 	cl.ScriptFlush()
 	mustDeny(t, b, req("/m", "", "alice"))
 	for _, d := range dones {
-		d()
+		d(floodgate.Result{})
 	}
 	for _, u := range []string{"alice", "bob", "carol", "dave"} {
 		_, done := mustAdmit(t, b, req("/m", "", u))
-		done()
+		done(floodgate.Result{})
 		if n := fleetCount(t, b, u); n != 0 {
 			t.Fatalf("%s: fleet count %d, want 0", u, n)
 		}
@@ -263,9 +263,9 @@ func TestFleetRunRenews(t *testing.T) {
 	_, long := mustAdmit(t, a, alice)
 	time.Sleep(lease*2 + lease/3)
 	mustDeny(t, b, alice)
-	long()
+	long(floodgate.Result{})
 	_, done := mustAdmit(t, b, alice)
-	done()
+	done(floodgate.Result{})
 	stop()
 	wg.Wait()
 }

@@ -25,6 +25,18 @@
 // return, on panic (deferred), on client cancellation (the handler returns)
 // and, for streams, when the stream handler returns. Streams are charged
 // once when they open; WithPerMessage also charges every received message.
+//
+// Done is told how the call ended (floodgate.Result): OutcomeSuccess when
+// the handler returned no error (HTTP: wrote a status below 400, or
+// nothing); OutcomeDropped for overload signals (gRPC DeadlineExceeded,
+// ResourceExhausted, Unavailable, or a returned context deadline; HTTP
+// 429, 503, 504); OutcomeIgnored when the client cancelled, the handler
+// panicked, or (per-message charges) a stream message was admitted;
+// OutcomeFailed for any other error or status. When the handler called
+// floodgate.ReportCost, Result.Cost carries the actual cost so a rate
+// limit charged on an estimate settles. HTTP handlers get a ResponseWriter
+// that records the status; it passes http.Flusher through and unwraps for
+// http.ResponseController.
 // WithObserver reports every stage's decision once (floodgate.Observed).
 //
 // A stage's error never decides by itself: the Decision does. An error with

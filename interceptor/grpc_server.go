@@ -181,7 +181,7 @@ func (i *Interceptor) admit(a floodgate.Admitter, ctx context.Context, r *floodg
 	}
 	if !d.Allowed && done != nil {
 		// A denying stage must not hold anything; release defensively.
-		done()
+		done(floodgate.Ignored)
 		done = nil
 	}
 	return d, done
@@ -203,10 +203,17 @@ func (i *Interceptor) UnaryServer(a floodgate.Admitter) grpc.UnaryServerIntercep
 			_ = grpc.SetTrailer(ctx, pushbackMD(d))
 			return nil, DenyStatus(d, i.c.domain).Err()
 		}
-		if done != nil {
-			defer done()
+		if done == nil {
+			return handler(ctx, req)
 		}
-		return handler(ctx, req)
+		var (
+			ran     bool
+			outcome floodgate.Outcome
+		)
+		defer finish(done, ctx, &ran, &outcome)
+		resp, err := handler(ctx, req)
+		ran, outcome = true, grpcOutcome(err)
+		return resp, err
 	}
 }
 
@@ -229,9 +236,6 @@ func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterc
 			ss.SetTrailer(pushbackMD(d))
 			return DenyStatus(d, i.c.domain).Err()
 		}
-		if done != nil {
-			defer done()
-		}
 		if nctx != ctx || i.c.perMessage {
 			w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
 			if i.c.perMessage {
@@ -239,7 +243,17 @@ func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterc
 			}
 			ss = w
 		}
-		return handler(srv, ss)
+		if done == nil {
+			return handler(srv, ss)
+		}
+		var (
+			ran     bool
+			outcome floodgate.Outcome
+		)
+		defer finish(done, nctx, &ran, &outcome)
+		err := handler(srv, ss)
+		ran, outcome = true, grpcOutcome(err)
+		return err
 	}
 }
 
@@ -279,7 +293,9 @@ func (s *serverStream) RecvMsg(m any) error {
 		return DenyStatus(d, s.i.c.domain).Err()
 	}
 	if done != nil {
-		done()
+		// A message's charge is made; nothing is held past it and its
+		// handling is no latency sample.
+		done(floodgate.Result{Outcome: floodgate.OutcomeIgnored})
 	}
 	return nil
 }

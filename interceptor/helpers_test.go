@@ -26,6 +26,8 @@ type stage struct {
 	seen  []*floodgate.Request
 	costs []int64
 	prios []floodgate.Priority
+	// results are the Results its Dones were called with, in order.
+	results []floodgate.Result
 
 	admits atomic.Int64
 	dones  atomic.Int64
@@ -49,13 +51,23 @@ func (s *stage) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decisi
 	}
 	s.held.Add(1)
 	var once atomic.Bool
-	return d, func() {
+	return d, func(res floodgate.Result) {
 		if !once.CompareAndSwap(false, true) {
 			panic("Done called twice")
 		}
+		s.mu.Lock()
+		s.results = append(s.results, res)
+		s.mu.Unlock()
 		s.held.Add(-1)
 		s.dones.Add(1)
 	}, err
+}
+
+// finished returns the Results the stage's Dones were called with.
+func (s *stage) finished() []floodgate.Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]floodgate.Result(nil), s.results...)
 }
 
 func (s *stage) requests() []*floodgate.Request {

@@ -97,10 +97,18 @@ func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler
 				return
 			}
 			i.quotaHeaders(w.Header(), d)
-			if done != nil {
-				defer done()
+			if done == nil {
+				next.ServeHTTP(w, r)
+				return
 			}
-			next.ServeHTTP(w, r)
+			sw := &statusWriter{ResponseWriter: w}
+			var (
+				ran     bool
+				outcome floodgate.Outcome
+			)
+			defer finish(done, r.Context(), &ran, &outcome)
+			next.ServeHTTP(sw, r)
+			ran, outcome = true, httpOutcome(sw.code, r.Context())
 		})
 	}
 }

@@ -47,7 +47,7 @@ func ExampleObserver_BreakerStateChanged() {
 	})
 	// floodgate.in_flight{floodgate.stage="concurrency"} is 1 until done runs.
 	d, done, _ := obs.TrackInFlight(conc).Admit(context.Background(), &floodgate.Request{})
-	done()
+	done(floodgate.Result{})
 	fmt.Println(otel.DecisionName(d))
 	// Output: allowed
 }

@@ -526,9 +526,9 @@ func (w inFlightAdmitter) Admit(ctx context.Context, r *floodgate.Request) (floo
 	// The decrement must not depend on the request's context, which is
 	// usually cancelled by the time Done runs.
 	bg := context.WithoutCancel(ctx)
-	return d, func() {
+	return d, func(res floodgate.Result) {
 		if done != nil {
-			done()
+			done(res)
 		}
 		w.o.inFlight.Add(bg, -1, opt...)
 	}, err

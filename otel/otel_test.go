@@ -235,7 +235,7 @@ func TestGlobalProviders(t *testing.T) {
 	if done == nil {
 		t.Fatal("TrackInFlight returned no Done for an admitted request")
 	}
-	done()
+	done(floodgate.Result{})
 }
 
 // newNoop returns an Observer on no-op providers.

@@ -53,7 +53,7 @@ func benchAdmitDone(b *testing.B, a floodgate.Admitter) {
 		b.ReportAllocs()
 		for b.Loop() {
 			_, done, _ := a.Admit(ctx, req)
-			done()
+			done(floodgate.Result{})
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
@@ -62,7 +62,7 @@ func benchAdmitDone(b *testing.B, a floodgate.Admitter) {
 			r := &floodgate.Request{Priority: floodgate.PriorityRead}
 			for pb.Next() {
 				_, done, _ := a.Admit(ctx, r)
-				done()
+				done(floodgate.Result{})
 			}
 		})
 	})
@@ -136,7 +136,7 @@ func runOverload(b *testing.B, clients []floodgate.Priority, opts ...shedder.Opt
 				}
 				time.Sleep(overloadService)
 				<-workers
-				done()
+				done(floodgate.Result{})
 				res.served = append(res.served, time.Since(t0))
 			}
 			results[i] = res

@@ -30,11 +30,11 @@ func ExampleNew() {
 		d, done, _ := s.Admit(ctx, &floodgate.Request{Priority: p})
 		fmt.Printf("%-8s allowed=%v policy=%q retry-after=%s\n", p, d.Allowed, d.Policy, d.RetryAfter)
 		if done != nil {
-			done() // the transport calls Done when the request ends
+			done(floodgate.Result{}) // the transport calls Done when the request ends
 		}
 	}
 	for _, done := range running {
-		done()
+		done(floodgate.Result{})
 	}
 	fmt.Println("in flight:", s.InFlight())
 	// Output:

@@ -143,7 +143,7 @@ func NewFleet(client redis.UniversalClient, capacity int64, opts ...FleetOption)
 	f.gate.init(fractionOf(1-c.reserve, capacity), capacity, &c.common)
 	f.stale.Store(true)
 	for p := floodgate.PriorityTest; p <= floodgate.PriorityCritical; p++ {
-		f.dones[p] = func() {
+		f.dones[p] = func(floodgate.Result) {
 			f.local[p].Add(-1)
 			f.localTotal.Add(-1)
 		}

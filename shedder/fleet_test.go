@@ -69,14 +69,14 @@ func admitted(t *testing.T, f *shedder.Fleet, p floodgate.Priority) (floodgate.D
 	t.Helper()
 	d, done, _ := f.Admit(ctx, &floodgate.Request{Priority: p})
 	if done != nil {
-		done()
+		done(floodgate.Result{})
 	}
 	return d, d.Allowed
 }
 
 func endAll(dones []floodgate.Done) {
 	for _, d := range dones {
-		d()
+		d(floodgate.Result{})
 	}
 }
 
@@ -94,7 +94,7 @@ func TestFleetReservesCriticalShare(t *testing.T) {
 	if !d.Allowed || !errors.Is(err, shedder.ErrFleetStale) {
 		t.Fatalf("Admit before first sync: allowed=%v err=%v, want allowed with ErrFleetStale", d.Allowed, err)
 	}
-	done()
+	done(floodgate.Result{})
 
 	reads := admitN(t, a, floodgate.PriorityRead, 5)
 	writes := admitN(t, b, floodgate.PriorityWrite, 3)
@@ -132,13 +132,13 @@ func TestFleetReservesCriticalShare(t *testing.T) {
 
 	// b ends one write: fleet in flight 7, inside the hysteresis band, so
 	// a keeps shedding; one more ends: 6, below the band, a admits again.
-	writes[0]()
+	writes[0](floodgate.Result{})
 	writes = writes[1:]
 	mustSync(t, b, a)
 	if _, ok := admitted(t, a, floodgate.PriorityTest); ok || !a.Shedding() {
 		t.Fatal("a: test admitted at fleet in-flight 7, inside the band [7, 8)")
 	}
-	writes[0]()
+	writes[0](floodgate.Result{})
 	writes = writes[1:]
 	mustSync(t, b, a)
 	if _, ok := admitted(t, a, floodgate.PriorityTest); !ok || a.Shedding() {
@@ -228,7 +228,7 @@ func TestFleetStaleFailsOpen(t *testing.T) {
 	if !d.Allowed || !errors.Is(err, shedder.ErrFleetStale) {
 		t.Fatalf("after a TTL without Redis: allowed=%v err=%v, want allowed with ErrFleetStale", d.Allowed, err)
 	}
-	done()
+	done(floodgate.Result{})
 	endAll(held)
 }
 
@@ -281,7 +281,7 @@ func TestFleetNoLeaks(t *testing.T) {
 						return
 					}
 					served.Add(1)
-					defer done()
+					defer done(floodgate.Result{})
 					switch n % 3 {
 					case 1:
 						panic("handler panics")

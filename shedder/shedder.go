@@ -66,7 +66,7 @@ func New(capacity int64, opts ...Option) (*Shedder, error) {
 		s.gates[p].init(fractionOf(c.thresholds[p], capacity), capacity, &c.common)
 	}
 	s.gates[floodgate.PriorityCritical] = gate{start: math.MaxInt64, stop: math.MaxInt64}
-	s.done = func() { s.inflight.Add(-1) }
+	s.done = func(floodgate.Result) { s.inflight.Add(-1) }
 	return s, nil
 }
 

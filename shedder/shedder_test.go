@@ -35,7 +35,7 @@ func (l *load) set(n int) {
 		l.dones = append(l.dones, done)
 	}
 	for len(l.dones) > n {
-		l.dones[len(l.dones)-1]()
+		l.dones[len(l.dones)-1](floodgate.Result{})
 		l.dones = l.dones[:len(l.dones)-1]
 	}
 	if got := l.s.InFlight(); got != int64(n) {
@@ -56,7 +56,7 @@ func probe(t *testing.T, s *shedder.Shedder, p floodgate.Priority) (floodgate.De
 		t.Fatalf("Admit(%s): allowed=%v but done nil=%v", p, d.Allowed, done == nil)
 	}
 	if done != nil {
-		done()
+		done(floodgate.Result{})
 	}
 	if after := s.InFlight(); after != before {
 		t.Fatalf("probe of %s changed in flight from %d to %d", p, before, after)
@@ -176,7 +176,7 @@ func TestInvalidPriorityUsesDefaultAndSaysSo(t *testing.T) {
 	if !errors.Is(err, shedder.ErrInvalidPriority) || !d.Allowed || d.Priority != floodgate.PriorityWrite {
 		t.Fatalf("Admit(priority 42) = %+v, %v; want allowed as write with ErrInvalidPriority", d, err)
 	}
-	done()
+	done(floodgate.Result{})
 }
 
 // transitions counts how often the admitted/shed outcome of priority p
@@ -324,7 +324,7 @@ func TestNoLeaks(t *testing.T) {
 						return
 					}
 					admitted.Add(1)
-					defer done() // what the transports do
+					defer done(floodgate.Result{}) // what the transports do
 					switch n % 3 {
 					case 0: // return
 					case 1:
@@ -368,7 +368,7 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 	for name, a := range map[string]floodgate.Admitter{"Shedder": s, "Fleet": f} {
 		allocs := testing.AllocsPerRun(1000, func() {
 			_, done, _ := a.Admit(ctx, req)
-			done()
+			done(floodgate.Result{})
 		})
 		if allocs != 0 {
 			t.Errorf("%s Admit+Done allocates %v times per request, want 0", name, allocs)

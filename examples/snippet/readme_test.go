@@ -207,7 +207,7 @@ func TestRedisSnippet(t *testing.T) {
 		t.Helper()
 		d, done, _ := limits.Admit(ctx, &floodgate.Request{Method: "/x/Y", Identity: floodgate.Identity{User: "u1"}})
 		if done != nil {
-			done()
+			done(floodgate.Result{})
 		}
 		return d
 	}

@@ -60,7 +60,7 @@ func scriptedChain(cur *atomic.Pointer[scenario]) floodgate.Chain {
 				Limit: 100, RetryAfter: 2 * time.Second, Priority: r.Priority}, nil, nil
 		}
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageShedder, Source: floodgate.SourceShedder,
-			Limit: 100, Remaining: 60, Priority: r.Priority}, func() {}, nil
+			Limit: 100, Remaining: 60, Priority: r.Priority}, func(floodgate.Result) {}, nil
 	})
 	tiers := floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 		s := cur.Load()

@@ -30,7 +30,7 @@ import (
 func stage(d floodgate.Decision, err error) floodgate.Admitter {
 	return floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 		if d.Allowed {
-			return d, func() {}, err
+			return d, func(floodgate.Result) {}, err
 		}
 		return d, nil, err
 	})
@@ -73,7 +73,7 @@ func runSteps(t *testing.T, h *harness, steps []step) {
 		req := &floodgate.Request{Method: "/search.v1.Search/Query", Priority: s.priority, Identity: identity}
 		_, done, _ := floodgate.Observed(s.stages, h.obs).Admit(ctx, req)
 		if done != nil {
-			done()
+			done(floodgate.Result{})
 		}
 		span.End()
 	}
@@ -368,8 +368,8 @@ func TestStoreBreakerInFlight(t *testing.T) {
 	if _, done, _ := denied.Admit(ctx, req); done != nil {
 		t.Fatal("a denied chain returned a Done")
 	}
-	done1()
-	done2()
+	done1(floodgate.Result{})
+	done2(floodgate.Result{})
 	_ = done3 // still in flight
 	h.obs.AddInFlight(ctx, floodgate.StageConcurrency, 2)
 

@@ -361,7 +361,7 @@ func hammer(limits *tiers.Limiter, cfg *childConfig, res *childResult) {
 					w.sources["-"+string(d.Source)]++
 				}
 				if done != nil {
-					done()
+					done(floodgate.Result{})
 				}
 			}
 		})

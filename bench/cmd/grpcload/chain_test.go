@@ -75,7 +75,7 @@ func BenchmarkStageAdmit(b *testing.B) {
 					b.Fatalf("denied: %+v, %v", d, err)
 				}
 				if done != nil {
-					done()
+					done(floodgate.Result{})
 				}
 			}
 		})

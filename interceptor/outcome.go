@@ -1,0 +1,106 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// grpcOutcome classifies how a gRPC handler ended. Overload signals
+// (DeadlineExceeded, ResourceExhausted, Unavailable, or a context deadline
+// returned as is) are OutcomeDropped; a client cancellation is
+// OutcomeIgnored; any other error OutcomeFailed.
+func grpcOutcome(err error) floodgate.Outcome {
+	if err == nil {
+		return floodgate.OutcomeSuccess
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return floodgate.OutcomeDropped
+	case errors.Is(err, context.Canceled):
+		return floodgate.OutcomeIgnored
+	}
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.ResourceExhausted, codes.Unavailable:
+		return floodgate.OutcomeDropped
+	case codes.Canceled:
+		return floodgate.OutcomeIgnored
+	}
+	return floodgate.OutcomeFailed
+}
+
+// httpOutcome classifies how an HTTP handler ended from the status it
+// wrote (0 when it wrote nothing: 200) and whether the client went away
+// first.
+func httpOutcome(code int, ctx context.Context) floodgate.Outcome {
+	switch {
+	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable, code == http.StatusGatewayTimeout:
+		return floodgate.OutcomeDropped
+	case code >= 500:
+		return floodgate.OutcomeFailed
+	case errors.Is(ctx.Err(), context.Canceled):
+		return floodgate.OutcomeIgnored
+	case code >= 400:
+		return floodgate.OutcomeFailed
+	}
+	return floodgate.OutcomeSuccess
+}
+
+// result is what the transport hands every admitted stage's Done: the
+// outcome and, when the handler called floodgate.ReportCost, the actual
+// cost.
+func result(ctx context.Context, o floodgate.Outcome) floodgate.Result {
+	res := floodgate.Result{Outcome: o}
+	res.Cost, res.HasCost = floodgate.ReportedCost(ctx)
+	return res
+}
+
+// finish calls done once the handler has returned (ran is true) or
+// panicked (ran is false: OutcomeIgnored, the cost as reported).
+func finish(done floodgate.Done, ctx context.Context, ran *bool, o *floodgate.Outcome) {
+	if !*ran {
+		done(result(ctx, floodgate.OutcomeIgnored))
+		return
+	}
+	done(result(ctx, *o))
+}
+
+// statusWriter records the status code an HTTP handler wrote, for the
+// request's Outcome. It unwraps for http.ResponseController.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush passes flushes through for streaming handlers that type-assert
+// http.Flusher rather than use http.ResponseController.
+func (w *statusWriter) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap returns the wrapped ResponseWriter.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
