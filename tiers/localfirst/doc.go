@@ -34,7 +34,12 @@
 // never is, so through a long outage an instance keeps admitting its share
 // of the rate, not only its share of the capacity once.
 //
-// A cold key is decided by the exact store once, which also gives R. Hits
+// A key new to this instance is decided locally too, from a full share
+// (as if its last report had found the store's bucket full), so a key's
+// first request costs no round trip and Redis work does not follow the
+// number of distinct keys (clients, IPs) an instance meets; the key's
+// first report replaces the assumption with the store's state. (A cost
+// larger than the share C/n goes to the exact store.) Hits
 // are reported to the store per key (a Take of the unreported units u,
 // which returns the new R) at a cadence that follows the key's headroom:
 // every quarter sync interval I once u reaches half the share s this
@@ -57,15 +62,20 @@
 // again would make the key pay twice for the same refill.
 //
 // The bound. Each instance admits at most its share of the state it last
-// learned, so the fleet admits more than the limit only when an instance's
-// state is stale: others spent what it still counts. In the worst case
-// every other instance learned a full bucket and went quiet while one
-// spent it all, so over any window the fleet admits at most
+// learned (a full bucket for a key it is new to), so the fleet admits more
+// than the limit only when an instance's state is stale: others spent what
+// it still counts. In the worst case every other instance learned a full
+// bucket and went quiet while one spent it all, so over any window the
+// fleet admits at most
 //
 //	(n − 1) / n × (C + rate × I)
 //
 // units over the limit (n live instances, C the bucket's capacity, I its
-// sync interval), plus what arrives during one report's round trip. (What
+// sync interval), plus what arrives during one report's round trip. The
+// first term grows to a whole C, the bound to C + (n − 1) / n × rate × I,
+// only when every instance is new to a key whose store bucket others
+// emptied (the whole fleet restarted while the key was at its limit):
+// each then spends a full share before its first report. (What
 // the fleet has admitted beyond the limit is at most what its instances
 // hold unreported or as debt: the store's bucket never goes below empty.
 // The headroom cadence keeps each instance's unreported units below half

@@ -67,6 +67,10 @@ type state struct {
 
 	// Async.
 	known bool
+	// assumed: the key was new to this instance, which took its share
+	// as full (C/n) instead of asking the store; the first report's
+	// reply replaces the assumption with the store's state.
+	assumed bool
 	// tok is this instance's share of the bucket, as a local token bucket
 	// of capacity C/n refilling at rate/n: set to r/n less what is
 	// unreported when the store answers, spent by local admits, refilled
@@ -167,14 +171,20 @@ func (e *entry) granted(extra int64, now time.Time, c *config) {
 	e.demand = 0
 }
 
-// reserveAsync decides b on the last known state. cold asks the store
-// (the state is unknown, or the cost is more than this instance's share
-// could ever hold); deny is a local deny, with res filled.
+// reserveAsync decides b on the last known state. A key new to this
+// instance starts from a full share (C/n), as a key whose last report
+// found a full bucket, and reported at the same headroom cadence. cold
+// asks the store (the cost is more than this instance's share could ever
+// hold); deny is a local deny, with res filled.
 func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.Result) (local, cold, deny bool) {
 	c := float64(e.capacity())
-	if !e.known || float64(b.Cost) > c/float64(n) {
+	if float64(b.Cost) > c/float64(n) {
 		*res = tiers.Result{}
 		return false, true, false
+	}
+	if !e.known {
+		e.known, e.assumed = true, true
+		e.tok, e.tokAt = c/float64(n)-float64(e.u+e.inflight), now
 	}
 	e.refill(now, n)
 	if e.tok >= float64(b.Cost) {
@@ -209,7 +219,7 @@ func (e *entry) refill(now time.Time, n int) {
 // instance's share is then remaining/n less what it admitted and has not
 // reported.
 func (e *entry) learn(remaining float64, now time.Time, n int) {
-	e.known = true
+	e.known, e.assumed = true, false
 	e.tok = remaining/float64(n) - float64(e.u+e.inflight)
 	e.tokAt = now
 }

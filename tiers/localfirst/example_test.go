@@ -49,7 +49,7 @@ rules:
 		fmt.Println(i, d.Allowed, d.Source)
 	}
 	// Output:
-	// 0 true store
+	// 0 true async
 	// 1 true async
 	// 2 true async
 }

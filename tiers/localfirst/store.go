@@ -254,7 +254,7 @@ type held struct {
 	e     *entry // nil: over the key bound, decided exactly
 	local bool   // reserved locally (undone on a deny)
 	extra int64  // lease units asked for on top of the cost
-	cold  bool   // an async bucket decided exactly to learn its state
+	cold  bool   // an async bucket decided exactly: its cost exceeds the share
 }
 
 // Take implements tiers.Store: see the package documentation.
@@ -412,7 +412,7 @@ func findHeld(hl []held, i int) *held {
 }
 
 // settle records what the exact store answered for local buckets: leases
-// granted, the state of cold async keys.
+// granted, the state of async keys whose cost went to the store.
 func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok bool, now time.Time, n int) {
 	for k := range hl {
 		h := &hl[k]

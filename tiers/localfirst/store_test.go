@@ -193,15 +193,15 @@ func TestAsyncExactCounts(t *testing.T) {
 	s := f.instance(t, 1)
 	b := bucket("async", tiers.Async, 10, 10)
 	n, src := drain(t, s, 100, b)
-	if n != 10 || src[floodgate.SourceStore] != 1 || src[floodgate.SourceAsync] != 9 {
-		t.Fatalf("admitted %d (%v), want 1 exact (cold) then 9 local", n, src)
+	if n != 10 || src[floodgate.SourceAsync] != 10 {
+		t.Fatalf("admitted %d (%v), want 10 local (a new key starts from a full share)", n, src)
 	}
 	_, res := take(t, s, b)
 	if res[0].Source != floodgate.SourceAsync || res[0].RetryAfter <= 0 {
 		t.Fatalf("local deny %+v: want async source and a retry-after", res[0])
 	}
-	if got := f.remaining(t, b); got != 9 {
-		t.Fatalf("before the report the ledger has %d, want 9 (one exact take)", got)
+	if got := f.remaining(t, b); got != 10 {
+		t.Fatalf("before the report the ledger has %d, want 10 (nothing asked)", got)
 	}
 	// Near its share, the key is reported within a quarter interval.
 	f.clk.Advance(12500 * time.Microsecond)
@@ -212,7 +212,7 @@ func TestAsyncExactCounts(t *testing.T) {
 		t.Fatalf("after the report the ledger has %d, want 0", got)
 	}
 	st := s.Stats()
-	if st.Reports != 1 || st.ReportedUnits != 9 || st.DebtUnits != 0 {
+	if st.Reports != 1 || st.ReportedUnits != 10 || st.DebtUnits != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	f.clk.Advance(time.Second)
@@ -243,8 +243,8 @@ func TestAsyncBound(t *testing.T) {
 	const n, burst, rate = 2, 100, 100
 	a, b2 := f.instance(t, n), f.instance(t, n)
 	bk := bucket("stale", tiers.Async, rate, burst)
-	take(t, a, bk)  // A: cold, exact: learns R = 99
-	take(t, b2, bk) // B: cold, exact: learns R = 98
+	take(t, a, bk)  // A: new key, takes its share as full (50)
+	take(t, b2, bk) // B: the same
 	nb := 0
 	start := f.clk.Now()
 	for range 20 {
@@ -267,9 +267,13 @@ func TestAsyncBound(t *testing.T) {
 	if over <= 0 || float64(over) > bound {
 		t.Fatalf("admitted %d of %d: over by %d, want within (0, %.1f]", admitted, allowed, over, bound)
 	}
-	// What the store had no room for is carried as debt, not forgotten.
-	if st := a.Stats(); st.DebtUnits != uint64(over) {
-		t.Fatalf("debt %d, want the over-admission %d", st.DebtUnits, over)
+	// What the store had no room for is carried as debt, not forgotten:
+	// the debt is the over-admission plus the refill the store's full
+	// bucket lost while B's first spending was on its way (B spent its
+	// share at once, reported a quarter interval later: rate × 12.5 ms
+	// = 1.25 units, so 2 whole units).
+	if da, db := a.Stats().DebtUnits, b2.Stats().DebtUnits; da+db != uint64(over)+2 {
+		t.Fatalf("debt %d + %d, want the over-admission %d + the 2 units of lost refill", da, db, over)
 	}
 }
 
@@ -281,7 +285,7 @@ func TestMixedAllOrNothing(t *testing.T) {
 	s := f.instance(t, 1)
 	local := bucket("tenant", tiers.Async, 1000, 1000)
 	exact := bucket("login", tiers.Exact, 1, 2)
-	take(t, s, local) // warm: learn the state
+	take(t, s, local) // a new key: decided locally from a full share
 	for i := 0; i < 2; i++ {
 		if ok, _ := take(t, s, exact, local); !ok {
 			t.Fatal("denied within both limits")
@@ -294,18 +298,18 @@ func TestMixedAllOrNothing(t *testing.T) {
 		t.Fatalf("third login: %v %+v, want a store deny", ok, res)
 	}
 	// The local reservation was given back: 3 local units spent in all,
-	// reported as 3 (the cold take was exact).
+	// reported as 3.
 	if err := s.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st := s.Stats(); st.ReportedUnits != 2 {
-		t.Fatalf("reported %d units, want 2 (the denied take's reservation undone); before %+v", st.ReportedUnits, before)
+	if st := s.Stats(); st.ReportedUnits != 3 {
+		t.Fatalf("reported %d units, want 3 (the denied take's reservation undone); before %+v", st.ReportedUnits, before)
 	}
 
 	// A local deny never charges the exact level.
 	tight := bucket("tight", tiers.Async, 1, 1)
 	roomy := bucket("roomy", tiers.Exact, 1000, 1000)
-	take(t, s, tight) // cold: takes the only unit exactly
+	take(t, s, tight) // a new key: spends its full share, the only unit
 	ok, _ = take(t, s, roomy, tight)
 	if ok {
 		t.Fatal("allowed past an empty async bucket")
@@ -385,12 +389,12 @@ func TestCancelAfterReport(t *testing.T) {
 	s = s2
 	local := bucket("tenant", tiers.Async, 1000, 1000)
 	gate := bucket("gate", tiers.Exact, 10, 10)
-	take(t, s, local) // cold: the exact store allows and teaches the state
+	take(t, s, local) // a new key: decided locally
 	if ok, _ := take(t, s, local, gate); ok || calls != 1 {
 		t.Fatalf("allowed=%v with %d exact calls: want the exact level asked once, and denying", ok, calls)
 	}
-	if st := s.Stats(); st.ReportedUnits != 1 {
-		t.Fatalf("the hook's sync reported %d units, want the reserved 1", st.ReportedUnits)
+	if st := s.Stats(); st.ReportedUnits != 2 {
+		t.Fatalf("the hook's sync reported %d units, want 2: the first take's and the reserved one", st.ReportedUnits)
 	}
 	// A read of the key (cost 0) puts it back on the sync list with its
 	// credit.
@@ -456,14 +460,16 @@ func TestReportCadenceFollowsHeadroom(t *testing.T) {
 		notYet, by time.Duration
 	}{
 		{spent: 500, notYet: iv/4 - time.Microsecond, by: iv / 4},
-		{spent: 250, notYet: 99 * time.Millisecond, by: 2 * iv},                     // share 999 (the cold take was exact): 1.998 intervals
+		{spent: 250, notYet: 100*time.Millisecond - time.Microsecond, by: 2 * iv},   // share 1000: 2 intervals
 		{spent: 62, notYet: 8 * iv, by: 9 * iv},                                     // 1000/(2*62) = 8.06 intervals
 		{spent: 1, notYet: 10*time.Second - time.Microsecond, by: 10 * time.Second}, // 499.5 intervals, capped
 	} {
 		f := newFixture(t)
 		s := f.instance(t, 1)
 		b := bucket(fmt.Sprintf("cadence-%d", tc.spent), tiers.Async, 1000, 1000)
-		take(t, s, b) // cold: exact, learns the state; nothing to report
+		read := b
+		read.Cost = 0
+		take(t, s, read) // a new key, taken as a full share; nothing to report
 		if err := s.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -568,21 +574,23 @@ func TestHitsBringTheReportForward(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("forward", tiers.Async, 10, 1000) // refill negligible here
-	take(t, s, b)                                 // cold: exact, learns 999
-	take(t, s, b)                                 // 1 unit: due after 10s
+	read := b
+	read.Cost = 0
+	take(t, s, read) // a new key: a full share of 1000, nothing spent
+	take(t, s, b)    // 1 unit: due after 10s
 	f.clk.Advance(10 * time.Millisecond)
 	if err := s.Sync(context.Background()); err != nil { // sees it: next look in 10s
 		t.Fatal(err)
 	}
-	for range 499 { // 500 of a share of 999: near it
+	for range 500 { // 501 of a share of 1000.1 (0.1 refilled): past half of it
 		take(t, s, b)
 	}
 	f.clk.Advance(12500*time.Microsecond - 10*time.Millisecond) // a quarter interval since the last report
 	if err := s.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st := s.Stats(); st.Reports != 1 || st.ReportedUnits != 500 {
-		t.Fatalf("stats %+v: want one report of 500 a quarter interval in", st)
+	if st := s.Stats(); st.Reports != 1 || st.ReportedUnits != 501 {
+		t.Fatalf("stats %+v: want one report of 501 a quarter interval in", st)
 	}
 }
 
@@ -613,9 +621,8 @@ func TestReportGroup(t *testing.T) {
 	defer s.Close(context.Background())
 	bs := []tiers.Bucket{bucket("g1", tiers.Async, 1, 100), bucket("g2", tiers.Async, 1, 100), bucket("g3", tiers.Async, 1, 100)}
 	for _, b := range bs {
-		take(t, s, b) // cold: exact, learns 99
 		for range 10 {
-			take(t, s, b) // 10 of 99: far below the share
+			take(t, s, b) // 10 of a share of 100 (a new key): far below it
 		}
 	}
 	f.clk.Advance(10 * time.Second)
@@ -626,7 +633,7 @@ func TestReportGroup(t *testing.T) {
 		t.Fatalf("%d ledger takes of %d buckets, want 1 take of 3", got, l.buckets.Load())
 	}
 	for _, b := range bs {
-		if got := f.remaining(t, b); got != 90 { // 99, refilled to the cap of 100 in 10s, less the 10 reported
+		if got := f.remaining(t, b); got != 90 { // 100 less the 10 reported
 			t.Fatalf("%s: ledger has %d, want 90", b.Key, got)
 		}
 	}

@@ -63,6 +63,12 @@ type Probe struct {
 	// Redis, when set, is an admin client of the server under test, used
 	// to read the server's CPU time (INFO cpu).
 	Redis *redis.Client
+	// Drain, when set, runs after the measured phase and before the
+	// counters and the server's CPU are read: a contender that defers
+	// store work (local-first reports) sends it there, so the Redis work
+	// its measured calls caused is counted in full, never pushed past the
+	// window. Its time is not in Elapsed.
+	Drain func(context.Context) error
 }
 
 // Stats is what one measured phase produced.
@@ -183,6 +189,11 @@ func Run(ctx context.Context, load Load, newOp func() Op, probe Probe) (Stats, e
 
 	st.Elapsed = phase(ctx, load, ops, workers, load.Duration, load.Seed)
 
+	if probe.Drain != nil {
+		if err := probe.Drain(ctx); err != nil {
+			return Stats{}, fmt.Errorf("draining after the measured phase: %w", err)
+		}
+	}
 	cpu1, cpuOK1 := processCPU()
 	runtime.ReadMemStats(&after)
 	rt1, cmd1, w1 := sumCounters(probe.Counters)

@@ -107,3 +107,30 @@ func TestStatsAddAccumulatesRounds(t *testing.T) {
 		t.Errorf("known flags or latency wrong: %+v", s)
 	}
 }
+
+// TestRunDrainsBeforeReading: Probe.Drain runs once, after the last
+// operation of the measured phase and before Run returns; its error is
+// Run's.
+func TestRunDrainsBeforeReading(t *testing.T) {
+	var calls, drained, callsAtDrain atomic.Int64
+	load := Load{Concurrency: 2, Keys: 1, Duration: time.Minute, MaxOps: 100}
+	op := func() Op {
+		return func(context.Context, int) (bool, error) { calls.Add(1); return true, nil }
+	}
+	probe := Probe{Drain: func(context.Context) error {
+		drained.Add(1)
+		callsAtDrain.Store(calls.Load())
+		return nil
+	}}
+	if _, err := Run(context.Background(), load, op, probe); err != nil {
+		t.Fatal(err)
+	}
+	if drained.Load() != 1 || callsAtDrain.Load() != 100 {
+		t.Fatalf("drained %d times after %d calls, want once after all 100", drained.Load(), callsAtDrain.Load())
+	}
+	errDrain := errors.New("drain failed")
+	probe.Drain = func(context.Context) error { return errDrain }
+	if _, err := Run(context.Background(), load, op, probe); !errors.Is(err, errDrain) {
+		t.Fatalf("Run err %v, want the drain's error", err)
+	}
+}
