@@ -671,3 +671,47 @@ func TestReportGroup(t *testing.T) {
 		}
 	}
 }
+
+// refundCounter counts the ledger's refunds and the buckets they carry.
+type refundCounter struct {
+	localfirst.Ledger
+	calls, buckets atomic.Int64
+}
+
+func (l *refundCounter) Refund(ctx context.Context, b []tiers.Bucket) error {
+	l.calls.Add(1)
+	l.buckets.Add(int64(len(b)))
+	return l.Ledger.Refund(ctx, b)
+}
+
+// TestCloseReturnsInGroups: Close gives back the leases of 100 keys in
+// calls of at most 64 keys (one call for every key could outlast the sync
+// timeout and return nothing), and every unit comes back.
+func TestCloseReturnsInGroups(t *testing.T) {
+	f := newFixture(t)
+	l := &refundCounter{Ledger: f.ledger}
+	s, err := localfirst.New(f.ledger, l, localfirst.WithClock(f.clk), localfirst.WithManualSync(),
+		localfirst.WithInstances(func() int { return 1 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs []tiers.Bucket
+	for i := range 100 {
+		b := bucket(fmt.Sprintf("lease-%d", i), tiers.Leased, 1, 100)
+		bs = append(bs, b)
+		for range 4 { // exact; +1 leased; spent from it; +2 leased: 2 units held
+			take(t, s, b)
+		}
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c, n := l.calls.Load(), l.buckets.Load(); c != 2 || n != 100 {
+		t.Fatalf("%d refund calls of %d buckets, want 2 calls (64 + 36) of 100", c, n)
+	}
+	for _, b := range bs {
+		if got := f.remaining(t, b); got != 96 {
+			t.Fatalf("%s: %d left after Close, want 96 (4 spent, the 2 held back)", b.Key, got)
+		}
+	}
+}

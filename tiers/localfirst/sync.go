@@ -177,10 +177,15 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 	s.st.lastBatch.Store(uint64(len(jobs) + len(refunds)))
 
 	var errs []error
-	if len(refunds) > 0 {
-		if err := s.giveBack(ctx, refunds, refundEntries); err != nil {
+	// Returns go maxGroup keys to a call, like grouped reports: one call
+	// for every key a Close gives back would outlast the sync timeout
+	// (10 000 leased keys did) and return nothing.
+	for len(refunds) > 0 {
+		k := min(len(refunds), maxGroup)
+		if err := s.giveBack(ctx, refunds[:k], refundEntries[:k]); err != nil {
 			errs = append(errs, err)
 		}
+		refunds, refundEntries = refunds[k:], refundEntries[k:]
 	}
 	if len(jobs) > 0 {
 		// Keys near their share report alone (their take may find no
