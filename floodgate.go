@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Priority is the importance of a request to the load shedder. Higher values
@@ -116,6 +118,34 @@ type Request struct {
 	// Tier is the caller's plan tier ("free", "pro", "enterprise", ...),
 	// used by rules whose rate is "tier".
 	Tier string
+	// Headers are the header (HTTP) or metadata (gRPC) values of the call
+	// that a stage asked the transport for, and only those: a rate-limit
+	// policy that matches or keys on a header names it (package tiers),
+	// and package interceptor copies the first value of each such name
+	// present on the call. nil when no stage asks for any. A header is
+	// whatever the client sent unless an edge proxy sets it and strips
+	// the client's: it is no identity.
+	Headers []Header
+}
+
+// Header is one header or metadata value of a Request (Request.Headers).
+type Header struct {
+	// Name is the lower-case header or metadata key.
+	Name string
+	// Value is its first value on the call; never empty.
+	Value string
+}
+
+// Header returns the value of the header (or metadata key) name, as the
+// transport copied it into r.Headers, or "" when the call has none. name
+// must be lower-case.
+func (r *Request) Header(name string) string {
+	for i := range r.Headers {
+		if r.Headers[i].Name == name {
+			return r.Headers[i].Value
+		}
+	}
+	return ""
 }
 
 type requestKey struct{}
@@ -261,6 +291,17 @@ type Decision struct {
 	Shadow bool
 	// Priority is the priority the stage used for the request.
 	Priority Priority
+	// quotas and nQuotas hold Quotas (a pointer and a length, not a
+	// slice, so that Decision stays comparable with ==).
+	nQuotas int32
+	quotas  *Quota
+	// Waited is how long the stage held an admitted request before
+	// letting it proceed: a rate-limit rule with max_wait books the
+	// request's units ahead and the request waits until they are there
+	// (server-side shaping). 0 when it did not wait. On a deny it is how
+	// long the request waited before its wait was cut short (its
+	// context ended).
+	Waited time.Duration
 	// Skipped names the rules that matched the request but did not apply
 	// to it because it lacks an identity component their key needs (no
 	// user, no tenant, no client address, ...), comma-separated, most
@@ -269,6 +310,57 @@ type Decision struct {
 	// interceptor warns of one at start); one skipped by some requests
 	// (anonymous callers of a per-user rule) is how keyed rules work.
 	Skipped string
+}
+
+// Quota is one rate-limit window of a Decision (Decision.Quotas): a
+// policy of the RateLimit-Policy field, and when Violated a violation of
+// google.rpc.QuotaFailure.
+type Quota struct {
+	// Policy names the window (package tiers: the rule's name, or
+	// "rule/period" for a rule with several windows).
+	Policy string
+	// Limit is the window's quota (q).
+	Limit int64
+	// Window is the window's length (w).
+	Window time.Duration
+	// Remaining is the quota left in the window after this request (before
+	// it, on a deny).
+	Remaining int64
+	// Reset is the time until the window's quota is fully restored.
+	Reset time.Duration
+	// RetryAfter is, for a violated window, the wait until it would admit
+	// the request; 0 otherwise, and when waiting cannot help.
+	RetryAfter time.Duration
+	// Violated is true when this window denied the request.
+	Violated bool
+}
+
+// Quotas returns every rate-limit window the decision reports, when there
+// is more than one: the binding window first (the one Policy, Limit,
+// Window, Remaining, Reset and RetryAfter describe), then the binding
+// rule's other windows, then, on a deny, every other window that denied
+// (Violated) and does not hide its quota. It is nil when the binding
+// window is the only one (the common case, which allocates nothing), and
+// when HideQuota is set. Transports list them in RateLimit-Policy and
+// RateLimit, and the violated ones in google.rpc.QuotaFailure. The slice
+// is shared by every copy of d and must not be modified. Two decisions
+// with equal quotas compare equal with == only when they share them:
+// compare Quotas with slices.Equal.
+func (d Decision) Quotas() []Quota {
+	if d.quotas == nil {
+		return nil
+	}
+	return unsafe.Slice(d.quotas, d.nQuotas)
+}
+
+// SetQuotas makes qs what d.Quotas returns (nil or empty: none); a stage
+// calls it. d keeps qs, not a copy: qs must not be modified afterwards.
+func (d *Decision) SetQuotas(qs []Quota) {
+	if len(qs) == 0 || len(qs) > math.MaxInt32 {
+		d.quotas, d.nQuotas = nil, 0
+		return
+	}
+	d.quotas, d.nQuotas = &qs[0], int32(len(qs))
 }
 
 // Done is returned by a stage that admitted a request; the transport calls it

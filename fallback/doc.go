@@ -123,6 +123,17 @@
 // loosens the local limits. Stats counts evictions. A rule whose limit
 // changes keeps its limiter and its consumption, adjusted to the new share.
 //
+// Waiting and settlement. A local limiter books the units of a bucket
+// that may wait (tiers.Bucket.MaxWait) as the stores do, with
+// x/time/rate's reservations: the take is allowed with the reservation's
+// delay as Result.Wait, and a later take queues behind it. Settle
+// (tiers.Settler) settles each bucket where its charge was made, by the
+// Source its take reported: on its local limiter (debt below 0 tokens, a
+// refund capped at the local burst), by the primary's Settle (not while
+// the breaker is open, never retried, never counted against the breaker),
+// or not at all for fail-open and fail-closed buckets, which charged
+// nothing. Stats counts settlements by outcome.
+//
 // Nothing is silent. Stats counts calls, failures, timeouts, calls the
 // breaker rejected, transitions, and every bucket decided without the
 // primary by mode and outcome, in total (Stats.Fallback) and by the

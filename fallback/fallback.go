@@ -264,6 +264,8 @@ type counters struct {
 	transitions                                   [3]atomic.Uint64 // [to state]
 	byRule                                        sync.Map         // rule name -> *modeCounts
 	rules                                         atomic.Int64     // entries in byRule
+	settled, settleFailed, settleDropped          atomic.Uint64
+	localSettled                                  atomic.Uint64
 }
 
 // modeCounts counts bucket decisions by [FailMode][allowed].
@@ -676,16 +678,22 @@ func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed 
 		}
 		rv := e.lim.ReserveN(now, int(b.Cost))
 		hs = append(hs, held{i: i, e: e, r: rv})
-		if d := rv.DelayFrom(now); d > 0 {
+		switch d := rv.DelayFrom(now); {
+		case d <= 0:
+			r.Allowed = true
+		case d <= b.MaxWait:
+			// A bucket that may wait keeps its reservation: the units
+			// are booked, and the request waits for them.
+			r.Allowed, r.Wait = true, ceilMicro(d)
+		default:
 			r.RetryAfter = ceilMicro(d)
 			allowed = false
-		} else {
-			r.Allowed = true
 		}
 	}
 	if !allowed {
 		for j := len(hs) - 1; j >= 0; j-- {
 			hs[j].r.CancelAt(now)
+			res[hs[j].i].Wait = 0 // nothing booked
 		}
 	}
 	for _, h := range hs {
@@ -751,6 +759,11 @@ type Stats struct {
 	// those dropped by the LRU bound.
 	LocalBuckets int
 	Evictions    uint64
+	// Settled counts settlements (tiers.Settler) the primary applied;
+	// SettleFailed those it did not (error, timeout, or a primary that
+	// cannot settle); SettleDropped those not sent because the breaker
+	// was open; LocalSettled the buckets settled on their local limiter.
+	Settled, SettleFailed, SettleDropped, LocalSettled uint64
 }
 
 func (mc *modeCounts) snapshot() (out [3]ModeCount) {
@@ -789,6 +802,10 @@ func (s *Store) Stats() Stats {
 		Opened:               s.c.transitions[gobreaker.StateOpen].Load(),
 		HalfOpened:           s.c.transitions[gobreaker.StateHalfOpen].Load(),
 		Closed:               s.c.transitions[gobreaker.StateClosed].Load(),
+		Settled:              s.c.settled.Load(),
+		SettleFailed:         s.c.settleFailed.Load(),
+		SettleDropped:        s.c.settleDropped.Load(),
+		LocalSettled:         s.c.localSettled.Load(),
 	}
 	st.Fallback = s.c.modes.snapshot()
 	for i := range s.c.causes {

@@ -34,7 +34,12 @@
 // panicked, or (per-message charges) a stream message was admitted;
 // OutcomeFailed for any other error or status. When the handler called
 // floodgate.ReportCost, Result.Cost carries the actual cost so a rate
-// limit charged on an estimate settles. HTTP handlers get a ResponseWriter
+// limit charged on an estimate settles. The estimate is the method's cost,
+// or what WithCost reads from the call before it is admitted (a
+// completion's max_tokens). A call a rate-limit rule held before letting
+// it proceed (max_wait; Decision.Waited) gets a Server-Timing metric,
+// "floodgate-wait;dur=<ms>", as an HTTP response header or gRPC response
+// metadata. HTTP handlers get a ResponseWriter
 // that records the status; it passes http.Flusher through and unwraps for
 // http.ResponseController.
 // WithObserver reports every stage's decision once (floodgate.Observed).
@@ -51,7 +56,10 @@
 // CONCURRENCY_LIMIT_EXCEEDED or LOAD_SHED, the configured domain, and
 // metadata stage/policy/limit/window_seconds), google.rpc.RetryInfo when
 // the stage gave a RetryAfter, and google.rpc.QuotaFailure naming the
-// policy for tiers and concurrency denials. When Decision.HideQuota is set
+// policy for tiers and concurrency denials (one violation per violated
+// window when the decision lists several, Decision.Quotas: a rule with a
+// minute and an hour window, or two rules denying at once, the binding
+// one first). When Decision.HideQuota is set
 // the policy name, limit and QuotaFailure are left out. The trailer
 // grpc-retry-pushback-ms carries RetryAfter in milliseconds rounded up (or
 // -1, "do not retry", when waiting cannot help), which grpc-go's own retry
@@ -60,7 +68,10 @@
 // UnaryClient and StreamClient retry RESOURCE_EXHAUSTED and UNAVAILABLE
 // only when the server said when (pushback trailer first, then RetryInfo),
 // with bounded attempts and jitter added on top of the server's delay,
-// never waiting past the context deadline.
+// never waiting past the context deadline. WithThrottle (off by default)
+// adds the SRE book's client-side adaptive throttling: while the server
+// rejects most calls, the client rejects a share of them itself, without
+// sending them (see Throttle; IsClientThrottled tells such a call).
 //
 // # HTTP mapping
 //
@@ -68,7 +79,8 @@
 // Retry-After in delay-seconds (RetryAfter rounded up), Cache-Control:
 // no-store, and an application/problem+json body (RFC 9457) of type
 // ...#quota-exceeded (429) or ...#temporary-reduced-capacity (503) with
-// title, status, detail and violated-policies (left out when HideQuota).
+// title, status, detail and violated-policies (every violated window of
+// Decision.Quotas, else the binding policy; left out when HideQuota).
 //
 // Every response of a limited route whose binding decision is a rate limit
 // (a Policy with a positive Limit and Window), allowed or denied, carries
@@ -78,7 +90,17 @@
 //	RateLimit: "name";r=<Remaining>;t=<seconds>
 //
 // where t is RetryAfter rounded up on a deny and Reset rounded up on an
-// allow, so Retry-After never points earlier than t. The policy name is an
+// allow, so Retry-After never points earlier than t. A decision with
+// several windows (Decision.Quotas) lists each, the binding one first:
+//
+//	RateLimit-Policy: "plan/1m";q=10;w=60, "plan/24h";q=1000;w=86400
+//	RateLimit: "plan/1m";r=0;t=6, "plan/24h";r=990;t=864
+//
+// each window's t its RetryAfter when it is violated and its Reset
+// otherwise; Retry-After is never earlier than the t of a violated
+// window. A shadow decision (Decision.Shadow: a dry-run rule or policy,
+// or a rule outside its enforce_percent share, would have denied) sends
+// no RateLimit fields: the request was not limited. The policy name is an
 // RFC 9651 String (\ and " escaped); a name with non-ASCII or control
 // characters cannot be one, and the fields are then omitted (logged).
 // Concurrency and shedder decisions have no window and send no RateLimit
@@ -139,6 +161,20 @@
 //
 // Health checks are never limited: every /grpc.health.v1.Health/ method,
 // and the HTTP paths given to WithHealthPaths. WithSkip exempts more.
+//
+// # Request headers a policy reads
+//
+// A policy can match on header (gRPC metadata) values and key on them
+// (package tiers: match.header, key scope header:<name>). The interceptor
+// learns from the stages it wraps which headers they need (a
+// *tiers.Limiter's RequestHeaders, read on every call so reloads apply)
+// and copies the first value of each, and nothing else, into
+// floodgate.Request.Headers; it declares the header scope to the stages'
+// scope checks, so WithStrictIdentity accepts such rules. These values
+// are what the client sent: they select and split limits, and never set
+// the Identity or the client address (the policy cannot name credential
+// or forwarding headers). Trust rules stay as above: a value is only as
+// trustworthy as the edge that sets it.
 //
 // # Cost and priority
 //

@@ -34,14 +34,15 @@ func WithStrictIdentity() Option {
 	return func(c *config) { c.strictIdentity = true }
 }
 
-// resolvable lists the key scopes this Interceptor fills: the method and
-// the client address always, the others when an extractor is configured.
+// resolvable lists the key scopes this Interceptor fills: the method, the
+// client address and the headers its stages name (header) always, the
+// others when an extractor is configured.
 // An extractor that reads the request message (FromProtoField,
 // FromMessage) counts although streams never have one: their decisions
 // name the rules they skip.
 func (c *config) resolvable() []string {
-	s := make([]string, 0, 5)
-	s = append(s, "endpoint", "ip")
+	s := make([]string, 0, 6)
+	s = append(s, "endpoint", "ip", "header")
 	if c.user != nil {
 		s = append(s, "user")
 	}

@@ -58,6 +58,8 @@ const healthPrefix = "/grpc.health.v1.Health/"
 type Interceptor struct {
 	c        *config
 	policies atomic.Pointer[[]methodSource]
+	headers  atomic.Pointer[[]headerSource] // stages that name request headers (extract_headers.go)
+	hnames   atomic.Pointer[headerNames]
 	logs     logs
 }
 
@@ -132,6 +134,7 @@ func (i *Interceptor) addSources(a floodgate.Admitter) {
 		i.addSources(w.Unwrap())
 		return
 	}
+	i.addHeaderSource(a)
 	src, ok := a.(methodSource)
 	if !ok {
 		return
@@ -203,6 +206,7 @@ func (i *Interceptor) UnaryServer(a floodgate.Admitter) grpc.UnaryServerIntercep
 			_ = grpc.SetTrailer(ctx, pushbackMD(d))
 			return nil, DenyStatus(d, i.c.domain).Err()
 		}
+		waitMD(ctx, d) // max_wait (cost.go)
 		if done == nil {
 			return handler(ctx, req)
 		}
@@ -236,6 +240,7 @@ func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterc
 			ss.SetTrailer(pushbackMD(d))
 			return DenyStatus(d, i.c.domain).Err()
 		}
+		waitStreamMD(ss, d) // max_wait (cost.go)
 		if nctx != ctx || i.c.perMessage {
 			w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
 			if i.c.perMessage {
@@ -328,7 +333,9 @@ func pushbackValue(ra time.Duration) string {
 //   - google.rpc.RetryInfo with RetryDelay = d.RetryAfter, when positive;
 //   - google.rpc.QuotaFailure, for tiers and concurrency denials naming a
 //     policy, unless d.HideQuota: one violation with Subject and QuotaId the
-//     policy name, QuotaValue the limit, and a Description.
+//     policy name, QuotaValue the limit, and a Description; for a decision
+//     with several windows (d.Quotas), one such violation per violated
+//     window, the binding first.
 //
 // It never returns codes.Internal or codes.Unknown.
 func DenyStatus(d floodgate.Decision, domain string) *status.Status {
@@ -364,18 +371,35 @@ func DenyStatus(d floodgate.Decision, domain string) *status.Status {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
 	}
 	if show && d.Stage != floodgate.StageShedder {
-		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-			Subject:     d.Policy,
-			Description: quotaDescription(d),
-			QuotaId:     d.Policy,
-			QuotaValue:  d.Limit,
-		}}})
+		details = append(details, &errdetails.QuotaFailure{Violations: quotaViolations(d)})
 	}
 	st := status.New(code, msg)
 	if withDetails, err := st.WithDetails(details...); err == nil {
 		return withDetails
 	}
 	return st
+}
+
+// quotaViolations lists the QuotaFailure violations of a deny: one per
+// violated window of d.Quotas, or the binding policy alone.
+func quotaViolations(d floodgate.Decision) []*errdetails.QuotaFailure_Violation {
+	one := func(q floodgate.Decision) *errdetails.QuotaFailure_Violation {
+		return &errdetails.QuotaFailure_Violation{Subject: q.Policy, Description: quotaDescription(q), QuotaId: q.Policy, QuotaValue: q.Limit}
+	}
+	qs := d.Quotas()
+	if len(qs) < 2 {
+		return []*errdetails.QuotaFailure_Violation{one(d)}
+	}
+	out := make([]*errdetails.QuotaFailure_Violation, 0, len(qs))
+	for _, q := range qs {
+		if q.Violated {
+			out = append(out, one(floodgate.Decision{Stage: d.Stage, Policy: q.Policy, Limit: q.Limit, Window: q.Window}))
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, one(d))
+	}
+	return out
 }
 
 func quotaDescription(d floodgate.Decision) string {

@@ -97,6 +97,7 @@ func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler
 				return
 			}
 			i.quotaHeaders(w.Header(), d)
+			waitHeader(w, d) // max_wait (cost.go)
 			if done == nil {
 				next.ServeHTTP(w, r)
 				return
@@ -126,14 +127,17 @@ func quotaSeconds(d floodgate.Decision) int64 {
 // quotaHeaders adds the RateLimit-Policy and RateLimit fields (and the
 // legacy X-RateLimit-* fields when enabled) for a rate-limit decision: one
 // naming a policy with a positive Limit and Window that does not hide its
-// quota.
+// quota, and is not a shadow (dry-run) decision. A decision with several
+// windows (Decision.Quotas) lists every one of them, the binding first.
 func (i *Interceptor) quotaHeaders(h http.Header, d floodgate.Decision) {
-	if d.HideQuota || d.Policy == "" || d.Limit <= 0 || d.Window <= 0 {
+	if d.HideQuota || d.Shadow || d.Policy == "" || d.Limit <= 0 || d.Window <= 0 {
 		return
 	}
 	t := quotaSeconds(d)
 	remaining := max(d.Remaining, 0)
-	if validSFString(d.Policy) {
+	if qs := d.Quotas(); len(qs) > 1 {
+		i.quotaList(h, qs)
+	} else if validSFString(d.Policy) {
 		buf := make([]byte, 0, 2*len(d.Policy)+96)
 		buf = appendSFString(buf, d.Policy)
 		buf = append(buf, ";q="...)
@@ -166,6 +170,75 @@ func (i *Interceptor) quotaHeaders(h http.Header, d floodgate.Decision) {
 		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(remaining, 10)}
 		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(i.c.clock.Now().Unix()+t, 10)}
 	}
+}
+
+// quotaList adds the RateLimit-Policy and RateLimit fields listing every
+// window of qs (Decision.Quotas), in order, as one List each:
+//
+//	RateLimit-Policy: "plan/1m";q=10;w=60, "plan/1d";q=1000;w=86400
+//	RateLimit: "plan/1m";r=0;t=5, "plan/1d";r=990;t=86000
+//
+// t is RetryAfter for a violated window and Reset for the others. Windows
+// without a positive limit and window, or whose name cannot be a String,
+// are left out (the latter logged).
+func (i *Interceptor) quotaList(h http.Header, qs []floodgate.Quota) {
+	n := 0
+	for _, q := range qs {
+		n += 2*len(q.Policy) + 96
+	}
+	buf := make([]byte, 0, n)
+	rl := make([]byte, 0, n/2)
+	for _, q := range qs {
+		if q.Limit <= 0 || q.Window <= 0 {
+			continue
+		}
+		if !validSFString(q.Policy) {
+			logThrottled(&i.logs.sf, "floodgate: policy name cannot be sent as a Structured Field string (non-ASCII or control characters); RateLimit fields omitted")
+			continue
+		}
+		if len(rl) > 0 {
+			buf = append(buf, ", "...)
+			rl = append(rl, ", "...)
+		}
+		buf = appendSFString(buf, q.Policy)
+		buf = append(buf, ";q="...)
+		buf = strconv.AppendInt(buf, q.Limit, 10)
+		buf = append(buf, ";w="...)
+		buf = strconv.AppendInt(buf, ceilSeconds(q.Window), 10)
+		t := ceilSeconds(q.Reset)
+		if q.Violated && q.RetryAfter > 0 {
+			t = ceilSeconds(q.RetryAfter)
+		}
+		rl = appendSFString(rl, q.Policy)
+		rl = append(rl, ";r="...)
+		rl = strconv.AppendInt(rl, max(q.Remaining, 0), 10)
+		rl = append(rl, ";t="...)
+		rl = strconv.AppendInt(rl, t, 10)
+	}
+	if len(rl) == 0 {
+		return
+	}
+	h["Ratelimit-Policy"] = append(h["Ratelimit-Policy"], string(buf))
+	h["Ratelimit"] = append(h["Ratelimit"], string(rl))
+}
+
+// violated names the windows a denying decision violated: those of
+// Quotas marked Violated, or the binding policy alone.
+func violated(d floodgate.Decision) []string {
+	qs := d.Quotas()
+	if len(qs) < 2 {
+		return []string{d.Policy}
+	}
+	out := make([]string, 0, len(qs))
+	for _, q := range qs {
+		if q.Violated {
+			out = append(out, q.Policy)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, d.Policy)
+	}
+	return out
 }
 
 // validSFString reports whether s can be an RFC 9651 String: printable
@@ -235,7 +308,7 @@ func (i *Interceptor) writeDeny(w http.ResponseWriter, d floodgate.Decision) {
 		p.Detail += "; retry after " + strconv.FormatInt(ra, 10) + unit
 	}
 	if !d.HideQuota && d.Policy != "" {
-		p.ViolatedPolicies = []string{d.Policy}
+		p.ViolatedPolicies = violated(d)
 	}
 	i.quotaHeaders(h, d)
 	body, err := json.Marshal(p)

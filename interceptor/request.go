@@ -188,6 +188,9 @@ func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call,
 		mo := i.methodOptions(cl.method, cl.grpcMethod, cl.def)
 		r.Cost, r.Priority = mo.Cost, mo.Priority
 	}
+	if c.cost != nil {
+		i.estimate(ctx, r, cl) // WithCost (cost.go)
+	}
 	if c.priorityHeader != "" {
 		if v := cl.md.Get(c.priorityHeader); v != "" {
 			if p, err := floodgate.ParsePriority(v); err == nil {
@@ -212,6 +215,7 @@ func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call,
 	if c.tier != nil {
 		r.Tier = c.tier(ctx, cl.md)
 	}
+	i.fillHeaders(r, cl.md, own)
 }
 
 // request returns the Request the call's stage decides on, and the context
@@ -246,7 +250,7 @@ func (i *Interceptor) request(ctx context.Context, cl *call) (*floodgate.Request
 // that changes how a Request is built, or a stage it wraps has options for
 // method.
 func (i *Interceptor) changes(method string) bool {
-	if i.c.builds {
+	if i.c.builds || i.asksHeaders() {
 		return true
 	}
 	if ps := i.policies.Load(); ps != nil {

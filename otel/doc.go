@@ -41,6 +41,7 @@
 //	floodgate.degraded      bool     decided without the primary store (fallback)
 //	floodgate.key_hash      string   16 hex digits identifying the caller (see below); absent when anonymous
 //	floodgate.skipped       string   rules skipped for lack of identity (Decision.Skipped); absent when none
+//	floodgate.waited        double   seconds a max_wait rule held the request (Decision.Waited); absent when it did not wait
 //	error.type              string   on events only, when the stage returned an error: canceled | timeout | refused | reset | noscript | oom | redirect | _OTHER
 //
 // The decision is "shed" when the shedder stage denies, "concurrency_limited"

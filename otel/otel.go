@@ -50,6 +50,7 @@ const (
 	AttrDegraded     = attribute.Key("floodgate.degraded")
 	AttrKeyHash      = attribute.Key("floodgate.key_hash")
 	AttrSkipped      = attribute.Key("floodgate.skipped")
+	AttrWaited       = attribute.Key("floodgate.waited")
 	AttrBreaker      = attribute.Key("floodgate.breaker.name")
 	AttrBreakerState = attribute.Key("floodgate.breaker.state")
 	AttrBreakerFrom  = attribute.Key("floodgate.breaker.from")
@@ -377,7 +378,7 @@ func (o *Observer) newSeries(k seriesKey) *series {
 }
 
 func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.Decision, dec, prio uint8, err error) {
-	var kv [13]attribute.KeyValue
+	var kv [14]attribute.KeyValue
 	kv[0] = AttrDecision.String(decisionNames[dec])
 	kv[1] = AttrStage.String(string(d.Stage))
 	kv[2] = AttrPolicy.String(d.Policy)
@@ -397,6 +398,10 @@ func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.D
 	}
 	if d.Skipped != "" {
 		kv[n] = AttrSkipped.String(d.Skipped)
+		n++
+	}
+	if d.Waited > 0 {
+		kv[n] = AttrWaited.Float64(d.Waited.Seconds())
 		n++
 	}
 	span.SetAttributes(kv[:n]...)

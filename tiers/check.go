@@ -14,7 +14,8 @@ import (
 // It checks, in this order: res has room for one Result per bucket; then
 // each bucket in turn: its Key is not empty, no earlier bucket has the
 // same Key, its Limit passes Limit.Validate, its Cost is not negative, and
-// its OnStoreError is a known FailMode. Errors read, for example:
+// its OnStoreError is a known FailMode, and its MaxWait, if set, is in
+// [0, MaxMaxWait] on a TokenBucket or GCRA limit. Errors read, for example:
 //
 //	tiers: bucket 2 ("fg:x"): cost -1 is negative
 //
@@ -43,6 +44,24 @@ func ValidateTake(buckets []Bucket, res []Result) error {
 		if int(b.OnStoreError) >= len(failModeNames) {
 			return bucketError(i, b, fmt.Errorf("OnStoreError %d is unknown", uint8(b.OnStoreError)))
 		}
+		if b.MaxWait != 0 {
+			if err := checkMaxWait(b); err != nil {
+				return bucketError(i, b, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkMaxWait reports what is wrong with a bucket's MaxWait (not 0).
+func checkMaxWait(b *Bucket) error {
+	switch {
+	case b.MaxWait < 0:
+		return fmt.Errorf("MaxWait %s is negative", b.MaxWait)
+	case b.MaxWait > MaxMaxWait:
+		return fmt.Errorf("MaxWait %s is above %s", b.MaxWait, MaxMaxWait)
+	case !b.Limit.Algorithm.localModes():
+		return fmt.Errorf("MaxWait needs token_bucket or gcra: %s cannot book units ahead", b.Limit.Algorithm)
 	}
 	return nil
 }

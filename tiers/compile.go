@@ -22,11 +22,24 @@ type compiled struct {
 	defaultTier tierLimit
 	// exempt and deny are the policy's address lists; nil when empty.
 	exempt, deny *netSet
+	// headers are the header names the policy matches or keys on, sorted
+	// (Limiter.RequestHeaders).
+	headers []string
+	// shadow: the whole policy is a dry run (Policy.Shadow).
+	shadow bool
+	// shaping: a rule settles or waits (issue 18; shaping.go).
+	shaping bool
+	// rls is the compiled rls: section and the rules by name (issue 20;
+	// rls.go).
+	rls *rlsCompiled
 }
 
 type tierLimit struct {
 	limit  Limit
-	suffix string // ":" + algorithm
+	suffix string // ":" + algorithm, and ":" + period for a limit with several windows
+	// more are the windows after the first of a limit with several
+	// (Window); nil for one window.
+	more []tierLimit
 }
 
 type cRule struct {
@@ -44,6 +57,7 @@ type cRule struct {
 	cache  bool
 	fail   FailMode
 	mode   Consistency
+	shape  shaping       // settle, max_wait (shaping.go)
 	sync   time.Duration // Async only
 	noKey  string        // no-key rules: "<prefix>{<rule>}"
 	// Full keys of no-key rules, prebuilt: fixed rules use constKey, tier
@@ -63,31 +77,41 @@ type cRule struct {
 	cidrs []cidrOverride
 	// v4bits and v6bits are the prefix lengths of the ip scope's buckets.
 	v4bits, v6bits int
+	// cond is what the rule matches beyond the method; nil: nothing.
+	cond *cond
+	// keyHeaders[j] is the header name of key scope j when it is
+	// ScopeHeader; nil when the key has no header scope.
+	keyHeaders []string
+	// winNames name the windows of the limits with several that the rule
+	// can meet (policyName).
+	winNames []windowName
+	// rollout is Rule.EnforcePercent when in [1, 99]; 0: always enforced.
+	rollout uint8
 }
 
 // cidrOverride is an override that applies to every bucket whose address
 // is inside net and whose other scopes have the given values.
 type cidrOverride struct {
 	net   netip.Prefix
-	vals  [len(scopeNames)]string // by Scope: the other scopes' raw values
+	vals  []string // by key position: the other scopes' raw values
 	limit tierLimit
 }
 
 // matchCIDR returns the limit of the first CIDR override of r that
 // matches the request, or nil.
-func (r *cRule) matchCIDR(method string, id *floodgate.Identity) *tierLimit {
-	ip := normIP(id.IP)
+func (r *cRule) matchCIDR(req *floodgate.Request) *tierLimit {
+	ip := normIP(req.Identity.IP)
 	for i := range r.cidrs {
 		o := &r.cidrs[i]
 		if !o.net.Contains(ip) {
 			continue
 		}
 		match := true
-		for _, s := range r.key {
+		for j, s := range r.key {
 			if s == ScopeIP {
 				continue
 			}
-			if v, _ := component(s, method, id); v != o.vals[s] {
+			if v, _ := r.component(j, req); v != o.vals[j] {
 				match = false
 				break
 			}
@@ -142,15 +166,17 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			rep.add(tp+".rate", `a tier's rate cannot be "tier"`)
 			continue
 		}
-		if t.Rate == (Rate{}) {
+		if t.Rate == (Rate{}) && len(t.Windows) == 0 {
 			rep.add(tp+".rate", "required")
 			continue
 		}
-		if l, ok := limitOf(rep, tp+".rate", tp+".burst", t.Rate, t.Burst, t.Algorithm); ok {
-			c.tiers[n] = tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}
+		if tl, ok := limitsOf(rep, tp, t.Rate, t.Burst, t.Windows, t.Algorithm); ok {
+			c.tiers[n] = tl
 		}
 	}
 
+	c.shadow = p.Shadow
+	hdrNames := map[string]struct{}{}
 	needTier := -1
 	names := make(map[string]int, len(p.Rules))
 	byName := make(map[string]*cRule, len(p.Rules))
@@ -175,7 +201,22 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		} else {
 			names[r.Name] = i
 		}
-		cr := cRule{name: r.Name, index: i, cost: r.Cost, hide: r.HideQuota, shadow: r.Shadow, cache: r.CacheDenials, fail: r.OnStoreError, mode: r.Consistency}
+		cr := cRule{name: r.Name, index: i, cost: r.Cost, hide: r.HideQuota, shadow: r.Shadow || p.Shadow, cache: r.CacheDenials, fail: r.OnStoreError, mode: r.Consistency}
+		switch {
+		case r.EnforcePercent < 0 || r.EnforcePercent > 100:
+			rep.addf(rp+".enforce_percent", "%d is out of range [1, 100]", r.EnforcePercent)
+			ok = false
+		case r.EnforcePercent != 0 && r.EnforcePercent != 100 && r.Shadow:
+			rep.add(rp+".enforce_percent", "a shadow rule enforces nothing: remove shadow or enforce_percent")
+			ok = false
+		case r.EnforcePercent != 0 && r.EnforcePercent != 100:
+			cr.rollout = uint8(r.EnforcePercent)
+		}
+		if co, cok := compileCond(rep, rp, &r.Match, p, hdrNames); cok {
+			cr.cond = co
+		} else {
+			ok = false
+		}
 		switch {
 		case r.Consistency > Async:
 			rep.addf(rp+".consistency", "unknown consistency %d", r.Consistency)
@@ -204,6 +245,9 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 				ok = false
 			}
 		}
+		if !compileShaping(rep, rp, r, &cr, c, tierNames) { // issue 18: settle, max_wait (shaping.go)
+			ok = false
+		}
 		if r.Match.Method == "" {
 			cr.any = true
 		} else if err := validMethodPattern(r.Match.Method); err != nil {
@@ -215,11 +259,17 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			cr.exact = r.Match.Method
 		}
 		seen := 0
+		if !keyHeaders(rep, rp, r, &cr, hdrNames) {
+			ok = false
+		}
 		for j, s := range r.Key {
 			if !s.valid() {
 				rep.addf(rp+".key["+strconv.Itoa(j)+"]", "unknown scope %d", s)
 				ok = false
 				continue
+			}
+			if s == ScopeHeader {
+				continue // names checked by keyHeaders
 			}
 			if seen&(1<<s) != 0 {
 				rep.addf(rp+".key["+strconv.Itoa(j)+"]", "scope %q is repeated", s.String())
@@ -266,28 +316,34 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 				rep.add(rp+".burst", `must not be set when rate is "tier" (the tier sets it)`)
 				ok = false
 			}
+			if len(r.Windows) != 0 {
+				rep.add(rp+".rate", `"tier" is one rate: give the tiers several windows instead`)
+				ok = false
+			}
 			if r.Algorithm != TokenBucket {
 				rep.add(rp+".algorithm", `must not be set when rate is "tier" (the tier sets it)`)
 				ok = false
 			}
 			if r.Cost > 0 {
 				for _, n := range tierNames {
-					if t, has := c.tiers[n]; has && r.Cost > t.limit.Capacity() {
-						rep.addf(rp+".cost", "%d exceeds the capacity %d of tier %q: such a request could never pass", r.Cost, t.limit.Capacity(), n)
+					if t, has := c.tiers[n]; has && r.Cost > t.minCapacity() {
+						rep.addf(rp+".cost", "%d exceeds the capacity %d of tier %q: such a request could never pass", r.Cost, t.minCapacity(), n)
 						ok = false
 					}
 				}
 			}
-		} else if r.Rate == (Rate{}) {
+		} else if r.Rate == (Rate{}) && len(r.Windows) == 0 {
 			rep.add(rp+".rate", "required")
 			ok = false
-		} else if l, lok := limitOf(rep, rp+".rate", rp+".burst", r.Rate, r.Burst, r.Algorithm); !lok {
+		} else if tl, lok := limitsOf(rep, rp, r.Rate, r.Burst, r.Windows, r.Algorithm); !lok {
 			ok = false
 		} else {
-			cr.limit = tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}
-			if r.Cost > l.Capacity() {
-				rep.addf(rp+".cost", "%d exceeds the rule's capacity %d (%s): such a request could never pass", r.Cost, l.Capacity(), capacityWhat(l))
-				ok = false
+			cr.limit = tl
+			for _, w := range append([]tierLimit{tl}, tl.more...) {
+				if l := w.limit; r.Cost > l.Capacity() {
+					rep.addf(rp+".cost", "%d exceeds the rule's capacity %d (%s): such a request could never pass", r.Cost, l.Capacity(), capacityWhat(l))
+					ok = false
+				}
 			}
 		}
 		if !ok {
@@ -300,10 +356,14 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			cr.mid = "}:" + r.Name
 			cr.scopeLabels = make([]string, len(cr.key))
 			for j, s := range cr.key {
+				label := s.String()
+				if s == ScopeHeader {
+					label += "." + cr.keyHeaders[j] // "header.x-region"
+				}
 				if j == 0 {
-					cr.scopeLabels[j] = s.String() + "="
+					cr.scopeLabels[j] = label + "="
 				} else {
-					cr.scopeLabels[j] = ":" + s.String() + "="
+					cr.scopeLabels[j] = ":" + label + "="
 				}
 			}
 			cr.head = prefix + "{" + cr.scopeLabels[0]
@@ -348,15 +408,20 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			rep.addf(op+".rule", "rule %q has no key; change its rate instead", o.Rule)
 			continue
 		}
-		if !sameScopes(r.key, o.Key) {
-			rep.addf(op+".key", "scopes [%s] do not match rule %q key [%s]", scopeList(keysOf(o.Key)), o.Rule, scopeList(r.key))
+		oh, herr := overrideHeaders(o.KeyHeaders)
+		if herr != "" {
+			rep.add(op+".key", herr)
+			continue
+		}
+		if !sameScopes(r.key, o.Key) || !sameHeaders(r.keyHeaders, oh) {
+			rep.addf(op+".key", "scopes [%s] do not match rule %q key [%s]", overrideKeyList(o.Key, oh), o.Rule, r.keyList())
 			continue
 		}
 		if o.Rate.Tier {
 			rep.add(op+".rate", `an override's rate cannot be "tier"`)
 			continue
 		}
-		if o.Rate == (Rate{}) {
+		if o.Rate == (Rate{}) && len(o.Windows) == 0 {
 			rep.add(op+".rate", "required")
 			continue
 		}
@@ -367,27 +432,49 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		case !r.byTier:
 			alg = r.limit.limit.Algorithm
 		}
-		l, lok := limitOf(rep, op+".rate", op+".burst", o.Rate, o.Burst, alg)
+		otl, lok := limitsOf(rep, op, o.Rate, o.Burst, o.Windows, alg)
 		if !lok {
 			continue
 		}
+		l := otl.limit
 		if r.mode != Exact && !alg.localModes() {
 			rep.addf(op+".algorithm", "rule %q is %s, which needs token_bucket or gcra, not %s", o.Rule, r.mode, alg)
 			continue
 		}
-		if r.cost > l.Capacity() {
+		if r.shape.maxWait > 0 && !alg.localModes() { // issue 18: max_wait (shaping.go)
+			rep.addf(op+".algorithm", "rule %q has max_wait, which needs token_bucket or gcra (they book units ahead), not %s", o.Rule, alg)
+			continue
+		}
+		if r.cost > otl.minCapacity() {
+			for _, w := range append([]tierLimit{otl}, otl.more...) {
+				if r.cost > w.limit.Capacity() {
+					l = w.limit
+					break
+				}
+			}
 			rep.addf(op+".rate", "capacity %d (%s) is less than rule %q cost %d: such a request could never pass", l.Capacity(), capacityWhat(l), o.Rule, r.cost)
 			continue
 		}
-		id := floodgate.Identity{}
-		method := ""
+		req := floodgate.Request{}
+		id := &req.Identity
 		bad := false
 		var (
 			ipNet     netip.Prefix
 			wide      bool
-			otherVals [len(scopeNames)]string
+			otherVals = make([]string, len(r.key))
 		)
-		for _, s := range r.key {
+		for j, s := range r.key {
+			if s == ScopeHeader {
+				v := oh[r.keyHeaders[j]]
+				if v == "" {
+					rep.add(op+".key.header:"+r.keyHeaders[j], "must not be empty")
+					bad = true
+					continue
+				}
+				otherVals[j] = v
+				req.Headers = append(req.Headers, floodgate.Header{Name: r.keyHeaders[j], Value: v})
+				continue
+			}
 			if s == ScopeIP {
 				n, err := parseNet(o.Key[s])
 				if err != nil {
@@ -416,10 +503,10 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 				bad = true
 				continue
 			}
-			otherVals[s] = v
+			otherVals[j] = v
 			switch s {
 			case ScopeEndpoint:
-				method = v
+				req.Method = v
 			case ScopeUser:
 				id.User = v
 			case ScopeAPIKey:
@@ -434,7 +521,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		if wide {
 			dup := false
 			for j := range r.cidrs {
-				if r.cidrs[j].net == ipNet && r.cidrs[j].vals == otherVals {
+				if r.cidrs[j].net == ipNet && slices.Equal(r.cidrs[j].vals, otherVals) {
 					dup = true
 				}
 			}
@@ -442,10 +529,10 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 				rep.addf(op+".key", "rule %q already has an override for this key", o.Rule)
 				continue
 			}
-			r.cidrs = append(r.cidrs, cidrOverride{net: ipNet, vals: otherVals, limit: tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}})
+			r.cidrs = append(r.cidrs, cidrOverride{net: ipNet, vals: otherVals, limit: otl})
 			continue
 		}
-		body, _ := kb.appendKeyBody(nil, r, method, &id)
+		body, _ := kb.appendKeyBody(nil, r, &req)
 		if r.overrides == nil {
 			r.overrides = make(map[string]tierLimit)
 		}
@@ -453,14 +540,36 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			rep.addf(op+".key", "rule %q already has an override for this key", o.Rule)
 			continue
 		}
-		r.overrides[string(body)] = tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}
+		r.overrides[string(body)] = otl
 	}
 
 	for i := range rules {
+		r := &rules[i]
 		// Longest prefix first; the sort is stable, so policy order
 		// breaks ties.
-		slices.SortStableFunc(rules[i].cidrs, func(a, b cidrOverride) int { return b.net.Bits() - a.net.Bits() })
+		slices.SortStableFunc(r.cidrs, func(a, b cidrOverride) int { return b.net.Bits() - a.net.Bits() })
+		// Name the windows of every limit with several the rule can meet.
+		if r.byTier {
+			for _, n := range tierNames {
+				if t, has := c.tiers[n]; has {
+					r.nameWindows(&t)
+				}
+			}
+		} else {
+			r.nameWindows(&r.limit)
+		}
+		for _, o := range r.overrides {
+			r.nameWindows(&o)
+		}
+		for j := range r.cidrs {
+			r.nameWindows(&r.cidrs[j].limit)
+		}
+		slices.SortFunc(r.winNames, func(a, b windowName) int { return int(a.period - b.period) })
 	}
+	for n := range hdrNames {
+		c.headers = append(c.headers, n)
+	}
+	slices.Sort(c.headers)
 
 	// Address lists.
 	c.exempt = netList(rep, "exempt", p.Exempt)
@@ -510,6 +619,8 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		}
 	}
 
+	compileRLS(rep, p, byName, c) // issue 20: the rls: section (rls.go)
+	checkOverload(rep, p)         // issue 19: the shedder: and concurrency: sections (overload.go)
 	if err := rep.err(); err != nil {
 		return nil, err
 	}
@@ -531,6 +642,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 	// Most specific first: more key scopes first, then policy order.
 	sort.SliceStable(rules, func(i, j int) bool { return len(rules[i].key) > len(rules[j].key) })
 	c.rules = rules
+	c.rls.bind(c.rules) // issue 20: rule indices after the sort (rls.go)
 	// Re-point overrides maps (rules were moved by the sort; maps are references, fine).
 	return c, nil
 }
@@ -550,16 +662,17 @@ func capacities(c *compiled, r *cRule) []capEntry {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			out = append(out, capEntry{c.tiers[n].limit.Capacity(), " in tier " + strconv.Quote(n)})
+			t := c.tiers[n]
+			out = append(out, capEntry{t.minCapacity(), " in tier " + strconv.Quote(n)})
 		}
 	} else {
-		out = append(out, capEntry{r.limit.limit.Capacity(), ""})
+		out = append(out, capEntry{r.limit.minCapacity(), ""})
 	}
 	for _, o := range r.overrides {
-		out = append(out, capEntry{o.limit.Capacity(), " (override)"})
+		out = append(out, capEntry{o.minCapacity(), " (override)"})
 	}
 	for _, o := range r.cidrs {
-		out = append(out, capEntry{o.limit.limit.Capacity(), " (override for " + o.net.String() + ")"})
+		out = append(out, capEntry{o.limit.minCapacity(), " (override for " + o.net.String() + ")"})
 	}
 	return out
 }
@@ -592,16 +705,23 @@ func capacityWhat(l Limit) string {
 	return "rate " + strconv.FormatInt(l.Rate, 10) + " per window"
 }
 
+// sameScopes reports whether m gives a value for exactly the scopes of
+// key but its header scopes (which an override gives in KeyHeaders).
 func sameScopes(key []Scope, m map[Scope]string) bool {
-	if len(key) != len(m) {
+	if _, ok := m[ScopeHeader]; ok {
 		return false
 	}
+	n := 0
 	for _, s := range key {
+		if s == ScopeHeader {
+			continue
+		}
 		if _, ok := m[s]; !ok {
 			return false
 		}
+		n++
 	}
-	return true
+	return n == len(m)
 }
 
 func keysOf(m map[Scope]string) []Scope {

@@ -25,7 +25,9 @@
 // all levels or none (a deny by the tenant level leaves the user and IP
 // buckets exactly as they were). A rule with no match applies to every
 // method; a method glob uses path.Match, so '*' never crosses a '/'; an
-// HTTP route pattern ("GET /v1/items/{id}") is compared literally. A rule
+// HTTP route pattern ("GET /v1/items/{id}") is compared literally. A
+// match may also name header values and plan tiers (see Matches beyond
+// the method); every condition of a match must hold. A rule
 // keyed on a scope the request does not have (no user, no valid IP, ...)
 // does not apply to that request, and the Decision names it in Skipped:
 // pair such rules with an IP rule as a safety net. A rule that no request
@@ -57,6 +59,44 @@
 // gives one key of one rule its own rate; its algorithm defaults to the
 // rule's (token bucket for a tier rule).
 //
+// Windows. A tier, rule or override may have several windows, written
+// rate: [100/1m, 1000/1h] (and burst: [20, 1000]). Each window is its own
+// bucket, keyed by its period, and one more level of the same
+// all-or-nothing take: a deny by the hour window charges nothing at the
+// minute window, nor at any other rule. A window of a limit with several
+// is named "<rule>/<period>" ("tenant-plan/1h", the period as Rate.String
+// writes it), so names stay valid RFC 9651 Strings; a limit with one
+// window keeps the rule's name and its key, so a policy that uses no
+// windows decides, names and keys everything as before. Going from one
+// window to several starts the rule's buckets afresh (their keys gain the
+// period). The Decision names the binding window, and lists every window
+// the transports should report in Decision.Quotas: the binding rule's
+// windows and, on a deny, every other violated window (one
+// google.rpc.QuotaFailure violation each), never those of a rule that
+// hides its quota. Quotas is nil, allocating nothing, when the binding
+// window is all there is.
+//
+// Matches beyond the method. match: {header: {x-client-type: [ios,
+// android]}} matches a request whose first value of that header is one of
+// those (exact, case-sensitive values; case-insensitive names; a request
+// without the header does not match); match: {tier: [free]} matches the
+// tier a rate "tier" rule would charge (Request.Tier if it is one of the
+// policy's tiers, else default_tier). A key may name a header as a scope,
+// key: [tenant, header:x-region]: each value is its own bucket, escaped or
+// hashed like every identity component. The transport copies into
+// Request.Headers only the headers the policy in force names
+// (Limiter.RequestHeaders), and declares it does with the "header" scope
+// of RequireScopes. A header is what the client sent unless an edge proxy
+// sets it: it is no identity. A header match lets a client that drops the
+// header escape the rule, and a header scope lets a client that rotates
+// values multiply its budget, so a header scope goes next to a scope the
+// client cannot choose, and a rule on that scope alone caps the total.
+// Credential headers (authorization, proxy-authorization, cookie: use
+// api_key, always hashed), forwarding headers (forwarded, x-forwarded-for,
+// x-real-ip: use ip, read through trusted proxies only), host and binary
+// (-bin) metadata cannot be matched or keyed on; a load error says so,
+// naming the line.
+//
 // The binding bucket. On deny, the denying bucket with the longest
 // RetryAfter binds; on allow, the bucket with the least Remaining (ties go
 // to the most specific). The Decision carries its rule name (Policy),
@@ -73,6 +113,19 @@
 // shadow rule (Policy, Limit, Remaining; RetryAfter stays 0 as on every
 // allow), so telemetry can count what the rule would have done.
 // Transports should not send quota headers from a Shadow decision.
+// shadow: true at the top of a policy makes every rule a shadow rule and
+// reports the deny list (Policy "deny", Shadow) without denying: a whole
+// policy dark-launched. enforce_percent: N (1 to 99) rolls a rule out
+// gradually: it denies only requests whose key falls in an N% share of
+// all keys and is a shadow rule for the others, whose denials are reported
+// the same way. The share is chosen by a stable hash (FNV-1a) of the
+// rule's name and the request's key body, its identity values without
+// prefix, algorithm or window (for a rule without key: of the request's
+// tenant, user, API key and client /64 or address): the same principals
+// on every instance and after every restart, each enforced at every
+// window, and raising N only adds principals. Both follow reloads: a
+// rule's buckets are the same whether shadow, rolled out or enforced, so
+// enforcing a dark-launched rule starts from what it counted.
 //
 // Store failures. on_store_error is applied in one place,
 // DecideUnavailable: "closed" denies (Source fail_closed, RetryAfter
@@ -85,12 +138,72 @@
 // fallback stores are exempt). When the store fails, Admit returns an
 // error wrapping the store's, for logs.
 //
+// # Settlement (settle)
+//
+// A rule with settle charges an estimate and settles it when the request
+// ends: what it charges at admission is its cost as above (its own cost,
+// else Request.Cost, which package interceptor's WithCost can estimate
+// from the request, else 1), and Admit returns a Done (the only case it
+// does). When the transport calls it with an actual cost (the handler
+// called floodgate.ReportCost; Result.HasCost) the difference is charged
+// or refunded on the rule's bucket, in one Settler.Settle call for every
+// settling level of the request (one Redis script per cluster slot);
+// floodgate.Ignored (a later stage denied the request) refunds the whole
+// estimate; a Result without a cost leaves the estimate charged. Rules
+// without settle keep what they charged at admission, whatever the
+// Result: a request count stays one request. A settlement is never
+// denied: one that overdraws the bucket is debt, which later requests wait
+// out (token bucket and GCRA: RetryAfter grows by the debt over the rate;
+// the window algorithms: the debt counts in the window current at
+// settlement, see Algorithm, "Settlement"). Every algorithm settles, so no
+// settle rule is refused at load for its algorithm. Settlement is
+// synchronous in the Done, bounded by WithSettleTimeout; a failed one is
+// not retried (it may or may not have been applied, never twice), is
+// logged at most once a second, and is counted in SettleStats: the
+// estimate then stands. The store must be a Settler (every store of this
+// module is; NewLimiter and SetPolicy refuse a policy with settle or
+// max_wait over one that is not, naming each rule). Shadow rules with
+// settle are settled like real ones, when their take charged.
+//
+// # Waiting (max_wait)
+//
+// A rule with max_wait shapes instead of denying: when its bucket would
+// deny a request but the request's units arrive within max_wait, the take
+// itself books them (the bucket goes below empty, as x/time/rate's
+// Reserve), so later requests see them spent and queue behind: waiters
+// are served in order of arrival. The request then waits, inside Admit,
+// on the Limiter's clock (WithClock), for the longest wait any of its
+// levels booked, and proceeds with Decision.Waited set (the Observer sees
+// it; package interceptor sends it as a Server-Timing metric). The wait
+// is bounded by the context's deadline: max_wait is cut to the time the
+// deadline leaves before the take, so a deadline shorter than the wait is
+// an immediate deny with the plain RetryAfter, and nothing booked. A wait
+// the context cuts short gives the request's units back on every level
+// it charged (Settler.Settle with the costs negated): requests already
+// queued behind keep their places, the next arrival books the freed
+// units. At most max_waiters requests (default DefaultMaxWaiters) wait on
+// one bucket in one process; the next is decided as if the rule had no
+// max_wait (a deny with its RetryAfter), so across n processes at most n
+// x max_waiters wait, and never beyond max_wait of the bucket's refill.
+// Only token_bucket and gcra can book ahead: max_wait on a window
+// algorithm (a rule's, a tier's the rule can meet, or an override's) is
+// refused at load, naming the line, and so is max_wait with consistency
+// leased (a lease spends what it holds at once). A shadow rule with
+// max_wait books like the real rule would but never holds a request. A
+// request that waits costs a timer and a map entry while it waits; one
+// that does not wait (admitted at once, or denied) costs a lookup of the
+// bucket's waiter count (BenchmarkShaping).
+//
 // # Keys
 //
 // A bucket key names the rule, the algorithm and the identity:
 //
-//	<prefix>{<scope0>=<v0>}:<rule>[:<scopeI>=<vI>]...:<algorithm>   keyed rule
-//	<prefix>{<rule>}:<algorithm>                                    rule without key
+//	<prefix>{<scope0>=<v0>}:<rule>[:<scopeI>=<vI>]...:<algorithm>[:<period>]   keyed rule
+//	<prefix>{<rule>}:<algorithm>[:<period>]                                    rule without key
+//
+// A header scope is written "header.<name>" ("{tenant=acme}:r:header.x-region=eu").
+// The ":<period>" suffix is there only for a window of a limit with
+// several windows, so that windows never share state.
 //
 // The prefix is "fg:" unless WithKeyPrefix says otherwise. The "{...}" is
 // the Redis Cluster hash tag: a rule's first key scope and its value, so
@@ -117,4 +230,15 @@
 // Limiter.SetPolicy swaps a validated policy in atomically; Watch polls a
 // file's content and does so on every change. A policy that fails to load
 // leaves the one in force deciding and is reported (callback and log).
+//
+// # Shedder and concurrency settings (shedder:, concurrency:)
+//
+// A policy may also carry the load shedder's settings (a fixed or adaptive
+// capacity, the thresholds, a Fleet's) and the in-flight limiters' (a
+// Limiter's global cap, an adaptive limit's algorithm and bounds); see
+// overload.go for the keys. Load validates them with the stages' own rules
+// and names the line of any mistake. Watch applies them to the stages
+// given by WithOverload: each reload is checked against the stages before
+// anything is swapped, so a reload that a stage would refuse leaves the
+// rules and every stage as they were.
 package tiers

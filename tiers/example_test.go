@@ -48,7 +48,7 @@ rules:
 	// search [user] 10/1s
 	// tenant-plan [tenant] tier
 	// rules[0].rate: "5/minute" is not N/duration, at line 4
-	// rules[0].key[1]: unknown scope "usr" (want endpoint, user, api_key, ip or tenant), at line 5
+	// rules[0].key[1]: unknown scope "usr" (want endpoint, user, api_key, ip, tenant or header:<name>), at line 5
 }
 
 func ExampleLimiter() {
@@ -109,6 +109,6 @@ func ExampleWatch() {
 		}))
 	fmt.Println(err)
 	// Output:
-	// reloaded: 5 rules
+	// reloaded: 7 rules
 	// context deadline exceeded
 }

@@ -28,6 +28,12 @@ func FuzzLoad(f *testing.F) {
 		"rules:\n  - {name: a, rate: 1/1s, <<: {cost: 1}}\n",
 		"rules: !!binary aGVsbG8=\n", "rules:\n  - {name: a, rate: 1/1s, burst: 0x10}\n", "rules:\n  - {name: a, rate: 1/1s, burst: 99999999999999999999}\n",
 		"{? [a]: b}\n", "rules: ~\n", "tiers: {'a b': {rate: 1/1s}}\nrules: []\n",
+		// Windows, header matches and scopes, shadow and roll-out.
+		"tiers: {free: {rate: [1/1s, 10/1h], burst: [1, 5]}}\ndefault_tier: free\nrules:\n  - {name: a, key: [tenant], rate: tier}\n  - {name: b, rate: [1/1m, 2/1h, 3/24h], algorithm: fixed_window}\noverrides:\n  - {rule: a, key: {tenant: x}, rate: [5/1s, 50/1h]}\n",
+		"rules:\n  - {name: a, rate: [1/1m, 2/60s]}\n  - {name: b, rate: [], burst: [1]}\n  - {name: c, rate: [tier]}\n",
+		"rules:\n  - name: a\n    match: {method: /a.B/C, header: {X-Client: [mobile, tablet], x-b: one}, tier: [free]}\n    key: [tenant, header:x-region, header:X-Zone]\n    rate: 1/1s\ntiers: {free: {rate: 1/1s}}\noverrides:\n  - {rule: a, key: {tenant: t, header:x-region: eu, header:x-zone: a}, rate: 2/1s}\n",
+		"rules:\n  - {name: a, key: [header:authorization, header], rate: 1/1s, match: {header: {x-a: []}}}\n",
+		"shadow: true\nrules:\n  - {name: a, rate: 1/1s, enforce_percent: 10}\n  - {name: b, key: [ip], rate: 1/1s, enforce_percent: 0}\n  - {name: c, rate: 1/1s, enforce_percent: 50, shadow: true}\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -56,8 +62,16 @@ func FuzzLoad(f *testing.F) {
 		if err != nil {
 			t.Fatalf("NewLimiter rejected a loaded policy: %v", err)
 		}
+		// Every header the policy names, with a value: header rules apply.
+		var hs []floodgate.Header
+		for _, n := range l.RequestHeaders() {
+			if n == "" || strings.ToLower(n) != n {
+				t.Fatalf("RequestHeaders has %q, want lower-case names", n)
+			}
+			hs = append(hs, floodgate.Header{Name: n, Value: "v}{:"})
+		}
 		for _, m := range []string{"/a.B/C", "GET /v1/items/{id}", ""} {
-			bs := l.Buckets(nil, &floodgate.Request{Method: m, Tier: "pro", Identity: floodgate.Identity{User: "u", Tenant: "t", APIKey: "k", IP: netip.MustParseAddr("::1")}})
+			bs := l.Buckets(nil, &floodgate.Request{Method: m, Tier: "pro", Headers: hs, Identity: floodgate.Identity{User: "u", Tenant: "t", APIKey: "k", IP: netip.MustParseAddr("::1")}})
 			for _, b := range bs {
 				if err := b.Limit.Validate(); err != nil || b.Cost < 1 || b.Cost > b.Limit.Capacity() || strings.Count(b.Key, "{") != 1 {
 					t.Fatalf("bucket %+v: %v", b, err)

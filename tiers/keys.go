@@ -11,8 +11,13 @@ import (
 
 // Key format (see the package doc):
 //
-//	keyed rule:    <prefix>{<scope0>=<v0>}:<rule>[:<scopeI>=<vI>]...:<algorithm>
-//	no-key rule:   <prefix>{<rule>}:<algorithm>
+//	keyed rule:    <prefix>{<scope0>=<v0>}:<rule>[:<scopeI>=<vI>]...:<algorithm>[:<period>]
+//	no-key rule:   <prefix>{<rule>}:<algorithm>[:<period>]
+//
+// A scope is a scope name, or "header.<name>" for a header scope (names
+// are [a-z0-9_.-]). The ":<period>" suffix ("1h", as Rate.String writes
+// it) is there only for a window of a limit with several (Window), so the
+// keys of every other limit are what they always were.
 //
 // Each value v is either the escaped identity component (every byte outside
 // [A-Za-z0-9._-] written as %XX, upper-case hex) or, for API keys always
@@ -128,26 +133,32 @@ func (kb *keyBuilder) appendAPIKey(b []byte, s string) []byte {
 	return b
 }
 
-// component returns the raw identity component for scope s, and false when
-// the request does not have one (the rule then does not apply).
-func component(s Scope, method string, id *floodgate.Identity) (string, bool) {
-	switch s {
+// component returns the raw identity component for key scope j of rule
+// r, and false when the request does not have one (the rule then does not
+// apply).
+func (r *cRule) component(j int, req *floodgate.Request) (string, bool) {
+	id := &req.Identity
+	switch r.key[j] {
 	case ScopeEndpoint:
-		return method, method != ""
+		return req.Method, req.Method != ""
 	case ScopeUser:
 		return id.User, id.User != ""
 	case ScopeAPIKey:
 		return id.APIKey, id.APIKey != ""
 	case ScopeTenant:
 		return id.Tenant, id.Tenant != ""
+	case ScopeHeader:
+		return r.headerValue(j, req)
 	}
 	return "", false
 }
 
-// appendValue appends the key value for scope s of rule r, reporting
-// false when the request lacks that component.
-func (kb *keyBuilder) appendValue(b []byte, s Scope, r *cRule, method string, id *floodgate.Identity) ([]byte, bool) {
-	switch s {
+// appendValue appends the key value for key scope j of rule r, reporting
+// false when the request lacks that component. A header value is escaped
+// or hashed like every other component.
+func (kb *keyBuilder) appendValue(b []byte, j int, r *cRule, req *floodgate.Request) ([]byte, bool) {
+	id := &req.Identity
+	switch r.key[j] {
 	case ScopeIP:
 		if !id.IP.IsValid() {
 			return b, false
@@ -159,7 +170,7 @@ func (kb *keyBuilder) appendValue(b []byte, s Scope, r *cRule, method string, id
 		}
 		return kb.appendAPIKey(b, id.APIKey), true
 	}
-	v, ok := component(s, method, id)
+	v, ok := r.component(j, req)
 	if !ok {
 		return b, false
 	}
@@ -169,25 +180,25 @@ func (kb *keyBuilder) appendValue(b []byte, s Scope, r *cRule, method string, id
 // appendKeyBody appends the algorithm-independent part of a keyed rule's
 // key: "{scope0=v0}:rule[:scopeI=vI]...". It returns false, and b
 // unchanged in length, when the request lacks one of the scopes.
-func (kb *keyBuilder) appendKeyBody(b []byte, r *cRule, method string, id *floodgate.Identity) ([]byte, bool) {
+func (kb *keyBuilder) appendKeyBody(b []byte, r *cRule, req *floodgate.Request) ([]byte, bool) {
 	start := len(b)
 	b = append(b, r.head[len(r.prefix):]...)
-	return kb.appendKeyValues(b, start, r, method, id)
+	return kb.appendKeyValues(b, start, r, req)
 }
 
 // appendKeyValues appends the rest of a keyed rule's key body to b, which
 // ends with the body's opening "{scope0=" (the start of the body is at
 // b[start]), reporting false and b[:start] when the request lacks one of
 // the scopes.
-func (kb *keyBuilder) appendKeyValues(b []byte, start int, r *cRule, method string, id *floodgate.Identity) ([]byte, bool) {
-	b, ok := kb.appendValue(b, r.key[0], r, method, id)
+func (kb *keyBuilder) appendKeyValues(b []byte, start int, r *cRule, req *floodgate.Request) ([]byte, bool) {
+	b, ok := kb.appendValue(b, 0, r, req)
 	if !ok {
 		return b[:start], false
 	}
 	b = append(b, r.mid...)
 	for i := 1; i < len(r.key); i++ {
 		b = append(b, r.scopeLabels[i]...)
-		if b, ok = kb.appendValue(b, r.key[i], r, method, id); !ok {
+		if b, ok = kb.appendValue(b, i, r, req); !ok {
 			return b[:start], false
 		}
 	}

@@ -35,6 +35,9 @@ type Limiter struct {
 	// every declaration.
 	mu     sync.Mutex
 	scopes []*scopeDecl
+
+	// sh is what settlement and waiting need (shaping.go).
+	sh shaper
 }
 
 // Option configures a Limiter.
@@ -42,6 +45,7 @@ type Option func(*limiterConfig)
 
 type limiterConfig struct {
 	prefix string
+	sh     shaperConfig // shaping.go
 	errs   []error
 }
 
@@ -79,6 +83,7 @@ func NewLimiter(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
 		return nil, errors.Join(cfg.errs...)
 	}
 	l := &Limiter{store: store, prefix: cfg.prefix}
+	l.sh.init(store, cfg.sh)
 	l.pool.New = func() any { return newScratch() }
 	if err := l.SetPolicy(policy); err != nil {
 		return nil, err
@@ -93,6 +98,9 @@ func NewLimiter(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
 func (l *Limiter) SetPolicy(p *Policy) error {
 	c, err := compile(p, l.prefix, nil)
 	if err != nil {
+		return err
+	}
+	if err := l.sh.check(c); err != nil { // settle and max_wait need a Settler (shaping.go)
 		return err
 	}
 	l.mu.Lock()
@@ -157,6 +165,9 @@ type meta struct {
 	rule        int32 // index in compiled.rules
 	start, end  int32 // the bucket's key is buf[start:end]; start < 0: prebuilt
 	fromRequest bool  // cost came from Request.Cost
+	// issue 18 (windows, roll-out; see windows.go, rollout.go):
+	multi  bool // one window of a limit with several: named "<rule>/<period>"
+	shadow bool // decided as a shadow rule: Rule.Shadow, Policy.Shadow, or outside EnforcePercent
 }
 
 type scratch struct {
@@ -177,6 +188,9 @@ type scratch struct {
 	// joined in.
 	skipped []int32
 	names   []byte
+	// charged is what the takes charged, kept for rules that settle or
+	// wait (shaping.go).
+	charged charges
 }
 
 func newScratch() *scratch {
@@ -198,13 +212,12 @@ func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 	sc.metas = sc.metas[:0]
 	sc.all = sc.all[:0]
 	sc.skipped = sc.skipped[:0]
-	id := &r.Identity
 	for i := range c.rules {
 		cr := &c.rules[i]
-		if !cr.matches(r.Method) {
+		if !cr.applies(c, r) { // issue 18: method, headers, tier (match.go)
 			continue
 		}
-		m := meta{rule: int32(i), start: -1}
+		m := meta{rule: int32(i), start: -1, shadow: cr.shadow}
 		cost := cr.cost
 		if cost == 0 {
 			cost, m.fromRequest = r.Cost, true
@@ -231,18 +244,24 @@ func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 			default:
 				k = cr.defaultKey
 			}
+			m.shadow = m.shadow || !cr.enforces(nil, r) // issue 18: roll-out
+			m.multi = tl.more != nil
 			sc.metas = append(sc.metas, m)
 			sc.addBucket(k, tl.limit, cost, cr)
+			if tl.more != nil { // issue 18: the other windows (windows.go)
+				sc.addWindows(tl, m, cost, cr, 0, 0, cr.noKey)
+			}
 			continue
 		}
 		start := len(sc.buf)
 		bodyStart := start + len(cr.prefix)
 		sc.buf = append(sc.buf, cr.head...)
 		var ok bool
-		if sc.buf, ok = sc.kb.appendKeyValues(sc.buf, start, cr, r.Method, id); !ok {
+		if sc.buf, ok = sc.kb.appendKeyValues(sc.buf, start, cr, r); !ok {
 			sc.skipped = append(sc.skipped, int32(i))
 			continue
 		}
+		bodyEnd := len(sc.buf)
 		overridden := false
 		if cr.overrides != nil {
 			if o, has := cr.overrides[string(sc.buf[bodyStart:])]; has {
@@ -250,14 +269,19 @@ func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 			}
 		}
 		if !overridden && cr.cidrs != nil {
-			if o := cr.matchCIDR(r.Method, id); o != nil {
+			if o := cr.matchCIDR(r); o != nil {
 				tl = o
 			}
 		}
+		m.shadow = m.shadow || !cr.enforces(sc.buf[bodyStart:bodyEnd], r) // issue 18: roll-out
+		m.multi = tl.more != nil
 		sc.buf = append(sc.buf, tl.suffix...)
 		m.start, m.end = int32(start), int32(len(sc.buf))
 		sc.metas = append(sc.metas, m)
 		sc.addBucket("", tl.limit, cost, cr)
+		if tl.more != nil { // issue 18: the other windows (windows.go)
+			sc.addWindows(tl, m, cost, cr, start, bodyEnd, "")
+		}
 	}
 }
 
@@ -279,6 +303,7 @@ func (sc *scratch) addBucket(key string, l Limit, cost int64, cr *cRule) {
 	b.Rule = cr.name
 	b.Consistency = cr.mode
 	b.SyncInterval = cr.sync
+	b.MaxWait = cr.shape.maxWait
 }
 
 // setKeys sets the keys built in sc.buf into sc.all, with at most one
@@ -317,7 +342,11 @@ func (sc *scratch) skippedNames(c *compiled) string {
 }
 
 // Admit implements floodgate.Admitter. See the package doc for what it
-// decides. It never returns a Done: the stage holds nothing once decided.
+// decides. It returns a Done only when a rule that settles (Rule.Settle)
+// charged the request: the Done settles that charge with the request's
+// actual cost. Otherwise the stage holds nothing once decided, and the
+// path allocates nothing. A request a max_wait rule admits by booking
+// units ahead waits inside Admit, bounded by max_wait and ctx.
 func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	if r == nil {
 		return floodgate.Decision{Stage: floodgate.StageTiers}, nil, errors.New("tiers: Admit: request is nil")
@@ -331,14 +360,25 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		d := floodgate.Decision{Allowed: !denied, Stage: floodgate.StageTiers, Source: floodgate.SourcePolicy, Policy: PolicyExempt, Priority: r.Priority}
 		if denied {
 			d.Policy, d.HideQuota = PolicyDeny, true
+			if c.shadow { // issue 18: a shadow policy denies nothing
+				d.Allowed, d.Shadow = true, true
+			}
 		}
 		return d, nil, nil
 	}
 	sc := l.pool.Get().(*scratch)
 	defer l.release(sc)
 	sc.resolve(c, r)
+	if c.shaping {
+		sc.charged.reset()
+	}
 	d, err := l.decide(ctx, c, sc, r)
 	d.Skipped = sc.skippedNames(c)
+	if c.shaping && sc.charged.any() {
+		// A rule settles or waits: wait for the units booked ahead, and
+		// return the Done that settles (shaping.go).
+		return l.shape(ctx, sc, d, err)
+	}
 	return d, nil, err
 }
 
@@ -355,8 +395,8 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 		cr := &c.rules[m.rule]
 		b := &sc.all[i]
 		if m.fromRequest && b.Cost > b.Limit.Capacity() {
-			if !cr.shadow {
-				d := decision(r, cr, b, Result{Limit: b.Limit.Capacity()}, false)
+			if !m.shadow {
+				d := decision(r, cr, m, b, Result{Limit: b.Limit.Capacity()}, false)
 				return d, fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, cr.name, b.Limit.Capacity(), b.Cost)
 			}
 			if shadowDeny < 0 {
@@ -365,7 +405,7 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 			split = true
 			continue
 		}
-		split = split || cr.shadow
+		split = split || m.shadow
 	}
 	// Common case: every bucket is real and charged: Take sc.all as is
 	// (nil indices mean the identity).
@@ -382,7 +422,7 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 			if sc.metas[i].fromRequest && b.Cost > b.Limit.Capacity() {
 				continue
 			}
-			if c.rules[sc.metas[i].rule].shadow {
+			if sc.metas[i].shadow {
 				sc.shadow = append(sc.shadow, *b)
 				sc.shadowIdx = append(sc.shadowIdx, int32(i))
 			} else {
@@ -405,6 +445,9 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 	)
 	if len(real) > 0 {
 		clear(res)
+		if c.shaping {
+			l.bookAhead(ctx, c, sc, real, realIdx) // waits: deadline and waiter cap (shaping.go)
+		}
 		allowed, err := l.store.Take(ctx, real, res[:len(real)])
 		if err != nil {
 			allowed = DecideUnavailable(real, res[:len(real)], nil)
@@ -428,16 +471,22 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 				return d, nil
 			}
 			haveD = true
+			if c.shaping {
+				sc.charged.note(c, sc, real, realIdx, res[:len(real)], false) // shaping.go
+			}
 		}
 	}
 	if shadowDeny >= 0 {
 		b := &sc.all[shadowDeny]
-		sd := decision(r, &c.rules[sc.metas[shadowDeny].rule], b, Result{Limit: b.Limit.Capacity()}, true)
+		sd := decision(r, &c.rules[sc.metas[shadowDeny].rule], &sc.metas[shadowDeny], b, Result{Limit: b.Limit.Capacity()}, true)
 		return sd, errOut
 	}
 	if len(shadow) > 0 {
 		clear(res)
 		allowed, err := l.store.Take(ctx, shadow, res[:len(shadow)])
+		if c.shaping && err == nil && allowed {
+			sc.charged.note(c, sc, shadow, shadowIdx, res[:len(shadow)], true) // shaping.go
+		}
 		switch {
 		case err != nil:
 			errOut = errors.Join(errOut, fmt.Errorf("tiers: shadow rules not decided: %w", err))
@@ -493,8 +542,9 @@ func bind(r *floodgate.Request, c *compiled, sc *scratch, idx []int32, res []Res
 	if idx != nil {
 		k = int(idx[best])
 	}
-	d := decision(r, &c.rules[sc.metas[k].rule], &sc.all[k], res[best], false)
+	d := decision(r, &c.rules[sc.metas[k].rule], &sc.metas[k], &sc.all[k], res[best], false)
 	d.Allowed = allowed
+	d.SetQuotas(sc.quotas(c, idx, res, best, allowed)) // issue 18: every window (windows.go)
 	return d
 }
 
@@ -505,7 +555,7 @@ func later(a, b time.Duration) bool {
 	return a == Never || a > b
 }
 
-func decision(r *floodgate.Request, cr *cRule, b *Bucket, res Result, shadow bool) floodgate.Decision {
+func decision(r *floodgate.Request, cr *cRule, m *meta, b *Bucket, res Result, shadow bool) floodgate.Decision {
 	src := res.Source
 	if src == "" {
 		src = floodgate.SourceStore
@@ -514,7 +564,7 @@ func decision(r *floodgate.Request, cr *cRule, b *Bucket, res Result, shadow boo
 		Allowed:    shadow,
 		Stage:      floodgate.StageTiers,
 		Source:     src,
-		Policy:     cr.name,
+		Policy:     cr.policyName(m, b), // issue 18: "<rule>/<period>" for a window of several
 		Limit:      res.Limit,
 		Window:     b.Limit.Period,
 		Remaining:  res.Remaining,

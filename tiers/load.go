@@ -266,7 +266,7 @@ func (d *decoder) algorithm(n *yaml.Node, path string) Algorithm {
 
 func (d *decoder) policy(n *yaml.Node, p *Policy) {
 	if n.Kind != yaml.MappingNode {
-		d.fail("", n, "a policy must be a mapping (tiers, default_tier, rules, overrides, methods, exempt, deny), got %s", kindName(n))
+		d.fail("", n, "a policy must be a mapping (tiers, default_tier, rules, overrides, methods, exempt, deny, shadow), got %s", kindName(n))
 		return
 	}
 	haveRules := false
@@ -297,6 +297,12 @@ func (d *decoder) policy(n *yaml.Node, p *Policy) {
 			p.Exempt = d.nets(v, fp)
 		case "deny":
 			p.Deny = d.nets(v, fp)
+		case "shadow":
+			p.Shadow = d.boolean(v, fp)
+		case "rls": // issue 20 (rls_decode.go)
+			d.rls(v, fp, p)
+		case "shedder", "concurrency": // issue 19 (overload.go)
+			d.overload(key, v, fp, p)
 		default:
 			return false
 		}
@@ -328,12 +334,13 @@ func (d *decoder) tiers(n *yaml.Node, path string, p *Policy) {
 		}
 		d.at(tp, v)
 		var t Tier
+		var rs rateSpec
 		d.fields(v, tp, func(key string, fv *yaml.Node, fp string) bool {
 			switch key {
 			case "rate":
-				t.Rate = d.rate(fv, fp)
+				d.rateField(fv, fp, &rs)
 			case "burst":
-				t.Burst, _ = d.integer(fv, fp)
+				d.burstField(fv, fp, &rs)
 			case "algorithm":
 				t.Algorithm = d.algorithm(fv, fp)
 			default:
@@ -341,6 +348,7 @@ func (d *decoder) tiers(n *yaml.Node, path string, p *Policy) {
 			}
 			return true
 		})
+		t.Rate, t.Burst, t.Windows = d.windows(tp, &rs)
 		p.Tiers[name] = t
 	}
 }
@@ -348,6 +356,8 @@ func (d *decoder) tiers(n *yaml.Node, path string, p *Policy) {
 func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 	d.at(path, n)
 	var algNode *yaml.Node
+	var rs rateSpec
+	defer func() { r.Rate, r.Burst, r.Windows = d.windows(path, &rs) }()
 	d.fields(n, path, func(key string, v *yaml.Node, fp string) bool {
 		if key == "algorithm" {
 			algNode = v
@@ -356,19 +366,7 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 		case "name":
 			r.Name, _ = d.str(v, fp)
 		case "match":
-			d.fields(v, fp, func(mk string, mv *yaml.Node, mp string) bool {
-				if mk != "method" {
-					return false
-				}
-				r.Match.Method, _ = d.str(mv, mp)
-				if r.Match.Method == "" {
-					d.fail(mp, mv, "must not be empty (omit match to apply the rule to every method)")
-				}
-				return true
-			})
-			if v.Kind == yaml.MappingNode && len(v.Content) == 0 {
-				d.fail(fp, v, "must name a method (omit match to apply the rule to every method)")
-			}
+			d.match(v, fp, &r.Match)
 		case "key":
 			if !d.kind(v, fp, yaml.SequenceNode, "a list") {
 				return true
@@ -382,6 +380,16 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 					r.Key = append(r.Key, 0)
 					continue
 				}
+				if h, isHeader := strings.CutPrefix(s, "header:"); isHeader {
+					r.Key = append(r.Key, ScopeHeader)
+					r.KeyHeaders = append(r.KeyHeaders, h) // checked with the rule
+					continue
+				}
+				if s == "header" {
+					d.fail(sp, sn, "name the header: header:<name> (header:x-region)")
+					r.Key = append(r.Key, 0)
+					continue
+				}
 				sc, err := ParseScope(s)
 				if err != nil {
 					d.fail(sp, sn, "%s", err.Error())
@@ -389,13 +397,15 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 				r.Key = append(r.Key, sc) // 0 when unknown: keeps later indices right
 			}
 		case "rate":
-			r.Rate = d.rate(v, fp)
+			d.rateField(v, fp, &rs)
 		case "burst":
-			r.Burst, _ = d.integer(v, fp)
+			d.burstField(v, fp, &rs)
 		case "algorithm":
 			r.Algorithm = d.algorithm(v, fp)
 		case "cost":
 			r.Cost, _ = d.integer(v, fp)
+		case "enforce_percent":
+			r.EnforcePercent = d.percent(v, fp)
 		case "hide_quota":
 			r.HideQuota = d.boolean(v, fp)
 		case "shadow":
@@ -433,12 +443,14 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 		case "ipv6_prefix":
 			n, _ := d.integer(v, fp)
 			r.IPv6Prefix = int(min(n, 1<<16))
+		case "settle", "max_wait", "max_waiters": // issue 18 (shaping.go)
+			d.shaping(key, v, fp, r)
 		default:
 			return false
 		}
 		return true
 	})
-	if algNode != nil && r.Rate.Tier && r.Algorithm == TokenBucket {
+	if algNode != nil && rs.rate.Tier && r.Algorithm == TokenBucket {
 		// Go's zero value cannot tell an explicit token_bucket from none:
 		// catch it here so a tier's algorithm is never silently contradicted.
 		d.fail(path+".algorithm", algNode, `must not be set when rate is "tier" (the tier sets it)`)
@@ -447,6 +459,8 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 
 func (d *decoder) override(n *yaml.Node, path string, o *Override) {
 	d.at(path, n)
+	var rs rateSpec
+	defer func() { o.Rate, o.Burst, o.Windows = d.windows(path, &rs) }()
 	d.fields(n, path, func(key string, v *yaml.Node, fp string) bool {
 		switch key {
 		case "rule":
@@ -454,7 +468,19 @@ func (d *decoder) override(n *yaml.Node, path string, o *Override) {
 		case "key":
 			o.Key = map[Scope]string{}
 			d.fields(v, fp, func(sk string, sv *yaml.Node, sp string) bool {
+				if h, isHeader := strings.CutPrefix(sk, "header:"); isHeader {
+					if val, ok := d.str(sv, sp); ok {
+						if o.KeyHeaders == nil {
+							o.KeyHeaders = map[string]string{}
+						}
+						o.KeyHeaders[h] = val
+					}
+					return true
+				}
 				sc, err := ParseScope(sk)
+				if err == nil && sc == ScopeHeader {
+					err = errors.New("name the header: header:<name> (header:x-region)")
+				}
 				if err != nil {
 					d.fail(sp, sv, "%s", err.Error())
 					return true
@@ -465,9 +491,9 @@ func (d *decoder) override(n *yaml.Node, path string, o *Override) {
 				return true
 			})
 		case "rate":
-			o.Rate = d.rate(v, fp)
+			d.rateField(v, fp, &rs)
 		case "burst":
-			o.Burst, _ = d.integer(v, fp)
+			d.burstField(v, fp, &rs)
 		case "algorithm":
 			a := d.algorithm(v, fp)
 			o.Algorithm = &a

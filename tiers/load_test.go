@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +18,17 @@ func TestLoadDesignPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(p.Rules), 5; got != want {
+	if got, want := len(p.Rules), 7; got != want {
 		t.Fatalf("len(Rules) = %d, want %d", got, want)
+	}
+	mobile, export := p.Rules[5], p.Rules[6]
+	if !reflect.DeepEqual(mobile.Match.Header, map[string][]string{"x-client-type": {"ios", "android"}}) {
+		t.Errorf("rules[5].match.header = %v", mobile.Match.Header)
+	}
+	if !reflect.DeepEqual(export.Key, []tiers.Scope{tiers.ScopeTenant, tiers.ScopeHeader}) || !reflect.DeepEqual(export.KeyHeaders, []string{"x-region"}) ||
+		!reflect.DeepEqual(export.Windows, []tiers.Window{{Rate: tiers.Rate{N: 10, Period: time.Minute}, Burst: 10}, {Rate: tiers.Rate{N: 100, Period: 24 * time.Hour}, Burst: 100}}) ||
+		export.Rate != (tiers.Rate{}) || export.EnforcePercent != 50 {
+		t.Errorf("rules[6] = %+v", export)
 	}
 	login := p.Rules[0]
 	if login.Name != "login-ip-user" || login.Match.Method != "/auth.v1.Auth/Login" ||
@@ -34,7 +44,7 @@ func TestLoadDesignPolicy(t *testing.T) {
 	if !p.Rules[3].Rate.Tier || p.DefaultTier != "free" {
 		t.Errorf("rules[3].Rate = %+v, DefaultTier = %q", p.Rules[3].Rate, p.DefaultTier)
 	}
-	if got := p.Tiers["pro"]; got != (tiers.Tier{Rate: tiers.Rate{N: 5000, Period: time.Hour}, Burst: 100}) {
+	if got := p.Tiers["pro"]; !reflect.DeepEqual(got, tiers.Tier{Rate: tiers.Rate{N: 5000, Period: time.Hour}, Burst: 100}) {
 		t.Errorf("tiers.pro = %+v", got)
 	}
 	if len(p.Overrides) != 1 || p.Overrides[0].Key[tiers.ScopeTenant] != "acme" || p.Overrides[0].Rate.N != 20000 {
@@ -58,7 +68,7 @@ func TestLoadErrors(t *testing.T) {
 		{"empty", "", "policy is empty"},
 		{"syntax", "rules: [\n", "invalid YAML: did not find expected node content, at line 1"},
 		{"two documents", "rules: []\n---\nrules: []\n", "a policy is one YAML document; found another, at line 2"},
-		{"not a mapping", "- a\n", "a policy must be a mapping (tiers, default_tier, rules, overrides, methods, exempt, deny), got a list, at line 1"},
+		{"not a mapping", "- a\n", "a policy must be a mapping (tiers, default_tier, rules, overrides, methods, exempt, deny, shadow), got a list, at line 1"},
 		{"rules missing", "tiers: {}\n", `rules: required (write "rules: []" for a policy without rules), at line 1`},
 		{"unknown top-level field", "rulez: []\nrules: []\n", "rulez: unknown field, at line 1"},
 		{"unknown rule field", rule + "    rate: 1/1s\n    retries: 3\n", "rules[0].retries: unknown field, at line 4"},
@@ -81,12 +91,12 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown fail mode", rule + "    rate: 10/1s\n    on_store_error: maybe\n", `rules[0].on_store_error: unknown on_store_error "maybe" (want local, open or closed), at line 4`},
 		{"bool not bool", rule + "    rate: 1/1s\n    shadow: yes\n", `rules[0].shadow: must be true or false, got "yes", at line 4`},
 		{"unknown and repeated scopes", rule + "    rate: 1/1s\n    key: [usr, ip, ip]\n",
-			"rules[0].key[0]: unknown scope \"usr\" (want endpoint, user, api_key, ip or tenant), at line 4\n" +
+			"rules[0].key[0]: unknown scope \"usr\" (want endpoint, user, api_key, ip, tenant or header:<name>), at line 4\n" +
 				"rules[0].key[2]: scope \"ip\" is repeated, at line 4"},
 		{"key not a list", rule + "    rate: 1/1s\n    key: ip\n", `rules[0].key: must be a list, got "ip", at line 4`},
 		{"method neither gRPC nor HTTP", rule + "    rate: 1/1s\n    match: {method: search}\n", `rules[0].match.method: "search" is neither a gRPC method (/pkg.Svc/Method) nor an HTTP route (GET /path), at line 4`},
 		{"method bad glob", rule + "    rate: 1/1s\n    match: {method: '/a/['}\n", `rules[0].match.method: "/a/[" is not a valid glob: syntax error in pattern, at line 4`},
-		{"empty match", rule + "    rate: 1/1s\n    match: {}\n", "rules[0].match: must name a method (omit match to apply the rule to every method), at line 4"},
+		{"empty match", rule + "    rate: 1/1s\n    match: {}\n", "rules[0].match: must name a method, header or tier (omit match to apply the rule to every request), at line 4"},
 		{"tier without default_tier", "tiers: {free: {rate: 1/1s}}\n" + rule + "    key: [tenant]\n    rate: tier\n", `rules[0].rate: "tier" needs default_tier, which is not set, at line 5`},
 		{"unknown default_tier", "tiers: {free: {rate: 1/1s}}\ndefault_tier: gold\n" + rule + "    key: [tenant]\n    rate: tier\n", `default_tier: "gold" is not one of the tiers, at line 2`},
 		{"burst on tier rule", "tiers: {free: {rate: 1/1s}}\ndefault_tier: free\n" + rule + "    key: [tenant]\n    rate: tier\n    burst: 3\n", `rules[0].burst: must not be set when rate is "tier" (the tier sets it), at line 7`},

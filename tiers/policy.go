@@ -50,6 +50,22 @@ type Policy struct {
 	// cure it). An address in both Deny and Exempt is denied. The same
 	// form as Exempt.
 	Deny []netip.Prefix
+	// Shadow runs the whole policy in dry-run mode: every rule is decided
+	// and reported as a shadow rule (Rule.Shadow), and the deny list is
+	// reported (Decision.Shadow, Policy PolicyDeny) without denying.
+	// Nothing is denied. It follows reloads like every other field.
+	Shadow bool
+	// RLS maps the descriptors of a gateway's rate-limit calls (Envoy's
+	// RateLimitService, package github.com/floodgate-go/floodgate/rls) to
+	// the rules, so the edge and the services spend one budget; see
+	// RLSDomain. YAML: rls. Services ignore it.
+	RLS []RLSDomain
+	// Shedder and Concurrency are the load shedder's and the in-flight
+	// limiters' settings (YAML: shedder, concurrency; issue 19, see
+	// overload.go), applied to the stages by Watch with WithOverload.
+	// nil when the file has no such section.
+	Shedder     *ShedderSection
+	Concurrency *ConcurrencySection
 }
 
 // Decision.Policy of the requests decided by the policy's address lists.
@@ -75,9 +91,39 @@ type Tier struct {
 	// Burst is the capacity for TokenBucket and GCRA; 0 means Rate.N.
 	// It must be 0 for the window algorithms, which have no burst.
 	Burst int64
+	// Windows, instead of Rate and Burst, gives the tier several windows
+	// (100 a minute and 1000 an hour); see Window.
+	Windows []Window
 	// Algorithm counts the tier's buckets; the zero value is TokenBucket.
 	Algorithm Algorithm
 }
+
+// Window is one window of a limit with several: a Tier, Rule or Override
+// whose Windows is set instead of its Rate and Burst. In YAML it is a list
+// of rates, with an optional list of bursts of the same length:
+//
+//	rate: [100/1m, 1000/1h]
+//	burst: [20, 1000]
+//
+// Every window is its own bucket, counted by the owner's algorithm, and a
+// level of the same all-or-nothing take: a request passes only if every
+// window of every matching rule admits it, and a deny by one window
+// charges no other. The windows of one limit must have distinct periods,
+// at most MaxWindows of them. A limit with several windows names each
+// "<rule>/<period>" ("tenant-plan/1h", the period as written by
+// Rate.String) in decisions, quota headers and QuotaFailure, and keys each
+// bucket by its period too (see the package doc); a limit with one window,
+// written either way, is named and keyed by the rule alone.
+type Window struct {
+	// Rate is N per period; it cannot be "tier".
+	Rate Rate
+	// Burst is the window's capacity for TokenBucket and GCRA; 0 means
+	// Rate.N. It must be 0 for the window algorithms.
+	Burst int64
+}
+
+// MaxWindows is the most windows one limit may have.
+const MaxWindows = 8
 
 // Rate is "N per Period", or, when Tier is true, "whatever the caller's plan
 // tier says". In YAML it is written "N/duration" ("10/1s", "100/1h",
@@ -158,9 +204,14 @@ const (
 	ScopeIP
 	// ScopeTenant keys on Identity.Tenant.
 	ScopeTenant
+	// ScopeHeader keys on the value of a header or gRPC metadata key
+	// (Request.Headers), named by Rule.KeyHeaders; written
+	// "header:<name>" in YAML. The client chooses that value unless an
+	// edge proxy sets it: it is no identity (see Rule.KeyHeaders).
+	ScopeHeader
 )
 
-var scopeNames = [...]string{"", "endpoint", "user", "api_key", "ip", "tenant"}
+var scopeNames = [...]string{"", "endpoint", "user", "api_key", "ip", "tenant", "header"}
 
 // String returns the policy-file name of s.
 func (s Scope) String() string {
@@ -172,14 +223,16 @@ func (s Scope) String() string {
 
 func (s Scope) valid() bool { return s >= ScopeEndpoint && int(s) < len(scopeNames) }
 
-// ParseScope parses a scope name: endpoint, user, api_key, ip or tenant.
+// ParseScope parses a scope name: endpoint, user, api_key, ip, tenant or
+// header (the kind of every header scope; a rule names its header in
+// Rule.KeyHeaders).
 func ParseScope(s string) (Scope, error) {
 	for i := 1; i < len(scopeNames); i++ {
 		if scopeNames[i] == s {
 			return Scope(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown scope %q (want endpoint, user, api_key, ip or tenant)", s)
+	return 0, fmt.Errorf("unknown scope %q (want endpoint, user, api_key, ip, tenant or header:<name>)", s)
 }
 
 // Match selects the requests a rule applies to. The zero Match matches
@@ -191,7 +244,25 @@ type Match struct {
 	// HTTP route pattern exactly (braces are literal), and
 	// "* /v1/items/{id}" matches that route for every HTTP method. It must
 	// start with '/' or with an upper-case HTTP method (or '*') and a space.
+	// Empty matches every method.
 	Method string
+	// Header maps header (gRPC metadata) names to the values that match:
+	// the request matches when, for every name, the first value it sent
+	// of that header is one of the listed values (exact, case-sensitive
+	// comparison). Names are case-insensitive ([A-Za-z0-9_.-]; lower-case
+	// in Request.Headers); a request without the header, or that sent it
+	// empty, does not match. The transport copies the headers a policy names into
+	// Request.Headers (package interceptor does). A client chooses its
+	// headers: a header match selects the limit a well-behaved client
+	// gets (mobile apps, a partner's integration), and a client that
+	// drops or changes the header escapes the rule, so keep a rule that
+	// does not depend on it as the safety net.
+	Header map[string][]string
+	// Tier lists plan tiers: the request matches when its tier, as rules
+	// with rate "tier" see it (Request.Tier when it is one of the
+	// policy's tiers, else DefaultTier), is one of them. Each must be a
+	// tier of the policy.
+	Tier []string
 }
 
 // Rule is one level of the hierarchy.
@@ -205,12 +276,30 @@ type Rule struct {
 	// significant first (the first one is the Redis Cluster hash tag).
 	// Empty means one bucket for every request the rule matches.
 	Key []Scope
+	// KeyHeaders names, in order, the header (gRPC metadata key) of each
+	// ScopeHeader in Key: Key [ScopeTenant, ScopeHeader] with KeyHeaders
+	// ["x-region"] is written key: [tenant, header:x-region] in YAML.
+	// Names are case-insensitive, [A-Za-z0-9_.-], distinct, and not one
+	// whose value the policy must not key on (authorization, cookie,
+	// proxy-authorization: use api_key; forwarded, x-forwarded-for,
+	// x-real-ip: use ip, resolved through trusted proxies only; host).
+	// Values are escaped or hashed like every identity component. A
+	// request without the header does not apply the rule (it is named in
+	// Decision.Skipped). The client chooses the value, so a header scope
+	// is no identity: every value is a fresh bucket, and a client that
+	// rotates values multiplies its budget. Key on a header only next to
+	// a scope the client cannot choose (tenant, user, api_key, ip), and
+	// keep a rule on that scope alone to cap the total.
+	KeyHeaders []string
 	// Rate is N per period, or "tier" for the caller's plan tier.
 	Rate Rate
 	// Burst is the capacity for TokenBucket and GCRA; 0 means Rate.N. It
 	// must be 0 for the window algorithms and for rate "tier" (the tier
 	// sets it).
 	Burst int64
+	// Windows, instead of Rate and Burst, gives the rule several windows;
+	// see Window. Not with rate "tier" (the tier may have windows).
+	Windows []Window
 	// Algorithm counts the rule's buckets; the zero value is TokenBucket.
 	// It must be TokenBucket (unset) for rate "tier": the tier sets it.
 	Algorithm Algorithm
@@ -227,6 +316,18 @@ type Rule struct {
 	// Shadow runs the rule in dry-run mode: it is decided and reported but
 	// never denies.
 	Shadow bool
+	// EnforcePercent, when in [1, 99], rolls the rule out gradually: it
+	// denies only requests whose key falls in that share of all keys, and
+	// acts as a shadow rule (Shadow) for the others, whose denials are
+	// reported with Decision.Shadow. 0 means 100: the rule is enforced for
+	// every request (a rule enforced for none is a Shadow rule). The share
+	// is chosen by a hash of the rule's name and the request's bucket key
+	// body (its identity values: no prefix, algorithm or window), or, for
+	// a rule without key, of the rule's name and the request's identity
+	// (tenant, user, API key, client address): the same principal is
+	// enforced on every instance and every request, and raising the
+	// percentage only adds principals.
+	EnforcePercent int
 	// CacheDenials lets stores answer "still denied" locally until the
 	// retry-after passes.
 	CacheDenials bool
@@ -246,7 +347,38 @@ type Rule struct {
 	// key has ip. An IPv4-mapped IPv6 address (::ffff:192.0.2.1) is the
 	// IPv4 address it maps.
 	IPv4Prefix, IPv6Prefix int
+	// Settle makes the rule's charge an estimate, settled when the
+	// request ends: the request is charged the rule's cost (the cost
+	// resolution above: the rule's own, else the request's, else 1) when
+	// admitted, and when it ends with an actual cost (floodgate.ReportCost,
+	// Result.HasCost) the difference is charged or refunded on the rule's
+	// bucket; a request a later stage denied (floodgate.Ignored) is
+	// refunded its whole charge. Any algorithm (see Algorithm,
+	// "Settlement"); the store must be a Settler. See the package doc.
+	Settle bool
+	// MaxWait, when positive, shapes instead of denying: a request the
+	// rule would deny, but whose units arrive within MaxWait (and before
+	// its context's deadline), is admitted after waiting for them, its
+	// units booked at once so waiters are served in order. At most
+	// MaxMaxWait; TokenBucket or GCRA only (for rate "tier", in every
+	// tier, and in every override); not with consistency leased. The
+	// store must be a Settler (a cancelled wait gives its units back).
+	// Named so it cannot be confused with the client interceptor's
+	// WithMaxDelay, which is how long a client waits before retrying.
+	MaxWait time.Duration
+	// MaxWaiters caps the requests of one bucket waiting at once in this
+	// process (0: DefaultMaxWaiters); only with MaxWait. A request that
+	// would wait beyond the cap is decided as if the rule had no MaxWait.
+	MaxWaiters int
 }
+
+// DefaultMaxWaiters is a max_wait rule's cap on the requests of one bucket
+// waiting at once in one process, unless Rule.MaxWaiters says otherwise;
+// MaxMaxWaiters is the largest cap allowed.
+const (
+	DefaultMaxWaiters = 64
+	MaxMaxWaiters     = 1 << 20
+)
 
 // Bounds and default of Rule.SyncInterval.
 const (
@@ -259,8 +391,9 @@ const (
 type Override struct {
 	// Rule names the rule.
 	Rule string
-	// Key gives a value for exactly the scopes of the rule's key. API key
-	// values are the raw key (it is hashed like a request's). An IP value
+	// Key gives a value for exactly the scopes of the rule's key but its
+	// header scopes (KeyHeaders). API key values are the raw key (it is
+	// hashed like a request's). An IP value
 	// is an address or a CIDR ("198.51.100.0/24": an office range), and
 	// the override applies to every request whose address is inside it,
 	// each client prefix keeping its own bucket at the override's rate.
@@ -269,10 +402,17 @@ type Override struct {
 	// address of one bucket must meet one limit. Where several CIDR
 	// overrides contain an address, the longest prefix wins.
 	Key map[Scope]string
+	// KeyHeaders gives a value for each header scope of the rule's key,
+	// by header name (case-insensitive): key: {tenant: acme,
+	// "header:x-region": eu} in YAML.
+	KeyHeaders map[string]string
 	// Rate is the key's rate; it cannot be "tier".
 	Rate Rate
 	// Burst as in Rule; 0 means Rate.N.
 	Burst int64
+	// Windows, instead of Rate and Burst, gives the key several windows;
+	// see Window.
+	Windows []Window
 	// Algorithm, when non-nil, counts the key's bucket; nil means the
 	// rule's algorithm (TokenBucket for a rule whose rate is "tier"). An
 	// override with another algorithm than the rule's starts from fresh

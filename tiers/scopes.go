@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 )
 
@@ -38,7 +39,9 @@ type scopeDecl struct {
 // match names only the other transport's calls is not checked (gRPC
 // methods start with '/', HTTP routes with a verb or '*'). resolvable
 // names the scopes the transport fills: endpoint, user, api_key, ip,
-// tenant.
+// tenant, and header when it copies the headers the policy names
+// (RequestHeaders) into Request.Headers: a rule keyed on a header scope,
+// or matching on a header, needs it.
 //
 // Every rule of the policy in force, and of every policy later swapped in,
 // that the transport may see and whose key needs a scope outside
@@ -93,7 +96,12 @@ func (d *scopeDecl) check(c *compiled) error {
 		if !d.sees(cr) {
 			continue
 		}
-		for _, s := range cr.key {
+		need := cr.key
+		if cr.cond != nil && len(cr.cond.headers) > 0 && !slices.Contains(need, ScopeHeader) {
+			// A header match needs the headers as a header scope does.
+			need = append(slices.Clone(need), ScopeHeader)
+		}
+		for _, s := range need {
 			if d.resolvable&(1<<s) != 0 {
 				continue
 			}
@@ -147,6 +155,8 @@ func scopeHint(s Scope) string {
 		return "configure interceptor.WithAPIKey"
 	case ScopeIP:
 		return "the transport has no client address"
+	case ScopeHeader:
+		return "the transport does not copy the policy's headers (Limiter.RequestHeaders) into Request.Headers"
 	}
 	return "the transport names no method"
 }

@@ -89,8 +89,48 @@ import (
 // admitted: every Store denies it, charges nothing, and reports
 // RetryAfter == Never. A cost of 0 reads a bucket without charging it.
 // Reset and RetryAfter too large for a time.Duration are reported as the
-// largest Duration. Remaining is never negative (a lowered limit can leave
-// more units counted than the new limit).
+// largest Duration. Remaining is never negative (a lowered limit, a
+// settlement's debt or units booked ahead can leave more units counted
+// than the limit, or a token bucket below 0 tokens).
+//
+// Waiting (Bucket.MaxWait = M µs, TokenBucket and GCRA only; M = 0 is the
+// arithmetic above). A bucket that would deny admits the cost when its
+// units arrive within M, by booking them now, so later takes see them
+// spent and queue behind (x/time/rate's Reserve):
+//
+//	TokenBucket: wait = c <= tokens ? 0 : ceil(((c - tokens) * P) / N)   (f, then ceil)
+//	             allow iff c <= B and wait <= M; then tokens = tokens - c (below 0: booked ahead)
+//	GCRA:        wait = tat1 - t <= B * T + GCRASlack ? 0 : ceil(tat1 - t - B * T - GCRASlack)
+//	             allow iff c <= B and wait <= M; then tat = tat1
+//
+// An allowed bucket reports its wait in Result.Wait (remaining and reset
+// as after the charge); a denied one reports RetryAfter as without M (the
+// wait until it would admit at once). The window algorithms cannot book
+// ahead (their state is one window's count, not a time): a bucket of
+// theirs with MaxWait is refused by ValidateTake.
+//
+// Settlement (Settler.Settle; d = the bucket's signed Cost: d > 0 charges
+// d more units, d < 0 gives -d back). Nothing is denied: a charge that
+// overdraws the bucket is debt, which later takes wait out. At the
+// store's now, with the state read as a take reads it:
+//
+//	TokenBucket:          tokens = min(B, tokens + (elapsed * N) / P)   (the refill, as a take does)
+//	                      tokens = min(B, tokens - d), ts = now          (below 0: debt)
+//	GCRA:                 d > 0: tat = max(tat, t) + d * T               (beyond B * T: debt)
+//	                      d < 0: tat = max(t, tat + d * T)               (never before now)
+//	FixedWindow:          count = max(0, count + d)                      (the current window's)
+//	SlidingWindowCounter: curr = max(0, curr + d)                        (the current window's)
+//	SlidingWindowLog:     d > 0: record d timestamps equal to now
+//	                      d < 0: drop the -d newest timestamps in the window
+//
+// So the window algorithms settle in the window current at settlement: a
+// request admitted in one window and settled in the next counts its
+// estimate in the first and the difference in the second (its actual cost
+// over the two), and a refund never takes more than the current window
+// holds; a debt beyond L denies the rest of that window (the sliding
+// counter carries it, weighted, into the next). A bucket whose state is
+// absent is full: a refund leaves it absent, a charge starts it from full.
+// The state's TTL becomes what a take leaving that state would set.
 type Algorithm uint8
 
 // Algorithms. The zero value is TokenBucket, the default.
@@ -289,6 +329,13 @@ type Bucket struct {
 	// SyncInterval is how often an Async bucket's hits are reported to
 	// the store (0 for other consistencies).
 	SyncInterval time.Duration
+	// MaxWait, when positive, lets a bucket that would deny admit the
+	// cost by booking units that arrive within MaxWait (TokenBucket and
+	// GCRA only; see Algorithm): the take charges now and the bucket's
+	// Result.Wait says how long the request must wait before it
+	// proceeds. 0 means no waiting. It is rounded down to whole
+	// microseconds.
+	MaxWait time.Duration
 }
 
 // GCRAEpoch is the origin, in Unix microseconds, of GCRA's stored times:
@@ -317,6 +364,10 @@ type Result struct {
 	// RetryAfter is, for a bucket that denies, the wait until it would
 	// admit the same cost; Never when it never can. 0 when Allowed.
 	RetryAfter time.Duration
+	// Wait is, for a bucket that allowed only by booking units ahead
+	// (Bucket.MaxWait) in a Take that charged, how long until those units
+	// are there: the request must not proceed before. 0 otherwise.
+	Wait time.Duration
 	// Source is what decided this bucket; the zero value means
 	// floodgate.SourceStore.
 	Source floodgate.Source
@@ -325,7 +376,11 @@ type Result struct {
 // Store keeps bucket state and decides hierarchical takes atomically.
 //
 // Take charges every bucket its Cost if and only if every bucket allows it;
-// otherwise it charges nothing. It writes one Result per bucket into res,
+// otherwise it charges nothing. A bucket with MaxWait allows by booking
+// units that arrive within it (see Algorithm): the Take then charges, and
+// the caller must hold the request for the largest Result.Wait before it
+// proceeds (or give the units back with Settler.Settle if it does not).
+// It writes one Result per bucket into res,
 // which must have len(res) >= len(buckets), and reports whether the take
 // was allowed. An error means the store could not decide (res is then
 // undefined); a deny is never an error. Arguments that ValidateTake

@@ -15,7 +15,10 @@
 // `-redis-fault pause@8s:3s`.
 //
 // validate checks policy files and prints every error with its field and
-// line; it exits 1 if any file is invalid.
+// line; it exits 1 if any file is invalid. For a valid file it notes what
+// an operator should know before deploying it: a shadow policy (denies
+// nothing), rules enforced for a share of their keys (enforce_percent) or
+// in shadow, and the headers the policy reads.
 package main
 
 import (
@@ -27,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,8 +99,46 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: ok (%d rules, %d tiers, %d overrides)\n", path, len(p.Rules), len(p.Tiers), len(p.Overrides))
+		for _, note := range policyNotes(p) {
+			fmt.Fprintf(stdout, "  %s\n", note)
+		}
 	}
 	return code
+}
+
+// policyNotes are what an operator should know of a valid policy before
+// deploying it: that it denies nothing (shadow), which rules deny for a
+// share of their keys only (enforce_percent), and which headers, chosen
+// by clients, it reads.
+func policyNotes(p *tiers.Policy) []string {
+	var notes []string
+	if p.Shadow {
+		notes = append(notes, "shadow: every rule is decided and reported, none denies")
+	}
+	headers := map[string]bool{}
+	for _, r := range p.Rules {
+		if r.EnforcePercent > 0 && r.EnforcePercent < 100 && !r.Shadow && !p.Shadow {
+			notes = append(notes, fmt.Sprintf("rule %s: enforced for %d%% of its keys, reported only for the others", r.Name, r.EnforcePercent))
+		}
+		if r.Shadow && !p.Shadow {
+			notes = append(notes, fmt.Sprintf("rule %s: shadow, reported only", r.Name))
+		}
+		for h := range r.Match.Header {
+			headers[strings.ToLower(h)] = true
+		}
+		for _, h := range r.KeyHeaders {
+			headers[strings.ToLower(h)] = true
+		}
+	}
+	if len(headers) > 0 {
+		names := make([]string, 0, len(headers))
+		for h := range headers {
+			names = append(names, h)
+		}
+		slices.Sort(names)
+		notes = append(notes, "reads headers "+strings.Join(names, ", ")+" (clients choose them: they select and split limits, they are no identity)")
+	}
+	return notes
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {

@@ -101,3 +101,40 @@ func TestDemoFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateNotes: a valid policy's shadow mode, partial roll-outs and
+// the client headers it reads are printed under its verdict; a bad match
+// is named with its line.
+func TestValidateNotes(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "rollout.yaml")
+	os.WriteFile(good, []byte(`rules:
+  - name: search-mobile
+    match: {header: {X-Client-Type: [ios]}}
+    key: [ip, header:x-region]
+    rate: [5/1s, 100/1h]
+    enforce_percent: 10
+  - {name: dry, key: [ip], rate: 1/1s, shadow: true}
+`), 0o644)
+	shadow := filepath.Join(dir, "shadow.yaml")
+	os.WriteFile(shadow, []byte("shadow: true\nrules:\n  - {name: ip, key: [ip], rate: 1/1s, enforce_percent: 10}\n"), 0o644)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("rules:\n  - name: a\n    rate: 1/1s\n    match:\n      header: {cookie: [x]}\n"), 0o644)
+
+	var out, errOut bytes.Buffer
+	if code := run([]string{"validate", good, shadow, bad}, &out, &errOut); code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, errOut.String())
+	}
+	want := good + ": ok (2 rules, 0 tiers, 0 overrides)\n" +
+		"  rule search-mobile: enforced for 10% of its keys, reported only for the others\n" +
+		"  rule dry: shadow, reported only\n" +
+		"  reads headers x-client-type, x-region (clients choose them: they select and split limits, they are no identity)\n" +
+		shadow + ": ok (1 rules, 0 tiers, 0 overrides)\n" +
+		"  shadow: every rule is decided and reported, none denies\n"
+	if out.String() != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)
+	}
+	if !strings.Contains(errOut.String(), `rules[0].match.header.cookie: header "cookie" cannot be matched or keyed on`) || !strings.Contains(errOut.String(), "at line 5") {
+		t.Errorf("stderr:\n%s", errOut.String())
+	}
+}

@@ -8,8 +8,9 @@ import (
 // Fake is a floodgate.Clock whose time only changes when Advance or Set is
 // called. It is safe for concurrent use.
 type Fake struct {
-	mu  sync.Mutex
-	now time.Time
+	mu     sync.Mutex
+	now    time.Time
+	timers []timer // pending After channels (timer.go)
 }
 
 // Epoch is the instant a New clock starts at unless told otherwise:
@@ -37,6 +38,7 @@ func (f *Fake) Advance(d time.Duration) time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = f.now.Add(d)
+	f.fire()
 	return f.now
 }
 
@@ -45,4 +47,5 @@ func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = t
+	f.fire()
 }

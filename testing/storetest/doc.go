@@ -29,7 +29,20 @@
 //     the burst; GCRA: TAT back by cost x T, never before now; an absent
 //     bucket stays full), and refuses bad input with ValidateTake's error
 //     and the window algorithms with an error naming them. Run skips these
-//     checks for a Store without Refund.
+//     checks for a Store without Refund;
+//   - books units ahead for a bucket with MaxWait exactly as WaitVectors
+//     say (token bucket and GCRA: a take that would deny admits when its
+//     units arrive within MaxWait, charges now and reports Result.Wait, so
+//     later takes queue behind it; beyond MaxWait it denies as without
+//     it; a take another bucket denies books nothing), and refuses
+//     MaxWait on the window algorithms with ValidateTake's error;
+//   - if it is a tiers.Settler, settles exactly as SettleVectors say
+//     (signed adjustments; token bucket and GCRA carry debt, the window
+//     algorithms settle in the current window and never count below 0;
+//     an absent bucket is full; every bucket of one Settle by exactly its
+//     own amount) and refuses bad input with tiers.ValidateSettle's
+//     error. Run skips these checks for a Store that is not a Settler
+//     (and runs WaitVectors only up to their first settlement).
 //
 // # Running it
 //

@@ -75,6 +75,45 @@ func Run(t *testing.T, newStore Factory) {
 		st, _, prefix := fresh(t)
 		badInput(t, st, prefix)
 	})
+	t.Run("Wait", func(t *testing.T) {
+		for _, v := range WaitVectors {
+			t.Run(v.Name, func(t *testing.T) {
+				st, clk, prefix := fresh(t)
+				if _, ok := st.(tiers.Settler); !ok {
+					v = untilSettle(v)
+				}
+				Check(t, st, clk, v, prefix)
+			})
+			if multiBucket(v) {
+				t.Run(v.Name+"/same_hash_tag", func(t *testing.T) {
+					st, clk, prefix := fresh(t)
+					Check(t, st, clk, v, "{"+prefix+"}:")
+				})
+			}
+		}
+	})
+	t.Run("Settle", func(t *testing.T) {
+		st, _, _ := fresh(t)
+		if _, ok := st.(tiers.Settler); !ok {
+			t.Skipf("%T is not a tiers.Settler", st)
+		}
+		for _, v := range SettleVectors {
+			t.Run(v.Name, func(t *testing.T) {
+				st, clk, prefix := fresh(t)
+				Check(t, st, clk, v, prefix)
+			})
+			if multiBucket(v) {
+				t.Run(v.Name+"/same_hash_tag", func(t *testing.T) {
+					st, clk, prefix := fresh(t)
+					Check(t, st, clk, v, "{"+prefix+"}:")
+				})
+			}
+		}
+		t.Run("BadInput", func(t *testing.T) {
+			st, _, prefix := fresh(t)
+			settleBadInput(t, st.(tiers.Settler), prefix)
+		})
+	})
 	t.Run("Refund", func(t *testing.T) {
 		st, _, _ := fresh(t)
 		if _, ok := st.(refunder); !ok {
@@ -143,7 +182,17 @@ func check(t reporter, st tiers.Store, clk *clock.Fake, v Vector, prefix string)
 		clk.Set(clock.Epoch.Add(step.At))
 		bs := make([]tiers.Bucket, len(step.Charges))
 		for j, c := range step.Charges {
-			bs[j] = tiers.Bucket{Key: prefix + c.Key, Limit: c.Limit, Cost: c.Cost}
+			bs[j] = tiers.Bucket{Key: prefix + c.Key, Limit: c.Limit, Cost: c.Cost, MaxWait: c.MaxWait}
+		}
+		if step.Settle {
+			se, ok := st.(tiers.Settler)
+			if !ok {
+				t.Fatalf("step %d (at %v): %T is not a tiers.Settler", i, step.At, st)
+			}
+			if err := se.Settle(ctx, bs, nil); err != nil {
+				t.Fatalf("step %d (at %v): Settle: %v", i, step.At, err)
+			}
+			continue
 		}
 		if step.Refund {
 			r, ok := st.(refunder)
@@ -166,7 +215,7 @@ func check(t reporter, st tiers.Store, clk *clock.Fake, v Vector, prefix string)
 		for j, c := range step.Charges {
 			w := step.Want[j]
 			got := res[j]
-			want := tiers.Result{Allowed: w.Allowed, Limit: c.Limit.Capacity(), Remaining: w.Remaining, Reset: w.Reset, RetryAfter: w.RetryAfter}
+			want := tiers.Result{Allowed: w.Allowed, Limit: c.Limit.Capacity(), Remaining: w.Remaining, Reset: w.Reset, RetryAfter: w.RetryAfter, Wait: w.Wait}
 			got = normSource(got)
 			if got != want {
 				t.Errorf("step %d (at %v) bucket %q cost %d:\n got  %s\n want %s", i, step.At, c.Key, c.Cost, fmtResult(got), fmtResult(want))
@@ -185,7 +234,19 @@ func normSource(r tiers.Result) tiers.Result {
 }
 
 func fmtResult(r tiers.Result) string {
-	return fmt.Sprintf("allowed=%v limit=%d remaining=%d reset=%v retry_after=%v source=%q", r.Allowed, r.Limit, r.Remaining, r.Reset, r.RetryAfter, r.Source)
+	return fmt.Sprintf("allowed=%v limit=%d remaining=%d reset=%v retry_after=%v wait=%v source=%q", r.Allowed, r.Limit, r.Remaining, r.Reset, r.RetryAfter, r.Wait, r.Source)
+}
+
+// untilSettle returns v up to its first Settle step: what a Store that is
+// not a tiers.Settler can be checked on.
+func untilSettle(v Vector) Vector {
+	for i, step := range v.Steps {
+		if step.Settle {
+			v.Steps = v.Steps[:i]
+			break
+		}
+	}
+	return v
 }
 
 // take1 takes cost from one bucket and fails the test on error.
@@ -503,6 +564,9 @@ func badInput(t reporter, st tiers.Store, prefix string) {
 		{"unknown algorithm", []tiers.Bucket{{Key: prefix + "g", Limit: tiers.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}, Cost: 1}}, 1},
 		{"same key twice", []tiers.Bucket{{Key: prefix + "h", Limit: ok, Cost: 1}, {Key: prefix + "b", Limit: ok, Cost: 1}, {Key: prefix + "h", Limit: ok, Cost: 1}}, 3},
 		{"unknown OnStoreError", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: prefix + "i", Limit: ok, Cost: 1, OnStoreError: 9}}, 2},
+		{"max wait on a window", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1, MaxWait: time.Second}, {Key: prefix + "j", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1, Period: time.Second}, Cost: 1, MaxWait: time.Second}}, 2},
+		{"negative max wait", []tiers.Bucket{{Key: prefix + "k", Limit: ok, Cost: 1, MaxWait: -time.Second}}, 1},
+		{"max wait too long", []tiers.Bucket{{Key: prefix + "l", Limit: ok, Cost: 1, MaxWait: tiers.MaxMaxWait + time.Microsecond}}, 1},
 	}
 	for _, c := range cases {
 		res := make([]tiers.Result, c.res)
@@ -573,5 +637,47 @@ func refundBadInput(t reporter, st refunder, prefix string) {
 	// 6 > 5: denied with 5 remaining, as before the refused Refunds.
 	if r := take1(t, st, prefix+"a", tb, 6); r.Allowed || r.Remaining != 5 {
 		t.Errorf("after refused Refunds: %s, want a deny with 5 remaining", fmtResult(r))
+	}
+}
+
+// settleBadInput: a Settle of malformed buckets is refused with
+// tiers.ValidateSettle's error before anything is adjusted; an empty
+// Settle succeeds; a negative cost is a refund, not an error.
+func settleBadInput(t reporter, st tiers.Settler, prefix string) {
+	ctx := context.Background()
+	tb := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	if err := st.Settle(ctx, nil, nil); err != nil {
+		t.Errorf("empty Settle: %v, want nil", err)
+	}
+	// "a" has 5 of 10 left; no refused Settle may change it.
+	if r := take1(t, st, prefix+"a", tb, 5); !r.Allowed || r.Remaining != 5 {
+		t.Fatalf("take 5 of 10: %s", fmtResult(r))
+	}
+	cases := []struct {
+		name    string
+		buckets []tiers.Bucket
+		took    []tiers.Result
+	}{
+		{"empty key", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: "", Limit: tb, Cost: 1}}, nil},
+		{"zero rate", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "d", Limit: tiers.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}, nil},
+		{"same key twice", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "a", Limit: tb, Cost: -1}}, nil},
+		{"out of range", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "e", Limit: tb, Cost: tiers.MaxSettle + 1}}, nil},
+		{"took too short", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "f", Limit: tb, Cost: 1}}, make([]tiers.Result, 1)},
+	}
+	for _, c := range cases {
+		want := tiers.ValidateSettle(c.buckets, c.took)
+		if want == nil {
+			t.Errorf("%s: tiers.ValidateSettle accepts this case; the suite is out of date", c.name)
+			continue
+		}
+		if err := st.Settle(ctx, c.buckets, c.took); err == nil {
+			t.Errorf("%s: Settle returned no error", c.name)
+		} else if err.Error() != want.Error() {
+			t.Errorf("%s: Settle error:\n got  %s\n want %s (tiers.ValidateSettle's)", c.name, err, want)
+		}
+	}
+	// 6 > 5: denied with 5 remaining, as before the refused Settles.
+	if r := take1(t, st, prefix+"a", tb, 6); r.Allowed || r.Remaining != 5 {
+		t.Errorf("after refused Settles: %s, want a deny with 5 remaining", fmtResult(r))
 	}
 }

@@ -149,8 +149,8 @@ func TestCheckCatchesWrongRetryAfter(t *testing.T) {
 func TestBadInputCatchesLenientStore(t *testing.T) {
 	st := lenient{mem(t, nil)}
 	msgs := runRecorded(func(r reporter) { badInput(r, st, "l:") })
-	if len(msgs) != 9 {
-		t.Fatalf("got %d reports, want one per malformed case (9):\n%s", len(msgs), strings.Join(msgs, "\n"))
+	if len(msgs) != 12 {
+		t.Fatalf("got %d reports, want one per malformed case (12):\n%s", len(msgs), strings.Join(msgs, "\n"))
 	}
 }
 
@@ -158,8 +158,8 @@ func TestBadInputCatchesLenientStore(t *testing.T) {
 // store must give tiers.ValidateTake's text.
 func TestBadInputCatchesRewordedErrors(t *testing.T) {
 	msgs := runRecorded(func(r reporter) { badInput(r, reworded{mem(t, nil)}, "w:") })
-	if len(msgs) != 9 {
-		t.Fatalf("got %d reports, want one per malformed case (9):\n%s", len(msgs), strings.Join(msgs, "\n"))
+	if len(msgs) != 12 {
+		t.Fatalf("got %d reports, want one per malformed case (12):\n%s", len(msgs), strings.Join(msgs, "\n"))
 	}
 	if want := `negative cost: Take error:
  got  reworded: tiers: bucket 0 ("w:c"): cost -1 is negative
@@ -243,5 +243,94 @@ func TestRecorderPassesMemstoreRefund(t *testing.T) {
 	}
 	if msgs := runRecorded(func(r reporter) { refundBadInput(r, mem(t, nil), "m:") }); len(msgs) != 0 {
 		t.Errorf("refundBadInput: %s", strings.Join(msgs, "\n"))
+	}
+}
+
+// settleWrong is a memstore whose Settle is wrong: "noop" settles
+// nothing, "twice" applies every adjustment twice, "nodebt" never lets a
+// charge overdraw a bucket (it settles only what the bucket holds, like a
+// capped refund the other way).
+type settleWrong struct {
+	*memstore.Store
+	how string
+}
+
+func (w settleWrong) Settle(ctx context.Context, bs []tiers.Bucket, took []tiers.Result) error {
+	switch w.how {
+	case "noop":
+		return nil
+	case "twice":
+		if err := w.Store.Settle(ctx, bs, took); err != nil {
+			return err
+		}
+		return w.Store.Settle(ctx, bs, took)
+	}
+	// nodebt: charge at most what a zero-cost take says remains.
+	capped := append([]tiers.Bucket(nil), bs...)
+	for i := range capped {
+		if capped[i].Cost <= 0 {
+			continue
+		}
+		probe := capped[i]
+		probe.Cost = 0
+		var r [1]tiers.Result
+		if _, err := w.Store.Take(ctx, []tiers.Bucket{probe}, r[:]); err != nil {
+			return err
+		}
+		capped[i].Cost = min(capped[i].Cost, r[0].Remaining)
+	}
+	return w.Store.Settle(ctx, capped, took)
+}
+
+func TestSettleVectorsCatchWrongSettles(t *testing.T) {
+	for _, how := range []string{"noop", "twice", "nodebt"} {
+		for _, v := range SettleVectors {
+			if how == "nodebt" && v.Name == "settle/hierarchy" {
+				continue // no debt in it
+			}
+			clk := clock.New(time.Time{})
+			st := settleWrong{Store: mem(t, clk), how: how}
+			if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "s:") }); len(msgs) == 0 {
+				t.Errorf("%s: a store whose Settle is wrong (%s) passed", v.Name, how)
+			}
+		}
+	}
+	msgs := runRecorded(func(r reporter) { settleBadInput(r, settleWrong{Store: mem(t, nil), how: "noop"}, "n:") })
+	if len(msgs) != 5 {
+		t.Errorf("a Settle that accepts everything: %d reports, want 5:\n%s", len(msgs), strings.Join(msgs, "\n"))
+	}
+}
+
+// noWait is a memstore that ignores MaxWait: it decides every take as if
+// no bucket could wait.
+type noWait struct{ *memstore.Store }
+
+func (n noWait) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+	plain := append([]tiers.Bucket(nil), bs...)
+	for i := range plain {
+		plain[i].MaxWait = 0
+	}
+	return n.Store.Take(ctx, plain, res)
+}
+
+func TestWaitVectorsCatchStoresThatDoNotWait(t *testing.T) {
+	for _, v := range WaitVectors {
+		clk := clock.New(time.Time{})
+		if msgs := runRecorded(func(r reporter) { check(r, noWait{mem(t, clk)}, clk, v, "w:") }); len(msgs) == 0 {
+			t.Errorf("%s: a store that never waits passed", v.Name)
+		}
+	}
+}
+
+func TestRecorderPassesMemstoreSettleAndWait(t *testing.T) {
+	for _, v := range append(append([]Vector(nil), SettleVectors...), WaitVectors...) {
+		clk := clock.New(time.Time{})
+		st := mem(t, clk)
+		if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "m:") }); len(msgs) != 0 {
+			t.Errorf("%s: %s", v.Name, strings.Join(msgs, "\n"))
+		}
+	}
+	if msgs := runRecorded(func(r reporter) { settleBadInput(r, mem(t, nil), "m:") }); len(msgs) != 0 {
+		t.Errorf("settleBadInput: %s", strings.Join(msgs, "\n"))
 	}
 }

@@ -13,8 +13,11 @@ type Charge struct {
 	Key string
 	// Limit is the bucket's arithmetic.
 	Limit tiers.Limit
-	// Cost is what the Take charges this bucket.
+	// Cost is what the Take charges this bucket; in a Settle step, the
+	// signed adjustment (negative: units given back).
 	Cost int64
+	// MaxWait is the bucket's tiers.Bucket.MaxWait (WaitVectors).
+	MaxWait time.Duration
 }
 
 // Want is the expected Result for one Charge.
@@ -28,6 +31,9 @@ type Want struct {
 	Reset time.Duration
 	// RetryAfter is 0 when Allowed, tiers.Never for a cost above capacity.
 	RetryAfter time.Duration
+	// Wait is, for a bucket with MaxWait of a Take that charged, how long
+	// until the units it booked are there (0: at once).
+	Wait time.Duration
 }
 
 // Step is one Take, or one Refund, at a point in fake time.
@@ -45,6 +51,10 @@ type Step struct {
 	// Refund makes the step a Refund of the Charges instead of a Take: it
 	// must succeed, and Allowed and Want are unused (RefundVectors only).
 	Refund bool
+	// Settle makes the step a tiers.Settler's Settle of the Charges, each
+	// Cost a signed adjustment, instead of a Take: it must succeed, and
+	// Allowed and Want are unused (SettleVectors and WaitVectors).
+	Settle bool
 }
 
 // Vector is a named sequence of Steps run on a fresh store, in order, with
@@ -97,7 +107,7 @@ var (
 
 // one is a Step with a single bucket.
 func one(at time.Duration, key string, l tiers.Limit, cost int64, w Want) Step {
-	return Step{At: at, Charges: []Charge{{key, l, cost}}, Allowed: w.Allowed, Want: []Want{w}}
+	return Step{At: at, Charges: []Charge{{Key: key, Limit: l, Cost: cost}}, Allowed: w.Allowed, Want: []Want{w}}
 }
 
 func allow(rem int64, reset time.Duration) Want {
@@ -610,7 +620,7 @@ func allOrNothing() Vector {
 			if v, ok := cost[k]; ok {
 				c = v
 			}
-			st.Charges = append(st.Charges, Charge{k, lim[k], c})
+			st.Charges = append(st.Charges, Charge{Key: k, Limit: lim[k], Cost: c})
 			st.Want = append(st.Want, want[k])
 		}
 		return st
@@ -696,7 +706,7 @@ func tokenBucketRefund() Vector {
 		// tokens 20 -> 5; reset = ceil((15*1e6)/10) = 1.5 s.
 		one(0, "tbr", l, 15, allow(5, 1500*ms)),
 		// elapsed 0: tokens 5 -> min(20, 5 + 4) = 9.
-		refund(0, Charge{"tbr", l, 4}),
+		refund(0, Charge{Key: "tbr", Limit: l, Cost: 4}),
 		// 10 > 9: denied; remaining 9; retry = ceil(((10-9)*1e6)/10) = 100 ms;
 		// reset = ceil((11*1e6)/10) = 1.1 s.
 		one(0, "tbr", l, 10, deny(9, 100*ms, 1100*ms)),
@@ -704,7 +714,7 @@ func tokenBucketRefund() Vector {
 		one(0, "tbr", l, 9, allow(0, 2*s)),
 		// 500 ms later: the refill first, tokens = 0 + (500000*10)/1e6 = 5,
 		// then 5 + 3 = 8, ts = 500 ms. (Without the refill: 3.)
-		refund(500*ms, Charge{"tbr", l, 3}),
+		refund(500*ms, Charge{Key: "tbr", Limit: l, Cost: 3}),
 		// 9 > 8: denied; remaining 8; retry = ceil((1*1e6)/10) = 100 ms;
 		// reset = ceil((12*1e6)/10) = 1.2 s.
 		one(500*ms, "tbr", l, 9, deny(8, 100*ms, 1200*ms)),
@@ -712,14 +722,14 @@ func tokenBucketRefund() Vector {
 		one(500*ms, "tbr", l, 8, allow(0, 2*s)),
 		// 1 s later: refill to 0 + (1e6*10)/1e6 = 10, then min(20, 10 + 15)
 		// = 20: the cap.
-		refund(1500*ms, Charge{"tbr", l, 15}),
+		refund(1500*ms, Charge{Key: "tbr", Limit: l, Cost: 15}),
 		// exactly the burst is there: 20 -> 0, reset 2 s ...
 		one(1500*ms, "tbr", l, 20, allow(0, 2*s)),
 		// ... and no more: retry 100 ms, reset 2 s.
 		one(1500*ms, "tbr", l, 1, deny(0, 100*ms, 2*s)),
 		// An absent bucket is full; the refund leaves it so (it does not
 		// become a bucket of 5 tokens).
-		refund(1500*ms, Charge{"tbr_new", l, 5}),
+		refund(1500*ms, Charge{Key: "tbr_new", Limit: l, Cost: 5}),
 		one(1500*ms, "tbr_new", l, 20, allow(0, 2*s)),
 		one(1500*ms, "tbr_new", l, 1, deny(0, 100*ms, 2*s)),
 	}}
@@ -735,7 +745,7 @@ func gcraRefund() Vector {
 		// reset 300 ms.
 		one(0, "gr", l, 3, allow(2, 300*ms)),
 		// tat = max(0, 3e5 - 2*1e5) = 1e5.
-		refund(0, Charge{"gr", l, 2}),
+		refund(0, Charge{Key: "gr", Limit: l, Cost: 2}),
 		// tat1 = 1e5 + 5e5 = 6e5 > tol: denied; remaining =
 		// floor((500000.5 - 1e5)/1e5) = 4; retry = ceil(6e5 - 500000.5) =
 		// 100 ms; reset = 1e5 = 100 ms.
@@ -744,7 +754,7 @@ func gcraRefund() Vector {
 		one(0, "gr", l, 4, allow(0, 500*ms)),
 		// t = 2e5: tat = max(2e5, 5e5 - 5*1e5 = 0) = 2e5: bounded below by
 		// now, a full bucket.
-		refund(200*ms, Charge{"gr", l, 5}),
+		refund(200*ms, Charge{Key: "gr", Limit: l, Cost: 5}),
 		// exactly the burst: tat1 = 7e5, 7e5 - 2e5 = 5e5 <= tol; remaining 0;
 		// reset 500 ms ...
 		one(200*ms, "gr", l, 5, allow(0, 500*ms)),
@@ -752,7 +762,7 @@ func gcraRefund() Vector {
 		// ceil(6e5 - 500000.5) = 100 ms; reset = 7e5 - 2e5 = 500 ms.
 		one(200*ms, "gr", l, 1, deny(0, 100*ms, 500*ms)),
 		// t = 3e5: tat = max(3e5, 7e5 - 1e5) = 6e5.
-		refund(300*ms, Charge{"gr", l, 1}),
+		refund(300*ms, Charge{Key: "gr", Limit: l, Cost: 1}),
 		// tat1 = 1e6, 7e5 > tol: denied; remaining =
 		// floor((500000.5 - 3e5)/1e5) = 2; retry = ceil(7e5 - 500000.5) =
 		// 200 ms; reset = 6e5 - 3e5 = 300 ms. (Without the refund: 1 left.)
@@ -760,7 +770,7 @@ func gcraRefund() Vector {
 		// tat1 = 8e5, 5e5 <= tol: remaining 0, reset 500 ms.
 		one(300*ms, "gr", l, 2, allow(0, 500*ms)),
 		// An absent bucket is full; the refund leaves it so.
-		refund(300*ms, Charge{"gr_new", l, 3}),
+		refund(300*ms, Charge{Key: "gr_new", Limit: l, Cost: 3}),
 		// new: tat1 = t + 5e5, allowed; remaining 0; reset 500 ms ...
 		one(300*ms, "gr_new", l, 5, allow(0, 500*ms)),
 		// ... then tat1 = t + 6e5: denied, retry 100 ms, reset 500 ms.
@@ -777,7 +787,7 @@ func gcraRefundOddRate() Vector {
 		// tat1 = 2T = 666666.66666666662786 <= tol; remaining 0; reset 666667.
 		one(0, "gro", l, 2, allow(0, 666667*µs)),
 		// tat = max(0, 2T - 1*T) = T.
-		refund(0, Charge{"gro", l, 1}),
+		refund(0, Charge{Key: "gro", Limit: l, Cost: 1}),
 		// tat1 = fl(T + 2T) = 1e6 > tol = 666667.16666666662786: denied;
 		// remaining = floor((tol - T)/T) = floor(1.0000015) = 1; retry =
 		// ceil(1e6 - 666666.66666666662786 - 0.5) = ceil(333332.83333333337)
@@ -798,22 +808,22 @@ func refundHierarchy() Vector {
 	return Vector{Name: "refund/hierarchy", Steps: []Step{
 		// tb 20 -> 12, reset = ceil((8*1e6)/10) = 800 ms; gc tat1 = 2e5,
 		// remaining floor((500000.5 - 2e5)/1e5) = 3, reset 200 ms.
-		{At: 0, Charges: []Charge{{"tb", tb, 8}, {"gc", gc, 2}}, Allowed: true,
+		{At: 0, Charges: []Charge{{Key: "tb", Limit: tb, Cost: 8}, {Key: "gc", Limit: gc, Cost: 2}}, Allowed: true,
 			Want: []Want{allow(12, 800*ms), allow(3, 200*ms)}},
 		// tb 12 -> 17; gc unchanged (cost 0); "none" is absent: nothing.
-		refund(0, Charge{"tb", tb, 5}, Charge{"gc", gc, 0}, Charge{"none", tb, 3}),
+		refund(0, Charge{Key: "tb", Limit: tb, Cost: 5}, Charge{Key: "gc", Limit: gc, Cost: 0}, Charge{Key: "none", Limit: tb, Cost: 3}),
 		// tb alone would allow 17 (remaining 17 as it stands, reset =
 		// ceil((3*1e6)/10) = 300 ms); gc denies 4: tat1 = 6e5 > tol,
 		// remaining 3, retry = ceil(6e5 - 500000.5) = 100 ms, reset 200 ms
 		// (the refund of 0 changed nothing). Nothing is charged.
-		{At: 0, Charges: []Charge{{"tb", tb, 17}, {"gc", gc, 4}}, Allowed: false,
+		{At: 0, Charges: []Charge{{Key: "tb", Limit: tb, Cost: 17}, {Key: "gc", Limit: gc, Cost: 4}}, Allowed: false,
 			Want: []Want{allow(17, 300*ms), deny(3, 100*ms, 200*ms)}},
 		// tb denies 18 > 17: retry = ceil((1*1e6)/10) = 100 ms, reset
 		// 300 ms; gc alone would allow 1 (remaining 3 as it stands).
-		{At: 0, Charges: []Charge{{"tb", tb, 18}, {"gc", gc, 1}}, Allowed: false,
+		{At: 0, Charges: []Charge{{Key: "tb", Limit: tb, Cost: 18}, {Key: "gc", Limit: gc, Cost: 1}}, Allowed: false,
 			Want: []Want{deny(17, 100*ms, 300*ms), allow(3, 200*ms)}},
 		// tb 17 -> 0, reset 2 s; gc tat1 = 5e5, remaining 0, reset 500 ms.
-		{At: 0, Charges: []Charge{{"tb", tb, 17}, {"gc", gc, 3}}, Allowed: true,
+		{At: 0, Charges: []Charge{{Key: "tb", Limit: tb, Cost: 17}, {Key: "gc", Limit: gc, Cost: 3}}, Allowed: true,
 			Want: []Want{allow(0, 2*s), allow(0, 500*ms)}},
 		// the absent bucket is still full
 		one(0, "none", tb, 20, allow(0, 2*s)),

@@ -98,6 +98,17 @@
 // local bucket denies, nothing else is asked and the reservations are
 // cancelled; if the exact store then denies, they are cancelled too.
 //
+// Waiting and settlement. An async bucket that may wait
+// (tiers.Bucket.MaxWait) books its share's units ahead: the take is
+// allowed with the wait until the share refills them, and later takes
+// queue behind it. Leased buckets never book ahead (package tiers refuses
+// max_wait on leased rules; a hand-built bucket's MaxWait is dropped).
+// Settle (tiers.Settler) settles a leased bucket against its lease (a
+// refund into the lease, a charge paid from it and the rest charged to
+// the store), an async bucket decided here as hits or a credit against
+// them (moving the local share by the same amount, so debt is waited out
+// locally), and every other bucket by the exact store's Settle.
+//
 // Each Result's Source says where the bucket was decided: floodgate.
 // SourceLease, SourceAsync, or what the exact store reported.
 //

@@ -187,7 +187,15 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 		e.tok, e.tokAt = c/float64(n)-float64(e.u+e.inflight), now
 	}
 	e.refill(now, n)
-	if e.tok >= float64(b.Cost) {
+	// Short by need units of this instance's share, which refills at
+	// rate/n; a bucket that may wait books them when they come in time.
+	var wait time.Duration
+	if need := float64(b.Cost) - e.tok; need > 0 && b.MaxWait > 0 {
+		if w := ceilMicro(ceilDur(need * float64(n) / e.perNano())); w <= b.MaxWait {
+			wait = w
+		}
+	}
+	if e.tok >= float64(b.Cost) || wait > 0 {
 		e.tok -= float64(b.Cost)
 		e.u += b.Cost
 		// Every report waits at least a quarter interval: a key whose
@@ -195,14 +203,12 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 		if soonest := e.lastReport.UnixNano() + int64(e.b.SyncInterval/4); e.wake.Load() > soonest {
 			e.sooner(e.lastReport.Add(e.reportEvery()))
 		}
-		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Floor(e.tok)), Source: floodgate.SourceAsync}
+		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), Wait: wait, Source: floodgate.SourceAsync}
 		return true, false, false
 	}
-	// Short by need units of this instance's share, which refills at
-	// rate/n.
 	need := float64(b.Cost) - e.tok
-	wait := ceilDur(need * float64(n) / e.perNano())
-	*res = tiers.Result{Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), RetryAfter: max(wait, time.Microsecond), Source: floodgate.SourceAsync}
+	retry := ceilDur(need * float64(n) / e.perNano())
+	*res = tiers.Result{Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), RetryAfter: max(retry, time.Microsecond), Source: floodgate.SourceAsync}
 	return false, false, true
 }
 
@@ -237,4 +243,12 @@ func (e *entry) cancel(mode tiers.Consistency, cost int64) {
 // idle reports whether e holds and owes nothing.
 func (e *entry) idle() bool {
 	return e.units == 0 && e.owed == 0 && e.u <= 0 && e.inflight == 0
+}
+
+// ceilMicro rounds d up to a whole microsecond, the stores' resolution.
+func ceilMicro(d time.Duration) time.Duration {
+	if r := d % time.Microsecond; r != 0 {
+		d += time.Microsecond - r
+	}
+	return d
 }

@@ -310,7 +310,7 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 		hl = append(hl, h)
 	}
 	if !allowed {
-		s.undo(hl, buckets)
+		s.undoRes(hl, buckets, res)
 		s.fillUndecided(buckets, res, hl)
 		s.st.localDenied.Add(1)
 		return false, nil
@@ -349,6 +349,11 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 		}
 		b := buckets[i]
 		b.Cost += h.extra
+		if b.Consistency == tiers.Leased {
+			// A lease is units taken now: it never books any ahead
+			// (package tiers refuses max_wait on leased rules).
+			b.MaxWait = 0
+		}
 		extras = extras || h.extra > 0
 		sub = append(sub, b)
 		idx = append(idx, i)
@@ -369,7 +374,7 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 	}
 	s.settle(buckets, hl, res, ok, now, n)
 	if !ok {
-		s.undo(hl, buckets)
+		s.undoRes(hl, buckets, res)
 		return false, nil
 	}
 	s.st.storeAllowed.Add(1)
@@ -457,6 +462,15 @@ func (s *Store) undo(hl []held, buckets []tiers.Bucket) {
 		h.e.mu.Unlock()
 		h.local = false
 	}
+}
+
+// undoRes is undo for a Take whose results were written: nothing it
+// reserved is booked, so no result reports a wait.
+func (s *Store) undoRes(hl []held, buckets []tiers.Bucket, res []tiers.Result) {
+	for k := range hl {
+		res[hl[k].i].Wait = 0
+	}
+	s.undo(hl, buckets)
 }
 
 // fillUndecided gives the exact buckets of a Take denied locally, which

@@ -48,6 +48,18 @@
 //     entries first, else the live entry closest to expiry. An evicted
 //     bucket starts again from a new, full bucket; that is the price of
 //     bounded memory, paid by the bucket with the least state left to lose.
+//   - Settle (tiers.Settler) adjusts what takes charged, by a signed cost
+//     per bucket, with the arithmetic of the tiers.Algorithm doc
+//     ("Settlement"): under the same shard locks as a take, at one reading
+//     of the clock. Token bucket and GCRA carry debt (tokens below 0, a
+//     TAT beyond the tolerance); the window algorithms settle in the
+//     window current at settlement, never below 0 (the sliding log drops
+//     its newest timestamps). An absent bucket is full: a refund leaves it
+//     absent, a charge starts it from full.
+//   - Waiting (tiers.Bucket.MaxWait, token bucket and GCRA): a bucket that
+//     would deny but whose units arrive within MaxWait books them (tokens
+//     below 0, the TAT beyond the tolerance) and reports the wait in
+//     Result.Wait; later takes queue behind it.
 //   - Refund gives units back to token bucket and GCRA buckets (what
 //     package tiers/localfirst returns of a lease): refilled to now, plus
 //     the cost, capped at the capacity; a TAT moved back, never before

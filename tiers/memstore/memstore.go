@@ -200,6 +200,7 @@ type pending struct {
 	fresh bool   // the state is absent (new, expired, or another algorithm)
 	allow bool
 	retry int64 // µs; -1 for never
+	wait  int64 // µs: units booked ahead (Bucket.MaxWait), if the Take allows
 
 	remNo, resetNo int64 // if the Take denies
 	remCh, resetCh int64 // if the Take allows
@@ -288,7 +289,7 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 		r := &res[i]
 		*r = tiers.Result{Allowed: p.allow, Limit: buckets[i].Limit.Capacity()}
 		if allowed {
-			r.Remaining, r.Reset = p.remCh, µs(p.resetCh)
+			r.Remaining, r.Reset, r.Wait = p.remCh, µs(p.resetCh), µs(p.wait)
 		} else {
 			r.Remaining, r.Reset = p.remNo, µs(p.resetNo)
 		}
@@ -306,111 +307,32 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 // Refund gives each bucket's Cost units back, as if that many units charged
 // earlier had never been taken, capped so a bucket never holds more than its
 // capacity. It is what a caller that took units ahead (a lease, package
-// tiers/localfirst) calls to return those it did not spend. Every bucket is
-// refunded under the same locks, at one reading of the clock (now, µs),
-// with the arithmetic of the tiers.Algorithm doc:
-//
-//	TokenBucket: tokens = min(B, tokens + (elapsed * N) / P), ts = now  (the refill, as a take does)
-//	             tokens = min(B, tokens + c)
-//	GCRA:        tat = max(t, tat - c * T)                               (t = now - tiers.GCRAEpoch)
-//
-// A bucket whose state is absent (never charged, expired, or kept for
-// another algorithm) is full already and is left alone, as is a bucket of
-// cost 0. The state's lifetime becomes what the refunded state needs (its
-// reset, at least 1 ms), never longer than before.
+// tiers/localfirst) calls to return those it did not spend: a Settle of the
+// negated costs, under the same locks, at one reading of the clock, with
+// the settlement arithmetic of the tiers.Algorithm doc (token bucket:
+// refilled to now, then min(B, tokens + c); GCRA: tat = max(t, tat − c·T)).
+// A bucket whose state is absent is full already and is left alone, as is
+// a bucket of cost 0.
 //
 // Only TokenBucket and GCRA can be refunded: a window algorithm's units
 // belong to the window they were charged in, which Refund is not told, so
 // a bucket of one is an error naming its algorithm. Bad input is refused
 // with tiers.ValidateTake's error (as if the buckets were a take). Either
 // error is reported before anything is refunded. ctx is not consulted.
-func (s *Store) Refund(_ context.Context, buckets []tiers.Bucket) error {
+func (s *Store) Refund(ctx context.Context, buckets []tiers.Bucket) error {
 	if err := tiers.ValidateRefund(buckets); err != nil {
 		return err
 	}
-	n := len(buckets)
-	if n == 0 {
-		return nil
+	var buf [stackBuckets]tiers.Bucket
+	neg := buf[:0]
+	if len(buckets) > len(buf) {
+		neg = make([]tiers.Bucket, 0, len(buckets))
 	}
-	var (
-		hbuf [stackBuckets]uint64
-		sbuf [stackBuckets]uint32
-		lbuf [stackBuckets]uint32
-		hs   []uint64
-		shs  []uint32
-		lock []uint32
-	)
-	if n <= stackBuckets {
-		hs, shs, lock = hbuf[:n], sbuf[:n], lbuf[:0]
-	} else {
-		hs, shs, lock = make([]uint64, n), make([]uint32, n), make([]uint32, 0, n)
+	for _, b := range buckets {
+		b.Cost = -b.Cost
+		neg = append(neg, b)
 	}
-	nsh := uint64(len(s.shards))
-	for i := range buckets {
-		if buckets[i].Cost == 0 {
-			continue
-		}
-		h := maphash.String(s.seed, buckets[i].Key) & hashMask
-		sh, _ := bits.Mul64(h, nsh)
-		hs[i], shs[i] = h, uint32(sh)
-		lock = insertSorted(lock, uint32(sh))
-	}
-	for _, i := range lock {
-		s.shards[i].mu.Lock()
-	}
-	now := s.clock.Now().UnixMicro()
-	for i := range buckets {
-		b := &buckets[i]
-		if b.Cost == 0 {
-			continue
-		}
-		e := s.shards[shs[i]].t.get(hs[i], b.Key)
-		if e == nil || e.alg != b.Limit.Algorithm || now >= e.expires {
-			continue // absent: a missing bucket is full
-		}
-		refund(e, b, now)
-	}
-	for k := len(lock) - 1; k >= 0; k-- {
-		s.shards[lock[k]].mu.Unlock()
-	}
-	return nil
-}
-
-// refund gives b's cost back to its live state e at now (see Refund).
-func refund(e *entry, b *tiers.Bucket, now int64) {
-	lim := b.Limit
-	per := int64(lim.Period / time.Microsecond)
-	B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(b.Cost)
-	var reset int64
-	switch lim.Algorithm {
-	case tiers.TokenBucket:
-		elapsed := now - e.ts
-		if elapsed < 0 {
-			elapsed = 0
-		}
-		tokens := e.f + (float64(elapsed)*N)/P
-		if tokens > B {
-			tokens = B
-		}
-		tokens += cf
-		if tokens > B {
-			tokens = B
-		}
-		e.f, e.ts = tokens, now
-		reset = ceilI(((B - tokens) * P) / N)
-	case tiers.GCRA:
-		T := P / N
-		tf := float64(now - tiers.GCRAEpoch)
-		tat := e.f - float64(cf*T) // no fused multiply-add, as in Lua
-		if tat < tf {
-			tat = tf
-		}
-		e.f = tat
-		reset = ceilI(tat - tf)
-	}
-	// The refunded state needs less time than the charged one did: the
-	// lifetime shrinks to that, as a take would have set it.
-	e.expires = min(e.expires, satAdd(satAdd(now, max(reset, minTTL)), ttlSlack))
+	return s.Settle(ctx, neg, nil)
 }
 
 // insertSorted adds v to the ascending, duplicate-free list l, whose
@@ -462,6 +384,12 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 	c := b.Cost
 	over := c > lim.Capacity()
 	per := int64(lim.Period / time.Microsecond)
+	// The longest wait the bucket may book, µs; without MaxWait -1, which
+	// no wait (at least 1 µs) is within.
+	mw := int64(b.MaxWait / time.Microsecond)
+	if mw <= 0 {
+		mw = -1
+	}
 	switch lim.Algorithm {
 	case tiers.TokenBucket:
 		B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
@@ -478,16 +406,22 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 			tokens = B
 		}
 		p.allow = cf <= tokens
-		p.remNo = floorI(tokens)
+		// Below 0 tokens (a settlement's debt, units booked ahead) there
+		// is nothing remaining.
+		p.remNo = max(0, floorI(tokens))
 		p.resetNo = ceilI(((B - tokens) * P) / N)
+		if !p.allow && !over {
+			p.retry = ceilI(((cf - tokens) * P) / N)
+			if p.retry <= mw {
+				p.allow, p.wait, p.retry = true, p.retry, 0
+			}
+		}
 		if p.allow {
 			t2 := tokens - cf
 			p.f, p.ts = t2, now
-			p.remCh = floorI(t2)
+			p.remCh = max(0, floorI(t2))
 			p.resetCh = ceilI(((B - t2) * P) / N)
 			p.expires = satAdd(now, max(p.resetCh, minTTL))
-		} else if !over {
-			p.retry = ceilI(((cf - tokens) * P) / N)
 		}
 	case tiers.GCRA:
 		B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
@@ -512,13 +446,17 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 		p.allow = tat1-tf <= tol
 		p.remNo = max(0, floorI((tol-(tat0-tf))/T))
 		p.resetNo = ceilI(tat0 - tf)
+		if !p.allow && !over {
+			p.retry = ceilI(tat1 - tf - BT - tiers.GCRASlack)
+			if p.retry <= mw {
+				p.allow, p.wait, p.retry = true, p.retry, 0
+			}
+		}
 		if p.allow {
 			p.f = tat1
 			p.remCh = max(0, floorI((tol-(tat1-tf))/T))
 			p.resetCh = ceilI(tat1 - tf)
 			p.expires = satAdd(now, max(p.resetCh, minTTL))
-		} else if !over {
-			p.retry = ceilI(tat1 - tf - BT - tiers.GCRASlack)
 		}
 	case tiers.SlidingWindowCounter:
 		W, L := per, lim.Rate

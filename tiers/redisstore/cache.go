@@ -69,7 +69,9 @@ func (d *denialCache) answer(now time.Time, buckets []tiers.Bucket, res []tiers.
 			delete(d.m, k)
 			continue
 		}
-		if b.Cost >= ce.cost {
+		// A bucket that may wait is still denied only while its units
+		// are further away than it may wait.
+		if b.Cost >= ce.cost && ce.until.Sub(now) > b.MaxWait {
 			hit, e = i, ce
 			break
 		}
@@ -132,16 +134,4 @@ func (d *denialCache) put(k cacheKey, e cacheEntry, now time.Time) {
 		}
 	}
 	d.m[k] = e
-}
-
-// forget drops the cached denials of the buckets with CacheDenials set:
-// after a refund they may admit again before their retry-after.
-func (d *denialCache) forget(buckets []tiers.Bucket) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for i := range buckets {
-		if b := &buckets[i]; b.CacheDenials && b.Cost > 0 {
-			delete(d.m, cacheKey{key: b.Key, lim: b.Limit})
-		}
-	}
 }

@@ -136,7 +136,7 @@ func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int
 	for j := 0; j < n; j++ {
 		b := &buckets[order(idx, j)]
 		c.log = c.log || b.Limit.Algorithm == tiers.SlidingWindowLog
-		c.arena = appendLimit(c.arena, b)
+		c.arena = appendTakeLimit(c.arena, b)
 	}
 	c.offs = append(c.offs, start, len(c.arena))
 	c.finish()
@@ -192,45 +192,6 @@ func (c *call) buildRefund(sc script, prefix string, buckets []tiers.Bucket, idx
 	}
 }
 
-// buildCredit lays out a credit.lua call:
-//
-//	EVALSHA sha numkeys key... now limits
-//
-// over the buckets named by idx, at c.now if c.fixed (else now is "":
-// Redis TIME), limits packed as take.lua's per-take argument. With
-// cluster, the first key is also passed as a plain string so the cluster
-// client can route by it.
-func (c *call) buildCredit(sc script, prefix string, buckets []tiers.Bucket, idx []int, cluster bool) {
-	n := len(idx)
-	c.n = n
-	c.putInt(int64(n))
-	for _, i := range idx {
-		c.putKey(prefix, buckets[i].Key)
-	}
-	if c.fixed {
-		c.putInt(c.now)
-	}
-	start := len(c.arena)
-	c.arena = appendF64(c.arena, int64(n))
-	for _, i := range idx {
-		c.arena = appendLimit(c.arena, &buckets[i])
-	}
-	c.offs = append(c.offs, start, len(c.arena))
-	c.finish()
-	c.args = append(c.args, "evalsha", sc.shaArg)
-	for k := 0; k <= n; k++ {
-		c.args = append(c.args, &c.bufs[k])
-	}
-	if cluster {
-		c.args[3] = string(c.bufs[1].b)
-	}
-	if c.fixed {
-		c.args = append(c.args, &c.bufs[n+1], &c.bufs[n+2])
-	} else {
-		c.args = append(c.args, "", &c.bufs[n+1])
-	}
-}
-
 // putLimit appends bucket b's limit and cost as one argument (refund.lua).
 func (c *call) putLimit(b *tiers.Bucket) {
 	start := len(c.arena)
@@ -238,7 +199,7 @@ func (c *call) putLimit(b *tiers.Bucket) {
 	c.offs = append(c.offs, start, len(c.arena))
 }
 
-// appendLimit appends bucket b's limit and cost as take.lua and refund.lua
+// appendLimit appends bucket b's limit and cost as take.lua, refund.lua and settle.lua
 // unpack them (struct "<Bdddd"): the algorithm as a byte, then rate, period
 // in microseconds, burst and cost as little-endian doubles. Validated
 // limits are far below 2^53, where a double stops being exact; a cost above
@@ -249,6 +210,22 @@ func appendLimit(dst []byte, b *tiers.Bucket) []byte {
 	dst = appendF64(dst, b.Limit.Period.Microseconds())
 	dst = appendF64(dst, b.Limit.Burst)
 	return appendF64(dst, b.Cost)
+}
+
+// appendTakeLimit appends bucket b's limit and cost as take.lua unpacks
+// them: as appendLimit does, and for a bucket that may wait (MaxWait > 0)
+// the algorithm byte plus 128 and then its longest wait in microseconds as
+// one more double.
+func appendTakeLimit(dst []byte, b *tiers.Bucket) []byte {
+	if b.MaxWait <= 0 {
+		return appendLimit(dst, b)
+	}
+	dst = append(dst, byte(b.Limit.Algorithm)|128)
+	dst = appendF64(dst, b.Limit.Rate)
+	dst = appendF64(dst, b.Limit.Period.Microseconds())
+	dst = appendF64(dst, b.Limit.Burst)
+	dst = appendF64(dst, b.Cost)
+	return appendF64(dst, b.MaxWait.Microseconds())
 }
 
 // appendF64 appends v as a little-endian double.

@@ -117,7 +117,10 @@ func (s *Store) takeMulti(ctx context.Context, buckets []tiers.Bucket, slots []i
 	}
 
 	// Deny (or error): give back what the charging slots took, and report
-	// their buckets as they stood before the charge.
+	// their buckets as they stood before the charge, nothing booked.
+	for i := range buckets {
+		res[i].Wait = 0
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.refundTimeout)
 	defer cancel()
 	var rwg sync.WaitGroup

@@ -9,7 +9,7 @@
 // # Decisions
 //
 //   - Arithmetic. The five algorithms run inside Lua scripts (take.lua,
-//     refund.lua, credit.lua, embedded) with exactly the arithmetic of the
+//     refund.lua, settle.lua, embedded) with exactly the arithmetic of the
 //     tiers.Algorithm doc, on integer microseconds, so decisions equal the
 //     in-process memstore's on the same trace. Time is Redis TIME read inside the
 //     script, so pods with skewed clocks agree; WithClock passes the time as
@@ -70,9 +70,22 @@
 //     hand-off to a flusher goroutine. The flushers run until Close.
 //
 //   - Refund gives units back to token bucket and GCRA buckets (what
-//     package tiers/localfirst returns of a lease), by credit.lua: one call
-//     per slot, refilled to now and capped at the capacity, with the
-//     arithmetic memstore's Refund uses.
+//     package tiers/localfirst returns of a lease): a Settle of the negated
+//     costs (settle.lua), refilled to now and capped at the capacity, with
+//     the arithmetic memstore's Refund uses.
+//
+//   - Settle (tiers.Settler) runs settle.lua: one call per slot (all the
+//     buckets on a standalone or Sentinel-managed Redis), each slot
+//     atomically, with the arithmetic memstore's Settle uses, debt
+//     included. A settlement is never retried: one that failed or timed
+//     out may or may not have been applied in its slot, never twice.
+//
+//   - Waiting (tiers.Bucket.MaxWait): take.lua books the units of a token
+//     bucket or GCRA bucket that arrive within the bucket's MaxWait (it is
+//     passed with the bucket's limit only when set, so other takes' calls
+//     are unchanged) and replies with their wait; the over-limit cache
+//     answers for such a bucket only while its units are further away than
+//     MaxWait.
 //
 //   - Redis version: 6.2 or later (take.lua uses SET ... GET).
 package redisstore

@@ -287,7 +287,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // failover only saves the first request the extra round trip.
 func (s *Store) LoadScripts(ctx context.Context) error {
 	load := func(ctx context.Context, c *redis.Client) error {
-		for _, sc := range []script{takeScript, refundScript, creditScript} {
+		for _, sc := range []script{takeScript, refundScript, settleScript} {
 			if err := c.ScriptLoad(ctx, sc.src).Err(); err != nil {
 				return fmt.Errorf("redisstore: SCRIPT LOAD on %s: %w", c.Options().Addr, err)
 			}
@@ -300,7 +300,7 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 	if c, ok := s.client.(*redis.Client); ok {
 		return load(ctx, c)
 	}
-	for _, sc := range []script{takeScript, refundScript, creditScript} {
+	for _, sc := range []script{takeScript, refundScript, settleScript} {
 		if err := s.client.ScriptLoad(ctx, sc.src).Err(); err != nil {
 			return fmt.Errorf("redisstore: SCRIPT LOAD: %w", err)
 		}
@@ -461,9 +461,19 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []tiers.Bucket, id
 		r.Limit = buckets[i].Limit.Capacity()
 		r.Remaining = b.remaining
 		r.Reset = usec(b.reset)
-		if b.retry < 0 {
+		r.Wait = usec(b.wait)
+		switch {
+		case pre && b.allowed:
+			// Mode "p" reports an allowed bucket's wait where a denied
+			// one's retry-after goes; it is booked only if the take
+			// charged.
+			r.RetryAfter, r.Wait = 0, 0
+			if seg[0] != 0 {
+				r.Wait = usec(b.retry)
+			}
+		case b.retry < 0:
 			r.RetryAfter = tiers.Never
-		} else {
+		default:
 			r.RetryAfter = usec(b.retry)
 		}
 		r.Source = floodgate.SourceStore
@@ -471,7 +481,7 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []tiers.Bucket, id
 			c.pre = append(c.pre, b.remaining0, b.reset0)
 		}
 	}
-	return seg[0] == 1, now, nil
+	return seg[0] != 0, now, nil
 }
 
 // evalPre runs take.lua in mode "p", whose reply mixes integers and the

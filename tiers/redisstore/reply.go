@@ -7,9 +7,11 @@ import (
 
 // take.lua replies with integers (see its header): the time it used, then
 // per take a charged flag and, per bucket, remaining and reset when the
-// take charged, or allowed, remaining, reset and retry-after when it
-// denied. Mode "p" has six integers per bucket: allowed, remaining, reset,
-// retry-after, then remaining and reset before the charge.
+// take charged (flag 1; flag 2, a take with a bucket that may wait: and
+// the wait), or allowed, remaining, reset and retry-after when it denied.
+// Mode "p" has six integers per bucket: allowed, remaining, reset,
+// retry-after (an allowed bucket's wait), then remaining and reset before
+// the charge.
 
 // takeLen returns the length of the part of a reply for a take of n
 // buckets that starts with flag, and how many integers each bucket has.
@@ -19,6 +21,8 @@ func takeLen(flag int64, n int, pre bool) (total, per int) {
 		per = 6
 	case flag == 1:
 		per = 2
+	case flag == 2:
+		per = 3
 	default:
 		per = 4
 	}
@@ -30,14 +34,18 @@ type bucketReply struct {
 	allowed                 bool
 	remaining, reset, retry int64 // retry < 0: never
 	remaining0, reset0      int64 // before the charge (mode "p")
+	wait                    int64 // units booked ahead (flag 2; mode "p": retry of an allowed bucket)
 }
 
 // bucketAt decodes the j-th bucket of a take's part of a reply, whose
 // buckets have per integers each.
 func bucketAt(seg []int64, per, j int) bucketReply {
 	v := seg[1+per*j:]
-	if per == 2 {
+	switch per {
+	case 2:
 		return bucketReply{allowed: true, remaining: v[0], reset: v[1]}
+	case 3:
+		return bucketReply{allowed: true, remaining: v[0], reset: v[1], wait: v[2]}
 	}
 	b := bucketReply{allowed: v[0] == 1, remaining: v[1], reset: v[2], retry: v[3]}
 	if per == 6 {

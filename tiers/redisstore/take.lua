@@ -21,23 +21,29 @@
 --           ("<Bdddd", a byte and little-endian doubles) the algorithm
 --           (0 token bucket, 1 GCRA, 2 sliding window counter, 3 sliding
 --           window log, 4 fixed window), rate N, period P in microseconds,
---           burst B and cost c. One argument per take, not five per
+--           burst B and cost c; a bucket that may wait (token bucket and
+--           GCRA, tiers.Bucket.MaxWait) has 128 added to its algorithm and
+--           one more double ("<d"), its longest wait in microseconds. One
+--           argument per take, not five per
 --           bucket: every argument costs Redis a parse, an object and a
 --           Lua string, and takes of the same rules and costs repeat it,
 --           so each distinct one is unpacked once per call.
 --
 -- Reply: array of integers
 --   [1] now used, in microseconds
---   then per take: 1 if every bucket allowed and all were charged, else 0,
+--   then per take: 1 if every bucket allowed and all were charged (2 if
+--   the take has a bucket that may wait), else 0,
 --   then per bucket of a take that charged: remaining and reset in
---   microseconds (every bucket allowed, retry-after 0); of a take that
+--   microseconds, and with flag 2 its wait in microseconds (every bucket
+--   allowed, retry-after 0); of a take that
 --   denied: allowed (1/0), remaining, reset and retry-after in
 --   microseconds (0 when allowed, -1 = never). Redis spends about as much
 --   on each integer of a reply as on a Lua table store, so a charged take,
 --   the common case, reports only what it must.
 -- Mode "p" (one take; multi-slot cluster takes, which may have to refund)
 -- always reports 6 integers per bucket: allowed, remaining, reset,
--- retry-after, then remaining and reset before any charge; then (bulk
+-- retry-after (for an allowed bucket: its wait), then remaining and reset
+-- before any charge; then (bulk
 -- strings) per bucket the key's raw state before the take and the state
 -- the take computed ("" when the key was absent or the algorithm is the
 -- sliding window log; the computed state is reported even when the take
@@ -126,21 +132,27 @@ local MAXTTL = 1e13
 local MAXUS = 2 ^ 62
 
 -- takes' limits unpacked so far, by their argument: {m, then per bucket
--- q alg, N, P, B, c at 5q-3 .. 5q+1}; and TTLs formatted so far, by value
-local lims, tstr = {}, {}
+-- q alg, N, P, B, c, longest wait (-1: none) at 6q-4 .. 6q+1}; the takes
+-- with a bucket that may wait (hasw); and TTLs formatted so far, by value
+local lims, hasw, tstr = {}, {}, {}
 local function limits(x)
   local m, pos = sunpack('<d', x)
-  if #x ~= 8 + 33 * m then error('take.lua: a take\'s limits argument has ' .. #x .. ' bytes for ' .. m .. ' buckets') end
   local TL
   if m <= 4 then
-    TL = {m, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+    TL = {m, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
   else TL = {m} end
   for q = 1, m do
-    local a, N, P, B, c
+    local a, N, P, B, c, mw
     a, N, P, B, c, pos = sunpack('<Bdddd', x, pos)
-    local b = 5 * q - 3
-    TL[b], TL[b + 1], TL[b + 2], TL[b + 3], TL[b + 4] = a, N, P, B, c
+    if a >= 128 then
+      a = a - 128
+      mw, pos = sunpack('<d', x, pos)
+      hasw[x] = true
+    else mw = -1 end
+    local b = 6 * q - 4
+    TL[b], TL[b + 1], TL[b + 2], TL[b + 3], TL[b + 4], TL[b + 5] = a, N, P, B, c, mw
   end
+  if pos ~= #x + 1 then error('take.lua: a take\'s limits argument has ' .. #x .. ' bytes for ' .. m .. ' buckets') end
   lims[x] = TL
   return TL
 end
@@ -186,7 +198,7 @@ else
     local TL = lims[ARGV[4 + j]] or limits(ARGV[4 + j])
     for q = 1, TL[1] do
       i = i + 1
-      if TL[5 * q - 3] == 3 then vals[i] = false
+      if TL[6 * q - 4] == 3 then vals[i] = false
       else vals[i] = call('GET', KEYS[i]) end
     end
   end
@@ -204,15 +216,18 @@ for j = 1, T do
   local first = i + 1
   local last = i + TL[1]
   local all = true
+  local tw = hasw[ls] -- the take has a bucket that may wait
   on = on + 1
   local oc = on -- this take's charged flag
   for i = first, last do
-    local b = 5 * (i - first) + 2
-    local alg, N, P, B, c = TL[b], TL[b + 1], TL[b + 2], TL[b + 3], TL[b + 4]
+    local b = 6 * (i - first) + 2
+    local alg, N, P, B, c, mw = TL[b], TL[b + 1], TL[b + 2], TL[b + 3], TL[b + 4], TL[b + 5]
     local k = KEYS[i]
     -- allowed, retry, remaining and reset before (0) and after (1) the
-    -- charge, state before, state to write and its TTL in µs
+    -- charge, state before, state to write and its TTL in µs, and the
+    -- wait of a bucket that allows by booking units ahead
     local allow, ra, rem0, rst0, rem1, rst1, v, s, tu
+    local wt = 0
     -- the state's deadline as read (0: none), and the state to build: its
     -- struct layout (nil: none to build) and numbers after the deadline
     local e0, sf, x1, x2, x3 = 0
@@ -233,14 +248,15 @@ for j = 1, T do
       local x = ((B - tokens) * P) / N -- >= 0: tokens <= B
       local f = x % 1
       if f == 0 then rst0 = x else rst0 = x - f + 1 end
-      rem0 = tokens - tokens % 1 -- tokens >= 0
-      -- (t1 < 0 only when this bucket denies, and then the take reports
-      -- the values before the charge)
-      rem1 = t1 - t1 % 1
+      -- remaining: floor, and below 0 (a settlement's debt, units booked
+      -- ahead) 0
+      if tokens > 0 then rem0 = tokens - tokens % 1 else rem0 = 0 end
+      if t1 > 0 then rem1 = t1 - t1 % 1 else rem1 = 0 end
       x = ((B - t1) * P) / N -- >= 0: t1 <= tokens
       f = x % 1
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(((c - tokens) * P) / N) end
+      if ra > 0 and ra <= mw then allow, wt, ra = true, ra, 0 end
       if pre or (all and allow) then sf, x1, x2 = '<ddd', t1, now end
       tu = rst1
 
@@ -267,6 +283,7 @@ for j = 1, T do
       f = x % 1
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - SLACK) end
+      if ra > 0 and ra <= mw then allow, wt, ra = true, ra, 0 end
       if pre or (all and allow) then sf, x1 = '<dd', tat1 end
       tu = rst1
 
@@ -400,9 +417,11 @@ for j = 1, T do
     -- that denies overwrites them
     out[on + 1], out[on + 2] = rem1, rst1
     on = on + 2
+    if tw then out[on + 1] = wt; on = on + 1 end
     if pre then
       local b = 4 * i
-      u1[b - 3], u1[b - 2], u1[b - 1], u1[b] = allow and 1 or 0, rem1, rst1, ra
+      u1[b - 3], u1[b - 2], u1[b - 1] = allow and 1 or 0, rem1, rst1
+      if allow then u1[b] = wt else u1[b] = ra end
       sb[i], sa[i] = v or '', s or ''
     end
     u0[q - 2], u0[q - 1] = rem0, rst0
@@ -415,11 +434,11 @@ for j = 1, T do
   end
 
   if all then -- charge: the states become what later takes see
-    out[oc] = 1
+    if tw then out[oc] = 2 else out[oc] = 1 end
     for i = first, last do
       if not st[i] then
         if logs then logs[#logs + 1] = i else logs, lc = {i}, {} end
-        lc[i] = TL[5 * (i - first) + 6]
+        lc[i] = TL[6 * (i - first) + 6]
       elseif T == 1 then wn = wn + 1; wk[wn] = i
       else
         local k = KEYS[i]
@@ -433,7 +452,7 @@ for j = 1, T do
     end
   else -- deny: report allowed, remaining and reset before the charge,
     -- and retry-after, for every bucket (4 values each, so they overwrite
-    -- all of the 2 each written above)
+    -- all of the 2 or 3 each written above)
     out[oc] = 0
     on = oc
     for i = first, last do
@@ -441,7 +460,7 @@ for j = 1, T do
       local r0 = u0[q - 1]
       if r0 == false then
         local newest = call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
-        r0 = tonumber(newest[2]) + TL[5 * (i - first) + 4] - now
+        r0 = tonumber(newest[2]) + TL[6 * (i - first) + 4] - now
       end
       if r0 > MAXUS then r0 = MAXUS end
       local ra = u0[q]

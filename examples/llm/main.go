@@ -1,0 +1,241 @@
+// Command llm is a fake LLM completion API whose tenants have a budget of
+// generated tokens: a request is admitted on an estimate (its max_tokens)
+// and, once the completion is done, the handler reports how many tokens it
+// really generated with floodgate.ReportCost, and the difference is
+// settled in the tenant's bucket. A per-tenant request rate shapes bursts
+// (max_wait) instead of failing them.
+//
+//	cd examples && go run ./llm
+//	curl -i -H 'X-Tenant: acme' -d '{"prompt":"write a haiku about queues","max_tokens":256}' http://127.0.0.1:8081/v1/complete
+package main
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
+)
+
+//go:embed policy.yaml
+var defaultPolicy []byte
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	} else if err != nil {
+		fmt.Fprintln(os.Stderr, "llm example:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves the API until ctx ends.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("llm", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	addr := fs.String("addr", "127.0.0.1:8081", "address the API listens on")
+	policyPath := fs.String("policy", "", "rate-limit policy (default: the embedded llm/policy.yaml)")
+	redisURL := fs.String("redis", os.Getenv("REDIS_URL"), "Redis URL for budgets shared by every instance (default $REDIS_URL; empty: in process)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	policy, err := loadPolicy(*policyPath)
+	if err != nil {
+		return err
+	}
+	store, storeName, closeStore, err := newStore(*redisURL)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	h, err := newHandler(store, policy, floodgate.SystemClock())
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintf(stdout, "llm example listening on http://%s\n  store: %s\n", ln.Addr(), storeName)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func loadPolicy(path string) (*tiers.Policy, error) {
+	if path != "" {
+		return tiers.LoadFile(path) // every error names its line
+	}
+	return tiers.Load(defaultPolicy)
+}
+
+// newStore keeps the budgets in process, or in Redis behind the circuit
+// breaker's local fallback when url is set.
+func newStore(url string) (tiers.Store, string, func(), error) {
+	if url == "" {
+		s, err := memstore.New()
+		return s, "in process", func() {}, err
+	}
+	client, err := redisstore.NewClient(url)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	rs, err := redisstore.New(client)
+	if err != nil {
+		client.Close()
+		return nil, "", nil, err
+	}
+	fs, err := fallback.New(rs, fallback.WithTimeout(25*time.Millisecond))
+	if err != nil {
+		rs.Close()
+		client.Close()
+		return nil, "", nil, err
+	}
+	return fs, "redis " + url, func() { rs.Close(); client.Close() }, nil
+}
+
+// Route is the completion endpoint's route pattern, the method the policy
+// and the interceptor name it by.
+const Route = "POST /v1/complete"
+
+// MaxRequestBody bounds a completion request's body.
+const MaxRequestBody = 64 << 10
+
+// newHandler is the API: the completion endpoint behind the rate-limit
+// stage over store, waiting on clk (tests pass a fake one).
+func newHandler(store tiers.Store, policy *tiers.Policy, clk floodgate.Clock) (http.Handler, error) {
+	limits, err := tiers.NewLimiter(store, policy, tiers.WithClock(clk))
+	if err != nil {
+		return nil, err
+	}
+	fg, err := interceptor.New(
+		// An auth proxy in front sets X-Tenant and strips the client's.
+		interceptor.WithTenant(interceptor.FromHeader("X-Tenant")),
+		// The estimate charged at admission: the request's max_tokens,
+		// read from its body (which is put back for the handler).
+		interceptor.WithCost(estimate),
+	)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Route, fg.HTTP(limits)(http.HandlerFunc(complete)))
+	return mux, nil
+}
+
+// completionRequest is the body of POST /v1/complete.
+type completionRequest struct {
+	Prompt    string `json:"prompt"`
+	MaxTokens int64  `json:"max_tokens"`
+}
+
+// completionResponse is its answer.
+type completionResponse struct {
+	Completion string `json:"completion"`
+	Usage      struct {
+		Tokens int64 `json:"tokens"`
+	} `json:"usage"`
+}
+
+// readRequest decodes r's body and puts it back, so the estimate and the
+// handler can both read it.
+func readRequest(r *http.Request) (completionRequest, error) {
+	var req completionRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBody+1))
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return req, err
+	}
+	if len(body) > MaxRequestBody {
+		return req, fmt.Errorf("body is larger than %d bytes", MaxRequestBody)
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return req, err
+	}
+	if req.MaxTokens < 1 {
+		return req, errors.New("max_tokens must be at least 1")
+	}
+	return req, nil
+}
+
+// estimate is the WithCost func: the completion's max_tokens, or 0 (the
+// rule's default cost, 1) for a request the handler will refuse.
+func estimate(_ context.Context, _ string, md interceptor.Metadata) int64 {
+	r := md.HTTPRequest()
+	if r == nil {
+		return 0
+	}
+	req, err := readRequest(r)
+	if err != nil {
+		return 0
+	}
+	return req.MaxTokens
+}
+
+// complete is the fake model: it "generates" Tokens(prompt, max_tokens)
+// tokens and reports that count as the request's actual cost.
+func complete(w http.ResponseWriter, r *http.Request) {
+	req, err := readRequest(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		_ = floodgate.ReportCost(r.Context(), 0) // nothing generated: refund the estimate
+		return
+	}
+	var resp completionResponse
+	resp.Usage.Tokens = Tokens(req.Prompt, req.MaxTokens)
+	resp.Completion = strings.Repeat("tok ", int(resp.Usage.Tokens))
+	if err := floodgate.ReportCost(r.Context(), resp.Usage.Tokens); err != nil {
+		slog.Warn("llm example: reporting the cost", "error", err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(resp)
+}
+
+// Tokens is how many tokens the fake model generates for prompt: a
+// deterministic count between 1 and maxTokens that varies with the prompt,
+// as a real model's output length does.
+func Tokens(prompt string, maxTokens int64) int64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(prompt); i++ {
+		h = (h ^ uint64(prompt[i])) * 1099511628211
+	}
+	return 1 + int64(h%uint64(maxTokens))
+}

@@ -1,0 +1,128 @@
+package localfirst
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+var _ tiers.Settler = (*Store)(nil)
+
+// CanSettle reports whether the exact store can settle: what
+// tiers.Settles asks before a Limiter lets rules settle or wait over this
+// Store. Leased and async buckets decided here are settled here whatever
+// the exact store.
+func (s *Store) CanSettle() bool { return tiers.Settles(s.exact) }
+
+// Settle implements tiers.Settler: each bucket's signed Cost is settled
+// where its charge was made, by the Source of its Result in took (nil:
+// the exact store charged every bucket):
+//
+//   - Leased, charged by the lease or by a take that leased from the
+//     store (Source lease or store): a refund goes into the lease (units
+//     taken from the store are this instance's to spend, or to give back
+//     when the lease ends); a charge is paid from the lease, and what the
+//     lease cannot pay is charged to the exact store (debt there).
+//   - Async, decided here (Source async): the settlement counts as hits
+//     (a charge, to be reported) or as a credit against them (a refund),
+//     and moves this instance's share by the same amount: a charge beyond
+//     it is debt the next local decisions wait out, a refund is capped
+//     at the share.
+//   - Everything else (exact buckets, cold async keys, buckets the exact
+//     store's own fallback decided, keys not held here): the exact
+//     store's Settle, with its Result.
+//
+// Bad input is refused with tiers.ValidateSettle's error before anything
+// is settled.
+func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers.Result) error {
+	if err := tiers.ValidateSettle(buckets, took); err != nil {
+		return err
+	}
+	now := s.cfg.clock.Now()
+	n := max(1, s.cfg.instances())
+	var (
+		sbuf [maxStack]tiers.Bucket
+		rbuf [maxStack]tiers.Result
+	)
+	exact, exactRes := sbuf[:0], rbuf[:0]
+	for i := range buckets {
+		b := buckets[i]
+		if b.Cost == 0 {
+			continue
+		}
+		var res tiers.Result
+		if took != nil {
+			res = took[i]
+		}
+		if rest, local := s.settleLocal(&b, res.Source, now, n); local {
+			if rest == 0 {
+				continue
+			}
+			b.Cost = rest // what the lease could not pay
+		}
+		exact = append(exact, b)
+		exactRes = append(exactRes, res)
+	}
+	if len(exact) == 0 {
+		return nil
+	}
+	st, ok := s.exact.(tiers.Settler)
+	if !ok {
+		return errors.New("localfirst: Settle: the exact store is not a tiers.Settler")
+	}
+	if took == nil {
+		exactRes = nil
+	}
+	return st.Settle(ctx, exact, exactRes)
+}
+
+// settleLocal settles b on the local state of its key when its charge
+// was made there; local reports whether it was, and rest what is left to
+// charge to the exact store.
+func (s *Store) settleLocal(b *tiers.Bucket, src floodgate.Source, now time.Time, n int) (rest int64, local bool) {
+	switch {
+	case b.Consistency == tiers.Leased && (src == floodgate.SourceLease || src == floodgate.SourceStore || src == ""):
+	case b.Consistency == tiers.Async && src == floodgate.SourceAsync:
+	default:
+		return 0, false
+	}
+	sh := s.shardOf(b.Key)
+	sh.mu.Lock()
+	e, ok := sh.entries[b.Key]
+	sh.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.limit != b.Limit || e.mode != b.Consistency {
+		return 0, false // the key was reset since: its charge is the store's
+	}
+	d := b.Cost
+	if b.Consistency == tiers.Leased {
+		if d < 0 {
+			if e.units == 0 {
+				e.expires = now.Add(s.cfg.leaseTTL)
+				e.sooner(e.expires)
+			}
+			e.units += -d
+			s.mark(e)
+			return 0, true
+		}
+		paid := min(d, e.units)
+		e.units -= paid
+		return d - paid, true
+	}
+	e.refill(now, n)
+	e.u += d
+	e.tok = math.Min(e.tok-float64(d), float64(e.capacity())/float64(n))
+	if e.u > 0 {
+		s.mark(e)
+		e.sooner(e.lastReport.Add(e.reportEvery()))
+	}
+	return 0, true
+}

@@ -1,0 +1,168 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+//go:embed settle.lua
+var settleSrc string
+
+var settleScript = newScript(settleSrc)
+
+var _ tiers.Settler = (*Store)(nil)
+
+// Settle implements tiers.Settler: it adds each bucket's signed Cost to
+// what the bucket has been charged, by settle.lua, with the arithmetic of
+// the tiers.Algorithm doc ("Settlement"), so that memstore's Settle gives
+// the same state: token bucket and GCRA may go into debt, a window's count
+// never below 0, an absent key is a full bucket (a refund leaves it
+// absent). Time is Redis TIME, or the WithClock time, as for Take; keys get
+// the TTL a take writing that state would give them.
+//
+// Round trips: one script call (EVALSHA, NOSCRIPT answered by EVAL as for
+// Take) for every bucket on a standalone or Sentinel-managed Redis and for
+// buckets that share a cluster slot; buckets in several slots are settled
+// per slot, in parallel, each slot atomically. A settlement is never
+// retried: a call that failed or timed out may or may not have been
+// applied in its slot (never twice), and its error is the Settle's error
+// (the other slots may have been settled). A refunded bucket's cached
+// denial (WithDenialCache) is dropped. took is not consulted: this store
+// charged every bucket itself. Bad input is refused with
+// tiers.ValidateSettle's error before any round trip.
+func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers.Result) error {
+	if err := tiers.ValidateSettle(buckets, took); err != nil {
+		return err
+	}
+	var inline [maxInlineBuckets]int
+	idx := inline[:0]
+	if len(buckets) > maxInlineBuckets {
+		idx = make([]int, 0, len(buckets))
+	}
+	refund := false
+	for i := range buckets {
+		if c := buckets[i].Cost; c != 0 {
+			idx = append(idx, i)
+			refund = refund || c < 0
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	if s.cache != nil && refund {
+		defer s.cache.forgetRefunded(buckets)
+	}
+	// One reading of the store's clock for every slot.
+	var now int64
+	fixed := s.clock != nil
+	if fixed {
+		now = s.clock.Now().UnixMicro()
+	}
+	if s.cluster != nil {
+		sl0 := s.slotOf(buckets[idx[0]].Key)
+		for _, i := range idx[1:] {
+			if s.slotOf(buckets[i].Key) != sl0 {
+				return s.settleSlots(ctx, buckets, idx, now, fixed)
+			}
+		}
+	}
+	return s.settle(ctx, buckets, idx, now, fixed)
+}
+
+// settleSlots settles buckets whose keys span cluster slots: one
+// settle.lua call per slot, in parallel.
+func (s *Store) settleSlots(ctx context.Context, buckets []tiers.Bucket, idx []int, now int64, fixed bool) error {
+	var groups [][]int
+	bySlot := make(map[int]int, 4)
+	for _, i := range idx {
+		sl := s.slotOf(buckets[i].Key)
+		g, ok := bySlot[sl]
+		if !ok {
+			g = len(groups)
+			bySlot[sl] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for g := range groups {
+		wg.Go(func() { errs[g] = s.settle(ctx, buckets, groups[g], now, fixed) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// settle runs settle.lua once over the buckets idx (all in one slot).
+func (s *Store) settle(ctx context.Context, buckets []tiers.Bucket, idx []int, now int64, fixed bool) error {
+	c := s.pool.Get().(*call)
+	defer s.release(c)
+	c.now, c.fixed = now, fixed
+	c.buildSettle(settleScript, s.prefix, buckets, idx, s.minArg, s.cluster != nil)
+	if _, err := runScript(ctx, s.client, c, settleScript, s.keyPos(), redis.NewIntCmd); err != nil {
+		return fmt.Errorf("redisstore: Settle (not retried; it may or may not have been applied): %w", err)
+	}
+	return nil
+}
+
+// buildSettle lays out a settle.lua call:
+//
+//	EVALSHA sha numkeys key... now minttl limits
+//
+// over the buckets named by idx, at c.now if c.fixed (else now is "":
+// Redis TIME), limits packed as take.lua's, each cost the signed
+// adjustment. With cluster, the first key is also passed as a plain string
+// so the cluster client can route by it.
+func (c *call) buildSettle(sc script, prefix string, buckets []tiers.Bucket, idx []int, minArg []byte, cluster bool) {
+	n := len(idx)
+	c.n = n
+	c.putInt(int64(n))
+	for _, i := range idx {
+		c.putKey(prefix, buckets[i].Key)
+	}
+	if c.fixed {
+		c.putInt(c.now)
+	}
+	c.put(func(b []byte) []byte { return append(b, minArg...) })
+	start := len(c.arena)
+	c.arena = appendF64(c.arena, int64(n))
+	for _, i := range idx {
+		c.arena = appendLimit(c.arena, &buckets[i])
+	}
+	c.offs = append(c.offs, start, len(c.arena))
+	c.finish()
+	c.args = append(c.args, "evalsha", sc.shaArg)
+	for k := 0; k <= n; k++ {
+		c.args = append(c.args, &c.bufs[k])
+	}
+	if cluster {
+		c.args[3] = string(c.bufs[1].b)
+	}
+	k := n + 1
+	if c.fixed {
+		c.args = append(c.args, &c.bufs[k])
+		k++
+	} else {
+		c.args = append(c.args, "")
+	}
+	c.args = append(c.args, &c.bufs[k], &c.bufs[k+1])
+}
+
+// forgetRefunded drops the cached denials of the buckets a settlement
+// gives units back to (Cost < 0).
+func (d *denialCache) forgetRefunded(buckets []tiers.Bucket) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range buckets {
+		if b := &buckets[i]; b.CacheDenials && b.Cost < 0 {
+			delete(d.m, cacheKey{key: b.Key, lim: b.Limit})
+		}
+	}
+}

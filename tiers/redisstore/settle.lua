@@ -1,0 +1,233 @@
+-- settle.lua: adjust what buckets have been charged (Store.Settle), by a
+-- signed amount each: c > 0 charges c more units, c < 0 gives -c back.
+-- Nothing is denied: a charge that overdraws a bucket is debt (a token
+-- bucket below 0 tokens, a GCRA TAT beyond its tolerance, a window count
+-- beyond its limit), which later takes wait out. Every key must be in one
+-- cluster slot; the buckets are adjusted in one atomic step.
+--
+-- KEYS[i]   state key of bucket i, i = 1..n
+-- ARGV[1]   now, integer microseconds since the Unix epoch, or "" to read
+--           Redis TIME (as take.lua)
+-- ARGV[2]   minimum key TTL in milliseconds (at least 1), as take.lua's
+-- ARGV[3]   the buckets' limits and adjustments, packed as take.lua packs a
+--           take:
+--           n ("<d"), then per bucket ("<Bdddd") the algorithm (0 token
+--           bucket, 1 GCRA, 2 sliding window counter, 3 sliding window
+--           log, 4 fixed window), rate N, period P in microseconds, burst
+--           B and the signed adjustment c
+--
+-- Reply: integer, the number of buckets whose state changed.
+--
+-- With the arithmetic of the tiers.Algorithm doc ("Settlement"; the same
+-- operations, in the same order, as memstore's Settle), the state read as
+-- take.lua reads it:
+--   token bucket   tokens = min(B, tokens + (elapsed * N) / P)
+--                  tokens = min(B, tokens - c), ts = now
+--   GCRA           c > 0: tat = max(tat, t) + c * T; c < 0: tat = max(t,
+--                  tat + c * T) (t = now - tiers.GCRAEpoch, T = P / N)
+--   fixed window   count = max(0, count + c), the current window's
+--   sliding window curr = max(0, curr + c), the current window's
+--   counter
+--   sliding window c > 0: c entries at now (named as take.lua names them);
+--   log            c < 0: the -c newest entries removed (at each
+--                  timestamp, the highest-numbered first, so take.lua's
+--                  numbering stays dense)
+-- An absent key (or a state of another layout, which take.lua reads as
+-- absent) is a full bucket: a refund leaves it absent, a charge starts it
+-- from full. A refund of a window that counts nothing now changes
+-- nothing.
+--
+-- TTLs, as take.lua sets them for the state written: with Redis time the
+-- state's deadline E is kept (KEEPTTL) while it covers what the state
+-- needs, else moved min TTL beyond it (PXAT); with a fixed time, PX the
+-- need rounded up to whole ms, at least the min TTL. A log's key gets
+-- PEXPIRE of its window when entries are added; removing entries keeps
+-- its TTL.
+
+local call = redis.call
+local fmt = string.format
+local pack, sunpack = struct.pack, struct.unpack
+
+local now
+if ARGV[1] == '' then
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local rtime = ARGV[1] == ''
+local nowms = (now - now % 1000) / 1000
+local EPOCH = 1767225600000000
+local minttl = tonumber(ARGV[2])
+local MAXTTL = 1e13
+
+local x = ARGV[3]
+local n, pos = sunpack('<d', x)
+if n ~= #KEYS or #x ~= 8 + 33 * n then
+  error('settle.lua: the limits argument has ' .. #x .. ' bytes for ' .. n .. ' buckets and ' .. #KEYS .. ' keys')
+end
+
+local function ceil(y)
+  local f = y % 1
+  if f == 0 then return y end
+  return y - f + 1
+end
+
+-- ttl returns the key's TTL in ms for a state that needs tu µs, at least
+-- the min TTL
+local function ttl(tu)
+  local ms = ceil(tu / 1000)
+  if ms < minttl then ms = minttl end
+  if ms > MAXTTL then ms = MAXTTL end
+  return ms
+end
+
+-- put writes a string state: its layout sf, the deadline e0 it was read
+-- with (0: none), its numbers and the µs it needs.
+local function put(k, sf, e0, x1, x2, x3, tu)
+  if rtime then
+    local d = nowms + ttl(tu)
+    if e0 >= d then
+      call('SET', k, pack(sf, e0, x1, x2, x3), 'KEEPTTL')
+    else
+      local E = ceil(d + minttl)
+      call('SET', k, pack(sf, E, x1, x2, x3), 'PXAT', fmt('%d', E))
+    end
+  else
+    call('SET', k, pack(sf, 0, x1, x2, x3), 'PX', fmt('%d', ttl(tu)))
+  end
+end
+
+-- window returns the index of the window of length W holding now, exact
+-- for now < 2^53
+local function window(W)
+  local w = now / W
+  w = w - w % 1
+  if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
+  return w
+end
+
+-- unpack has a stack limit: more than 1000 keys are read one by one
+local vals
+if n <= 1000 then vals = call('MGET', unpack(KEYS)) else vals = {} end
+
+local done = 0
+for i = 1, n do
+  local alg, N, P, B, c
+  alg, N, P, B, c, pos = sunpack('<Bdddd', x, pos)
+  local k = KEYS[i]
+  local v
+  if n <= 1000 then v = vals[i] elseif c ~= 0 and alg ~= 3 then v = call('GET', k) end
+  if c == 0 then
+  elseif alg == 0 then -- token bucket
+    local e0, tokens, ts = 0, B, now
+    local live = v and #v == 24
+    if live then e0, tokens, ts = sunpack('<ddd', v) end
+    if live or c > 0 then
+      local elapsed = now - ts
+      if elapsed < 0 then elapsed = 0 end
+      local t = tokens + (elapsed * N) / P
+      if t < B then tokens = t else tokens = B end
+      t = tokens - c
+      if t < B then tokens = t else tokens = B end
+      put(k, '<ddd', e0, tokens, now, nil, ceil(((B - tokens) * P) / N))
+      done = done + 1
+    end
+  elseif alg == 1 then -- GCRA
+    local e0 = 0
+    local t = now - EPOCH
+    local tat = t
+    local live = v and #v == 16
+    if live then e0, tat = sunpack('<dd', v) end
+    if live or c > 0 then
+      local em = P / N
+      if c > 0 then
+        if t > tat then tat = t end
+        tat = tat + c * em
+      else
+        tat = tat + c * em
+        if tat < t then tat = t end
+      end
+      put(k, '<dd', e0, tat, nil, nil, ceil(tat - t))
+      done = done + 1
+    end
+  elseif alg == 4 then -- fixed window
+    local W = P
+    local w = window(W)
+    local e0, count = 0, 0
+    if v and #v == 24 then
+      local sw, sc
+      e0, sw, sc = sunpack('<ddd', v)
+      if sw == w then count = sc end
+    end
+    if c > 0 or count > 0 then
+      count = count + c
+      if count < 0 then count = 0 end
+      put(k, '<ddd', e0, w, count, nil, (w + 1) * W - now)
+      done = done + 1
+    end
+  elseif alg == 2 then -- sliding window counter
+    local W = P
+    local w = window(W)
+    local e0, curr, prev = 0, 0, 0
+    if v and #v == 32 then
+      local sw, sc, sp
+      e0, sw, sc, sp = sunpack('<dddd', v)
+      if sw == w then curr, prev = sc, sp
+      elseif sw == w - 1 then prev = sc end
+    end
+    if c > 0 or curr > 0 then
+      curr = curr + c
+      if curr < 0 then curr = 0 end
+      put(k, '<dddd', e0, w, curr, prev, (w + 2) * W - now)
+      done = done + 1
+    end
+  else -- sliding window log
+    local W = P
+    call('ZREMRANGEBYSCORE', k, '-inf', fmt('%.17g', now - W))
+    if c > 0 then
+      local ts = fmt('%.17g', now)
+      local have = call('ZCOUNT', k, ts, ts)
+      local j = 1
+      while j <= c do
+        local args = {}
+        local m = 0
+        while j <= c and m < 1000 do
+          args[m * 2 + 1] = ts
+          args[m * 2 + 2] = ts .. ':' .. fmt('%.17g', have + j)
+          m = m + 1
+          j = j + 1
+        end
+        call('ZADD', k, unpack(args))
+      end
+      call('PEXPIRE', k, fmt('%d', ttl(W)))
+      done = done + 1
+    else
+      local left = -c
+      local changed = false
+      while left > 0 do
+        local top = call('ZRANGE', k, -1, -1, 'WITHSCORES')
+        if #top == 0 then break end
+        local ms = call('ZRANGEBYSCORE', k, top[2], top[2])
+        -- the highest-numbered members of the newest timestamp first
+        local idx, byIdx = {}, {}
+        for j = 1, #ms do
+          local p = string.find(ms[j], ':', 1, true)
+          local num = tonumber(string.sub(ms[j], p + 1))
+          idx[j] = num
+          byIdx[num] = ms[j]
+        end
+        table.sort(idx)
+        local j = #idx
+        while j >= 1 and left > 0 do
+          call('ZREM', k, byIdx[idx[j]])
+          j = j - 1
+          left = left - 1
+          changed = true
+        end
+      end
+      if changed then done = done + 1 end
+    end
+  end
+end
+return done
