@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/rls"
+	"github.com/floodgate-go/floodgate/rls/translate"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
+)
+
+// RatelimitVersion is the envoyproxy/ratelimit version measured: its
+// service_cmd, built from the Go module proxy with go install (its go.mod
+// has no replace directives, so pkg@version builds exactly its own
+// dependency set).
+const RatelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
+
+// contender is one rate limit service under load.
+type contender struct {
+	name string
+	addr string // gRPC address
+	pid  int    // the server process, 0 when in this process
+	stop func()
+}
+
+// freePort returns a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// goBuild runs the go command in dir with args, with a clean environment
+// for module builds.
+func goBuild(dir string, env []string, args ...string) error {
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append([]string{"GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0"}, env...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// buildFloodgate builds the floodgate-rls command of this module's
+// requirement (the repository's rls module, through its replace
+// directive) into dir, in that module with its own go.mod.
+func buildFloodgate(dir string) (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/floodgate-go/floodgate/rls").Output()
+	if err != nil {
+		return "", fmt.Errorf("finding the rls module (run from bench/rls): %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	bin := filepath.Join(dir, "floodgate-rls")
+	return bin, goBuild(mod, nil, "build", "-o", bin, "./cmd/floodgate-rls")
+}
+
+// buildRatelimit returns envoyproxy/ratelimit's service_cmd, built once
+// into the user cache directory with go install.
+func buildRatelimit(log io.Writer) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "floodgate-bench-rls", RatelimitVersion)
+	bin := filepath.Join(dir, "service_cmd")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(log, "building envoyproxy/ratelimit %s (go install, once; cached in %s)...\n", RatelimitVersion, dir)
+	tmp, err := os.MkdirTemp("", "ratelimit-build")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := goBuild(tmp, []string{"GOBIN=" + dir}, "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+RatelimitVersion); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// startProcess starts bin with args and env, logging to log, and returns
+// a function that stops it (SIGTERM, then SIGKILL after 10 seconds).
+func startProcess(bin string, args, env []string, log io.Writer) (*exec.Cmd, func(), error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the benchmark
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	return cmd, stop, nil
+}
+
+// startFloodgate runs floodgate-rls serve-rls on redisAddr with the
+// translation of envoyConfig.
+func startFloodgate(bin, work, redisAddr string, log io.Writer) (*contender, error) {
+	policy, err := translate.Translate([]translate.File{{Name: "bench.yaml", Data: []byte(envoyConfig)}}, translate.Options{As: translateAs})
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(work, "floodgate-policy.yaml")
+	if err := os.WriteFile(path, policy, 0o644); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd, stop, err := startProcess(bin, []string{"serve-rls", "-policy", path, "-listen", addr, "-redis", "redis://" + redisAddr, "-watch", "0", "-store-timeout", "1s"}, nil, log)
+	if err != nil {
+		return nil, err
+	}
+	return &contender{name: "floodgate-rls", addr: addr, pid: cmd.Process.Pid, stop: stop}, nil
+}
+
+// startRatelimit runs envoyproxy/ratelimit on redisAddr with envoyConfig,
+// with its defaults or, tuned, with REDIS_PIPELINE_WINDOW=window (its
+// documented throughput setting: radix buffers concurrent writes and
+// flushes them together) and REDIS_POOL_SIZE=pool (default 10).
+func startRatelimit(bin, work, redisAddr string, tuned bool, window time.Duration, pool int, log io.Writer) (*contender, error) {
+	name := "envoyproxy-ratelimit"
+	sub := "ratelimit"
+	if tuned {
+		name += "-tuned"
+		sub += "-tuned"
+	}
+	cfgDir := filepath.Join(work, sub, "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+		return nil, err
+	}
+	var ports [3]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	env := []string{
+		"USE_STATSD=false", "LOG_LEVEL=warn",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
+		"RUNTIME_ROOT=" + work, "RUNTIME_SUBDIRECTORY=" + sub, "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[0]),
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),
+	}
+	if tuned {
+		env = append(env, "REDIS_PIPELINE_WINDOW="+window.String(), "REDIS_POOL_SIZE="+strconv.Itoa(pool))
+	}
+	cmd, stop, err := startProcess(bin, nil, env, log)
+	if err != nil {
+		return nil, err
+	}
+	return &contender{name: name, addr: "127.0.0.1:" + strconv.Itoa(ports[1]), pid: cmd.Process.Pid, stop: stop}, nil
+}
+
+// startInProcess serves the translated policy from this process with
+// package rls over redisstore (for the program's own tests: a build-free
+// floodgate contender).
+func startInProcess(redisAddr string) (*contender, error) {
+	policyYAML, err := translate.Translate([]translate.File{{Name: "bench.yaml", Data: []byte(envoyConfig)}}, translate.Options{As: translateAs})
+	if err != nil {
+		return nil, err
+	}
+	p, err := tiers.Load(policyYAML)
+	if err != nil {
+		return nil, err
+	}
+	client, err := redisstore.NewClient("redis://" + redisAddr)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := redisstore.New(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	// As floodgate-rls composes it, with the bench's 1s budget.
+	fb, err := fallback.New(rs, fallback.WithTimeout(time.Second))
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	l, err := tiers.NewLimiter(fb, p)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	srv, err := rls.New(l)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { _ = srv.Serve(ctx, lis); close(served) }()
+	return &contender{name: "floodgate-inprocess", addr: lis.Addr().String(), stop: func() {
+		cancel()
+		<-served
+		_ = rs.Close()
+		_ = client.Close()
+	}}, nil
+}
+
+// waitReady waits until c answers a call with OK, for at most 60 seconds
+// (envoyproxy/ratelimit loads its configuration after it listens).
+func waitReady(c *contender, probe *rlsv3.RateLimitRequest) error {
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	deadline := time.Now().Add(60 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := client.ShouldRateLimit(ctx, probe)
+		cancel()
+		if err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].CurrentLimit != nil {
+			return nil
+		}
+		last = err
+		if err == nil {
+			last = fmt.Errorf("answer %v", resp)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s at %s not ready in 60s: %w", c.name, c.addr, last)
+}
+
+// health checks the floodgate contender's health service (the same
+// check a load balancer makes).
+func health(addr string) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: rls.ServiceName})
+	if err != nil {
+		return err
+	}
+	if res.Status != healthpb.HealthCheckResponse_SERVING {
+		return errors.New("not serving")
+	}
+	return nil
+}

@@ -1,0 +1,280 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// ServiceName is the full name of the gRPC service Server implements, as
+// the health service reports it.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// DefaultDrainTimeout is how long Serve waits for calls in flight when it
+// shuts down, unless WithDrainTimeout says otherwise.
+const DefaultDrainTimeout = 10 * time.Second
+
+// Server implements envoy.service.ratelimit.v3.RateLimitService over a
+// tiers.Limiter; see the package documentation for what it decides. It is
+// safe for concurrent use.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	limiter *tiers.Limiter
+	cfg     config
+	pool    sync.Pool
+	limits  limitCache
+	lastLog atomic.Int64 // unix nanos of the last logged store error
+}
+
+// Option configures a Server.
+type Option func(*config)
+
+type config struct {
+	obs     floodgate.Observer
+	logger  *slog.Logger
+	headers bool
+	drain   time.Duration
+	errs    []error
+}
+
+// WithObserver reports every descriptor's decision to o (package otel's
+// Observer, for instance). nil (the default) reports nothing.
+func WithObserver(o floodgate.Observer) Option {
+	return func(c *config) { c.obs = o }
+}
+
+// WithLogger sets where store failures and refused calls are logged
+// (default slog.Default(); at most one line a second). It must not be nil.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.errs = append(c.errs, errors.New("rls: WithLogger: logger is nil"))
+			return
+		}
+		c.logger = l
+	}
+}
+
+// WithResponseHeaders sets whether answers carry the RateLimit-Policy,
+// RateLimit and Retry-After response headers (default true).
+func WithResponseHeaders(on bool) Option {
+	return func(c *config) { c.headers = on }
+}
+
+// WithDrainTimeout sets how long Serve waits, at shutdown, for calls in
+// flight before it closes their connections (default
+// DefaultDrainTimeout; must be > 0).
+func WithDrainTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("rls: WithDrainTimeout: %s must be > 0", d))
+			return
+		}
+		c.drain = d
+	}
+}
+
+// New returns a Server deciding with l. Bad options are reported together.
+func New(l *tiers.Limiter, opts ...Option) (*Server, error) {
+	c := config{logger: slog.Default(), headers: true, drain: DefaultDrainTimeout}
+	if l == nil {
+		c.errs = append(c.errs, errors.New("rls: New: limiter is nil"))
+	}
+	for _, o := range opts {
+		if o == nil {
+			c.errs = append(c.errs, errors.New("rls: nil Option"))
+			continue
+		}
+		o(&c)
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	s := &Server{limiter: l, cfg: c}
+	s.pool.New = func() any { return new(callScratch) }
+	return s, nil
+}
+
+// Register adds the rate limit service to g.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+}
+
+// Serve serves the rate limit service and the gRPC health service
+// (grpc.health.v1, SERVING for "" and ServiceName) on lis until ctx is
+// done, then shuts down gracefully: health turns NOT_SERVING, new calls
+// are refused, calls in flight finish within the drain timeout (then
+// their connections are closed), and Serve returns nil. It returns the
+// error of a listener that fails. opts configure the grpc.Server.
+func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.ServerOption) error {
+	g := grpc.NewServer(opts...)
+	s.Register(g)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
+
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	select {
+	case err := <-served:
+		hs.Shutdown()
+		return err
+	case <-ctx.Done():
+	}
+	hs.Shutdown() // NOT_SERVING for every service; watchers are told
+	stopped := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(stopped)
+	}()
+	t := time.NewTimer(s.cfg.drain)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		s.cfg.logger.Warn("floodgate-rls: calls still in flight after the drain timeout; closing their connections", "drain_timeout", s.cfg.drain)
+		g.Stop()
+		<-stopped
+	}
+	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// callScratch is what one call needs besides the response; pooled.
+type callScratch struct {
+	ds      []tiers.Descriptor
+	entries []tiers.DescriptorEntry
+	out     []tiers.DescriptorDecision
+}
+
+// ShouldRateLimit implements RateLimitServiceServer.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	cs := s.pool.Get().(*callScratch)
+	defer s.release(cs)
+	if err := cs.convert(req); err != nil {
+		s.logf("floodgate-rls: call refused", err)
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	d, err := s.limiter.AdmitDescriptors(ctx, req.GetDomain(), cs.ds, cs.out)
+	if err != nil {
+		s.logf("floodgate-rls: call decided with an error", err)
+	}
+	s.observe(ctx, cs, d, err)
+	return s.response(cs.out, d), nil
+}
+
+func (s *Server) release(cs *callScratch) {
+	clear(cs.ds)
+	clear(cs.entries)
+	clear(cs.out)
+	if cap(cs.entries) > 4096 {
+		return
+	}
+	s.pool.Put(cs)
+}
+
+// convert checks req and turns its descriptors into cs.ds.
+func (cs *callScratch) convert(req *rlsv3.RateLimitRequest) error {
+	if req.GetDomain() == "" {
+		return errors.New("domain is empty")
+	}
+	descs := req.GetDescriptors()
+	switch {
+	case len(descs) == 0:
+		return errors.New("descriptors is empty")
+	case len(descs) > tiers.MaxDescriptors:
+		return fmt.Errorf("%d descriptors; at most %d", len(descs), tiers.MaxDescriptors)
+	}
+	n := 0
+	for i, d := range descs {
+		switch {
+		case len(d.GetEntries()) == 0:
+			return fmt.Errorf("descriptors[%d] has no entries", i)
+		case d.GetLimit() != nil:
+			return fmt.Errorf("descriptors[%d].limit: per-descriptor limit overrides are not supported: the policy decides limits", i)
+		case d.GetIsNegativeHits():
+			return fmt.Errorf("descriptors[%d].is_negative_hits: negative hits are not supported", i)
+		}
+		n += len(d.GetEntries())
+	}
+	cs.ds = growTo(cs.ds, len(descs))
+	cs.out = growTo(cs.out, len(descs))
+	cs.entries = growTo(cs.entries, n)[:0]
+	callCost := max(int64(req.GetHitsAddend()), 1)
+	for i, d := range descs {
+		start := len(cs.entries)
+		for _, e := range d.GetEntries() {
+			cs.entries = append(cs.entries, tiers.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		td := tiers.Descriptor{Entries: cs.entries[start:len(cs.entries):len(cs.entries)], Cost: callCost}
+		if h := d.GetHitsAddend(); h != nil {
+			switch v := h.GetValue(); {
+			case v == 0:
+				td.Cost, td.Peek = 0, true
+			case v > math.MaxInt64:
+				td.Cost = math.MaxInt64
+			default:
+				td.Cost = int64(v)
+			}
+		}
+		cs.ds[i] = td
+	}
+	return nil
+}
+
+func growTo[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// observe reports every descriptor's decision, the binding one last: the
+// descriptor whose decision is the call's.
+func (s *Server) observe(ctx context.Context, cs *callScratch, call floodgate.Decision, err error) {
+	if s.cfg.obs == nil {
+		return
+	}
+	binding := len(cs.out) - 1
+	for i := range cs.out {
+		if dd := &cs.out[i].Decision; dd.Policy != "" && dd.Policy == call.Policy && dd.Allowed == call.Allowed && dd.Shadow == call.Shadow {
+			binding = i
+		}
+	}
+	for i := range cs.out {
+		if i == binding {
+			continue
+		}
+		s.cfg.obs.Observe(ctx, &cs.out[i].Request, cs.out[i].Decision, nil)
+	}
+	s.cfg.obs.Observe(ctx, &cs.out[binding].Request, cs.out[binding].Decision, err)
+}
+
+// logf logs err at most once a second.
+func (s *Server) logf(msg string, err error) {
+	now := time.Now().UnixNano()
+	last := s.lastLog.Load()
+	if now-last < int64(time.Second) || !s.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.cfg.logger.Warn(msg, "error", err)
+}

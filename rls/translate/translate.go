@@ -1,0 +1,615 @@
+// Package translate turns envoyproxy/ratelimit configuration files into
+// a floodgate policy: the rules and the rls: section that make serve-rls
+// (package rls) answer Envoy as envoyproxy/ratelimit would, but all or
+// nothing, on floodgate's stores.
+//
+// # What it decides
+//
+// Each configuration file names a domain and a tree of descriptors. Every
+// node with a rate_limit becomes one descriptor of the domain in the rls:
+// section, with the entries on the path from the root, and, unless it is
+// unlimited, one rule:
+//
+//   - the rule's name is the node's path, as envoyproxy/ratelimit names
+//     its statistics: domain, then key or key_value per level, joined by
+//     dots ("edge.generic_key_api.tenant"), every byte outside
+//     [A-Za-z0-9_.-] replaced by '_'; two nodes whose names collide that
+//     way are an error naming both lines;
+//   - its rate is requests_per_unit per unit (second 1s, minute 1m, hour
+//     1h, day 24h, week 168h, month 720h, year 8760h: envoyproxy/ratelimit's
+//     dividers) and its algorithm fixed_window: envoyproxy/ratelimit counts
+//     in fixed windows aligned on the Unix epoch, and so does floodgate;
+//   - a level with a value is matched as that value; a level without one
+//     matches any value and keys the rule on it, so that each value has a
+//     bucket of its own as each has a counter in envoyproxy/ratelimit.
+//     Its scope is the descriptor key's entry in Options.As, else ip for
+//     remote_address and masked_remote_address, else header:<key> (a key
+//     that cannot be a header scope, such as x-forwarded-for, is an error
+//     naming the line: map it with Options.As). Map a key to the identity
+//     the services key on (-as tenant-id=tenant) and the edge and the
+//     services share one bucket;
+//   - an ip scope keys an IPv6 client by its /64, floodgate's default
+//     (envoyproxy/ratelimit counts each address; a rule with ipv6_prefix:
+//     128 does too): the one deliberate difference, stated in the output;
+//   - shadow_mode is the rule's shadow; rate_limit's name and replaces
+//     are the descriptor's name and replaces; unlimited: true is an
+//     unlimited descriptor.
+//
+// What it cannot honour is an error naming the file, line and field, never
+// a silent default: wildcard values (a value ending in '*') and
+// share_threshold, quota_mode, requests_per_unit 0 (deny everything; use
+// the policy's deny list), an unknown unit or field, a domain given twice.
+// detailed_metric and value_to_metric only shape envoyproxy/ratelimit's
+// statistics; they are errors too unless Options.IgnoreMetricOptions
+// drops them (floodgate's metrics are per rule and never carry values).
+// The output is loaded with tiers.Load before it is returned, so it is a
+// valid policy.
+package translate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// File is one envoyproxy/ratelimit configuration file.
+type File struct {
+	// Name names the file in errors.
+	Name string
+	// Data is its YAML.
+	Data []byte
+}
+
+// Options tune a translation.
+type Options struct {
+	// As maps a descriptor key to the scope its values fill: ip, user,
+	// tenant, api_key, endpoint or header:<name>. Keys it does not name
+	// fill ip (remote_address, masked_remote_address) or header:<key>.
+	As map[string]string
+	// IgnoreMetricOptions drops detailed_metric and value_to_metric
+	// instead of refusing them.
+	IgnoreMetricOptions bool
+}
+
+// Error is one thing a translation cannot do: where, and why.
+type Error struct {
+	File string
+	Line int
+	// Path is the field, as in the input: "descriptors[1].rate_limit.unit".
+	Path string
+	Msg  string
+}
+
+// Error returns "file:line: path: msg".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(e.Line))
+	}
+	b.WriteString(": ")
+	if e.Path != "" {
+		b.WriteString(e.Path + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// units are envoyproxy/ratelimit's units and their periods as floodgate
+// writes them.
+var units = map[string]string{
+	"second": "1s", "minute": "1m", "hour": "1h", "day": "24h",
+	"week": "168h", "month": "720h", "year": "8760h",
+}
+
+// Translate returns the floodgate policy, as YAML, equivalent to the
+// files. Every problem is reported, as *Error values joined.
+func Translate(files []File, opts Options) ([]byte, error) {
+	t := &translator{opts: opts, names: map[string]origin{}, domains: map[string]origin{}, scopeOK: map[string]error{}}
+	for s, scope := range opts.As {
+		if err := checkScope(scope); err != nil {
+			t.errs = append(t.errs, &Error{File: "-as", Msg: fmt.Sprintf("%s=%s: %v", s, scope, err)})
+		}
+	}
+	for _, f := range files {
+		t.file(f)
+	}
+	if len(t.errs) > 0 {
+		return nil, errors.Join(t.errs...)
+	}
+	out, err := t.render(files)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tiers.Load(out); err != nil {
+		return nil, fmt.Errorf("translate: the translation is not a valid policy (a bug: please report it with the input):\n%w", err)
+	}
+	return out, nil
+}
+
+// checkScope checks a scope of Options.As.
+func checkScope(s string) error {
+	switch s {
+	case "ip", "user", "tenant", "api_key", "endpoint":
+		return nil
+	}
+	if strings.HasPrefix(s, "header:") {
+		return nil // the name is checked where it is used, with a line
+	}
+	return errors.New("want ip, user, tenant, api_key, endpoint or header:<name>")
+}
+
+type origin struct {
+	file string
+	line int
+	path string
+}
+
+type translator struct {
+	opts    Options
+	errs    []error
+	rules   []outRule
+	domains map[string]origin
+	order   []string // domains in input order
+	mapping map[string][]outDescriptor
+	names   map[string]origin
+	scopeOK map[string]error
+	// usesIP: a rule is keyed on ip (the output says how IPv6 is keyed).
+	usesIP bool
+	// metricsDropped lists the metric options dropped, for the output's
+	// header comment.
+	metricsDropped []string
+}
+
+type outRule struct {
+	Name      string   `yaml:"name"`
+	Key       []string `yaml:"key,omitempty,flow"`
+	Rate      string   `yaml:"rate"`
+	Algorithm string   `yaml:"algorithm"`
+	Shadow    bool     `yaml:"shadow,omitempty"`
+}
+
+type outEntry struct {
+	Key   string `yaml:"key"`
+	Value string `yaml:"value,omitempty"`
+	As    string `yaml:"as,omitempty"`
+}
+
+type outDescriptor struct {
+	Entries   []outEntry `yaml:"entries,flow"`
+	Rule      string     `yaml:"rule,omitempty"`
+	Unlimited bool       `yaml:"unlimited,omitempty"`
+	Name      string     `yaml:"name,omitempty"`
+	Replaces  []string   `yaml:"replaces,omitempty,flow"`
+}
+
+type outDomain struct {
+	Domain      string          `yaml:"domain"`
+	Descriptors []outDescriptor `yaml:"descriptors"`
+}
+
+type outPolicy struct {
+	Rules []outRule   `yaml:"rules"`
+	RLS   []outDomain `yaml:"rls,omitempty"`
+}
+
+func (t *translator) fail(f string, n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	t.errs = append(t.errs, &Error{File: f, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// file translates one configuration file.
+func (t *translator) file(f File) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(f.Data))
+	if err := dec.Decode(&doc); err != nil {
+		t.errs = append(t.errs, &Error{File: f.Name, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")})
+		return
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		t.fail(f.Name, root, "", "a configuration is a mapping (domain, descriptors)")
+		return
+	}
+	var domain string
+	var domainNode, descs *yaml.Node
+	t.fields(f.Name, root, "", func(key string, k, v *yaml.Node, p string) bool {
+		switch key {
+		case "domain":
+			domain, _ = t.str(f.Name, v, p)
+			domainNode = k
+		case "descriptors":
+			descs = v
+		default:
+			return false
+		}
+		return true
+	})
+	if domain == "" {
+		if domainNode == nil {
+			t.fail(f.Name, root, "domain", "required")
+		} else {
+			t.fail(f.Name, domainNode, "domain", "must not be empty")
+		}
+		return
+	}
+	if prev, dup := t.domains[domain]; dup {
+		t.fail(f.Name, domainNode, "domain", "%q is already the domain of %s:%d", domain, prev.file, prev.line)
+		return
+	}
+	t.domains[domain] = origin{file: f.Name, line: domainNode.Line}
+	t.order = append(t.order, domain)
+	if t.mapping == nil {
+		t.mapping = map[string][]outDescriptor{}
+	}
+	if descs == nil {
+		return
+	}
+	t.descriptors(f.Name, domain, descs, "descriptors", domain, nil, nil)
+}
+
+// fields walks a mapping, reporting unknown and repeated fields.
+func (t *translator) fields(file string, n *yaml.Node, path string, set func(key string, k, v *yaml.Node, p string) bool) {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		p := join(path, k.Value)
+		if first, dup := seen[k.Value]; dup {
+			t.fail(file, k, p, "repeated field (first at line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
+		if v.Kind == yaml.AliasNode {
+			t.fail(file, v, p, "YAML aliases are not supported")
+			continue
+		}
+		if !set(k.Value, k, v, p) {
+			t.fail(file, k, p, "unknown field")
+		}
+	}
+}
+
+func join(path, f string) string {
+	if path == "" {
+		return f
+	}
+	return path + "." + f
+}
+
+func (t *translator) str(file string, n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		t.fail(file, n, path, "must be a string")
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (t *translator) boolean(file string, n *yaml.Node, path string) bool {
+	var v bool
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&v) != nil {
+		t.fail(file, n, path, "must be true or false")
+		return false
+	}
+	return v
+}
+
+// level is one level of a descriptor's path.
+type level struct {
+	key, value string
+	path       string // of its key field
+}
+
+// descriptors translates a list of descriptors under the given path
+// (stat name so far, and the levels above).
+func (t *translator) descriptors(file, domain string, n *yaml.Node, path, stat string, levels []level, keyNodes []*yaml.Node) {
+	if n.Kind != yaml.SequenceNode {
+		t.fail(file, n, path, "must be a list")
+		return
+	}
+	seen := map[level]int{} // the descriptors of this list, by key and value: line
+	for i, dn := range n.Content {
+		dp := path + "[" + strconv.Itoa(i) + "]"
+		if dn.Kind != yaml.MappingNode {
+			t.fail(file, dn, dp, "a descriptor is a mapping (key, value, rate_limit, descriptors, ...)")
+			continue
+		}
+		var (
+			key, value       string
+			keyNode          *yaml.Node
+			rl, sub          *yaml.Node
+			shadow, hasValue bool
+		)
+		t.fields(file, dn, dp, func(k string, kn, v *yaml.Node, p string) bool {
+			switch k {
+			case "key":
+				key, _ = t.str(file, v, p)
+				keyNode = v
+			case "value":
+				value, hasValue = t.str(file, v, p)
+				if hasValue && strings.HasSuffix(value, "*") {
+					t.fail(file, v, p, "%q is a wildcard value (a prefix match): floodgate matches whole values; list the values, or leave value out to key on every value", value)
+				}
+			case "rate_limit":
+				rl = v
+			case "descriptors":
+				sub = v
+			case "shadow_mode":
+				shadow = t.boolean(file, v, p)
+			case "quota_mode":
+				if t.boolean(file, v, p) {
+					t.fail(file, kn, p, "quota mode is not supported: floodgate has no quota-mode responses")
+				}
+			case "share_threshold":
+				if t.boolean(file, v, p) {
+					t.fail(file, kn, p, "share_threshold (one counter for every value of a wildcard) is not supported")
+				}
+			case "detailed_metric", "value_to_metric":
+				if t.boolean(file, v, p) {
+					if !t.opts.IgnoreMetricOptions {
+						t.fail(file, kn, p, "%s names envoyproxy/ratelimit's statistics by value; floodgate's metrics are per rule and never carry values (drop it with -ignore-metric-options)", k)
+					} else {
+						t.metricsDropped = append(t.metricsDropped, fmt.Sprintf("%s:%d %s", file, kn.Line, p))
+					}
+				}
+			default:
+				return false
+			}
+			return true
+		})
+		if keyNode == nil {
+			t.fail(file, dn, dp+".key", "required")
+			continue
+		}
+		if key == "" {
+			t.fail(file, keyNode, dp+".key", "must not be empty")
+			continue
+		}
+		lv := level{key: key, path: dp + ".key"}
+		name := stat + "." + key
+		if hasValue && value != "" {
+			lv.value = value
+			name += "_" + value
+		}
+		if first, dup := seen[level{key: lv.key, value: lv.value}]; dup {
+			t.fail(file, keyNode, dp, "the same key and value as the descriptor at line %d", first)
+			continue
+		}
+		seen[level{key: lv.key, value: lv.value}] = keyNode.Line
+		lvs := append(append([]level(nil), levels...), lv)
+		kns := append(append([]*yaml.Node(nil), keyNodes...), keyNode)
+		if rl != nil {
+			t.rateLimit(file, domain, rl, dp+".rate_limit", sanitize(name), lvs, kns, shadow)
+		} else if shadow {
+			t.fail(file, dn, dp+".shadow_mode", "set on a descriptor without rate_limit: it would shadow nothing")
+		}
+		if sub != nil {
+			t.descriptors(file, domain, sub, dp+".descriptors", name, lvs, kns)
+		}
+	}
+}
+
+// rateLimit translates the rate_limit of the descriptor at path (levels).
+func (t *translator) rateLimit(file, domain string, n *yaml.Node, path, name string, levels []level, keyNodes []*yaml.Node, shadow bool) {
+	if n.Kind != yaml.MappingNode {
+		t.fail(file, n, path, "must be a mapping (unit, requests_per_unit, unlimited, name, replaces)")
+		return
+	}
+	var (
+		unit, limName string
+		unitNode      *yaml.Node
+		rpu           int64
+		rpuNode       *yaml.Node
+		unlimited     bool
+		replaces      []string
+	)
+	t.fields(file, n, path, func(k string, kn, v *yaml.Node, p string) bool {
+		switch k {
+		case "unit":
+			unit, _ = t.str(file, v, p)
+			unitNode = v
+		case "requests_per_unit":
+			rpuNode = v
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&rpu) != nil || rpu < 0 || rpu > 1<<32-1 {
+				t.fail(file, v, p, "must be an integer in [0, 4294967295]")
+				rpuNode = nil
+			}
+		case "unlimited":
+			unlimited = t.boolean(file, v, p)
+		case "name":
+			limName, _ = t.str(file, v, p)
+		case "replaces":
+			if v.Kind != yaml.SequenceNode {
+				t.fail(file, v, p, "must be a list of {name: ...}")
+				return true
+			}
+			for i, rn := range v.Content {
+				rp := p + "[" + strconv.Itoa(i) + "]"
+				if rn.Kind != yaml.MappingNode {
+					t.fail(file, rn, rp, "must be {name: ...}")
+					continue
+				}
+				var rname string
+				t.fields(file, rn, rp, func(rk string, _, rv *yaml.Node, rpp string) bool {
+					if rk != "name" {
+						return false
+					}
+					rname, _ = t.str(file, rv, rpp)
+					return true
+				})
+				if rname == "" {
+					t.fail(file, rn, rp+".name", "required")
+					continue
+				}
+				if rname == limName && limName != "" {
+					t.fail(file, rn, rp+".name", "a limit cannot replace itself")
+					continue
+				}
+				replaces = append(replaces, rname)
+			}
+		default:
+			return false
+		}
+		return true
+	})
+	od := outDescriptor{Name: limName, Replaces: replaces}
+	filled := map[string]string{}
+	for i, lv := range levels {
+		e := outEntry{Key: lv.key, Value: lv.value}
+		if lv.value == "" && !unlimited {
+			scope, err := t.scopeOf(lv.key)
+			if err != nil {
+				t.fail(file, keyNodes[i], lv.path, "%q %v", lv.key, err)
+				return
+			}
+			if other, dup := filled[scope]; dup {
+				t.fail(file, keyNodes[i], lv.path, "descriptor keys %q and %q both fill %s: map one of them elsewhere with -as", other, lv.key, scope)
+				return
+			}
+			filled[scope] = lv.key
+			e.As = scope
+			t.usesIP = t.usesIP || scope == "ip"
+		}
+		od.Entries = append(od.Entries, e)
+	}
+	if unlimited {
+		if unitNode != nil || rpuNode != nil {
+			t.fail(file, n, path, "unlimited takes no unit or requests_per_unit")
+			return
+		}
+		if shadow {
+			t.fail(file, n, path, "an unlimited limit in shadow mode shadows nothing")
+			return
+		}
+		od.Unlimited = true
+		t.mapping[domain] = append(t.mapping[domain], od)
+		return
+	}
+	period, ok := units[strings.ToLower(unit)]
+	switch {
+	case unitNode == nil:
+		t.fail(file, n, path+".unit", "required")
+		return
+	case !ok:
+		t.fail(file, unitNode, path+".unit", "%q is not a unit (second, minute, hour, day, week, month or year)", unit)
+		return
+	case rpuNode == nil:
+		t.fail(file, n, path+".requests_per_unit", "required")
+		return
+	case rpu == 0:
+		t.fail(file, rpuNode, path+".requests_per_unit", "0 (deny every request) has no rate in floodgate: list the clients in the policy's deny list instead")
+		return
+	case rpu > tiers.MaxRate:
+		t.fail(file, rpuNode, path+".requests_per_unit", "%d is above floodgate's largest rate, %d", rpu, tiers.MaxRate)
+		return
+	}
+	if prev, dup := t.names[name]; dup {
+		t.fail(file, n, path, "its rule name %q is already the name of %s:%d (%s): names keep only [A-Za-z0-9_.-], so two descriptors that differ in other bytes collide", name, prev.file, prev.line, prev.path)
+		return
+	}
+	t.names[name] = origin{file: file, line: n.Line, path: path}
+	r := outRule{Name: name, Rate: strconv.FormatInt(rpu, 10) + "/" + period, Algorithm: "fixed_window", Shadow: shadow}
+	for _, e := range od.Entries {
+		if e.As != "" {
+			r.Key = append(r.Key, e.As)
+		}
+	}
+	t.rules = append(t.rules, r)
+	od.Rule = name
+	t.mapping[domain] = append(t.mapping[domain], od)
+}
+
+// scopeOf returns the scope a descriptor key's values fill, checked.
+func (t *translator) scopeOf(key string) (string, error) {
+	scope, ok := t.opts.As[key]
+	if !ok {
+		switch key {
+		case "remote_address", "masked_remote_address":
+			scope = "ip"
+		default:
+			scope = "header:" + strings.ToLower(key)
+		}
+	}
+	if !strings.HasPrefix(scope, "header:") {
+		return scope, nil
+	}
+	if err, seen := t.scopeOK[scope]; seen {
+		return scope, err
+	}
+	// The header rules are package tiers': ask it.
+	_, err := tiers.Load([]byte("rules: [{name: x, key: [" + strconv.Quote(scope) + "], rate: 1/1s}]"))
+	if err != nil {
+		msg := err.Error()
+		if i := strings.Index(msg, ": "); i >= 0 {
+			msg = msg[i+2:]
+		}
+		if i := strings.LastIndex(msg, ", at line"); i >= 0 {
+			msg = msg[:i]
+		}
+		err = fmt.Errorf("as %s: %s; map the key to a scope with -as %s=<scope>", scope, msg, key)
+	}
+	t.scopeOK[scope] = err
+	return scope, err
+}
+
+// sanitize keeps [A-Za-z0-9_.-] and replaces every other byte by '_'.
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// render writes the policy: a comment naming the inputs, then the YAML.
+func (t *translator) render(files []File) ([]byte, error) {
+	p := outPolicy{Rules: t.rules}
+	if p.Rules == nil {
+		p.Rules = []outRule{}
+	}
+	for _, d := range t.order {
+		if len(t.mapping[d]) == 0 {
+			continue
+		}
+		p.RLS = append(p.RLS, outDomain{Domain: d, Descriptors: t.mapping[d]})
+	}
+	var b bytes.Buffer
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.Name
+	}
+	fmt.Fprintf(&b, "# floodgate policy translated from envoyproxy/ratelimit configuration: %s\n", strings.Join(names, ", "))
+	b.WriteString("# Review the key scopes: a descriptor key without a value keys its rule on\n")
+	b.WriteString("# that key's values (header:<key> unless mapped with -as), one bucket per value.\n")
+	if t.usesIP {
+		b.WriteString("# ip keys an IPv6 client by its /64 (floodgate's default; envoyproxy/ratelimit\n")
+		b.WriteString("# counts each address): add ipv6_prefix: 128 to a rule to count each address.\n")
+	}
+	if len(t.metricsDropped) > 0 {
+		sort.Strings(t.metricsDropped)
+		b.WriteString("# Dropped (statistics only): " + strings.Join(t.metricsDropped, "; ") + "\n")
+	}
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(p); err != nil {
+		return nil, fmt.Errorf("translate: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("translate: %w", err)
+	}
+	return b.Bytes(), nil
+}
