@@ -84,3 +84,34 @@ func BenchmarkFleetAdmitDone(b *testing.B) {
 		done(floodgate.Result{})
 	}
 }
+
+// BenchmarkAdaptiveAdmitDone measures the adaptive limiter: a
+// compare-and-swap and a clock read at Admit, a clock read and a mutex (one
+// latency sample into the window's reservoir) at Done, and one small
+// allocation (the Done, which carries the start time).
+func BenchmarkAdaptiveAdmitDone(b *testing.B) {
+	for _, alg := range []concurrency.Algorithm{concurrency.Gradient2, concurrency.Vegas} {
+		a, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{Algorithm: alg, Initial: 1 << 20, Max: 1 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(alg.String()+"/serial", func(b *testing.B) {
+			r := req("/m", "acme", "alice")
+			b.ReportAllocs()
+			for b.Loop() {
+				_, done, _ := a.Admit(ctx, r)
+				done(floodgate.Result{})
+			}
+		})
+		b.Run(alg.String()+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := req("/m", "acme", "alice")
+				for pb.Next() {
+					_, done, _ := a.Admit(ctx, r)
+					done(floodgate.Result{})
+				}
+			})
+		})
+	}
+}

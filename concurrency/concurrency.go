@@ -3,6 +3,7 @@ package concurrency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,8 @@ type KeyFunc func(r *floodgate.Request) (key string, ok bool)
 // concurrent use. See the package documentation.
 type Limiter struct {
 	inflight      atomic.Int64
-	global        int64
+	global        atomic.Int64 // the global cap; SetGlobal changes it
+	hasGlobal     bool         // built WithGlobal
 	globalName    string
 	keys          []*keyLimit
 	fleet         []*fleetLimit
@@ -67,7 +69,8 @@ func New(opts ...Option) (*Limiter, error) {
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)
 	}
-	l := &Limiter{global: o.global, globalName: o.globalName, retryAfter: o.retryAfter, fleet: o.fleet}
+	l := &Limiter{hasGlobal: o.global > 0, globalName: o.globalName, retryAfter: o.retryAfter, fleet: o.fleet}
+	l.global.Store(o.global)
 	for _, c := range o.perKey {
 		l.keys = append(l.keys, newKeyLimit(l, c))
 	}
@@ -76,7 +79,7 @@ func New(opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	if l.global > 0 {
+	if l.hasGlobal {
 		l.releaseGlobal = func(floodgate.Result) { l.inflight.Add(-1) }
 	}
 	l.tickets.New = func() any {
@@ -90,6 +93,27 @@ func New(opts ...Option) (*Limiter, error) {
 // InFlight returns the requests in flight under the global cap (0 when the
 // Limiter has none).
 func (l *Limiter) InFlight() int64 { return l.inflight.Load() }
+
+// Global returns the global cap (0 when the Limiter was built without
+// WithGlobal).
+func (l *Limiter) Global() int64 { return l.global.Load() }
+
+// SetGlobal changes the global cap at run time (a policy reload, see
+// package tiers) to limit (>= 1). Requests already in flight stay admitted;
+// when the cap falls below them, new requests are denied until enough have
+// finished. It returns an error, and changes nothing, when limit < 1 or
+// the Limiter was built without WithGlobal (a cap cannot be added after
+// construction: requests admitted before would never have been counted).
+func (l *Limiter) SetGlobal(limit int64) error {
+	if !l.hasGlobal {
+		return errors.New("concurrency: SetGlobal: the Limiter was built without WithGlobal")
+	}
+	if limit < 1 {
+		return fmt.Errorf("concurrency: SetGlobal: limit %d must be >= 1", limit)
+	}
+	l.global.Store(limit)
+	return nil
+}
 
 // binding tracks the cap with the least room left among those taken.
 type binding struct {
@@ -108,14 +132,15 @@ func (b *binding) offer(policy string, limit, remaining int64) {
 // Admit implements floodgate.Admitter.
 func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	var b binding
-	if l.global > 0 {
+	if l.hasGlobal {
 		for {
 			n := l.inflight.Load()
-			if n >= l.global {
-				return l.deny(r, l.globalName, l.global, floodgate.SourceConcurrency), nil, nil
+			g := l.global.Load()
+			if n >= g {
+				return l.deny(r, l.globalName, g, floodgate.SourceConcurrency), nil, nil
 			}
 			if l.inflight.CompareAndSwap(n, n+1) {
-				b.offer(l.globalName, l.global, l.global-n-1)
+				b.offer(l.globalName, g, g-n-1)
 				break
 			}
 		}
@@ -149,7 +174,7 @@ func (l *Limiter) releaseLocal(held []*entry) {
 	for i := len(held) - 1; i >= 0; i-- {
 		held[i].kl.release(held[i])
 	}
-	if l.global > 0 {
+	if l.hasGlobal {
 		l.inflight.Add(-1)
 	}
 }
@@ -289,7 +314,7 @@ func (k *keyLimit) newEntry() *entry {
 	l := k.l
 	e.releaseAll = func(floodgate.Result) {
 		k.release(e)
-		if l.global > 0 {
+		if l.hasGlobal {
 			l.inflight.Add(-1)
 		}
 	}

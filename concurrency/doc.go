@@ -55,12 +55,84 @@
 // marks the decision SourceFailOpen; FailClosed denies with SourceFailClosed.
 // Either way Admit returns the error.
 //
-// # Adaptive limit (optional)
+// # Adaptive limit
 //
-// Adaptive is a separate Admitter, off unless built with NewAdaptive, whose
-// cap is learnt from latency (gradient style): it grows while latency stays
-// near its long-run level and shrinks when latency rises. Limiter never uses
-// it; put it in the chain yourself if you want it.
+// Adaptive is an in-flight cap that needs no hand-tuned number: it learns
+// the limit from the latency and the outcome of the requests it admits, in
+// the manner of Netflix's concurrency-limits. It is an Admitter of its own
+// (NewAdaptive); put it in the chain after the shedder, beside or instead
+// of a Limiter's global cap:
+//
+//	adaptive, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{Min: 8, Max: 512})
+//	chain := floodgate.Chain{shed, adaptive, limits}
+//
+// A request is admitted while fewer than Limit() requests are in flight.
+// What each admitted request reports to Done decides what is learnt from
+// it (floodgate.Result.Outcome, filled by package interceptor):
+//
+//   - OutcomeSuccess: its latency (Admit to Done, on the Clock) is a sample.
+//   - OutcomeDropped (its deadline passed, or the handler answered
+//     RESOURCE_EXHAUSTED, UNAVAILABLE, 429, 503, 504): a drop; the window
+//     it ends in multiplies the limit by Backoff (0.9), whatever the
+//     latencies say, because a request dropped fast would otherwise look
+//     like a healthy sample.
+//   - OutcomeFailed: no sample. An error that says nothing of load often
+//     returns much faster (or slower) than real work, and would move the
+//     limit for the wrong reason.
+//   - OutcomeIgnored: no sample. A floodgate.Chain reports it when a later
+//     stage (a rate limit) denies a request this one admitted, which took
+//     no time at all and must never count as a fast sample; so do a client
+//     cancellation and a handler panic.
+//
+// Samples are collected in windows: a window closes at the first Done at
+// least Window (1s) after it opened that has MinSamples (10) samples, or
+// any drop. Its latency is the Percentile (the median unless set) of its
+// samples, nearest rank, kept in a reservoir of at most MaxSamples, so one
+// very slow request does not move the limit the way a mean would. With rtt
+// that percentile and inflight the most requests in flight during the
+// window, each algorithm moves the limit (est, a real number; Limit is its
+// floor) once per window, and the result is clamped to [Min, Max]:
+//
+// Gradient2 (default):
+//
+//	drop in window: est = est * Backoff
+//	long = rtt on the first window, or when rtt < long/2 (the overload passed)
+//	long = long + (rtt - long) / LongWindow      otherwise
+//	inflight < est/2: unchanged                   (not limited by concurrency)
+//	gradient = clamp(Tolerance * long / rtt, 0.5, 1)
+//	est = est*(1-Smoothing) + (est*gradient + sqrt(est))*Smoothing
+//
+// Vegas:
+//
+//	drop in window: est = est * Backoff
+//	noload = rtt on the first window, when rtt < noload, and every
+//	         ProbeEvery windows (unchanged est on those windows)
+//	inflight < est/2: unchanged
+//	queue = ceil(est * (1 - noload/rtt)); lg = max(1, log10(est))
+//	queue <= lg: est += Beta*lg;  queue < Alpha*lg: est += lg
+//	queue > Beta*lg: est -= lg;   otherwise unchanged
+//
+// AIMD:
+//
+//	drop in window, or Timeout > 0 and rtt > Timeout: est = est * Backoff
+//	inflight >= est/2: est = est + 1
+//
+// Adaptive knows no priorities: it refuses a critical request like any
+// other once the limit is reached, so put the shedder before it, and set
+// AdaptiveConfig.Bypass (floodgate.PriorityCritical) to admit the
+// priorities it must never refuse, still counted and timed.
+//
+// Gradient2 follows a service whose latency drifts; Vegas holds a short
+// queue over a latency floor it measured (start it below the real
+// capacity: a floor measured under load hides the queue); AIMD needs drops
+// or a Timeout to find the limit and then saw-tooths under it.
+//
+// Reconfigure changes every setting at run time (a policy reload, see
+// package tiers) except the Clock, keeping the limit learnt so far clamped
+// to the new [Min, Max]; Limiter.SetGlobal does the same for a Limiter's
+// global cap. The policy file's concurrency: section carries these
+// settings (adaptive:, global:) and tiers.WithOverload applies them on
+// every reload.
 //
 // # Configuration
 //

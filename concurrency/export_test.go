@@ -93,3 +93,25 @@ func (a *Adaptive) Estimate() float64 {
 	defer a.mu.Unlock()
 	return a.est
 }
+
+// Windows returns the number of windows closed so far.
+func (a *Adaptive) Windows() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.windows
+}
+
+// NoLoad returns Vegas's no-load latency, and LongRTT Gradient2's
+// long-run latency, in seconds.
+func (a *Adaptive) NoLoad() float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.alg.noload
+}
+
+// LongRTT returns Gradient2's long-run latency in seconds.
+func (a *Adaptive) LongRTT() float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.alg.long
+}

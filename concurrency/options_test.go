@@ -98,8 +98,16 @@ func TestNewAdaptiveErrors(t *testing.T) {
 		want string
 	}{
 		{concurrency.AdaptiveConfig{Min: -1}, "AdaptiveConfig.Min -1 must be >= 1"},
-		{concurrency.AdaptiveConfig{Initial: 5, Min: 6}, "AdaptiveConfig.Initial 5 must be >= Min 6"},
-		{concurrency.AdaptiveConfig{Max: 10}, "AdaptiveConfig.Max 10 must be >= Initial 20"},
+		{concurrency.AdaptiveConfig{Initial: 5, Min: 6}, "AdaptiveConfig.Initial 5 must lie in [Min 6, Max 1000]"},
+		{concurrency.AdaptiveConfig{Initial: 20, Max: 10}, "AdaptiveConfig.Initial 20 must lie in [Min 1, Max 10]"},
+		{concurrency.AdaptiveConfig{Min: 20, Max: 10}, "AdaptiveConfig.Max 10 must be >= Min 20"},
+		{concurrency.AdaptiveConfig{Algorithm: 7}, "AdaptiveConfig.Algorithm 7 is not a known algorithm"},
+		{concurrency.AdaptiveConfig{MaxSamples: -1}, "AdaptiveConfig.MaxSamples -1 is negative"},
+		{concurrency.AdaptiveConfig{Percentile: 1.5}, "AdaptiveConfig.Percentile 1.5 is out of range (0, 1]"},
+		{concurrency.AdaptiveConfig{Backoff: 0.2}, "AdaptiveConfig.Backoff 0.2 is out of range [0.5, 1)"},
+		{concurrency.AdaptiveConfig{Alpha: 6, Beta: 3}, "AdaptiveConfig.Alpha 6 and Beta 3 must satisfy 1 <= Alpha < Beta"},
+		{concurrency.AdaptiveConfig{ProbeEvery: -2}, "AdaptiveConfig.ProbeEvery -2 is negative"},
+		{concurrency.AdaptiveConfig{Timeout: -1}, "AdaptiveConfig.Timeout -1ns is negative"},
 		{concurrency.AdaptiveConfig{Window: -1}, "AdaptiveConfig.Window -1ns is negative"},
 		{concurrency.AdaptiveConfig{MinSamples: -1}, "AdaptiveConfig.MinSamples -1 is negative"},
 		{concurrency.AdaptiveConfig{Smoothing: 2}, "AdaptiveConfig.Smoothing 2 is out of range (0, 1]"},

@@ -30,6 +30,9 @@ type clientConfig struct {
 	clock    floodgate.Clock
 	sleep    func(ctx context.Context, d time.Duration) error
 	rand     func() float64
+
+	throttle  *Throttle  // WithThrottle; nil: off
+	throttler *throttler // built from throttle by newClientConfig
 }
 
 // Client defaults.
@@ -106,6 +109,9 @@ func newClientConfig(opts []ClientOption) (*clientConfig, error) {
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
+	}
+	if c.throttle != nil {
+		c.throttler = newThrottler(*c.throttle, c.clock, c.rand)
 	}
 	return c, nil
 }
@@ -185,6 +191,8 @@ func (c *clientConfig) wait(ctx context.Context, attempt int, err error, trailer
 // jitter, for at most WithMaxAttempts attempts, and never past the
 // context's deadline. Errors without a server delay are returned at once:
 // RESOURCE_EXHAUSTED also means "message too large", which no wait cures.
+// With WithThrottle (off by default) it also throttles itself while the
+// server rejects most calls; see Throttle.
 //
 // It panics at construction if an option is invalid, naming it.
 func UnaryClient(opts ...ClientOption) grpc.UnaryClientInterceptor {
@@ -192,10 +200,11 @@ func UnaryClient(opts ...ClientOption) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var trailer metadata.MD
 		callOpts := append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
+		call := func() error { return invoker(ctx, method, req, reply, cc, callOpts...) }
 		for attempt := 1; ; attempt++ {
 			trailer = nil
-			err := invoker(ctx, method, req, reply, cc, callOpts...)
-			if err == nil || !c.wait(ctx, attempt, err, trailer) {
+			err := c.attempt(call)
+			if err == nil || IsClientThrottled(err) || !c.wait(ctx, attempt, err, trailer) {
 				return err
 			}
 		}
@@ -221,12 +230,26 @@ func StreamClient(opts ...ClientOption) grpc.StreamClientInterceptor {
 		if desc.ClientStreams {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		cs, err := streamer(ctx, desc, cc, method, opts...)
+		cs, err := c.open(ctx, desc, cc, method, streamer, opts)
 		if err != nil {
 			return nil, err
 		}
-		return &retryStream{ClientStream: cs, c: c, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}, nil
+		return &retryStream{ClientStream: cs, c: c, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, pending: c.throttler != nil}, nil
 	}
+}
+
+// open opens a server-streaming call under the throttle, if any: the
+// attempt's outcome is recorded at its first RecvMsg (retryStream), or
+// here when the stream cannot be opened.
+func (c *clientConfig) open(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption) (grpc.ClientStream, error) {
+	if c.throttler != nil && !c.throttler.admit() {
+		return nil, throttledError(DefaultDomain)
+	}
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil && c.throttler != nil {
+		c.throttler.done(err)
+	}
+	return cs, err
 }
 
 // retryStream replays a server-streaming call's single request when the
@@ -245,6 +268,7 @@ type retryStream struct {
 	closed   bool
 	received bool
 	attempt  int
+	pending  bool // the throttle awaits this attempt's first answer
 }
 
 func (s *retryStream) SendMsg(m any) error {
@@ -263,6 +287,10 @@ func (s *retryStream) RecvMsg(m any) error {
 	}
 	for {
 		err := s.ClientStream.RecvMsg(m)
+		if s.pending {
+			s.pending = false
+			s.c.throttler.done(err)
+		}
 		if err == nil {
 			s.received = true
 			return nil
@@ -271,10 +299,11 @@ func (s *retryStream) RecvMsg(m any) error {
 			return err
 		}
 		s.attempt++
-		cs, serr := s.streamer(s.ctx, s.desc, s.cc, s.method, s.opts...)
+		cs, serr := s.c.open(s.ctx, s.desc, s.cc, s.method, s.streamer, s.opts)
 		if serr != nil {
 			return serr
 		}
+		s.pending = s.c.throttler != nil
 		if serr := cs.SendMsg(s.req); serr != nil && !errors.Is(serr, errEOF) {
 			s.ClientStream = cs
 			return serr

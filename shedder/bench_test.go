@@ -20,6 +20,13 @@ func BenchmarkShedderAdmitDone(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchAdmitDone(b, s)
+	b.Run("adaptive", func(b *testing.B) {
+		a, err := shedder.New(1<<20, shedder.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Max: 1 << 20}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchAdmitDone(b, a)
+	})
 	b.Run("shed", func(b *testing.B) {
 		full, err := shedder.New(10)
 		if err != nil {

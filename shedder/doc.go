@@ -42,10 +42,70 @@
 // per admitted request (floodgate's interceptors do, by defer): a second call
 // would release a slot that another request holds.
 //
+// # Adaptive capacity
+//
+// A fixed capacity is a guess: too high and a sick service drowns before
+// anything is shed, too low and a healthy one sheds work it could do.
+// WithAdaptiveCapacity (WithFleetAdaptiveCapacity for a Fleet, or the
+// policy file's shedder: adaptive: section) makes the capacity follow the
+// service; the thresholds and the priority order stay as they are, only
+// the capacity they are shares of moves, within [Min, Max].
+//
+// Every admitted request is timed (Admit to Done, on the Clock) and its
+// Outcome read: a success or a failure is a latency sample and served
+// work, a drop (deadline passed, the handler answered overloaded) a
+// latency sample only, an ignored request (a later stage of a Chain
+// denied it, the client went away) nothing at all: a chain's denial is
+// never a fast sample. Samples are collected in windows (a window closes
+// at the first Done at least Window, 100ms, after it opened that brings
+// it to MinSamples, 10). At the end of a window:
+//
+//	throughput = served / window length;  max over the last History windows (50)
+//	latency    = mean latency of the window's samples
+//	least      = the least window latency seen within Probe (10s)
+//	little     = max throughput x least     (Little's law: what the service
+//	                                         holds in flight with no queue)
+//	overloaded = latency > Tolerance x least (1.5)
+//	             or CPU >= CPUTarget         (when set; the CPU meter's share
+//	                                         of the container's quota)
+//	overloaded:            capacity = min(capacity x Backoff (0.9), little x Headroom (1.25))
+//	healthy, and it shed:  capacity = capacity x (1 + Growth (0.1)), or
+//	                       capacity x 2 until the first overloaded window (slow start)
+//	otherwise:             unchanged
+//
+// clamped to [Min, Max]; the whole part is the capacity. So a service
+// whose latency holds grows its capacity while there is demand it sheds,
+// one that queues falls at once to what Little's law says it can hold,
+// and one with a CPU target keeps the container's CPU under it (package
+// shedder/cpu reads the cgroup v2 cpu.max or v1 cfs quota, not the host's
+// cores; the CPU signal is off unless CPUTarget is set, go-zero's and
+// sentinel's BBR rule in the same shape). The mean is the statistic of
+// Little's law (L = λW holds for means), and a window's mean over many
+// requests is steady enough that no percentile is needed here.
+//
+// The least latency can only be seen when nothing queues. A service
+// overloaded since its first window would take its queued latency for the
+// least, so when no window has been as fast for Probe, a probe halves the
+// capacity (to half of what was in flight, if less) for two windows: one
+// for the requests admitted before to drain, one to measure those admitted
+// after, whose mean becomes the least latency; then the capacity is
+// restored. Start the capacity low (Min): it doubles every window under
+// load until the service first shows overload, where one started far too
+// high under sustained overload needs several probes to come down.
+//
+// Adaptive capacity costs a clock read at Admit and at Done and a mutex
+// at Done; Done is a pooled ticket, so Admit+Done still allocates nothing
+// (BenchmarkShedderAdmitDone). Stats reports the capacity and what it was
+// learnt from; Reconfigure changes every setting at run time (a policy
+// reload) keeping what was learnt.
+//
 // # Fleet-usage shedder (Fleet)
 //
 // See Fleet: it reserves a share of the fleet's in-flight capacity (20% by
 // default) for critical traffic, with per-instance counts published to Redis.
+// With an adaptive capacity each instance learns its own share from its own
+// requests and publishes it with its counts; the fleet capacity is the sum
+// over live instances.
 //
 // # Options
 //

@@ -10,7 +10,7 @@ import "github.com/floodgate-go/floodgate"
 // priority's thresholds.
 func (s *Shedder) Threshold(p floodgate.Priority) (start, stop int64) {
 	p = s.resolve(p)
-	return s.gates[p].start, s.gates[p].stop
+	return s.gates[p].start.Load(), s.gates[p].stop.Load()
 }
 
 // Shedding reports whether priority p is currently in the shedding state.
@@ -24,7 +24,7 @@ func (f *Fleet) InstanceID() string { return f.instance }
 // Threshold returns the fleet in-flight count from which non-critical
 // requests are shed, capacity × (1 − reserve) rounded up, and the count
 // below which shedding stops again (the hysteresis band below it).
-func (f *Fleet) Threshold() (start, stop int64) { return f.gate.start, f.gate.stop }
+func (f *Fleet) Threshold() (start, stop int64) { return f.gate.start.Load(), f.gate.stop.Load() }
 
 // Shedding reports whether non-critical requests are currently shed.
 func (f *Fleet) Shedding() bool { return f.gate.shedding() }

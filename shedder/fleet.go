@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,16 @@ var fleetScript = redisnow.Script(fleetLua)
 // succeeded for a TTL, Fleet fails open: it forgets the other instances'
 // counts and Admit returns ErrFleetStale with each decision.
 //
+// Adaptive capacity. With WithFleetAdaptiveCapacity each instance learns
+// its own share as a Shedder learns its capacity (the capacity given to
+// NewFleet is where this instance's share starts) and publishes it at every
+// Sync into a second hash beside the fleet key (in its Cluster slot), which
+// a Fleet of an older version never reads. The fleet capacity is this
+// instance's share plus the shares the other live instances published; a
+// live instance that published none (a fixed one, or an older version)
+// counts as this instance's share. While the counts are stale, an adaptive
+// instance counts its own share alone: it protects itself.
+//
 // Time. With WithFleetClock, the script takes now from that Clock, so tests can
 // expire instances on fake time; without it, the script reads Redis TIME, so
 // instances with skewed clocks agree on expiry.
@@ -83,6 +94,20 @@ type Fleet struct {
 	stale       atomic.Bool
 	gate        gate // non-critical: shed from gate.start, admit again below gate.stop
 	verdicts
+
+	est     atomic.Pointer[estimator] // nil: the capacity is fixed
+	tickets sync.Pool                 // *ticket, adaptive capacity
+
+	capMu       sync.Mutex // serialises capacity changes
+	fixed       int64      // the fleet capacity of a fixed Fleet
+	reserve     float64
+	band        float64
+	own         int64 // this instance's adaptive capacity
+	othersCap   int64 // adaptive: the capacities other live instances published
+	othersNoCap int64 // adaptive: live instances that published none
+	adaptive    AdaptiveCapacity
+	meter       CPUMeter
+	capacityKey string
 
 	client      redis.UniversalClient
 	key         string
@@ -119,6 +144,9 @@ func NewFleet(client redis.UniversalClient, capacity int64, opts ...FleetOption)
 		c.errs = append(c.errs, fmt.Errorf("shedder: fleet capacity %d must be at least 1", capacity))
 	}
 	apply(&c, &c.common, "FleetOption", opts)
+	if c.adaptive != nil && c.adaptive.CPUTarget > 0 && c.meter == nil {
+		c.fail("WithFleetAdaptiveCapacity", "AdaptiveCapacity.CPUTarget %v needs a CPU meter (AdaptiveCapacity.CPU or WithFleetCPU)", c.adaptive.CPUTarget)
+	}
 	if c.instance == "" {
 		id, err := randomID()
 		if err != nil {
@@ -130,17 +158,22 @@ func NewFleet(client redis.UniversalClient, capacity int64, opts ...FleetOption)
 		return nil, errors.Join(c.errs...)
 	}
 	f := &Fleet{
-		verdicts:    c.verdicts(capacity),
 		client:      client,
 		key:         c.key,
+		capacityKey: capacityKey(c.key),
 		instance:    c.instance,
 		ttl:         c.ttl,
 		interval:    c.interval,
 		timeout:     c.timeout,
 		clock:       c.timeSource(),
 		scriptClock: c.clock,
+		fixed:       capacity,
+		reserve:     c.reserve,
+		band:        c.hysteresis,
+		meter:       c.meter,
 	}
-	f.gate.init(fractionOf(1-c.reserve, capacity), capacity, &c.common)
+	f.verdicts.init(&c.common, capacity)
+	f.gate.init(&c.common)
 	f.stale.Store(true)
 	for p := floodgate.PriorityTest; p <= floodgate.PriorityCritical; p++ {
 		f.dones[p] = func(floodgate.Result) {
@@ -148,7 +181,95 @@ func NewFleet(client redis.UniversalClient, capacity int64, opts ...FleetOption)
 			f.localTotal.Add(-1)
 		}
 	}
+	f.tickets.New = func() any {
+		t := &ticket{owner: f}
+		t.done = t.finish
+		return t
+	}
+	f.relayout()
+	if c.adaptive != nil {
+		f.adaptive = *c.adaptive
+		f.startAdaptive(f.adaptive, f.meter, capacity)
+	}
 	return f, nil
+}
+
+// capacityKey returns the Redis hash of the instances' adaptive
+// capacities: in the fleet key's Cluster slot, and never touched by a
+// Fleet of an older version sharing the fleet key.
+func capacityKey(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key + ":capacity" // the key's hash tag is kept
+		}
+	}
+	return "{" + key + "}:capacity" // hashes like the whole fleet key
+}
+
+// startAdaptive installs an estimator of settings a for this instance's
+// share, starting from initial.
+func (f *Fleet) startAdaptive(a AdaptiveCapacity, meter CPUMeter, initial int64) {
+	initial = min(max(initial, a.Min), a.Max)
+	f.est.Store(newEstimator(a, meter, initial, f.clock, f.setOwn))
+	f.setOwn(initial)
+}
+
+// setOwn records this instance's adaptive capacity.
+func (f *Fleet) setOwn(c int64) {
+	f.capMu.Lock()
+	f.own = c
+	f.capMu.Unlock()
+	f.relayout()
+}
+
+// relayout recomputes the fleet capacity and the gate.
+func (f *Fleet) relayout() {
+	f.capMu.Lock()
+	defer f.capMu.Unlock()
+	capacity := f.fixed
+	if f.est.Load() != nil {
+		capacity = f.own
+		if !f.stale.Load() {
+			capacity += f.othersCap + f.othersNoCap*f.own
+		}
+	}
+	f.capacity.Store(capacity)
+	f.gate.layout(fractionOf(1-f.reserve, capacity), capacity, f.band)
+}
+
+// Capacity returns the fleet capacity in force: the one the Fleet was
+// built or reconfigured with or, with an adaptive capacity, the sum of the
+// live instances' learnt capacities (this instance's alone while the
+// fleet counts are stale).
+func (f *Fleet) Capacity() int64 { return f.capacity.Load() }
+
+// Stats returns a snapshot of the fleet capacity and, when it is adaptive,
+// of what this instance learnt its own share from (Estimate).
+func (f *Fleet) Stats() Stats {
+	st := Stats{CPU: -1}
+	if e := f.est.Load(); e != nil {
+		st = e.snapshot()
+	}
+	st.Capacity = f.Capacity()
+	return st
+}
+
+// doneOf is Shedder.doneOf for a request of priority p admitted with
+// inflight requests in flight on this instance.
+func (f *Fleet) doneOf(e *estimator, p floodgate.Priority, inflight int64) floodgate.Done {
+	if e == nil {
+		return f.dones[p]
+	}
+	t := f.tickets.Get().(*ticket)
+	t.e, t.p, t.gen, t.inflight, t.start = e, p, e.gen.Load(), inflight, f.clock.Now()
+	return t.done
+}
+
+func (f *Fleet) release(t *ticket) {
+	f.local[t.p].Add(-1)
+	f.localTotal.Add(-1)
+	t.e = nil
+	f.tickets.Put(t)
 }
 
 // Admit implements floodgate.Admitter. It never calls Redis.
@@ -158,20 +279,24 @@ func (f *Fleet) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decisi
 		err = ErrFleetStale
 	}
 	others := f.othersTotal.Load()
+	e := f.est.Load()
 	if p == floodgate.PriorityCritical {
 		f.local[p].Add(1)
 		n := f.localTotal.Add(1)
-		return f.allow(p, others+n), f.dones[p], err
+		return f.allow(p, others+n), f.doneOf(e, p, n), err
 	}
 	for {
 		n := f.localTotal.Load()
 		total := others + n
 		if f.gate.shed(total) {
+			if e != nil {
+				e.shed.Add(1)
+			}
 			return f.shed(p, total), nil, err
 		}
 		if f.localTotal.CompareAndSwap(n, n+1) {
 			f.local[p].Add(1)
-			return f.allow(p, total+1), f.dones[p], err
+			return f.allow(p, total+1), f.doneOf(e, p, n+1), err
 		}
 	}
 }
@@ -187,29 +312,40 @@ func (f *Fleet) Sync(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 
-	args := []any{redisnow.Arg(f.scriptClock), f.ttl.Milliseconds(), f.instance, 0, 0, 0, 0}
+	args := []any{redisnow.Arg(f.scriptClock), f.ttl.Milliseconds(), f.instance, 0, 0, 0, 0, ""}
 	for p := floodgate.PriorityTest; p <= floodgate.PriorityCritical; p++ {
 		args[2+int(p)] = f.local[p].Load()
 	}
-	sums, err := fleetScript.Run(ctx, f.client, []string{f.key}, args...).Int64Slice()
-	if err == nil && len(sums) != 4 {
-		err = fmt.Errorf("fleet script returned %d values, want 4", len(sums))
+	adaptive := f.est.Load() != nil
+	if adaptive {
+		f.capMu.Lock()
+		args[7] = f.own
+		f.capMu.Unlock()
+	}
+	sums, err := fleetScript.Run(ctx, f.client, []string{f.key, f.capacityKey}, args...).Int64Slice()
+	if err == nil && len(sums) != 6 {
+		err = fmt.Errorf("fleet script returned %d values, want 6", len(sums))
 	}
 	now := f.clock.Now().UnixNano()
 	if err != nil {
 		if last := f.lastOK.Load(); last == 0 || now-last >= int64(f.ttl) {
 			f.forgetOthers()
+			f.relayout()
 		}
 		return fmt.Errorf("shedder: fleet sync of instance %q: %w", f.instance, err)
 	}
 	var total int64
-	for i, v := range sums {
+	for i, v := range sums[:4] {
 		f.others[i+1].Store(v)
 		total += v
 	}
 	f.othersTotal.Store(total)
+	f.capMu.Lock()
+	f.othersCap, f.othersNoCap = sums[4], sums[5]
+	f.capMu.Unlock()
 	f.lastOK.Store(now)
 	f.stale.Store(false)
+	f.relayout()
 	return nil
 }
 
@@ -230,6 +366,9 @@ func (f *Fleet) Leave(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	if err := f.client.HDel(ctx, f.key, f.instance).Err(); err != nil {
+		return fmt.Errorf("shedder: fleet leave of instance %q: %w", f.instance, err)
+	}
+	if err := f.client.HDel(ctx, f.capacityKey, f.instance).Err(); err != nil {
 		return fmt.Errorf("shedder: fleet leave of instance %q: %w", f.instance, err)
 	}
 	return nil

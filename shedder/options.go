@@ -31,11 +31,15 @@ type common struct {
 type config struct {
 	common
 	thresholds [floodgate.NumPriorities]float64
+	adaptive   *AdaptiveCapacity
+	meter      CPUMeter
 }
 
 // fleetConfig is what FleetOptions set.
 type fleetConfig struct {
 	common
+	adaptive *AdaptiveCapacity
+	meter    CPUMeter
 	reserve  float64
 	instance string
 	key      string
@@ -95,20 +99,12 @@ func (s setting) fleetOption(name string) FleetOption {
 // test <= read <= write, so less important traffic is always shed first.
 func WithThresholds(test, read, write float64) Option {
 	return func(c *config) {
-		bad := false
-		for _, t := range []struct {
-			p floodgate.Priority
-			v float64
-		}{{floodgate.PriorityTest, test}, {floodgate.PriorityRead, read}, {floodgate.PriorityWrite, write}} {
-			if math.IsNaN(t.v) || t.v <= 0 || t.v > 1 {
-				c.fail("WithThresholds", "%s threshold %v is out of range (0, 1]", t.p, t.v)
-				bad = true
-			}
-			c.thresholds[t.p] = t.v
+		for _, msg := range (Thresholds{test, read, write}).check() {
+			c.fail("WithThresholds", "%s", msg)
 		}
-		if !bad && (test > read || read > write) {
-			c.fail("WithThresholds", "thresholds test %v, read %v, write %v must satisfy test <= read <= write", test, read, write)
-		}
+		c.thresholds[floodgate.PriorityTest] = test
+		c.thresholds[floodgate.PriorityRead] = read
+		c.thresholds[floodgate.PriorityWrite] = write
 	}
 }
 
@@ -275,5 +271,58 @@ func WithFleetSync(interval, ttl, timeout time.Duration) FleetOption {
 			c.fail("WithFleetSync", "sync timeout %s must be positive", timeout)
 		}
 		c.interval, c.ttl, c.timeout = interval, ttl, timeout
+	}
+}
+
+// WithAdaptiveCapacity makes the Shedder's capacity follow the service:
+// the capacity given to New is where it starts (clamped to [a.Min,
+// a.Max]), and it then moves as the package documentation ("Adaptive
+// capacity") says. A bad field of a is reported by name.
+func WithAdaptiveCapacity(a AdaptiveCapacity) Option {
+	return func(c *config) {
+		a = a.withDefaults()
+		c.errs = append(c.errs, a.check("WithAdaptiveCapacity")...)
+		c.adaptive = &a
+		if a.CPU != nil {
+			c.meter = a.CPU
+		}
+	}
+}
+
+// WithFleetAdaptiveCapacity is WithAdaptiveCapacity for NewFleet: each
+// instance learns its own capacity from its own requests, in [a.Min,
+// a.Max], and the fleet's capacity is the sum over live instances (see
+// Fleet).
+func WithFleetAdaptiveCapacity(a AdaptiveCapacity) FleetOption {
+	return func(c *fleetConfig) {
+		a = a.withDefaults()
+		c.errs = append(c.errs, a.check("WithFleetAdaptiveCapacity")...)
+		c.adaptive = &a
+		if a.CPU != nil {
+			c.meter = a.CPU
+		}
+	}
+}
+
+// WithCPU gives the Shedder the CPU meter an adaptive capacity's CPUTarget
+// is checked against (*cpu.Meter of package shedder/cpu, for the
+// container's cgroup quota). It is read once per window, only while the
+// capacity is adaptive with a CPUTarget.
+func WithCPU(m CPUMeter) Option {
+	return func(c *config) {
+		if m == nil {
+			c.fail("WithCPU", "meter is nil")
+		}
+		c.meter = m
+	}
+}
+
+// WithFleetCPU is WithCPU for NewFleet.
+func WithFleetCPU(m CPUMeter) FleetOption {
+	return func(c *fleetConfig) {
+		if m == nil {
+			c.fail("WithFleetCPU", "meter is nil")
+		}
+		c.meter = m
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,7 +43,17 @@ type Shedder struct {
 	inflight atomic.Int64
 	gates    [floodgate.NumPriorities]gate // critical's is never consulted
 	verdicts
-	done floodgate.Done
+	done    floodgate.Done            // the Done of a fixed capacity
+	est     atomic.Pointer[estimator] // nil: the capacity is fixed
+	tickets sync.Pool                 // *ticket, adaptive capacity
+	clock   floodgate.Clock
+
+	mu         sync.Mutex // serialises capacity and threshold changes
+	thresholds [floodgate.NumPriorities]float64
+	band       float64
+	fixed      int64 // the capacity Config reports
+	adaptive   AdaptiveCapacity
+	meter      CPUMeter // WithCPU's, or the last AdaptiveCapacity.CPU
 }
 
 var _ floodgate.Admitter = (*Shedder)(nil)
@@ -58,16 +69,54 @@ func New(capacity int64, opts ...Option) (*Shedder, error) {
 		c.errs = append(c.errs, fmt.Errorf("shedder: capacity %d must be at least 1", capacity))
 	}
 	apply(&c, &c.common, "Option", opts)
+	if c.adaptive != nil && c.adaptive.CPUTarget > 0 && c.meter == nil {
+		c.fail("WithAdaptiveCapacity", "AdaptiveCapacity.CPUTarget %v needs a CPU meter (AdaptiveCapacity.CPU or WithCPU)", c.adaptive.CPUTarget)
+	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
-	s := &Shedder{verdicts: c.verdicts(capacity)}
+	s := &Shedder{thresholds: c.thresholds, band: c.hysteresis, fixed: capacity, clock: c.timeSource(), meter: c.meter}
 	for p := floodgate.PriorityTest; p < floodgate.PriorityCritical; p++ {
-		s.gates[p].init(fractionOf(c.thresholds[p], capacity), capacity, &c.common)
+		s.gates[p].init(&c.common)
 	}
-	s.gates[floodgate.PriorityCritical] = gate{start: math.MaxInt64, stop: math.MaxInt64}
+	s.verdicts.init(&c.common, capacity)
+	s.gates[floodgate.PriorityCritical].start.Store(math.MaxInt64)
+	s.gates[floodgate.PriorityCritical].stop.Store(math.MaxInt64)
+	s.setCapacity(capacity)
 	s.done = func(floodgate.Result) { s.inflight.Add(-1) }
+	s.tickets.New = func() any {
+		t := &ticket{owner: s}
+		t.done = t.finish
+		return t
+	}
+	if c.adaptive != nil {
+		s.adaptive = *c.adaptive
+		s.startAdaptive(s.adaptive, s.meter, capacity)
+	}
 	return s, nil
+}
+
+// setCapacity moves every threshold to its share of capacity.
+func (s *Shedder) setCapacity(capacity int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.layout(capacity)
+}
+
+// layout sets the capacity and the thresholds; mu held.
+func (s *Shedder) layout(capacity int64) {
+	s.capacity.Store(capacity)
+	for p := floodgate.PriorityTest; p < floodgate.PriorityCritical; p++ {
+		s.gates[p].layout(fractionOf(s.thresholds[p], capacity), capacity, s.band)
+	}
+}
+
+// startAdaptive installs an estimator of settings a starting from
+// initial.
+func (s *Shedder) startAdaptive(a AdaptiveCapacity, meter CPUMeter, initial int64) {
+	initial = min(max(initial, a.Min), a.Max)
+	s.est.Store(newEstimator(a, meter, initial, s.clock, s.setCapacity))
+	s.setCapacity(initial)
 }
 
 // fractionOf returns ceil(f*n) computed so that exact decimal fractions
@@ -81,8 +130,20 @@ func fractionOf(f float64, n int64) int64 {
 	return int64(math.Ceil(v))
 }
 
-// Capacity returns the capacity the Shedder was built with.
-func (s *Shedder) Capacity() int64 { return s.capacity }
+// Capacity returns the capacity in force: the one the Shedder was built
+// or reconfigured with, or, with an adaptive capacity, the one it learnt.
+func (s *Shedder) Capacity() int64 { return s.capacity.Load() }
+
+// Stats returns a snapshot of the Shedder's capacity and, when it is
+// adaptive, what it was learnt from.
+func (s *Shedder) Stats() Stats {
+	st := Stats{CPU: -1}
+	if e := s.est.Load(); e != nil {
+		st = e.snapshot()
+	}
+	st.Capacity = s.Capacity()
+	return st
+}
 
 // InFlight returns the number of admitted requests that have not called
 // their Done yet.
@@ -92,31 +153,54 @@ func (s *Shedder) InFlight() int64 { return s.inflight.Load() }
 // nil Done with an allow.
 func (s *Shedder) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	p, err := s.priority(r)
+	e := s.est.Load()
 	if p == floodgate.PriorityCritical {
 		n := s.inflight.Add(1)
-		return s.allow(p, n), s.done, err
+		return s.allow(p, n), s.doneOf(e, n), err
 	}
 	for {
 		n := s.inflight.Load()
 		if s.gates[p].shed(n) {
+			if e != nil {
+				e.shed.Add(1)
+			}
 			return s.shed(p, n), nil, err
 		}
 		if s.inflight.CompareAndSwap(n, n+1) {
-			return s.allow(p, n+1), s.done, err
+			return s.allow(p, n+1), s.doneOf(e, n+1), err
 		}
 	}
 }
 
+// doneOf returns the Done of a request admitted with inflight requests in
+// flight (itself included): the prebuilt one of a fixed capacity, or a
+// pooled ticket that times the request for e.
+func (s *Shedder) doneOf(e *estimator, inflight int64) floodgate.Done {
+	if e == nil {
+		return s.done
+	}
+	t := s.tickets.Get().(*ticket)
+	t.e, t.gen, t.inflight, t.start = e, e.gen.Load(), inflight, s.clock.Now()
+	return t.done
+}
+
+func (s *Shedder) release(t *ticket) {
+	s.inflight.Add(-1)
+	t.e = nil
+	s.tickets.Put(t)
+}
+
 // verdicts builds the Decisions of a Shedder or a Fleet.
 type verdicts struct {
-	capacity        int64
+	capacity        atomic.Int64
 	retryAfter      time.Duration
 	defaultPriority floodgate.Priority
 	policy          string
 }
 
-func (c *common) verdicts(capacity int64) verdicts {
-	return verdicts{capacity: capacity, retryAfter: c.retryAfter, defaultPriority: c.defaultPriority, policy: c.policy}
+func (v *verdicts) init(c *common, capacity int64) {
+	v.retryAfter, v.defaultPriority, v.policy = c.retryAfter, c.defaultPriority, c.policy
+	v.capacity.Store(capacity)
 }
 
 // resolve returns the priority p is decided at.
@@ -139,12 +223,13 @@ func (v *verdicts) priority(r *floodgate.Request) (floodgate.Priority, error) {
 // allow is the Decision admitting a request of priority p with inflight
 // requests in flight, itself included.
 func (v *verdicts) allow(p floodgate.Priority, inflight int64) floodgate.Decision {
+	capacity := v.capacity.Load()
 	return floodgate.Decision{
 		Allowed:   true,
 		Stage:     floodgate.StageShedder,
 		Source:    floodgate.SourceShedder,
-		Limit:     v.capacity,
-		Remaining: max(v.capacity-inflight, 0),
+		Limit:     capacity,
+		Remaining: max(capacity-inflight, 0),
 		Priority:  p,
 	}
 }
@@ -164,18 +249,23 @@ type gate struct {
 	// nanosecond time at which in flight was last seen at or above start,
 	// and without one, 1.
 	since atomic.Int64
-	start int64 // shed when in flight >= start
-	stop  int64 // stop shedding when in flight < stop (and the hold passed)
+	start atomic.Int64 // shed when in flight >= start
+	stop  atomic.Int64 // stop shedding when in flight < stop (and the hold passed)
 	hold  int64
 	clock floodgate.Clock
 }
 
-func (g *gate) init(start, capacity int64, c *common) {
-	g.start = start
-	// At least 1: a class always recovers once nothing is in flight.
-	g.stop = max(start-fractionOf(c.hysteresis, capacity), 1)
+func (g *gate) init(c *common) {
 	g.hold = int64(c.hold)
 	g.clock = c.timeSource()
+}
+
+// layout places the gate at start, with the hysteresis band a share of
+// capacity below it.
+func (g *gate) layout(start, capacity int64, band float64) {
+	g.start.Store(start)
+	// At least 1: a class always recovers once nothing is in flight.
+	g.stop.Store(max(start-fractionOf(band, capacity), 1))
 }
 
 func (g *gate) shedding() bool { return g.since.Load() != 0 }
@@ -184,7 +274,7 @@ func (g *gate) shedding() bool { return g.since.Load() != 0 }
 // moves the gate's state.
 func (g *gate) shed(n int64) bool {
 	since := g.since.Load()
-	if n >= g.start {
+	if n >= g.start.Load() {
 		// At or above the threshold: shed, and (re)start the hold.
 		if g.hold > 0 {
 			g.since.Store(g.now())
@@ -196,7 +286,7 @@ func (g *gate) shed(n int64) bool {
 	if since == 0 {
 		return false
 	}
-	if n >= g.stop {
+	if n >= g.stop.Load() {
 		return true // inside the hysteresis band
 	}
 	if g.hold > 0 && g.now()-since < g.hold {

@@ -21,6 +21,7 @@ type watchConfig struct {
 	interval time.Duration
 	onReload func(*Policy, error)
 	logger   *slog.Logger
+	overload *overloadHook // WithOverload (overload.go); nil: none
 	errs     []error
 }
 
@@ -126,8 +127,14 @@ func (w *watcher) poll() {
 	}
 	w.last, w.have, w.lastErr = sum, true, ""
 	p, err := Load(data)
+	if err == nil && w.cfg.overload != nil {
+		err = w.cfg.overload.check(p) // before anything is swapped
+	}
 	if err == nil {
 		err = w.l.SetPolicy(p)
+	}
+	if err == nil && w.cfg.overload != nil {
+		err = w.cfg.overload.apply(p)
 	}
 	if err != nil {
 		w.report(nil, err)

@@ -8,7 +8,8 @@
 // logging, realip, selector and recovery interceptors (package grpcmw): each
 // call's log line carries floodgate's decision, the client behind
 // -trusted-proxies is limited by its own address, and -unlimited methods
-// are never limited.
+// are never limited. With -adaptive the shedder's capacity follows the
+// service and an adaptive in-flight limit joins the chain.
 //
 //	cd examples && go run ./grpc
 //	go run ./client    # in another terminal
@@ -38,11 +39,15 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/examples/internal/stack"
 	"github.com/floodgate-go/floodgate/grpcmw"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
 	floodgatev1 "github.com/floodgate-go/floodgate/proto/floodgate/v1"
+	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/shedder/cpu"
 )
 
 func main() {
@@ -68,6 +73,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	work := fs.Duration("work", 10*time.Millisecond, "simulated work per call")
 	trustedProxies := fs.String("trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For names the client (realip)")
 	unlimited := fs.String("unlimited", reflectionServices, "comma-separated methods (/pkg.Svc/Method or /pkg.Svc/*) floodgate never sees (selector)")
+	adaptive := fs.Bool("adaptive", false, "adaptive overload control: the shedder's capacity follows the service instead of a fixed 64, and an adaptive in-flight limit (Gradient2) joins the chain")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -113,6 +119,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// -adaptive: the shedder learns its capacity, and an adaptive in-flight
+	// limit sits between the fixed caps and the rate limits. Without it
+	// the adaptive stage is an empty chain, which admits everything.
+	shed, adaptiveConc := st.Shed, floodgate.Admitter(floodgate.Chain{})
+	if *adaptive {
+		if shed, adaptiveConc, err = adaptiveStages(st, logger); err != nil {
+			return err
+		}
+	}
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithMeterProvider(st.MeterProvider), otelgrpc.WithTracerProvider(st.TracerProvider))),
@@ -122,16 +137,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(mw.logger, mw.logOpts...),
 			realip.UnaryServerInterceptorOpts(mw.realIP...),
-			selector.UnaryServerInterceptor(fg.UnaryServer(st.Shed), mw.limited),   // 1. shed low priorities near capacity
-			selector.UnaryServerInterceptor(fg.UnaryServer(st.Conc), mw.limited),   // 2. cap requests in flight
-			selector.UnaryServerInterceptor(fg.UnaryServer(st.Limits), mw.limited), // 3. the policy's rate limits
+			selector.UnaryServerInterceptor(fg.UnaryServer(shed), mw.limited),         // 1. shed low priorities near capacity
+			selector.UnaryServerInterceptor(fg.UnaryServer(st.Conc), mw.limited),      // 2. cap requests in flight
+			selector.UnaryServerInterceptor(fg.UnaryServer(adaptiveConc), mw.limited), // 2b. -adaptive: an in-flight limit learnt from latency
+			selector.UnaryServerInterceptor(fg.UnaryServer(st.Limits), mw.limited),    // 3. the policy's rate limits
 			recovery.UnaryServerInterceptor(mw.recovered),
 		),
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(mw.logger, mw.logOpts...),
 			realip.StreamServerInterceptorOpts(mw.realIP...),
-			selector.StreamServerInterceptor(fg.StreamServer(st.Shed), mw.limited),
+			selector.StreamServerInterceptor(fg.StreamServer(shed), mw.limited),
 			selector.StreamServerInterceptor(fg.StreamServer(st.Conc), mw.limited),
+			selector.StreamServerInterceptor(fg.StreamServer(adaptiveConc), mw.limited),
 			selector.StreamServerInterceptor(fg.StreamServer(st.Limits), mw.limited),
 			recovery.StreamServerInterceptor(mw.recovered),
 		),
@@ -178,4 +195,28 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// adaptiveStages returns the -adaptive stages (issue 19): a shedder whose
+// capacity starts at 8 and follows the service (latency and throughput,
+// and the container's CPU against its cgroup quota when one can be read),
+// and an adaptive in-flight limit (Gradient2) that never refuses critical
+// calls. Both are counted by the observer like the stack's stages.
+func adaptiveStages(st *stack.Stack, logger *slog.Logger) (shed, conc floodgate.Admitter, err error) {
+	capacity := shedder.AdaptiveCapacity{Min: 8, Max: 4 * stack.ShedCapacity}
+	if m, err := cpu.New(); err == nil {
+		capacity.CPU, capacity.CPUTarget = m, 0.9
+		logger.Info("adaptive shedder: CPU signal", "source", m.Source())
+	} else {
+		logger.Info("adaptive shedder without a CPU signal", "reason", err)
+	}
+	s, err := shedder.New(capacity.Min, shedder.WithAdaptiveCapacity(capacity))
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{Min: 8, Max: stack.MaxInFlight, Bypass: floodgate.PriorityCritical})
+	if err != nil {
+		return nil, nil, err
+	}
+	return st.Observer.TrackInFlight(s), st.Observer.TrackInFlight(a), nil
 }

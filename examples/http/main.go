@@ -2,7 +2,9 @@
 // the priority load shedder, the in-flight limiter and the hierarchical rate
 // limits of policy.yaml (hot-reloaded), kept in process or, when REDIS_URL is
 // set, in Redis behind a circuit breaker. Decisions are traced and counted with
-// OpenTelemetry and exposed for Prometheus on a separate port.
+// OpenTelemetry and exposed for Prometheus on a separate port. With
+// -adaptive the shedder's capacity follows the service and an adaptive
+// in-flight limit joins the chain: no capacity to guess.
 //
 //	cd examples && go run ./http
 //	curl -i -H 'X-User: alice' 'http://127.0.0.1:8080/v1/search?q=lamp'
@@ -26,8 +28,11 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/examples/internal/stack"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/shedder/cpu"
 )
 
 func main() {
@@ -51,6 +56,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	redisURL := fs.String("redis", os.Getenv("REDIS_URL"), "Redis URL for limits shared by every instance (default $REDIS_URL; empty: in process)")
 	trace := fs.Bool("trace", false, "print every span (with its floodgate.* attributes) as JSON")
 	work := fs.Duration("work", 10*time.Millisecond, "simulated work per API request")
+	adaptive := fs.Bool("adaptive", false, "adaptive overload control: the shedder's capacity follows the service instead of a fixed 64, and an adaptive in-flight limit (Gradient2) joins the chain")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,7 +110,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	handler := otelhttp.NewHandler(limit.HTTP(floodgate.Chain{st.Shed, st.Conc, st.Limits})(mux), "shop-http",
+	chain := floodgate.Chain{st.Shed, st.Conc, st.Limits}
+	if *adaptive {
+		shed, conc, err := adaptiveStages(st, logger)
+		if err != nil {
+			return err
+		}
+		chain = floodgate.Chain{shed, st.Conc, conc, st.Limits}
+	}
+	handler := otelhttp.NewHandler(limit.HTTP(chain)(mux), "shop-http",
 		otelhttp.WithMeterProvider(st.MeterProvider), otelhttp.WithTracerProvider(st.TracerProvider))
 
 	ln, err := net.Listen("tcp", *addr)
@@ -144,4 +158,28 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// adaptiveStages returns the -adaptive stages (issue 19): a shedder whose
+// capacity starts at 8 and follows the service (latency and throughput,
+// and the container's CPU against its cgroup quota when one can be read),
+// and an adaptive in-flight limit (Gradient2) that never refuses critical
+// calls. Both are counted by the observer like the stack's stages.
+func adaptiveStages(st *stack.Stack, logger *slog.Logger) (shed, conc floodgate.Admitter, err error) {
+	capacity := shedder.AdaptiveCapacity{Min: 8, Max: 4 * stack.ShedCapacity}
+	if m, err := cpu.New(); err == nil {
+		capacity.CPU, capacity.CPUTarget = m, 0.9
+		logger.Info("adaptive shedder: CPU signal", "source", m.Source())
+	} else {
+		logger.Info("adaptive shedder without a CPU signal", "reason", err)
+	}
+	s, err := shedder.New(capacity.Min, shedder.WithAdaptiveCapacity(capacity))
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{Min: 8, Max: stack.MaxInFlight, Bypass: floodgate.PriorityCritical})
+	if err != nil {
+		return nil, nil, err
+	}
+	return st.Observer.TrackInFlight(s), st.Observer.TrackInFlight(a), nil
 }

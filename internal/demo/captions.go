@@ -12,7 +12,7 @@ import (
 // Caption is one finding of the run, in words, with the numbers computed
 // from the report's own data.
 type Caption struct {
-	ID    string // "sources", "fault", "shed", "denials", "latency", "tiers", "priorities"
+	ID    string // "sources", "fault", "shed", "denials", "latency", "tiers", "priorities", "overload"
 	Title string
 	Text  string
 }
@@ -261,6 +261,11 @@ func (r *Report) Captions() []Caption {
 		}
 	}
 	add("priorities", "Priorities", "%s. Critical traffic (payments, logins) is never shed; test traffic goes first, then reads.", strings.Join(pParts, "; "))
+	if r.Compare != nil {
+		if text := r.Compare.caption(); text != "" {
+			add("overload", "Fixed and adaptive capacity under overload", "%s", text)
+		}
+	}
 	return out
 }
 

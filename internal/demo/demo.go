@@ -49,6 +49,21 @@ type Config struct {
 	// installed), keep rate-limit state there, and kill or pause it as
 	// the Fault says. RedisURL must then be empty.
 	Fault *Fault
+	// Compare is the length of each of the three runs of the overload
+	// comparison that follows the main run (compare.go: a fixed shedder
+	// capacity, an adaptive one, an adaptive concurrency limit); 0 means
+	// a fifth of Duration, at least 2s. It must be 0 or at least 1s.
+	Compare time.Duration
+	// SkipCompare leaves the overload comparison out.
+	SkipCompare bool
+}
+
+// compareDuration is the length of each comparison run.
+func (c Config) compareDuration() time.Duration {
+	if c.Compare > 0 {
+		return c.Compare
+	}
+	return max(2*time.Second, c.Duration/5)
 }
 
 // Validate reports what is wrong with c, before anything starts.
@@ -59,6 +74,9 @@ func (c Config) Validate() error {
 	}
 	if d < time.Second {
 		return fmt.Errorf("demo: duration %s is shorter than 1s", d)
+	}
+	if c.Compare < 0 || (c.Compare > 0 && c.Compare < time.Second) {
+		return fmt.Errorf("demo: comparison run length %s must be 0 (the default) or at least 1s; SkipCompare leaves the comparison out", c.Compare)
 	}
 	if c.Fault != nil {
 		if c.RedisURL != "" {
@@ -305,6 +323,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	var comparison *Comparison
+	if !cfg.SkipCompare {
+		cd := cfg.compareDuration()
+		fmt.Fprintf(progress, "\noverload comparison: 3 runs of %s, one service behind a fixed shedder, an adaptive shedder, an adaptive concurrency limit\n", cd)
+		c, err := compare(ctx, cd, progress)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("demo: overload comparison: %w", err)
+		}
+		comparison = c
+	}
 
 	rep := &Report{
 		Store:    storeName,
@@ -315,9 +346,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			"priority=critical", "priority=write", "priority=read", "priority=test",
 			"scenario=attack", "scenario=brute-force",
 		}),
-		Series: map[string][]Point{"all": stats.Series("all")},
-		Events: Events(gens),
-		Fault:  cfg.Fault,
+		Series:  map[string][]Point{"all": stats.Series("all")},
+		Events:  Events(gens),
+		Fault:   cfg.Fault,
+		Compare: comparison,
 	}
 	for _, tier := range []string{"free", "pro", "enterprise"} {
 		for _, p := range []string{"critical", "write", "read", "test"} {

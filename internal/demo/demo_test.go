@@ -3,6 +3,7 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,47 @@ func checkReport(t *testing.T, rep *demo.Report) {
 	}
 	if strings.Contains(html.String(), "ZgotmplZ") {
 		t.Error("HTML report contains a value html/template refused (ZgotmplZ)")
+	}
+	checkComparison(t, rep, html.String())
+}
+
+// checkComparison asserts what the overload comparison must show: three
+// runs that served calls; the shedders, fixed or adaptive, never refuse a
+// critical call, the adaptive one holds a capacity near what the
+// dependency serves (16 at once) rather than the fixed 40, and the
+// adaptive concurrency limit, which knows no priorities, refuses critical
+// calls with the rest. The report shows it in text, a caption, a table and
+// a chart.
+func checkComparison(t *testing.T, rep *demo.Report, html string) {
+	t.Helper()
+	c := rep.Compare
+	if c == nil || len(c.Runs) != 3 {
+		t.Fatalf("comparison: %+v, want 3 runs", c)
+	}
+	for _, r := range c.Runs {
+		if r.Goodput <= 0 || len(r.Capacity) == 0 {
+			t.Errorf("%s: goodput %.0f, %d capacity samples", r.Name, r.Goodput, len(r.Capacity))
+		}
+	}
+	fixed, adaptive, vegas := c.Runs[0], c.Runs[1], c.Runs[2]
+	if fixed.CriticalRefused != 0 || adaptive.CriticalRefused != 0 {
+		t.Errorf("a shedder refused critical calls: fixed %d, adaptive %d", fixed.CriticalRefused, adaptive.CriticalRefused)
+	}
+	held := slices.Clone(adaptive.Capacity[len(adaptive.Capacity)/4:])
+	slices.Sort(held)
+	if med := held[len(held)/2]; med < 8 || med > 36 {
+		t.Errorf("adaptive capacity held %d (median), want between 8 and 36 for a dependency of 16: %v", med, adaptive.Capacity)
+	}
+	if vegas.CriticalRefused == 0 {
+		t.Errorf("the adaptive concurrency limit refused no critical call at 3x overload: %+v", vegas)
+	}
+	var text bytes.Buffer
+	if err := rep.WriteTable(&text); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rep.Caption("overload"); !ok || !strings.Contains(text.String(), "adaptive concurrency (vegas)") ||
+		!strings.Contains(html, `id="overload"`) || !strings.Contains(html, `id="overload-capacity"`) {
+		t.Errorf("the comparison is missing from the caption, the text table or the HTML:\n%s", text.String())
 	}
 }
 

@@ -22,6 +22,18 @@
 // p99), then each tier and priority. The captions (Report.Captions) are
 // computed from the same counts, never written in advance.
 //
+// # The overload comparison
+//
+// After the main run, unless Config.SkipCompare, the demo drives one more
+// service past its capacity three times (compare.go): a gRPC handler that
+// waits on a dependency serving 16 calls at once, offered three times what
+// it serves with Poisson arrivals of 10% critical calls, behind the
+// shedder with the fixed capacity of the main run (40), behind the shedder
+// with an adaptive capacity (shedder.WithAdaptiveCapacity), and behind an
+// adaptive concurrency limit alone (concurrency.NewAdaptive, Vegas). The
+// report sets them side by side: goodput, critical calls served and their
+// p99, and the capacity each held, over time.
+//
 // # Redis faults
 //
 // Config.Fault (`-redis-fault kill@8s`, `pause@8s:3s`) starts a

@@ -49,6 +49,9 @@ type Report struct {
 	Fault *Fault
 	// Notes are facts the run wants to tell (fallback decisions, errors).
 	Notes []string
+	// Compare is the overload comparison (compare.go); nil when the run
+	// left it out.
+	Compare *Comparison
 }
 
 // Row returns the row for group, if present.
@@ -89,7 +92,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", row.Group, row.Offered, row.Allowed,
 			row.Limited, row.Shed, row.Failed, fmtDur(row.P50), fmtDur(row.P99))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Compare != nil {
+		return r.Compare.writeText(w)
+	}
+	return nil
 }
 
 func fmtDur(d time.Duration) string {
@@ -118,16 +127,20 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		Duration string
 		Captions []Caption
 		Timeline template.HTML
+		Overload template.HTML
 	}{
 		Report:   r,
 		Duration: fmtSec(r.Duration),
 		Captions: r.Captions(),
 		Timeline: template.HTML(r.timelineSVG()), // built with every text escaped (svg.go)
 	}
+	if r.Compare != nil {
+		data.Overload = template.HTML(r.Compare.svg()) // every text escaped (compare.go)
+	}
 	return reportTmpl.Execute(w, data)
 }
 
-var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"dur": fmtDur}).Parse(`<!doctype html>
+var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"dur": fmtDur, "pct100": func(v float64) float64 { return 100 * v }}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>floodgate demo report</title>
 <link rel="icon" href="data:,">
 <style>
@@ -148,6 +161,12 @@ dl.captions{margin:.4em 0}dl.captions dt{font-weight:600;margin-top:.35em}dl.cap
 <table id="summary"><thead><tr><th>group</th><th>offered</th><th>allowed</th><th>limited</th><th>shed</th><th>failed</th><th>p50</th><th>p99</th></tr></thead><tbody>
 {{range .Rows}}<tr><td>{{.Group}}</td><td>{{.Offered}}</td><td>{{.Allowed}}</td><td>{{.Limited}}</td><td>{{.Shed}}</td><td>{{.Failed}}</td><td>{{dur .P50}}</td><td>{{dur .P99}}</td></tr>
 {{end}}</tbody></table>
+{{with .Compare}}<h2>Fixed and adaptive capacity under overload</h2>
+<p>{{.Service}}, offered {{printf "%.0f" .Offered}} calls/s, 10% critical; the first {{dur .Warmup}} of each run is left out of the counts.</p>
+<table id="overload"><thead><tr><th>stage</th><th>goodput/s</th><th>critical served</th><th>critical p99</th><th>p99</th><th>refused</th><th>critical refused</th><th>late</th></tr></thead><tbody>
+{{range .Runs}}<tr><td>{{.Name}}</td><td>{{printf "%.0f" .Goodput}}</td><td>{{printf "%.2f%%" (pct100 .CriticalServed)}}</td><td>{{dur .CriticalP99}}</td><td>{{dur .P99}}</td><td>{{.Refused}}</td><td>{{.CriticalRefused}}</td><td>{{.Late}}</td></tr>
+{{end}}</tbody></table>
+{{end}}{{.Overload}}
 {{if .Notes}}<h2>Notes</h2><ul>{{range .Notes}}<li>{{.}}</li>{{end}}</ul>{{end}}
 </body></html>
 `))

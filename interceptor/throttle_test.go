@@ -1,0 +1,245 @@
+package interceptor
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/testpb"
+	"github.com/floodgate-go/floodgate/testing/clock"
+)
+
+// capacityStage is a server stage that accepts what a token bucket on the
+// test's fake clock allows (rate per second, burst 10) and sheds the rest,
+// as an overloaded floodgate server does (UNAVAILABLE with a pushback).
+type capacityStage struct {
+	clk  *clock.Fake
+	rate float64
+
+	mu       sync.Mutex
+	tokens   float64
+	last     time.Time
+	attempts int
+	accepts  int
+}
+
+func (c *capacityStage) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clk.Now()
+	if !c.last.IsZero() {
+		c.tokens = min(10, c.tokens+now.Sub(c.last).Seconds()*c.rate)
+	}
+	c.last = now
+	c.attempts++
+	if c.tokens < 1 {
+		return floodgate.Decision{Stage: floodgate.StageShedder, RetryAfter: time.Second}, nil, nil
+	}
+	c.tokens--
+	c.accepts++
+	return floodgate.Decision{Allowed: true, Stage: floodgate.StageShedder}, nil, nil
+}
+
+func (c *capacityStage) counts() (attempts, accepts int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.attempts, c.accepts
+}
+
+// drive makes n calls one after the other, 1ms of fake time apart (1000
+// calls a second of demand), through a client built with copts against a
+// server that accepts rate calls a second. It returns the attempts that
+// reached the server and their accepts over the last n/2 calls, and how
+// many calls the client throttled itself.
+func drive(t *testing.T, n int, rate float64, copts ...ClientOption) (attempts, accepts, throttled int) {
+	t.Helper()
+	clk := clock.New(time.Time{})
+	srv := &capacityStage{clk: clk, rate: rate}
+	copts = append([]ClientOption{WithClientClock(clk), WithMaxAttempts(1), WithRand(rand.New(rand.NewPCG(7, 9)).Float64)}, copts...)
+	c := testpb.NewEchoClient(startBufconn(t, &echoServer{},
+		[]grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServer(srv))},
+		grpc.WithChainUnaryInterceptor(UnaryClient(copts...)), grpc.WithDisableRetry()))
+	ctx := testCtx(t)
+	var a0, acc0 int
+	for i := range n {
+		if i == n/2 {
+			a0, acc0 = srv.counts()
+		}
+		clk.Advance(time.Millisecond)
+		_, err := c.Plain(ctx, &testpb.EchoRequest{})
+		switch {
+		case err == nil:
+		case IsClientThrottled(err):
+			if i >= n/2 {
+				throttled++
+			}
+		case status.Code(err) != codes.Unavailable:
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	a1, acc1 := srv.counts()
+	return a1 - a0, acc1 - acc0, throttled
+}
+
+// Against a server that can take half of what the client wants (it sheds
+// 50% without throttling), the attempts that reach it fall to K times its
+// accepts: with K = 1.5, 75% of the calls are sent and 2 in 3 of those are
+// accepted. With the default K = 2 the client sends every call (2 x 50% is
+// all of them), and against a server that takes a quarter it sends half.
+// Throttling is off by default: every call is sent. Counted over the last
+// 3 000 of 6 000 calls (6s of demand at 1 000 a second, the throttle's
+// window 5s), on fake time with a seeded random source.
+func TestClientThrottleFallsToKTimesAccepts(t *testing.T) {
+	const n = 6_000
+	for _, tc := range []struct {
+		name      string
+		rate      float64 // the server's accepts per second, of 1000 wanted
+		opts      []ClientOption
+		wantRatio float64 // attempts / accepts
+		wantSent  float64 // attempts / calls
+	}{
+		{"off by default, server sheds 50%", 500, nil, 2, 1},
+		{"K 1.5, server sheds 50%", 500, []ClientOption{WithThrottle(Throttle{K: 1.5, Window: 5 * time.Second})}, 1.5, 0.75},
+		{"K 2, server sheds 50%", 500, []ClientOption{WithThrottle(Throttle{Window: 5 * time.Second})}, 2, 1},
+		{"K 2, server sheds 75%", 250, []ClientOption{WithThrottle(Throttle{Window: 5 * time.Second})}, 2, 0.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			attempts, accepts, throttled := drive(t, n, tc.rate, tc.opts...)
+			ratio, sent := float64(attempts)/float64(accepts), float64(attempts)/(n/2)
+			t.Logf("attempts %d, accepts %d (ratio %.3f), throttled %d, sent %.3f of the calls", attempts, accepts, ratio, throttled, sent)
+			if ratio < tc.wantRatio*0.93 || ratio > tc.wantRatio*1.07 {
+				t.Errorf("attempts/accepts %.3f, want %.2f within 7%%", ratio, tc.wantRatio)
+			}
+			if sent < tc.wantSent-0.05 || sent > tc.wantSent+0.05 {
+				t.Errorf("sent %.3f of the calls, want %.2f +- 0.05", sent, tc.wantSent)
+			}
+			if attempts+throttled != n/2 {
+				t.Errorf("attempts %d + throttled %d != %d calls: every call is either sent or throttled", attempts, throttled, n/2)
+			}
+			if tc.opts == nil && throttled != 0 {
+				t.Errorf("throttled %d calls with throttling off", throttled)
+			}
+		})
+	}
+}
+
+// A throttled call is never sent, ends the call (no retry, whatever the
+// pushback of the previous attempt) and says why.
+func TestClientThrottledCallEndsTheCall(t *testing.T) {
+	clk := clock.New(time.Time{})
+	srv := &capacityStage{clk: clk, rate: 0} // rejects everything once its burst is spent
+	rec := &sleepRecorder{}
+	c := testpb.NewEchoClient(startBufconn(t, &echoServer{},
+		[]grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServer(srv))},
+		grpc.WithChainUnaryInterceptor(UnaryClient(WithClientClock(clk), WithSleep(func(ctx context.Context, d time.Duration) error {
+			clk.Advance(d)
+			return rec.sleep(ctx, d)
+		}), WithMaxAttempts(5), WithThrottle(Throttle{K: 1}), WithRand(func() float64 { return 0.5 }))),
+		grpc.WithDisableRetry()))
+	ctx := testCtx(t)
+	var last error
+	for range 40 {
+		_, last = c.Plain(ctx, &testpb.EchoRequest{})
+		if IsClientThrottled(last) {
+			break
+		}
+	}
+	if !IsClientThrottled(last) || status.Code(last) != codes.Unavailable || !strings.Contains(last.Error(), "the client throttles itself") {
+		t.Fatalf("last error %v, want a client throttle", last)
+	}
+	attempts, _ := srv.counts()
+	before := attempts
+	_, err := c.Plain(ctx, &testpb.EchoRequest{})
+	if attempts, _ = srv.counts(); !IsClientThrottled(err) || attempts != before {
+		t.Fatalf("next call: %v, server attempts %d -> %d; want throttled, nothing sent", err, before, attempts)
+	}
+}
+
+func TestThrottleOptionErrors(t *testing.T) {
+	_, err := newClientConfig([]ClientOption{WithThrottle(Throttle{K: 0.5, Window: -time.Second})})
+	for _, want := range []string{"WithThrottle: K 0.5 must be a finite number >= 1", "WithThrottle: Window -1s is negative"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v; want it to mention %q", err, want)
+		}
+	}
+}
+
+// The probability is the SRE book's formula: with 100 requests and 20
+// accepts in the window and K 2, (100 - 40) / 101.
+func TestThrottleProbability(t *testing.T) {
+	clk := clock.New(time.Time{})
+	var draws []float64
+	r := 0.0
+	th := newThrottler(Throttle{K: 2, Window: time.Minute, Rejected: overloaded}, clk, func() float64 { draws = append(draws, r); return r })
+	for i := range 100 {
+		if i < 20 {
+			th.done(nil)
+		} else {
+			th.done(status.Error(codes.Unavailable, "shed"))
+		}
+	}
+	p := (100.0 - 2*20) / 101
+	r = p
+	if !th.admit() {
+		t.Fatalf("a draw at p = %v was throttled", p)
+	}
+	// An admitted call is counted when it ends, not here.
+	r = p - 1e-9
+	if th.admit() {
+		t.Fatalf("a draw just below p = %v was admitted", p)
+	}
+	// The throttled call counted as a request: p is now (101 - 40) / 102.
+	r = (101.0-40)/102 - 1e-9
+	if th.admit() {
+		t.Fatal("the throttled call was not counted as a request")
+	}
+	// A window later everything is forgotten: no throttling.
+	clk.Advance(time.Minute)
+	r = 0
+	if !th.admit() || len(draws) != 3 {
+		t.Fatalf("after a window: throttled, or drew %d times (want 3: an empty window draws nothing)", len(draws))
+	}
+}
+
+// Server-streaming calls are throttled too: the first answer of each
+// stream is its outcome, and once the server has rejected enough of them
+// a new stream is refused before it is opened.
+func TestClientThrottleServerStream(t *testing.T) {
+	clk := clock.New(time.Time{})
+	srv := &capacityStage{clk: clk, rate: 0}
+	cc := startBufconn(t, &echoServer{},
+		[]grpc.ServerOption{grpc.ChainStreamInterceptor(StreamServer(srv))},
+		grpc.WithChainStreamInterceptor(StreamClient(WithClientClock(clk), WithMaxAttempts(1), WithThrottle(Throttle{K: 1}), WithRand(func() float64 { return 0.5 }))),
+		grpc.WithDisableRetry())
+	c := testpb.NewEchoClient(cc)
+	ctx := testCtx(t)
+	var openErr error
+	for i := 0; i < 40 && openErr == nil; i++ {
+		var st grpc.ServerStreamingClient[testpb.EchoResponse]
+		st, openErr = c.ServerStream(ctx, &testpb.EchoRequest{})
+		if openErr != nil {
+			break
+		}
+		if _, err := st.Recv(); err == nil && i >= 10 {
+			t.Fatalf("stream %d answered past the burst", i)
+		}
+	}
+	if !IsClientThrottled(openErr) {
+		t.Fatalf("open error %v, want a client throttle", openErr)
+	}
+	attempts, _ := srv.counts()
+	if _, err := c.ServerStream(ctx, &testpb.EchoRequest{}); !IsClientThrottled(err) {
+		t.Fatalf("next stream: %v", err)
+	}
+	if a, _ := srv.counts(); a != attempts {
+		t.Fatalf("a throttled stream reached the server (%d -> %d attempts)", attempts, a)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package shedder_test
+
+const raceEnabled = false
