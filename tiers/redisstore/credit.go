@@ -9,8 +9,8 @@ import (
 // Refund gives each bucket's Cost units back, as if that many units charged
 // earlier had never been taken, capped so a bucket never holds more than its
 // capacity. It is what a caller that took units ahead (a lease, package
-// tiers/localfirst) calls to return those it did not spend: a Settle of the
-// negated costs (settle.lua, on Redis TIME or the WithClock time), with the
+// tiers/localfirst) calls to return those it did not spend: a settlement of
+// the negated costs (settle.lua, on Redis TIME or the WithClock time), with the
 // settlement arithmetic of the tiers.Algorithm doc:
 //
 //	TokenBucket: tokens = min(B, tokens + (elapsed * N) / P), ts = now  (the refill, as a take does)
@@ -30,21 +30,5 @@ func (s *Store) Refund(ctx context.Context, buckets []tiers.Bucket) error {
 	if err := tiers.ValidateRefund(buckets); err != nil {
 		return err
 	}
-	some := false
-	for i := range buckets {
-		some = some || buckets[i].Cost != 0
-	}
-	if !some {
-		return nil
-	}
-	var buf [maxInlineBuckets]tiers.Bucket
-	neg := buf[:0]
-	if len(buckets) > len(buf) {
-		neg = make([]tiers.Bucket, 0, len(buckets))
-	}
-	for _, b := range buckets {
-		b.Cost = -b.Cost
-		neg = append(neg, b)
-	}
-	return s.Settle(ctx, neg, nil)
+	return s.adjust(ctx, buckets, -1)
 }

@@ -41,6 +41,12 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 	if err := tiers.ValidateSettle(buckets, took); err != nil {
 		return err
 	}
+	return s.adjust(ctx, buckets, 1)
+}
+
+// adjust settles each bucket's Cost times sign (1: Settle; -1: Refund,
+// which so needs no negated copy of its buckets).
+func (s *Store) adjust(ctx context.Context, buckets []tiers.Bucket, sign int64) error {
 	var inline [maxInlineBuckets]int
 	idx := inline[:0]
 	if len(buckets) > maxInlineBuckets {
@@ -48,7 +54,7 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 	}
 	refund := false
 	for i := range buckets {
-		if c := buckets[i].Cost; c != 0 {
+		if c := buckets[i].Cost * sign; c != 0 {
 			idx = append(idx, i)
 			refund = refund || c < 0
 		}
@@ -57,7 +63,7 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 		return nil
 	}
 	if s.cache != nil && refund {
-		defer s.cache.forgetRefunded(buckets)
+		defer s.cache.forgetRefunded(buckets, sign)
 	}
 	// One reading of the store's clock for every slot.
 	var now int64
@@ -69,16 +75,16 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 		sl0 := s.slotOf(buckets[idx[0]].Key)
 		for _, i := range idx[1:] {
 			if s.slotOf(buckets[i].Key) != sl0 {
-				return s.settleSlots(ctx, buckets, idx, now, fixed)
+				return s.settleSlots(ctx, buckets, idx, now, fixed, sign)
 			}
 		}
 	}
-	return s.settle(ctx, buckets, idx, now, fixed)
+	return s.settle(ctx, buckets, idx, now, fixed, sign)
 }
 
 // settleSlots settles buckets whose keys span cluster slots: one
 // settle.lua call per slot, in parallel.
-func (s *Store) settleSlots(ctx context.Context, buckets []tiers.Bucket, idx []int, now int64, fixed bool) error {
+func (s *Store) settleSlots(ctx context.Context, buckets []tiers.Bucket, idx []int, now int64, fixed bool, sign int64) error {
 	var groups [][]int
 	bySlot := make(map[int]int, 4)
 	for _, i := range idx {
@@ -94,18 +100,18 @@ func (s *Store) settleSlots(ctx context.Context, buckets []tiers.Bucket, idx []i
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for g := range groups {
-		wg.Go(func() { errs[g] = s.settle(ctx, buckets, groups[g], now, fixed) })
+		wg.Go(func() { errs[g] = s.settle(ctx, buckets, groups[g], now, fixed, sign) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
 // settle runs settle.lua once over the buckets idx (all in one slot).
-func (s *Store) settle(ctx context.Context, buckets []tiers.Bucket, idx []int, now int64, fixed bool) error {
+func (s *Store) settle(ctx context.Context, buckets []tiers.Bucket, idx []int, now int64, fixed bool, sign int64) error {
 	c := s.pool.Get().(*call)
 	defer s.release(c)
 	c.now, c.fixed = now, fixed
-	c.buildSettle(settleScript, s.prefix, buckets, idx, s.minArg, s.cluster != nil)
+	c.buildSettle(settleScript, s.prefix, buckets, idx, s.minArg, s.cluster != nil, sign)
 	if _, err := runScript(ctx, s.client, c, settleScript, s.keyPos(), redis.NewIntCmd); err != nil {
 		return fmt.Errorf("redisstore: Settle (not retried; it may or may not have been applied): %w", err)
 	}
@@ -120,7 +126,7 @@ func (s *Store) settle(ctx context.Context, buckets []tiers.Bucket, idx []int, n
 // Redis TIME), limits packed as take.lua's, each cost the signed
 // adjustment. With cluster, the first key is also passed as a plain string
 // so the cluster client can route by it.
-func (c *call) buildSettle(sc script, prefix string, buckets []tiers.Bucket, idx []int, minArg []byte, cluster bool) {
+func (c *call) buildSettle(sc script, prefix string, buckets []tiers.Bucket, idx []int, minArg []byte, cluster bool, sign int64) {
 	n := len(idx)
 	c.n = n
 	c.putInt(int64(n))
@@ -134,7 +140,9 @@ func (c *call) buildSettle(sc script, prefix string, buckets []tiers.Bucket, idx
 	start := len(c.arena)
 	c.arena = appendF64(c.arena, int64(n))
 	for _, i := range idx {
-		c.arena = appendLimit(c.arena, &buckets[i])
+		b := buckets[i]
+		b.Cost *= sign
+		c.arena = appendLimit(c.arena, &b)
 	}
 	c.offs = append(c.offs, start, len(c.arena))
 	c.finish()
@@ -156,12 +164,12 @@ func (c *call) buildSettle(sc script, prefix string, buckets []tiers.Bucket, idx
 }
 
 // forgetRefunded drops the cached denials of the buckets a settlement
-// gives units back to (Cost < 0).
-func (d *denialCache) forgetRefunded(buckets []tiers.Bucket) {
+// gives units back to (Cost × sign < 0).
+func (d *denialCache) forgetRefunded(buckets []tiers.Bucket, sign int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i := range buckets {
-		if b := &buckets[i]; b.CacheDenials && b.Cost < 0 {
+		if b := &buckets[i]; b.CacheDenials && b.Cost*sign < 0 {
 			delete(d.m, cacheKey{key: b.Key, lim: b.Limit})
 		}
 	}
