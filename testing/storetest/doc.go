@@ -42,7 +42,15 @@
 //     an absent bucket is full; every bucket of one Settle by exactly its
 //     own amount) and refuses bad input with tiers.ValidateSettle's
 //     error. Run skips these checks for a Store that is not a Settler
-//     (and runs WaitVectors only up to their first settlement).
+//     (and runs WaitVectors only up to their first settlement);
+//   - if it is a tiers.Reporter, takes reports exactly as a scripted
+//     trace says, for token bucket and GCRA: a report charges what the
+//     bucket holds of what it counts; an attempt sent twice, or reaching
+//     the store after a later one, changes nothing; a report sent again
+//     after a lost reply counts only what that attempt did not, plus its
+//     debt; a key met afresh counts from 0; reports of one call are each
+//     decided on their own; and bad input is refused with
+//     tiers.ValidateReports's error.
 //
 // # Running it
 //

@@ -114,6 +114,29 @@ func Run(t *testing.T, newStore Factory) {
 			settleBadInput(t, st.(tiers.Settler), prefix)
 		})
 	})
+	t.Run("Report", func(t *testing.T) {
+		st, _, _ := fresh(t)
+		if _, ok := st.(tiers.Reporter); !ok {
+			t.Skipf("%T is not a tiers.Reporter", st)
+		}
+		for _, l := range []tiers.Limit{
+			{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10},
+			{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 10},
+		} {
+			t.Run(l.Algorithm.String(), func(t *testing.T) {
+				st, clk, prefix := fresh(t)
+				reportTrace(t, st.(tiers.Reporter), clk, prefix+"{r}", l)
+			})
+		}
+		t.Run("Many", func(t *testing.T) {
+			st, _, prefix := fresh(t)
+			reportMany(t, st.(tiers.Reporter), prefix, tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10})
+		})
+		t.Run("BadInput", func(t *testing.T) {
+			st, _, prefix := fresh(t)
+			reportBadInput(t, st.(tiers.Reporter), prefix)
+		})
+	})
 	t.Run("Refund", func(t *testing.T) {
 		st, _, _ := fresh(t)
 		if _, ok := st.(refunder); !ok {

@@ -40,8 +40,8 @@
 // number of distinct keys (clients, IPs) an instance meets; the key's
 // first report replaces the assumption with the store's state. (A cost
 // larger than the share C/n goes to the exact store.) Hits
-// are reported to the store per key (a Take of the unreported units u,
-// which returns the new R) at a cadence that follows the key's headroom:
+// are reported to the store per key (a tiers.Report of the unreported
+// units u, whose reply carries the new R) at a cadence that follows the key's headroom:
 // every quarter sync interval I once u reaches half the share s this
 // instance had to spend since its last report, else once
 //
@@ -49,17 +49,23 @@
 //
 // (2 intervals at a quarter of the share, 8 at 1/16), and at least every
 // 10 seconds. Redis work then follows the keys near their limits, not
-// the number of keys touched. The reports of keys far below their share
-// due in one Sync go to the store together, up to 64 in one Take (one
-// script call on a standalone Redis); if one of them finds no room, the
-// Take charges nothing and each is sent alone. A report is at most the bucket's capacity
-// (a larger take is refused for ever; the rest goes next time). A report
-// the store denies (other instances over-admitted) charges what is left
-// and keeps the rest as debt, reported next time; what an instance keeps
-// unreported, debt included, is capped at its share of the capacity, C/n:
-// beyond that it admitted at its share of the rate while the store could
-// not be told, the store's bucket refilled meanwhile, and charging it
-// again would make the key pay twice for the same refill.
+// the number of keys touched. Every report due in one Sync goes to the
+// ledger in one call (tiers.Reporter; up to 64 keys to a call, which on a
+// standalone Redis is one script call): a report is never denied, it
+// charges what the store's bucket holds and the rest stays with the
+// instance as debt, reported next time. A report is at most the bucket's
+// capacity (the rest goes next time); what an instance keeps
+// unreported, debt included, is capped at its share of the capacity,
+// C/n: beyond that it admitted at its share of the rate while the store
+// could not be told, the store's bucket refilled meanwhile, and charging
+// it again would make the key pay twice for the same refill.
+//
+// Reports are idempotent. Each carries a sequence number and the count
+// the store acknowledged in its last reply for the key, and the store
+// keeps a mark per key and instance (tiers.ReportMarkTTL): a report sent
+// again after a call that timed out but did reach the store (Redis
+// paused, a reply lost) is charged only for what that call did not
+// count, and a call that reaches the store after a later one is ignored.
 //
 // The bound. Each instance admits at most its share of the state it last
 // learned (a full bucket for a key it is new to), so the fleet admits more
@@ -88,11 +94,12 @@
 // and then go to the exact store, whose own fallback (package fallback)
 // decides; Async buckets keep deciding on their last known state, whose
 // refill estimate grows to the capacity ÷ n, so the fleet as a whole keeps
-// close to the rule's rate. Reports resume when the store answers; a report
-// that failed is counted as not applied and sent again, up to the share
-// cap above (a timed-out report that did reach the store is then charged
-// twice, within that cap: the safe side). After Redis restarted empty,
-// the first reports drain its full bucket by what the fleet still owes.
+// close to the rule's rate. Reports resume when the store answers; what a
+// failed report carried is sent again, up to the share cap above, and
+// charged once whether or not the failed call reached the store (a
+// retry later than the mark's TTL, a minute, may charge it again, within
+// that cap). After Redis restarted empty (its marks gone with it), the
+// first reports drain its full bucket by what the fleet still owes.
 //
 // Mixed takes stay all or nothing. Local units are reserved first; if any
 // local bucket denies, nothing else is asked and the reservations are

@@ -2,7 +2,9 @@ package localfirst_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -54,7 +57,7 @@ func TestOverRedis(t *testing.T) {
 }
 
 // TestGroupedReportsOnCluster: on a Redis Cluster, the reports of keys in
-// different slots go out as one grouped take (the store splits it by
+// different slots go out as one report call (the store splits it by
 // slot) and each key is charged exactly what was spent.
 func TestGroupedReportsOnCluster(t *testing.T) {
 	if testing.Short() {
@@ -92,8 +95,8 @@ func TestGroupedReportsOnCluster(t *testing.T) {
 	if st := s.Stats(); st.Reports != keys || st.ReportedUnits != 5*keys || st.ReportFailures != 0 {
 		t.Fatalf("stats %+v: want %d reports of 5 units each", st, keys)
 	}
-	if got := l.takes.Load(); got != 1 {
-		t.Fatalf("%d ledger takes, want 1 grouped take", got)
+	if got := l.calls.Load(); got != 1 {
+		t.Fatalf("%d ledger report calls, want 1", got)
 	}
 	res := make([]tiers.Result, 1)
 	for _, b := range bs {
@@ -105,4 +108,146 @@ func TestGroupedReportsOnCluster(t *testing.T) {
 			t.Fatalf("%s: %d left, want 995 (full, less the 5 reported)", b.Key, res[0].Remaining)
 		}
 	}
+}
+
+// lostReplies is a ledger whose first lose report calls reach the store
+// and are applied, and then fail as a timed-out call does: the reply
+// never comes.
+type lostReplies struct {
+	localfirst.Ledger
+	lose atomic.Int64
+}
+
+func (l *lostReplies) Report(ctx context.Context, r []tiers.Report, res []tiers.ReportResult) error {
+	err := l.Ledger.Report(ctx, r, res)
+	if l.lose.Add(-1) >= 0 {
+		clear(res)
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// TestReportSentAgainIsNotChargedTwice: a report whose call reached the
+// store but whose reply was lost is sent again with the hits that came
+// since; the store charges the lost call's units once, on the in-process
+// store and on Redis, whether one reply or two in a row were lost.
+func TestReportSentAgainIsNotChargedTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name   string
+		ledger func(clk *clock.Fake) localfirst.Ledger
+	}{
+		{"memstore", func(clk *clock.Fake) localfirst.Ledger {
+			m, err := memstore.New(memstore.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}},
+		{"redis", func(clk *clock.Fake) localfirst.Ledger {
+			rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rs.Close() })
+			return rs
+		}},
+	} {
+		for _, lost := range []int64{1, 2} {
+			t.Run(fmt.Sprintf("%s/%d_lost", tc.name, lost), func(t *testing.T) {
+				clk := clock.New(t0)
+				ledger := tc.ledger(clk)
+				l := &lostReplies{Ledger: ledger}
+				s, err := localfirst.New(ledger, l, localfirst.WithClock(clk), localfirst.WithManualSync())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close(context.Background())
+				// 1/s: the refill over the test is below one unit.
+				b := bucket(fmt.Sprintf("{lost-%d}", lost), tiers.Async, 1, 100)
+				for range 60 { // past half the share: due every quarter interval
+					take(t, s, b)
+				}
+				l.lose.Store(lost)
+				for range lost {
+					clk.Advance(20 * time.Millisecond)
+					if err := s.Sync(context.Background()); err == nil {
+						t.Fatal("the report whose reply was lost did not fail")
+					}
+					take(t, s, b) // one more hit after each lost reply
+				}
+				clk.Advance(20 * time.Millisecond)
+				if err := s.Sync(context.Background()); err != nil {
+					t.Fatalf("report after the lost replies: %v", err)
+				}
+				// 60 + lost units spent, each charged once (the refill
+				// over 60 ms is below a unit).
+				if got, want := remainingOf(t, ledger, b), 100-60-lost; got != want {
+					t.Fatalf("the ledger has %d left, want %d (the lost report charged twice?)", got, want)
+				}
+				if st := s.Stats(); st.ReportFailures != uint64(lost) || st.Reports != 1 || st.DebtUnits != 0 {
+					t.Fatalf("stats %+v: want %d failed reports, then 1 without debt", st, lost)
+				}
+			})
+		}
+	}
+}
+
+// TestReportTimedOutOnAPausedRedis: a report sent to a Redis that is
+// stopped (SIGSTOP) times out; when Redis continues, it may run the
+// command left in its socket. Either way the next report charges each
+// unit once.
+func TestReportTimedOutOnAPausedRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(t0)
+	rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Close() })
+	s, err := localfirst.New(rs, rs, localfirst.WithClock(clk), localfirst.WithManualSync(),
+		localfirst.WithSyncTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	b := bucket("{paused}", tiers.Async, 1, 100)
+	for range 60 { // past half the share: due every quarter interval
+		take(t, s, b)
+	}
+	clk.Advance(20 * time.Millisecond)
+	srv.Pause()
+	err = s.Sync(context.Background())
+	srv.Resume()
+	if err == nil {
+		t.Fatal("a report to a stopped Redis did not time out")
+	}
+	// Redis runs what it had read (or not) as soon as it continues.
+	applied := false
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if remainingOf(t, rs, b) == 40 {
+			applied = true
+			break
+		}
+	}
+	t.Logf("the timed-out report was applied by Redis after all: %v", applied)
+	take(t, s, b)
+	clk.Advance(20 * time.Millisecond)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatalf("report after Redis continued: %v", err)
+	}
+	if got := remainingOf(t, rs, b); got != 39 {
+		t.Fatalf("the ledger has %d left, want 39 (61 spent, each charged once)", got)
+	}
+}
+
+// remainingOf reads a ledger's bucket without charging it.
+func remainingOf(t *testing.T, st tiers.Store, b tiers.Bucket) int64 {
+	t.Helper()
+	b.Cost, b.Consistency = 0, tiers.Exact
+	res := make([]tiers.Result, 1)
+	if _, err := st.Take(context.Background(), []tiers.Bucket{b}, res); err != nil {
+		t.Fatal(err)
+	}
+	return res[0].Remaining
 }

@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,9 +17,11 @@ import (
 )
 
 // Ledger is the store a Store leases from and reports to: the fleet's
-// budget, usually a *redisstore.Store (a *memstore.Store in tests).
+// budget, usually a *redisstore.Store (a *memstore.Store in tests). Async
+// hits go to it as tiers.Reports, which it never charges twice when a
+// report is sent again after a call that timed out.
 type Ledger interface {
-	tiers.Store
+	tiers.Reporter
 	// Refund gives each bucket's Cost units back to it, capped at the
 	// bucket's capacity.
 	Refund(ctx context.Context, buckets []tiers.Bucket) error
@@ -178,6 +181,11 @@ type Store struct {
 
 	lastLog atomic.Int64
 	st      counters
+
+	// instance names this Store in its reports (random, not 0) and seq
+	// numbers them, over every key.
+	instance uint64
+	seq      atomic.Uint64
 }
 
 // New returns a Store that decides exact buckets with exact and leases
@@ -215,7 +223,7 @@ func New(exact tiers.Store, ledger Ledger, opts ...Option) (*Store, error) {
 		return nil, errors.Join(c.errs...)
 	}
 	s := &Store{exact: exact, ledger: ledger, cfg: c, seed: maphash.MakeSeed(),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+		stop: make(chan struct{}), stopped: make(chan struct{}), instance: instanceID()}
 	for i := range s.shards {
 		s.shards[i].entries = make(map[string]*entry)
 	}
@@ -225,6 +233,15 @@ func New(exact tiers.Store, ledger Ledger, opts ...Option) (*Store, error) {
 		go s.loop()
 	}
 	return s, nil
+}
+
+// instanceID returns a random, non-zero name for a Store's reports.
+func instanceID() uint64 {
+	for {
+		if id := rand.Uint64(); id != 0 {
+			return id
+		}
+	}
 }
 
 // mark puts e on the pending list, once; e.mu is held.

@@ -417,6 +417,9 @@ func (downLedger) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, e
 	return false, context.DeadlineExceeded
 }
 func (downLedger) Refund(context.Context, []tiers.Bucket) error { return context.DeadlineExceeded }
+func (downLedger) Report(context.Context, []tiers.Report, []tiers.ReportResult) error {
+	return context.DeadlineExceeded
+}
 
 // TestAsyncThroughAnOutage: with every report failing for 10 s, an async
 // key keeps admitting its share's rate (not just its capacity once), and
@@ -567,6 +570,13 @@ func (l *switchLedger) Refund(ctx context.Context, b []tiers.Bucket) error {
 	return l.Ledger.Refund(ctx, b)
 }
 
+func (l *switchLedger) Report(ctx context.Context, r []tiers.Report, res []tiers.ReportResult) error {
+	if l.down.Load() {
+		return context.DeadlineExceeded
+	}
+	return l.Ledger.Report(ctx, r, res)
+}
+
 // TestHitsBringTheReportForward: Sync, having seen a key far below its
 // share, does not look at it again until its report is due; hits that
 // bring it near its share move that forward to a quarter interval.
@@ -594,22 +604,22 @@ func TestHitsBringTheReportForward(t *testing.T) {
 	}
 }
 
-// countingLedger counts the ledger's takes and the buckets they carry.
+// countingLedger counts the ledger's report calls and the reports they
+// carry.
 type countingLedger struct {
 	localfirst.Ledger
-	takes, buckets atomic.Int64
+	calls, reports atomic.Int64
 }
 
-func (l *countingLedger) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
-	l.takes.Add(1)
-	l.buckets.Add(int64(len(b)))
-	return l.Ledger.Take(ctx, b, r)
+func (l *countingLedger) Report(ctx context.Context, r []tiers.Report, res []tiers.ReportResult) error {
+	l.calls.Add(1)
+	l.reports.Add(int64(len(r)))
+	return l.Ledger.Report(ctx, r, res)
 }
 
-// TestReportGroup: keys far below their share are reported in one take;
-// when one of them has no room after all (another instance drained it),
-// the group charges nothing and each key reports alone, the drained one
-// keeping what the store could not take as debt.
+// TestReportGroup: the keys due are reported in one call; one of them
+// finding no room (another instance drained it) stops no other: it
+// charges what the store has and keeps the rest as debt.
 func TestReportGroup(t *testing.T) {
 	f := newFixture(t)
 	l := &countingLedger{Ledger: f.ledger}
@@ -629,8 +639,8 @@ func TestReportGroup(t *testing.T) {
 	if err := s.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := l.takes.Load(); got != 1 || l.buckets.Load() != 3 {
-		t.Fatalf("%d ledger takes of %d buckets, want 1 take of 3", got, l.buckets.Load())
+	if got := l.calls.Load(); got != 1 || l.reports.Load() != 3 {
+		t.Fatalf("%d ledger report calls of %d reports, want 1 call of 3", got, l.reports.Load())
 	}
 	for _, b := range bs {
 		if got := f.remaining(t, b); got != 90 { // 100 less the 10 reported
@@ -650,16 +660,15 @@ func TestReportGroup(t *testing.T) {
 			take(t, s, b)
 		}
 	}
-	l.takes.Store(0)
+	l.calls.Store(0)
 	f.clk.Advance(300 * time.Millisecond) // due (10 of a share of 90: 4.5 intervals); g2 refills 0.3
 	if err := s.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// The group finds no room in g2 and charges nothing; then each key
-	// alone: g1 and g3 charged, g2 charged what it has (nothing) and owes
-	// the 10 as debt.
-	if got := l.takes.Load(); got != 4 {
-		t.Fatalf("%d ledger takes, want 4 (the denied group, then 3 alone)", got)
+	// One call: g1 and g3 charged, g2 charged what it has (nothing) and
+	// owes the 10 as debt.
+	if got := l.calls.Load(); got != 1 {
+		t.Fatalf("%d ledger report calls, want 1", got)
 	}
 	st := s.Stats()
 	if st.Reports != 6 || st.ReportedUnits != 50 || st.DebtUnits != 10 {

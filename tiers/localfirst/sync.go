@@ -3,6 +3,7 @@ package localfirst
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,13 +101,10 @@ func (s *Store) Close(ctx context.Context) error {
 // job is one async report to send.
 type job struct {
 	e *entry
-	b tiers.Bucket // Cost: the units
-	// far: the key was far below its share (under half of it spent):
-	// its report goes in a grouped take with other such keys.
-	far bool
+	r tiers.Report // Bucket.Cost: the units
 }
 
-// maxGroup bounds the keys of one grouped report.
+// maxGroup bounds the keys of one report call.
 const maxGroup = 64
 
 // maxParallel bounds the ledger calls one Sync has in flight.
@@ -145,13 +143,12 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 				// refused for ever: send at most the capacity, the
 				// rest next time (after an outage, a key may owe more).
 				cost = min(cost, e.capacity())
-				far := e.known && float64(e.u) < e.share()/2
 				b := e.b
 				b.Cost = cost
 				e.u -= cost
 				e.inflight = cost
 				e.lastReport = now
-				jobs = append(jobs, job{e: e, b: b, far: far})
+				jobs = append(jobs, job{e: e, r: tiers.Report{Bucket: b, Instance: s.instance, Seq: s.seq.Add(1), Acked: e.acked, Since: e.since}})
 				if lag > time.Duration(s.st.lagMax.Load()) {
 					s.st.lagMax.Store(int64(lag))
 				}
@@ -188,36 +185,20 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 		refunds, refundEntries = refunds[k:], refundEntries[k:]
 	}
 	if len(jobs) > 0 {
-		// Keys near their share report alone (their take may find no
-		// room); keys far below it report together, maxGroup to a take.
-		var tasks [][]job
-		var far []job
-		for _, j := range jobs {
-			if j.far {
-				far = append(far, j)
-			} else {
-				tasks = append(tasks, []job{j})
-			}
-		}
-		for len(far) > 0 {
-			k := min(len(far), maxGroup)
-			tasks = append(tasks, far[:k:k])
-			far = far[k:]
-		}
+		// A report never denies (it charges what the store has and
+		// returns the rest as debt), so every key due goes in one call,
+		// maxGroup keys to a call.
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, maxParallel)
-		for _, t := range tasks {
+		for len(jobs) > 0 {
+			k := min(len(jobs), maxGroup)
+			t := jobs[:k:k]
+			jobs = jobs[k:]
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				var err error
-				if len(t) == 1 {
-					err = s.report(ctx, &t[0])
-				} else {
-					err = s.reportGroup(ctx, t)
-				}
-				if err != nil {
+				if err := s.report(ctx, t); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -316,91 +297,64 @@ func (e *entry) reportEvery() time.Duration {
 	return time.Duration(w)
 }
 
-// report sends one key's unreported units to the ledger and learns the
-// store's state from the reply.
-func (s *Store) report(ctx context.Context, j *job) error {
+// report sends the reports js to the ledger in one call and learns each
+// key's state from its reply. Each report carries the key's sequence
+// number and the count the ledger acknowledged last, so one whose call
+// timed out after reaching the store is not charged twice when its units
+// are sent again (tiers.Reporter).
+func (s *Store) report(ctx context.Context, js []job) error {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
 	defer cancel()
-	var res [1]tiers.Result
-	units := j.b.Cost
-	ok, err := s.ledger.Take(cctx, []tiers.Bucket{j.b}, res[:])
-	var debt int64
-	if err == nil && !ok && res[0].RetryAfter != tiers.Never {
-		// Other instances spent what this one admitted: charge what is
-		// left, keep the rest as debt for the next report.
-		left := max(0, res[0].Remaining)
-		debt = units - left
-		if left > 0 {
-			b := j.b
-			b.Cost = left
-			ok, err = s.ledger.Take(cctx, []tiers.Bucket{b}, res[:])
-			if err == nil && !ok {
-				debt, left = units, 0 // another report won the race: all of it is owed
-			}
+	var rbuf [maxGroup]tiers.Report
+	var obuf [maxGroup]tiers.ReportResult
+	rs, out := rbuf[:len(js)], obuf[:len(js)]
+	for i := range js {
+		rs[i] = js[i].r
+	}
+	err := s.ledger.Report(cctx, rs, out)
+	var failed int
+	for i := range js {
+		// A store that partitions keys fills the results of the calls
+		// that succeeded.
+		ok := out[i].Applied
+		if !ok {
+			failed++
 		}
-		ok = err == nil
+		s.reported(&js[i], out[i], ok)
 	}
-	if err == nil && !ok {
-		err = errors.New("localfirst: the store refused a report")
+	if err == nil && failed > 0 {
+		err = fmt.Errorf("localfirst: the store ignored %d reports as older than ones it had seen", failed)
 	}
-	s.reported(j, res[0], debt, err)
 	return err
 }
 
-// reportGroup sends the reports of keys far below their share as one
-// take: all of them are charged, or (some key had no room after all)
-// none, and then each is sent alone. A grouped take is one script call
-// for every key on a standalone Redis, where separate reports cost a call
-// each (about 35 µs of Redis CPU each when measured, against a few µs per
-// key in a merged call).
-func (s *Store) reportGroup(ctx context.Context, js []job) error {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
-	bs := make([]tiers.Bucket, len(js))
-	res := make([]tiers.Result, len(js))
-	for i := range js {
-		bs[i] = js[i].b
-	}
-	ok, err := s.ledger.Take(cctx, bs, res)
-	cancel()
-	if err != nil {
-		for i := range js {
-			s.reported(&js[i], tiers.Result{}, 0, err)
-		}
-		return err
-	}
-	if ok {
-		for i := range js {
-			s.reported(&js[i], res[i], 0, nil)
-		}
-		return nil
-	}
-	var errs []error
-	for i := range js {
-		errs = append(errs, s.report(ctx, &js[i]))
-	}
-	return errors.Join(errs...)
-}
-
-// reported records how a report of j ended: on success the units are
-// charged (less debt, owed again) and the key learns the store's state
-// from res; on failure they are owed again.
-func (s *Store) reported(j *job, res tiers.Result, debt int64, err error) {
-	units := j.b.Cost
+// reported records how the report of j ended: on success the key's
+// acknowledged count moves on, what the store could not charge is owed
+// again (debt) and the key learns the store's state from res; on failure
+// its units are owed again (a new attempt counts only what this one did
+// not, see report).
+func (s *Store) reported(j *job, res tiers.ReportResult, ok bool) {
+	units := j.r.Bucket.Cost
 	now := s.cfg.clock.Now()
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()
 	j.e.inflight = 0
 	j.e.wake.Store(0) // its state changed: Sync looks again
 	n := max(1, s.cfg.instances())
-	if err != nil {
+	if !ok {
 		j.e.u = j.e.keep(j.e.u+units, n)
+		if j.e.since == 0 {
+			j.e.since = j.r.Seq // the store may have counted it
+		}
 		s.st.reportFailures.Add(1)
 		return
 	}
+	debt := res.Counted - res.Charged
+	j.e.acked, j.e.since = res.Acked, 0
 	j.e.u = j.e.keep(j.e.u+debt, n)
 	j.e.learn(float64(res.Remaining), now, n)
 	s.st.reports.Add(1)
-	s.st.reportedUnits.Add(uint64(units - debt))
+	s.st.reportedUnits.Add(uint64(max(0, units-debt)))
 	s.st.debtUnits.Add(uint64(debt))
 }
 

@@ -99,6 +99,12 @@ type Store struct {
 	clock  floodgate.Clock
 	seed   maphash.Seed
 	shards []shard
+
+	// Report's marks (see report.go), swept of expired ones at most once
+	// per tiers.ReportMarkTTL.
+	rmu        sync.Mutex
+	marks      map[markKey]mark
+	marksSwept int64
 }
 
 var _ tiers.Store = (*Store)(nil)

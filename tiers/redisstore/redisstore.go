@@ -287,7 +287,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // failover only saves the first request the extra round trip.
 func (s *Store) LoadScripts(ctx context.Context) error {
 	load := func(ctx context.Context, c *redis.Client) error {
-		for _, sc := range []script{takeScript, refundScript, settleScript} {
+		for _, sc := range []script{takeScript, refundScript, settleScript, reportScript} {
 			if err := c.ScriptLoad(ctx, sc.src).Err(); err != nil {
 				return fmt.Errorf("redisstore: SCRIPT LOAD on %s: %w", c.Options().Addr, err)
 			}
@@ -300,7 +300,7 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 	if c, ok := s.client.(*redis.Client); ok {
 		return load(ctx, c)
 	}
-	for _, sc := range []script{takeScript, refundScript, settleScript} {
+	for _, sc := range []script{takeScript, refundScript, settleScript, reportScript} {
 		if err := s.client.ScriptLoad(ctx, sc.src).Err(); err != nil {
 			return fmt.Errorf("redisstore: SCRIPT LOAD: %w", err)
 		}
