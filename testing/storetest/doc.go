@@ -43,14 +43,13 @@
 //     own amount) and refuses bad input with tiers.ValidateSettle's
 //     error. Run skips these checks for a Store that is not a Settler
 //     (and runs WaitVectors only up to their first settlement);
-//   - if it is a tiers.Reporter, takes reports exactly as a scripted
+//   - if it is a tiers.Reporter, takes report calls exactly as a scripted
 //     trace says, for token bucket and GCRA: a report charges what the
-//     bucket holds of what it counts; an attempt sent twice, or reaching
-//     the store after a later one, changes nothing; a report sent again
-//     after a lost reply counts only what that attempt did not, plus its
-//     debt; a key met afresh counts from 0; reports of one call are each
-//     decided on their own; and bad input is refused with
-//     tiers.ValidateReports's error.
+//     bucket holds of its units; a call sent twice changes nothing;
+//     Resolve tells what an applied call charged, and makes a call that
+//     never arrived refused when it arrives late; the buckets of one call
+//     are each decided on their own; and bad input is refused with
+//     tiers.ValidateReport's error.
 //
 // # Running it
 //

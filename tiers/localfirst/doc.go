@@ -60,12 +60,13 @@
 // could not be told, the store's bucket refilled meanwhile, and charging
 // it again would make the key pay twice for the same refill.
 //
-// Reports are idempotent. Each carries a sequence number and the count
-// the store acknowledged in its last reply for the key, and the store
-// keeps a mark per key and instance (tiers.ReportMarkTTL): a report sent
-// again after a call that timed out but did reach the store (Redis
-// paused, a reply lost) is charged only for what that call did not
-// count, and a call that reaches the store after a later one is ignored.
+// No report is charged twice. Each report call carries this instance's
+// name and a sequence number, and the store records what it did with it
+// (tiers.ReportRecordTTL). When a call's reply never comes (it timed out:
+// Redis paused, a reply lost), its keys wait until the next Sync asks the
+// store (Resolve) whether it was applied: if so, what it charged is
+// taken as reported; if not, the store records that, so the call is
+// refused should it reach Redis later, and its units are sent again.
 //
 // The bound. Each instance admits at most its share of the state it last
 // learned (a full bucket for a key it is new to), so the fleet admits more
@@ -94,12 +95,13 @@
 // and then go to the exact store, whose own fallback (package fallback)
 // decides; Async buckets keep deciding on their last known state, whose
 // refill estimate grows to the capacity ÷ n, so the fleet as a whole keeps
-// close to the rule's rate. Reports resume when the store answers; what a
-// failed report carried is sent again, up to the share cap above, and
-// charged once whether or not the failed call reached the store (a
-// retry later than the mark's TTL, a minute, may charge it again, within
-// that cap). After Redis restarted empty (its marks gone with it), the
-// first reports drain its full bucket by what the fleet still owes.
+// close to the rule's rate. Reports resume when the store answers: the
+// calls that failed are resolved first, and what was not applied is sent
+// again, up to the share cap above (a call resolved later than the
+// record's TTL, a minute, reads as not applied and may be charged again,
+// within that cap). After Redis restarted empty (its records gone with
+// it), the first reports drain its full bucket by what the fleet still
+// owes.
 //
 // Mixed takes stay all or nothing. Local units are reserved first; if any
 // local bucket denies, nothing else is asked and the reservations are

@@ -81,21 +81,17 @@ type state struct {
 	u          int64 // admitted here, not yet reported (debt included)
 	inflight   int64 // units of the report under way
 	lastReport time.Time
-	// acked is the count the store acknowledged in its last reply to a
-	// report of the key, since the Seq of the oldest report after it whose
-	// reply never came (0: none): tiers.Report's Acked and Since.
-	acked, since uint64
 }
 
 // reset makes e the fresh state of b: a key whose limit or consistency
 // changed starts over (what it held goes back first, see Sync).
 func (e *entry) reset(b *tiers.Bucket, now time.Time) {
-	owed, u, inflight, acked, since := e.owed+e.units, e.u, e.inflight, e.acked, e.since
+	owed, u, inflight := e.owed+e.units, e.u, e.inflight
 	e.state = state{}
 	e.b = *b
 	e.b.Cost = 0
 	e.limit, e.mode = b.Limit, b.Consistency
-	e.owed, e.u, e.inflight, e.acked, e.since = owed, u, inflight, acked, since
+	e.owed, e.u, e.inflight = owed, u, inflight
 	e.lastReport = now
 }
 

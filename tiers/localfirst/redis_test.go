@@ -2,7 +2,6 @@ package localfirst_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -110,30 +109,42 @@ func TestGroupedReportsOnCluster(t *testing.T) {
 	}
 }
 
-// lostReplies is a ledger whose first lose report calls reach the store
-// and are applied, and then fail as a timed-out call does: the reply
-// never comes.
+// lostReplies is a ledger whose first report call fails as a timed-out
+// call does: applied by the store but its reply lost, or (drop) lost on
+// the way and never applied; and whose first failResolve Resolve calls
+// fail too.
 type lostReplies struct {
 	localfirst.Ledger
-	lose atomic.Int64
+	drop        bool
+	lose        atomic.Int64
+	failResolve atomic.Int64
 }
 
-func (l *lostReplies) Report(ctx context.Context, r []tiers.Report, res []tiers.ReportResult) error {
-	err := l.Ledger.Report(ctx, r, res)
+func (l *lostReplies) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
 	if l.lose.Add(-1) >= 0 {
+		if !l.drop {
+			_ = l.Ledger.Report(ctx, inst, seq, b, res)
+		}
 		clear(res)
 		return context.DeadlineExceeded
 	}
-	return err
+	return l.Ledger.Report(ctx, inst, seq, b, res)
 }
 
-// TestReportSentAgainIsNotChargedTwice: a report whose call reached the
-// store but whose reply was lost is sent again with the hits that came
-// since; the store charges the lost call's units once, on the in-process
-// store and on Redis, whether one reply or two in a row were lost.
+func (l *lostReplies) Resolve(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+	if l.failResolve.Add(-1) >= 0 {
+		return context.DeadlineExceeded
+	}
+	return l.Ledger.Resolve(ctx, inst, seq, b, res)
+}
+
+// TestReportSentAgainIsNotChargedTwice: a report call whose reply never
+// came is resolved before its keys report again, so each unit is charged
+// once whether the call was applied or never arrived, and when the first
+// Resolve fails too; on the in-process store and on Redis.
 func TestReportSentAgainIsNotChargedTwice(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, tc := range []struct {
+	for _, st := range []struct {
 		name   string
 		ledger func(clk *clock.Fake) localfirst.Ledger
 	}{
@@ -153,50 +164,62 @@ func TestReportSentAgainIsNotChargedTwice(t *testing.T) {
 			return rs
 		}},
 	} {
-		for _, lost := range []int64{1, 2} {
-			t.Run(fmt.Sprintf("%s/%d_lost", tc.name, lost), func(t *testing.T) {
+		for _, tc := range []struct {
+			name        string
+			drop        bool
+			failResolve int64
+		}{
+			{name: "applied_reply_lost"},
+			{name: "never_arrived", drop: true},
+			{name: "applied_resolve_fails_once", failResolve: 1},
+			{name: "never_arrived_resolve_fails_once", drop: true, failResolve: 1},
+		} {
+			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
 				clk := clock.New(t0)
-				ledger := tc.ledger(clk)
-				l := &lostReplies{Ledger: ledger}
+				ledger := st.ledger(clk)
+				l := &lostReplies{Ledger: ledger, drop: tc.drop}
 				s, err := localfirst.New(ledger, l, localfirst.WithClock(clk), localfirst.WithManualSync())
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer s.Close(context.Background())
 				// 1/s: the refill over the test is below one unit.
-				b := bucket(fmt.Sprintf("{lost-%d}", lost), tiers.Async, 1, 100)
+				b := bucket("{lost-"+st.name+"-"+tc.name+"}", tiers.Async, 1, 100)
 				for range 60 { // past half the share: due every quarter interval
 					take(t, s, b)
 				}
-				l.lose.Store(lost)
-				for range lost {
-					clk.Advance(20 * time.Millisecond)
-					if err := s.Sync(context.Background()); err == nil {
-						t.Fatal("the report whose reply was lost did not fail")
-					}
-					take(t, s, b) // one more hit after each lost reply
-				}
+				l.lose.Store(1)
+				l.failResolve.Store(tc.failResolve)
+				spent := int64(60)
 				clk.Advance(20 * time.Millisecond)
-				if err := s.Sync(context.Background()); err != nil {
-					t.Fatalf("report after the lost replies: %v", err)
+				if err := s.Sync(context.Background()); err == nil {
+					t.Fatal("the report call whose reply was lost did not fail")
 				}
-				// 60 + lost units spent, each charged once (the refill
-				// over 60 ms is below a unit).
-				if got, want := remainingOf(t, ledger, b), 100-60-lost; got != want {
-					t.Fatalf("the ledger has %d left, want %d (the lost report charged twice?)", got, want)
+				for range tc.failResolve + 1 { // a hit, then a Sync that resolves (or fails to)
+					take(t, s, b)
+					spent++
+					clk.Advance(20 * time.Millisecond)
+					_ = s.Sync(context.Background())
 				}
-				if st := s.Stats(); st.ReportFailures != uint64(lost) || st.Reports != 1 || st.DebtUnits != 0 {
-					t.Fatalf("stats %+v: want %d failed reports, then 1 without debt", st, lost)
+				if err := s.Close(context.Background()); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				// Every unit spent, each charged once (the refill over
+				// the test is below a unit).
+				if got, want := remainingOf(t, ledger, b), 100-spent; got != want {
+					t.Fatalf("the ledger has %d left, want %d (%d spent)", got, want, spent)
+				}
+				if st := s.Stats(); st.ReportFailures != 1 || st.ReportedUnits != uint64(spent) || st.DebtUnits != 0 {
+					t.Fatalf("stats %+v: want 1 failed report and all %d units reported", st, spent)
 				}
 			})
 		}
 	}
 }
 
-// TestReportTimedOutOnAPausedRedis: a report sent to a Redis that is
+// TestReportTimedOutOnAPausedRedis: a report call sent to a Redis that is
 // stopped (SIGSTOP) times out; when Redis continues, it may run the
-// command left in its socket. Either way the next report charges each
-// unit once.
+// command left in its socket, or Resolve may get there first and make
+// sure it never runs. Either way each unit is charged once.
 func TestReportTimedOutOnAPausedRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(t0)
@@ -210,7 +233,6 @@ func TestReportTimedOutOnAPausedRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close(context.Background())
 	b := bucket("{paused}", tiers.Async, 1, 100)
 	for range 60 { // past half the share: due every quarter interval
 		take(t, s, b)
@@ -233,8 +255,8 @@ func TestReportTimedOutOnAPausedRedis(t *testing.T) {
 	t.Logf("the timed-out report was applied by Redis after all: %v", applied)
 	take(t, s, b)
 	clk.Advance(20 * time.Millisecond)
-	if err := s.Sync(context.Background()); err != nil {
-		t.Fatalf("report after Redis continued: %v", err)
+	if err := s.Close(context.Background()); err != nil { // resolves the call, reports the rest
+		t.Fatalf("Close after Redis continued: %v", err)
 	}
 	if got := remainingOf(t, rs, b); got != 39 {
 		t.Fatalf("the ledger has %d left, want 39 (61 spent, each charged once)", got)

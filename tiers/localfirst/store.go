@@ -18,8 +18,9 @@ import (
 
 // Ledger is the store a Store leases from and reports to: the fleet's
 // budget, usually a *redisstore.Store (a *memstore.Store in tests). Async
-// hits go to it as tiers.Reports, which it never charges twice when a
-// report is sent again after a call that timed out.
+// hits go to it in report calls (tiers.Reporter), resolved rather than
+// sent again when a call's reply never comes, so that none is charged
+// twice.
 type Ledger interface {
 	tiers.Reporter
 	// Refund gives each bucket's Cost units back to it, capped at the
@@ -182,10 +183,13 @@ type Store struct {
 	lastLog atomic.Int64
 	st      counters
 
-	// instance names this Store in its reports (random, not 0) and seq
-	// numbers them, over every key.
+	// instance names this Store in its report calls (random, not 0) and
+	// seq numbers them; lost holds the calls whose reply never came, to
+	// resolve.
 	instance uint64
 	seq      atomic.Uint64
+	lmu      sync.Mutex
+	lost     []attempt
 }
 
 // New returns a Store that decides exact buckets with exact and leases

@@ -417,7 +417,10 @@ func (downLedger) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, e
 	return false, context.DeadlineExceeded
 }
 func (downLedger) Refund(context.Context, []tiers.Bucket) error { return context.DeadlineExceeded }
-func (downLedger) Report(context.Context, []tiers.Report, []tiers.ReportResult) error {
+func (downLedger) Report(context.Context, uint64, uint64, []tiers.Bucket, []tiers.ReportResult) error {
+	return context.DeadlineExceeded
+}
+func (downLedger) Resolve(context.Context, uint64, uint64, []tiers.Bucket, []tiers.ReportResult) error {
 	return context.DeadlineExceeded
 }
 
@@ -570,11 +573,18 @@ func (l *switchLedger) Refund(ctx context.Context, b []tiers.Bucket) error {
 	return l.Ledger.Refund(ctx, b)
 }
 
-func (l *switchLedger) Report(ctx context.Context, r []tiers.Report, res []tiers.ReportResult) error {
+func (l *switchLedger) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
 	if l.down.Load() {
 		return context.DeadlineExceeded
 	}
-	return l.Ledger.Report(ctx, r, res)
+	return l.Ledger.Report(ctx, inst, seq, b, res)
+}
+
+func (l *switchLedger) Resolve(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+	if l.down.Load() {
+		return context.DeadlineExceeded
+	}
+	return l.Ledger.Resolve(ctx, inst, seq, b, res)
 }
 
 // TestHitsBringTheReportForward: Sync, having seen a key far below its
@@ -611,10 +621,10 @@ type countingLedger struct {
 	calls, reports atomic.Int64
 }
 
-func (l *countingLedger) Report(ctx context.Context, r []tiers.Report, res []tiers.ReportResult) error {
+func (l *countingLedger) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
 	l.calls.Add(1)
-	l.reports.Add(int64(len(r)))
-	return l.Ledger.Report(ctx, r, res)
+	l.reports.Add(int64(len(b)))
+	return l.Ledger.Report(ctx, inst, seq, b, res)
 }
 
 // TestReportGroup: the keys due are reported in one call; one of them

@@ -3,7 +3,6 @@ package localfirst
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,7 +100,15 @@ func (s *Store) Close(ctx context.Context) error {
 // job is one async report to send.
 type job struct {
 	e *entry
-	r tiers.Report // Bucket.Cost: the units
+	b tiers.Bucket // Cost: the units
+}
+
+// attempt is a report call whose reply never came: it may or may not
+// have been applied, which the ledger's Resolve tells. Its keys stay in
+// flight (no new report) until it is resolved.
+type attempt struct {
+	seq  uint64
+	jobs []job
 }
 
 // maxGroup bounds the keys of one report call.
@@ -111,6 +118,9 @@ const maxGroup = 64
 const maxParallel = 16
 
 func (s *Store) sync(ctx context.Context, all bool) error {
+	// Calls whose reply never came first: their keys report again once
+	// the ledger says what they charged.
+	lostErr := s.resolveLost(ctx)
 	now := s.cfg.clock.Now()
 	var jobs []job
 	var refunds []tiers.Bucket
@@ -148,7 +158,7 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 				e.u -= cost
 				e.inflight = cost
 				e.lastReport = now
-				jobs = append(jobs, job{e: e, r: tiers.Report{Bucket: b, Instance: s.instance, Seq: s.seq.Add(1), Acked: e.acked, Since: e.since}})
+				jobs = append(jobs, job{e: e, b: b})
 				if lag > time.Duration(s.st.lagMax.Load()) {
 					s.st.lagMax.Store(int64(lag))
 				}
@@ -174,6 +184,9 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 	s.st.lastBatch.Store(uint64(len(jobs) + len(refunds)))
 
 	var errs []error
+	if lostErr != nil {
+		errs = append(errs, lostErr)
+	}
 	// Returns go maxGroup keys to a call, like grouped reports: one call
 	// for every key a Close gives back would outlast the sync timeout
 	// (10 000 leased keys did) and return nothing.
@@ -297,65 +310,134 @@ func (e *entry) reportEvery() time.Duration {
 	return time.Duration(w)
 }
 
-// report sends the reports js to the ledger in one call and learns each
-// key's state from its reply. Each report carries the key's sequence
-// number and the count the ledger acknowledged last, so one whose call
-// timed out after reaching the store is not charged twice when its units
-// are sent again (tiers.Reporter).
+// report sends the reports js to the ledger in one call, numbered by the
+// Store's sequence, and learns each key's state from the reply. The keys
+// of a call that failed stay in flight until Resolve says whether it was
+// applied (a call that timed out may have been), so that no unit is
+// charged twice; a store that partitions keys fills the results of the
+// partitions that answered, whose keys are done.
 func (s *Store) report(ctx context.Context, js []job) error {
+	seq := s.seq.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
 	defer cancel()
-	var rbuf [maxGroup]tiers.Report
+	var bbuf [maxGroup]tiers.Bucket
 	var obuf [maxGroup]tiers.ReportResult
-	rs, out := rbuf[:len(js)], obuf[:len(js)]
+	bs, out := bbuf[:len(js)], obuf[:len(js)]
 	for i := range js {
-		rs[i] = js[i].r
+		bs[i] = js[i].b
 	}
-	err := s.ledger.Report(cctx, rs, out)
-	var failed int
+	err := s.ledger.Report(cctx, s.instance, seq, bs, out)
+	var lost []job
 	for i := range js {
-		// A store that partitions keys fills the results of the calls
-		// that succeeded.
-		ok := out[i].Applied
-		if !ok {
-			failed++
+		switch {
+		case out[i].Applied:
+			s.reported(&js[i], out[i])
+		case err != nil:
+			lost = append(lost, js[i])
+			s.st.reportFailures.Add(1)
+		default: // refused whole (resolved already): not applied
+			s.unreported(&js[i])
 		}
-		s.reported(&js[i], out[i], ok)
 	}
-	if err == nil && failed > 0 {
-		err = fmt.Errorf("localfirst: the store ignored %d reports as older than ones it had seen", failed)
+	if len(lost) > 0 {
+		s.lmu.Lock()
+		s.lost = append(s.lost, attempt{seq: seq, jobs: lost})
+		s.lmu.Unlock()
 	}
 	return err
 }
 
-// reported records how the report of j ended: on success the key's
-// acknowledged count moves on, what the store could not charge is owed
-// again (debt) and the key learns the store's state from res; on failure
-// its units are owed again (a new attempt counts only what this one did
-// not, see report).
-func (s *Store) reported(j *job, res tiers.ReportResult, ok bool) {
-	units := j.r.Bucket.Cost
+// resolveLost asks the ledger what each report call whose reply never
+// came did: its applied reports are recorded as reported, the others'
+// units are owed again. A call the ledger cannot answer for is asked
+// again at the next Sync, and after one the ledger cannot answer for,
+// the rest wait too (it is likely down: each would wait out the sync
+// timeout).
+func (s *Store) resolveLost(ctx context.Context) error {
+	s.lmu.Lock()
+	lost := s.lost
+	s.lost = nil
+	s.lmu.Unlock()
+	if len(lost) == 0 {
+		return nil
+	}
+	var errs []error
+	var keep []attempt
+	for k, a := range lost {
+		if len(errs) > 0 {
+			keep = append(keep, lost[k:]...)
+			break
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
+		bs := make([]tiers.Bucket, len(a.jobs))
+		out := make([]tiers.ReportResult, len(a.jobs))
+		for i := range a.jobs {
+			bs[i] = a.jobs[i].b
+		}
+		err := s.ledger.Resolve(cctx, s.instance, a.seq, bs, out)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			keep = append(keep, a)
+			continue
+		}
+		for i := range a.jobs {
+			j := &a.jobs[i]
+			if out[i].Applied {
+				s.settled(j, out[i].Charged)
+			} else {
+				s.unreported(j)
+			}
+		}
+	}
+	if len(keep) > 0 {
+		s.lmu.Lock()
+		s.lost = append(keep, s.lost...)
+		s.lmu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// reported records a report the store applied: what it could not charge
+// is owed again (debt), and the key learns the store's state from res.
+func (s *Store) reported(j *job, res tiers.ReportResult) {
 	now := s.cfg.clock.Now()
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()
+	n := max(1, s.cfg.instances())
+	s.settleJob(j, res.Charged, n)
+	j.e.learn(float64(res.Remaining), now, n)
+}
+
+// settled records a report that Resolve found applied, having charged
+// charged units: as reported, without learning the store's state (the
+// next report does).
+func (s *Store) settled(j *job, charged int64) {
+	j.e.mu.Lock()
+	defer j.e.mu.Unlock()
+	s.settleJob(j, charged, max(1, s.cfg.instances()))
+}
+
+// settleJob ends j's report, applied with charged units of its cost: the
+// rest is debt, owed again; e.mu is held.
+func (s *Store) settleJob(j *job, charged int64, n int) {
+	debt := j.b.Cost - charged
 	j.e.inflight = 0
 	j.e.wake.Store(0) // its state changed: Sync looks again
-	n := max(1, s.cfg.instances())
-	if !ok {
-		j.e.u = j.e.keep(j.e.u+units, n)
-		if j.e.since == 0 {
-			j.e.since = j.r.Seq // the store may have counted it
-		}
-		s.st.reportFailures.Add(1)
-		return
-	}
-	debt := res.Counted - res.Charged
-	j.e.acked, j.e.since = res.Acked, 0
 	j.e.u = j.e.keep(j.e.u+debt, n)
-	j.e.learn(float64(res.Remaining), now, n)
 	s.st.reports.Add(1)
-	s.st.reportedUnits.Add(uint64(max(0, units-debt)))
+	s.st.reportedUnits.Add(uint64(charged))
 	s.st.debtUnits.Add(uint64(debt))
+}
+
+// unreported records a report the store did not apply: its units are
+// owed again.
+func (s *Store) unreported(j *job) {
+	j.e.mu.Lock()
+	defer j.e.mu.Unlock()
+	j.e.inflight = 0
+	j.e.wake.Store(0)
+	j.e.u = j.e.keep(j.e.u+j.b.Cost, max(1, s.cfg.instances()))
 }
 
 // keep caps what an instance holds unreported at its share of the

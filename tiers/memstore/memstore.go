@@ -100,11 +100,11 @@ type Store struct {
 	seed   maphash.Seed
 	shards []shard
 
-	// Report's marks (see report.go), swept of expired ones at most once
-	// per tiers.ReportMarkTTL.
-	rmu        sync.Mutex
-	marks      map[markKey]mark
-	marksSwept int64
+	// Report's records of calls (see report.go), swept of expired ones
+	// at most once per tiers.ReportRecordTTL.
+	rmu       sync.Mutex
+	recs      map[recKey]record
+	recsSwept int64
 }
 
 var _ tiers.Store = (*Store)(nil)

@@ -11,88 +11,99 @@ import (
 
 var _ tiers.Reporter = (*Store)(nil)
 
-// markKey names what a Reporter remembers: a key's reports from one
-// instance.
-type markKey struct {
-	key      string
-	instance uint64
+// recKey names a report call.
+type recKey struct{ instance, seq uint64 }
+
+// record is what a Reporter remembers of a report call: applied, with
+// what each bucket could not be charged (owed, in the call's order), or
+// resolved as not applied; and when it is forgotten (µs).
+type record struct {
+	applied bool
+	owed    []int64
+	expires int64
 }
 
-// mark is the last report of a key from one instance: its Seq, the count
-// acknowledged after it, its debt, and when it is forgotten (µs).
-type mark struct {
-	seq, count uint64
-	owed       int64 // what it counted and could not charge
-	expires    int64
-}
-
-// Report implements tiers.Reporter: each report counts what no earlier
-// attempt of its instance counted (by the marks it remembers for
-// tiers.ReportMarkTTL), and charges as many of those units as the bucket
-// holds, by the arithmetic of a take of that many units (the floor of a
-// token bucket's tokens, of a GCRA's remaining units); an absent bucket
-// is full. Reports are decided one after another at one reading of the
-// clock; each is atomic with the takes of its key. Bad input is refused
-// with tiers.ValidateReports's error before anything is charged. ctx is
-// not consulted.
-func (s *Store) Report(_ context.Context, reports []tiers.Report, res []tiers.ReportResult) error {
-	if err := tiers.ValidateReports(reports, res); err != nil {
+// Report implements tiers.Reporter: each bucket is charged up to its Cost,
+// as many units as it holds by the arithmetic of a take of that many (the
+// floor of a token bucket's tokens, of a GCRA's remaining units; an absent
+// bucket is full), each atomically with the takes of its key, at one
+// reading of the clock; the call is recorded for tiers.ReportRecordTTL. A
+// call already recorded (resolved as not applied, or sent twice) is
+// refused whole. Bad input is refused with tiers.ValidateReport's error
+// before anything is charged. ctx is not consulted.
+func (s *Store) Report(_ context.Context, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
+	if err := tiers.ValidateReport(instance, buckets, res); err != nil {
 		return err
 	}
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
-	now := s.clock.Now().UnixMicro()
-	if s.marks == nil {
-		s.marks = make(map[markKey]mark)
+	now := s.records(s.clock.Now().UnixMicro())
+	k := recKey{instance, seq}
+	if _, ok := s.recs[k]; ok {
+		clear(res[:len(buckets)])
+		return nil
 	}
-	if now-s.marksSwept >= int64(tiers.ReportMarkTTL/time.Microsecond) {
-		for k, m := range s.marks {
-			if now >= m.expires {
-				delete(s.marks, k)
+	var owed []int64
+	for i := range buckets {
+		b := &buckets[i]
+		charged, remaining := s.chargeUpTo(b, b.Cost, now)
+		res[i] = tiers.ReportResult{Applied: true, Charged: charged, Remaining: remaining}
+		if charged < b.Cost {
+			if owed == nil {
+				owed = make([]int64, len(buckets))
+			}
+			owed[i] = b.Cost - charged
+		}
+	}
+	s.recs[k] = record{applied: true, owed: owed, expires: now + int64(tiers.ReportRecordTTL/time.Microsecond)}
+	return nil
+}
+
+// Resolve implements tiers.Reporter: it says whether the call (instance,
+// seq) was applied and what it charged of each bucket, from its record;
+// a call with no record is recorded as resolved, not applied, so that it
+// never will be. Bad input is refused with tiers.ValidateReport's error.
+// ctx is not consulted.
+func (s *Store) Resolve(_ context.Context, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
+	if err := tiers.ValidateReport(instance, buckets, res); err != nil {
+		return err
+	}
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	now := s.records(s.clock.Now().UnixMicro())
+	k := recKey{instance, seq}
+	r, ok := s.recs[k]
+	if !ok {
+		s.recs[k] = record{expires: now + int64(tiers.ReportRecordTTL/time.Microsecond)}
+	}
+	for i := range buckets {
+		res[i] = tiers.ReportResult{}
+		if r.applied {
+			res[i] = tiers.ReportResult{Applied: true, Charged: buckets[i].Cost}
+			if r.owed != nil && i < len(r.owed) {
+				res[i].Charged -= r.owed[i]
 			}
 		}
-		s.marksSwept = now
-	}
-	for i := range reports {
-		r := &reports[i]
-		mk := markKey{r.Bucket.Key, r.Instance}
-		m, ok := s.marks[mk]
-		ok = ok && now < m.expires
-		apply, counted, count := countReport(r, m, ok)
-		if !apply {
-			_, remaining := s.chargeUpTo(&r.Bucket, 0, now)
-			res[i] = tiers.ReportResult{Acked: count, Remaining: remaining}
-			continue
-		}
-		charged, remaining := s.chargeUpTo(&r.Bucket, counted, now)
-		s.marks[mk] = mark{seq: r.Seq, count: count, owed: counted - charged, expires: now + int64(tiers.ReportMarkTTL/time.Microsecond)}
-		res[i] = tiers.ReportResult{Applied: true, Counted: counted, Charged: charged, Acked: count, Remaining: remaining}
 	}
 	return nil
 }
 
-// countReport is the arithmetic of a report's mark (report.lua has the
-// same): given r and the mark m remembered for its key and instance (ok
-// false: none), whether to apply r, how many units it counts, and the
-// count to acknowledge. When m is one of the attempts whose reply r's
-// instance never had (m.seq >= r.Since > 0), r does not count again what
-// those attempts counted since r.Acked, and does count what m could not
-// charge.
-func countReport(r *tiers.Report, m mark, ok bool) (apply bool, counted int64, count uint64) {
-	cost := uint64(r.Bucket.Cost)
-	switch {
-	case ok && r.Seq <= m.seq:
-		return false, 0, m.count
-	case ok && r.Since != 0 && m.seq >= r.Since && m.count > r.Acked:
-		before := m.count - r.Acked
-		if before >= cost {
-			return true, m.owed, m.count
-		}
-		return true, int64(cost-before) + m.owed, r.Acked + cost
-	case ok && r.Since != 0 && m.seq >= r.Since:
-		return true, int64(cost) + m.owed, r.Acked + cost
+// records makes the record table ready at now (µs), sweeping expired
+// records at most once per tiers.ReportRecordTTL, and returns now;
+// s.rmu is held.
+func (s *Store) records(now int64) int64 {
+	if s.recs == nil {
+		s.recs = make(map[recKey]record)
 	}
-	return true, int64(cost), r.Acked + cost
+	if now-s.recsSwept >= int64(tiers.ReportRecordTTL/time.Microsecond) {
+		for k, r := range s.recs {
+			if now >= r.expires {
+				delete(s.recs, k)
+			}
+		}
+		s.recsSwept = now
+	}
+	return now
 }
 
 // chargeUpTo charges b up to want units, as many as it holds at now, and

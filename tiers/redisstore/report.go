@@ -20,35 +20,52 @@ var reportScript = newScript(reportSrc)
 
 var _ tiers.Reporter = (*Store)(nil)
 
-// markTTLArg is tiers.ReportMarkTTL in ms, as report.lua takes it.
-var markTTLArg any = strconv.FormatInt(tiers.ReportMarkTTL.Milliseconds(), 10)
+// recordTTLArg is tiers.ReportRecordTTL in ms, as report.lua takes it.
+var recordTTLArg any = strconv.FormatInt(tiers.ReportRecordTTL.Milliseconds(), 10)
 
-// maxReportCall bounds the reports of one report.lua call (its MGET reads
-// two keys a report, and Lua's unpack has a stack limit).
+// Pre-boxed report.lua modes.
+var (
+	modeReport  any = "r"
+	modeResolve any = "v"
+)
+
+// maxReportCall bounds the buckets of one report.lua call (Lua's unpack
+// has a stack limit).
 const maxReportCall = 256
 
-// Report implements tiers.Reporter by report.lua: each report counts what
-// no earlier attempt of its instance counted, by a mark kept next to the
-// bucket's key (the key, then ":r:" and the instance in hex, in the
-// key's hash tag's slot) for tiers.ReportMarkTTL, and charges as many of
-// those units as the bucket holds, with the arithmetic of a take of that
-// many; an absent bucket is full. Time is Redis TIME, or the WithClock
-// time. One script call per cluster slot (in parallel) and per 256
-// reports, each atomic; the results of the calls that succeeded are
-// filled when others fail. On a Cluster every key needs a hash tag (as
-// package tiers writes them), so that its mark shares its slot; a key
-// without one is refused. A report is never retried here: a call that
-// failed may or may not have been applied, and sending it again with a
-// new Seq is what makes that safe. Bad input is refused with
-// tiers.ValidateReports's error before any round trip.
-func (s *Store) Report(ctx context.Context, reports []tiers.Report, res []tiers.ReportResult) error {
-	if err := tiers.ValidateReports(reports, res); err != nil {
+// Report implements tiers.Reporter by report.lua: each bucket is charged
+// up to its Cost, as many units as it holds with the arithmetic of a take
+// of that many (an absent bucket is full), and the call is recorded next
+// to its first bucket's key (the key, ":rc:", the instance and seq in
+// hex: in that key's cluster slot) for tiers.ReportRecordTTL, as "1" or
+// with what each bucket could not be charged. Time is Redis TIME, or the
+// WithClock time. One script call per cluster slot (in parallel, each
+// atomic and recorded on its own; every key needs a hash tag, as package
+// tiers writes them, else the call is refused) and per 256 buckets; the results of the
+// calls that succeeded are filled when others fail. A call is never
+// retried here: one that failed may or may not have been applied, which
+// Resolve, with the same buckets in the same order, tells. Bad input is
+// refused with tiers.ValidateReport's error before any round trip.
+func (s *Store) Report(ctx context.Context, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
+	return s.reportCalls(ctx, modeReport, instance, seq, buckets, res)
+}
+
+// Resolve implements tiers.Reporter: per script call Report made of these
+// buckets (grouped the same way), it reads the call's record: applied,
+// and what it charged of each bucket; or, without a record, writes one
+// that makes the call, should it reach Redis later, change nothing.
+func (s *Store) Resolve(ctx context.Context, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
+	return s.reportCalls(ctx, modeResolve, instance, seq, buckets, res)
+}
+
+// reportCalls runs report.lua in mode over buckets, one call per slot
+// and per maxReportCall buckets.
+func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
+	if err := tiers.ValidateReport(instance, buckets, res); err != nil {
 		return err
 	}
-	for i := range reports {
-		res[i] = tiers.ReportResult{}
-	}
-	if len(reports) == 0 {
+	clear(res[:len(buckets)])
+	if len(buckets) == 0 {
 		return nil
 	}
 	var now int64
@@ -59,12 +76,11 @@ func (s *Store) Report(ctx context.Context, reports []tiers.Report, res []tiers.
 	var groups [][]int
 	if s.cluster != nil {
 		bySlot := make(map[int]int, 4)
-		for i := range reports {
-			k := reports[i].Bucket.Key
-			if t := hashTag(k); len(t) == len(k) {
-				return fmt.Errorf("redisstore: Report: key %q has no hash tag, which a Cluster needs to keep its report mark in its slot", k)
+		for i := range buckets {
+			if k := buckets[i].Key; len(hashTag(k)) == len(k) {
+				return fmt.Errorf("redisstore: report: key %q has no hash tag, which a Cluster needs to keep the call's record in its slot", k)
 			}
-			sl := s.slotOf(k)
+			sl := s.slotOf(buckets[i].Key)
 			g, ok := bySlot[sl]
 			if !ok {
 				g = len(groups)
@@ -74,7 +90,7 @@ func (s *Store) Report(ctx context.Context, reports []tiers.Report, res []tiers.
 			groups[g] = append(groups[g], i)
 		}
 	} else {
-		all := make([]int, len(reports))
+		all := make([]int, len(buckets))
 		for i := range all {
 			all[i] = i
 		}
@@ -88,62 +104,79 @@ func (s *Store) Report(ctx context.Context, reports []tiers.Report, res []tiers.
 			g = g[k:]
 		}
 	}
+	run := func(idx []int) error {
+		return s.reportCall(ctx, mode, instance, seq, buckets, idx, res, now, fixed)
+	}
 	if len(calls) == 1 {
-		return s.report(ctx, reports, calls[0], res, now, fixed)
+		return run(calls[0])
 	}
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
 	for j := range calls {
-		wg.Go(func() { errs[j] = s.report(ctx, reports, calls[j], res, now, fixed) })
+		wg.Go(func() { errs[j] = run(calls[j]) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// report runs report.lua once over reports idx (all in one slot).
-func (s *Store) report(ctx context.Context, reports []tiers.Report, idx []int, res []tiers.ReportResult, now int64, fixed bool) error {
+// reportCall runs report.lua once over buckets idx (all in one slot).
+func (s *Store) reportCall(ctx context.Context, mode any, instance, seq uint64, buckets []tiers.Bucket, idx []int, res []tiers.ReportResult, now int64, fixed bool) error {
 	c := s.pool.Get().(*call)
 	defer s.release(c)
 	c.now, c.fixed = now, fixed
-	c.buildReport(s.prefix, reports, idx, s.minArg, s.cluster != nil)
+	c.buildReport(s.prefix, mode, instance, seq, buckets, idx, s.minArg, s.cluster != nil)
 	cmd, err := runScript(ctx, s.client, c, reportScript, s.keyPos(), redis.NewIntSliceCmd)
 	if err != nil {
-		return fmt.Errorf("redisstore: Report (not retried; it may or may not have been applied): %w", err)
+		if mode == modeResolve {
+			return fmt.Errorf("redisstore: Resolve: %w", err)
+		}
+		return fmt.Errorf("redisstore: Report (not retried; it may or may not have been applied: see Resolve): %w", err)
 	}
 	out := cmd.Val()
-	if len(out) != 5*len(idx) {
-		return fmt.Errorf("redisstore: report.lua replied %d values for %d reports", len(out), len(idx))
+	switch {
+	case len(out) == 1 && out[0] == 0: // not applied
+		return nil
+	case mode == modeResolve && len(out) == 1 && out[0] == 1:
+		for _, i := range idx {
+			res[i] = tiers.ReportResult{Applied: true, Charged: buckets[i].Cost}
+		}
+		return nil
+	case mode == modeResolve && len(out) == 1+len(idx) && out[0] == 1:
+		for j, i := range idx {
+			res[i] = tiers.ReportResult{Applied: true, Charged: buckets[i].Cost - out[1+j]}
+		}
+		return nil
+	case mode == modeReport && len(out) == 1+2*len(idx) && out[0] == 1:
+		for j, i := range idx {
+			res[i] = tiers.ReportResult{Applied: true, Charged: out[1+2*j], Remaining: out[2+2*j]}
+		}
+		return nil
 	}
-	for j, i := range idx {
-		o := out[5*j:]
-		res[i] = tiers.ReportResult{Applied: o[0] == 1, Counted: o[1], Charged: o[2], Acked: uint64(o[3]), Remaining: o[4]}
-	}
-	return nil
+	return fmt.Errorf("redisstore: report.lua (mode %v) replied %d values for %d buckets", mode, len(out), len(idx))
 }
 
 // buildReport lays out a report.lua call:
 //
-//	EVALSHA sha numkeys key... mark... now minttl markttl reports
+//	EVALSHA sha numkeys key... record now minttl recordttl mode buckets
 //
-// over reports idx, at c.now if c.fixed (else now is "": Redis TIME).
+// over buckets idx, at c.now if c.fixed (else now is "": Redis TIME).
 // With cluster, the first key is also passed as a plain string so the
 // cluster client can route by it.
-func (c *call) buildReport(prefix string, reports []tiers.Report, idx []int, minArg []byte, cluster bool) {
+func (c *call) buildReport(prefix string, mode any, instance, seq uint64, buckets []tiers.Bucket, idx []int, minArg []byte, cluster bool) {
 	n := len(idx)
 	c.n = n
-	c.putInt(int64(2 * n))
+	c.putInt(int64(n + 1))
 	for _, i := range idx {
-		c.putKey(prefix, reports[i].Bucket.Key)
+		c.putKey(prefix, buckets[i].Key)
 	}
-	for _, i := range idx {
-		r := &reports[i]
-		c.put(func(b []byte) []byte {
-			b = append(b, prefix...)
-			b = append(b, r.Bucket.Key...)
-			b = append(b, ":r:"...)
-			return strconv.AppendUint(b, r.Instance, 16)
-		})
-	}
+	c.put(func(b []byte) []byte {
+		b = append(b, prefix...)
+		b = append(b, buckets[idx[0]].Key...)
+		b = append(b, ":rc:"...)
+		b = strconv.AppendUint(b, instance, 16)
+		b = append(b, ':')
+		return strconv.AppendUint(b, seq, 16)
+	})
 	if c.fixed {
 		c.putInt(c.now)
 	}
@@ -151,28 +184,24 @@ func (c *call) buildReport(prefix string, reports []tiers.Report, idx []int, min
 	c.put(func(b []byte) []byte {
 		b = appendF64(b, int64(n))
 		for _, i := range idx {
-			r := &reports[i]
-			b = appendLimit(b, &r.Bucket)
-			b = appendF64(b, int64(r.Seq))
-			b = appendF64(b, int64(r.Acked))
-			b = appendF64(b, int64(r.Since))
+			b = appendLimit(b, &buckets[i])
 		}
 		return b
 	})
 	c.finish()
 	c.args = append(c.args, "evalsha", reportScript.shaArg)
-	for k := 0; k <= 2*n; k++ {
+	for k := 0; k <= n+1; k++ {
 		c.args = append(c.args, &c.bufs[k])
 	}
 	if cluster {
 		c.args[3] = string(c.bufs[1].b)
 	}
-	k := 2*n + 1
+	k := n + 2
 	if c.fixed {
 		c.args = append(c.args, &c.bufs[k])
 		k++
 	} else {
 		c.args = append(c.args, "")
 	}
-	c.args = append(c.args, &c.bufs[k], markTTLArg, &c.bufs[k+1])
+	c.args = append(c.args, &c.bufs[k], recordTTLArg, mode, &c.bufs[k+1])
 }

@@ -1,50 +1,65 @@
--- report.lua: charge instances' reports of units they admitted on their
--- own (tiers.Reporter; package tiers/localfirst's async shares). Each
--- report is decided on its own and never denied: it counts the units no
--- earlier attempt of its instance counted and charges as many of them as
--- the bucket holds. Every key must be in one cluster slot.
+-- report.lua: charge a report call (tiers.Reporter: units instances
+-- admitted on their own, package tiers/localfirst's async shares), or
+-- resolve one whose reply never came. Every key must be in one cluster
+-- slot.
 --
--- KEYS[i]     state key of report i's bucket, i = 1..n (as take.lua's)
--- KEYS[n+i]   its mark key: what this instance last reported of it
+-- KEYS[i]     state key of bucket i, i = 1..n (as take.lua's)
+-- KEYS[n+1]   the call's record key (its first bucket's key, ":rc:", the
+--             instance and the sequence number: in that key's slot)
 -- ARGV[1]     now, integer microseconds since the Unix epoch, or "" to
 --             read Redis TIME (as take.lua)
 -- ARGV[2]     minimum key TTL in milliseconds (at least 1), as take.lua's
--- ARGV[3]     a mark's TTL in milliseconds (tiers.ReportMarkTTL)
--- ARGV[4]     the reports, packed: n ("<d"), then per report
---             ("<Bddddddd") the algorithm (0 token bucket, 1 GCRA), rate
---             N, period P in microseconds, burst B, the units u, Seq,
---             Acked and Since
+-- ARGV[3]     the record's TTL in milliseconds (tiers.ReportRecordTTL)
+-- ARGV[4]     mode: "r" report, "v" resolve
+-- ARGV[5]     the buckets, packed as settle.lua packs them: n ("<d"), then
+--             per bucket ("<Bdddd") the algorithm (0 token bucket, 1 GCRA),
+--             rate N, period P in microseconds, burst B and the units u
 --
--- A mark is the string pack('<ddd', seq, count, owed): the Seq of the
--- last report applied, the count acknowledged after it, and what it
--- counted and could not charge. With a live mark (ms, mc, mo), a report
--- whose Seq is not above ms changes nothing (an old attempt reaching
--- Redis late). When the mark is one of the attempts whose reply the
--- instance never had (ms >= Since > 0), the report counts u less what
--- the attempts since its Acked counted (mc - Acked, when positive), at
--- least 0, plus mo (that attempt's debt, which its instance never
--- learned); any other report counts u. The mark becomes
--- (Seq, Acked + max(u, mc - Acked), counted - charged). Without a mark
--- (never reported, or forgotten after its TTL) a report counts u.
---
--- The charge c = min(counted, what the bucket holds), with the arithmetic
--- of a take of c units (tiers.Algorithm doc, as memstore's Report):
+-- Report: a call whose record exists (resolved as not applied, or sent
+-- twice) changes nothing: reply {0}. Otherwise each bucket is charged
+-- c = min(u, what it holds), with the arithmetic of a take of c units
+-- (tiers.Algorithm doc, as memstore's Report):
 --   token bucket   tokens = min(B, tokens + (elapsed * N) / P); holds
 --                  floor(tokens) (0 below 0); tokens = tokens - c
 --   GCRA           tat0 = max(tat, t); holds floor((B * T + SLACK -
 --                  (tat0 - t)) / T) (0 below 0), one unit less while
 --                  tat0 + c * T - t exceeds B * T + SLACK (rounding);
 --                  tat = tat0 + c * T
--- An absent state is a full bucket. A state is written only when c > 0,
--- with the TTL take.lua would give it.
+-- An absent state is a full bucket; a state is written only when c > 0,
+-- with the TTL take.lua would give it. The record is "1" when every
+-- bucket was charged in full, else the units each could not be charged
+-- (pack "<d" per bucket), kept for the record TTL. Reply: 1, then per
+-- bucket the units charged and what it has left.
 --
--- Reply: 5 integers per report: applied (1/0), counted, charged, the
--- count to acknowledge (Acked of the next report) and the bucket's
--- remaining after the charge.
+-- Resolve: the record, if any: "0" (resolved before) replies {0}; "1"
+-- replies {1}; debts reply {1, then per bucket the units not charged}.
+-- Without a record the call was not applied: the record "0" is written,
+-- so that the call, if it reaches Redis later, changes nothing; reply
+-- {0}.
 
 local call = redis.call
 local fmt = string.format
 local pack, sunpack = struct.pack, struct.unpack
+
+local n = #KEYS - 1
+local rk = KEYS[n + 1]
+local recttl = ARGV[3]
+
+if ARGV[4] == 'v' then
+  local r = call('GET', rk)
+  if not r then
+    call('SET', rk, '0', 'PX', recttl)
+    return {0}
+  end
+  if r == '0' then return {0} end
+  if r == '1' then return {1} end
+  local out = {1}
+  local pos = 1
+  for i = 1, #r / 8 do
+    out[i + 1], pos = sunpack('<d', r, pos)
+  end
+  return out
+end
 
 local now
 if ARGV[1] == '' then
@@ -58,14 +73,17 @@ local nowms = (now - now % 1000) / 1000
 local EPOCH = 1767225600000000
 local SLACK = 0.5
 local minttl = tonumber(ARGV[2])
-local markttl = ARGV[3]
 local MAXTTL = 1e13
 
-local x = ARGV[4]
-local n, pos = sunpack('<d', x)
-if 2 * n ~= #KEYS or #x ~= 8 + 57 * n then
-  error('report.lua: the reports argument has ' .. #x .. ' bytes for ' .. n .. ' reports and ' .. #KEYS .. ' keys')
+local x = ARGV[5]
+local m, pos = sunpack('<d', x)
+if m ~= n or #x ~= 8 + 33 * n then
+  error('report.lua: the buckets argument has ' .. #x .. ' bytes for ' .. m .. ' buckets and ' .. n .. ' state keys')
 end
+
+-- the call's record and the states, in one read
+local vals = call('MGET', rk, unpack(KEYS, 1, n))
+if vals[1] then return {0} end
 
 local function ceil(y)
   local f = y % 1
@@ -87,55 +105,30 @@ local function ttl(tu)
   return ms
 end
 
--- states written by this call, by key: a key may recur (reports of
--- several instances), and a later report reads what an earlier one wrote
-local cur = {}
-
 -- put writes a string state as settle.lua does: its layout sf, the
 -- deadline e0 it was read with (0: none), its numbers and the µs it needs
-local function put(k, sf, e0, x1, x2, x3, tu)
-  local st
+local function put(k, sf, e0, x1, x2, tu)
   if rtime then
     local d = nowms + ttl(tu)
     if e0 >= d then
-      st = pack(sf, e0, x1, x2, x3)
-      call('SET', k, st, 'KEEPTTL')
+      call('SET', k, pack(sf, e0, x1, x2), 'KEEPTTL')
     else
       local E = ceil(d + minttl)
-      st = pack(sf, E, x1, x2, x3)
-      call('SET', k, st, 'PXAT', fmt('%d', E))
+      call('SET', k, pack(sf, E, x1, x2), 'PXAT', fmt('%d', E))
     end
   else
-    st = pack(sf, 0, x1, x2, x3)
-    call('SET', k, st, 'PX', fmt('%d', ttl(tu)))
+    call('SET', k, pack(sf, 0, x1, x2), 'PX', fmt('%d', ttl(tu)))
   end
-  cur[k] = st
 end
 
-local vals = call('MGET', unpack(KEYS))
-local out = {}
+local out = {1}
+local owed -- per bucket, once one is not charged in full
 for i = 1, n do
-  local alg, N, P, B, u, seq, acked, since
-  alg, N, P, B, u, seq, acked, since, pos = sunpack('<Bddddddd', x, pos)
-  local k, mk = KEYS[i], KEYS[n + i]
-  local mv = vals[n + i]
-  local apply, counted, count = true, u, acked + u
-  if mv and #mv == 24 then
-    local ms, mc, mo = sunpack('<ddd', mv)
-    if seq <= ms then
-      apply, counted, count = false, 0, mc
-    elseif since ~= 0 and ms >= since then
-      -- the mark is an attempt whose reply the instance never had: what
-      -- the attempts since acked counted is not counted again, and what
-      -- that one could not charge is
-      local before = mc - acked
-      if before <= 0 then counted = u + mo
-      elseif before >= u then counted, count = mo, mc
-      else counted = u - before + mo end
-    end
-  end
-  local v = cur[k] or vals[i]
-  local c, rem = 0, 0
+  local alg, N, P, B, u
+  alg, N, P, B, u, pos = sunpack('<Bdddd', x, pos)
+  local k = KEYS[i]
+  local v = vals[i + 1]
+  local c, rem
   if alg == 0 then -- token bucket
     local e0, tokens, ts = 0, B, now
     if v and #v == 24 then e0, tokens, ts = sunpack('<ddd', v) end
@@ -143,13 +136,11 @@ for i = 1, n do
     if elapsed < 0 then elapsed = 0 end
     local t = tokens + (elapsed * N) / P
     if t < B then tokens = t else tokens = B end
-    if apply then
-      c = floor0(tokens)
-      if counted < c then c = counted end
-    end
+    c = floor0(tokens)
+    if u < c then c = u end
     local t1 = tokens - c
     rem = floor0(t1)
-    if c > 0 then put(k, '<ddd', e0, t1, now, nil, ceil(((B - t1) * P) / N)) end
+    if c > 0 then put(k, '<ddd', e0, t1, now, ceil(((B - t1) * P) / N)) end
   else -- GCRA
     local em = P / N
     local tol = B * em + SLACK
@@ -158,27 +149,28 @@ for i = 1, n do
     if v and #v == 16 then e0, tat = sunpack('<dd', v) end
     if t > tat then tat = t end
     local left = floor0((tol - (tat - t)) / em)
-    if apply then
-      c = left
-      if counted < c then c = counted end
-      while c > 0 and tat + c * em - t > tol do
-        c = c - 1
-        if left < c then c = left end
-      end
+    c = left
+    if u < c then c = u end
+    while c > 0 and tat + c * em - t > tol do
+      c = c - 1
+      if left < c then c = left end
     end
     local tat1 = tat + c * em
     rem = floor0((tol - (tat1 - t)) / em)
-    if c > 0 then put(k, '<dd', e0, tat1, nil, nil, ceil(tat1 - t)) end
+    if c > 0 then put(k, '<dd', e0, tat1, nil, ceil(tat1 - t)) end
   end
-  if apply then
-    call('SET', mk, pack('<ddd', seq, count, counted - c), 'PX', markttl)
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+  if c < u and not owed then
+    owed = {}
+    for j = 1, i - 1 do owed[j] = 0 end
   end
-  out[#out + 1] = counted
-  out[#out + 1] = c
-  out[#out + 1] = count
-  out[#out + 1] = rem
+  if owed then owed[i] = u - c end
+  out[2 * i], out[2 * i + 1] = c, rem
+end
+if owed then
+  local parts = {}
+  for i = 1, n do parts[i] = pack('<d', owed[i]) end
+  call('SET', rk, table.concat(parts), 'PX', recttl)
+else
+  call('SET', rk, '1', 'PX', recttl)
 end
 return out
