@@ -20,7 +20,8 @@ type ReportResult struct {
 	Applied bool
 	// Charged is what was charged of the bucket's Cost: all of it, or as
 	// many units as the bucket held. Cost − Charged is debt, for the
-	// caller to report again later.
+	// caller to report again later. A negative Cost (units given back) is
+	// always applied whole: Charged = Cost.
 	Charged int64
 	// Remaining is what the bucket has left after the charge (Report
 	// only; Resolve leaves it 0).
@@ -37,7 +38,9 @@ type ReportResult struct {
 // Report charges every bucket up to its Cost, each on its own (a report
 // never denies: it charges as many units as the bucket holds, the floor
 // of a token bucket's tokens or of a GCRA's remaining units; an absent
-// bucket is full), and records the call (instance, seq) with what it
+// bucket is full); a negative Cost gives -Cost units back as Refund does
+// (capped at the capacity; an absent bucket stays full), so that units
+// leased and not spent go back through the same calls. It records the call (instance, seq) with what it
 // could not charge, for ReportRecordTTL. A call that Resolve has resolved
 // as not applied is refused whole (Applied false everywhere): it reached
 // the store too late.
@@ -63,7 +66,7 @@ type Reporter interface {
 // Reporter's Report or Resolve, or nil: instance 0; res shorter than
 // buckets; a bucket with no key, the key of an earlier bucket, a limit
 // that does not validate, an algorithm other than TokenBucket or GCRA, or
-// a Cost below 0 or above 2^53.
+// a Cost beyond ±2^53.
 func ValidateReport(instance uint64, buckets []Bucket, res []ReportResult) error {
 	if instance == 0 {
 		return fmt.Errorf("tiers: report instance is 0")
@@ -76,10 +79,8 @@ func ValidateReport(instance uint64, buckets []Bucket, res []ReportResult) error
 		switch {
 		case b.Key == "":
 			return bucketError(i, b, errSettleEmptyKey)
-		case b.Cost < 0:
-			return bucketError(i, b, fmt.Errorf("report of %d units is negative", b.Cost))
-		case b.Cost > MaxSettle:
-			return bucketError(i, b, fmt.Errorf("report of %d units is above 2^53", b.Cost))
+		case b.Cost > MaxSettle || b.Cost < -MaxSettle:
+			return bucketError(i, b, fmt.Errorf("report of %d units is out of range [-2^53, 2^53]", b.Cost))
 		}
 		for j := range i {
 			if buckets[j].Key == b.Key {

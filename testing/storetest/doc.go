@@ -23,8 +23,8 @@
 //     OnStoreError) with exactly tiers.ValidateTake's error, so a caller
 //     sees the same text whichever store is behind it. An empty Take is
 //     allowed;
-//   - if it has a Refund(ctx, buckets) error method (what package
-//     tiers/localfirst needs of its ledger), gives units back exactly as
+//   - if it has a Refund(ctx, buckets) error method (as memstore and
+//     redisstore do), gives units back exactly as
 //     RefundVectors say (token bucket: refill to now, add the cost, cap at
 //     the burst; GCRA: TAT back by cost x T, never before now; an absent
 //     bucket stays full), and refuses bad input with ValidateTake's error
@@ -45,7 +45,9 @@
 //     (and runs WaitVectors only up to their first settlement);
 //   - if it is a tiers.Reporter, takes report calls exactly as a scripted
 //     trace says, for token bucket and GCRA: a report charges what the
-//     bucket holds of its units; a call sent twice changes nothing;
+//     bucket holds of its units, and gives back the units of a negative
+//     one (capped at the capacity; an absent bucket stays full); a call
+//     sent twice changes nothing;
 //     Resolve tells what an applied call charged, and makes a call that
 //     never arrived refused when it arrives late; the buckets of one call
 //     are each decided on their own; and bad input is refused with

@@ -22,7 +22,8 @@ type reportStep struct {
 // reportTrace runs the scripted report trace on a bucket of limit l (10
 // units, one per 100 ms; an absent bucket is full): a report, the same
 // call sent twice, calls resolved as applied and as not applied (and the
-// latter arriving late), debt, a second instance, and the refill. Every
+// latter arriving late), debt, a second instance, the refill, and units
+// given back (a negative report). Every
 // result is exact, and a take at the end checks what the bucket holds.
 func reportTrace(t reporter, st tiers.Reporter, clk *clock.Fake, key string, l tiers.Limit) {
 	ctx := context.Background()
@@ -41,6 +42,9 @@ func reportTrace(t reporter, st tiers.Reporter, clk *clock.Fake, key string, l t
 		{what: "resolving the late call again", resolve: true, instance: 1, seq: 2, units: 3, want: none},
 		{what: "another instance's call of the same number", instance: 2, seq: 1, units: 2, want: applied(0, 0)},
 		{what: "after a refill of 3", advance: 300 * time.Millisecond, instance: 1, seq: 4, units: 1, want: applied(1, 2)},
+		{what: "units given back", instance: 1, seq: 5, units: -3, want: applied(-3, 5)},
+		{what: "given back beyond the capacity", instance: 1, seq: 6, units: -20, want: applied(-20, 10)},
+		{what: "resolving a call that gave back", resolve: true, instance: 1, seq: 5, units: -3, want: applied(-3, 0)},
 	}
 	var res [1]tiers.ReportResult
 	for _, s := range steps {
@@ -58,8 +62,8 @@ func reportTrace(t reporter, st tiers.Reporter, clk *clock.Fake, key string, l t
 			t.Errorf("%s (%s instance %d, seq %d, %d units):\n got  %+v\n want %+v", s.what, name, s.instance, s.seq, s.units, res[0], s.want)
 		}
 	}
-	if r := take1(t, st, key, l, 2); !r.Allowed || r.Remaining != 0 {
-		t.Errorf("take of the 2 units the reports left: %s", fmtResult(r))
+	if r := take1(t, st, key, l, 10); !r.Allowed || r.Remaining != 0 {
+		t.Errorf("take of the 10 units the reports left: %s", fmtResult(r))
 	}
 }
 
@@ -77,6 +81,7 @@ func reportMany(t reporter, st tiers.Reporter, prefix string, l tiers.Limit) {
 		{Key: prefix + "{tag}a", Limit: l, Cost: 3},
 		{Key: prefix + "{tag}b", Limit: l, Cost: 12},
 		{Key: prefix + "{other}", Limit: l, Cost: 1},
+		{Key: prefix + "{absent}", Limit: l, Cost: -4},
 	}
 	res := make([]tiers.ReportResult, len(bs))
 	if err := st.Report(ctx, 7, 1, bs, res); err != nil {
@@ -87,6 +92,7 @@ func reportMany(t reporter, st tiers.Reporter, prefix string, l tiers.Limit) {
 		{Applied: true, Charged: 3, Remaining: 7},
 		{Applied: true, Charged: 10, Remaining: 0},
 		{Applied: true, Charged: 1, Remaining: 9},
+		{Applied: true, Charged: -4, Remaining: 10}, // an absent bucket stays full
 	}
 	for i := range want {
 		if res[i] != want[i] {
@@ -127,7 +133,7 @@ func reportBadInput(t reporter, st tiers.Reporter, prefix string) {
 	}{
 		{"instance 0", 0, []tiers.Bucket{good}, nil},
 		{"empty key", 1, with(func(b *tiers.Bucket) { b.Key = "" }), nil},
-		{"negative units", 1, with(func(b *tiers.Bucket) { b.Cost = -1 }), nil},
+		{"units out of range", 1, with(func(b *tiers.Bucket) { b.Cost = -tiers.MaxSettle - 1 }), nil},
 		{"window algorithm", 1, with(func(b *tiers.Bucket) { b.Limit = fw }), nil},
 		{"zero rate", 1, with(func(b *tiers.Bucket) { b.Limit.Rate = 0 }), nil},
 		{"same key twice", 1, []tiers.Bucket{good, good}, nil},

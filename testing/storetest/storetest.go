@@ -161,8 +161,8 @@ func Run(t *testing.T, newStore Factory) {
 	})
 }
 
-// refunder is a Store that can give units back, as package tiers/localfirst
-// needs of its ledger. Run checks Refund (RefundVectors and its bad input)
+// refunder is a Store that can give units back (memstore and redisstore
+// can). Run checks Refund (RefundVectors and its bad input)
 // on every Store that has one.
 type refunder interface {
 	tiers.Store

@@ -17,7 +17,8 @@
 // units it spent per second since the last lease, over WithLeaseTarget),
 // doubling at most at a time, and never exceeds the bucket's capacity ×
 // WithLeaseShare ÷ live instances. Units not spent within WithLeaseTTL go
-// back to the store (Ledger.Refund) in the background and on Close; a
+// back to the store (a report of minus that many units, see below) in
+// the background and on Close; a
 // crashed instance's units come back only by the bucket's own refill. Every
 // unit spent was first taken from the store, so Leased never admits more
 // than the store would; it admits less by what other instances hold unspent.

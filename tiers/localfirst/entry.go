@@ -54,12 +54,13 @@ type state struct {
 	mode  tiers.Consistency
 
 	// Leased.
-	units    int64     // leased units not yet spent
-	expires  time.Time // when units go back
-	owed     int64     // expired units still to give back
-	last     int64     // the extra units of the last lease
-	leasedAt time.Time // when the last lease (or the first take) was granted
-	demand   int64     // units asked for since leasedAt
+	units     int64     // leased units not yet spent
+	expires   time.Time // when units go back
+	owed      int64     // expired units still to give back
+	returning int64     // units a return under way gives back
+	last      int64     // the extra units of the last lease
+	leasedAt  time.Time // when the last lease (or the first take) was granted
+	demand    int64     // units asked for since leasedAt
 	// deniedUntil: the store denied the key until then; takes that the
 	// lease cannot pay are denied locally meanwhile, without asking.
 	deniedUntil time.Time
@@ -86,12 +87,12 @@ type state struct {
 // reset makes e the fresh state of b: a key whose limit or consistency
 // changed starts over (what it held goes back first, see Sync).
 func (e *entry) reset(b *tiers.Bucket, now time.Time) {
-	owed, u, inflight := e.owed+e.units, e.u, e.inflight
+	owed, returning, u, inflight := e.owed+e.units, e.returning, e.u, e.inflight
 	e.state = state{}
 	e.b = *b
 	e.b.Cost = 0
 	e.limit, e.mode = b.Limit, b.Consistency
-	e.owed, e.u, e.inflight = owed, u, inflight
+	e.owed, e.returning, e.u, e.inflight = owed, returning, u, inflight
 	e.lastReport = now
 }
 
@@ -242,7 +243,7 @@ func (e *entry) cancel(mode tiers.Consistency, cost int64) {
 
 // idle reports whether e holds and owes nothing.
 func (e *entry) idle() bool {
-	return e.units == 0 && e.owed == 0 && e.u <= 0 && e.inflight == 0
+	return e.units == 0 && e.owed == 0 && e.returning == 0 && e.u <= 0 && e.inflight == 0
 }
 
 // ceilMicro rounds d up to a whole microsecond, the stores' resolution.

@@ -273,3 +273,77 @@ func remainingOf(t *testing.T, st tiers.Store, b tiers.Bucket) int64 {
 	}
 	return res[0].Remaining
 }
+
+// TestLeaseReturnSentAgainIsNotGivenBackTwice: unspent lease units go back
+// in a report call; when its reply is lost (applied, or never arrived) the
+// call is resolved, so the units are given back once: the ledger ends as
+// it does when no reply is lost, on the in-process store and on Redis.
+func TestLeaseReturnSentAgainIsNotGivenBackTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	runs := 0
+	run := func(t *testing.T, redis bool, lose int64, drop bool) (left int64, st localfirst.Stats) {
+		runs++
+		clk := clock.New(t0)
+		var ledger localfirst.Ledger
+		if redis {
+			rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rs.Close() })
+			ledger = rs
+		} else {
+			m, err := memstore.New(memstore.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ledger = m
+		}
+		l := &lostReplies{Ledger: ledger, drop: drop}
+		s, err := localfirst.New(ledger, l, localfirst.WithClock(clk), localfirst.WithManualSync())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := bucket("{return-"+strconv.Itoa(runs)+"}", tiers.Leased, 1, 100)
+		for range 40 {
+			take(t, s, b)
+			clk.Advance(10 * time.Millisecond)
+		}
+		if st := s.Stats(); st.Leases == 0 {
+			t.Fatalf("no lease was taken: %+v", st)
+		}
+		l.lose.Store(lose)
+		clk.Advance(time.Second) // the lease expires
+		err = s.Sync(context.Background())
+		if lose > 0 && err == nil {
+			t.Fatal("the return whose reply was lost did not fail")
+		}
+		clk.Advance(10 * time.Millisecond)
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatalf("Sync after the lost reply: %v", err)
+		}
+		if err := s.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return remainingOf(t, ledger, b), s.Stats()
+	}
+	for _, redis := range []bool{false, true} {
+		name := "memstore"
+		if redis {
+			name = "redis"
+		}
+		t.Run(name, func(t *testing.T) {
+			want, base := run(t, redis, 0, false)
+			if base.ReturnedUnits == 0 {
+				t.Fatalf("nothing was given back: %+v", base)
+			}
+			for _, drop := range []bool{false, true} {
+				got, st := run(t, redis, 1, drop)
+				if got != want || st.ReturnedUnits != base.ReturnedUnits || st.ReturnFailures != 1 {
+					t.Errorf("reply lost (never arrived: %v): ledger has %d, %d returned, %d failed; with no loss %d and %d returned",
+						drop, got, st.ReturnedUnits, st.ReturnFailures, want, base.ReturnedUnits)
+				}
+			}
+		})
+	}
+}

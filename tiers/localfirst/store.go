@@ -18,14 +18,11 @@ import (
 
 // Ledger is the store a Store leases from and reports to: the fleet's
 // budget, usually a *redisstore.Store (a *memstore.Store in tests). Async
-// hits go to it in report calls (tiers.Reporter), resolved rather than
-// sent again when a call's reply never comes, so that none is charged
-// twice.
+// hits and unspent lease units go to it in report calls (tiers.Reporter),
+// resolved rather than sent again when a call's reply never comes, so
+// that no unit is charged or given back twice.
 type Ledger interface {
 	tiers.Reporter
-	// Refund gives each bucket's Cost units back to it, capped at the
-	// bucket's capacity.
-	Refund(ctx context.Context, buckets []tiers.Bucket) error
 }
 
 // Defaults of the options.

@@ -416,7 +416,6 @@ type downLedger struct{ localfirst.Ledger }
 func (downLedger) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, error) {
 	return false, context.DeadlineExceeded
 }
-func (downLedger) Refund(context.Context, []tiers.Bucket) error { return context.DeadlineExceeded }
 func (downLedger) Report(context.Context, uint64, uint64, []tiers.Bucket, []tiers.ReportResult) error {
 	return context.DeadlineExceeded
 }
@@ -566,13 +565,6 @@ func (l *switchLedger) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Res
 	return l.Ledger.Take(ctx, b, r)
 }
 
-func (l *switchLedger) Refund(ctx context.Context, b []tiers.Bucket) error {
-	if l.down.Load() {
-		return context.DeadlineExceeded
-	}
-	return l.Ledger.Refund(ctx, b)
-}
-
 func (l *switchLedger) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
 	if l.down.Load() {
 		return context.DeadlineExceeded
@@ -691,16 +683,17 @@ func TestReportGroup(t *testing.T) {
 	}
 }
 
-// refundCounter counts the ledger's refunds and the buckets they carry.
+// refundCounter counts the ledger's report calls (a Close of leased keys
+// makes only returns) and the buckets they carry.
 type refundCounter struct {
 	localfirst.Ledger
 	calls, buckets atomic.Int64
 }
 
-func (l *refundCounter) Refund(ctx context.Context, b []tiers.Bucket) error {
+func (l *refundCounter) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
 	l.calls.Add(1)
 	l.buckets.Add(int64(len(b)))
-	return l.Ledger.Refund(ctx, b)
+	return l.Ledger.Report(ctx, inst, seq, b, res)
 }
 
 // TestCloseReturnsInGroups: Close gives back the leases of 100 keys in

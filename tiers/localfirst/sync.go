@@ -97,10 +97,11 @@ func (s *Store) Close(ctx context.Context) error {
 	return s.sync(ctx, true)
 }
 
-// job is one async report to send.
+// job is one report to send: an async key's hits (Cost > 0) or a leased
+// key's unspent units going back (Cost < 0).
 type job struct {
 	e *entry
-	b tiers.Bucket // Cost: the units
+	b tiers.Bucket // Cost: the units, negative for a return
 }
 
 // attempt is a report call whose reply never came: it may or may not
@@ -123,8 +124,7 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 	lostErr := s.resolveLost(ctx)
 	now := s.cfg.clock.Now()
 	var jobs []job
-	var refunds []tiers.Bucket
-	var refundEntries []*entry
+	nret := 0
 	s.pmu.Lock()
 	pending := s.pending
 	s.pending = nil
@@ -141,17 +141,20 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 			e.owed += e.units
 			e.units = 0
 		}
-		if e.owed > 0 {
+		switch {
+		case e.owed > 0 && e.returning == 0:
+			// Unspent lease units go back (a key whose consistency
+			// changed reports its hits at the next Sync: one call names
+			// a key once).
 			b := e.b
-			b.Cost = e.owed
-			refunds = append(refunds, b)
-			refundEntries = append(refundEntries, e)
-		}
-		if e.inflight == 0 {
+			b.Cost = -e.owed
+			e.returning, e.owed = e.owed, 0
+			jobs = append(jobs, job{e: e, b: b})
+			nret++
+		case e.inflight == 0 && e.returning == 0:
 			if cost, lag, due := e.due(now, all); due {
-				// A report is a take, and a take above the capacity is
-				// refused for ever: send at most the capacity, the
-				// rest next time (after an outage, a key may owe more).
+				// A report is at most the capacity: the rest goes next
+				// time (after an outage, a key may owe more).
 				cost = min(cost, e.capacity())
 				b := e.b
 				b.Cost = cost
@@ -166,7 +169,7 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 		}
 		// An entry stays pending while it holds or owes anything;
 		// reports and returns under way count (they may fail).
-		if e.units > 0 || e.owed > 0 || e.u > 0 || e.inflight > 0 {
+		if e.units > 0 || e.owed > 0 || e.u > 0 || e.inflight > 0 || e.returning > 0 {
 			keep = append(keep, e)
 			e.wake.Store(e.nextWake())
 		} else {
@@ -181,26 +184,17 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 	}
 	s.sweep(now)
 	s.st.syncs.Add(1)
-	s.st.lastBatch.Store(uint64(len(jobs) + len(refunds)))
+	s.st.lastBatch.Store(uint64(len(jobs)))
 
 	var errs []error
 	if lostErr != nil {
 		errs = append(errs, lostErr)
 	}
-	// Returns go maxGroup keys to a call, like grouped reports: one call
-	// for every key a Close gives back would outlast the sync timeout
-	// (10 000 leased keys did) and return nothing.
-	for len(refunds) > 0 {
-		k := min(len(refunds), maxGroup)
-		if err := s.giveBack(ctx, refunds[:k], refundEntries[:k]); err != nil {
-			errs = append(errs, err)
-		}
-		refunds, refundEntries = refunds[k:], refundEntries[k:]
-	}
 	if len(jobs) > 0 {
 		// A report never denies (it charges what the store has and
 		// returns the rest as debt), so every key due goes in one call,
-		// maxGroup keys to a call.
+		// maxGroup keys to a call: one call for every key a Close gives
+		// back would outlast the sync timeout (10 000 leased keys did).
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, maxParallel)
@@ -334,7 +328,11 @@ func (s *Store) report(ctx context.Context, js []job) error {
 			s.reported(&js[i], out[i])
 		case err != nil:
 			lost = append(lost, js[i])
-			s.st.reportFailures.Add(1)
+			if js[i].b.Cost < 0 {
+				s.st.returnFailures.Add(1)
+			} else {
+				s.st.reportFailures.Add(1)
+			}
 		default: // refused whole (resolved already): not applied
 			s.unreported(&js[i])
 		}
@@ -406,7 +404,9 @@ func (s *Store) reported(j *job, res tiers.ReportResult) {
 	defer j.e.mu.Unlock()
 	n := max(1, s.cfg.instances())
 	s.settleJob(j, res.Charged, n)
-	j.e.learn(float64(res.Remaining), now, n)
+	if j.b.Cost > 0 {
+		j.e.learn(float64(res.Remaining), now, n)
+	}
 }
 
 // settled records a report that Resolve found applied, having charged
@@ -421,6 +421,11 @@ func (s *Store) settled(j *job, charged int64) {
 // settleJob ends j's report, applied with charged units of its cost: the
 // rest is debt, owed again; e.mu is held.
 func (s *Store) settleJob(j *job, charged int64, n int) {
+	if j.b.Cost < 0 { // a return: given back whole
+		j.e.returning = 0
+		s.st.returnedUnits.Add(uint64(-j.b.Cost))
+		return
+	}
 	debt := j.b.Cost - charged
 	j.e.inflight = 0
 	j.e.wake.Store(0) // its state changed: Sync looks again
@@ -435,6 +440,12 @@ func (s *Store) settleJob(j *job, charged int64, n int) {
 func (s *Store) unreported(j *job) {
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()
+	if j.b.Cost < 0 { // a return: still to give back
+		j.e.owed += j.e.returning
+		j.e.returning = 0
+		j.e.wake.Store(0)
+		return
+	}
 	j.e.inflight = 0
 	j.e.wake.Store(0)
 	j.e.u = j.e.keep(j.e.u+j.b.Cost, max(1, s.cfg.instances()))
@@ -450,24 +461,6 @@ func (s *Store) unreported(j *job) {
 // a 2 s outage before this cap).
 func (e *entry) keep(u int64, n int) int64 {
 	return min(u, max(1, e.capacity()/int64(n)))
-}
-
-// giveBack returns expired lease units in one ledger call.
-func (s *Store) giveBack(ctx context.Context, bs []tiers.Bucket, es []*entry) error {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
-	defer cancel()
-	err := s.ledger.Refund(cctx, bs)
-	if err != nil {
-		s.st.returnFailures.Add(1)
-		return err
-	}
-	for i, e := range es {
-		e.mu.Lock()
-		e.owed -= bs[i].Cost
-		e.mu.Unlock()
-		s.st.returnedUnits.Add(uint64(bs[i].Cost))
-	}
-	return nil
 }
 
 func (s *Store) logFailure(err error) {

@@ -60,8 +60,8 @@
 //     would deny but whose units arrive within MaxWait books them (tokens
 //     below 0, the TAT beyond the tolerance) and reports the wait in
 //     Result.Wait; later takes queue behind it.
-//   - Refund gives units back to token bucket and GCRA buckets (what
-//     package tiers/localfirst returns of a lease): refilled to now, plus
+//   - Refund gives units back to token bucket and GCRA buckets (units
+//     taken ahead and not spent): refilled to now, plus
 //     the cost, capped at the capacity; a TAT moved back, never before
 //     now. An absent bucket is full and stays absent. The window
 //     algorithms cannot be refunded (an error names them).

@@ -312,8 +312,9 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 
 // Refund gives each bucket's Cost units back, as if that many units charged
 // earlier had never been taken, capped so a bucket never holds more than its
-// capacity. It is what a caller that took units ahead (a lease, package
-// tiers/localfirst) calls to return those it did not spend: a Settle of the
+// capacity. It is what a caller that took units ahead calls to return
+// those it did not spend (package tiers/localfirst gives back its leases
+// with a negative Report, which is recorded): a Settle of the
 // negated costs, under the same locks, at one reading of the clock, with
 // the settlement arithmetic of the tiers.Algorithm doc (token bucket:
 // refilled to now, then min(B, tokens + c); GCRA: tat = max(t, tat − c·T)).

@@ -26,7 +26,8 @@ type record struct {
 // Report implements tiers.Reporter: each bucket is charged up to its Cost,
 // as many units as it holds by the arithmetic of a take of that many (the
 // floor of a token bucket's tokens, of a GCRA's remaining units; an absent
-// bucket is full), each atomically with the takes of its key, at one
+// bucket is full), or given -Cost back by Settle's arithmetic when Cost is
+// negative, each atomically with the takes of its key, at one
 // reading of the clock; the call is recorded for tiers.ReportRecordTTL. A
 // call already recorded (resolved as not applied, or sent twice) is
 // refused whole. Bad input is refused with tiers.ValidateReport's error
@@ -106,8 +107,9 @@ func (s *Store) records(now int64) int64 {
 	return now
 }
 
-// chargeUpTo charges b up to want units, as many as it holds at now, and
-// returns the units charged and what the bucket has left.
+// chargeUpTo charges b up to want units, as many as it holds at now (a
+// negative want gives -want back, as Settle does), and returns the units
+// charged and what the bucket has left.
 func (s *Store) chargeUpTo(b *tiers.Bucket, want int64, now int64) (charged, remaining int64) {
 	h := maphash.String(s.seed, b.Key) & hashMask
 	shi, _ := bits.Mul64(h, uint64(len(s.shards)))
@@ -117,6 +119,15 @@ func (s *Store) chargeUpTo(b *tiers.Bucket, want int64, now int64) (charged, rem
 	p := pending{h: h, shard: uint32(shi), e: sh.t.get(h, b.Key)}
 	p.fresh = p.e == nil || p.e.alg != b.Limit.Algorithm || now >= p.e.expires
 	one := []tiers.Bucket{*b}
+	if want < 0 {
+		if !p.fresh { // an absent bucket is full already
+			one[0].Cost = want
+			settle(p.e, &one[0], now, false)
+		}
+		one[0].Cost, one[0].MaxWait = 0, 0
+		decide(&p, &one[0], now)
+		return want, p.remNo
+	}
 	one[0].Cost, one[0].MaxWait = want, 0
 	decide(&p, &one[0], now)
 	left := p.remNo

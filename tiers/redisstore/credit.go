@@ -8,8 +8,9 @@ import (
 
 // Refund gives each bucket's Cost units back, as if that many units charged
 // earlier had never been taken, capped so a bucket never holds more than its
-// capacity. It is what a caller that took units ahead (a lease, package
-// tiers/localfirst) calls to return those it did not spend: a settlement of
+// capacity. It is what a caller that took units ahead calls to return
+// those it did not spend (package tiers/localfirst gives back its leases
+// with a negative Report, which is recorded): a settlement of
 // the negated costs (settle.lua, on Redis TIME or the WithClock time), with the
 // settlement arithmetic of the tiers.Algorithm doc:
 //

@@ -69,8 +69,8 @@
 //     take goes out at once as its own call, so an idle store pays only a
 //     hand-off to a flusher goroutine. The flushers run until Close.
 //
-//   - Refund gives units back to token bucket and GCRA buckets (what
-//     package tiers/localfirst returns of a lease): a Settle of the negated
+//   - Refund gives units back to token bucket and GCRA buckets (units
+//     taken ahead and not spent): a Settle of the negated
 //     costs (settle.lua), refilled to now and capped at the capacity, with
 //     the arithmetic memstore's Refund uses.
 //

@@ -16,17 +16,19 @@
 --             rate N, period P in microseconds, burst B and the units u
 --
 -- Report: a call whose record exists (resolved as not applied, or sent
--- twice) changes nothing: reply {0}. Otherwise each bucket is charged
--- c = min(u, what it holds), with the arithmetic of a take of c units
--- (tiers.Algorithm doc, as memstore's Report):
+-- twice) changes nothing: reply {0}. Otherwise a bucket with u < 0 gets -u
+-- units back with settle.lua's arithmetic (c = u; an absent state stays
+-- absent, a full bucket), and any other is charged c = min(u, what it
+-- holds), with the arithmetic of a take of c units (tiers.Algorithm doc,
+-- as memstore's Report):
 --   token bucket   tokens = min(B, tokens + (elapsed * N) / P); holds
 --                  floor(tokens) (0 below 0); tokens = tokens - c
 --   GCRA           tat0 = max(tat, t); holds floor((B * T + SLACK -
 --                  (tat0 - t)) / T) (0 below 0), one unit less while
 --                  tat0 + c * T - t exceeds B * T + SLACK (rounding);
 --                  tat = tat0 + c * T
--- An absent state is a full bucket; a state is written only when c > 0,
--- with the TTL take.lua would give it. The record is "1" when every
+-- An absent state is a full bucket; a state is written only when c > 0
+-- (or c < 0 and the state exists), with the TTL take.lua would give it. The record is "1" when every
 -- bucket was charged in full, else the units each could not be charged
 -- (pack "<d" per bucket), kept for the record TTL. Reply: 1, then per
 -- bucket the units charged and what it has left.
@@ -131,33 +133,46 @@ for i = 1, n do
   local c, rem
   if alg == 0 then -- token bucket
     local e0, tokens, ts = 0, B, now
-    if v and #v == 24 then e0, tokens, ts = sunpack('<ddd', v) end
+    local live = v and #v == 24
+    if live then e0, tokens, ts = sunpack('<ddd', v) end
     local elapsed = now - ts
     if elapsed < 0 then elapsed = 0 end
     local t = tokens + (elapsed * N) / P
     if t < B then tokens = t else tokens = B end
-    c = floor0(tokens)
-    if u < c then c = u end
+    if u < 0 then c = u -- given back whole, as settle.lua does
+    else
+      c = floor0(tokens)
+      if u < c then c = u end
+    end
     local t1 = tokens - c
+    if t1 > B then t1 = B end
     rem = floor0(t1)
-    if c > 0 then put(k, '<ddd', e0, t1, now, ceil(((B - t1) * P) / N)) end
+    if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, t1, now, ceil(((B - t1) * P) / N)) end
   else -- GCRA
     local em = P / N
     local tol = B * em + SLACK
     local t = now - EPOCH
     local e0, tat = 0, t
-    if v and #v == 16 then e0, tat = sunpack('<dd', v) end
-    if t > tat then tat = t end
-    local left = floor0((tol - (tat - t)) / em)
-    c = left
-    if u < c then c = u end
-    while c > 0 and tat + c * em - t > tol do
-      c = c - 1
-      if left < c then c = left end
+    local live = v and #v == 16
+    if live then e0, tat = sunpack('<dd', v) end
+    local tat1
+    if u < 0 then -- given back whole, as settle.lua does
+      c = u
+      tat1 = tat + c * em
+      if tat1 < t then tat1 = t end
+    else
+      if t > tat then tat = t end
+      local left = floor0((tol - (tat - t)) / em)
+      c = left
+      if u < c then c = u end
+      while c > 0 and tat + c * em - t > tol do
+        c = c - 1
+        if left < c then c = left end
+      end
+      tat1 = tat + c * em
     end
-    local tat1 = tat + c * em
     rem = floor0((tol - (tat1 - t)) / em)
-    if c > 0 then put(k, '<dd', e0, tat1, nil, ceil(tat1 - t)) end
+    if c > 0 or (c < 0 and live) then put(k, '<dd', e0, tat1, nil, ceil(tat1 - t)) end
   end
   if c < u and not owed then
     owed = {}
