@@ -95,6 +95,10 @@ type Stack struct {
 
 	cfg    Config
 	closer []func(context.Context) error
+	// shed and conc are the shedder and concurrency stages unwrapped: the
+	// policy's shedder: and concurrency: sections configure them on reload.
+	shed *shedder.Shedder
+	conc *concurrency.Limiter
 }
 
 // New builds the stack. The error names what is wrong: the policy file and the
@@ -171,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		s.Close(context.Background())
 		return nil, fmt.Errorf("concurrency limiter: %w", err)
 	}
+	s.shed, s.conc = shed, conc
 	s.Shed = s.Observer.TrackInFlight(shed)
 	s.Conc = s.Observer.TrackInFlight(conc)
 	s.Limits = s.Observer.TrackInFlight(s.Limiter)
@@ -235,13 +240,17 @@ func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
 	return guarded, nil
 }
 
-// WatchPolicy reloads the policy file whenever it changes, until ctx ends.
-// A file that fails to load leaves the policy in force and is logged with the
-// line of each error.
+// WatchPolicy reloads the policy file whenever it changes, until ctx ends:
+// its rules, and its shedder: and concurrency: sections, which set the
+// shedder's capacity and thresholds and the global in-flight cap (a
+// section the file leaves out returns its stage to the sizes above). A
+// file that fails to load leaves everything in force and is logged with
+// the line of each error.
 func (s *Stack) WatchPolicy(ctx context.Context) {
 	err := tiers.Watch(ctx, s.cfg.PolicyPath, s.Limiter,
 		tiers.WithWatchInterval(time.Second),
 		tiers.WithWatchLogger(s.cfg.Logger),
+		tiers.WithOverload(tiers.Overload{Shedder: s.shed, Limiter: s.conc}),
 	)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		s.cfg.Logger.Error("policy watch stopped", "err", err)
