@@ -1,6 +1,6 @@
 // Command floodgate is floodgate's command line.
 //
-//	floodgate demo [-duration 20s] [-redis URL | -redis-fault kill@AT[:FOR] | -redis-fault pause@AT[:FOR]] [-report FILE]
+//	floodgate demo [-duration 20s] [-redis URL | -redis-fault kill@AT[:FOR] | -redis-fault pause@AT[:FOR]] [-compare 4s|off] [-report FILE]
 //	floodgate validate POLICY.yaml...
 //
 // demo starts an HTTP and a gRPC service in-process, protected by the whole
@@ -12,7 +12,11 @@
 // (redis-server must be installed) and kills (SIGKILL) or pauses (SIGSTOP)
 // it AT after the start of traffic; with FOR it comes back FOR later (a new,
 // empty server after a kill; SIGCONT after a pause): `-redis-fault kill@8s`,
-// `-redis-fault pause@8s:3s`.
+// `-redis-fault pause@8s:3s`. After the main run, the demo drives an
+// overloaded service three times (a fixed shedder capacity, an adaptive
+// one, an adaptive concurrency limit) and reports them side by side;
+// -compare sets each run's length (default a fifth of -duration, at least
+// 2s), -compare off leaves the comparison out.
 //
 // validate checks policy files and prints every error with its field and
 // line; it exits 1 if any file is invalid. For a valid file it notes what
@@ -43,7 +47,7 @@ func main() {
 }
 
 const usage = `usage:
-  floodgate demo [-duration 20s] [-redis URL | -redis-fault kill@AT[:FOR] | -redis-fault pause@AT[:FOR]] [-report FILE]
+  floodgate demo [-duration 20s] [-redis URL | -redis-fault kill@AT[:FOR] | -redis-fault pause@AT[:FOR]] [-compare 4s|off] [-report FILE]
   floodgate validate POLICY.yaml...
 `
 
@@ -148,6 +152,20 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	redisURL := fs.String("redis", os.Getenv("REDIS_URL"), "Redis URL for rate-limit state (default $REDIS_URL; empty: in-process)")
 	reportPath := fs.String("report", "floodgate-demo-report.html", "where to write the HTML report (empty: none)")
 	verbose := fs.Bool("v", false, "log the library's warnings (breaker state changes, fallback) to stderr")
+	var compare time.Duration
+	skipCompare := false
+	fs.Func("compare", "length of each run of the adaptive-vs-fixed overload comparison after the main run (at least 1s; default a fifth of -duration, at least 2s), or off", func(v string) error {
+		if v == "off" {
+			skipCompare = true
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			return fmt.Errorf("%q is not a duration of at least 1s, or off", v)
+		}
+		compare, skipCompare = d, false
+		return nil
+	})
 	var fault *demo.Fault
 	fs.Func("redis-fault", "start the demo's own redis-server and break it: "+demo.FaultSyntax, func(v string) error {
 		f, err := demo.ParseFault(v)
@@ -167,7 +185,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate demo: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg := demo.Config{Duration: *duration, RedisURL: *redisURL, Progress: stdout, Fault: fault}
+	cfg := demo.Config{Duration: *duration, RedisURL: *redisURL, Progress: stdout, Fault: fault, Compare: compare, SkipCompare: skipCompare}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "floodgate %v\n", err)
 		return 2

@@ -91,6 +91,8 @@ func TestDemoFlags(t *testing.T) {
 		{[]string{"demo", "-duration", "5s", "--redis-fault", "kill@8s"}, "not before the end of the 5s run"},
 		{[]string{"demo", "-duration", "5s", "--redis-fault", "pause@4s:2s"}, "ends at 6s"},
 		{[]string{"demo", "-redis", "redis://127.0.0.1:1", "--redis-fault", "kill@8s"}, "unset REDIS_URL"},
+		{[]string{"demo", "-compare", "500ms"}, `"500ms" is not a duration of at least 1s, or off`},
+		{[]string{"demo", "-compare", "never"}, `"never" is not a duration of at least 1s, or off`},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(c.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), c.want) {
@@ -98,6 +100,27 @@ func TestDemoFlags(t *testing.T) {
 		}
 		if out.Len() > 0 {
 			t.Errorf("run(%q) started the demo: %q", c.args, out.String())
+		}
+	}
+}
+
+// TestDemoCompareFlag: -compare off leaves the overload comparison out of
+// the demo's output; -compare 1s runs it, each of its three runs 1s long.
+func TestDemoCompareFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo twice")
+	}
+	t.Setenv("REDIS_URL", "")
+	for _, c := range []struct {
+		compare string
+		want    bool
+	}{{"off", false}, {"1s", true}} {
+		var out, errOut bytes.Buffer
+		if code := run([]string{"demo", "-duration", "1s", "-report", "", "-compare", c.compare}, &out, &errOut); code != 0 {
+			t.Fatalf("demo -compare %s: exit %d, stderr %q", c.compare, code, errOut.String())
+		}
+		if got := strings.Contains(out.String(), "\nOverload: "); got != c.want {
+			t.Errorf("demo -compare %s: comparison in the output: %v, want %v\n%s", c.compare, got, c.want, out.String())
 		}
 	}
 }
