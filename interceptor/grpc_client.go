@@ -215,8 +215,8 @@ func UnaryClient(opts ...ClientOption) grpc.UnaryClientInterceptor {
 // retry rules for server-streaming calls (one request, a stream of
 // responses): when the first RecvMsg fails with a server delay, the stream
 // is reopened and the request re-sent. Client- and bidi-streaming calls are
-// passed through unchanged. Replaying them from an interceptor is not
-// safe: a denied stream's SendMsg returns io.EOF, the caller stops
+// not retried (under WithThrottle they are throttled: see throttledStream).
+// Replaying them from an interceptor is not safe: a denied stream's SendMsg returns io.EOF, the caller stops
 // sending, and a retry would then carry only the messages sent so far. For
 // those streams use grpc-go's own retry policy (a service config listing
 // RESOURCE_EXHAUSTED and UNAVAILABLE), which retries inside SendMsg,
@@ -228,7 +228,14 @@ func StreamClient(opts ...ClientOption) grpc.StreamClientInterceptor {
 	c := mustClientConfig(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		if desc.ClientStreams {
-			return streamer(ctx, desc, cc, method, opts...)
+			if c.throttler == nil {
+				return streamer(ctx, desc, cc, method, opts...)
+			}
+			cs, err := c.open(ctx, desc, cc, method, streamer, opts)
+			if err != nil {
+				return nil, err
+			}
+			return &throttledStream{ClientStream: cs, t: c.throttler}, nil
 		}
 		cs, err := c.open(ctx, desc, cc, method, streamer, opts)
 		if err != nil {
@@ -314,6 +321,25 @@ func (s *retryStream) RecvMsg(m any) error {
 		}
 		s.ClientStream = cs
 	}
+}
+
+// throttledStream is a client- or bidi-streaming call under the throttle:
+// its first RecvMsg's outcome (a message, the end of the stream, or the
+// status the server refused it with) is the attempt's outcome, as the
+// first answer is for a server-streaming call.
+type throttledStream struct {
+	grpc.ClientStream
+	t        *throttler
+	answered bool
+}
+
+func (s *throttledStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if !s.answered {
+		s.answered = true
+		s.t.done(err)
+	}
+	return err
 }
 
 // errEOF is io.EOF: SendMsg returns it when the stream already ended, and

@@ -61,8 +61,10 @@ type Throttle struct {
 // attempt, retries included, so a throttled retry ends the call. One
 // throttle is shared by every call of the interceptor: build one
 // interceptor per backend (grpc.WithChainUnaryInterceptor on its
-// ClientConn). Unary and server-streaming calls are throttled;
-// client- and bidi-streaming calls pass through.
+// ClientConn). Every call is throttled, streams included: a stream is
+// one request, opened or refused by the throttle, and its first answer
+// (its first message, its end, or the status it was refused with) is the
+// outcome; a stream refused by the throttle fails to open.
 func WithThrottle(t Throttle) ClientOption {
 	return func(c *clientConfig) {
 		if t.K == 0 {

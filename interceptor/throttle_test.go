@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -241,5 +242,64 @@ func TestClientThrottleServerStream(t *testing.T) {
 	}
 	if a, _ := srv.counts(); a != attempts {
 		t.Fatalf("a throttled stream reached the server (%d -> %d attempts)", attempts, a)
+	}
+}
+
+// Client- and bidi-streaming calls are throttled like unary ones: against
+// a server that takes half of what the client wants, with K = 1.5 the
+// streams that reach it fall to 1.5 times its accepts (each stream one
+// request, its first answer the outcome), counted over the last 3 000 of
+// 6 000 streams on fake time; a throttled stream never opens.
+func TestClientThrottleBidiStream(t *testing.T) {
+	const n = 6_000
+	clk := clock.New(time.Time{})
+	srv := &capacityStage{clk: clk, rate: 500}
+	cc := startBufconn(t, &echoServer{},
+		[]grpc.ServerOption{grpc.ChainStreamInterceptor(StreamServer(srv))},
+		grpc.WithChainStreamInterceptor(StreamClient(WithClientClock(clk), WithMaxAttempts(1),
+			WithThrottle(Throttle{K: 1.5, Window: 5 * time.Second}), WithRand(rand.New(rand.NewPCG(7, 9)).Float64))),
+		grpc.WithDisableRetry())
+	c := testpb.NewEchoClient(cc)
+	ctx := testCtx(t)
+	var a0, acc0, throttled int
+	for i := range n {
+		if i == n/2 {
+			a0, acc0 = srv.counts()
+		}
+		clk.Advance(time.Millisecond)
+		st, err := c.Bidi(ctx)
+		if IsClientThrottled(err) {
+			if i >= n/2 {
+				throttled++
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("stream %d: open: %v", i, err)
+		}
+		if err := st.Send(&testpb.EchoRequest{Message: "x"}); err != nil && err != io.EOF {
+			t.Fatalf("stream %d: send: %v", i, err)
+		}
+		if err := st.CloseSend(); err != nil {
+			t.Fatalf("stream %d: close: %v", i, err)
+		}
+		if _, err := st.Recv(); err != nil && status.Code(err) != codes.Unavailable {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		for { // drain to the end of the stream
+			if _, err := st.Recv(); err != nil {
+				break
+			}
+		}
+	}
+	a1, acc1 := srv.counts()
+	attempts, accepts := a1-a0, acc1-acc0
+	ratio := float64(attempts) / float64(accepts)
+	t.Logf("attempts %d, accepts %d (ratio %.3f), throttled %d", attempts, accepts, ratio, throttled)
+	if ratio < 1.5*0.93 || ratio > 1.5*1.07 {
+		t.Errorf("attempts/accepts %.3f, want 1.5 within 7%%", ratio)
+	}
+	if attempts+throttled != n/2 {
+		t.Errorf("attempts %d + throttled %d != %d streams: every stream is either sent or throttled", attempts, throttled, n/2)
 	}
 }
