@@ -16,7 +16,7 @@ import (
 //go:embed report.lua
 var reportSrc string
 
-var reportScript = newScript(reportSrc)
+var reportScript = newScript(stateSrc + reportSrc)
 
 var _ tiers.Reporter = (*Store)(nil)
 
@@ -73,28 +73,18 @@ func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64,
 	if fixed {
 		now = s.clock.Now().UnixMicro()
 	}
-	var groups [][]int
+	all := make([]int, len(buckets))
+	for i := range all {
+		all[i] = i
+	}
+	groups := [][]int{all}
 	if s.cluster != nil {
-		bySlot := make(map[int]int, 4)
-		for i := range buckets {
-			if k := buckets[i].Key; len(hashTag(k)) == len(k) {
-				return fmt.Errorf("redisstore: report: key %q has no hash tag, which a Cluster needs to keep the call's record in its slot", k)
+		for _, b := range buckets {
+			if len(hashTag(b.Key)) == len(b.Key) {
+				return fmt.Errorf("redisstore: report: key %q has no hash tag, which a Cluster needs to keep the call's record in its slot", b.Key)
 			}
-			sl := s.slotOf(buckets[i].Key)
-			g, ok := bySlot[sl]
-			if !ok {
-				g = len(groups)
-				bySlot[sl] = g
-				groups = append(groups, nil)
-			}
-			groups[g] = append(groups[g], i)
 		}
-	} else {
-		all := make([]int, len(buckets))
-		for i := range all {
-			all[i] = i
-		}
-		groups = [][]int{all}
+		groups = s.bySlot(buckets, all)
 	}
 	var calls [][]int
 	for _, g := range groups {

@@ -6,9 +6,8 @@
 -- KEYS[i]     state key of bucket i, i = 1..n (as take.lua's)
 -- KEYS[n+1]   the call's record key (its first bucket's key, ":rc:", the
 --             instance and the sequence number: in that key's slot)
--- ARGV[1]     now, integer microseconds since the Unix epoch, or "" to
---             read Redis TIME (as take.lua)
--- ARGV[2]     minimum key TTL in milliseconds (at least 1), as take.lua's
+-- ARGV[1]     now, or "" (state.lua, which the store prepends)
+-- ARGV[2]     minimum key TTL in milliseconds (state.lua)
 -- ARGV[3]     the record's TTL in milliseconds (tiers.ReportRecordTTL)
 -- ARGV[4]     mode: "r" report, "v" resolve
 -- ARGV[5]     the buckets, packed as settle.lua packs them: n ("<d"), then
@@ -39,10 +38,6 @@
 -- so that the call, if it reaches Redis later, changes nothing; reply
 -- {0}.
 
-local call = redis.call
-local fmt = string.format
-local pack, sunpack = struct.pack, struct.unpack
-
 local n = #KEYS - 1
 local rk = KEYS[n + 1]
 local recttl = ARGV[3]
@@ -63,19 +58,7 @@ if ARGV[4] == 'v' then
   return out
 end
 
-local now
-if ARGV[1] == '' then
-  local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
-local rtime = ARGV[1] == ''
-local nowms = (now - now % 1000) / 1000
-local EPOCH = 1767225600000000
 local SLACK = 0.5
-local minttl = tonumber(ARGV[2])
-local MAXTTL = 1e13
 
 local x = ARGV[5]
 local m, pos = sunpack('<d', x)
@@ -87,40 +70,9 @@ end
 local vals = call('MGET', rk, unpack(KEYS, 1, n))
 if vals[1] then return {0} end
 
-local function ceil(y)
-  local f = y % 1
-  if f == 0 then return y end
-  return y - f + 1
-end
-
 local function floor0(y)
   if y > 0 then return y - y % 1 end
   return 0
-end
-
--- ttl returns the key's TTL in ms for a state that needs tu µs, at least
--- the min TTL
-local function ttl(tu)
-  local ms = ceil(tu / 1000)
-  if ms < minttl then ms = minttl end
-  if ms > MAXTTL then ms = MAXTTL end
-  return ms
-end
-
--- put writes a string state as settle.lua does: its layout sf, the
--- deadline e0 it was read with (0: none), its numbers and the µs it needs
-local function put(k, sf, e0, x1, x2, tu)
-  if rtime then
-    local d = nowms + ttl(tu)
-    if e0 >= d then
-      call('SET', k, pack(sf, e0, x1, x2), 'KEEPTTL')
-    else
-      local E = ceil(d + minttl)
-      call('SET', k, pack(sf, E, x1, x2), 'PXAT', fmt('%d', E))
-    end
-  else
-    call('SET', k, pack(sf, 0, x1, x2), 'PX', fmt('%d', ttl(tu)))
-  end
 end
 
 local out = {1}
@@ -147,7 +99,7 @@ for i = 1, n do
     local t1 = tokens - c
     if t1 > B then t1 = B end
     rem = floor0(t1)
-    if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, t1, now, ceil(((B - t1) * P) / N)) end
+    if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, t1, now, nil, ceil(((B - t1) * P) / N)) end
   else -- GCRA
     local em = P / N
     local tol = B * em + SLACK
@@ -172,7 +124,7 @@ for i = 1, n do
       tat1 = tat + c * em
     end
     rem = floor0((tol - (tat1 - t)) / em)
-    if c > 0 or (c < 0 and live) then put(k, '<dd', e0, tat1, nil, ceil(tat1 - t)) end
+    if c > 0 or (c < 0 and live) then put(k, '<dd', e0, tat1, nil, nil, ceil(tat1 - t)) end
   end
   if c < u and not owed then
     owed = {}

@@ -15,7 +15,13 @@ import (
 //go:embed settle.lua
 var settleSrc string
 
-var settleScript = newScript(settleSrc)
+// stateSrc starts settle.lua and report.lua: the call's time and the
+// writing of a string state with its TTL, which the two share.
+//
+//go:embed state.lua
+var stateSrc string
+
+var settleScript = newScript(stateSrc + settleSrc)
 
 var _ tiers.Settler = (*Store)(nil)
 
@@ -85,18 +91,7 @@ func (s *Store) adjust(ctx context.Context, buckets []tiers.Bucket, sign int64) 
 // settleSlots settles buckets whose keys span cluster slots: one
 // settle.lua call per slot, in parallel.
 func (s *Store) settleSlots(ctx context.Context, buckets []tiers.Bucket, idx []int, now int64, fixed bool, sign int64) error {
-	var groups [][]int
-	bySlot := make(map[int]int, 4)
-	for _, i := range idx {
-		sl := s.slotOf(buckets[i].Key)
-		g, ok := bySlot[sl]
-		if !ok {
-			g = len(groups)
-			bySlot[sl] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
+	groups := s.bySlot(buckets, idx)
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for g := range groups {
@@ -104,6 +99,24 @@ func (s *Store) settleSlots(ctx context.Context, buckets []tiers.Bucket, idx []i
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// bySlot splits the buckets idx by cluster slot, each group in idx's
+// order, the groups in the order of their first bucket.
+func (s *Store) bySlot(buckets []tiers.Bucket, idx []int) [][]int {
+	var groups [][]int
+	group := make(map[int]int, 4)
+	for _, i := range idx {
+		sl := s.slotOf(buckets[i].Key)
+		g, ok := group[sl]
+		if !ok {
+			g = len(groups)
+			group[sl] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }
 
 // settle runs settle.lua once over the buckets idx (all in one slot).
