@@ -620,7 +620,7 @@ func writeTable(w io.Writer, cfg config, rows []*row) error {
 			notes = append(notes, "Close: "+r.closeErr)
 		}
 		if r.repFail > 0 || r.retFail > 0 {
-			notes = append(notes, fmt.Sprintf("%d reports and %d lease returns failed (sent again)", r.repFail, r.retFail))
+			notes = append(notes, fmt.Sprintf("%d reports and %d lease returns failed (each resolved, and sent again only if it was not applied)", r.repFail, r.retFail))
 		}
 		if r.minInst < len(r.results) {
 			notes = append(notes, fmt.Sprintf("a process started counting %d instances, not %d", r.minInst, len(r.results)))
