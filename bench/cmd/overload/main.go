@@ -6,8 +6,9 @@
 //
 // Two services (-variant):
 //
-//	cpu  the handler burns -cpu-work of CPU (SHA-256 rounds calibrated at
-//	     start); the service runs in a process of its own with
+//	cpu  the handler burns -cpu-work of CPU (SHA-256 rounds calibrated once,
+//	     by the variant's first service, and given to every later one);
+//	     the service runs in a process of its own with
 //	     GOMAXPROCS=-server-procs, so its capacity is that many cores
 //	dep  the handler waits on a slow dependency: at most -dep-slots calls
 //	     at once, -dep-work each, the rest queued (a connection pool)
@@ -18,8 +19,9 @@
 // default), 10% critical, 30% write, 30% read, 30% test (priority in the
 // x-priority metadata the server trusts), each call with a -deadline. A
 // shed call is not retried. The unloaded baseline is the critical arrivals
-// alone (0.3 mu, so the service is 30% busy): its p99 is what "critical
-// p99 <= 2x unloaded" compares with.
+// alone (0.3 mu, so the service is 30% busy), run every round next to the
+// rows: the p99 of its calls pooled over the rounds, taken exactly as a
+// row's is, is what "critical p99 <= 2x unloaded" compares with.
 //
 // Every run is -warmup (not measured: an adaptive capacity starts at its
 // Min and learns) and then -duration measured; calls are counted by when
@@ -259,14 +261,15 @@ func runVariant(ctx context.Context, o options, variant string, out io.Writer) (
 		base.Work = o.depWork
 	}
 	fmt.Fprintf(out, "\n== variant %s: %s\n", variant, describe(o, variant))
-	mu, unloadedMean, err := saturate(ctx, base, o)
+	mu, unloadedMean, perMs, err := saturate(ctx, base, o)
 	if err != nil {
 		return nil, err
 	}
+	base.BurnPerMs = perMs
 	little := mu * unloadedMean.Seconds()
 	offered := o.overload * mu
-	fmt.Fprintf(out, "throughput without a shedder mu = %.0f/s, unloaded latency %s: Little's law in flight %.1f; offered %.0f/s (%.1fx), critical %.0f/s\n",
-		mu, unloadedMean.Round(10*time.Microsecond), little, offered, o.overload, 0.1*offered)
+	fmt.Fprintf(out, "throughput without a shedder mu = %.0f/s, unloaded latency %s: Little's law in flight %.1f; offered %.0f/s (%.1fx), critical %.0f/s; burn rounds per ms %d\n",
+		mu, unloadedMean.Round(10*time.Microsecond), little, offered, o.overload, 0.1*offered, perMs)
 
 	var rows []row
 	for _, c := range sweep(o.fixed, little) {
@@ -277,17 +280,21 @@ func runVariant(ctx context.Context, o options, variant string, out io.Writer) (
 		rows = append(rows, row{name: "adaptive + cpu 0.9", cpuTarget: 0.9})
 	}
 	results := make([]*result, len(rows))
-	unloaded := time.Duration(math.MaxInt64)
+	var baseline harness.Histogram
 	for round := 1; round <= o.rounds; round++ {
 		seed := o.seed + uint64(round)
-		// The unloaded baseline: critical arrivals alone; the smallest p99
-		// of the rounds, which makes the ratio stricter, not kinder.
+		// The unloaded baseline: critical arrivals alone, measured every
+		// round between the same rows and pooled over the rounds exactly
+		// as every row's calls are, so that both sides of the ratio are
+		// the p99 of as many calls taken the same way (the least of the
+		// rounds' p99s would set the quietest moment of a shared machine
+		// against every moment of the loaded rows).
 		b, err := drive(ctx, base, o, 0.1*offered, true, seed)
 		if err != nil {
 			return nil, err
 		}
 		p99 := b.critical().lat.Quantile(0.99)
-		unloaded = min(unloaded, p99)
+		baseline.Merge(&b.critical().lat)
 		fmt.Fprintf(out, "round %d/%d: unloaded critical p99 %s (p50 %s), %d calls\n", round, o.rounds, ms(p99), ms(b.critical().lat.Quantile(0.5)), b.critical().ok)
 		for i, rw := range rows {
 			cfg := base
@@ -319,6 +326,7 @@ func runVariant(ctx context.Context, o options, variant string, out io.Writer) (
 			}
 		}
 	}
+	unloaded := baseline.Quantile(0.99)
 	for i, rw := range rows {
 		r := results[i]
 		r.name, r.fixed = rw.name, rw.fixed
@@ -426,9 +434,9 @@ func adaptiveCapacity(samples []int64) string {
 }
 
 func progress(out io.Writer, r *result, unloaded time.Duration) {
-	fmt.Fprintf(out, "  %-28s goodput %6.0f/s  critical served %6.2f%%  critical p99 %s (%.2fx)  late %d\n",
+	fmt.Fprintf(out, "  %-28s goodput %6.0f/s  critical served %6.2f%%  critical p99 %s (%.2fx, p50 %s, p90 %s)  late %d\n",
 		r.name, r.goodput(), 100*r.critical().servedShare(), ms(r.critical().lat.Quantile(0.99)),
-		ratio(r.critical().lat.Quantile(0.99), unloaded), r.late())
+		ratio(r.critical().lat.Quantile(0.99), unloaded), ms(r.critical().lat.Quantile(0.5)), ms(r.critical().lat.Quantile(0.9)), r.late())
 }
 
 func ratio(a, b time.Duration) float64 {
@@ -495,17 +503,25 @@ func verdict(out io.Writer, rs []*result, unloaded time.Duration) {
 }
 
 // saturate runs the service without a shedder under a closed loop with
-// enough calls in flight to saturate it, and returns its throughput, and
-// the mean latency of a single call in flight (the unloaded latency).
-func saturate(ctx context.Context, cfg serverConfig, o options) (float64, time.Duration, error) {
+// enough calls in flight to saturate it, and returns its throughput, the
+// mean latency of a single call in flight (the unloaded latency), and the
+// burn rounds of a millisecond it calibrated (cpu), which every later
+// service of the variant is given.
+func saturate(ctx context.Context, cfg serverConfig, o options) (mu float64, lat time.Duration, perMs int, err error) {
 	ch, err := startChild(ctx, cfg, o.serverProcs)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	defer ch.stop()
+	defer func() {
+		st, serr := ch.stop()
+		perMs = st.BurnPerMs
+		if err == nil && serr != nil {
+			err = serr
+		}
+	}()
 	cc, err := dial(ch.addr)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer cc.Close()
 	c := testpb.NewEchoClient(cc)
@@ -536,17 +552,16 @@ func saturate(ctx context.Context, cfg serverConfig, o options) (float64, time.D
 	}
 	measure := min(2*time.Second, o.duration)
 	closed(1, measure/4) // warm-up
-	n1, lat := closed(1, measure/2)
-	_ = n1
+	_, lat = closed(1, measure/2)
 	inflight := 4 * o.serverProcs * int(1+(cfg.Wait+cfg.Work-1)/cfg.Work)
 	if cfg.Variant == "dep" {
 		inflight = 2 * cfg.Slots
 	}
 	n, _ := closed(inflight, measure)
 	if n == 0 || ctx.Err() != nil {
-		return 0, 0, fmt.Errorf("overload: the service answered nothing while saturated (%v)", ctx.Err())
+		return 0, 0, 0, fmt.Errorf("overload: the service answered nothing while saturated (%v)", ctx.Err())
 	}
-	return float64(n) / measure.Seconds(), lat, nil
+	return float64(n) / measure.Seconds(), lat, 0, nil
 }
 
 func dial(addr string) (*grpc.ClientConn, error) {

@@ -37,6 +37,11 @@ type serverConfig struct {
 	Adaptive  bool
 	Min, Max  int64   // adaptive bounds
 	CPUTarget float64 // adaptive: 0 leaves the CPU signal out
+	// BurnPerMs, when above 0, is the burn rounds of a millisecond (cpu),
+	// measured once by the first service of a variant: every row then does
+	// the same work per call, instead of each process calibrating anew at
+	// a quieter or busier moment of a shared machine.
+	BurnPerMs int
 }
 
 // serverStats is what the service prints when its stdin closes.
@@ -67,7 +72,11 @@ func serve(args []string, stdin io.Reader, stdout io.Writer) error {
 	svc := &service{cfg: cfg}
 	switch cfg.Variant {
 	case "cpu":
-		svc.perMs = calibrate()
+		svc.perMs = cfg.BurnPerMs
+		if svc.perMs <= 0 {
+			svc.perMs = calibrate()
+		}
+		yieldEvery = max(1, svc.perMs/10)
 	case "dep":
 		svc.slots = make(chan struct{}, cfg.Slots)
 	default:
@@ -214,7 +223,7 @@ func burn(n int) {
 	var b [32]byte
 	for i := range n {
 		b = sha256.Sum256(b[:])
-		if yieldEvery > 0 && i%yieldEvery == yieldEvery-1 {
+		if yieldEvery > 0 && i%yieldEvery == yieldEvery-1 { // set before the first call
 			runtime.Gosched()
 		}
 	}
@@ -235,7 +244,5 @@ func calibrate() int {
 		burn(rounds)
 		best = min(best, time.Since(start))
 	}
-	perMs := max(1, int(float64(rounds)*float64(time.Millisecond)/float64(best)))
-	yieldEvery = max(1, perMs/10)
-	return perMs
+	return max(1, int(float64(rounds)*float64(time.Millisecond)/float64(best)))
 }
