@@ -200,25 +200,48 @@ func (i *Interceptor) UnaryServer(a floodgate.Admitter) grpc.UnaryServerIntercep
 		if i.exempt(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		r, ctx := i.grpcRequest(ctx, info.FullMethod, req)
-		d, done := i.admit(a, ctx, r)
-		if !d.Allowed {
-			_ = grpc.SetTrailer(ctx, pushbackMD(d))
-			return nil, DenyStatus(d, i.c.domain).Err()
+		ctx, done, err := i.gateUnary(a, ctx, info.FullMethod, req)
+		if err != nil {
+			return nil, err
 		}
-		waitMD(ctx, d) // max_wait (cost.go)
 		if done == nil {
 			return handler(ctx, req)
 		}
-		var (
-			ran     bool
-			outcome floodgate.Outcome
-		)
-		defer finish(done, ctx, &ran, &outcome)
-		resp, err := handler(ctx, req)
-		ran, outcome = true, grpcOutcome(err)
-		return resp, err
+		return runUnary(ctx, req, handler, done)
 	}
+}
+
+// gateUnary admits a unary call: the context the handler gets and the
+// stage's Done, or the status error of a denial (its pushback trailer
+// set). It is a call of its own, never inlined, so that the admission's
+// locals (a Decision, the deny's status) are off the stack before the
+// handler runs: the frames of a chain of interceptors that stay live under
+// the handler are a few words each, and a handler goroutine grows its
+// stack (a copy of every frame) less often.
+//
+//go:noinline
+func (i *Interceptor) gateUnary(a floodgate.Admitter, ctx context.Context, method string, req any) (context.Context, floodgate.Done, error) {
+	r, ctx := i.grpcRequest(ctx, method, req)
+	d, done := i.admit(a, ctx, r)
+	if !d.Allowed {
+		_ = grpc.SetTrailer(ctx, pushbackMD(d))
+		return ctx, nil, DenyStatus(d, i.c.domain).Err()
+	}
+	waitMD(ctx, d) // max_wait (cost.go)
+	return ctx, done, nil
+}
+
+// runUnary runs an admitted call's handler and gives its outcome to done,
+// also when the handler panics.
+func runUnary(ctx context.Context, req any, handler grpc.UnaryHandler, done floodgate.Done) (any, error) {
+	var (
+		ran     bool
+		outcome floodgate.Outcome
+	)
+	defer finish(done, ctx, &ran, &outcome)
+	resp, err := handler(ctx, req)
+	ran, outcome = true, grpcOutcome(err)
+	return resp, err
 }
 
 // StreamServer returns a gRPC stream server interceptor admitting streams
@@ -233,20 +256,9 @@ func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterc
 		if i.exempt(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		ctx := ss.Context()
-		r, nctx := i.grpcRequest(ctx, info.FullMethod, nil)
-		d, done := i.admit(a, nctx, r)
-		if !d.Allowed {
-			ss.SetTrailer(pushbackMD(d))
-			return DenyStatus(d, i.c.domain).Err()
-		}
-		waitStreamMD(ss, d) // max_wait (cost.go)
-		if nctx != ctx || i.c.perMessage {
-			w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
-			if i.c.perMessage {
-				w.msgCtx = context.WithValue(nctx, streamMessageKey{}, true)
-			}
-			ss = w
+		ss, done, err := i.gateStream(a, ss, info.FullMethod)
+		if err != nil {
+			return err
 		}
 		if done == nil {
 			return handler(srv, ss)
@@ -255,11 +267,36 @@ func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterc
 			ran     bool
 			outcome floodgate.Outcome
 		)
-		defer finish(done, nctx, &ran, &outcome)
-		err := handler(srv, ss)
+		defer finish(done, ss.Context(), &ran, &outcome)
+		err = handler(srv, ss)
 		ran, outcome = true, grpcOutcome(err)
 		return err
 	}
+}
+
+// gateStream admits a stream: the stream the handler gets (wrapped when
+// it carries a new context or WithPerMessage charges its messages) and the
+// stage's Done, or the status error of a denial (its pushback trailer
+// set). Never inlined, as gateUnary.
+//
+//go:noinline
+func (i *Interceptor) gateStream(a floodgate.Admitter, ss grpc.ServerStream, method string) (grpc.ServerStream, floodgate.Done, error) {
+	ctx := ss.Context()
+	r, nctx := i.grpcRequest(ctx, method, nil)
+	d, done := i.admit(a, nctx, r)
+	if !d.Allowed {
+		ss.SetTrailer(pushbackMD(d))
+		return ss, nil, DenyStatus(d, i.c.domain).Err()
+	}
+	waitStreamMD(ss, d) // max_wait (cost.go)
+	if nctx != ctx || i.c.perMessage {
+		w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
+		if i.c.perMessage {
+			w.msgCtx = context.WithValue(nctx, streamMessageKey{}, true)
+		}
+		ss = w
+	}
+	return ss, done, nil
 }
 
 type serverStream struct {

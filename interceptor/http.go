@@ -87,17 +87,10 @@ func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler
 				next.ServeHTTP(w, r)
 				return
 			}
-			fr, nctx := i.request(r.Context(), &cl)
-			if nctx != r.Context() {
-				r = r.WithContext(nctx)
-			}
-			d, done := i.admit(a, r.Context(), fr)
-			if !d.Allowed {
-				i.writeDeny(w, d)
+			r, done, ok := i.gateHTTP(a, w, r, &cl)
+			if !ok {
 				return
 			}
-			i.quotaHeaders(w.Header(), d)
-			waitHeader(w, d) // max_wait (cost.go)
 			if done == nil {
 				next.ServeHTTP(w, r)
 				return
@@ -112,6 +105,28 @@ func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler
 			ran, outcome = true, httpOutcome(sw.code, r.Context())
 		})
 	}
+}
+
+// gateHTTP admits an HTTP request: the request the handler gets (with the
+// context carrying the floodgate.Request), the stage's Done and true; or,
+// on a denial, false once the deny response is written. Never inlined, so
+// that the admission's locals are off the stack while the handler runs
+// (see gateUnary).
+//
+//go:noinline
+func (i *Interceptor) gateHTTP(a floodgate.Admitter, w http.ResponseWriter, r *http.Request, cl *call) (*http.Request, floodgate.Done, bool) {
+	fr, nctx := i.request(r.Context(), cl)
+	if nctx != r.Context() {
+		r = r.WithContext(nctx)
+	}
+	d, done := i.admit(a, r.Context(), fr)
+	if !d.Allowed {
+		i.writeDeny(w, d)
+		return r, nil, false
+	}
+	i.quotaHeaders(w.Header(), d)
+	waitHeader(w, d) // max_wait (cost.go)
+	return r, done, true
 }
 
 // quotaSeconds is the t of the RateLimit field: on a deny the seconds

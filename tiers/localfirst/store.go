@@ -345,6 +345,17 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 		s.st.localAllowed.Add(1)
 		return true, nil
 	}
+	return s.takeStore(ctx, buckets, res, hl, nStore, now, n)
+}
+
+// takeStore asks the exact store for the exact buckets and every local
+// bucket Take could not reserve (a lease to take, a cold async key), and
+// settles the local ones with its answer. It is a call of its own, never
+// inlined, so that its buffers are on the stack only when a take goes to
+// the store, not on every local decision.
+//
+//go:noinline
+func (s *Store) takeStore(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result, hl []held, nStore int, now time.Time, n int) (bool, error) {
 	var sbuf [maxStack]tiers.Bucket
 	var rbuf [maxStack]tiers.Result
 	var ibuf [maxStack]int
