@@ -156,6 +156,13 @@ type manyScratch struct {
 	// hdrs their headers.
 	req  []floodgate.Request
 	hdrs []floodgate.Header
+	// targets, idx and dec are AdmitDescriptors' per descriptor: its
+	// target rule, its item and the item's decision (pooled rather than
+	// on the stack: 64 Decisions are 10 KB, which the goroutine's stack
+	// would grow for on every call).
+	targets []*rlsTarget
+	idx     []int32
+	dec     []floodgate.Decision
 }
 
 var manyPool = sync.Pool{New: func() any { return new(manyScratch) }}
@@ -173,6 +180,8 @@ func (ms *manyScratch) release() {
 	clear(ms.items)
 	clear(ms.req)
 	clear(ms.hdrs)
+	clear(ms.targets)
+	clear(ms.dec)
 	if ms.index != nil {
 		clear(ms.index)
 	}

@@ -604,7 +604,8 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	}
 	ms := manyPool.Get().(*manyScratch)
 	defer ms.release()
-	var targets [MaxDescriptors]*rlsTarget
+	ms.targets = grow(ms.targets, len(ds))
+	targets := ms.targets
 	replacing := false
 	for i := range ds {
 		t := root.lookup(ds[i].Entries)
@@ -652,7 +653,8 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	ms.req = grow(ms.req, nreq)
 	ms.hdrs = grow(ms.hdrs, nhdr)[:0]
 	ms.items = ms.items[:0]
-	var idx [MaxDescriptors]int32 // descriptor -> item
+	ms.idx = grow(ms.idx, len(ds))
+	idx := ms.idx // descriptor -> item
 	for i := range ds {
 		if out[i].Match != DescriptorLimited {
 			continue
@@ -680,8 +682,8 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 		idx[i] = int32(len(ms.items))
 		ms.items = append(ms.items, manyItem{req: r, rule: t.ruleIdx, peek: ds[i].Peek})
 	}
-	var dbuf [MaxDescriptors]floodgate.Decision
-	dec := dbuf[:len(ms.items)]
+	ms.dec = grow(ms.dec, len(ms.items))
+	dec := ms.dec
 	d, err := l.admitMany(ctx, c, ms, dec)
 	for i := range ds {
 		if out[i].Match != DescriptorLimited {
