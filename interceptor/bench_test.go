@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
@@ -59,6 +61,12 @@ rules:
 	return []floodgate.Admitter{shed, conc, lim}, opts
 }
 
+// leanDeny denies every call as a rate-limit rule would (a policy, its
+// quota and a retry-after): the cost of the deny path.
+var leanDeny = floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+	return floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourceStore, Policy: "user", Limit: 1000, Window: time.Second, RetryAfter: 1500 * time.Microsecond}, nil, nil
+})
+
 var lean = floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers}, nil, nil
 })
@@ -80,6 +88,8 @@ func BenchmarkUnaryBufconn(b *testing.B) {
 			return h(ctx, req)
 		}}},
 		{"lean1", []grpc.UnaryServerInterceptor{UnaryServer(lean)}},
+		// Every call denied with the status details of a rate limit.
+		{"leanDeny1", []grpc.UnaryServerInterceptor{UnaryServer(leanDeny)}},
 		{"full3", func() []grpc.UnaryServerInterceptor {
 			fg := MustNew(opts...)
 			return []grpc.UnaryServerInterceptor{fg.UnaryServer(stages[0]), fg.UnaryServer(stages[1]), fg.UnaryServer(stages[2])}
@@ -96,14 +106,22 @@ func BenchmarkUnaryBufconn(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			req := &testpb.EchoRequest{Message: "x"}
-			if _, err := c.Plain(ctx, req); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := c.Plain(ctx, req); err != nil {
+			call := func() {
+				_, err := c.Plain(ctx, req)
+				if tc.name == "leanDeny1" {
+					if status.Code(err) != codes.ResourceExhausted {
+						b.Fatalf("got %v, want ResourceExhausted", err)
+					}
+					return
+				}
+				if err != nil {
 					b.Fatal(err)
 				}
+			}
+			call()
+			b.ReportAllocs()
+			for b.Loop() {
+				call()
 			}
 		})
 	}
