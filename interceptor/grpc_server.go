@@ -179,8 +179,7 @@ func peerAddr(ctx context.Context) (a netip.Addr) {
 func (i *Interceptor) admit(a floodgate.Admitter, ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done) {
 	d, done, err := a.Admit(ctx, r)
 	if err != nil {
-		logThrottled(&i.logs.stageErr, "floodgate: stage returned an error; its decision stands",
-			"method", r.Method, "stage", string(d.Stage), "source", string(d.Source), "allowed", d.Allowed, "error", err)
+		i.logStageErr(r, &d, err)
 	}
 	if !d.Allowed && done != nil {
 		// A denying stage must not hold anything; release defensively.
@@ -188,6 +187,16 @@ func (i *Interceptor) admit(a floodgate.Admitter, ctx context.Context, r *floodg
 		done = nil
 	}
 	return d, done
+}
+
+// logStageErr logs (rate-limited) the error a stage returned with d. A
+// call of its own, never inlined: its arguments would otherwise take room
+// in admit's frame on every call.
+//
+//go:noinline
+func (i *Interceptor) logStageErr(r *floodgate.Request, d *floodgate.Decision, err error) {
+	logThrottled(&i.logs.stageErr, "floodgate: stage returned an error; its decision stands",
+		"method", r.Method, "stage", string(d.Stage), "source", string(d.Source), "allowed", d.Allowed, "error", err)
 }
 
 // UnaryServer returns a gRPC unary server interceptor admitting calls
@@ -224,11 +233,22 @@ func (i *Interceptor) gateUnary(a floodgate.Admitter, ctx context.Context, metho
 	r, ctx := i.grpcRequest(ctx, method, req)
 	d, done := i.admit(a, ctx, r)
 	if !d.Allowed {
-		_ = grpc.SetTrailer(ctx, pushbackMD(d))
-		return ctx, nil, DenyStatus(d, i.c.domain).Err()
+		return ctx, nil, i.denyUnary(ctx, &d)
 	}
-	waitMD(ctx, d) // max_wait (cost.go)
+	if d.Waited > 0 {
+		waitMD(ctx, d) // max_wait (cost.go)
+	}
 	return ctx, done, nil
+}
+
+// denyUnary sets a denied unary call's pushback trailer and returns its
+// status error. Never inlined, so the deny's locals are not in
+// gateUnary's frame on every call.
+//
+//go:noinline
+func (i *Interceptor) denyUnary(ctx context.Context, d *floodgate.Decision) error {
+	_ = grpc.SetTrailer(ctx, pushbackMD(*d))
+	return DenyStatus(*d, i.c.domain).Err()
 }
 
 // runUnary runs an admitted call's handler and gives its outcome to done,
