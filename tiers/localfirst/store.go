@@ -171,6 +171,7 @@ type Store struct {
 	// unreported hits, units to give back): what Sync visits.
 	pmu       sync.Mutex
 	pending   []*entry
+	smu       sync.Mutex // held by a sync from start to end
 	lastSweep atomic.Int64
 
 	stop    chan struct{}

@@ -727,3 +727,58 @@ func TestCloseReturnsInGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushReportsEveryHitKeepsLeases: Flush sends the hits whose cadence
+// would defer them (a key far below its share waits up to 10s) and keeps a
+// live lease; the Store goes on deciding after it.
+func TestFlushReportsEveryHitKeepsLeases(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	a := bucket("flush-async", tiers.Async, 1, 100) // refills 1/s: counts stay exact
+	l := bucket("flush-lease", tiers.Leased, 1, 100)
+	for range 3 {
+		if ok, _ := take(t, s, a); !ok {
+			t.Fatal("async denied within the share")
+		}
+	}
+	for range 4 { // 1 (exact), 1+1 (lease 1), 1 local, 1+2 (lease 2): 2 held
+		if ok, _ := take(t, s, l); !ok {
+			t.Fatal("leased denied")
+		}
+	}
+	f.clk.Advance(time.Millisecond)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.remaining(t, a); got != 100 {
+		t.Fatalf("Sync reported a key far below its share: remaining %d, want 100", got)
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.remaining(t, a); got != 100-3 {
+		t.Fatalf("after Flush the ledger has %d, want 97 (every hit reported)", got)
+	}
+	if got := f.remaining(t, l); got != 100-6 {
+		t.Fatalf("after Flush the lease bucket has %d, want 94 (the live lease kept)", got)
+	}
+	if st := s.Stats(); st.Reports != 1 || st.ReportedUnits != 3 || st.ReturnedUnits != 0 {
+		t.Fatalf("stats %+v, want one report of 3 units and nothing returned", st)
+	}
+	// The Store decides on after a Flush: the held lease pays two more
+	// takes locally, and a new hit reports on Close.
+	for range 2 {
+		if ok, res := take(t, s, l); !ok || res[0].Source != floodgate.SourceLease {
+			t.Fatalf("after Flush a take of the held lease: ok %v source %q", ok, res[0].Source)
+		}
+	}
+	if ok, _ := take(t, s, a); !ok {
+		t.Fatal("async denied after Flush")
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.remaining(t, a); got != 100-4 {
+		t.Fatalf("after Close the ledger has %d, want 96", got)
+	}
+}

@@ -77,14 +77,31 @@ func (s *Store) loop() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.sync(context.Background(), false)
+			s.sync(context.Background(), syncDue)
 		}
 	}
 }
 
 // Sync reports the async keys that are due and gives back expired leases,
 // now; the background goroutine calls it every few milliseconds.
-func (s *Store) Sync(ctx context.Context) error { return s.sync(ctx, false) }
+func (s *Store) Sync(ctx context.Context) error { return s.sync(ctx, syncDue) }
+
+// Flush reports every unreported hit now, whatever its key's cadence, and
+// gives back expired leases; leases in force are kept. Afterwards the
+// ledger holds every hit admitted before the call (those whose report
+// failed excepted: they stay pending and go again, as with Sync). It
+// brings the ledger up to date at a point in time, for a measurement or
+// before a planned hand-over, without stopping the Store.
+func (s *Store) Flush(ctx context.Context) error { return s.sync(ctx, syncHits) }
+
+// syncMode is what a sync sends.
+type syncMode int
+
+const (
+	syncDue  syncMode = iota // the reports due and the expired leases (Sync)
+	syncHits                 // every unreported hit and the expired leases (Flush)
+	syncAll                  // every unreported hit and every leased unit (Close)
+)
 
 // Close stops the background goroutine, reports every unreported hit and
 // gives back every leased unit. The Store must not be used after.
@@ -94,7 +111,7 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 	close(s.stop)
 	<-s.stopped
-	return s.sync(ctx, true)
+	return s.sync(ctx, syncAll)
 }
 
 // job is one report to send: an async key's hits (Cost > 0) or a leased
@@ -118,7 +135,11 @@ const maxGroup = 64
 // maxParallel bounds the ledger calls one Sync has in flight.
 const maxParallel = 16
 
-func (s *Store) sync(ctx context.Context, all bool) error {
+func (s *Store) sync(ctx context.Context, mode syncMode) error {
+	// One sync at a time: a sync takes the pending list while it runs,
+	// and a Flush must see every key, not the part another left it.
+	s.smu.Lock()
+	defer s.smu.Unlock()
 	// Calls whose reply never came first: their keys report again once
 	// the ledger says what they charged.
 	lostErr := s.resolveLost(ctx)
@@ -132,12 +153,12 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 	keep := pending[:0]
 	nowNs := now.UnixNano()
 	for _, e := range pending {
-		if !all && nowNs < e.wake.Load() {
+		if mode == syncDue && nowNs < e.wake.Load() {
 			keep = append(keep, e) // nothing due: not even a lock
 			continue
 		}
 		e.mu.Lock()
-		if e.units > 0 && (all || !now.Before(e.expires)) {
+		if e.units > 0 && (mode == syncAll || !now.Before(e.expires)) {
 			e.owed += e.units
 			e.units = 0
 		}
@@ -152,7 +173,7 @@ func (s *Store) sync(ctx context.Context, all bool) error {
 			jobs = append(jobs, job{e: e, b: b})
 			nret++
 		case e.inflight == 0 && e.returning == 0:
-			if cost, lag, due := e.due(now, all); due {
+			if cost, lag, due := e.due(now, mode != syncDue); due {
 				// A report is at most the capacity: the rest goes next
 				// time (after an outage, a key may owe more).
 				cost = min(cost, e.capacity())
