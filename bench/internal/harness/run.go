@@ -69,6 +69,11 @@ type Probe struct {
 	// its measured calls caused is counted in full, never pushed past the
 	// window. Its time is not in Elapsed.
 	Drain func(context.Context) error
+	// Settle, when set, runs after the warm-up and before the counters
+	// and the server's CPU are first read: a contender that defers store
+	// work sends what the warm-up's calls caused, so that it is not
+	// counted against the measured calls.
+	Settle func(context.Context) error
 }
 
 // Stats is what one measured phase produced.
@@ -166,6 +171,11 @@ func Run(ctx context.Context, load Load, newOp func() Op, probe Probe) (Stats, e
 		phase(ctx, load, ops, workers, load.Warmup, load.Seed^0x9e3779b97f4a7c15)
 		if err := ctx.Err(); err != nil {
 			return Stats{}, err
+		}
+	}
+	if probe.Settle != nil {
+		if err := probe.Settle(ctx); err != nil {
+			return Stats{}, fmt.Errorf("settling after the warm-up: %w", err)
 		}
 	}
 	for i := range workers {

@@ -134,3 +134,32 @@ func TestRunDrainsBeforeReading(t *testing.T) {
 		t.Fatalf("Run err %v, want the drain's error", err)
 	}
 }
+
+// TestRunSettlesAfterWarmup: Probe.Settle runs once, after the warm-up's
+// last operation and before the measured phase's first; its error is
+// Run's.
+func TestRunSettlesAfterWarmup(t *testing.T) {
+	var calls, settled, callsAtSettle atomic.Int64
+	load := Load{Concurrency: 2, Keys: 1, Warmup: 20 * time.Millisecond, Duration: time.Minute, MaxOps: 100}
+	op := func() Op {
+		return func(context.Context, int) (bool, error) { calls.Add(1); return true, nil }
+	}
+	probe := Probe{Settle: func(context.Context) error {
+		settled.Add(1)
+		callsAtSettle.Store(calls.Load())
+		return nil
+	}}
+	s, err := Run(context.Background(), load, op, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settled.Load() != 1 || callsAtSettle.Load() == 0 || callsAtSettle.Load() != calls.Load()-int64(s.Ops) {
+		t.Fatalf("settled %d times after %d calls; %d calls in all, %d measured: want once, after every warm-up call and before any measured one",
+			settled.Load(), callsAtSettle.Load(), calls.Load(), s.Ops)
+	}
+	errSettle := errors.New("settle failed")
+	probe.Settle = func(context.Context) error { return errSettle }
+	if _, err := Run(context.Background(), load, op, probe); !errors.Is(err, errSettle) {
+		t.Fatalf("Run err %v, want the settle's error", err)
+	}
+}
