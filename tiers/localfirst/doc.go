@@ -59,7 +59,9 @@
 // unreported, debt included, is capped at its share of the capacity,
 // C/n: beyond that it admitted at its share of the rate while the store
 // could not be told, the store's bucket refilled meanwhile, and charging
-// it again would make the key pay twice for the same refill.
+// it again would make the key pay twice for the same refill. Flush sends
+// every unreported hit at once, whatever its cadence (leases are kept),
+// to bring the store up to date without stopping the Store.
 //
 // No report is charged twice. Each report call carries this instance's
 // name and a sequence number, and the store records what it did with it
