@@ -112,8 +112,11 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 
 // policyNotes are what an operator should know of a valid policy before
 // deploying it: that it denies nothing (shadow), which rules deny for a
-// share of their keys only (enforce_percent), and which headers, chosen
-// by clients, it reads.
+// share of their keys only (enforce_percent), which are decided locally
+// (consistency leased or async: they need a local-first store), which
+// settle their cost or wait instead of denying (settle, max_wait: they
+// need a store that settles), and which headers, chosen by clients, it
+// reads.
 func policyNotes(p *tiers.Policy) []string {
 	var notes []string
 	if p.Shadow {
@@ -126,6 +129,26 @@ func policyNotes(p *tiers.Policy) []string {
 		}
 		if r.Shadow && !p.Shadow {
 			notes = append(notes, fmt.Sprintf("rule %s: shadow, reported only", r.Name))
+		}
+		switch r.Consistency {
+		case tiers.Leased:
+			notes = append(notes, fmt.Sprintf("rule %s: leased, decided locally from units leased from the store, never over the limit (behind a tiers/localfirst store; any other store decides it exactly)", r.Name))
+		case tiers.Async:
+			iv := r.SyncInterval
+			if iv == 0 {
+				iv = tiers.DefaultSyncInterval
+			}
+			notes = append(notes, fmt.Sprintf("rule %s: async, decided locally and reported every %s or later, may admit over the limit by its documented bound (behind a tiers/localfirst store; any other store decides it exactly)", r.Name, iv))
+		}
+		if r.Settle {
+			notes = append(notes, fmt.Sprintf("rule %s: settles, charged its cost when admitted and corrected to the request's actual cost when it ends", r.Name))
+		}
+		if r.MaxWait > 0 {
+			waiters := r.MaxWaiters
+			if waiters == 0 {
+				waiters = tiers.DefaultMaxWaiters
+			}
+			notes = append(notes, fmt.Sprintf("rule %s: waits up to %s for its units instead of denying, at most %d requests of a bucket at once per process", r.Name, r.MaxWait, waiters))
 		}
 		for h := range r.Match.Header {
 			headers[strings.ToLower(h)] = true

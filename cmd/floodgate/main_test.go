@@ -10,6 +10,13 @@ import (
 
 func TestValidateReportsEveryErrorWithItsLine(t *testing.T) {
 	dir := t.TempDir()
+	local := filepath.Join(dir, "local.yaml")
+	os.WriteFile(local, []byte(`rules:
+  - {name: tenant, key: [tenant], rate: 1000/1s, consistency: async}
+  - {name: user, key: [user], rate: 100/1s, consistency: leased}
+  - {name: tokens, key: [tenant], rate: 10000/1m, settle: true}
+  - {name: burst, key: [user], rate: 10/1s, max_wait: 200ms}
+`), 0o644)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte(`rules:
   - name: login
@@ -125,9 +132,9 @@ func TestDemoCompareFlag(t *testing.T) {
 	}
 }
 
-// TestValidateNotes: a valid policy's shadow mode, partial roll-outs and
-// the client headers it reads are printed under its verdict; a bad match
-// is named with its line.
+// TestValidateNotes: a valid policy's shadow mode, partial roll-outs,
+// local-first, settling and waiting rules and the client headers it reads
+// are printed under its verdict; a bad match is named with its line.
 func TestValidateNotes(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "rollout.yaml")
@@ -141,11 +148,18 @@ func TestValidateNotes(t *testing.T) {
 `), 0o644)
 	shadow := filepath.Join(dir, "shadow.yaml")
 	os.WriteFile(shadow, []byte("shadow: true\nrules:\n  - {name: ip, key: [ip], rate: 1/1s, enforce_percent: 10}\n"), 0o644)
+	local := filepath.Join(dir, "local.yaml")
+	os.WriteFile(local, []byte(`rules:
+  - {name: tenant, key: [tenant], rate: 1000/1s, consistency: async}
+  - {name: user, key: [user], rate: 100/1s, consistency: leased}
+  - {name: tokens, key: [tenant], rate: 10000/1m, settle: true}
+  - {name: burst, key: [user], rate: 10/1s, max_wait: 200ms}
+`), 0o644)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("rules:\n  - name: a\n    rate: 1/1s\n    match:\n      header: {cookie: [x]}\n"), 0o644)
 
 	var out, errOut bytes.Buffer
-	if code := run([]string{"validate", good, shadow, bad}, &out, &errOut); code != 1 {
+	if code := run([]string{"validate", good, shadow, local, bad}, &out, &errOut); code != 1 {
 		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, errOut.String())
 	}
 	want := good + ": ok (2 rules, 0 tiers, 0 overrides)\n" +
@@ -153,7 +167,12 @@ func TestValidateNotes(t *testing.T) {
 		"  rule dry: shadow, reported only\n" +
 		"  reads headers x-client-type, x-region (clients choose them: they select and split limits, they are no identity)\n" +
 		shadow + ": ok (1 rules, 0 tiers, 0 overrides)\n" +
-		"  shadow: every rule is decided and reported, none denies\n"
+		"  shadow: every rule is decided and reported, none denies\n" +
+		local + ": ok (4 rules, 0 tiers, 0 overrides)\n" +
+		"  rule tenant: async, decided locally and reported every 50ms or later, may admit over the limit by its documented bound (behind a tiers/localfirst store; any other store decides it exactly)\n" +
+		"  rule user: leased, decided locally from units leased from the store, never over the limit (behind a tiers/localfirst store; any other store decides it exactly)\n" +
+		"  rule tokens: settles, charged its cost when admitted and corrected to the request's actual cost when it ends\n" +
+		"  rule burst: waits up to 200ms for its units instead of denying, at most 64 requests of a bucket at once per process\n"
 	if out.String() != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)
 	}
