@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
@@ -410,31 +411,22 @@ func DenyStatus(d floodgate.Decision, domain string) *status.Status {
 	if d.RetryAfter > 0 {
 		msg += "; retry after " + d.RetryAfter.String()
 	}
-	md := make(map[string]string, 4)
-	if d.Stage != "" {
-		md["stage"] = string(d.Stage)
+	fixed := ruleDetails(d, code, reason, domain, show)
+	if fixed == nil {
+		return status.New(code, msg)
 	}
-	if show {
-		md["policy"] = d.Policy
-		if d.Limit > 0 {
-			md["limit"] = strconv.FormatInt(d.Limit, 10)
-		}
-		if d.Window > 0 {
-			md["window_seconds"] = strconv.FormatInt(ceilSeconds(d.Window), 10)
-		}
-	}
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: domain, Metadata: md}}
+	details := make([]*anypb.Any, 0, 3)
+	details = append(details, fixed.errorInfo)
 	if d.RetryAfter > 0 {
-		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
+		if a, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
+			details = append(details, a)
+		}
 	}
-	if show && d.Stage != floodgate.StageShedder {
-		details = append(details, &errdetails.QuotaFailure{Violations: quotaViolations(d)})
+	if fixed.quota != nil {
+		details = append(details, fixed.quota)
 	}
-	st := status.New(code, msg)
-	if withDetails, err := st.WithDetails(details...); err == nil {
-		return withDetails
-	}
-	return st
+	// FromProto copies the details: the shared ones stay as they are.
+	return status.FromProto(&spb.Status{Code: int32(code), Message: msg, Details: details})
 }
 
 // quotaViolations lists the QuotaFailure violations of a deny: one per

@@ -1,0 +1,99 @@
+package interceptor
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// fixedDetails are the details of a deny that depend on the rule that
+// denied, not on the moment: its ErrorInfo and, for a rate or concurrency
+// limit that shows its quota, its QuotaFailure (nil otherwise), marshalled
+// once. They are shared between calls and never changed.
+type fixedDetails struct {
+	errorInfo, quota *anypb.Any
+}
+
+// detailsKey is what fixedDetails depend on.
+type detailsKey struct {
+	code   codes.Code
+	reason string
+	domain string
+	stage  floodgate.Stage
+	policy string
+	limit  int64
+	window time.Duration
+	show   bool
+}
+
+// detailsCache holds the fixedDetails of the rules that denied so far, up
+// to maxCachedDetails of them (a policy has few rules and tiers; beyond
+// the bound, details are marshalled per deny). A deny is frequent exactly
+// when a client is over its limit, and marshalling the ErrorInfo's
+// metadata map was half of the deny's cost.
+var (
+	detailsCache  sync.Map // detailsKey -> *fixedDetails
+	detailsCached atomic.Int64
+)
+
+const maxCachedDetails = 4096
+
+// ruleDetails returns d's fixedDetails, or nil when they cannot be
+// marshalled: cached when d names one window (a deny of several windows
+// lists each violated one, and is marshalled anew).
+func ruleDetails(d floodgate.Decision, code codes.Code, reason, domain string, show bool) *fixedDetails {
+	if len(d.Quotas()) >= 2 {
+		return marshalDetails(d, reason, domain, show)
+	}
+	k := detailsKey{code: code, reason: reason, domain: domain, stage: d.Stage, show: show}
+	if show {
+		k.policy, k.limit, k.window = d.Policy, d.Limit, d.Window
+	}
+	if v, ok := detailsCache.Load(k); ok {
+		return v.(*fixedDetails)
+	}
+	f := marshalDetails(d, reason, domain, show)
+	if f != nil && detailsCached.Load() < maxCachedDetails {
+		if _, loaded := detailsCache.LoadOrStore(k, f); !loaded {
+			detailsCached.Add(1)
+		}
+	}
+	return f
+}
+
+// marshalDetails builds d's ErrorInfo (stage; with show, policy, limit
+// and window in seconds) and, with show and a stage other than the
+// shedder, its QuotaFailure.
+func marshalDetails(d floodgate.Decision, reason, domain string, show bool) *fixedDetails {
+	md := make(map[string]string, 4)
+	if d.Stage != "" {
+		md["stage"] = string(d.Stage)
+	}
+	if show {
+		md["policy"] = d.Policy
+		if d.Limit > 0 {
+			md["limit"] = strconv.FormatInt(d.Limit, 10)
+		}
+		if d.Window > 0 {
+			md["window_seconds"] = strconv.FormatInt(ceilSeconds(d.Window), 10)
+		}
+	}
+	ei, err := anypb.New(&errdetails.ErrorInfo{Reason: reason, Domain: domain, Metadata: md})
+	if err != nil {
+		return nil // a string that is not UTF-8: no details, as before
+	}
+	f := &fixedDetails{errorInfo: ei}
+	if show && d.Stage != floodgate.StageShedder {
+		if f.quota, err = anypb.New(&errdetails.QuotaFailure{Violations: quotaViolations(d)}); err != nil {
+			return nil
+		}
+	}
+	return f
+}
