@@ -31,6 +31,9 @@ type detailsKey struct {
 	limit  int64
 	window time.Duration
 	show   bool
+	// violated lists a deny's other violated windows (policy, limit and
+	// window of each) when it has several (Decision.Quotas), else "".
+	violated string
 }
 
 // detailsCache holds the fixedDetails of the rules that denied so far, up
@@ -46,15 +49,25 @@ var (
 const maxCachedDetails = 4096
 
 // ruleDetails returns d's fixedDetails, or nil when they cannot be
-// marshalled: cached when d names one window (a deny of several windows
-// lists each violated one, and is marshalled anew).
+// marshalled.
 func ruleDetails(d floodgate.Decision, code codes.Code, reason, domain string, show bool) *fixedDetails {
-	if len(d.Quotas()) >= 2 {
-		return marshalDetails(d, reason, domain, show)
-	}
 	k := detailsKey{code: code, reason: reason, domain: domain, stage: d.Stage, show: show}
 	if show {
 		k.policy, k.limit, k.window = d.Policy, d.Limit, d.Window
+		if qs := d.Quotas(); len(qs) >= 2 {
+			var b []byte
+			for _, q := range qs {
+				if q.Violated {
+					b = append(b, q.Policy...)
+					b = append(b, 0)
+					b = strconv.AppendInt(b, q.Limit, 10)
+					b = append(b, 0)
+					b = strconv.AppendInt(b, int64(q.Window), 10)
+					b = append(b, 1)
+				}
+			}
+			k.violated = string(b)
+		}
 	}
 	if v, ok := detailsCache.Load(k); ok {
 		return v.(*fixedDetails)

@@ -45,3 +45,34 @@ func TestDenyStatusSharedDetails(t *testing.T) {
 	d.HideQuota, d.RetryAfter = true, 0
 	checkDetails(t, DenyStatus(d, "b.example"), &errdetails.ErrorInfo{Reason: ReasonRateLimit, Domain: "b.example", Metadata: map[string]string{"stage": "tiers"}})
 }
+
+// TestDenyStatusSharedDetailsSeveralWindows: a deny that violated several
+// windows lists each in its QuotaFailure, and a deny of the same binding
+// window with another set of violated windows gets its own list.
+func TestDenyStatusSharedDetailsSeveralWindows(t *testing.T) {
+	d := floodgate.Decision{Stage: floodgate.StageTiers, Policy: "multi-user", Limit: 10, Window: time.Second, RetryAfter: time.Second}
+	user := floodgate.Quota{Policy: "multi-user", Limit: 10, Window: time.Second, Violated: true}
+	key := floodgate.Quota{Policy: "multi-key", Limit: 20, Window: time.Second, Violated: true}
+	day := floodgate.Quota{Policy: "multi-user/1d", Limit: 1000, Window: 24 * time.Hour}
+	violation := func(q floodgate.Quota, desc string) *errdetails.QuotaFailure_Violation {
+		return &errdetails.QuotaFailure_Violation{Subject: q.Policy, Description: desc, QuotaId: q.Policy, QuotaValue: q.Limit}
+	}
+	info := &errdetails.ErrorInfo{Reason: ReasonRateLimit, Domain: "m.example", Metadata: map[string]string{
+		"stage": "tiers", "policy": "multi-user", "limit": "10", "window_seconds": "1",
+	}}
+	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}
+
+	d.SetQuotas([]floodgate.Quota{user, day, key})
+	checkDetails(t, DenyStatus(d, "m.example"), info, retry, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
+		violation(user, "rate limit of 10 per 1s exceeded"), violation(key, "rate limit of 20 per 1s exceeded"),
+	}})
+	d.SetQuotas([]floodgate.Quota{user, day})
+	checkDetails(t, DenyStatus(d, "m.example"), info, retry, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
+		violation(user, "rate limit of 10 per 1s exceeded"),
+	}})
+	day.Violated = true
+	d.SetQuotas([]floodgate.Quota{user, day})
+	checkDetails(t, DenyStatus(d, "m.example"), info, retry, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
+		violation(user, "rate limit of 10 per 1s exceeded"), violation(day, "rate limit of 1000 per 24h0m0s exceeded"),
+	}})
+}
