@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/floodgate-go/floodgate"
@@ -21,10 +20,8 @@ type fixedDetails struct {
 	errorInfo, quota *anypb.Any
 }
 
-// detailsKey is what fixedDetails depend on.
+// detailsKey is what fixedDetails depend on (the stage sets the reason).
 type detailsKey struct {
-	code   codes.Code
-	reason string
 	domain string
 	stage  floodgate.Stage
 	policy string
@@ -50,8 +47,8 @@ const maxCachedDetails = 4096
 
 // ruleDetails returns d's fixedDetails, or nil when they cannot be
 // marshalled.
-func ruleDetails(d floodgate.Decision, code codes.Code, reason, domain string, show bool) *fixedDetails {
-	k := detailsKey{code: code, reason: reason, domain: domain, stage: d.Stage, show: show}
+func ruleDetails(d floodgate.Decision, reason, domain string, show bool) *fixedDetails {
+	k := detailsKey{domain: domain, stage: d.Stage, show: show}
 	if show {
 		k.policy, k.limit, k.window = d.Policy, d.Limit, d.Window
 		if qs := d.Quotas(); len(qs) >= 2 {

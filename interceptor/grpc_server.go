@@ -236,9 +236,7 @@ func (i *Interceptor) gateUnary(a floodgate.Admitter, ctx context.Context, metho
 	if !d.Allowed {
 		return ctx, nil, i.denyUnary(ctx, &d)
 	}
-	if d.Waited > 0 {
-		waitMD(ctx, d) // max_wait (cost.go)
-	}
+	waitMD(ctx, d) // max_wait (cost.go)
 	return ctx, done, nil
 }
 
@@ -411,7 +409,7 @@ func DenyStatus(d floodgate.Decision, domain string) *status.Status {
 	if d.RetryAfter > 0 {
 		msg += "; retry after " + d.RetryAfter.String()
 	}
-	fixed := ruleDetails(d, code, reason, domain, show)
+	fixed := ruleDetails(d, reason, domain, show)
 	if fixed == nil {
 		return status.New(code, msg)
 	}

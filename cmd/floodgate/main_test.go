@@ -10,13 +10,6 @@ import (
 
 func TestValidateReportsEveryErrorWithItsLine(t *testing.T) {
 	dir := t.TempDir()
-	local := filepath.Join(dir, "local.yaml")
-	os.WriteFile(local, []byte(`rules:
-  - {name: tenant, key: [tenant], rate: 1000/1s, consistency: async}
-  - {name: user, key: [user], rate: 100/1s, consistency: leased}
-  - {name: tokens, key: [tenant], rate: 10000/1m, settle: true}
-  - {name: burst, key: [user], rate: 10/1s, max_wait: 200ms}
-`), 0o644)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte(`rules:
   - name: login
