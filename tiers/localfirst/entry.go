@@ -65,6 +65,7 @@ type state struct {
 	// lease cannot pay are denied locally meanwhile, without asking.
 	deniedUntil time.Time
 	denied      tiers.Result
+	gather      int64 // units the last deny waited to gather for the next lease
 
 	// Async.
 	known bool
@@ -127,23 +128,50 @@ func (e *entry) reserveLease(b *tiers.Bucket, now time.Time, n int, c *config, r
 	return false, e.nextLease(b.Cost, now, n, c), false
 }
 
-// deny remembers that the store denied the key until now + the result's
-// retry-after, so takes the lease cannot pay meanwhile are denied without
-// asking it again.
-func (e *entry) deny(r tiers.Result, now time.Time) {
+// deny remembers that the store denied the key a request of cost, so
+// takes the lease cannot pay are denied without asking it again: until
+// the request's units have refilled (the result's retry-after), and, for
+// a key that was asked for more than it refills, until the lease its
+// demand wants has refilled too, for at most the lease target; the next
+// lease may then take all of those units at once. A key whose demand
+// outruns its refill so takes its units a lease at a time (one or two
+// store calls each lease target) rather than one store call per unit
+// refilled, and admits as much: the wait lets at most share × capacity
+// ÷ n units gather in the store's bucket, so the bucket never fills and
+// no refill is lost.
+func (e *entry) deny(r tiers.Result, cost int64, now time.Time, n int, c *config) {
 	if r.RetryAfter <= 0 {
 		return
 	}
-	e.deniedUntil = now.Add(r.RetryAfter)
+	until := now.Add(r.RetryAfter)
+	e.gather = 0
+	if want := e.leaseWant(cost, now, n, c, false); want > 0 && e.limit.Rate > 0 {
+		unit := float64(e.limit.Period) / float64(e.limit.Rate)
+		// at most a lease target's refill
+		if most := int64(float64(c.leaseTarget) / unit); want > most {
+			want = most
+		}
+		if want > 0 {
+			e.gather = want
+			until = until.Add(ceilDur(float64(want) * unit))
+		}
+	}
+	e.deniedUntil = until
 	e.denied = r
 	e.denied.Source = floodgate.SourceLease
 }
 
 // nextLease sizes the extra units of the next lease: the key's demand
 // since the last lease over the lease target, at most twice the last
-// lease (at least 1 once the key is warm), at most share × capacity ÷ n
-// less the request's own cost. A cold key leases nothing.
+// lease (at least 1 once the key is warm) or what a deny waited to
+// gather, at most share × capacity ÷ n less the request's own cost. A
+// cold key leases nothing.
 func (e *entry) nextLease(cost int64, now time.Time, n int, c *config) int64 {
+	return e.leaseWant(cost, now, n, c, true)
+}
+
+// leaseWant is nextLease, with the growth cap or without it.
+func (e *entry) leaseWant(cost int64, now time.Time, n int, c *config, growth bool) int64 {
 	if e.leasedAt.IsZero() {
 		return 0
 	}
@@ -151,10 +179,15 @@ func (e *entry) nextLease(cost int64, now time.Time, n int, c *config) int64 {
 	if limit <= 0 {
 		return 0
 	}
-	growth := max(1, 2*e.last)
-	want := float64(growth)
+	want := math.Inf(1)
+	if growth {
+		want = float64(max(1, 2*e.last, e.gather))
+	}
 	if el := now.Sub(e.leasedAt); el > 0 {
 		want = math.Min(want, math.Ceil(float64(e.demand)*float64(c.leaseTarget)/float64(el)))
+	}
+	if math.IsInf(want, 1) { // no time since the last lease: no rate to go by
+		return 0
 	}
 	return min(int64(want), limit)
 }
@@ -170,6 +203,7 @@ func (e *entry) granted(extra int64, now time.Time, c *config) {
 	e.last = extra
 	e.leasedAt = now
 	e.demand = 0
+	e.gather = 0
 }
 
 // reserveAsync decides b on the last known state. A key new to this

@@ -427,7 +427,17 @@ func (s *Store) shrinkLeases(buckets []tiers.Bucket, hl []held, sub []tiers.Buck
 		cost := buckets[i].Cost
 		room := max(0, subRes[k].Remaining-cost)
 		if subRes[k].Remaining < cost {
-			// The request itself does not fit: the deny stands.
+			// The request itself does not fit: the deny stands, and its
+			// retry-after is the refill of the request's units, not of
+			// the lease's too (leased buckets refill at a steady rate, so
+			// the extra units' share of it is theirs alone; rounded down,
+			// it never makes the retry-after too short).
+			if r := &subRes[k]; r.RetryAfter > 0 {
+				l := buckets[i].Limit
+				if l.Rate > 0 {
+					r.RetryAfter = max(time.Microsecond, r.RetryAfter-time.Duration(float64(h.extra)*float64(l.Period)/float64(l.Rate)))
+				}
+			}
 			continue
 		}
 		h.extra = min(h.extra, room)
@@ -463,7 +473,7 @@ func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok
 		h.e.mu.Lock()
 		switch {
 		case !ok && !r.Allowed && buckets[h.i].Consistency == tiers.Leased:
-			h.e.deny(*r, now)
+			h.e.deny(*r, buckets[h.i].Cost, now, n, &s.cfg)
 		case h.cold:
 			// A deny leaves the bucket as it was: its remaining is still
 			// the store's state, so it teaches the same.

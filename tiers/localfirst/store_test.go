@@ -782,3 +782,64 @@ func TestFlushReportsEveryHitKeepsLeases(t *testing.T) {
 		t.Fatalf("after Close the ledger has %d, want 96", got)
 	}
 }
+
+// countingTakes counts the exact store's Take calls.
+type countingTakes struct {
+	localfirst.Ledger
+	takes atomic.Int64
+}
+
+func (c *countingTakes) Take(ctx context.Context, b []tiers.Bucket, res []tiers.Result) (bool, error) {
+	c.takes.Add(1)
+	return c.Ledger.Take(ctx, b, res)
+}
+
+// TestLeasedKeyAtItsLimit: a key asked for ten times faster than it
+// refills takes its units a lease at a time, not one store call per unit
+// refilled, and still admits every unit the bucket refills: on fake time,
+// 1 request a millisecond for 2 s against 100/s (burst 100).
+func TestLeasedKeyAtItsLimit(t *testing.T) {
+	f := newFixture(t)
+	exact := &countingTakes{Ledger: f.ledger}
+	s, err := localfirst.New(exact, f.ledger, localfirst.WithClock(f.clk), localfirst.WithManualSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bucket("hot", tiers.Leased, 100, 100)
+	admitted, maxRetry := 0, time.Duration(0)
+	for ms := 0; ms < 2000; ms++ {
+		ok, res := take(t, s, b)
+		if ok {
+			admitted++
+		} else {
+			maxRetry = max(maxRetry, res[0].RetryAfter)
+		}
+		f.clk.Advance(time.Millisecond)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The bucket held 100 and refilled 100/s for 2 s: what it holds now
+	// (the unspent lease given back on Close and the refill since the
+	// last take) is all it did not admit.
+	left := f.remaining(t, b)
+	if int64(admitted)+left != 100+200 {
+		t.Fatalf("admitted %d with %d left in the bucket: want 300 in all", admitted, left)
+	}
+	// What is left is the last wait's gathering, cut short by the end of
+	// the run: a deny waits at most a lease target (100 ms: 10 units
+	// here) beyond the refill of the request's unit, and the bucket
+	// never fills, so no refill is lost on the way.
+	if admitted != 291 || left != 9 {
+		t.Fatalf("admitted %d (left %d), want 291 (9)", admitted, left)
+	}
+	if maxRetry > localfirst.DefaultLeaseTarget+10*time.Millisecond {
+		t.Fatalf("a deny's retry-after was %s, want at most the lease target and one unit's refill", maxRetry)
+	}
+	// One store take per unit refilled would be about 200 (262 before
+	// denials waited for a lease's worth).
+	if n := exact.takes.Load(); n != 74 {
+		t.Fatalf("%d store takes, want 74: a lease at a time, one or two takes each", n)
+	}
+	t.Logf("admitted %d, left %d, %d store takes, longest retry-after %s", admitted, left, exact.takes.Load(), maxRetry)
+}
