@@ -22,6 +22,15 @@
 // crashed instance's units come back only by the bucket's own refill. Every
 // unit spent was first taken from the store, so Leased never admits more
 // than the store would; it admits less by what other instances hold unspent.
+// A key the store denied is denied here without asking it again: until
+// the request's units have refilled (the denial's retry-after), and, for
+// a key asked for more than it refills, until the lease its demand wants
+// has refilled too, at most WithLeaseTarget longer; the next lease takes
+// those units at once. A key held at its limit so costs the store one or
+// two takes per lease target instead of one per unit refilled, and its
+// denials' retry-after is at most the lease target longer than exact's.
+// The wait lets at most capacity × WithLeaseShare ÷ n units gather, so the
+// bucket never fills and no refill is lost.
 //
 // Async buckets are decided on the last known state of the store's bucket.
 // Each instance keeps its share of it as a local token bucket of capacity
