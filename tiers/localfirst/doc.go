@@ -14,9 +14,11 @@
 // the same all-or-nothing Take as the request's other levels, so a lease
 // costs no extra round trip. A cold key leases nothing extra (the first
 // request is exact); each next lease follows the key's local demand (the
-// units it spent per second since the last lease, over WithLeaseTarget),
-// doubling at most at a time, and never exceeds the bucket's capacity ×
-// WithLeaseShare ÷ live instances. Units not spent within WithLeaseTTL go
+// units it spent per second since the last lease, over WithLeaseTarget,
+// or over up to half WithLeaseTTL in proportion to what the store's
+// bucket held after the last lease: a key far below its limit leases for
+// longer, a key near it for the target), doubling at most at a time, and
+// never exceeds the bucket's capacity × WithLeaseShare ÷ live instances. Units not spent within WithLeaseTTL go
 // back to the store (a report of minus that many units, see below) in
 // the background and on Close; a
 // crashed instance's units come back only by the bucket's own refill. Every

@@ -66,6 +66,9 @@ type state struct {
 	deniedUntil time.Time
 	denied      tiers.Result
 	gather      int64 // units the last deny waited to gather for the next lease
+	// headroom: the store's bucket after the last lease, over its
+	// capacity (0 to 1); see target.
+	headroom float64
 
 	// Async.
 	known bool
@@ -184,7 +187,7 @@ func (e *entry) leaseWant(cost int64, now time.Time, n int, c *config, growth bo
 		want = float64(max(1, 2*e.last, e.gather))
 	}
 	if el := now.Sub(e.leasedAt); el > 0 {
-		want = math.Min(want, math.Ceil(float64(e.demand)*float64(c.leaseTarget)/float64(el)))
+		want = math.Min(want, math.Ceil(float64(e.demand)*float64(e.target(c))/float64(el)))
 	}
 	if math.IsInf(want, 1) { // no time since the last lease: no rate to go by
 		return 0
@@ -192,9 +195,25 @@ func (e *entry) leaseWant(cost int64, now time.Time, n int, c *config, growth bo
 	return min(int64(want), limit)
 }
 
+// target is how long the next lease should last at the key's demand:
+// the lease target, and up to half the lease TTL for a key whose bucket
+// was far from empty when it last leased (headroom: what the bucket held
+// then, over its capacity). Units held cost other instances nothing while
+// the bucket has plenty left, and a longer lease spares the store a take;
+// as the key nears its limit its leases shorten to the lease target, so
+// what instances hold unspent stays small against what is left.
+func (e *entry) target(c *config) time.Duration {
+	return max(c.leaseTarget, time.Duration(e.headroom*float64(c.leaseTTL/2)))
+}
+
 // granted records a take the store allowed for a lease bucket: the extra
-// units are the new lease.
-func (e *entry) granted(extra int64, now time.Time, c *config) {
+// units are the new lease, remaining what the store's bucket held after
+// it.
+func (e *entry) granted(extra, remaining int64, now time.Time, c *config) {
+	e.headroom = 0
+	if cp := e.capacity(); cp > 0 && remaining > 0 {
+		e.headroom = min(1, float64(remaining)/float64(cp))
+	}
 	if extra > 0 {
 		e.units += extra
 		e.expires = now.Add(c.leaseTTL)

@@ -93,7 +93,10 @@ func WithLeaseTTL(d time.Duration) Option {
 }
 
 // WithLeaseTarget sets how long a lease should last at the key's current
-// demand (default DefaultLeaseTarget; positive, below the lease TTL).
+// demand when the key nears its limit (default DefaultLeaseTarget;
+// positive, below the lease TTL). A key whose bucket was far from empty
+// at its last lease leases for longer, up to half the lease TTL in
+// proportion to what the bucket held (see the package documentation).
 func WithLeaseTarget(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -479,7 +482,7 @@ func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok
 			// the store's state, so it teaches the same.
 			h.e.learn(float64(r.Remaining), now, n)
 		case ok && buckets[h.i].Consistency == tiers.Leased:
-			h.e.granted(h.extra, now, &s.cfg)
+			h.e.granted(h.extra, r.Remaining, now, &s.cfg)
 			if h.extra > 0 {
 				s.st.leases.Add(1)
 				s.st.leasedUnits.Add(uint64(h.extra))

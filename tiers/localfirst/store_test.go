@@ -843,3 +843,45 @@ func TestLeasedKeyAtItsLimit(t *testing.T) {
 	}
 	t.Logf("admitted %d, left %d, %d store takes, longest retry-after %s", admitted, left, exact.takes.Load(), maxRetry)
 }
+
+// TestLeaseLengthFollowsHeadroom: a key asked for 5 times a second leases
+// for up to half the lease TTL while its bucket is far from empty (a
+// store take every few requests), and for the lease target, 100 ms (a
+// take every other request, the smallest lease being 1), once the bucket
+// is nearly spent, where units held would cost other instances.
+func TestLeaseLengthFollowsHeadroom(t *testing.T) {
+	run := func(t *testing.T, drain int64) (admitted int, takes int64) {
+		f := newFixture(t)
+		exact := &countingTakes{Ledger: f.ledger}
+		s, err := localfirst.New(exact, f.ledger, localfirst.WithClock(f.clk), localfirst.WithManualSync())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(context.Background())
+		b := bucket("slow", tiers.Leased, 10, 1000)
+		if drain > 0 { // another instance spent most of the bucket
+			d := b
+			d.Consistency, d.Cost = tiers.Exact, drain
+			if ok, _ := take(t, s, d); !ok {
+				t.Fatal("drain denied")
+			}
+		}
+		n0 := exact.takes.Load()
+		for range 20 {
+			if ok, _ := take(t, s, b); ok {
+				admitted++
+			}
+			f.clk.Advance(200 * time.Millisecond)
+		}
+		return admitted, exact.takes.Load() - n0
+	}
+	full, fullTakes := run(t, 0)
+	spent, spentTakes := run(t, 950)
+	t.Logf("bucket full: %d admitted, %d store takes; nearly spent: %d admitted, %d store takes", full, fullTakes, spent, spentTakes)
+	if full != 20 || spent != 20 {
+		t.Fatalf("admitted %d and %d of 20, far below the limit", full, spent)
+	}
+	if fullTakes != 7 || spentTakes != 11 {
+		t.Fatalf("store takes %d (full bucket) and %d (nearly spent), want 7 and 11", fullTakes, spentTakes)
+	}
+}
