@@ -76,6 +76,31 @@ func buildFloodgate(dir string) (string, error) {
 	return bin, goBuild(mod, nil, "build", "-o", bin, "./cmd/floodgate-rls")
 }
 
+// buildFloor builds this module's rls-floor command into dir.
+func buildFloor(dir string) (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("finding the bench/rls module (run from bench/rls): %w", err)
+	}
+	bin := filepath.Join(dir, "rls-floor")
+	return bin, goBuild(strings.TrimSpace(string(out)), nil, "build", "-o", bin, "./cmd/rls-floor")
+}
+
+// startFloor runs rls-floor: the same gRPC service answering OK without
+// deciding (no Redis), the floor under every contender's server CPU.
+func startFloor(bin string, log io.Writer) (*contender, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd, stop, err := startProcess(bin, []string{"-listen", addr}, nil, log)
+	if err != nil {
+		return nil, err
+	}
+	return &contender{name: "grpc-floor", addr: addr, pid: cmd.Process.Pid, stop: stop}, nil
+}
+
 // buildRatelimit returns envoyproxy/ratelimit's service_cmd, built once
 // into the user cache directory with go install.
 func buildRatelimit(log io.Writer) (string, error) {

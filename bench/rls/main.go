@@ -3,7 +3,7 @@
 // the same gRPC load. See README.md.
 //
 //	go run . [-c 64] [-descriptors 1,4] [-rounds 3] [-duration 2s] [-warmup 500ms]
-//	         [-keys 10000] [-conns 4] [-only floodgate,envoyproxy,envoyproxy-tuned]
+//	         [-keys 10000] [-conns 4] [-only floodgate,envoyproxy,envoyproxy-tuned,floor]
 //	         [-window 150us] [-pool 64] [-max-ops 2000000] [-seed 1] [-short]
 //
 // It starts its own redis-server on a free loopback port (testing/redistest),
@@ -53,7 +53,7 @@ type config struct {
 }
 
 // contenderNames are the -only names, in table order.
-var contenderNames = []string{"floodgate", "envoyproxy", "envoyproxy-tuned"}
+var contenderNames = []string{"floodgate", "envoyproxy", "envoyproxy-tuned", "floor"}
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
@@ -76,7 +76,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.pool, "pool", 0, "REDIS_POOL_SIZE of the envoyproxy-tuned contender (0: -c, one connection per call in flight)")
 	fs.Int64Var(&maxOps, "max-ops", 2_000_000, "at most this many calls per measured phase")
 	fs.Int64Var(&seed, "seed", 1, "seed of the workers' random streams")
-	fs.StringVar(&only, "only", strings.Join(contenderNames, ","), "contenders: floodgate, envoyproxy, envoyproxy-tuned")
+	fs.StringVar(&only, "only", strings.Join(contenderNames, ","), "contenders: floodgate, envoyproxy, envoyproxy-tuned, floor (gRPC answering OK without deciding)")
 	fs.BoolVar(&c.inprocess, "inprocess", false, "serve floodgate from this process instead of a floodgate-rls process (the program's tests; no server CPU column)")
 	fs.BoolVar(&c.short, "short", false, "one round of 1s per phase with a 200ms warm-up")
 	fs.StringVar(&c.logPath, "log", "", "write the contenders' own output to `FILE` (default: discarded)")
@@ -229,6 +229,11 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 			if bin, err = buildFloodgate(work); err == nil {
 				c, err = startFloodgate(bin, work, redisAddr, childLog)
 			}
+		case "floor":
+			var bin string
+			if bin, err = buildFloor(work); err == nil {
+				c, err = startFloor(bin, childLog)
+			}
 		case "envoyproxy", "envoyproxy-tuned":
 			var bin string
 			if bin, err = buildRatelimit(stderr); err == nil {
@@ -354,6 +359,8 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "            envoyproxy-ratelimit: envoyproxy/ratelimit %s service_cmd (go install) with its defaults\n", RatelimitVersion)
 	fmt.Fprintf(stdout, "              (REDIS_POOL_SIZE 10, no pipeline window, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT off, USE_STATSD=false);\n")
 	fmt.Fprintf(stdout, "            envoyproxy-ratelimit-tuned: the same with REDIS_PIPELINE_WINDOW=%s and REDIS_POOL_SIZE=%d\n", cfg.window, cfg.pool)
+	fmt.Fprintf(stdout, "            grpc-floor: cmd/rls-floor, the same gRPC service answering every descriptor OK without deciding (no Redis),\n")
+	fmt.Fprintf(stdout, "              with floodgate-rls's server options: what the transport costs before a service does any work\n")
 	for _, n := range cfg.descs {
 		fmt.Fprintf(stdout, "\n%d descriptor(s) per call\n", n)
 		// The yardstick: the envoyproxy row with the most calls/s.
