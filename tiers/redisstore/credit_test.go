@@ -250,6 +250,9 @@ func TestRefundAllocs(t *testing.T) {
 	if a := testing.AllocsPerRun(50, func() { _ = st.Refund(ctx, zero) }); a != 0 {
 		t.Fatalf("a Refund of cost 0 allocates %.0f times, want 0", a)
 	}
+	if raceEnabled {
+		t.Skip("allocation counts vary under the race detector (sync.Pool drops items at random)")
+	}
 	var res [3]tiers.Result
 	// The least of a few measurements: go-redis's pool may dial or grow a
 	// buffer during any one of them on a loaded machine.
