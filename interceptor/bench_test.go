@@ -177,7 +177,8 @@ func (w *discardWriter) WriteHeader(int)             {}
 
 // BenchmarkHTTPDirect runs the middleware around a no-op handler: "lean"
 // is an allowing stage with no quota to report, "quota" adds the
-// RateLimit-Policy and RateLimit fields of a rate-limit decision.
+// RateLimit-Policy and RateLimit fields of a rate-limit decision, and
+// "leanDeny" is a rate-limit deny (the 429 with its headers and body).
 func BenchmarkHTTPDirect(b *testing.B) {
 	quota := floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Policy: "tenant-plan", Limit: 5000, Window: time.Hour, Remaining: 4123, Reset: 12 * time.Second}, nil, nil
@@ -186,7 +187,7 @@ func BenchmarkHTTPDirect(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		a    floodgate.Admitter
-	}{{"lean", lean}, {"quota", quota}} {
+	}{{"lean", lean}, {"quota", quota}, {"leanDeny", leanDeny}} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := HTTP(tc.a)(next)
 			req := httptest.NewRequest("GET", "/v1/items/7", nil)
