@@ -38,6 +38,12 @@ type contender struct {
 	addr string // gRPC address
 	pid  int    // the server process, 0 when in this process
 	stop func()
+	// restart, when set, starts the process again on the same address
+	// (setting pid and stop): a contender that defers Redis work (async
+	// reports) is stopped after each measured phase, so that what it
+	// deferred reaches Redis, and counts in its row, before Redis's CPU
+	// is read, and none of it lands in another row's phase.
+	restart func() error
 }
 
 // freePort returns a free loopback port.
@@ -153,13 +159,19 @@ func startProcess(bin string, args, env []string, log io.Writer) (*exec.Cmd, fun
 }
 
 // startFloodgate runs floodgate-rls serve-rls on redisAddr with the
-// translation of envoyConfig.
-func startFloodgate(bin, work, redisAddr string, log io.Writer) (*contender, error) {
-	policy, err := translate.Translate([]translate.File{{Name: "bench.yaml", Data: []byte(envoyConfig)}}, translate.Options{As: translateAs})
+// translation of envoyConfig in consistency ("" exact: the same fixed
+// windows as envoyproxy/ratelimit, decided in Redis; "async": token
+// buckets decided locally).
+func startFloodgate(bin, work, redisAddr, consistency string, log io.Writer) (*contender, error) {
+	policy, err := translate.Translate([]translate.File{{Name: "bench.yaml", Data: []byte(envoyConfig)}}, translate.Options{As: translateAs, Consistency: consistency})
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(work, "floodgate-policy.yaml")
+	name := "floodgate-rls"
+	if consistency != "" {
+		name += "-" + consistency
+	}
+	path := filepath.Join(work, name+"-policy.yaml")
 	if err := os.WriteFile(path, policy, 0o644); err != nil {
 		return nil, err
 	}
@@ -168,11 +180,22 @@ func startFloodgate(bin, work, redisAddr string, log io.Writer) (*contender, err
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cmd, stop, err := startProcess(bin, []string{"serve-rls", "-policy", path, "-listen", addr, "-redis", "redis://" + redisAddr, "-watch", "0", "-store-timeout", "1s"}, nil, log)
-	if err != nil {
+	c := &contender{name: name, addr: addr}
+	start := func() error {
+		cmd, stop, err := startProcess(bin, []string{"serve-rls", "-policy", path, "-listen", addr, "-redis", "redis://" + redisAddr, "-watch", "0", "-store-timeout", "1s"}, nil, log)
+		if err != nil {
+			return err
+		}
+		c.pid, c.stop = cmd.Process.Pid, stop
+		return nil
+	}
+	if err := start(); err != nil {
 		return nil, err
 	}
-	return &contender{name: "floodgate-rls", addr: addr, pid: cmd.Process.Pid, stop: stop}, nil
+	if consistency == "async" {
+		c.restart = start
+	}
+	return c, nil
 }
 
 // startRatelimit runs envoyproxy/ratelimit on redisAddr with envoyConfig,

@@ -3,7 +3,7 @@
 // the same gRPC load. See README.md.
 //
 //	go run . [-c 64] [-descriptors 1,4] [-rounds 3] [-duration 2s] [-warmup 500ms]
-//	         [-keys 10000] [-conns 4] [-only floodgate,envoyproxy,envoyproxy-tuned,floor]
+//	         [-keys 10000] [-conns 4] [-only floodgate,envoyproxy,envoyproxy-tuned,floor,floodgate-async]
 //	         [-window 150us] [-pool 64] [-max-ops 2000000] [-seed 1] [-short]
 //
 // It starts its own redis-server on a free loopback port (testing/redistest),
@@ -53,7 +53,7 @@ type config struct {
 }
 
 // contenderNames are the -only names, in table order.
-var contenderNames = []string{"floodgate", "envoyproxy", "envoyproxy-tuned", "floor"}
+var contenderNames = []string{"floodgate", "envoyproxy", "envoyproxy-tuned", "floor", "floodgate-async"}
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
@@ -76,7 +76,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.pool, "pool", 0, "REDIS_POOL_SIZE of the envoyproxy-tuned contender (0: -c, one connection per call in flight)")
 	fs.Int64Var(&maxOps, "max-ops", 2_000_000, "at most this many calls per measured phase")
 	fs.Int64Var(&seed, "seed", 1, "seed of the workers' random streams")
-	fs.StringVar(&only, "only", strings.Join(contenderNames, ","), "contenders: floodgate, envoyproxy, envoyproxy-tuned, floor (gRPC answering OK without deciding)")
+	fs.StringVar(&only, "only", strings.Join(contenderNames[:4], ","), "contenders: floodgate, envoyproxy, envoyproxy-tuned, floor (gRPC answering OK without deciding), floodgate-async (the translation in consistency async: token buckets decided locally; not in the default set)")
 	fs.BoolVar(&c.inprocess, "inprocess", false, "serve floodgate from this process instead of a floodgate-rls process (the program's tests; no server CPU column)")
 	fs.BoolVar(&c.short, "short", false, "one round of 1s per phase with a 200ms warm-up")
 	fs.StringVar(&c.logPath, "log", "", "write the contenders' own output to `FILE` (default: discarded)")
@@ -209,11 +209,26 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 	}
 
 	var contenders []*contender
+	stopped := map[*contender]bool{} // restartable contenders stopped after a phase
 	defer func() {
 		for _, c := range contenders {
-			c.stop()
+			if !stopped[c] {
+				c.stop()
+			}
 		}
 	}()
+	// floodgate-rls is built once, for whichever rows run it.
+	var fgBin string
+	floodgateBin := func() (string, error) {
+		if fgBin != "" {
+			return fgBin, nil
+		}
+		bin, err := buildFloodgate(work)
+		if err == nil {
+			fgBin = bin
+		}
+		return bin, err
+	}
 	for _, name := range cfg.only {
 		var (
 			c   *contender
@@ -226,8 +241,13 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 				break
 			}
 			var bin string
-			if bin, err = buildFloodgate(work); err == nil {
-				c, err = startFloodgate(bin, work, redisAddr, childLog)
+			if bin, err = floodgateBin(); err == nil {
+				c, err = startFloodgate(bin, work, redisAddr, "", childLog)
+			}
+		case "floodgate-async":
+			var bin string
+			if bin, err = floodgateBin(); err == nil {
+				c, err = startFloodgate(bin, work, redisAddr, "async", childLog)
 			}
 		case "floor":
 			var bin string
@@ -288,6 +308,15 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 	for r := range cfg.rounds {
 		for _, n := range cfg.descs {
 			for i, c := range contenders {
+				if stopped[c] {
+					if err := c.restart(); err != nil {
+						return fmt.Errorf("%s: restart: %w", c.name, err)
+					}
+					stopped[c] = false
+					if err := waitReady(c, probe[0]); err != nil {
+						return err
+					}
+				}
 				if err := rc.FlushAll(ctx).Err(); err != nil {
 					return err
 				}
@@ -303,6 +332,12 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 				res := runPhase(cl[i].cls, reqs[n], cfg.c, cfg.duration, cfg.maxOps, cfg.seed, true)
 				self1, _ := processCPU(os.Getpid())
 				cpu1, _ := processCPU(c.pid)
+				if c.restart != nil {
+					// Its Close reports every hit it deferred (and the
+					// warm-up's: a little more than the phase's own).
+					c.stop()
+					stopped[c] = true
+				}
 				rs1, err := readRedis(ctx, rc)
 				if err != nil {
 					return err
@@ -359,6 +394,10 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "            envoyproxy-ratelimit: envoyproxy/ratelimit %s service_cmd (go install) with its defaults\n", RatelimitVersion)
 	fmt.Fprintf(stdout, "              (REDIS_POOL_SIZE 10, no pipeline window, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT off, USE_STATSD=false);\n")
 	fmt.Fprintf(stdout, "            envoyproxy-ratelimit-tuned: the same with REDIS_PIPELINE_WINDOW=%s and REDIS_POOL_SIZE=%d\n", cfg.window, cfg.pool)
+	if slices.Contains(cfg.only, "floodgate-async") {
+		fmt.Fprintf(stdout, "            floodgate-rls-async: floodgate-rls serving the translation with -consistency async: token buckets of the same rates\n")
+		fmt.Fprintf(stdout, "              decided locally (tiers/localfirst) and reported to Redis every 50ms: not the same limits as the fixed windows\n")
+	}
 	fmt.Fprintf(stdout, "            grpc-floor: cmd/rls-floor, the same gRPC service answering every descriptor OK without deciding (no Redis),\n")
 	fmt.Fprintf(stdout, "              with floodgate-rls's server options: what the transport costs before a service does any work\n")
 	for _, n := range cfg.descs {

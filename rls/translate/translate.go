@@ -33,7 +33,11 @@
 //     128 does too): the one deliberate difference, stated in the output;
 //   - shadow_mode is the rule's shadow; rate_limit's name and replaces
 //     are the descriptor's name and replaces; unlimited: true is an
-//     unlimited descriptor.
+//     unlimited descriptor;
+//   - with Options.Consistency leased or async, every rule has that
+//     consistency and the algorithm token_bucket instead (the local-first
+//     modes need one): N per unit becomes a bucket of N refilling N per
+//     unit, stated in the output.
 //
 // What it cannot honour is an error naming the file, line and field, never
 // a silent default: wildcard values (a value ending in '*') and
@@ -76,6 +80,13 @@ type Options struct {
 	// IgnoreMetricOptions drops detailed_metric and value_to_metric
 	// instead of refusing them.
 	IgnoreMetricOptions bool
+	// Consistency is where every rule's decisions are made: "" or "exact"
+	// (fixed windows decided in the store on every call, as
+	// envoyproxy/ratelimit decides them), "leased" or "async" (decided
+	// locally against the store's budget, package tiers/localfirst, which
+	// needs a token bucket: requests_per_unit per unit becomes a bucket of
+	// requests_per_unit refilling at that rate, stated in the output).
+	Consistency string
 }
 
 // Error is one thing a translation cannot do: where, and why.
@@ -117,6 +128,13 @@ func Translate(files []File, opts Options) ([]byte, error) {
 		if err := checkScope(scope); err != nil {
 			t.errs = append(t.errs, &Error{File: "-as", Msg: fmt.Sprintf("%s=%s: %v", s, scope, err)})
 		}
+	}
+	switch opts.Consistency {
+	case "", "exact":
+		t.opts.Consistency = ""
+	case "leased", "async":
+	default:
+		t.errs = append(t.errs, &Error{File: "-consistency", Msg: fmt.Sprintf("%q is not exact, leased or async", opts.Consistency)})
 	}
 	for _, f := range files {
 		t.file(f)
@@ -174,6 +192,8 @@ type outRule struct {
 	Rate      string   `yaml:"rate"`
 	Algorithm string   `yaml:"algorithm"`
 	Shadow    bool     `yaml:"shadow,omitempty"`
+	// Consistency is omitted for exact, the default.
+	Consistency string `yaml:"consistency,omitempty"`
 }
 
 type outEntry struct {
@@ -521,6 +541,9 @@ func (t *translator) rateLimit(file, domain string, n *yaml.Node, path, name str
 	}
 	t.names[name] = origin{file: file, line: n.Line, path: path}
 	r := outRule{Name: name, Rate: strconv.FormatInt(rpu, 10) + "/" + period, Algorithm: "fixed_window", Shadow: shadow}
+	if t.opts.Consistency != "" {
+		r.Algorithm, r.Consistency = "token_bucket", t.opts.Consistency
+	}
 	for _, e := range od.Entries {
 		if e.As != "" {
 			r.Key = append(r.Key, e.As)
@@ -595,6 +618,17 @@ func (t *translator) render(files []File) ([]byte, error) {
 	fmt.Fprintf(&b, "# floodgate policy translated from envoyproxy/ratelimit configuration: %s\n", strings.Join(names, ", "))
 	b.WriteString("# Review the key scopes: a descriptor key without a value keys its rule on\n")
 	b.WriteString("# that key's values (header:<key> unless mapped with -as), one bucket per value.\n")
+	if t.opts.Consistency != "" {
+		fmt.Fprintf(&b, "# consistency %s: every rule is decided locally against the store's budget\n", t.opts.Consistency)
+		b.WriteString("# (tiers/localfirst), as a token bucket: N per unit is a bucket of N refilling\n")
+		b.WriteString("# N per unit, not envoyproxy/ratelimit's fixed window (which admits up to 2N\n")
+		if t.opts.Consistency == "async" {
+			b.WriteString("# across a window's edge); async may admit over the limit within its bound\n")
+			b.WriteString("# (see package tiers/localfirst).\n")
+		} else {
+			b.WriteString("# across a window's edge); leased never admits over the limit.\n")
+		}
+	}
 	if t.usesIP {
 		b.WriteString("# ip keys an IPv6 client by its /64 (floodgate's default; envoyproxy/ratelimit\n")
 		b.WriteString("# counts each address): add ipv6_prefix: 128 to a rule to count each address.\n")

@@ -227,3 +227,50 @@ func TestIgnoreMetricOptions(t *testing.T) {
 		t.Fatalf("output does not say what it dropped:\n%s", out)
 	}
 }
+
+// With a local-first consistency every rule has it and a token bucket of
+// the same rate (the modes need one), the output says so, and the policy
+// loads; exact is the default and writes nothing new; anything else is an
+// error naming the option.
+func TestTranslateConsistency(t *testing.T) {
+	in := "domain: d\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 60}\n  - key: tenant\n    descriptors:\n      - key: user\n        rate_limit: {unit: second, requests_per_unit: 5}\n"
+	files := []translate.File{{Name: "c.yaml", Data: []byte(in)}}
+	for _, mode := range []string{"leased", "async"} {
+		out, err := translate.Translate(files, translate.Options{Consistency: mode})
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		p, err := tiers.Load(out)
+		if err != nil {
+			t.Fatalf("%s: the translation does not load: %v\n%s", mode, err, out)
+		}
+		if len(p.Rules) != 2 {
+			t.Fatalf("%s: %d rules, want 2", mode, len(p.Rules))
+		}
+		for _, r := range p.Rules {
+			if r.Consistency.String() != mode || r.Algorithm != tiers.TokenBucket {
+				t.Fatalf("%s: rule %s has consistency %s and algorithm %v", mode, r.Name, r.Consistency, r.Algorithm)
+			}
+		}
+		if r := p.Rules[0]; r.Rate.N != 60 || r.Rate.Period != time.Minute || r.Burst != 0 {
+			t.Fatalf("%s: rule %s has rate %v burst %d, want 60/1m with the default burst (60)", mode, r.Name, r.Rate, r.Burst)
+		}
+		if !strings.Contains(string(out), "# consistency "+mode+": every rule is decided locally") {
+			t.Fatalf("%s: the output does not say what changed:\n%s", mode, out)
+		}
+	}
+	exact, err := translate.Translate(files, translate.Options{Consistency: "exact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := translate.Translate(files, translate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(exact) != string(def) || strings.Contains(string(def), "consistency") {
+		t.Fatalf("exact differs from the default or names a consistency:\n%s\n--\n%s", exact, def)
+	}
+	if _, err := translate.Translate(files, translate.Options{Consistency: "eventual"}); err == nil || !strings.Contains(err.Error(), `-consistency: "eventual" is not exact, leased or async`) {
+		t.Fatalf("err = %v, want one naming -consistency", err)
+	}
+}

@@ -4,7 +4,7 @@
 //	floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL]
 //	                        [-metrics 127.0.0.1:9464] [-watch 2s] [-instances 1]
 //	                        [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true]
-//	floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-o FILE] CONFIG.yaml...
+//	floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
 //
 // serve-rls answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 // (package github.com/floodgate-go/floodgate/rls) with the policy's rules
@@ -69,7 +69,7 @@ func main() {
 
 const usage = `usage:
   floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL] [-metrics ADDR] [-watch 2s] [-instances N] [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true]
-  floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-o FILE] CONFIG.yaml...
+  floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
 `
 
 // run is the command; it returns the exit code.
@@ -316,9 +316,10 @@ func runTranslate(args []string, stdout, stderr io.Writer) int {
 	as := asFlags{}
 	fs.Var(as, "as", "map a descriptor key to the scope its values fill: `KEY=SCOPE` (ip, user, tenant, api_key, endpoint, header:NAME); repeatable")
 	ignore := fs.Bool("ignore-metric-options", false, "drop detailed_metric and value_to_metric instead of refusing them")
+	consistency := fs.String("consistency", "exact", "where every rule is decided: exact (fixed windows in the store, as envoyproxy/ratelimit), or leased or async (token buckets decided locally against the store's budget)")
 	outPath := fs.String("o", "", "write the policy to `FILE` instead of standard output")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-o FILE] CONFIG.yaml...\n\n")
+		fmt.Fprint(fs.Output(), "usage: floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...\n\n")
 		fs.PrintDefaults()
 	}
 	switch err := fs.Parse(args); {
@@ -340,7 +341,7 @@ func runTranslate(args []string, stdout, stderr io.Writer) int {
 		}
 		files = append(files, translate.File{Name: p, Data: b})
 	}
-	out, err := translate.Translate(files, translate.Options{As: as, IgnoreMetricOptions: *ignore})
+	out, err := translate.Translate(files, translate.Options{As: as, IgnoreMetricOptions: *ignore, Consistency: *consistency})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate-rls translate:\n%v\n", err)
 		return 1

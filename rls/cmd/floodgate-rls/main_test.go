@@ -214,6 +214,17 @@ func TestTranslateCommand(t *testing.T) {
 	if code := run(context.Background(), []string{"translate", "-as", "novalue", "x.yaml"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `"novalue" is not KEY=SCOPE`) {
 		t.Fatalf("bad -as: exit %d, %s", code, errb.String())
 	}
+	errb.Reset()
+	out.Reset()
+	if code := run(context.Background(), []string{"translate", "-consistency", "async", "-as", "tenant=tenant", filepath.Join(td, "edge.yaml")}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "consistency: async") || !strings.Contains(out.String(), "algorithm: token_bucket") || strings.Contains(out.String(), "fixed_window") {
+		t.Fatalf("-consistency async: exit %d, %s\n%s", code, errb.String(), out.String())
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"translate", "-consistency", "sometimes", filepath.Join(td, "edge.yaml")}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), `-consistency: "sometimes" is not exact, leased or async`) {
+		t.Fatalf("bad -consistency: exit %d, %s", code, errb.String())
+	}
 	outFile := filepath.Join(t.TempDir(), "p.yaml")
 	if code := run(context.Background(), []string{"translate", "-o", outFile, "-as", "tenant=tenant", filepath.Join(td, "edge.yaml")}, &out, &errb); code != 0 {
 		t.Fatalf("-o: exit %d", code)
