@@ -165,7 +165,7 @@ func (e *entry) deny(r tiers.Result, cost int64, now time.Time, n int, c *config
 }
 
 // nextLease sizes the extra units of the next lease: the key's demand
-// since the last lease over the lease target, at most twice the last
+// since the last lease over its target (see target), at most twice the last
 // lease (at least 1 once the key is warm) or what a deny waited to
 // gather, at most share × capacity ÷ n less the request's own cost. A
 // cold key leases nothing.
