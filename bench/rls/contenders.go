@@ -44,6 +44,7 @@ type contender struct {
 	// deferred reaches Redis, and counts in its row, before Redis's CPU
 	// is read, and none of it lands in another row's phase.
 	restart func() error
+	down    bool // stopped after its last phase, to restart before its next
 }
 
 // freePort returns a free loopback port.

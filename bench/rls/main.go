@@ -209,10 +209,9 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 	}
 
 	var contenders []*contender
-	stopped := map[*contender]bool{} // restartable contenders stopped after a phase
 	defer func() {
 		for _, c := range contenders {
-			if !stopped[c] {
+			if !c.down {
 				c.stop()
 			}
 		}
@@ -308,11 +307,11 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 	for r := range cfg.rounds {
 		for _, n := range cfg.descs {
 			for i, c := range contenders {
-				if stopped[c] {
+				if c.down {
 					if err := c.restart(); err != nil {
 						return fmt.Errorf("%s: restart: %w", c.name, err)
 					}
-					stopped[c] = false
+					c.down = false
 					if err := waitReady(c, probe[0]); err != nil {
 						return err
 					}
@@ -336,7 +335,7 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 					// Its Close reports every hit it deferred (and the
 					// warm-up's: a little more than the phase's own).
 					c.stop()
-					stopped[c] = true
+					c.down = true
 				}
 				rs1, err := readRedis(ctx, rc)
 				if err != nil {
@@ -396,10 +395,12 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "            envoyproxy-ratelimit-tuned: the same with REDIS_PIPELINE_WINDOW=%s and REDIS_POOL_SIZE=%d\n", cfg.window, cfg.pool)
 	if slices.Contains(cfg.only, "floodgate-async") {
 		fmt.Fprintf(stdout, "            floodgate-rls-async: floodgate-rls serving the translation with -consistency async: token buckets of the same rates\n")
-		fmt.Fprintf(stdout, "              decided locally (tiers/localfirst) and reported to Redis every 50ms: not the same limits as the fixed windows\n")
+		fmt.Fprintf(stdout, "              decided locally (tiers/localfirst) and reported to Redis at the 50ms sync interval's cadence: not the same limits as the fixed windows\n")
 	}
-	fmt.Fprintf(stdout, "            grpc-floor: cmd/rls-floor, the same gRPC service answering every descriptor OK without deciding (no Redis),\n")
-	fmt.Fprintf(stdout, "              with floodgate-rls's server options: what the transport costs before a service does any work\n")
+	if slices.Contains(cfg.only, "floor") {
+		fmt.Fprintf(stdout, "            grpc-floor: cmd/rls-floor, the same gRPC service answering every descriptor OK without deciding (no Redis),\n")
+		fmt.Fprintf(stdout, "              with floodgate-rls's server options: what the transport costs before a service does any work\n")
+	}
 	for _, n := range cfg.descs {
 		fmt.Fprintf(stdout, "\n%d descriptor(s) per call\n", n)
 		// The yardstick: the envoyproxy row with the most calls/s.
