@@ -98,7 +98,9 @@ func FromHTTPRequest(f func(r *http.Request) string) Extractor {
 //
 // The marked field may be a string or an integer (written in decimal), at
 // the top of the message or inside singular message fields (the path is
-// found once per message type, at most 8 levels deep, and cached). It
+// found once per message descriptor, at most 8 levels deep, and cached;
+// messages built at run time whose descriptors share a name are each read
+// by their own). It
 // finds nothing for messages without such a field, for streams and for
 // HTTP. A message that marks one identity twice, or marks a repeated, map
 // or other-typed field, is logged once and read as unmarked. An id that is
@@ -149,13 +151,21 @@ func FirstOf(es ...Extractor) Extractor {
 const maxFieldDepth = 8
 
 // fieldPlans caches, per message type and identity, the path of fields
-// to the marked one (nil: none). It is bounded by the message types of
-// the calls served.
-var fieldPlans sync.Map // fieldPlanKey -> []protoreflect.FieldDescriptor
+// to the marked one (nil: none). It is bounded by the message type names
+// of the calls served: a plan is kept by name, with the descriptor it was
+// found in, and used only for a message of that very descriptor. Two
+// descriptors may share a name (messages built at run time with dynamicpb,
+// a schema loaded again), and a field of one cannot read the other.
+var fieldPlans sync.Map // fieldPlanKey -> *fieldPlan
 
 type fieldPlanKey struct {
 	msg protoreflect.FullName
 	id  floodgatev1.Identity
+}
+
+type fieldPlan struct {
+	md   protoreflect.MessageDescriptor
+	path []protoreflect.FieldDescriptor
 }
 
 // readField returns the value of the field of m marked with id, or "".
@@ -166,11 +176,11 @@ func readField(m protoreflect.Message, id floodgatev1.Identity) string {
 	md := m.Descriptor()
 	k := fieldPlanKey{md.FullName(), id}
 	var path []protoreflect.FieldDescriptor
-	if v, ok := fieldPlans.Load(k); ok {
-		path = v.([]protoreflect.FieldDescriptor)
+	if v, ok := fieldPlans.Load(k); ok && v.(*fieldPlan).md == md {
+		path = v.(*fieldPlan).path
 	} else {
 		path = planField(md, id)
-		fieldPlans.Store(k, path)
+		fieldPlans.Store(k, &fieldPlan{md: md, path: path})
 	}
 	if len(path) == 0 {
 		return ""
@@ -202,7 +212,8 @@ func readField(m protoreflect.Message, id floodgatev1.Identity) string {
 }
 
 // planField finds the path to the field of md marked with id, logging
-// (once per message type and identity: the result is cached) a marking it
+// (once per message descriptor and identity: the result is cached) a
+// marking it
 // cannot use. It never descends into a message type already on the path,
 // so a recursive type is read at its outermost level only.
 func planField(md protoreflect.MessageDescriptor, id floodgatev1.Identity) []protoreflect.FieldDescriptor {

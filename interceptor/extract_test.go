@@ -411,3 +411,52 @@ func TestUnresolvableScopeWarning(t *testing.T) {
 	// Stages that check no scopes are left alone.
 	MustNew(WithStrictIdentity()).UnaryServer(floodgate.Chain{&stage{}})
 }
+
+// TestFromProtoFieldSameName reads messages of two descriptors with the
+// same full name, built at run time (as a proxy that loads a schema
+// again would), in turn: each is read by its own fields. A plan cached by
+// name alone read one with the other's fields, which dynamicpb refuses
+// with a panic.
+func TestFromProtoFieldSameName(t *testing.T) {
+	flat := func() protoreflect.MessageDescriptor {
+		o := &descriptorpb.FieldOptions{}
+		proto.SetExtension(o, floodgatev1.E_Identity, idUser)
+		fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
+			Name:    proto.String("extracttest/flat.proto"),
+			Package: proto.String("extracttest"),
+			Syntax:  proto.String("proto3"),
+			MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Outer"), Field: []*descriptorpb.FieldDescriptorProto{{
+				Name: proto.String("login"), Number: proto.Int32(5), JsonName: proto.String("login"), Options: o,
+				Type:  descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(),
+				Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(),
+			}}}},
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd.Messages().Get(0)
+	}()
+	nestedA, nestedB := dynamicMessages(t)["Outer"], dynamicMessages(t)["Outer"]
+	if nestedA.FullName() != flat.FullName() || nestedA == nestedB {
+		t.Fatalf("descriptors %s, %s: want one name, distinct descriptors", nestedA.FullName(), flat.FullName())
+	}
+	nested := func(md protoreflect.MessageDescriptor, user string) proto.Message {
+		m := dynamicpb.NewMessage(md)
+		c := m.Mutable(md.Fields().ByName("creds")).Message()
+		c.Set(c.Descriptor().Fields().ByName("user"), protoreflect.ValueOfString(user))
+		return m
+	}
+	fm := dynamicpb.NewMessage(flat)
+	fm.Set(flat.Fields().ByName("login"), protoreflect.ValueOfString("flat"))
+	msgs := []struct {
+		msg  proto.Message
+		want string
+	}{{nested(nestedA, "a"), "a"}, {fm, "flat"}, {nested(nestedB, "b"), "b"}}
+	read := FromProtoField(idUser)
+	for i := range 6 {
+		tc := msgs[i%len(msgs)]
+		if got := read(context.Background(), Metadata{msg: tc.msg}); got != tc.want {
+			t.Errorf("read %d: %q, want %q", i, got, tc.want)
+		}
+	}
+}
