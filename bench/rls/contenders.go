@@ -162,8 +162,9 @@ func startProcess(bin string, args, env []string, log io.Writer) (*exec.Cmd, fun
 // startFloodgate runs floodgate-rls serve-rls on redisAddr with the
 // translation of envoyConfig in consistency ("" exact: the same fixed
 // windows as envoyproxy/ratelimit, decided in Redis; "async": token
-// buckets decided locally).
-func startFloodgate(bin, work, redisAddr, consistency string, log io.Writer) (*contender, error) {
+// buckets decided locally), with its rate limit response headers or
+// without them (-headers=false).
+func startFloodgate(bin, work, redisAddr, consistency string, headers bool, log io.Writer) (*contender, error) {
 	policy, err := translate.Translate([]translate.File{{Name: "bench.yaml", Data: []byte(envoyConfig)}}, translate.Options{As: translateAs, Consistency: consistency})
 	if err != nil {
 		return nil, err
@@ -183,7 +184,8 @@ func startFloodgate(bin, work, redisAddr, consistency string, log io.Writer) (*c
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	c := &contender{name: name, addr: addr}
 	start := func() error {
-		cmd, stop, err := startProcess(bin, []string{"serve-rls", "-policy", path, "-listen", addr, "-redis", "redis://" + redisAddr, "-watch", "0", "-store-timeout", "1s"}, nil, log)
+		args := []string{"serve-rls", "-policy", path, "-listen", addr, "-redis", "redis://" + redisAddr, "-watch", "0", "-store-timeout", "1s", "-headers=" + strconv.FormatBool(headers)}
+		cmd, stop, err := startProcess(bin, args, nil, log)
 		if err != nil {
 			return err
 		}
@@ -202,8 +204,10 @@ func startFloodgate(bin, work, redisAddr, consistency string, log io.Writer) (*c
 // startRatelimit runs envoyproxy/ratelimit on redisAddr with envoyConfig,
 // with its defaults or, tuned, with REDIS_PIPELINE_WINDOW=window (its
 // documented throughput setting: radix buffers concurrent writes and
-// flushes them together) and REDIS_POOL_SIZE=pool (default 10).
-func startRatelimit(bin, work, redisAddr string, tuned bool, window time.Duration, pool int, log io.Writer) (*contender, error) {
+// flushes them together) and REDIS_POOL_SIZE=pool (default 10); with
+// headers, it adds its RateLimit-Limit, -Remaining and -Reset response
+// headers (LIMIT_RESPONSE_HEADERS_ENABLED=true; off by default).
+func startRatelimit(bin, work, redisAddr string, tuned bool, window time.Duration, pool int, headers bool, log io.Writer) (*contender, error) {
 	name := "envoyproxy-ratelimit"
 	sub := "ratelimit"
 	if tuned {
@@ -233,6 +237,9 @@ func startRatelimit(bin, work, redisAddr string, tuned bool, window time.Duratio
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),
 	}
+	if headers {
+		env = append(env, "LIMIT_RESPONSE_HEADERS_ENABLED=true")
+	}
 	if tuned {
 		env = append(env, "REDIS_PIPELINE_WINDOW="+window.String(), "REDIS_POOL_SIZE="+strconv.Itoa(pool))
 	}
@@ -246,7 +253,7 @@ func startRatelimit(bin, work, redisAddr string, tuned bool, window time.Duratio
 // startInProcess serves the translated policy from this process with
 // package rls over redisstore (for the program's own tests: a build-free
 // floodgate contender).
-func startInProcess(redisAddr string) (*contender, error) {
+func startInProcess(redisAddr string, headers bool) (*contender, error) {
 	policyYAML, err := translate.Translate([]translate.File{{Name: "bench.yaml", Data: []byte(envoyConfig)}}, translate.Options{As: translateAs})
 	if err != nil {
 		return nil, err
@@ -275,7 +282,7 @@ func startInProcess(redisAddr string) (*contender, error) {
 		_ = client.Close()
 		return nil, err
 	}
-	srv, err := rls.New(l)
+	srv, err := rls.New(l, rls.WithResponseHeaders(headers))
 	if err != nil {
 		_ = client.Close()
 		return nil, err

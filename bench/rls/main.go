@@ -49,6 +49,7 @@ type config struct {
 	seed                   uint64
 	only                   []string
 	inprocess, short       bool
+	headers                bool
 	logPath, cpuProfile    string
 }
 
@@ -77,6 +78,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&maxOps, "max-ops", 2_000_000, "at most this many calls per measured phase")
 	fs.Int64Var(&seed, "seed", 1, "seed of the workers' random streams")
 	fs.StringVar(&only, "only", strings.Join(contenderNames[:4], ","), "contenders: floodgate, envoyproxy, envoyproxy-tuned, floor (gRPC answering OK without deciding), floodgate-async (the translation in consistency async: token buckets decided locally; not in the default set)")
+	fs.BoolVar(&c.headers, "headers", false, "every service adds its rate limit response headers (floodgate-rls its default draft-10 RateLimit-Policy and RateLimit, envoyproxy/ratelimit LIMIT_RESPONSE_HEADERS_ENABLED=true); default: none does, envoyproxy/ratelimit's default (floodgate-rls -headers=false)")
 	fs.BoolVar(&c.inprocess, "inprocess", false, "serve floodgate from this process instead of a floodgate-rls process (the program's tests; no server CPU column)")
 	fs.BoolVar(&c.short, "short", false, "one round of 1s per phase with a 200ms warm-up")
 	fs.StringVar(&c.logPath, "log", "", "write the contenders' own output to `FILE` (default: discarded)")
@@ -236,17 +238,17 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 		switch name {
 		case "floodgate":
 			if cfg.inprocess {
-				c, err = startInProcess(redisAddr)
+				c, err = startInProcess(redisAddr, cfg.headers)
 				break
 			}
 			var bin string
 			if bin, err = floodgateBin(); err == nil {
-				c, err = startFloodgate(bin, work, redisAddr, "", childLog)
+				c, err = startFloodgate(bin, work, redisAddr, "", cfg.headers, childLog)
 			}
 		case "floodgate-async":
 			var bin string
 			if bin, err = floodgateBin(); err == nil {
-				c, err = startFloodgate(bin, work, redisAddr, "async", childLog)
+				c, err = startFloodgate(bin, work, redisAddr, "async", cfg.headers, childLog)
 			}
 		case "floor":
 			var bin string
@@ -256,7 +258,7 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 		case "envoyproxy", "envoyproxy-tuned":
 			var bin string
 			if bin, err = buildRatelimit(stderr); err == nil {
-				c, err = startRatelimit(bin, work, redisAddr, name == "envoyproxy-tuned", cfg.window, cfg.pool, childLog)
+				c, err = startRatelimit(bin, work, redisAddr, name == "envoyproxy-tuned", cfg.window, cfg.pool, cfg.headers, childLog)
 			}
 		}
 		if err != nil {
@@ -400,6 +402,12 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 	if slices.Contains(cfg.only, "floor") {
 		fmt.Fprintf(stdout, "            grpc-floor: cmd/rls-floor, the same gRPC service answering every descriptor OK without deciding (no Redis),\n")
 		fmt.Fprintf(stdout, "              with floodgate-rls's server options: what the transport costs before a service does any work\n")
+	}
+	if cfg.headers {
+		fmt.Fprintf(stdout, "headers: on (-headers): floodgate-rls adds RateLimit-Policy and RateLimit (its default), envoyproxy/ratelimit RateLimit-Limit, -Remaining\n")
+		fmt.Fprintf(stdout, "              and -Reset (LIMIT_RESPONSE_HEADERS_ENABLED=true); grpc-floor adds none\n")
+	} else {
+		fmt.Fprintf(stdout, "headers: off, envoyproxy/ratelimit's default: floodgate-rls runs with -headers=false (-headers turns them on in every service)\n")
 	}
 	for _, n := range cfg.descs {
 		fmt.Fprintf(stdout, "\n%d descriptor(s) per call\n", n)

@@ -2,14 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
 // The program end to end with the build-free floodgate contender: every
@@ -143,6 +149,41 @@ func TestShortBuiltFloorAndAsync(t *testing.T) {
 			t.Errorf("the async row counts no bucket writes: its deferred reports were not counted in it (%s)", p[2])
 		case p[1] == "grpc-floor" && set > 0:
 			t.Errorf("the floor's phases show bucket writes: another row's deferred reports leaked into them (%s)", p[2])
+		}
+	}
+}
+
+// The in-process contender adds its response headers only with -headers,
+// so that by default it answers as envoyproxy/ratelimit does by default.
+func TestInProcessHeaders(t *testing.T) {
+	srv := redistest.Start(t)
+	reqs, err := requests(10, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		c, err := startInProcess(srv.Addr(), on)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			c.stop()
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, reqs[0])
+		cancel()
+		_ = cc.Close()
+		c.stop()
+		if err != nil {
+			t.Fatalf("headers %v: %v", on, err)
+		}
+		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(resp.GetStatuses()) != 4 {
+			t.Fatalf("headers %v: %v", on, resp)
+		}
+		if got := len(resp.GetResponseHeadersToAdd()) > 0; got != on {
+			t.Errorf("headers %v: response headers %v", on, resp.GetResponseHeadersToAdd())
 		}
 	}
 }
