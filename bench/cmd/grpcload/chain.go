@@ -33,6 +33,10 @@ func policy(levels int, mode tiers.Consistency) *tiers.Policy {
 	}
 	for i := range rules {
 		rules[i].Consistency = mode
+		// What the rows without a fallback store do anyway when Redis
+		// fails (the default, local, needs fallback.New), said so that
+		// building them logs no warning; Redis does not fail here.
+		rules[i].OnStoreError = tiers.FailOpen
 	}
 	return &tiers.Policy{Rules: rules[:levels]}
 }
