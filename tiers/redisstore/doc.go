@@ -38,7 +38,11 @@
 //     units and be denied by them; it can never be admitted because of
 //     them, so limits are never exceeded, only briefly under-used. A refund
 //     that fails (the node went away) is reported as the Take's error. No
-//     CROSSSLOT error can reach a caller.
+//     CROSSSLOT error can reach a caller. A slot moving to another master
+//     (resharding) is followed through go-redis's redirects (ASK, MOVED,
+//     TRYAGAIN, each answered before the script runs), batched takes
+//     included: none fails and none is charged twice
+//     (TestClusterSlotMigration moves a slot under concurrent takes).
 //
 //   - Expiry. Every key has a TTL at least as long as the Algorithm doc's,
 //     and at least DefaultMinTTL (WithMinTTL), so idle buckets vanish; with
