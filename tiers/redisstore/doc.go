@@ -42,7 +42,8 @@
 //     (resharding) is followed through go-redis's redirects (ASK, MOVED,
 //     TRYAGAIN, each answered before the script runs), batched takes
 //     included: none fails and none is charged twice
-//     (TestClusterSlotMigration moves a slot under concurrent takes).
+//     (TestClusterSlotMigration moves a 4-level take's slot, key by key,
+//     under concurrent takes).
 //
 //   - Expiry. Every key has a TTL at least as long as the Algorithm doc's,
 //     and at least DefaultMinTTL (WithMinTTL), so idle buckets vanish; with

@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,15 +18,16 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
-// TestClusterSlotMigration moves the slot of a key being charged to
-// another master while concurrent callers keep taking from it, batched
-// (the default): the slot goes MIGRATING and IMPORTING, its keys move with
-// MIGRATE, then every master is told its new owner, as `redis-cli
-// --cluster reshard` does. The client follows the redirects (ASK,
-// TRYAGAIN and MOVED come before the script runs), and a take is charged
-// exactly when it is admitted: with a burst no run can spend, admitted
-// plus what the bucket still holds is exactly the burst, whatever failed
-// meanwhile, and the key's state is on its new master.
+// TestClusterSlotMigration moves the slot of a 4-level take to another
+// master while 5 concurrent callers keep taking, batched (the default):
+// the slot goes MIGRATING and IMPORTING, its keys move one MIGRATE at a
+// time (so some are on the new master before the others), then every
+// master is told its new owner, as `redis-cli --cluster reshard` does.
+// The client follows the redirects (ASK, TRYAGAIN, MOVED: each comes
+// before the script runs): no take fails, and a take is charged exactly
+// when it is admitted. With a burst no run can spend, admitted plus what
+// each level still holds is exactly the burst, and the state is on its
+// new master.
 func TestClusterSlotMigration(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
@@ -34,16 +37,23 @@ func TestClusterSlotMigration(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	ctx := context.Background()
-	const key = "{mig}:user:7"
-	b := tiers.Bucket{Key: key, Cost: 1, Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 200}}
-
+	// One take of four levels in one slot, as a policy's levels sharing a
+	// hash tag are: moved key by key, some of its keys are on the new
+	// master before the others (Redis answers TRYAGAIN meanwhile).
 	const burst = 1_000_000
-	b.Limit.Burst = burst
+	lim := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: burst}
+	bs := []tiers.Bucket{
+		{Key: "{mig}:user:7", Cost: 1, Limit: lim},
+		{Key: "{mig}:user:7:search", Cost: 1, Limit: lim},
+		{Key: "{mig}:ip:7", Cost: 1, Limit: lim},
+		{Key: "{mig}:key:7", Cost: 1, Limit: lim},
+	}
+	key := bs[0].Key
 	var admitted, denied, failed, during atomic.Int64
 	var moving, moved atomic.Bool
 	take := func() {
-		var res [1]tiers.Result
-		ok, err := st.Take(ctx, []tiers.Bucket{b}, res[:])
+		var res [4]tiers.Result
+		ok, err := st.Take(ctx, bs, res[:])
 		switch {
 		case err != nil:
 			failed.Add(1)
@@ -91,7 +101,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // takes meet the slot half moved
 	host, port, _ := strings.Cut(dst.addr, ":")
 	for {
-		keys, err := srcC.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		keys, err := srcC.ClusterGetKeysInSlot(ctx, int(slot), 1).Result()
 		must(err)
 		if len(keys) == 0 {
 			break
@@ -101,8 +111,9 @@ func TestClusterSlotMigration(t *testing.T) {
 			args = append(args, k)
 		}
 		must(srcC.Do(ctx, args...).Err())
+		time.Sleep(5 * time.Millisecond) // takes meet the keys half moved
 	}
-	time.Sleep(20 * time.Millisecond) // takes meet the key moved, the slot not yet
+	time.Sleep(20 * time.Millisecond) // takes meet the keys moved, the slot not yet
 	for _, n := range cl.Nodes() {
 		nc := redis.NewClient(&redis.Options{Addr: n.Addr()})
 		must(nc.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dst.id).Err())
@@ -120,15 +131,19 @@ func TestClusterSlotMigration(t *testing.T) {
 		t.Fatalf("%d takes denied against a burst no run can spend, %d failed: redirects not followed", denied.Load(), failed.Load())
 	}
 
-	// Whatever failed during the move charged nothing.
-	var res [1]tiers.Result
-	peek := b
-	peek.Cost = 0
-	if _, err := st.Take(ctx, []tiers.Bucket{peek}, res[:]); err != nil {
+	// Whatever failed during the move charged nothing, on every level.
+	var res [4]tiers.Result
+	peek := append([]tiers.Bucket(nil), bs...)
+	for i := range peek {
+		peek[i].Cost = 0
+	}
+	if _, err := st.Take(ctx, peek, res[:]); err != nil {
 		t.Fatal(err)
 	}
-	if got := admitted.Load() + res[0].Remaining; got != burst {
-		t.Fatalf("admitted %d with %d remaining: %d, not the burst of %d (a take charged twice, or charged and failed)", admitted.Load(), res[0].Remaining, got, burst)
+	for i, r := range res {
+		if got := admitted.Load() + r.Remaining; got != burst {
+			t.Fatalf("%s: admitted %d with %d remaining: %d, not the burst of %d (a take charged twice, or charged and failed)", bs[i].Key, admitted.Load(), r.Remaining, got, burst)
+		}
 	}
 	if n, err := dstC.Exists(ctx, key).Result(); err != nil || n != 1 {
 		t.Fatalf("the key is not on its new master (%d, %v)", n, err)
@@ -140,15 +155,24 @@ type node struct{ id, addr string }
 // owners returns the master serving slot and another master.
 func owners(t *testing.T, c *redis.ClusterClient, slot int) (src, dst node) {
 	t.Helper()
-	slots, err := c.ClusterSlots(context.Background()).Result()
+	shards, err := c.ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range slots {
-		n := node{id: s.Nodes[0].ID, addr: s.Nodes[0].Addr}
-		if slot >= s.Start && slot <= s.End {
+	for _, sh := range shards {
+		var n node
+		for _, nd := range sh.Nodes {
+			if nd.Role == "master" {
+				n = node{id: nd.ID, addr: net.JoinHostPort(nd.IP, strconv.FormatInt(nd.Port, 10))}
+			}
+		}
+		serves := false
+		for _, r := range sh.Slots {
+			serves = serves || (int64(slot) >= r.Start && int64(slot) <= r.End)
+		}
+		if serves {
 			src = n
-		} else if dst.id == "" || dst.id == src.id {
+		} else if dst.id == "" {
 			dst = n
 		}
 	}
