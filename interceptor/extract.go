@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"sync"
 
@@ -100,9 +101,8 @@ func FromHTTPRequest(f func(r *http.Request) string) Extractor {
 // the top of the message or inside singular message fields (the path is
 // found once per message descriptor, at most 8 levels deep, and cached;
 // messages built at run time whose descriptors share a name are each read
-// by their own). It
-// finds nothing for messages without such a field, for streams and for
-// HTTP. A message that marks one identity twice, or marks a repeated, map
+// by their own). It finds nothing for messages without such a field, for
+// streams and for HTTP. A message that marks one identity twice, or marks a repeated, map
 // or other-typed field, is logged once and read as unmarked. An id that is
 // not one of IDENTITY_USER, IDENTITY_TENANT or IDENTITY_API_KEY yields a
 // nil Extractor, which the With... options report as an error.
@@ -166,6 +166,10 @@ type fieldPlanKey struct {
 type fieldPlan struct {
 	md   protoreflect.MessageDescriptor
 	path []protoreflect.FieldDescriptor
+	// cmp: md's dynamic type is comparable, so md == another descriptor
+	// cannot panic (protobuf-go's are pointers; a plan for a descriptor
+	// of another kind is found again on every call instead).
+	cmp bool
 }
 
 // readField returns the value of the field of m marked with id, or "".
@@ -176,11 +180,11 @@ func readField(m protoreflect.Message, id floodgatev1.Identity) string {
 	md := m.Descriptor()
 	k := fieldPlanKey{md.FullName(), id}
 	var path []protoreflect.FieldDescriptor
-	if v, ok := fieldPlans.Load(k); ok && v.(*fieldPlan).md == md {
+	if v, ok := fieldPlans.Load(k); ok && v.(*fieldPlan).cmp && v.(*fieldPlan).md == md {
 		path = v.(*fieldPlan).path
 	} else {
 		path = planField(md, id)
-		fieldPlans.Store(k, &fieldPlan{md: md, path: path})
+		fieldPlans.Store(k, &fieldPlan{md: md, path: path, cmp: reflect.TypeOf(md).Comparable()})
 	}
 	if len(path) == 0 {
 		return ""
@@ -213,8 +217,7 @@ func readField(m protoreflect.Message, id floodgatev1.Identity) string {
 
 // planField finds the path to the field of md marked with id, logging
 // (once per message descriptor and identity: the result is cached) a
-// marking it
-// cannot use. It never descends into a message type already on the path,
+// marking it cannot use. It never descends into a message type already on the path,
 // so a recursive type is read at its outermost level only.
 func planField(md protoreflect.MessageDescriptor, id floodgatev1.Identity) []protoreflect.FieldDescriptor {
 	var found [][]protoreflect.FieldDescriptor
