@@ -179,13 +179,15 @@ func readField(m protoreflect.Message, id floodgatev1.Identity) string {
 	}
 	md := m.Descriptor()
 	k := fieldPlanKey{md.FullName(), id}
-	var path []protoreflect.FieldDescriptor
-	if v, ok := fieldPlans.Load(k); ok && v.(*fieldPlan).cmp && v.(*fieldPlan).md == md {
-		path = v.(*fieldPlan).path
-	} else {
-		path = planField(md, id)
-		fieldPlans.Store(k, &fieldPlan{md: md, path: path, cmp: reflect.TypeOf(md).Comparable()})
+	var plan *fieldPlan
+	if v, ok := fieldPlans.Load(k); ok {
+		plan = v.(*fieldPlan)
 	}
+	if plan == nil || !plan.cmp || plan.md != md {
+		plan = &fieldPlan{md: md, path: planField(md, id), cmp: reflect.TypeOf(md).Comparable()}
+		fieldPlans.Store(k, plan)
+	}
+	path := plan.path
 	if len(path) == 0 {
 		return ""
 	}

@@ -129,12 +129,15 @@ func Translate(files []File, opts Options) ([]byte, error) {
 			t.errs = append(t.errs, &Error{File: "-as", Msg: fmt.Sprintf("%s=%s: %v", s, scope, err)})
 		}
 	}
-	switch opts.Consistency {
-	case "", "exact":
-		t.opts.Consistency = ""
-	case "leased", "async":
-	default:
-		t.errs = append(t.errs, &Error{File: "-consistency", Msg: fmt.Sprintf("%q is not exact, leased or async", opts.Consistency)})
+	if opts.Consistency != "" {
+		switch c, err := tiers.ParseConsistency(opts.Consistency); {
+		case err != nil:
+			t.errs = append(t.errs, &Error{File: "-consistency", Msg: fmt.Sprintf("%q is not exact, leased or async", opts.Consistency)})
+		case c == tiers.Exact:
+			t.opts.Consistency = ""
+		default:
+			t.opts.Consistency = c.String()
+		}
 	}
 	for _, f := range files {
 		t.file(f)

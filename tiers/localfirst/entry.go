@@ -102,6 +102,10 @@ func (e *entry) reset(b *tiers.Bucket, now time.Time) {
 
 func (e *entry) capacity() int64 { return e.limit.Capacity() }
 
+// unitNanos is how long l takes to refill one unit, in nanoseconds
+// (l.Rate > 0).
+func unitNanos(l tiers.Limit) float64 { return float64(l.Period) / float64(l.Rate) }
+
 // perNano is the bucket's refill rate in units per nanosecond.
 func (e *entry) perNano() float64 {
 	return float64(e.limit.Rate) / float64(e.limit.Period)
@@ -149,7 +153,7 @@ func (e *entry) deny(r tiers.Result, cost int64, now time.Time, n int, c *config
 	until := now.Add(r.RetryAfter)
 	e.gather = 0
 	if want := e.leaseWant(cost, now, n, c, false); want > 0 && e.limit.Rate > 0 {
-		unit := float64(e.limit.Period) / float64(e.limit.Rate)
+		unit := unitNanos(e.limit)
 		// at most a lease target's refill
 		if most := int64(float64(c.leaseTarget) / unit); want > most {
 			want = most

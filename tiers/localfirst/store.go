@@ -438,7 +438,7 @@ func (s *Store) shrinkLeases(buckets []tiers.Bucket, hl []held, sub []tiers.Buck
 			if r := &subRes[k]; r.RetryAfter > 0 {
 				l := buckets[i].Limit
 				if l.Rate > 0 {
-					r.RetryAfter = max(time.Microsecond, r.RetryAfter-time.Duration(float64(h.extra)*float64(l.Period)/float64(l.Rate)))
+					r.RetryAfter = max(time.Microsecond, r.RetryAfter-time.Duration(float64(h.extra)*unitNanos(l)))
 				}
 			}
 			continue
