@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -40,6 +41,58 @@ func BenchmarkTakeLocal(b *testing.B) {
 				if ok, err := s.Take(context.Background(), bs, res); !ok || err != nil {
 					b.Fatal(ok, err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkSyncTick measures what the background goroutine pays a tick
+// (one Sync, the clock one tick later) while n keys hold leases that
+// expire a year later: nothing is due, so the work is only finding that
+// out.
+func BenchmarkSyncTick(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
+			clk := clock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+			ledger, err := memstore.New(memstore.WithClock(clk))
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := localfirst.New(ledger, ledger, localfirst.WithClock(clk), localfirst.WithManualSync(),
+				localfirst.WithLeaseTTL(365*24*time.Hour), localfirst.WithLeaseTarget(time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			ctx := context.Background()
+			res := make([]tiers.Result, 1)
+			// Each key: a first take (exact, no lease), then, a second
+			// later, a take that leases for its demand.
+			for round := range 2 {
+				for i := range n {
+					bk := bucket("k"+strconv.Itoa(i), tiers.Leased, 1_000_000, 1_000_000)
+					if ok, err := s.Take(ctx, []tiers.Bucket{bk}, res); !ok || err != nil {
+						b.Fatal(ok, err)
+					}
+				}
+				if round == 0 {
+					clk.Advance(time.Second)
+				}
+			}
+			if st := s.Stats(); st.Leases != uint64(n) {
+				b.Fatalf("%d leases for %d keys", st.Leases, n)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				clk.Advance(10 * time.Millisecond)
+				if err := s.Sync(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if st := s.Stats(); st.ReturnedUnits != 0 || st.Reports != 0 {
+				b.Fatalf("%d units returned, %d reports while nothing was due", st.ReturnedUnits, st.Reports)
 			}
 		})
 	}

@@ -14,17 +14,20 @@ import (
 type entry struct {
 	mu      sync.Mutex
 	touched time.Time // guarded by Store.mu
-	queued  bool      // on Store.pending; guarded by mu
+	queued  bool      // pending (on the Store's wheel, or taken by a Sync); guarded by mu
 	// wake is when Sync next needs to look at the entry (Unix ns; 0: at
-	// the next tick): its next report or lease expiry. Sync reads it
-	// without the lock, so that keys far from their next report cost a
-	// load per tick, not a lock; it is written under mu, and takes only
-	// move it earlier.
-	wake  atomic.Int64
+	// the next Sync): its next report or lease expiry. It is written
+	// under mu; takes only move it earlier, and then mark files the entry
+	// earlier on the wheel (see wheel.go).
+	wake atomic.Int64
+	// at is where the entry is filed on the wheel (a tick, atNow or
+	// atNone); written under Store.pmu, read without it by mark.
+	at    atomic.Int64
 	state // guarded by mu
 }
 
-// sooner moves e's wake to t if t is earlier; e.mu is held.
+// sooner moves e's wake to t if t is earlier; e.mu is held. The caller
+// then marks e, which files it earlier on the wheel if need be.
 func (e *entry) sooner(t time.Time) {
 	if w := t.UnixNano(); w < e.wake.Load() {
 		e.wake.Store(w)

@@ -121,8 +121,8 @@ func (s *Store) settleLocal(b *tiers.Bucket, src floodgate.Source, now time.Time
 	e.u += d
 	e.tok = math.Min(e.tok-float64(d), float64(e.capacity())/float64(n))
 	if e.u > 0 {
-		s.mark(e)
 		e.sooner(e.lastReport.Add(e.reportEvery()))
+		s.mark(e)
 	}
 	return 0, true
 }

@@ -170,11 +170,12 @@ type Store struct {
 	nkeys  atomic.Int64 // keys held, over every shard
 	seed   maphash.Seed
 
-	// pending holds the entries that hold or owe something (a lease,
-	// unreported hits, units to give back): what Sync visits.
+	// wheel files the entries that hold or owe something (a lease,
+	// unreported hits, units to give back) by when Sync next needs them.
 	pmu       sync.Mutex
-	pending   []*entry
+	wheel     wheel
 	smu       sync.Mutex // held by a sync from start to end
+	taken     []*entry   // a sync's entries, reused; guarded by smu
 	lastSweep atomic.Int64
 
 	stop    chan struct{}
@@ -232,6 +233,7 @@ func New(exact tiers.Store, ledger Ledger, opts ...Option) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].entries = make(map[string]*entry)
 	}
+	s.wheel.cur = max(1, tickOf(c.clock.Now().UnixNano()))
 	if c.manual {
 		close(s.stopped)
 	} else {
@@ -249,14 +251,23 @@ func instanceID() uint64 {
 	}
 }
 
-// mark puts e on the pending list, once; e.mu is held.
+// mark makes e pending, filed on the wheel by its wake, or files it
+// earlier when its wake moved before where it is filed; e.mu is held.
 func (s *Store) mark(e *entry) {
 	if e.queued {
+		// Filed early enough, or taken by a Sync (which files it by its
+		// wake when done): nothing to do, without the wheel's lock.
+		if at := e.at.Load(); at == atNone || at == atNow || tickOf(e.wake.Load()) >= at {
+			return
+		}
+		s.pmu.Lock()
+		s.wheel.advance(e)
+		s.pmu.Unlock()
 		return
 	}
 	e.queued = true
 	s.pmu.Lock()
-	s.pending = append(s.pending, e)
+	s.wheel.place(e)
 	s.pmu.Unlock()
 }
 

@@ -146,15 +146,14 @@ func (s *Store) sync(ctx context.Context, mode syncMode) error {
 	now := s.cfg.clock.Now()
 	var jobs []job
 	nret := 0
-	s.pmu.Lock()
-	pending := s.pending
-	s.pending = nil
-	s.pmu.Unlock()
-	keep := pending[:0]
 	nowNs := now.UnixNano()
-	for _, e := range pending {
+	s.pmu.Lock()
+	taken := s.wheel.take(tickOf(nowNs), mode != syncDue, s.taken[:0])
+	s.pmu.Unlock()
+	keep := taken[:0]
+	for _, e := range taken {
 		if mode == syncDue && nowNs < e.wake.Load() {
-			keep = append(keep, e) // nothing due: not even a lock
+			keep = append(keep, e) // filed early (a tick's start, the wheel's end): not yet due
 			continue
 		}
 		e.mu.Lock()
@@ -198,11 +197,17 @@ func (s *Store) sync(ctx context.Context, mode syncMode) error {
 		}
 		e.mu.Unlock()
 	}
+	// The entries kept go back on the wheel by their wake now (a take
+	// may have moved it earlier since), before their reports are sent:
+	// a report's reply files its key again.
 	if len(keep) > 0 {
 		s.pmu.Lock()
-		s.pending = append(s.pending, keep...)
+		for _, e := range keep {
+			s.wheel.place(e)
+		}
 		s.pmu.Unlock()
 	}
+	s.taken = drain(taken)
 	s.sweep(now)
 	s.st.syncs.Add(1)
 	s.st.lastBatch.Store(uint64(len(jobs)))
@@ -450,6 +455,7 @@ func (s *Store) settleJob(j *job, charged int64, n int) {
 	debt := j.b.Cost - charged
 	j.e.inflight = 0
 	j.e.wake.Store(0) // its state changed: Sync looks again
+	s.mark(j.e)
 	j.e.u = j.e.keep(j.e.u+debt, n)
 	s.st.reports.Add(1)
 	s.st.reportedUnits.Add(uint64(charged))
@@ -465,10 +471,12 @@ func (s *Store) unreported(j *job) {
 		j.e.owed += j.e.returning
 		j.e.returning = 0
 		j.e.wake.Store(0)
+		s.mark(j.e)
 		return
 	}
 	j.e.inflight = 0
 	j.e.wake.Store(0)
+	s.mark(j.e)
 	j.e.u = j.e.keep(j.e.u+j.b.Cost, max(1, s.cfg.instances()))
 }
 
