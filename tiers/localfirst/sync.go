@@ -450,6 +450,11 @@ func (s *Store) settleJob(j *job, charged int64, n int) {
 	if j.b.Cost < 0 { // a return: given back whole
 		j.e.returning = 0
 		s.st.returnedUnits.Add(uint64(-j.b.Cost))
+		// Sync looks again: a key that now holds nothing stops being
+		// pending (and can be swept once idle), instead of waiting on a
+		// wake nothing would bring.
+		j.e.wake.Store(0)
+		s.mark(j.e)
 		return
 	}
 	debt := j.b.Cost - charged

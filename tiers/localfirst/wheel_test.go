@@ -110,3 +110,55 @@ func TestLongLeaseReturnedOnTime(t *testing.T) {
 		})
 	}
 }
+
+// TestReturnedLeaseKeyIsSwept: a key whose lease went back holds nothing,
+// so it is dropped once idle like any other key, and a Store that saw many
+// such keys does not fill up with them.
+func TestReturnedLeaseKeyIsSwept(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1, localfirst.WithLeaseTTL(time.Second))
+	b := bucket("swept", tiers.Leased, 1000, 1000)
+	for range 4 {
+		take(t, s, b) // exact, then leases 1 and 2
+	}
+	f.clk.Advance(time.Second)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.ReturnedUnits != 2 || st.Keys != 1 {
+		t.Fatalf("after expiry: %+v, want 2 units returned, 1 key", st)
+	}
+	f.clk.Advance(time.Minute) // past idleFor (30s)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Keys != 0 {
+		t.Fatalf("a returned, idle key was kept: %+v", st)
+	}
+	if ok, _ := take(t, s, b); !ok {
+		t.Fatal("the swept key was denied")
+	}
+
+	// With room for 4 keys: 4 leased keys whose leases went back leave
+	// room, once idle, for 4 new ones, decided locally.
+	s2 := f.instance(t, 1, localfirst.WithLeaseTTL(time.Second), localfirst.WithMaxKeys(4))
+	for round := range 2 {
+		for k := range 4 {
+			b := bucket(fmt.Sprintf("full%d-%d", round, k), tiers.Leased, 1000, 1000)
+			for range 4 {
+				take(t, s2, b)
+			}
+		}
+		f.clk.Advance(time.Second)
+		if err := s2.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		f.clk.Advance(time.Minute)
+		if err := s2.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := s2.Stats(); st.Overflow != 0 || st.ReturnedUnits != 16 {
+		t.Fatalf("%+v: want no key decided exactly for want of room, 16 units returned", st)
+	}
+}
