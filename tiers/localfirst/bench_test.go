@@ -97,3 +97,46 @@ func BenchmarkSyncTick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTakeNewKeyFull measures a take of a key never seen while the
+// Store holds its bound of keys, every one of them owing a report (none
+// idle, none can be dropped): the key goes to the exact store (an
+// overflow). A flood of new keys (addresses, tokens) costs this per
+// request.
+func BenchmarkTakeNewKeyFull(b *testing.B) {
+	const keys = 100_000
+	ledger, err := memstore.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := localfirst.New(ledger, ledger, localfirst.WithManualSync(), localfirst.WithMaxKeys(keys))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx := context.Background()
+	res := make([]tiers.Result, 1)
+	for i := range keys {
+		bk := bucket("held"+strconv.Itoa(i), tiers.Async, 1_000_000, 1_000_000)
+		if ok, err := s.Take(ctx, []tiers.Bucket{bk}, res); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+	bs := make([]tiers.Bucket, 1024)
+	for i := range bs {
+		bs[i] = bucket("new"+strconv.Itoa(i), tiers.Async, 1_000_000, 1_000_000)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		if ok, err := s.Take(ctx, bs[i%len(bs):i%len(bs)+1], res); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		i++
+	}
+	b.StopTimer()
+	if st := s.Stats(); st.Overflow == 0 || st.Keys != keys {
+		b.Fatalf("%+v: want the new keys decided exactly, the held ones kept", st)
+	}
+}

@@ -162,3 +162,34 @@ func TestReturnedLeaseKeyIsSwept(t *testing.T) {
 		t.Fatalf("%+v: want no key decided exactly for want of room, 16 units returned", st)
 	}
 }
+
+// TestFullStoreReplacesIdleKeys: at its key bound, a Store replaces keys
+// that hold and owe nothing with new ones, decided locally, wherever the
+// idle keys are; keys that owe a report are kept, and new keys then go to
+// the exact store.
+func TestFullStoreReplacesIdleKeys(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1, localfirst.WithMaxKeys(1000))
+	for i := range 1000 {
+		take(t, s, bucket(fmt.Sprintf("old%d", i), tiers.Async, 1000, 1000))
+	}
+	// Every key owes a report: new keys cannot take their place.
+	take(t, s, bucket("refused", tiers.Async, 1000, 1000))
+	if st := s.Stats(); st.Overflow != 1 || st.Keys != 1000 {
+		t.Fatalf("%+v: want 1 overflow, 1000 keys", st)
+	}
+	if err := s.Flush(context.Background()); err != nil { // report every hit
+		t.Fatal(err)
+	}
+	if err := s.Sync(context.Background()); err != nil { // the reported keys now owe nothing
+		t.Fatal(err)
+	}
+	// 400 new keys for 1000 idle ones: some shards get more new keys than
+	// they held idle ones, and find room in others.
+	for i := range 400 {
+		take(t, s, bucket(fmt.Sprintf("new%d", i), tiers.Async, 1000, 1000))
+	}
+	if st := s.Stats(); st.Overflow != 1 || st.Keys != 1000 || st.LocalAllowed != 1400 {
+		t.Fatalf("%+v: want every new key decided locally in place of an idle one", st)
+	}
+}
