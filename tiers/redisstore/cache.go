@@ -117,20 +117,39 @@ func (d *denialCache) record(now time.Time, buckets []tiers.Bucket, res []tiers.
 	}
 }
 
+// evictSample is how many denials a full cache looks at to make room.
+const evictSample = 16
+
+// put records a denial. A full cache makes room among evictSample of its
+// denials (a map's iteration starts at a random place): those that ended,
+// or else the one that ends first. A bounded look keeps a flood of new
+// over-limit keys from costing a scan of the cache each, under the lock
+// every cached take reads through: 110 µs a denial at 10 000 denials in
+// force (BenchmarkDenialCachePutFull).
 func (d *denialCache) put(k cacheKey, e cacheEntry, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.m[k]; !ok && len(d.m) >= d.max {
+		var (
+			first   cacheKey
+			firstAt time.Time
+			n       int
+			ended   bool
+		)
 		for ok, ce := range d.m {
-			if !now.Before(ce.until) {
-				delete(d.m, ok)
-			}
-		}
-		for ok := range d.m {
-			if len(d.m) < d.max {
+			if n++; n > evictSample {
 				break
 			}
-			delete(d.m, ok)
+			switch {
+			case !now.Before(ce.until):
+				delete(d.m, ok)
+				ended = true
+			case n == 1 || ce.until.Before(firstAt):
+				first, firstAt = ok, ce.until
+			}
+		}
+		if !ended {
+			delete(d.m, first)
 		}
 	}
 	d.m[k] = e

@@ -68,7 +68,9 @@
 //     cost. Entries are keyed by bucket key AND limit, so a changed limit
 //     never inherits a stale denial. The cache is bounded
 //     (DefaultDenialCacheSize unless WithDenialCache says otherwise; 0 turns
-//     it off). Each answer it gives is a Redis call saved; package otel
+//     it off); a full cache makes room among a few of its denials, those
+//     that ended or else the one ending first, so a flood of distinct
+//     over-limit keys costs each a bounded look, not a scan. Each answer it gives is a Redis call saved; package otel
 //     counts them by that Source.
 //
 //   - Client-side batching (on by default; WithBatching sets it, and

@@ -1,0 +1,67 @@
+package redisstore
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// BenchmarkDenialCachePutFull measures recording a denial of a new key
+// while the cache is full of denials still in force: what each request
+// of a flood of distinct over-limit keys costs, under the lock every
+// cached take reads through.
+func BenchmarkDenialCachePutFull(b *testing.B) {
+	d := newDenialCache(DefaultDenialCacheSize)
+	now := time.Unix(1_700_000_000, 0)
+	lim := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
+	live := cacheEntry{until: now.Add(time.Hour), cost: 1}
+	for i := range DefaultDenialCacheSize {
+		d.put(cacheKey{key: "held" + strconv.Itoa(i), lim: lim}, live, now)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		d.put(cacheKey{key: "new" + strconv.Itoa(i), lim: lim}, live, now) // never seen
+		i++
+	}
+	b.StopTimer()
+	if n := d.len(); n != DefaultDenialCacheSize {
+		b.Fatalf("cache holds %d, want %d", n, DefaultDenialCacheSize)
+	}
+}
+
+// TestDenialCacheFull: a full cache makes room for a new denial by
+// dropping the denials that ended, or else the one that ends first.
+func TestDenialCacheFull(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	lim := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
+	key := func(s string) cacheKey { return cacheKey{key: s, lim: lim} }
+	at := func(d time.Duration) cacheEntry { return cacheEntry{until: now.Add(d), cost: 1} }
+
+	d := newDenialCache(4)
+	d.put(key("a"), at(-time.Second), now.Add(-2*time.Second)) // ended by now
+	d.put(key("b"), at(3*time.Second), now)
+	d.put(key("c"), at(-time.Millisecond), now.Add(-time.Second)) // ended by now
+	d.put(key("d"), at(time.Second), now)
+	d.put(key("e"), at(2*time.Second), now)
+	if _, ok := d.m[key("a")]; ok || d.len() != 3 {
+		t.Fatalf("after e: %v, want a and c (ended) dropped, b d e kept", d.m)
+	}
+	d.put(key("f"), at(4*time.Second), now)
+	d.put(key("g"), at(5*time.Second), now) // full of live denials: d ends first
+	for _, k := range []string{"b", "e", "f", "g"} {
+		if _, ok := d.m[key(k)]; !ok {
+			t.Fatalf("%s dropped: %v", k, d.m)
+		}
+	}
+	if d.len() != 4 {
+		t.Fatalf("holds %d, want 4", d.len())
+	}
+	d.put(key("b"), at(time.Minute), now) // a key held: updated in place
+	if d.len() != 4 || d.m[key("b")].until != now.Add(time.Minute) {
+		t.Fatalf("b not updated in place: %v", d.m)
+	}
+}
