@@ -212,39 +212,45 @@ func (s *Store) sync(ctx context.Context, mode syncMode) error {
 	s.st.syncs.Add(1)
 	s.st.lastBatch.Store(uint64(len(jobs)))
 
-	var errs []error
-	if lostErr != nil {
-		errs = append(errs, lostErr)
-	}
+	errs := []error{lostErr}
 	if len(jobs) > 0 {
-		// A report never denies (it charges what the store has and
-		// returns the rest as debt), so every key due goes in one call,
-		// maxGroup keys to a call: one call for every key a Close gives
-		// back would outlast the sync timeout (10 000 leased keys did).
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, maxParallel)
-		for len(jobs) > 0 {
-			k := min(len(jobs), maxGroup)
-			t := jobs[:k:k]
-			jobs = jobs[k:]
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				if err := s.report(ctx, t); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
+		errs = append(errs, s.sendReports(ctx, jobs)...)
 	}
 	err := errors.Join(errs...)
 	if err != nil {
 		s.logFailure(err)
 	}
 	return err
+}
+
+// sendReports sends jobs to the ledger, maxGroup keys to a call, at most
+// maxParallel calls at a time, and returns the calls' errors. A report
+// never denies (it charges what the store has and returns the rest as
+// debt), so every key due goes at once; one call for every key a Close
+// gives back would outlast the sync timeout (10 000 leased keys did).
+func (s *Store) sendReports(ctx context.Context, jobs []job) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, maxParallel)
+	for len(jobs) > 0 {
+		k := min(len(jobs), maxGroup)
+		t := jobs[:k:k]
+		jobs = jobs[k:]
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := s.report(ctx, t); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // sweep drops keys idle for idleFor, at most once per idleFor/4.
