@@ -89,6 +89,12 @@ type state struct {
 	u          int64 // admitted here, not yet reported (debt included)
 	inflight   int64 // units of the report under way
 	lastReport time.Time
+	// raised is when u last rose (a hit, or units owed again): a key's
+	// cadence only shortens as u rises, so a report falls due at its
+	// interval after the last report or at this, whichever is later.
+	// A report's lag counts from then: a key hit again after a long idle
+	// spell is due from that hit, not late by its idle time.
+	raised time.Time
 }
 
 // reset makes e the fresh state of b: a key whose limit or consistency
@@ -258,7 +264,7 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 	}
 	if e.tok >= float64(b.Cost) || wait > 0 {
 		e.tok -= float64(b.Cost)
-		e.u += b.Cost
+		e.spend(b.Cost, now)
 		// Every report waits at least a quarter interval: a key whose
 		// wake is already that soon needs no arithmetic here.
 		if soonest := e.lastReport.UnixNano() + int64(e.b.SyncInterval/4); e.wake.Load() > soonest {
@@ -271,6 +277,12 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 	retry := ceilDur(need * float64(n) / e.perNano())
 	*res = tiers.Result{Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), RetryAfter: max(retry, time.Microsecond), Source: floodgate.SourceAsync}
 	return false, false, true
+}
+
+// spend counts cost units admitted here at now, unreported.
+func (e *entry) spend(cost int64, now time.Time) {
+	e.u += cost
+	e.raised = now
 }
 
 // refill brings the share's tokens to now, capped at C/n.

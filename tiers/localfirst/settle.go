@@ -118,7 +118,7 @@ func (s *Store) settleLocal(b *tiers.Bucket, src floodgate.Source, now time.Time
 		return d - paid, true
 	}
 	e.refill(now, n)
-	e.u += d
+	e.spend(d, now)
 	e.tok = math.Min(e.tok-float64(d), float64(e.capacity())/float64(n))
 	if e.u > 0 {
 		e.sooner(e.lastReport.Add(e.reportEvery()))

@@ -307,9 +307,14 @@ func (e *entry) due(now time.Time, all bool) (cost int64, lag time.Duration, ok 
 		return e.u, 0, true
 	}
 	every := e.reportEvery()
-	since := now.Sub(e.lastReport)
-	if since >= every {
-		return e.u, max(0, since-every), true
+	if now.Sub(e.lastReport) >= every {
+		// Due since its interval ran out, or since u last rose, if later
+		// (see raised).
+		dueAt := e.lastReport.Add(every)
+		if e.raised.After(dueAt) {
+			dueAt = e.raised
+		}
+		return e.u, max(0, now.Sub(dueAt)), true
 	}
 	return 0, 0, false
 }
@@ -467,6 +472,9 @@ func (s *Store) settleJob(j *job, charged int64, n int) {
 	j.e.inflight = 0
 	j.e.wake.Store(0) // its state changed: Sync looks again
 	s.mark(j.e)
+	if debt > 0 {
+		j.e.raised = s.cfg.clock.Now()
+	}
 	j.e.u = j.e.keep(j.e.u+debt, n)
 	s.st.reports.Add(1)
 	s.st.reportedUnits.Add(uint64(charged))
@@ -488,6 +496,7 @@ func (s *Store) unreported(j *job) {
 	j.e.inflight = 0
 	j.e.wake.Store(0)
 	s.mark(j.e)
+	j.e.raised = s.cfg.clock.Now()
 	j.e.u = j.e.keep(j.e.u+j.b.Cost, max(1, s.cfg.instances()))
 }
 

@@ -3,6 +3,8 @@ package localfirst_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,5 +193,133 @@ func TestFullStoreReplacesIdleKeys(t *testing.T) {
 	}
 	if st := s.Stats(); st.Overflow != 1 || st.Keys != 1000 || st.LocalAllowed != 1400 {
 		t.Fatalf("%+v: want every new key decided locally in place of an idle one", st)
+	}
+}
+
+// TestConcurrentTakesAndSyncs: takers on 8 goroutines spend async and
+// leased keys, alone and together in one take, while another goroutine
+// moves the clock and syncs; after Close the ledger has charged each key
+// exactly what was admitted on it. A key lost from the sync's wheel would
+// keep hits unreported or units unreturned, and show here.
+func TestConcurrentTakesAndSyncs(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 2, localfirst.WithLeaseTTL(50*time.Millisecond), localfirst.WithLeaseTarget(10*time.Millisecond))
+	const keys, takers, takes = 24, 8, 3000
+	// No refill to speak of (one unit in 1000h) and room for every take.
+	bs := make([]tiers.Bucket, keys)
+	for i := range bs {
+		mode := tiers.Async
+		if i%2 == 1 {
+			mode = tiers.Leased
+		}
+		bs[i] = bucket(fmt.Sprintf("conc%d", i), mode, 1, 1_000_000)
+		bs[i].Limit.Period = 1000 * time.Hour
+	}
+	var admitted [keys]atomic.Int64
+	done := make(chan struct{})
+	var syncs sync.WaitGroup
+	syncs.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			f.clk.Advance(time.Duration(1+i%17) * time.Millisecond)
+			if err := s.Sync(context.Background()); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for g := range takers {
+		wg.Go(func() {
+			res := make([]tiers.Result, 2)
+			for i := range takes {
+				a, b := (g*7+i*5)%keys, (g*11+i*3)%keys
+				take := []tiers.Bucket{bs[a]}
+				if i%3 == 0 && a != b {
+					take = append(take, bs[b]) // two levels, all or nothing
+				}
+				ok, err := s.Take(context.Background(), take, res[:len(take)])
+				if err != nil || !ok {
+					t.Errorf("take %v: %v %v", take, ok, err)
+					return
+				}
+				admitted[a].Add(1)
+				if len(take) == 2 {
+					admitted[b].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	syncs.Wait()
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	total := int64(0)
+	for i := range bs {
+		want := 1_000_000 - admitted[i].Load()
+		total += admitted[i].Load()
+		if got := f.remaining(t, bs[i]); got != want {
+			t.Errorf("%s (%s): ledger holds %d, want %d (%d admitted)", bs[i].Key, bs[i].Consistency, got, want, admitted[i].Load())
+		}
+	}
+	if st := s.Stats(); st.Syncs < 10 || st.LocalAllowed == 0 || st.ReturnedUnits == 0 || st.Reports == 0 {
+		t.Errorf("the test did not exercise what it is for: %+v", st)
+	}
+	t.Logf("%d units admitted over %d keys, %+v", total, keys, s.Stats())
+}
+
+// TestSyncLagCountsFromTheHit: MaxSyncLag is how long a report waited
+// past the moment it fell due: its interval after the last report, or
+// the hit that brought it due if later (a key hit again 15s after its
+// last report is due at the hit, not late by its idle time; a hit that
+// shortens a key's cadence past the time already gone makes it due at
+// that hit).
+func TestSyncLagCountsFromTheHit(t *testing.T) {
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	b := bucket("lag", tiers.Async, 1000, 1000)
+	b.Limit.Period = 1000 * time.Hour // no refill to speak of: the share stays 1000 less what the store was told
+	read := b
+	read.Cost = 0
+	take(t, s, read) // new: a full share, nothing spent
+	take(t, s, b)    // 1 unit: due 10s after the key was new
+	sync := func(after time.Duration) {
+		t.Helper()
+		f.clk.Advance(after)
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(10*time.Second + 7*time.Millisecond) // 7ms past due
+	if st := s.Stats(); st.Reports != 1 || st.MaxSyncLag != 7*time.Millisecond {
+		t.Fatalf("%+v: want one report, 7ms late", st)
+	}
+	sync(15 * time.Second) // idle: nothing due (and not yet swept)
+	take(t, s, b)          // due at once (15s since the last report), from now
+	sync(4 * time.Millisecond)
+	if st := s.Stats(); st.Reports != 2 || st.MaxSyncLag != 7*time.Millisecond {
+		t.Fatalf("%+v: want a second report, 4ms after its hit, the longest lag still 7ms", st)
+	}
+	// A share of 998 now: u units wait 24.95s/u. One hit a second: the
+	// fourth waits 6.24s, the fifth, 5s after the last report, 4.99s:
+	// due at that hit, not 10ms before it.
+	sync(time.Second)
+	for range 4 {
+		take(t, s, b)
+		sync(time.Second)
+	}
+	if st := s.Stats(); st.Reports != 2 {
+		t.Fatalf("%+v: reported before the fifth hit", st)
+	}
+	take(t, s, b)
+	sync(3 * time.Millisecond)
+	if st := s.Stats(); st.Reports != 3 || st.MaxSyncLag != 7*time.Millisecond {
+		t.Fatalf("%+v: want a third report, 3ms after the hit that made it due, the longest lag still 7ms", st)
 	}
 }
