@@ -93,8 +93,9 @@ type state struct {
 	// cadence only shortens as u rises, so a report falls due at its
 	// interval after the last report or at this, whichever is later.
 	// A report's lag counts from then: a key hit again after a long idle
-	// spell is due from that hit, not late by its idle time.
-	raised time.Time
+	// spell is due from that hit, not late by its idle time. Unix ns (no
+	// pointer to write on every hit).
+	raised int64
 }
 
 // reset makes e the fresh state of b: a key whose limit or consistency
@@ -282,7 +283,7 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 // spend counts cost units admitted here at now, unreported.
 func (e *entry) spend(cost int64, now time.Time) {
 	e.u += cost
-	e.raised = now
+	e.raised = now.UnixNano()
 }
 
 // refill brings the share's tokens to now, capped at C/n.

@@ -310,11 +310,8 @@ func (e *entry) due(now time.Time, all bool) (cost int64, lag time.Duration, ok 
 	if now.Sub(e.lastReport) >= every {
 		// Due since its interval ran out, or since u last rose, if later
 		// (see raised).
-		dueAt := e.lastReport.Add(every)
-		if e.raised.After(dueAt) {
-			dueAt = e.raised
-		}
-		return e.u, max(0, now.Sub(dueAt)), true
+		dueAt := max(e.lastReport.Add(every).UnixNano(), e.raised)
+		return e.u, time.Duration(max(0, now.UnixNano()-dueAt)), true
 	}
 	return 0, 0, false
 }
@@ -473,7 +470,7 @@ func (s *Store) settleJob(j *job, charged int64, n int) {
 	j.e.wake.Store(0) // its state changed: Sync looks again
 	s.mark(j.e)
 	if debt > 0 {
-		j.e.raised = s.cfg.clock.Now()
+		j.e.raised = s.cfg.clock.Now().UnixNano()
 	}
 	j.e.u = j.e.keep(j.e.u+debt, n)
 	s.st.reports.Add(1)
@@ -496,7 +493,7 @@ func (s *Store) unreported(j *job) {
 	j.e.inflight = 0
 	j.e.wake.Store(0)
 	s.mark(j.e)
-	j.e.raised = s.cfg.clock.Now()
+	j.e.raised = s.cfg.clock.Now().UnixNano()
 	j.e.u = j.e.keep(j.e.u+j.b.Cost, max(1, s.cfg.instances()))
 }
 
