@@ -89,13 +89,15 @@ type state struct {
 	u          int64 // admitted here, not yet reported (debt included)
 	inflight   int64 // units of the report under way
 	lastReport time.Time
-	// raised is when u last rose (a hit, or units owed again): a key's
-	// cadence only shortens as u rises, so a report falls due at its
-	// interval after the last report or at this, whichever is later.
-	// A report's lag counts from then: a key hit again after a long idle
-	// spell is due from that hit, not late by its idle time. Unix ns (no
-	// pointer to write on every hit).
-	raised int64
+	// When the report fell due, for its lag (Unix ns: no pointer to
+	// write on every hit). A key's cadence only shortens as u rises, so a
+	// report falls due either by time (its interval after the last report
+	// runs out) or by a rise of u that finds the interval already run
+	// out. raised is the last rise that found the key not due; dueAt,
+	// when not 0, is the moment a later rise found it had fallen due:
+	// so a key hit again after a long idle spell is due from that hit,
+	// and hits while a Sync is late do not hide its lag.
+	raised, dueAt int64
 }
 
 // reset makes e the fresh state of b: a key whose limit or consistency
@@ -280,10 +282,39 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 	return false, false, true
 }
 
-// spend counts cost units admitted here at now, unreported.
+// spend counts cost units admitted here at now, unreported (a negative
+// cost: given back).
 func (e *entry) spend(cost int64, now time.Time) {
+	if cost > 0 {
+		e.rise(now)
+	}
 	e.u += cost
-	e.raised = now.UnixNano()
+}
+
+// rise notes, before u rises at now, when the key's report fell due (see
+// raised and dueAt).
+func (e *entry) rise(now time.Time) {
+	if e.dueAt != 0 {
+		return
+	}
+	ns := now.UnixNano()
+	// The wake is never after the report's due time (see nextWake and
+	// its callers): before it, the key is not due, without arithmetic.
+	if e.u > 0 && ns >= e.wake.Load() {
+		if d := e.lastReport.Add(e.reportEvery()).UnixNano(); ns >= d {
+			e.dueAt = max(d, e.raised)
+			return
+		}
+	}
+	e.raised = ns
+}
+
+// dueSince is when e's report fell due, e being due now.
+func (e *entry) dueSince(every time.Duration) int64 {
+	if e.dueAt != 0 {
+		return e.dueAt
+	}
+	return max(e.lastReport.Add(every).UnixNano(), e.raised)
 }
 
 // refill brings the share's tokens to now, capped at C/n.

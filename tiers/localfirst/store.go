@@ -497,6 +497,13 @@ func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok
 			// A deny leaves the bucket as it was: its remaining is still
 			// the store's state, so it teaches the same.
 			h.e.learn(float64(r.Remaining), now, n)
+			if h.e.u > 0 {
+				// A smaller share shortens the cadence of what this
+				// instance holds unreported: its report may be due
+				// sooner.
+				h.e.sooner(h.e.lastReport.Add(h.e.reportEvery()))
+				s.mark(h.e)
+			}
 		case ok && buckets[h.i].Consistency == tiers.Leased:
 			h.e.granted(h.extra, r.Remaining, now, &s.cfg)
 			if h.extra > 0 {

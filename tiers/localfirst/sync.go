@@ -181,6 +181,7 @@ func (s *Store) sync(ctx context.Context, mode syncMode) error {
 				e.u -= cost
 				e.inflight = cost
 				e.lastReport = now
+				e.dueAt = 0
 				jobs = append(jobs, job{e: e, b: b})
 				if lag > time.Duration(s.st.lagMax.Load()) {
 					s.st.lagMax.Store(int64(lag))
@@ -308,10 +309,7 @@ func (e *entry) due(now time.Time, all bool) (cost int64, lag time.Duration, ok 
 	}
 	every := e.reportEvery()
 	if now.Sub(e.lastReport) >= every {
-		// Due since its interval ran out, or since u last rose, if later
-		// (see raised).
-		dueAt := max(e.lastReport.Add(every).UnixNano(), e.raised)
-		return e.u, time.Duration(max(0, now.UnixNano()-dueAt)), true
+		return e.u, time.Duration(max(0, now.UnixNano()-e.dueSince(every))), true
 	}
 	return 0, 0, false
 }
@@ -470,7 +468,7 @@ func (s *Store) settleJob(j *job, charged int64, n int) {
 	j.e.wake.Store(0) // its state changed: Sync looks again
 	s.mark(j.e)
 	if debt > 0 {
-		j.e.raised = s.cfg.clock.Now().UnixNano()
+		j.e.rise(s.cfg.clock.Now())
 	}
 	j.e.u = j.e.keep(j.e.u+debt, n)
 	s.st.reports.Add(1)
@@ -493,7 +491,7 @@ func (s *Store) unreported(j *job) {
 	j.e.inflight = 0
 	j.e.wake.Store(0)
 	s.mark(j.e)
-	j.e.raised = s.cfg.clock.Now().UnixNano()
+	j.e.rise(s.cfg.clock.Now())
 	j.e.u = j.e.keep(j.e.u+j.b.Cost, max(1, s.cfg.instances()))
 }
 
