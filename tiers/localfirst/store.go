@@ -133,10 +133,10 @@ func WithSyncTimeout(d time.Duration) Option {
 
 // WithMaxKeys bounds the keys held locally (default DefaultMaxKeys; at
 // least 1). Idle keys (nothing leased, nothing unreported) are dropped
-// after 30s, and at the bound a new key takes the place of an idle one
-// (it looks at a few keys, not all: a flood of new keys costs each a
-// bounded look); when none of those is idle, the new key is decided by
-// the exact store.
+// after 30s, and at the bound a new key takes the place of one idle and
+// untouched for a second (it looks at a few keys, not all: a flood of
+// new keys costs each a bounded look); when none of those is, the new
+// key is decided by the exact store.
 func WithMaxKeys(n int) Option {
 	return func(c *config) {
 		if n < 1 {
@@ -589,7 +589,7 @@ func (s *Store) entry(b *tiers.Bucket, now time.Time) *entry {
 		}
 		return e
 	}
-	if s.nkeys.Load() >= int64(s.cfg.maxKeys) && !s.makeRoomLocked(sh) {
+	if s.nkeys.Load() >= int64(s.cfg.maxKeys) && !s.makeRoomLocked(sh, now) {
 		s.st.overflow.Add(1)
 		return nil
 	}
@@ -610,8 +610,8 @@ const evictShards = 3
 // shards' whose lock is free (a shard a take holds is passed over, so no
 // two takes wait on each other's shard). Keys land in shards unevenly: a
 // shard can run out of idle keys while others have many.
-func (s *Store) makeRoomLocked(sh *shard) bool {
-	if sh.evictIdleLocked(&s.nkeys) {
+func (s *Store) makeRoomLocked(sh *shard, now time.Time) bool {
+	if sh.evictIdleLocked(&s.nkeys, now) {
 		return true
 	}
 	for range evictShards {
@@ -619,7 +619,7 @@ func (s *Store) makeRoomLocked(sh *shard) bool {
 		if o == sh || !o.mu.TryLock() {
 			continue
 		}
-		ok := o.evictIdleLocked(&s.nkeys)
+		ok := o.evictIdleLocked(&s.nkeys, now)
 		o.mu.Unlock()
 		if ok {
 			return true
@@ -632,17 +632,27 @@ func (s *Store) makeRoomLocked(sh *shard) bool {
 // idle one to replace when the key bound is reached.
 const evictSample = 8
 
-// evictIdleLocked drops one idle entry (nothing held, nothing owed) of
-// the shard, among evictSample of them (a map's iteration starts at a
-// random place); it reports whether it made room. A bounded look keeps a
+// evictAfter is how long a key must have gone untouched to be replaced
+// by a new one. A Take finds its entry under the shard's lock and locks
+// the entry after: an entry replaced in between would be spent by that
+// Take while the next one starts afresh (a second share for the key).
+const evictAfter = time.Second
+
+// evictIdleLocked drops one idle entry (nothing held, nothing owed, not
+// touched for evictAfter) of the shard, among evictSample of them (a
+// map's iteration starts at a random place); it reports whether it made
+// room. A bounded look keeps a
 // flood of new keys from costing a scan of the shard each: at 100 000
 // keys none idle, a new key cost 113 µs under the shard's lock, against
 // the exact store's take it then gets (BenchmarkTakeNewKeyFull).
-func (sh *shard) evictIdleLocked(nkeys *atomic.Int64) bool {
+func (sh *shard) evictIdleLocked(nkeys *atomic.Int64, now time.Time) bool {
 	n := 0
 	for k, e := range sh.entries {
 		if n++; n > evictSample {
 			break
+		}
+		if now.Sub(e.touched) < evictAfter {
+			continue
 		}
 		e.mu.Lock()
 		idle := e.idle() && !e.queued

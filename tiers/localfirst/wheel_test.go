@@ -166,9 +166,9 @@ func TestReturnedLeaseKeyIsSwept(t *testing.T) {
 }
 
 // TestFullStoreReplacesIdleKeys: at its key bound, a Store replaces keys
-// that hold and owe nothing with new ones, decided locally, wherever the
-// idle keys are; keys that owe a report are kept, and new keys then go to
-// the exact store.
+// that hold and owe nothing, untouched for a second, with new ones,
+// decided locally, wherever the idle keys are; keys that owe a report or
+// were just touched are kept, and new keys then go to the exact store.
 func TestFullStoreReplacesIdleKeys(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1, localfirst.WithMaxKeys(1000))
@@ -186,12 +186,19 @@ func TestFullStoreReplacesIdleKeys(t *testing.T) {
 	if err := s.Sync(context.Background()); err != nil { // the reported keys now owe nothing
 		t.Fatal(err)
 	}
+	// Idle, but touched less than a second ago: a Take may be about to
+	// spend them, so they stay.
+	take(t, s, bucket("early", tiers.Async, 1000, 1000))
+	if st := s.Stats(); st.Overflow != 2 {
+		t.Fatalf("%+v: want a second overflow", st)
+	}
+	f.clk.Advance(time.Second)
 	// 400 new keys for 1000 idle ones: some shards get more new keys than
 	// they held idle ones, and find room in others.
 	for i := range 400 {
 		take(t, s, bucket(fmt.Sprintf("new%d", i), tiers.Async, 1000, 1000))
 	}
-	if st := s.Stats(); st.Overflow != 1 || st.Keys != 1000 || st.LocalAllowed != 1400 {
+	if st := s.Stats(); st.Overflow != 2 || st.Keys != 1000 || st.LocalAllowed != 1400 {
 		t.Fatalf("%+v: want every new key decided locally in place of an idle one", st)
 	}
 }
