@@ -46,7 +46,7 @@ func (o *Observer) ObserveLocalFirst(stats func() localfirst.Stats) (unregister 
 	debt := counter("floodgate.localfirst.debt_units", "{unit}", "Units admitted locally that the store had no room for when reported.")
 	batch := gauge("floodgate.localfirst.sync.batch_size", "{call}", "Reports and lease returns the last sync sent.")
 	lagGauge := instrument[metric.Float64ObservableGaugeOption](m, metric.Meter.Float64ObservableGauge, "floodgate.localfirst.sync.lag",
-		metric.WithUnit("s"), metric.WithDescription("The longest a due async report waited past its interval."))
+		metric.WithUnit("s"), metric.WithDescription("The longest an async report waited past the moment it fell due."))
 	keys := gauge("floodgate.localfirst.keys", "{key}", "Keys held locally by the local-first store.")
 	reg, err := m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		st := stats()

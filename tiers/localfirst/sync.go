@@ -40,8 +40,9 @@ type Stats struct {
 	// the key bound was reached.
 	Overflow uint64
 	// Syncs counts Sync runs; LastBatch is how many reports and returns
-	// the last one sent; MaxSyncLag is the longest a key that needed a
-	// report waited past its interval.
+	// the last one sent; MaxSyncLag is the longest a report waited past
+	// the moment it fell due (its interval after the last report ran
+	// out, or a hit found it run out: never the time a key sat idle).
 	Syncs, LastBatch uint64
 	MaxSyncLag       time.Duration
 	// Keys is the number of keys held locally.
