@@ -66,6 +66,21 @@ func (b *batcher) close() {
 	b.wg.Wait()
 }
 
+// sentBeforeClose waits, once Close has begun, for the flushers to send
+// what was queued and stop, and reports whether p was among what they
+// sent: its answer then stands (a take Close sent may have charged, so
+// it must not be reported as failed). A take still queued after they
+// stopped was never sent.
+func (b *batcher) sentBeforeClose(p *pending) bool {
+	b.wg.Wait()
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (b *batcher) loop() {
 	defer b.wg.Done()
 	f := newFlusher(b.client, b.keyPos, b.max)
@@ -137,10 +152,12 @@ func (f *flusher) newCmd(ctx context.Context, args []any) *redis.IntSliceCmd {
 // sliding window log that share a slot with another as one merged call per
 // slot, the others as their own calls. A call answered NOSCRIPT (the
 // script cache was emptied) did not run, so it is sent again by EVAL,
-// which also reloads the script. Any other error of a merged call is every
-// one of its takes' error; it charged none of them (take.lua decides
-// everything before its first write, and Redis refuses a script's write
-// only at the first).
+// which also reloads the script; a call Redis refused is sent again after
+// a backoff (see refused). Any other error of a merged call is every one
+// of its takes' error, and it is never sent again (see once): an error
+// reply charged none of them (take.lua decides everything before its
+// first write, and Redis refuses a script's write only at the first); a
+// lost reply may have charged them all.
 func (f *flusher) flush() {
 	ctx := context.Background()
 	if len(f.batch) == 1 {
@@ -161,38 +178,51 @@ func (f *flusher) flush() {
 		gr := &f.groups[g]
 		m := f.buildMerged(g)
 		gr.cmd = f.newCmd(ctx, m.args)
-		_ = pipe.Process(ctx, gr.cmd)
+		_ = pipe.Process(ctx, once{gr.cmd})
 	}
 	for _, p := range f.alone {
 		p.cmd = f.newCmd(ctx, p.c.args)
-		_ = pipe.Process(ctx, p.cmd)
+		_ = pipe.Process(ctx, once{p.cmd})
 	}
 	_, _ = pipe.Exec(ctx)
 
-	var retry redis.Pipeliner
-	for g := range f.groups {
-		gr := &f.groups[g]
-		if isNoScript(gr.cmd.Err()) {
+	// Calls answered NOSCRIPT go again by EVAL at once; calls Redis
+	// refused (see refused) go again after a backoff, up to maxRefused
+	// times; any other failure is final (see once).
+	for attempt := 1; ; attempt++ {
+		var retry redis.Pipeliner
+		wait := false
+		again := func(cmd *redis.IntSliceCmd, args []any) *redis.IntSliceCmd {
+			err := cmd.Err()
+			noScript := isNoScript(err)
+			if !noScript && !(refused(err) && attempt <= maxRefused) {
+				return cmd
+			}
+			if noScript {
+				args[0], args[1] = "eval", takeScript.srcArg
+			} else {
+				wait = true
+			}
 			if retry == nil {
 				retry = f.client.Pipeline()
 			}
-			m := f.calls[g]
-			m.args[0], m.args[1] = "eval", takeScript.srcArg
-			gr.cmd = f.newCmd(ctx, m.args)
-			_ = retry.Process(ctx, gr.cmd)
+			cmd = f.newCmd(ctx, args)
+			_ = retry.Process(ctx, once{cmd})
+			return cmd
 		}
-	}
-	for _, p := range f.alone {
-		if isNoScript(p.cmd.Err()) {
-			if retry == nil {
-				retry = f.client.Pipeline()
-			}
-			p.c.args[0], p.c.args[1] = "eval", takeScript.srcArg
-			p.cmd = f.newCmd(ctx, p.c.args)
-			_ = retry.Process(ctx, p.cmd)
+		for g := range f.groups {
+			gr := &f.groups[g]
+			gr.cmd = again(gr.cmd, f.calls[g].args)
 		}
-	}
-	if retry != nil {
+		for _, p := range f.alone {
+			p.cmd = again(p.cmd, p.c.args)
+		}
+		if retry == nil {
+			break
+		}
+		if wait {
+			backoff(ctx, attempt)
+		}
 		_, _ = retry.Exec(ctx)
 	}
 
@@ -372,8 +402,10 @@ func (b *batcher) do(ctx context.Context, c *call) (int64, []int64, error) {
 		select {
 		case <-p.done:
 		case <-b.quit:
-			c.abandoned = true
-			return 0, nil, errClosed
+			if !b.sentBeforeClose(p) {
+				c.abandoned = true
+				return 0, nil, errClosed
+			}
 		}
 	} else {
 		select {
@@ -382,8 +414,10 @@ func (b *batcher) do(ctx context.Context, c *call) (int64, []int64, error) {
 			c.abandoned = true
 			return 0, nil, fmt.Errorf("redisstore: %w", ctx.Err())
 		case <-b.quit:
-			c.abandoned = true
-			return 0, nil, errClosed
+			if !b.sentBeforeClose(p) {
+				c.abandoned = true
+				return 0, nil, errClosed
+			}
 		}
 	}
 	now, seg, err := p.now, p.seg, p.err

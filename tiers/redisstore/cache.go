@@ -25,12 +25,17 @@ type cacheEntry struct {
 	resetAt   time.Time
 	cost      int64 // the cost that was denied; a smaller one may pass
 	remaining int64
+	gen       uint64 // the cache's gen when the take was sent
 }
 
 // denialCache remembers buckets that denied, until their retry-after.
 type denialCache struct {
 	max  int
 	hits atomic.Int64
+	// gen counts the settlements and reports that gave units back (and
+	// dropped denials): a denial decided before one of them, recorded
+	// after, may already be lifted, so it is not recorded.
+	gen atomic.Uint64
 
 	mu sync.Mutex
 	m  map[cacheKey]cacheEntry
@@ -104,15 +109,21 @@ func (d *denialCache) answer(now time.Time, buckets []tiers.Bucket, res []tiers.
 }
 
 // record caches every denying bucket of a take that has CacheDenials set
-// and a finite, positive retry-after.
-func (d *denialCache) record(now time.Time, buckets []tiers.Bucket, res []tiers.Result) {
+// and a finite, positive retry-after. sent is when the take was sent
+// (its retry-after counts from Redis's decision, later: a denial never
+// outlives it) and gen the cache's gen then (see gen).
+func (d *denialCache) record(sent time.Time, gen uint64, buckets []tiers.Bucket, res []tiers.Result) {
+	now := sent
+	if d.gen.Load() != gen {
+		return
+	}
 	for i := range buckets {
 		b := &buckets[i]
 		r := &res[i]
 		if !b.CacheDenials || r.Allowed || r.RetryAfter <= 0 {
 			continue
 		}
-		e := cacheEntry{until: now.Add(r.RetryAfter), resetAt: now.Add(r.Reset), cost: b.Cost, remaining: r.Remaining}
+		e := cacheEntry{until: now.Add(r.RetryAfter), resetAt: now.Add(r.Reset), cost: b.Cost, remaining: r.Remaining, gen: gen}
 		d.put(cacheKey{key: b.Key, lim: b.Limit}, e, now)
 	}
 }
@@ -129,6 +140,9 @@ const evictSample = 16
 func (d *denialCache) put(k cacheKey, e cacheEntry, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.gen.Load() != e.gen {
+		return // units were given back since the take was sent
+	}
 	if _, ok := d.m[k]; !ok && len(d.m) >= d.max {
 		var (
 			first   cacheKey

@@ -65,3 +65,43 @@ func TestDenialCacheFull(t *testing.T) {
 		t.Fatalf("b not updated in place: %v", d.m)
 	}
 }
+
+// TestDenialCacheSkipsLiftedDenials: a denial decided before units were
+// given back (a Refund, a negative Report) and brought back after is not
+// recorded: the units may have lifted it.
+func TestDenialCacheSkipsLiftedDenials(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	lim := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 2}
+	b := []tiers.Bucket{{Key: "k", Limit: lim, Cost: 2, CacheDenials: true}}
+	denied := []tiers.Result{{Allowed: false, RetryAfter: time.Hour}}
+	d := newDenialCache(10)
+	gen := d.gen.Load() // the take is sent
+	back := []tiers.Bucket{{Key: "k", Limit: lim, Cost: -2, CacheDenials: true}}
+	d.forgetRefunded(back, 1) // units given back while it is under way
+	d.record(now, gen, b, denied)
+	if d.len() != 0 {
+		t.Fatal("a denial decided before units were given back was recorded")
+	}
+	d.record(now, d.gen.Load(), b, denied) // a take sent after: recorded
+	if d.len() != 1 {
+		t.Fatal("a denial decided after was not recorded")
+	}
+}
+
+// TestDenialCacheCountsFromTheSend: a denial is kept for its retry-after
+// from when its take was sent, so a slow reply never keeps it past the
+// moment Redis would admit again.
+func TestDenialCacheCountsFromTheSend(t *testing.T) {
+	sent := time.Unix(1_700_000_000, 0)
+	lim := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Second, Burst: 1}
+	b := []tiers.Bucket{{Key: "k", Limit: lim, Cost: 1, CacheDenials: true}}
+	d := newDenialCache(10)
+	d.record(sent, d.gen.Load(), b, []tiers.Result{{Allowed: false, RetryAfter: time.Second}})
+	res := make([]tiers.Result, 1)
+	if !d.answer(sent.Add(999*time.Millisecond), b, res) {
+		t.Fatal("not answered within the retry-after")
+	}
+	if d.answer(sent.Add(time.Second), b, res) {
+		t.Fatal("answered at the retry-after counted from the send")
+	}
+}

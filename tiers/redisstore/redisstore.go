@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -335,15 +336,18 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 	if len(buckets) == 0 {
 		return true, nil
 	}
-	if s.cache != nil {
-		if s.cache.answer(s.now(), buckets, res) {
-			return false, nil
-		}
-	}
 	var (
 		allowed bool
 		err     error
+		sent    time.Time
+		gen     uint64
 	)
+	if s.cache != nil {
+		sent, gen = s.now(), s.cache.gen.Load()
+		if s.cache.answer(sent, buckets, res) {
+			return false, nil
+		}
+	}
 	if s.cluster == nil {
 		allowed, err = s.takeOne(ctx, buckets, 0, res)
 	} else {
@@ -353,7 +357,7 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 		return false, err
 	}
 	if s.cache != nil && !allowed {
-		s.cache.record(s.now(), buckets, res)
+		s.cache.record(sent, gen, buckets, res)
 	}
 	return allowed, nil
 }
@@ -371,26 +375,89 @@ func (s *Store) keyPos() int8 {
 	return 0
 }
 
+// once is a script command go-redis must not send again after a failure:
+// a script that ran and whose reply was lost (a read timeout, a connection
+// dropped after the write) has charged, and running it again would charge
+// twice, whatever the client's MaxRetries. (go-redis asks NoRetry before
+// the command holds its error, so it cannot tell those failures from
+// refusals; runScript and the batcher send refused calls again
+// themselves, see refused.) Cluster redirections (MOVED, ASK) go-redis
+// follows without asking: the script did not run where it was sent.
+type once struct{ redis.Cmder }
+
+// NoRetry implements redis.Cmder.
+func (once) NoRetry() bool { return true }
+
+// refused reports whether err says the script did not run, so that
+// sending it again is its first run: an error reply by which Redis
+// refuses a command before running it (the ones go-redis itself retries:
+// TRYAGAIN while a slot moves, LOADING, CLUSTERDOWN, MASTERDOWN, READONLY
+// after a failover, NOREPLICAS), a connection never made, or no
+// connection free in the pool.
+func refused(err error) bool {
+	if err == nil {
+		return false
+	}
+	var op *net.OpError
+	if errors.Is(err, redis.ErrPoolTimeout) || (errors.As(err, &op) && op.Op == "dial") {
+		return true
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	for _, p := range [...]string{"TRYAGAIN", "LOADING", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS"} {
+		if strings.HasPrefix(reply.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxRefused is how many times a refused script call is sent again, after
+// refusedBackoff, doubling.
+const (
+	maxRefused     = 4
+	refusedBackoff = 8 * time.Millisecond
+)
+
+// backoff waits before the attempt-th sending again of a refused call (1
+// is the first); it reports false when ctx ended first.
+func backoff(ctx context.Context, attempt int) bool {
+	t := time.NewTimer(refusedBackoff << (attempt - 1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // runScript sends the script call laid out in c by EVALSHA and, when the
-// server answers NOSCRIPT (its script cache was emptied), once more by EVAL
-// with sc's source, which also caches the script there. newCmd builds the
+// server answers NOSCRIPT (its script cache was emptied: nothing ran), once
+// more by EVAL with sc's source, which also caches the script there; a
+// call Redis refused (see refused) goes again, up to maxRefused times; a
+// call that failed otherwise never goes again (see once). newCmd builds the
 // command for the reply's type; keyPos, when not 0, is where its keys
 // start.
 func runScript[C redis.Cmder](ctx context.Context, client redis.UniversalClient, c *call, sc script, keyPos int8, newCmd func(context.Context, ...any) C) (C, error) {
-	cmd := newCmd(ctx, c.args...)
-	if keyPos != 0 {
-		cmd.SetFirstKeyPos(keyPos)
-	}
-	err := client.Process(ctx, cmd)
-	if isNoScript(err) {
-		c.args[0], c.args[1] = "eval", sc.srcArg
-		cmd = newCmd(ctx, c.args...)
+	send := func() (C, error) {
+		cmd := newCmd(ctx, c.args...)
 		if keyPos != 0 {
 			cmd.SetFirstKeyPos(keyPos)
 		}
-		err = client.Process(ctx, cmd)
+		return cmd, client.Process(ctx, once{cmd})
 	}
-	return cmd, err
+	cmd, err := send()
+	for attempt := 1; ; attempt++ {
+		if isNoScript(err) {
+			c.args[0], c.args[1] = "eval", sc.srcArg
+		} else if !refused(err) || attempt > maxRefused || !backoff(ctx, attempt) {
+			return cmd, err
+		}
+		cmd, err = send()
+	}
 }
 
 // isNoScript reports whether err is Redis's NOSCRIPT error.

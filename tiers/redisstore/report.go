@@ -68,6 +68,16 @@ func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64,
 	if len(buckets) == 0 {
 		return nil
 	}
+	if s.cache != nil && mode == modeReport {
+		for i := range buckets {
+			if buckets[i].Cost < 0 {
+				// Units given back (a lease returned) lift a denial, as
+				// a Refund does.
+				defer s.cache.forgetRefunded(buckets, 1)
+				break
+			}
+		}
+	}
 	var now int64
 	fixed := s.clock != nil
 	if fixed {

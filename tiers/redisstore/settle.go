@@ -181,6 +181,7 @@ func (c *call) buildSettle(sc script, prefix string, buckets []tiers.Bucket, idx
 func (d *denialCache) forgetRefunded(buckets []tiers.Bucket, sign int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.gen.Add(1) // takes under way keep the denials they bring back out
 	for i := range buckets {
 		if b := &buckets[i]; b.CacheDenials && b.Cost*sign < 0 {
 			delete(d.m, cacheKey{key: b.Key, lim: b.Limit})

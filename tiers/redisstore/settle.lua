@@ -67,7 +67,11 @@ for i = 1, n do
   alg, N, P, B, c, pos = sunpack('<Bdddd', x, pos)
   local k = KEYS[i]
   local v
-  if n <= 1000 then v = vals[i] elseif c ~= 0 and alg ~= 3 then v = call('GET', k) end
+  if n <= 1000 then v = vals[i]
+  elseif c ~= 0 and alg ~= 3 then
+    v = redis.pcall('GET', k) -- another type: absent, as MGET reads it
+    if type(v) == 'table' then v = false end
+  end
   if c == 0 then
   elseif alg == 0 then -- token bucket
     local e0, tokens, ts = 0, B, now

@@ -199,7 +199,11 @@ else
     for q = 1, TL[1] do
       i = i + 1
       if TL[6 * q - 4] == 3 then vals[i] = false
-      else vals[i] = call('GET', KEYS[i]) end
+      else
+        local v = pcall('GET', KEYS[i]) -- another type: absent, as MGET reads it
+        if type(v) == 'table' then v = false end
+        vals[i] = v
+      end
     end
   end
 end
