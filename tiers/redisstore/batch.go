@@ -178,11 +178,11 @@ func (f *flusher) flush() {
 		gr := &f.groups[g]
 		m := f.buildMerged(g)
 		gr.cmd = f.newCmd(ctx, m.args)
-		_ = pipe.Process(ctx, once{gr.cmd})
+		_ = pipe.Process(ctx, onceIntSlice{gr.cmd})
 	}
 	for _, p := range f.alone {
 		p.cmd = f.newCmd(ctx, p.c.args)
-		_ = pipe.Process(ctx, once{p.cmd})
+		_ = pipe.Process(ctx, onceIntSlice{p.cmd})
 	}
 	_, _ = pipe.Exec(ctx)
 
@@ -207,7 +207,7 @@ func (f *flusher) flush() {
 				retry = f.client.Pipeline()
 			}
 			cmd = f.newCmd(ctx, args)
-			_ = retry.Process(ctx, once{cmd})
+			_ = retry.Process(ctx, onceIntSlice{cmd})
 			return cmd
 		}
 		for g := range f.groups {

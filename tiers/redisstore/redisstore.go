@@ -388,6 +388,36 @@ type once struct{ redis.Cmder }
 // NoRetry implements redis.Cmder.
 func (once) NoRetry() bool { return true }
 
+// The reply types the scripts use, wrapped as once is but in one pointer,
+// which an interface holds without an allocation.
+type (
+	onceIntSlice struct{ *redis.IntSliceCmd }
+	onceSlice    struct{ *redis.SliceCmd }
+	onceInt      struct{ *redis.IntCmd }
+	onceCmd      struct{ *redis.Cmd }
+)
+
+func (onceIntSlice) NoRetry() bool { return true }
+func (onceSlice) NoRetry() bool    { return true }
+func (onceInt) NoRetry() bool      { return true }
+func (onceCmd) NoRetry() bool      { return true }
+
+// noRetry returns cmd wrapped so that go-redis never sends it again after
+// a failure (see once).
+func noRetry(cmd redis.Cmder) redis.Cmder {
+	switch c := cmd.(type) {
+	case *redis.IntSliceCmd:
+		return onceIntSlice{c}
+	case *redis.SliceCmd:
+		return onceSlice{c}
+	case *redis.IntCmd:
+		return onceInt{c}
+	case *redis.Cmd:
+		return onceCmd{c}
+	}
+	return once{cmd}
+}
+
 // refused reports whether err says the script did not run, so that
 // sending it again is its first run: an error reply by which Redis
 // refuses a command before running it (the ones go-redis itself retries:
@@ -447,7 +477,7 @@ func runScript[C redis.Cmder](ctx context.Context, client redis.UniversalClient,
 		if keyPos != 0 {
 			cmd.SetFirstKeyPos(keyPos)
 		}
-		return cmd, client.Process(ctx, once{cmd})
+		return cmd, client.Process(ctx, noRetry(cmd))
 	}
 	cmd, err := send()
 	for attempt := 1; ; attempt++ {
