@@ -102,11 +102,10 @@
 //     MaxRedirects: a call whose reply was lost (a read timeout, a
 //     connection dropped after the write) may have run, so its take,
 //     report or settlement fails and is never sent again (go-redis's own
-//     retries re-sent it: one take was charged three times). A call Redis
-//     refused before running it (TRYAGAIN while a Cluster slot moves,
-//     LOADING, CLUSTERDOWN, MASTERDOWN, READONLY, NOREPLICAS), or that
-//     never got a connection, is sent again up to 4 times, 8 ms apart and
-//     doubling; MOVED and ASK are followed.
+//     retries re-sent it: one take was charged three times). A call a
+//     Cluster refused with TRYAGAIN while its slot moves (it did not run)
+//     is sent again up to 4 times, 8 ms apart and doubling; MOVED and ASK
+//     are followed; any other refusal fails the call at once.
 //
 //   - Waiting (tiers.Bucket.MaxWait): take.lua books the units of a token
 //     bucket or GCRA bucket that arrive within the bucket's MaxWait (it is

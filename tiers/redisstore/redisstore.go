@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -418,30 +417,16 @@ func noRetry(cmd redis.Cmder) redis.Cmder {
 	return once{cmd}
 }
 
-// refused reports whether err says the script did not run, so that
-// sending it again is its first run: an error reply by which Redis
-// refuses a command before running it (the ones go-redis itself retries:
-// TRYAGAIN while a slot moves, LOADING, CLUSTERDOWN, MASTERDOWN, READONLY
-// after a failover, NOREPLICAS), a connection never made, or no
-// connection free in the pool.
+// refused reports whether err is TRYAGAIN: Redis Cluster refused a
+// multi-key call, before running it, while the slot of its keys moves
+// (some keys moved, some not), so sending it again is its first run; the
+// Cluster client used to send it again through its redirections. Other
+// refusals (LOADING, CLUSTERDOWN, a connection never made) fail the call
+// at once, as with NewClient's client, so the fallback decides without
+// waiting.
 func refused(err error) bool {
-	if err == nil {
-		return false
-	}
-	var op *net.OpError
-	if errors.Is(err, redis.ErrPoolTimeout) || (errors.As(err, &op) && op.Op == "dial") {
-		return true
-	}
 	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	for _, p := range [...]string{"TRYAGAIN", "LOADING", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS"} {
-		if strings.HasPrefix(reply.Error(), p) {
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "TRYAGAIN")
 }
 
 // maxRefused is how many times a refused script call is sent again, after
