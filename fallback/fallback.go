@@ -247,6 +247,10 @@ type Store struct {
 	// breaker's state being closed.
 	health atomic.Uint64
 	closed atomic.Bool
+	// gen counts the breaker's state changes: a fast-path failure counts
+	// only in the state its call began in (gobreaker itself drops results
+	// of calls begun in an earlier state).
+	gen atomic.Uint64
 	// halfOpen is set while the breaker lets its probes through: a probe
 	// waits the closed budget (see callPrimary).
 	halfOpen atomic.Bool
@@ -372,6 +376,7 @@ func New(primary tiers.Store, opts ...Option) (*Store, error) {
 // stateChanged logs a breaker transition, counts it and tells the user's
 // callback. It runs under gobreaker's lock.
 func (s *Store) stateChanged(name string, from, to gobreaker.State) {
+	s.gen.Add(1)
 	s.closed.Store(to == gobreaker.StateClosed)
 	s.halfOpen.Store(to == gobreaker.StateHalfOpen)
 	s.dirty()
@@ -430,6 +435,7 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 		// success here could not change gobreaker's counts in any way
 		// that matters (it trips on consecutive failures only), so only
 		// a failure goes through it, to be counted.
+		gen := s.gen.Load()
 		allowed, err := s.callPrimary(ctx, buckets, res)
 		if err == nil {
 			if h2 := s.health.Load(); h2 != h && s.closed.Load() {
@@ -442,7 +448,10 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 			}
 			return allowed, nil
 		}
-		if !excluded(err) {
+		if !excluded(err) && s.gen.Load() == gen {
+			// Counted only while the breaker is still in the state the
+			// call began in: a failure that outlived an open interval
+			// must not take a half-open probe's place.
 			_, _ = s.cb.Execute(func() (bool, error) { return false, err })
 		}
 		return s.failed(ctx, buckets, res, err)
@@ -666,7 +675,7 @@ func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed 
 		if b.OnStoreError != tiers.FailLocal || b.Cost > b.Limit.Capacity() {
 			continue
 		}
-		e := s.local.get(b.Key, b.Limit, inst, now, s.seen.lookup)
+		e := s.local.get(b.Key, b.Limit, inst, now, s.seen.lookup, buckets)
 		r := &res[i]
 		r.Limit = e.burst
 		if b.Cost > e.burst {
@@ -707,8 +716,14 @@ func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed 
 	return allowed
 }
 
+// ceilMicro rounds d up to a whole microsecond, saturating: x/time/rate
+// reports a wait beyond its range as MaxInt64, which rounding up would
+// wrap negative (read by package tiers as a cost beyond capacity).
 func ceilMicro(d time.Duration) time.Duration {
 	if r := d % time.Microsecond; r != 0 {
+		if d > math.MaxInt64-time.Microsecond {
+			return math.MaxInt64
+		}
 		d += time.Microsecond - r
 	}
 	return d

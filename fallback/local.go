@@ -60,7 +60,7 @@ func share(limit tiers.Limit, n int) (rate.Limit, int64) {
 // (seen: the remaining units and when), refilled at the key's rate since
 // and divided among the n instances; else full. Creating an entry when the
 // LRU is full evicts the least recently used one.
-func (l *localLimiters) get(key string, limit tiers.Limit, n int, now time.Time, seen func(string) (int64, time.Time, bool)) *localEntry {
+func (l *localLimiters) get(key string, limit tiers.Limit, n int, now time.Time, seen func(string, time.Time) (int64, time.Time, bool), take []tiers.Bucket) *localEntry {
 	if el, ok := l.byKey[key]; ok {
 		l.ll.MoveToFront(el)
 		e := el.Value.(*localEntry)
@@ -70,7 +70,7 @@ func (l *localLimiters) get(key string, limit tiers.Limit, n int, now time.Time,
 			e.lim.SetBurstAt(now, int(b))
 			e.limit, e.burst, e.n = limit, b, n
 		}
-		if rem, at, ok := seen(key); ok && at.After(e.used) {
+		if rem, at, ok := seen(key, now); ok && at.After(e.used) {
 			// The primary answered for the key since the limiter last
 			// decided: it refilled meanwhile, the store's bucket maybe
 			// not. Start again from what the store said.
@@ -79,15 +79,21 @@ func (l *localLimiters) get(key string, limit tiers.Limit, n int, now time.Time,
 		e.used = now
 		return e
 	}
-	if l.ll.Len() >= l.capacity {
+	for l.ll.Len() >= l.capacity {
 		oldest := l.ll.Back()
+		if inTake(oldest.Value.(*localEntry).key, take) {
+			// The take being decided holds it: evicting it would lose
+			// what the take reserves on it. The list holds one more
+			// until a later get.
+			break
+		}
 		delete(l.byKey, oldest.Value.(*localEntry).key)
 		l.ll.Remove(oldest)
 		l.evicted++
 	}
 	r, b := share(limit, n)
 	e := &localEntry{key: strings.Clone(key), limit: limit, n: n, lim: rate.NewLimiter(r, int(b)), burst: b}
-	if rem, at, ok := seen(key); ok {
+	if rem, at, ok := seen(key, now); ok {
 		e.seed(rem, at, now)
 	}
 	e.used = now
@@ -103,7 +109,11 @@ func (l *localLimiters) len() int { return l.ll.Len() }
 func (e *localEntry) seed(rem int64, at, now time.Time) {
 	elapsed := max(0, now.Sub(at).Seconds())
 	fleet := math.Min(float64(e.limit.Capacity()), float64(rem)+elapsed*float64(e.limit.Rate)/e.limit.Period.Seconds())
-	if excess := e.lim.TokensAt(now) - math.Floor(fleet/float64(e.n)); excess >= 1 {
+	share := math.Floor(fleet / float64(e.n))
+	if share == 0 && fleet >= 1 {
+		share = 1 // a share is at least 1 while the fleet has a unit (as the burst is)
+	}
+	if excess := e.lim.TokensAt(now) - share; excess >= 1 {
 		e.lim.ReserveN(now, int(excess))
 	}
 }
@@ -120,4 +130,14 @@ func (e *localEntry) durationFor(tokens float64) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(d) * time.Microsecond
+}
+
+// inTake reports whether key is a bucket of take.
+func inTake(key string, take []tiers.Bucket) bool {
+	for i := range take {
+		if take[i].Key == key {
+			return true
+		}
+	}
+	return false
 }

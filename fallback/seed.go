@@ -59,8 +59,12 @@ func (l *lastKnown) record(buckets []tiers.Bucket, res []tiers.Result, now time.
 	}
 }
 
-// lookup returns the remaining units last reported for key and when.
-func (l *lastKnown) lookup(key string) (remaining int64, at time.Time, ok bool) {
+// lookup returns the remaining units last reported for key and when,
+// seen at now. The time is kept in seedTimeBits of milliseconds, which
+// wrap every 2^34 ms (199 days): it is read as the latest instant not
+// after now with those bits (a record is taken for less than 199 days
+// old; one older is long refilled anyway).
+func (l *lastKnown) lookup(key string, now time.Time) (remaining int64, at time.Time, ok bool) {
 	h := maphash.String(l.seed, key) | 1
 	s := &l.slots[h&l.mask]
 	if s.h.Load() != h {
@@ -70,5 +74,7 @@ func (l *lastKnown) lookup(key string) (remaining int64, at time.Time, ok bool) 
 	if s.h.Load() != h {
 		return 0, time.Time{}, false
 	}
-	return int64(v >> seedTimeBits), l.base.Add(time.Duration(v&seedTimeMask) * time.Millisecond), true
+	nowMs := uint64(max(0, now.Sub(l.base).Milliseconds()))
+	age := (nowMs - v&seedTimeMask) & seedTimeMask
+	return int64(v >> seedTimeBits), l.base.Add(time.Duration(int64(nowMs)-int64(age)) * time.Millisecond), true
 }
