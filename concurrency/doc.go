@@ -53,7 +53,10 @@
 // When Redis cannot answer, the cap acts by its OnError: FailOpen (the
 // default, as Stripe advises for limiters) admits without a fleet slot and
 // marks the decision SourceFailOpen; FailClosed denies with SourceFailClosed.
-// Either way Admit returns the error.
+// Either way Admit returns the error. An acquire that timed out may still
+// run in Redis once it answers: its slot is removed in the background
+// (once the request is done, under FailOpen) as soon as Redis has it, so
+// a stall leaves no slot that no request holds.
 //
 // # Adaptive limit
 //

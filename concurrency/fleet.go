@@ -150,6 +150,79 @@ type fleetState struct {
 	seq      atomic.Uint64
 	heldMu   sync.Mutex
 	held     map[*fleetTicket]struct{}
+
+	// orphans are slots an acquire may have added though its reply never
+	// came (see orphan); orphaning says a goroutine removes them.
+	orphanMu  sync.Mutex
+	orphans   []orphan
+	orphaning bool
+}
+
+// orphan is a slot to remove from Redis once it is there, until its lease
+// would have ended anyway.
+type orphan struct {
+	s     slot
+	until time.Time
+}
+
+// maxOrphans bounds the orphans waiting for removal (past it, a slot is
+// left to its lease); orphanEvery is how often their removal is tried.
+const (
+	maxOrphans  = 4096
+	orphanEvery = 50 * time.Millisecond
+)
+
+// orphan hands s, a slot whose acquire failed without an answer (a
+// timeout, a cancelled caller: Redis may still run it, later), to a
+// background removal. A plain ZREM now could run before the stalled
+// acquire and leave its slot to count against the cap, held by no
+// request, for a whole lease; so s is removed once Redis says it removed
+// it, or dropped when its lease would have ended.
+func (l *Limiter) orphan(s slot) {
+	l.orphanMu.Lock()
+	defer l.orphanMu.Unlock()
+	if len(l.orphans) >= maxOrphans {
+		return
+	}
+	l.orphans = append(l.orphans, orphan{s: s, until: time.Now().Add(time.Duration(s.fl.leaseMs) * time.Millisecond)})
+	if !l.orphaning {
+		l.orphaning = true
+		go l.removeOrphans()
+	}
+}
+
+// removeOrphans tries, every orphanEvery, to remove the orphaned slots,
+// until none is left.
+func (l *Limiter) removeOrphans() {
+	t := time.NewTicker(orphanEvery)
+	defer t.Stop()
+	for range t.C {
+		l.orphanMu.Lock()
+		batch := l.orphans
+		l.orphans = nil
+		l.orphanMu.Unlock()
+		var keep []orphan
+		now := time.Now()
+		for _, o := range batch {
+			if now.After(o.until) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), o.s.fl.timeout)
+			n, err := o.s.fl.client.ZRem(ctx, o.s.key, o.s.id).Result()
+			cancel()
+			if err != nil || n == 0 {
+				keep = append(keep, o) // not there (yet), or Redis did not answer
+			}
+		}
+		l.orphanMu.Lock()
+		l.orphans = append(keep, l.orphans...)
+		if len(l.orphans) == 0 {
+			l.orphaning = false
+			l.orphanMu.Unlock()
+			return
+		}
+		l.orphanMu.Unlock()
+	}
 }
 
 func (s *fleetState) init(o *config) error {
@@ -179,6 +252,7 @@ type fleetTicket struct {
 	l        *Limiter
 	local    floodgate.Done
 	slots    []slot
+	unsure   []slot // acquired without an answer: orphaned on release
 	released atomic.Bool
 }
 
@@ -200,6 +274,7 @@ func (l *Limiter) admitFleet(ctx context.Context, r *floodgate.Request, b *bindi
 		errs  []error
 		src   = floodgate.SourceConcurrency
 	)
+	var unsure []slot // acquires that failed without an answer (FailOpen)
 	undo := func() {
 		l.removeSlots(slots)
 		l.releaseLocal(held)
@@ -216,13 +291,21 @@ func (l *Limiter) admitFleet(ctx context.Context, r *floodgate.Request, b *bindi
 			errs = append(errs, err)
 			if fl.onError == FailClosed {
 				undo()
+				for _, u := range append(unsure, s) {
+					l.orphan(u)
+				}
 				return l.deny(r, fl.name, fl.cap, floodgate.SourceFailClosed), nil, errors.Join(errs...)
 			}
+			// Admitted without the slot; the request's Done orphans it.
+			unsure = append(unsure, s)
 			src = floodgate.SourceFailOpen
 			continue
 		}
 		if !got {
 			undo()
+			for _, u := range unsure {
+				l.orphan(u)
+			}
 			return l.deny(r, fl.name, fl.cap, floodgate.SourceConcurrency), nil, errors.Join(errs...)
 		}
 		slots = append(slots, s)
@@ -230,10 +313,10 @@ func (l *Limiter) admitFleet(ctx context.Context, r *floodgate.Request, b *bindi
 	}
 	d := l.allow(r, b, src)
 	err := errors.Join(errs...)
-	if len(slots) == 0 {
+	if len(slots) == 0 && len(unsure) == 0 {
 		return d, l.localDone(held), err
 	}
-	t := &fleetTicket{l: l, local: l.localDone(held), slots: slots}
+	t := &fleetTicket{l: l, local: l.localDone(held), slots: slots, unsure: unsure}
 	l.heldMu.Lock()
 	l.held[t] = struct{}{}
 	l.heldMu.Unlock()
@@ -265,6 +348,9 @@ func (t *fleetTicket) release(res floodgate.Result) {
 	delete(l.held, t)
 	l.heldMu.Unlock()
 	l.removeSlots(t.slots)
+	for _, s := range t.unsure {
+		l.orphan(s)
+	}
 	if t.local != nil {
 		t.local(res)
 	}
