@@ -56,8 +56,12 @@ func (s *Server) response(out []tiers.DescriptorDecision, call floodgate.Decisio
 		if !d.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		if d.Policy == "" || d.HideQuota {
+		if d.Policy == tiers.PolicyExempt && d.Allowed {
+			st.LimitRemaining = math.MaxUint32 // never limited: as an unlimited descriptor
 			continue
+		}
+		if d.Policy == "" || d.HideQuota || dd.Bucket.Period == 0 {
+			continue // nothing to show (a deny rule has no bucket either)
 		}
 		name := dd.Name
 		if strings.HasPrefix(d.Policy, dd.Name+"/") { // one window of several
