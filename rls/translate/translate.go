@@ -23,7 +23,8 @@
 //     matches any value and keys the rule on it, so that each value has a
 //     bucket of its own as each has a counter in envoyproxy/ratelimit.
 //     Its scope is the descriptor key's entry in Options.As, else ip for
-//     remote_address and masked_remote_address, else header:<key> (a key
+//     remote_address, else header:<key> (masked_remote_address too: Envoy
+//     sends a network, which envoyproxy/ratelimit counts per value; a key
 //     that cannot be a header scope, such as x-forwarded-for, is an error
 //     naming the line: map it with Options.As). Map a key to the identity
 //     the services key on (-as tenant-id=tenant) and the edge and the
@@ -75,7 +76,7 @@ type File struct {
 type Options struct {
 	// As maps a descriptor key to the scope its values fill: ip, user,
 	// tenant, api_key, endpoint or header:<name>. Keys it does not name
-	// fill ip (remote_address, masked_remote_address) or header:<key>.
+	// fill ip (remote_address) or header:<key>.
 	As map[string]string
 	// IgnoreMetricOptions drops detailed_metric and value_to_metric
 	// instead of refusing them.
@@ -413,10 +414,20 @@ func (t *translator) descriptors(file, domain string, n *yaml.Node, path, stat s
 		seen[level{key: lv.key, value: lv.value}] = keyNode.Line
 		lvs := append(append([]level(nil), levels...), lv)
 		kns := append(append([]*yaml.Node(nil), keyNodes...), keyNode)
-		if rl != nil {
+		switch {
+		case rl != nil:
 			t.rateLimit(file, domain, rl, dp+".rate_limit", sanitize(name), lvs, kns, shadow)
-		} else if shadow {
+		case shadow:
 			t.fail(file, dn, dp+".shadow_mode", "set on a descriptor without rate_limit: it would shadow nothing")
+		case sub == nil && lv.value != "":
+			// A value with no limit and nothing below: envoyproxy/ratelimit
+			// matches it and stops there, so that value is not limited,
+			// whatever its key's any-value sibling says.
+			od := outDescriptor{Name: sanitize(name), Unlimited: true}
+			for _, l := range lvs {
+				od.Entries = append(od.Entries, outEntry{Key: l.key, Value: l.value})
+			}
+			t.mapping[domain] = append(t.mapping[domain], od)
 		}
 		if sub != nil {
 			t.descriptors(file, domain, sub, dp+".descriptors", name, lvs, kns)
@@ -562,9 +573,9 @@ func (t *translator) scopeOf(key string) (string, error) {
 	scope, ok := t.opts.As[key]
 	if !ok {
 		switch key {
-		case "remote_address", "masked_remote_address":
+		case "remote_address":
 			scope = "ip"
-		default:
+		default: // masked_remote_address too: a network, counted per value as there
 			scope = "header:" + strings.ToLower(key)
 		}
 	}
