@@ -146,7 +146,7 @@ type manyScratch struct {
 	// bound is each item's binding bucket (an index in all), or -1.
 	bound []int32
 	// index finds a merged bucket by key once there are many.
-	index map[string]int32
+	index map[mergeKey]int32
 	// part, partIdx and partRes are one take's buckets, their indices in
 	// all, and its results.
 	part    []Bucket
@@ -189,9 +189,13 @@ func (ms *manyScratch) release() {
 }
 
 // add merges bucket b of item k (meta m) into ms.all and returns its
-// index there.
+// index there. Items merge only with items of the same key that are
+// enforced alike: a rule's roll-out share (enforce_percent) follows each
+// request's identity, not the key, so one key may be enforced for one item
+// and shadow for another (a rule without key), and each is charged in its
+// own take.
 func (ms *manyScratch) add(b *Bucket, m meta, k int32) int32 {
-	if i, ok := ms.find(b.Key); ok {
+	if i, ok := ms.find(b.Key, m.shadow); ok {
 		mb := &ms.all[i]
 		mb.Cost = satAdd(mb.Cost, b.Cost)
 		return i
@@ -203,26 +207,33 @@ func (ms *manyScratch) add(b *Bucket, m meta, k int32) int32 {
 	ms.owner = append(ms.owner, k)
 	if len(ms.all) > linearMerge {
 		if ms.index == nil {
-			ms.index = make(map[string]int32, 2*linearMerge)
+			ms.index = make(map[mergeKey]int32, 2*linearMerge)
 		}
 		if len(ms.index) == 0 {
 			for j := range ms.all {
-				ms.index[ms.all[j].Key] = int32(j)
+				ms.index[mergeKey{ms.all[j].Key, ms.metas[j].shadow}] = int32(j)
 			}
 		} else {
-			ms.index[b.Key] = i
+			ms.index[mergeKey{b.Key, m.shadow}] = i
 		}
 	}
 	return i
 }
 
-func (ms *manyScratch) find(key string) (int32, bool) {
+// mergeKey is what items merge on: the bucket's key and whether it is
+// charged as shadow (see add).
+type mergeKey struct {
+	key    string
+	shadow bool
+}
+
+func (ms *manyScratch) find(key string, shadow bool) (int32, bool) {
 	if len(ms.all) > linearMerge {
-		i, ok := ms.index[key]
+		i, ok := ms.index[mergeKey{key, shadow}]
 		return i, ok
 	}
 	for i := range ms.all {
-		if ms.all[i].Key == key {
+		if ms.all[i].Key == key && ms.metas[i].shadow == shadow {
 			return int32(i), true
 		}
 	}
