@@ -35,9 +35,10 @@ import (
 //	new bucket: tat = t
 //	tat0 = max(tat, t)
 //	tat1 = tat0 + c * T                                   (f)
-//	allow iff tat1 - t <= B * T + GCRASlack               (f)
-//	remaining   = floor((B * T + GCRASlack - ((allow ? tat1 : tat0) - t)) / T), at least 0
-//	retry_after = deny ? ceil(tat1 - t - B * T - GCRASlack) : 0
+//	S = min(GCRASlack, T / 2)
+//	allow iff tat1 - t <= B * T + S                       (f)
+//	remaining   = floor((B * T + S - ((allow ? tat1 : tat0) - t)) / T), at least 0
+//	retry_after = deny ? ceil(tat1 - t - B * T - S) : 0
 //	reset       = ceil((allow ? tat1 : tat0) - t)
 //	state saved (tat = tat1) only when allowed; TTL = reset (at least 1 ms)
 //
@@ -45,7 +46,9 @@ import (
 // of precision for centuries (an absolute Unix µs double has only 0.25 µs), and
 // the comparison allows GCRASlack (half a microsecond, below the clock's
 // resolution) so a burst that lands exactly on its tolerance is not denied
-// by rounding in the last bit.
+// by rounding in the last bit; at most half an emission interval, so that
+// at more than one unit a microsecond the slack is never a whole unit (it
+// let 10 000/ms burst 10 admit 14 at one instant).
 //
 // SlidingWindowCounter (state: win, curr, prev); W = P, L = N (burst unused):
 //
@@ -100,7 +103,7 @@ import (
 //
 //	TokenBucket: wait = c <= tokens ? 0 : ceil(((c - tokens) * P) / N)   (f, then ceil)
 //	             allow iff c <= B and wait <= M; then tokens = tokens - c (below 0: booked ahead)
-//	GCRA:        wait = tat1 - t <= B * T + GCRASlack ? 0 : ceil(tat1 - t - B * T - GCRASlack)
+//	GCRA:        wait = tat1 - t <= B * T + S ? 0 : ceil(tat1 - t - B * T - S)
 //	             allow iff c <= B and wait <= M; then tat = tat1
 //
 // An allowed bucket reports its wait in Result.Wait (remaining and reset
@@ -342,7 +345,8 @@ type Bucket struct {
 // 2026-01-01T00:00:00Z.
 const GCRAEpoch int64 = 1_767_225_600_000_000
 
-// GCRASlack is the tolerance, in microseconds, of GCRA's comparison.
+// GCRASlack is the tolerance, in microseconds, of GCRA's comparison,
+// capped at half the emission interval (S in the formulas above).
 const GCRASlack = 0.5
 
 // Never is the RetryAfter of a bucket whose cost exceeds its capacity: no

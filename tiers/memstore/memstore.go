@@ -437,7 +437,11 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 		// allows fusing otherwise), so every product is rounded on its own,
 		// as in Lua.
 		BT := float64(B * T)
-		tol := float64(BT + tiers.GCRASlack)
+		sl := tiers.GCRASlack // at most half an emission interval
+		if h := T / 2; h < sl {
+			sl = h
+		}
+		tol := float64(BT + sl)
 		// Times relative to tiers.GCRAEpoch: the int64 difference is exact,
 		// and so is its conversion for any now within 285 years of it.
 		tf := float64(now - tiers.GCRAEpoch)
@@ -454,7 +458,7 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 		p.remNo = max(0, floorI((tol-(tat0-tf))/T))
 		p.resetNo = ceilI(tat0 - tf)
 		if !p.allow && !over {
-			p.retry = ceilI(tat1 - tf - BT - tiers.GCRASlack)
+			p.retry = ceilI(tat1 - tf - BT - sl)
 			if p.retry <= mw {
 				p.allow, p.wait, p.retry = true, p.retry, 0
 			}

@@ -352,3 +352,21 @@ func TestManyBucketsKeyOfAnotherType(t *testing.T) {
 		_ = c.RPush(context.Background(), "wt:7", "x").Err()
 	}
 }
+
+// TestGCRAFasterThanAMicrosecond: at more than one unit a microsecond
+// (10000/1ms, T = 0.1 µs) a frozen clock admits exactly the burst, as in
+// memstore: take.lua's slack is at most half an emission interval.
+func TestGCRAFasterThanAMicrosecond(t *testing.T) {
+	srv := redistest.Start(t)
+	st := fakeTimeStore(t, srv.NewClient(), frozenClock(), redisstore.WithBatching(0, 0))
+	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 10_000, Period: time.Millisecond, Burst: 10}
+	n := 0
+	for range 100 {
+		if ok, _ := mustTake(t, st, []tiers.Bucket{{Key: "gcra:fast", Limit: l, Cost: 1}}); ok {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Fatalf("%d admitted at one instant, want the burst, 10", n)
+	}
+}

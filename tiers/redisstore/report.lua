@@ -102,7 +102,9 @@ for i = 1, n do
     if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, t1, now, nil, ceil(((B - t1) * P) / N)) end
   else -- GCRA
     local em = P / N
-    local tol = B * em + SLACK
+    local sl = SLACK -- at most half an emission interval (tiers.GCRASlack)
+    if em / 2 < sl then sl = em / 2 end
+    local tol = B * em + sl
     local t = now - EPOCH
     local e0, tat = 0, t
     local live = v and #v == 16

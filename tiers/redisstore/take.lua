@@ -267,7 +267,9 @@ for j = 1, T do
     elseif alg == 1 then -- GCRA
       local em = P / N -- emission interval
       local BT = B * em
-      local tol = BT + SLACK
+      local sl = SLACK -- at most half an emission interval (tiers.GCRASlack)
+      if em / 2 < sl then sl = em / 2 end
+      local tol = BT + sl
       local t = now - EPOCH
       local tat = t
       if v and #v == 16 then e0, tat = sunpack('<dd', v) end
@@ -286,7 +288,7 @@ for j = 1, T do
       x = tat1 - t -- >= 0
       f = x % 1
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
-      if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - SLACK) end
+      if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - sl) end
       if ra > 0 and ra <= mw then allow, wt, ra = true, ra, 0 end
       if pre or (all and allow) then sf, x1 = '<dd', tat1 end
       tu = rst1
