@@ -134,6 +134,9 @@ func (a AdaptiveCapacity) check(option string) []error {
 	if a.Max < a.Min {
 		bad("Max", "%d must be >= Min %d", a.Max, a.Min)
 	}
+	if a.Max > MaxCapacity {
+		bad("Max", "%d must be <= %d (MaxCapacity)", a.Max, int64(MaxCapacity))
+	}
 	if a.Window < 0 {
 		bad("Window", "%s is negative", a.Window)
 	}
@@ -450,6 +453,9 @@ func (c Config) Validate() error {
 	if c.Capacity < 1 {
 		errs = append(errs, fmt.Errorf("shedder: Config.Capacity %d must be >= 1", c.Capacity))
 	}
+	if c.Capacity > MaxCapacity {
+		errs = append(errs, fmt.Errorf("shedder: Config.Capacity %d must be <= %d (MaxCapacity)", c.Capacity, int64(MaxCapacity)))
+	}
 	for _, msg := range c.Thresholds.orDefault().check() {
 		errs = append(errs, errors.New("shedder: Config.Thresholds: "+msg))
 	}
@@ -548,6 +554,9 @@ func (c FleetConfig) Validate() error {
 	var errs []error
 	if c.Capacity < 1 {
 		errs = append(errs, fmt.Errorf("shedder: FleetConfig.Capacity %d must be >= 1", c.Capacity))
+	}
+	if c.Capacity > MaxCapacity {
+		errs = append(errs, fmt.Errorf("shedder: FleetConfig.Capacity %d must be <= %d (MaxCapacity)", c.Capacity, int64(MaxCapacity)))
 	}
 	if c.Reserve != 0 && !(c.Reserve > 0 && c.Reserve < 1) {
 		errs = append(errs, fmt.Errorf("shedder: FleetConfig.Reserve %v is out of range (0, 1)", c.Reserve))

@@ -143,6 +143,9 @@ func NewFleet(client redis.UniversalClient, capacity int64, opts ...FleetOption)
 	if capacity < 1 {
 		c.errs = append(c.errs, fmt.Errorf("shedder: fleet capacity %d must be at least 1", capacity))
 	}
+	if capacity > MaxCapacity {
+		c.errs = append(c.errs, fmt.Errorf("shedder: fleet capacity %d must be at most MaxCapacity (%d)", capacity, int64(MaxCapacity)))
+	}
 	apply(&c, &c.common, "FleetOption", opts)
 	if c.adaptive != nil && c.adaptive.CPUTarget > 0 && c.meter == nil {
 		c.fail("WithFleetAdaptiveCapacity", "AdaptiveCapacity.CPUTarget %v needs a CPU meter (AdaptiveCapacity.CPU or WithFleetCPU)", c.adaptive.CPUTarget)
@@ -210,7 +213,13 @@ func capacityKey(key string) string {
 // share, starting from initial.
 func (f *Fleet) startAdaptive(a AdaptiveCapacity, meter CPUMeter, initial int64) {
 	initial = min(max(initial, a.Min), a.Max)
-	f.est.Store(newEstimator(a, meter, initial, f.clock, f.setOwn))
+	var e *estimator
+	e = newEstimator(a, meter, initial, f.clock, func(c int64) {
+		if f.est.Load() == e { // not an estimator a Reconfigure replaced (see Shedder.setFrom)
+			f.setOwn(c)
+		}
+	})
+	f.est.Store(e)
 	f.setOwn(initial)
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -249,6 +250,9 @@ func WithFleetKey(key string) FleetOption {
 		if key == "" {
 			c.fail("WithFleetKey", "fleet key is empty")
 		}
+		if !clusterSafeKey(key) {
+			c.fail("WithFleetKey", "fleet key %q has a '}' but no hash tag ({tag}, not empty): on Redis Cluster its keys would hash to different slots", key)
+		}
 		c.key = key
 	}
 }
@@ -325,4 +329,16 @@ func WithFleetCPU(m CPUMeter) FleetOption {
 		}
 		c.meter = m
 	}
+}
+
+// clusterSafeKey reports whether key and the keys derived from it (see
+// capacityKey) hash to one Redis Cluster slot: it has a hash tag, or no
+// '}' at all.
+func clusterSafeKey(key string) bool {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return true
+		}
+	}
+	return !strings.Contains(key, "}")
 }

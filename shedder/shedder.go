@@ -68,6 +68,9 @@ func New(capacity int64, opts ...Option) (*Shedder, error) {
 	if capacity < 1 {
 		c.errs = append(c.errs, fmt.Errorf("shedder: capacity %d must be at least 1", capacity))
 	}
+	if capacity > MaxCapacity {
+		c.errs = append(c.errs, fmt.Errorf("shedder: capacity %d must be at most MaxCapacity (%d)", capacity, int64(MaxCapacity)))
+	}
 	apply(&c, &c.common, "Option", opts)
 	if c.adaptive != nil && c.adaptive.CPUTarget > 0 && c.meter == nil {
 		c.fail("WithAdaptiveCapacity", "AdaptiveCapacity.CPUTarget %v needs a CPU meter (AdaptiveCapacity.CPU or WithCPU)", c.adaptive.CPUTarget)
@@ -115,9 +118,30 @@ func (s *Shedder) layout(capacity int64) {
 // initial.
 func (s *Shedder) startAdaptive(a AdaptiveCapacity, meter CPUMeter, initial int64) {
 	initial = min(max(initial, a.Min), a.Max)
-	s.est.Store(newEstimator(a, meter, initial, s.clock, s.setCapacity))
+	var e *estimator
+	e = newEstimator(a, meter, initial, s.clock, func(c int64) { s.setFrom(e, c) })
+	s.est.Store(e)
 	s.setCapacity(initial)
 }
+
+// setFrom sets the capacity e learnt, if e is still the Shedder's
+// estimator: requests admitted under an estimator a Reconfigure replaced
+// (or dropped, for a fixed capacity) still finish into it, and must not
+// move the capacity that replaced it.
+func (s *Shedder) setFrom(e *estimator, capacity int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.est.Load() == e {
+		s.layout(capacity)
+	}
+}
+
+// MaxCapacity is the largest capacity (fixed, adaptive bound, or fleet)
+// a Shedder or Fleet accepts: 2^53, beyond which capacities and their
+// thresholds are no longer exact in the float64 arithmetic that computes
+// them (2^63 converted back to int64 became negative, shedding
+// everything).
+const MaxCapacity = 1 << 53
 
 // fractionOf returns ceil(f*n) computed so that exact decimal fractions
 // (0.7 of 100) give the exact count (70), not 71 from rounding error.
@@ -160,7 +184,7 @@ func (s *Shedder) Admit(_ context.Context, r *floodgate.Request) (floodgate.Deci
 	}
 	for {
 		n := s.inflight.Load()
-		if s.gates[p].shed(n) {
+		if s.gates[p].shed(n) || s.aboveSheds(p, n) {
 			if e != nil {
 				e.shed.Add(1)
 			}
@@ -170,6 +194,21 @@ func (s *Shedder) Admit(_ context.Context, r *floodgate.Request) (floodgate.Deci
 			return s.allow(p, n+1), s.doneOf(e, n+1), err
 		}
 	}
+}
+
+// aboveSheds reports whether a request of a priority above p (critical
+// excepted) would be shed with n in flight: then p is shed too, so that
+// less important traffic is always shed first. Each gate's hysteresis
+// band and hold are its own, and a gate moves only when its priority
+// arrives, so a write gate still inside its band (or hold) can be on
+// below the read gate's start; its state is read here, not moved.
+func (s *Shedder) aboveSheds(p floodgate.Priority, n int64) bool {
+	for q := p + 1; q < floodgate.PriorityCritical; q++ {
+		if s.gates[q].wouldShed(n) {
+			return true
+		}
+	}
+	return false
 }
 
 // doneOf returns the Done of a request admitted with inflight requests in
@@ -294,6 +333,21 @@ func (g *gate) shed(n int64) bool {
 	}
 	g.since.CompareAndSwap(since, 0)
 	return false
+}
+
+// wouldShed reports what shed(n) would answer, without moving the gate.
+func (g *gate) wouldShed(n int64) bool {
+	if n >= g.start.Load() {
+		return true
+	}
+	since := g.since.Load()
+	if since == 0 {
+		return false
+	}
+	if n >= g.stop.Load() {
+		return true
+	}
+	return g.hold > 0 && g.now()-since < g.hold
 }
 
 // now returns the clock's Unix nanoseconds, never 0 (0 means "admitting").
