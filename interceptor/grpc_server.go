@@ -247,7 +247,7 @@ func (i *Interceptor) gateUnary(a floodgate.Admitter, ctx context.Context, metho
 //go:noinline
 func (i *Interceptor) denyUnary(ctx context.Context, d *floodgate.Decision) error {
 	_ = grpc.SetTrailer(ctx, pushbackMD(*d))
-	return DenyStatus(*d, i.c.domain).Err()
+	return denial(DenyStatus(*d, i.c.domain))
 }
 
 // runUnary runs an admitted call's handler and gives its outcome to done,
@@ -259,7 +259,7 @@ func runUnary(ctx context.Context, req any, handler grpc.UnaryHandler, done floo
 	)
 	defer finish(done, ctx, &ran, &outcome)
 	resp, err := handler(ctx, req)
-	ran, outcome = true, grpcOutcome(err)
+	ran, outcome = true, grpcOutcomeOf(err)
 	return resp, err
 }
 
@@ -288,7 +288,7 @@ func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterc
 		)
 		defer finish(done, ss.Context(), &ran, &outcome)
 		err = handler(srv, ss)
-		ran, outcome = true, grpcOutcome(err)
+		ran, outcome = true, grpcOutcomeOf(err)
 		return err
 	}
 }
@@ -305,7 +305,7 @@ func (i *Interceptor) gateStream(a floodgate.Admitter, ss grpc.ServerStream, met
 	d, done := i.admit(a, nctx, r)
 	if !d.Allowed {
 		ss.SetTrailer(pushbackMD(d))
-		return ss, nil, DenyStatus(d, i.c.domain).Err()
+		return ss, nil, denial(DenyStatus(d, i.c.domain))
 	}
 	waitStreamMD(ss, d) // max_wait (cost.go)
 	if nctx != ctx || i.c.perMessage {

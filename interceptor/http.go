@@ -103,6 +103,9 @@ func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler
 			defer finish(done, r.Context(), &ran, &outcome)
 			next.ServeHTTP(sw, r)
 			ran, outcome = true, httpOutcome(sw.code, r.Context())
+			if sw.denied {
+				outcome = laterDenied
+			}
 		})
 	}
 }
@@ -334,6 +337,9 @@ func (i *Interceptor) writeDeny(w http.ResponseWriter, d floodgate.Decision) {
 	h["Content-Type"] = []string{"application/problem+json"}
 	h["Cache-Control"] = []string{"no-store"}
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	if sw, ok := w.(*statusWriter); ok {
+		sw.denied = true // an earlier stage's middleware: see laterDenied
+	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
 }

@@ -123,7 +123,13 @@ func resolveForwarded(trusted []netip.Prefix, peer netip.Addr, values []string) 
 }
 
 // splitForwarded splits a Forwarded field value into its elements at commas
-// outside quoted strings. Empty elements are dropped.
+// outside quoted strings. Empty elements are dropped. A value whose quotes
+// do not balance (or that ends inside a quoted-pair) is split at every
+// comma instead: the client writes the start of the line and a proxy
+// appends its element after a comma, so a quote the client left open must
+// not swallow the element the proxy vouches for (the walk would stop at
+// the proxy itself and hand the client the proxy's address). The
+// client's malformed element then stops the walk, after the proxy's.
 func splitForwarded(v string) []string {
 	var out []string
 	start, inQuote := 0, false
@@ -140,7 +146,16 @@ func splitForwarded(v string) []string {
 			start = i + 1
 		}
 	}
-	if e := strings.TrimSpace(v[min(start, len(v)):]); e != "" {
+	if inQuote {
+		out = out[:0]
+		for e := range strings.SplitSeq(v, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	if e := strings.TrimSpace(v[start:]); e != "" {
 		out = append(out, e)
 	}
 	return out

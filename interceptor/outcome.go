@@ -63,22 +63,57 @@ func result(ctx context.Context, o floodgate.Outcome) floodgate.Result {
 // finish calls done once the handler has returned (ran is true) or
 // panicked (ran is false: OutcomeIgnored, the cost as reported).
 func finish(done floodgate.Done, ctx context.Context, ran *bool, o *floodgate.Outcome) {
-	if !*ran {
+	switch {
+	case !*ran:
 		done(result(ctx, floodgate.OutcomeIgnored))
-		return
+	case *o == laterDenied:
+		done(floodgate.Ignored)
+	default:
+		done(result(ctx, *o))
 	}
-	done(result(ctx, *o))
+}
+
+// laterDenied is the outcome, never given to a Done, of a call a later
+// floodgate stage denied at admission (one interceptor per stage): the
+// stage releases it as floodgate.Ignored, as a Chain releases the stages
+// before the one that denied, not as an overload signal or a failure.
+const laterDenied floodgate.Outcome = 255
+
+// stageDenial is the status error of a call a stage denied at admission,
+// so that the stages before it know it from a handler's own
+// RESOURCE_EXHAUSTED.
+type stageDenial struct {
+	error
+	st *status.Status
+}
+
+// GRPCStatus is the denial's status, for grpc-go.
+func (e *stageDenial) GRPCStatus() *status.Status { return e.st }
+
+// denial returns st's error, marked as a stage's denial.
+func denial(st *status.Status) error { return &stageDenial{error: st.Err(), st: st} }
+
+// grpcOutcomeOf is grpcOutcome, or laterDenied for a stage's denial.
+func grpcOutcomeOf(err error) floodgate.Outcome {
+	var sd *stageDenial
+	if errors.As(err, &sd) {
+		return laterDenied
+	}
+	return grpcOutcome(err)
 }
 
 // statusWriter records the status code an HTTP handler wrote, for the
 // request's Outcome. It unwraps for http.ResponseController.
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code   int
+	denied bool // a later stage wrote its deny (see laterDenied)
 }
 
+// WriteHeader records the final status: an informational one (1xx, such
+// as 103 Early Hints) precedes it and says nothing of the outcome.
 func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 {
+	if w.code == 0 && (code < 100 || code > 199) {
 		w.code = code
 	}
 	w.ResponseWriter.WriteHeader(code)

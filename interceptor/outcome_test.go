@@ -97,10 +97,11 @@ func TestChainDenialIsIgnored(t *testing.T) {
 		t.Fatalf("err %v, want ResourceExhausted", err)
 	}
 	// Separate interceptors: the first stage's Done runs when the call
-	// returns the second's deny, an error of overload: Dropped.
-	// Chain: the Chain releases the passed stage with Ignored.
+	// returns the second's deny, which it knows for a stage's denial
+	// (not an overload: it was Dropped before). Chain: the Chain releases
+	// the passed stage with Ignored. Both alike.
 	got := first.finished()
-	want := []floodgate.Result{{Outcome: floodgate.OutcomeDropped}, floodgate.Ignored}
+	want := []floodgate.Result{floodgate.Ignored, floodgate.Ignored}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("first stage's Dones got %+v, want %+v", got, want)
 	}
