@@ -40,6 +40,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/internal/demo"
 	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
 func main() {
@@ -208,10 +209,30 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate demo: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	if *duration <= 0 { // demo.Config's 0 is its default; a flag of 0 is a mistake
+		fmt.Fprintf(stderr, "floodgate demo: -duration %s must be at least 1s\n", *duration)
+		return 2
+	}
 	cfg := demo.Config{Duration: *duration, RedisURL: *redisURL, Progress: stdout, Fault: fault, Compare: compare, SkipCompare: skipCompare}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "floodgate %v\n", err)
 		return 2
+	}
+	if *redisURL != "" && fault == nil {
+		// A URL that cannot name a Redis is a usage error, before anything
+		// starts (a server that does not answer is found by the run).
+		from := "REDIS_URL"
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "redis" {
+				from = "-redis"
+			}
+		})
+		c, err := redisstore.NewClient(*redisURL)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate demo: %s: %v\n", from, err)
+			return 2
+		}
+		_ = c.Close()
 	}
 	var logger *slog.Logger
 	if *verbose {
@@ -224,7 +245,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	case fault != nil:
 		store = "a redis-server the demo starts (fault " + fault.String() + ")"
 	case *redisURL != "":
-		store = "Redis at " + *redisURL
+		store = "Redis at " + redisstore.Redact(*redisURL)
 	}
 	fmt.Fprintf(stdout, "floodgate demo: %s of traffic against an HTTP and a gRPC service on loopback, rate-limit state in %s\n\n", *duration, store)
 

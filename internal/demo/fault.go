@@ -91,7 +91,7 @@ func (f Fault) check(d time.Duration) error {
 	if f.At >= d {
 		return fmt.Errorf("demo: redis fault %s: at %s is not before the end of the %s run", f, f.At, d)
 	}
-	if f.For > 0 && f.At+f.For > d {
+	if f.For > 0 && f.For > d-f.At { // not f.At+f.For > d: the sum can wrap
 		return fmt.Errorf("demo: redis fault %s: ends at %s, after the end of the %s run (omit FOR to keep Redis down until the end)", f, f.At+f.For, d)
 	}
 	return nil
