@@ -284,10 +284,19 @@ func (f *Fleet) release(t *ticket) {
 // Admit implements floodgate.Admitter. It never calls Redis.
 func (f *Fleet) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	p, err := f.priority(r)
-	if f.stale.Load() && err == nil {
+	others := f.othersTotal.Load()
+	stale := f.stale.Load()
+	if !stale && others > 0 {
+		// The other instances' counts are a TTL old though no Sync has
+		// failed yet (one waits on a slow Redis, or none runs): decide on
+		// local counts, as a failed Sync would have made it.
+		if last := f.lastOK.Load(); last != 0 && f.clock.Now().UnixNano()-last >= int64(f.ttl) {
+			stale, others = true, 0
+		}
+	}
+	if stale && err == nil {
 		err = ErrFleetStale
 	}
-	others := f.othersTotal.Load()
 	e := f.est.Load()
 	if p == floodgate.PriorityCritical {
 		f.local[p].Add(1)

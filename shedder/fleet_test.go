@@ -357,3 +357,26 @@ func TestFleetClusterAndNoScript(t *testing.T) {
 	}
 	endAll(held)
 }
+
+// TestFleetStaleWhileSyncWaits: the other instances' counts stop counting
+// once they are a TTL old even while a Sync still waits on a slow Redis
+// (or none runs): Admit decides on local counts and says so; they stayed
+// in force until a Sync failed.
+func TestFleetStaleWhileSyncWaits(t *testing.T) {
+	srv, clk, a, b := twoFleets(t, 10)
+	held := admitN(t, a, floodgate.PriorityRead, 8)
+	mustSync(t, a, b)
+	if _, ok := admitted(t, b, floodgate.PriorityRead); ok {
+		t.Fatal("b admitted a read on fleet in-flight 8 of threshold 8")
+	}
+	srv.Pause() // Redis stalls; no Sync of b completes
+	defer srv.Resume()
+	clk.Advance(ttl)
+	d, done, err := b.Admit(ctx, &floodgate.Request{Priority: floodgate.PriorityRead})
+	if !d.Allowed || !errors.Is(err, shedder.ErrFleetStale) {
+		t.Fatalf("a TTL after the last sync, with no Sync finished: allowed=%v err=%v, want allowed with ErrFleetStale", d.Allowed, err)
+	}
+	done(floodgate.Result{})
+	srv.Resume()
+	endAll(held)
+}
