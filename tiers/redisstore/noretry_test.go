@@ -18,28 +18,46 @@ import (
 // frozenClock is a frozen clock for these tests.
 func frozenClock() *clock.Fake { return clock.New(time.Unix(1_800_000_000, 0)) }
 
-// warm fills the client's pool with idle, initialised connections, so a
-// go-redis retry during a stall does not need a handshake.
-func warm(t *testing.T, c redis.UniversalClient) {
+// warm fills the client's pool with idle, initialised connections (to the
+// node of keys, on a Cluster), so a go-redis retry during a stall would
+// not need a handshake.
+func warm(t *testing.T, c redis.UniversalClient, keys ...any) {
 	t.Helper()
 	var wg sync.WaitGroup
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = c.Do(context.Background(), "eval", "local t = redis.call('TIME') while true do local u = redis.call('TIME'); if (u[1]-t[1])*1000000 + (u[2]-t[2]) > 30000 then break end end return 1", 0).Err()
-		}()
+	for range 8 {
+		wg.Go(func() {
+			args := append([]any{"eval", "local t = redis.call('TIME') while true do local u = redis.call('TIME'); if (u[1]-t[1])*1000000 + (u[2]-t[2]) > 30000 then break end end return 1", len(keys)}, keys...)
+			_ = c.Do(context.Background(), args...).Err()
+		})
 	}
 	wg.Wait()
 }
 
-// TestStalledReplyNotSentTwice: a batched take (the flusher sends it
-// under context.Background, so the client's ReadTimeout bounds it) on a
-// Redis that stalls longer than ReadTimeout is not sent again by go-redis's
-// own retries (MaxRetries 3 by default, with the client New's error
-// message advises): it is charged at most once, and exactly once if
-// reported allowed. It was charged 3 times before script calls said
-// NoRetry.
+// stalledCluster starts a Cluster and a client of it as NewClient builds
+// one with a 200ms read timeout, and returns the client and the node
+// holding key.
+func stalledCluster(t *testing.T, key string) (*redis.ClusterClient, *redistest.Server) {
+	t.Helper()
+	cl := redistest.StartCluster(t)
+	uc, err := redisstore.NewClient("redis+cluster://" + cl.Addrs()[0] + "?read_timeout=200ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := uc.(*redis.ClusterClient)
+	t.Cleanup(func() { _ = c.Close() })
+	m, err := c.MasterForKey(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cl.Nodes() {
+		if n.Addr() == m.Options().Addr {
+			return c, n
+		}
+	}
+	t.Fatalf("no node at %s", m.Options().Addr)
+	return nil, nil
+}
+
 func TestStalledReplyNotSentTwice(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{
@@ -106,47 +124,20 @@ func TestStalledReplyNotSentTwice(t *testing.T) {
 // -1 but MaxRedirects 3): ClusterClient re-sent a script call whose read
 // timed out, whatever MaxRetries says.
 func TestStalledReplyNotSentTwiceCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	uc, err := redisstore.NewClient("redis+cluster://" + cl.Addrs()[0] + "?read_timeout=200ms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := uc.(*redis.ClusterClient)
-	defer c.Close()
+	key := "noretry:{stall}"
+	c, node := stalledCluster(t, key)
 	clk := frozenClock()
 	st, err := redisstore.New(c, redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	key := "noretry:{stall}"
 	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
 	var res [1]tiers.Result
 	if _, err := st.Take(context.Background(), []tiers.Bucket{{Key: key, Limit: l, Cost: 0}}, res[:]); err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.MasterForKey(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var node *redistest.Server
-	for _, n := range cl.Nodes() {
-		if n.Addr() == m.Options().Addr {
-			node = n
-		}
-	}
-	if node == nil {
-		t.Fatalf("no node at %s", m.Options().Addr)
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = c.Do(context.Background(), "eval", "local t = redis.call('TIME') while true do local u = redis.call('TIME'); if (u[1]-t[1])*1000000 + (u[2]-t[2]) > 30000 then break end end return 1", 1, key).Err()
-		}()
-	}
-	wg.Wait()
+	warm(t, c, key)
 
 	node.Pause()
 	done := make(chan error, 1)
@@ -181,39 +172,15 @@ func TestStalledReplyNotSentTwiceCluster(t *testing.T) {
 // send's record and replied "not applied" with no error, so localfirst
 // owed units that were charged and sent them again.
 func TestStalledReportNotSentTwice(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	uc, err := redisstore.NewClient("redis+cluster://" + cl.Addrs()[0] + "?read_timeout=200ms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := uc.(*redis.ClusterClient)
-	defer c.Close()
+	key := "noretry:{rep}"
+	c, node := stalledCluster(t, key)
 	st, err := redisstore.New(c, redisstore.WithClock(frozenClock()), redisstore.WithMinTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	key := "noretry:{rep}"
 	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 10}
-	m, err := c.MasterForKey(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var node *redistest.Server
-	for _, n := range cl.Nodes() {
-		if n.Addr() == m.Options().Addr {
-			node = n
-		}
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = c.Do(context.Background(), "eval", "local t = redis.call('TIME') while true do local u = redis.call('TIME'); if (u[1]-t[1])*1000000 + (u[2]-t[2]) > 30000 then break end end return 1", 1, key).Err()
-		}()
-	}
-	wg.Wait()
+	warm(t, c, key)
 
 	bs := []tiers.Bucket{{Key: key, Limit: l, Cost: 3}}
 	out := make([]tiers.ReportResult, 1)
