@@ -9,25 +9,25 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fallback"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // benchBuckets is a three-level take that always allows.
-func benchBuckets() []tiers.Bucket {
-	b := make([]tiers.Bucket, 3)
+func benchBuckets() []quota.Bucket {
+	b := make([]quota.Bucket, 3)
 	for i := range b {
-		b[i] = tiers.Bucket{
+		b[i] = quota.Bucket{
 			Key:   "bench:" + strconv.Itoa(i),
-			Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: tiers.MaxRate, Period: time.Second, Burst: tiers.MaxRate},
+			Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: quota.MaxRate, Period: time.Second, Burst: quota.MaxRate},
 			Cost:  1,
 		}
 	}
 	return b
 }
 
-func runTakes(b *testing.B, s tiers.Store, ctx context.Context) {
+func runTakes(b *testing.B, s quota.Store, ctx context.Context) {
 	buckets := benchBuckets()
-	res := make([]tiers.Result, len(buckets))
+	res := make([]quota.Result, len(buckets))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -38,7 +38,7 @@ func runTakes(b *testing.B, s tiers.Store, ctx context.Context) {
 	}
 }
 
-func newBenchStore(b *testing.B, primary tiers.Store) *fallback.Store {
+func newBenchStore(b *testing.B, primary quota.Store) *fallback.Store {
 	s, err := fallback.New(primary, fallback.WithLogger(slog.New(slog.DiscardHandler)), fallback.WithTimeout(time.Second))
 	if err != nil {
 		b.Fatal(err)
@@ -50,9 +50,9 @@ func newBenchStore(b *testing.B, primary tiers.Store) *fallback.Store {
 // state. Benchmarks use it to isolate the wrapper's own cost.
 type allowStore struct{}
 
-func (allowStore) Take(_ context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+func (allowStore) Take(_ context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	for i := range b {
-		r[i] = tiers.Result{Allowed: true, Limit: b[i].Limit.Capacity()}
+		r[i] = quota.Result{Allowed: true, Limit: b[i].Limit.Capacity()}
 	}
 	return true, nil
 }

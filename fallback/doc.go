@@ -1,5 +1,5 @@
 // Package fallback keeps rate limiting deciding when its store cannot: a
-// tiers.Store that calls a primary store (usually Redis, package
+// quota.Store that calls a primary store (usually Redis, package
 // tiers/redisstore) under a github.com/sony/gobreaker/v2 circuit breaker and
 // a per-call timeout, and decides locally, rule by rule, when the primary is
 // slow, failing or tripped. It wraps the rate-limit stage's store, not a
@@ -71,10 +71,10 @@
 // path until one succeeds.
 //
 // What each rule does meanwhile, by its Bucket.OnStoreError, is decided by
-// tiers.DecideUnavailable, the one place where fail modes are applied; this
+// quota.DecideUnavailable, the one place where fail modes are applied; this
 // package supplies the local limiters:
 //
-//   - tiers.FailLocal (the default) decides with a golang.org/x/time/rate
+//   - quota.FailLocal (the default) decides with a golang.org/x/time/rate
 //     limiter per bucket, read at the injected clock's time. Its rate is the
 //     bucket's Rate ÷ Period ÷ instances per second and its burst the
 //     bucket's capacity (Burst for token bucket and GCRA, Rate for the window
@@ -87,15 +87,15 @@
 //     to twice the window's share across one window; the store's exact
 //     window comes back with the store. The Result reports the local burst
 //     as Limit. A cost above the local burst but within the rule's capacity
-//     is denied with tiers.StoreErrorRetryAfter (only the store can admit
+//     is denied with quota.StoreErrorRetryAfter (only the store can admit
 //     it).
-//   - tiers.FailOpen allows and charges nothing; its Result reports the
+//   - quota.FailOpen allows and charges nothing; its Result reports the
 //     rule's capacity as Limit and capacity − cost as Remaining.
-//   - tiers.FailClosed denies with RetryAfter (and Reset)
-//     tiers.StoreErrorRetryAfter.
+//   - quota.FailClosed denies with RetryAfter (and Reset)
+//     quota.StoreErrorRetryAfter.
 //
 // Whatever the mode, a cost above the rule's capacity is denied with
-// RetryAfter tiers.Never, as every store denies it.
+// RetryAfter quota.Never, as every store denies it.
 //
 // Mixed buckets in one Take stay all or nothing: the Take is allowed only if
 // every bucket allows. A FailClosed bucket (or an impossible cost) denies the
@@ -124,10 +124,10 @@
 // changes keeps its limiter and its consumption, adjusted to the new share.
 //
 // Waiting and settlement. A local limiter books the units of a bucket
-// that may wait (tiers.Bucket.MaxWait) as the stores do, with
+// that may wait (quota.Bucket.MaxWait) as the stores do, with
 // x/time/rate's reservations: the take is allowed with the reservation's
 // delay as Result.Wait, and a later take queues behind it. Settle
-// (tiers.Settler) settles each bucket where its charge was made, by the
+// (quota.Settler) settles each bucket where its charge was made, by the
 // Source its take reported: on its local limiter (debt below 0 tokens, a
 // refund capped at the local burst), by the primary's Settle (not while
 // the breaker is open, never retried, never counted against the breaker),

@@ -10,7 +10,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/floodgate-go/floodgate/fallback"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // TestLocalRetryAfterSaturates: a local limiter whose wait exceeds ~292
@@ -20,9 +20,9 @@ import (
 func TestLocalRetryAfterSaturates(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	// Valid limit: 1 unit per 366 days, burst 1000.
-	b := tokenBucket("user:1", 1, 1000, tiers.MaxPeriod, tiers.FailLocal)
+	b := tokenBucket("user:1", 1, 1000, quota.MaxPeriod, quota.FailLocal)
 	b.Cost = 1000
-	trip(t, fx, 1, tokenBucket("trip", 1, 1, time.Second, tiers.FailOpen))
+	trip(t, fx, 1, tokenBucket("trip", 1, 1, time.Second, quota.FailOpen))
 	if ok, res := take(t, fx.s, b); !ok {
 		t.Fatalf("first take of the full local burst denied: %+v", res[0])
 	}
@@ -43,7 +43,7 @@ func TestLocalRetryAfterSaturates(t *testing.T) {
 func TestSeedAfterClockWrap(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	fx.clk.Advance(time.Duration(1<<34)*time.Millisecond + 10*time.Second) // ~199 days after New
-	b := tokenBucket("tenant:acme", 1, 10, time.Hour, tiers.FailLocal)     // 1 unit/hour
+	b := tokenBucket("tenant:acme", 1, 10, time.Hour, quota.FailLocal)     // 1 unit/hour
 	for i := 0; i < 10; i++ {
 		if ok, _ := take(t, fx.s, b); !ok {
 			t.Fatalf("store denied take %d", i)
@@ -70,13 +70,13 @@ func TestSeedAfterClockWrap(t *testing.T) {
 func TestSeedKeepsMinimumBurst(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour),
 		fallback.WithInstances(func() int { return 4 }))
-	seen := tokenBucket("user:seen", 3, 3, time.Hour, tiers.FailLocal)
+	seen := tokenBucket("user:seen", 3, 3, time.Hour, quota.FailLocal)
 	if ok, _ := take(t, fx.s, seen); !ok {
 		t.Fatal("store denied")
 	}
 	fx.clk.Advance(2 * time.Hour) // the store's bucket is full again
-	trip(t, fx, 1, tokenBucket("trip", 1, 1, time.Second, tiers.FailOpen))
-	fresh := tokenBucket("user:fresh", 3, 3, time.Hour, tiers.FailLocal)
+	trip(t, fx, 1, tokenBucket("trip", 1, 1, time.Second, quota.FailOpen))
+	fresh := tokenBucket("user:fresh", 3, 3, time.Hour, quota.FailLocal)
 	okFresh, _ := take(t, fx.s, fresh)
 	okSeen, res := take(t, fx.s, seen)
 	if okFresh && !okSeen {
@@ -90,9 +90,9 @@ func TestSeedKeepsMinimumBurst(t *testing.T) {
 // fresh limiters and nothing was ever denied).
 func TestLRUKeepsEntriesInUse(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithLocalCapacity(1))
-	trip(t, fx, 1, tokenBucket("trip", 1, 1, time.Second, tiers.FailOpen))
-	a := tokenBucket("a", 1, 1, time.Hour, tiers.FailLocal)
-	b := tokenBucket("b", 1, 1, time.Hour, tiers.FailLocal)
+	trip(t, fx, 1, tokenBucket("trip", 1, 1, time.Second, quota.FailOpen))
+	a := tokenBucket("a", 1, 1, time.Hour, quota.FailLocal)
+	b := tokenBucket("b", 1, 1, time.Hour, quota.FailLocal)
 	allowed := 0
 	for i := 0; i < 10; i++ {
 		if ok, _ := take(t, fx.s, a, b); ok {
@@ -107,14 +107,14 @@ func TestLRUKeepsEntriesInUse(t *testing.T) {
 // heldPrimary fails every call with errDown while down; a call on key
 // "held" blocks until release is closed, then fails.
 type heldPrimary struct {
-	inner   tiers.Store
+	inner   quota.Store
 	mu      sync.Mutex
 	down    bool
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (p *heldPrimary) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+func (p *heldPrimary) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	if b[0].Key == "held" {
 		close(p.entered)
 		<-p.release
@@ -150,12 +150,12 @@ func TestStaleFailureLeavesProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := tokenBucket("k", 100, 100, time.Second, tiers.FailOpen)
-	held := tokenBucket("held", 100, 100, time.Second, tiers.FailOpen)
+	k := tokenBucket("k", 100, 100, time.Second, quota.FailOpen)
+	held := tokenBucket("held", 100, 100, time.Second, quota.FailOpen)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = s.Take(context.Background(), []tiers.Bucket{held}, make([]tiers.Result, 1))
+		_, _ = s.Take(context.Background(), []quota.Bucket{held}, make([]quota.Result, 1))
 	}()
 	<-p.entered // in flight on the fast path, breaker closed
 	p.mu.Lock()

@@ -10,15 +10,15 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
 // downStore stands for a Redis store whose server is gone.
 type downStore struct{}
 
-func (downStore) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, error) {
+func (downStore) Take(context.Context, []quota.Bucket, []quota.Result) (bool, error) {
 	return false, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 }
 
@@ -40,21 +40,21 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	api := tiers.Bucket{Key: "api:{alice}", Cost: 1, OnStoreError: tiers.FailLocal,
-		Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 400, Period: time.Second, Burst: 8}}
-	login := tiers.Bucket{Key: "login:{alice}", Cost: 1, OnStoreError: tiers.FailClosed,
-		Limit: tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 5, Period: time.Minute}}
+	api := quota.Bucket{Key: "api:{alice}", Cost: 1, OnStoreError: quota.FailLocal,
+		Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 400, Period: time.Second, Burst: 8}}
+	login := quota.Bucket{Key: "login:{alice}", Cost: 1, OnStoreError: quota.FailClosed,
+		Limit: quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 5, Period: time.Minute}}
 
-	res := make([]tiers.Result, 1)
+	res := make([]quota.Result, 1)
 	for i := 0; i < 3; i++ {
-		ok, _ := store.Take(context.Background(), []tiers.Bucket{api}, res)
+		ok, _ := store.Take(context.Background(), []quota.Bucket{api}, res)
 		fmt.Printf("api: allowed=%v source=%s remaining=%d\n", ok, res[0].Source, res[0].Remaining)
 	}
-	ok, _ := store.Take(context.Background(), []tiers.Bucket{login}, res)
+	ok, _ := store.Take(context.Background(), []quota.Bucket{login}, res)
 	fmt.Printf("login: allowed=%v source=%s retry-after=%s\n", ok, res[0].Source, res[0].RetryAfter)
 	st := store.Stats()
 	fmt.Printf("local allowed=%d denied=%d, closed denied=%d\n",
-		st.Mode(tiers.FailLocal).Allowed, st.Mode(tiers.FailLocal).Denied, st.Mode(tiers.FailClosed).Denied)
+		st.Mode(quota.FailLocal).Allowed, st.Mode(quota.FailLocal).Denied, st.Mode(quota.FailClosed).Denied)
 	// Output:
 	// api: allowed=true source=local_fallback remaining=1
 	// breaker floodgate-store: closed -> open
@@ -64,7 +64,7 @@ func Example() {
 	// local allowed=2 denied=1, closed denied=1
 }
 
-// New wraps any tiers.Store; while the primary answers, its results pass
+// New wraps any quota.Store; while the primary answers, its results pass
 // through untouched.
 func ExampleNew() {
 	primary, err := memstore.New(memstore.WithClock(clock.New(time.Time{})))
@@ -77,9 +77,9 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	b := []tiers.Bucket{{Key: "user:{bob}", Cost: 1,
-		Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 2}}}
-	res := make([]tiers.Result, 1)
+	b := []quota.Bucket{{Key: "user:{bob}", Cost: 1,
+		Limit: quota.Limit{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 2}}}
+	res := make([]quota.Result, 1)
 	for i := 0; i < 3; i++ {
 		ok, _ := store.Take(context.Background(), b, res)
 		fmt.Printf("allowed=%v degraded=%v\n", ok, res[0].Source.Degraded())

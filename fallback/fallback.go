@@ -15,7 +15,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/cause"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // Defaults for the options of New.
@@ -214,13 +214,13 @@ func WithOnStateChange(f func(name string, from, to gobreaker.State)) Option {
 	}
 }
 
-// Store is a tiers.Store that asks a primary store under a circuit breaker
+// Store is a quota.Store that asks a primary store under a circuit breaker
 // and a per-call timeout, and decides by each bucket's OnStoreError when the
 // primary cannot answer. See the package documentation for the rules.
 //
 // A Store is safe for concurrent use.
 type Store struct {
-	primary      tiers.Store
+	primary      quota.Store
 	closedTO     time.Duration
 	slowGrace    time.Duration
 	instances    func() int
@@ -236,7 +236,7 @@ type Store struct {
 	mu    sync.Mutex // guards local; held across a local decision
 	local *localLimiters
 	// localFn is decideLocal as a func value, made once.
-	localFn func(buckets []tiers.Bucket, res []tiers.Result, allowed bool) bool
+	localFn func(buckets []quota.Bucket, res []quota.Result, allowed bool) bool
 
 	lastErrMu  sync.Mutex // guards lastErr, lastLogged, suppressed
 	lastErr    error
@@ -305,7 +305,7 @@ var errCallerGone = errors.New("fallback: caller's context ended during the stor
 
 // New returns a Store guarding primary. Every option's argument is checked;
 // a bad one makes New return an error naming it.
-func New(primary tiers.Store, opts ...Option) (*Store, error) {
+func New(primary quota.Store, opts ...Option) (*Store, error) {
 	if primary == nil {
 		return nil, errors.New("fallback: New: the primary store must not be nil")
 	}
@@ -412,7 +412,7 @@ func errString(err error) string {
 // State returns the breaker's current state.
 func (s *Store) State() gobreaker.State { return s.cb.State() }
 
-// Take implements tiers.Store. It asks the primary under the breaker and
+// Take implements quota.Store. It asks the primary under the breaker and
 // the timeout; when the breaker is open or the call fails it decides every
 // bucket by its OnStoreError and returns a nil error, with each Result's
 // Source naming what decided. It returns an error only for bad arguments
@@ -421,9 +421,9 @@ func (s *Store) State() gobreaker.State { return s.cb.State() }
 // Arguments are checked only off the healthy path: when the primary fails
 // (so that a failure caused by bad input is the caller's error and does not
 // count against the store) and before deciding without the primary.
-func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (s *Store) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
 	if len(res) < len(buckets) {
-		return false, tiers.ValidateTake(buckets, res)
+		return false, quota.ValidateTake(buckets, res)
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -496,7 +496,7 @@ func excluded(err error) bool {
 
 // failed handles a Take the primary did not answer: err is what the
 // breaker returned.
-func (s *Store) failed(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result, err error) (bool, error) {
+func (s *Store) failed(ctx context.Context, buckets []quota.Bucket, res []quota.Result, err error) (bool, error) {
 	switch {
 	case err == errCallerGone:
 		s.c.canceled.Add(1)
@@ -508,7 +508,7 @@ func (s *Store) failed(ctx context.Context, buckets []tiers.Bucket, res []tiers.
 		return false, context.DeadlineExceeded
 	case err == gobreaker.ErrOpenState || err == gobreaker.ErrTooManyRequests:
 		s.c.rejected.Add(1)
-		if err := tiers.ValidateTake(buckets, res); err != nil {
+		if err := quota.ValidateTake(buckets, res); err != nil {
 			return false, err
 		}
 	default:
@@ -548,7 +548,7 @@ func (e badInputError) Error() string { return e.err.Error() }
 // callPrimary is one guarded call: the primary under the timeout. A
 // failure is classified here, inside the breaker: the caller leaving, or
 // bad input, is excluded from the breaker's counts.
-func (s *Store) callPrimary(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
 	budget := s.timeout
 	if s.halfOpen.Load() {
 		// A probe decides whether the whole instance goes back to the
@@ -559,7 +559,7 @@ func (s *Store) callPrimary(ctx context.Context, buckets []tiers.Bucket, res []t
 		budget = s.closedTO
 	}
 	for i := range buckets {
-		if buckets[i].OnStoreError == tiers.FailClosed {
+		if buckets[i].OnStoreError == quota.FailClosed {
 			budget = s.closedTO
 			break
 		}
@@ -578,7 +578,7 @@ func (s *Store) callPrimary(ctx context.Context, buckets []tiers.Bucket, res []t
 	if gone {
 		return false, errCallerGone
 	}
-	if bad := tiers.ValidateTake(buckets, res); bad != nil {
+	if bad := quota.ValidateTake(buckets, res); bad != nil {
 		return false, badInputError{bad}
 	}
 	if cause.IsTimeout(err) && s.clock.Now().UnixNano()-s.lastOK.Load() < int64(s.slowGrace) {
@@ -615,11 +615,11 @@ func (s *Store) noteFailure(err error) {
 // allocating the reservation list.
 const maxStackReservations = 8
 
-// decide answers a Take without the primary: tiers.DecideUnavailable
+// decide answers a Take without the primary: quota.DecideUnavailable
 // applies each bucket's OnStoreError, with the local limiters deciding the
 // FailLocal buckets. It counts every bucket decision.
-func (s *Store) decide(buckets []tiers.Bucket, res []tiers.Result) bool {
-	allowed := tiers.DecideUnavailable(buckets, res, s.localFn)
+func (s *Store) decide(buckets []quota.Bucket, res []quota.Result) bool {
+	allowed := quota.DecideUnavailable(buckets, res, s.localFn)
 	if allowed {
 		s.c.takesAllowed.Add(1)
 	} else {
@@ -648,11 +648,11 @@ func (s *Store) DecidesOnStoreError() bool { return true }
 // first, so each restores exactly what it took) if any bucket cannot
 // proceed now or allowed is already false. It returns whether the Take is
 // allowed. A cost above the local share but within the rule's capacity is
-// denied with tiers.StoreErrorRetryAfter: only the store can admit it.
-func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed bool) bool {
+// denied with quota.StoreErrorRetryAfter: only the store can admit it.
+func (s *Store) decideLocal(buckets []quota.Bucket, res []quota.Result, allowed bool) bool {
 	n := 0
 	for i := range buckets {
-		if buckets[i].OnStoreError == tiers.FailLocal {
+		if buckets[i].OnStoreError == quota.FailLocal {
 			n++
 		}
 	}
@@ -672,7 +672,7 @@ func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed 
 	now := s.clock.Now()
 	for i := range buckets {
 		b := &buckets[i]
-		if b.OnStoreError != tiers.FailLocal || b.Cost > b.Limit.Capacity() {
+		if b.OnStoreError != quota.FailLocal || b.Cost > b.Limit.Capacity() {
 			continue
 		}
 		e := s.local.get(b.Key, b.Limit, inst, now, s.seen.lookup, buckets)
@@ -681,7 +681,7 @@ func (s *Store) decideLocal(buckets []tiers.Bucket, res []tiers.Result, allowed 
 		if b.Cost > e.burst {
 			// The local share can never hold this cost; only the store
 			// could admit it, so wait for the store.
-			r.RetryAfter = tiers.StoreErrorRetryAfter
+			r.RetryAfter = quota.StoreErrorRetryAfter
 			allowed = false
 			continue
 		}
@@ -764,7 +764,7 @@ type Stats struct {
 	// because of another bucket, in which case nothing was charged).
 	Fallback [3]ModeCount
 	// ByRule counts the same decisions by the bucket's rule
-	// (tiers.Bucket.Rule) and mode: ByRule["login"][tiers.FailClosed].
+	// (quota.Bucket.Rule) and mode: ByRule["login"][quota.FailClosed].
 	// Rules that never fell back are absent; see MaxRules.
 	ByRule map[string][3]ModeCount
 	// Opened, HalfOpened and Closed count breaker transitions into each
@@ -774,7 +774,7 @@ type Stats struct {
 	// those dropped by the LRU bound.
 	LocalBuckets int
 	Evictions    uint64
-	// Settled counts settlements (tiers.Settler) the primary applied;
+	// Settled counts settlements (quota.Settler) the primary applied;
 	// SettleFailed those it did not (error, timeout, or a primary that
 	// cannot settle); SettleDropped those not sent because the breaker
 	// was open; LocalSettled the buckets settled on their local limiter.
@@ -793,9 +793,9 @@ type ModeCount struct {
 	Allowed, Denied uint64
 }
 
-// Mode returns the counts of mode m (tiers.FailLocal, FailOpen or
+// Mode returns the counts of mode m (quota.FailLocal, FailOpen or
 // FailClosed); an unknown mode has none.
-func (st Stats) Mode(m tiers.FailMode) ModeCount {
+func (st Stats) Mode(m quota.FailMode) ModeCount {
 	if int(m) < len(st.Fallback) {
 		return st.Fallback[m]
 	}

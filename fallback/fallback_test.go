@@ -18,8 +18,8 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 var errDown = errors.New("flaky: store down")
@@ -27,7 +27,7 @@ var errDown = errors.New("flaky: store down")
 // flaky wraps a real store and fails, or hangs until its context ends, on
 // command. It counts the calls that reach it.
 type flaky struct {
-	inner tiers.Store
+	inner quota.Store
 	fail  atomic.Bool
 	hang  atomic.Bool
 	calls atomic.Int64
@@ -36,7 +36,7 @@ type flaky struct {
 	gate   chan struct{}
 }
 
-func (f *flaky) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+func (f *flaky) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	f.calls.Add(1)
 	f.gateMu.Lock()
 	g := f.gate
@@ -80,7 +80,7 @@ type transition struct{ from, to gobreaker.State }
 
 type fixture struct {
 	clk   *clock.Fake
-	inner tiers.Store
+	inner quota.Store
 	f     *flaky
 	s     *fallback.Store
 	logs  *logBuffer
@@ -116,18 +116,18 @@ func newFixture(t *testing.T, opts ...fallback.Option) *fixture {
 	return fx
 }
 
-func tokenBucket(key string, rate, burst int64, period time.Duration, mode tiers.FailMode) tiers.Bucket {
-	return tiers.Bucket{
+func tokenBucket(key string, rate, burst int64, period time.Duration, mode quota.FailMode) quota.Bucket {
+	return quota.Bucket{
 		Key:          key,
-		Limit:        tiers.Limit{Algorithm: tiers.TokenBucket, Rate: rate, Period: period, Burst: burst},
+		Limit:        quota.Limit{Algorithm: quota.TokenBucket, Rate: rate, Period: period, Burst: burst},
 		Cost:         1,
 		OnStoreError: mode,
 	}
 }
 
-func take(t *testing.T, s tiers.Store, buckets ...tiers.Bucket) (bool, []tiers.Result) {
+func take(t *testing.T, s quota.Store, buckets ...quota.Bucket) (bool, []quota.Result) {
 	t.Helper()
-	res := make([]tiers.Result, len(buckets))
+	res := make([]quota.Result, len(buckets))
 	ok, err := s.Take(context.Background(), buckets, res)
 	if err != nil {
 		t.Fatalf("Take: unexpected error %v", err)
@@ -137,7 +137,7 @@ func take(t *testing.T, s tiers.Store, buckets ...tiers.Bucket) (bool, []tiers.R
 
 // trip fails the primary and takes until the breaker opens, asserting it
 // opens after exactly n failures.
-func trip(t *testing.T, fx *fixture, n int, b ...tiers.Bucket) {
+func trip(t *testing.T, fx *fixture, n int, b ...quota.Bucket) {
 	t.Helper()
 	fx.f.fail.Store(true)
 	for i := 1; i <= n; i++ {
@@ -191,16 +191,16 @@ func TestNewRejectsBadOptions(t *testing.T) {
 
 func TestTakeRejectsBadInputWithoutTrippingBreaker(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
-	ok1 := tiers.Limit{Rate: 1, Period: time.Second, Burst: 1}
-	bad := [][]tiers.Bucket{
-		{{Key: "rate0", Limit: tiers.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}},
+	ok1 := quota.Limit{Rate: 1, Period: time.Second, Burst: 1}
+	bad := [][]quota.Bucket{
+		{{Key: "rate0", Limit: quota.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}},
 		{{Key: "negcost", Limit: ok1, Cost: -1}},
 		{{Key: "dup", Limit: ok1, Cost: 1}, {Key: "dup", Limit: ok1, Cost: 1}},
 	}
-	badMode := []tiers.Bucket{{Key: "mode", Limit: ok1, Cost: 1, OnStoreError: 7}}
-	check := func(phase string, bs []tiers.Bucket) {
+	badMode := []quota.Bucket{{Key: "mode", Limit: ok1, Cost: 1, OnStoreError: 7}}
+	check := func(phase string, bs []quota.Bucket) {
 		t.Helper()
-		_, err := fx.s.Take(context.Background(), bs, make([]tiers.Result, len(bs)))
+		_, err := fx.s.Take(context.Background(), bs, make([]quota.Result, len(bs)))
 		if err == nil || !strings.Contains(err.Error(), bs[len(bs)-1].Key) {
 			t.Errorf("%s, bucket %q: error %v, want one naming the bucket", phase, bs[len(bs)-1].Key, err)
 		}
@@ -218,22 +218,22 @@ func TestTakeRejectsBadInputWithoutTrippingBreaker(t *testing.T) {
 		t.Fatalf("stats after bad input: %+v, want closed and no failures", st)
 	}
 	// Open breaker: checked too.
-	trip(t, fx, 1, tokenBucket("k", 1, 1, time.Second, tiers.FailLocal))
+	trip(t, fx, 1, tokenBucket("k", 1, 1, time.Second, quota.FailLocal))
 	for _, bs := range append(bad, badMode) {
 		check("open", bs)
 	}
-	b := tokenBucket("k", 1, 1, time.Second, tiers.FailLocal)
-	if _, err := fx.s.Take(context.Background(), []tiers.Bucket{b, b}, make([]tiers.Result, 1)); err == nil || !strings.Contains(err.Error(), "res has room for 1 results, want one per bucket (2)") {
+	b := tokenBucket("k", 1, 1, time.Second, quota.FailLocal)
+	if _, err := fx.s.Take(context.Background(), []quota.Bucket{b, b}, make([]quota.Result, 1)); err == nil || !strings.Contains(err.Error(), "res has room for 1 results, want one per bucket (2)") {
 		t.Errorf("short res: error %v", err)
 	}
-	if st := fx.s.Stats(); st.Failures != 1 || st.Mode(tiers.FailLocal).Allowed != 1 {
+	if st := fx.s.Stats(); st.Failures != 1 || st.Mode(quota.FailLocal).Allowed != 1 {
 		t.Fatalf("stats %+v: bad input was decided or counted", st)
 	}
 }
 
 func TestHealthyPathDelegatesAndDenyIsSuccess(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1))
-	b := tokenBucket("user:1", 3, 3, time.Second, tiers.FailLocal)
+	b := tokenBucket("user:1", 3, 3, time.Second, quota.FailLocal)
 	for i := 0; i < 3; i++ {
 		ok, res := take(t, fx.s, b)
 		if !ok || res[0].Source.Degraded() {
@@ -261,7 +261,7 @@ func TestHealthyPathDelegatesAndDenyIsSuccess(t *testing.T) {
 
 func TestBreakerOpensAfterConfiguredFailures(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(3), fallback.WithOpenInterval(time.Hour))
-	b := tokenBucket("user:1", 100, 100, time.Second, tiers.FailOpen)
+	b := tokenBucket("user:1", 100, 100, time.Second, quota.FailOpen)
 	trip(t, fx, 3, b)
 	for i := 0; i < 5; i++ {
 		ok, res := take(t, fx.s, b)
@@ -273,7 +273,7 @@ func TestBreakerOpensAfterConfiguredFailures(t *testing.T) {
 		t.Fatalf("primary saw %d calls, want 3 (none while open)", got)
 	}
 	st := fx.s.Stats()
-	if st.Failures != 3 || st.Rejected != 5 || st.Opened != 1 || st.Mode(tiers.FailOpen).Allowed != 8 {
+	if st.Failures != 3 || st.Rejected != 5 || st.Opened != 1 || st.Mode(quota.FailOpen).Allowed != 8 {
 		t.Fatalf("stats %+v: want 3 failures, 5 rejected, 1 open, 8 fail-open allows", st)
 	}
 	if got := fx.transitions(); len(got) != 1 || got[0] != (transition{gobreaker.StateClosed, gobreaker.StateOpen}) {
@@ -286,7 +286,7 @@ func TestBreakerOpensAfterConfiguredFailures(t *testing.T) {
 
 func TestFailuresMustBeConsecutive(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(3))
-	b := tokenBucket("user:1", 100, 100, time.Second, tiers.FailLocal)
+	b := tokenBucket("user:1", 100, 100, time.Second, quota.FailLocal)
 	for i := 0; i < 4; i++ {
 		fx.f.fail.Store(true)
 		take(t, fx.s, b)
@@ -303,7 +303,7 @@ func TestFailuresMustBeConsecutive(t *testing.T) {
 // instance of 4 replicas: locally 100/s with a burst of 10, exactly.
 func TestLocalLimitIsRateOverReplicas(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithInstances(func() int { return 4 }), fallback.WithOpenInterval(time.Hour))
-	b := tokenBucket("user:1", 400, 40, time.Second, tiers.FailLocal)
+	b := tokenBucket("user:1", 400, 40, time.Second, quota.FailLocal)
 	trip(t, fx, 1, b) // the tripping call itself was decided locally: 1 token
 	allowed := 1
 	for i := 0; i < 20; i++ {
@@ -335,7 +335,7 @@ func TestLocalLimitIsRateOverReplicas(t *testing.T) {
 		t.Fatalf("%d allowed over 1s at 1ms spacing, want 100 (400/s over 4 replicas)", allowed)
 	}
 	st := fx.s.Stats()
-	local := st.Mode(tiers.FailLocal)
+	local := st.Mode(quota.FailLocal)
 	if local.Allowed != 110 || local.Denied != 911 {
 		t.Fatalf("local counts %+v, want 110 allowed, 911 denied", local)
 	}
@@ -343,7 +343,7 @@ func TestLocalLimitIsRateOverReplicas(t *testing.T) {
 
 func TestLocalWindowAlgorithmShare(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithInstances(func() int { return 3 }), fallback.WithOpenInterval(time.Hour))
-	b := tiers.Bucket{Key: "ip:1", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 60, Period: time.Minute}, Cost: 1}
+	b := quota.Bucket{Key: "ip:1", Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 60, Period: time.Minute}, Cost: 1}
 	trip(t, fx, 1, b)
 	allowed := 1
 	for i := 0; i < 30; i++ {
@@ -365,8 +365,8 @@ func TestLocalWindowAlgorithmShare(t *testing.T) {
 
 func TestLocalAllOrNothing(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
-	user := tokenBucket("user:1", 1, 2, time.Minute, tiers.FailLocal)
-	ip := tokenBucket("ip:1", 100, 100, time.Minute, tiers.FailLocal)
+	user := tokenBucket("user:1", 1, 2, time.Minute, quota.FailLocal)
+	ip := tokenBucket("ip:1", 100, 100, time.Minute, quota.FailLocal)
 	trip(t, fx, 1, user, ip) // charges 1 to each
 	ok, res := take(t, fx.s, user, ip)
 	if !ok || res[1].Remaining != 98 || res[0].Remaining != 0 {
@@ -394,14 +394,14 @@ func TestLocalAllOrNothing(t *testing.T) {
 
 func TestOpenAndClosedModes(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
-	login := tokenBucket("login:ip", 5, 5, time.Minute, tiers.FailClosed)
-	search := tokenBucket("search:user", 10, 10, time.Second, tiers.FailOpen)
-	local := tokenBucket("tenant:acme", 100, 100, time.Second, tiers.FailLocal)
+	login := tokenBucket("login:ip", 5, 5, time.Minute, quota.FailClosed)
+	search := tokenBucket("search:user", 10, 10, time.Second, quota.FailOpen)
+	local := tokenBucket("tenant:acme", 100, 100, time.Second, quota.FailLocal)
 	login.Rule, search.Rule, local.Rule = "login-ip", "search-user", "tenant-plan"
 	fx.f.fail.Store(true)
 
 	ok, res := take(t, fx.s, login)
-	if ok || res[0].Source != floodgate.SourceFailClosed || res[0].RetryAfter != tiers.StoreErrorRetryAfter || res[0].Remaining != 0 {
+	if ok || res[0].Source != floodgate.SourceFailClosed || res[0].RetryAfter != quota.StoreErrorRetryAfter || res[0].Remaining != 0 {
 		t.Fatalf("closed: allowed=%v %+v, want deny from fail_closed with StoreErrorRetryAfter", ok, res[0])
 	}
 	for i := 0; i < 50; i++ {
@@ -424,17 +424,17 @@ func TestOpenAndClosedModes(t *testing.T) {
 	}
 	st := fx.s.Stats()
 	want := [3]fallback.ModeCount{
-		tiers.FailLocal:  {Allowed: 4},
-		tiers.FailOpen:   {Allowed: 51},
-		tiers.FailClosed: {Denied: 4},
+		quota.FailLocal:  {Allowed: 4},
+		quota.FailOpen:   {Allowed: 51},
+		quota.FailClosed: {Denied: 4},
 	}
 	if st.Fallback != want || st.FallbackTakesAllowed != 51 || st.FallbackTakesDenied != 4 {
 		t.Fatalf("stats %+v, want modes %+v, 51 takes allowed, 4 denied", st, want)
 	}
 	wantRules := map[string][3]fallback.ModeCount{
-		"login-ip":    {tiers.FailClosed: {Denied: 4}},
-		"search-user": {tiers.FailOpen: {Allowed: 51}},
-		"tenant-plan": {tiers.FailLocal: {Allowed: 4}},
+		"login-ip":    {quota.FailClosed: {Denied: 4}},
+		"search-user": {quota.FailOpen: {Allowed: 51}},
+		"tenant-plan": {quota.FailLocal: {Allowed: 4}},
 	}
 	if !reflect.DeepEqual(st.ByRule, wantRules) {
 		t.Fatalf("ByRule = %+v, want %+v", st.ByRule, wantRules)
@@ -445,7 +445,7 @@ func TestByRuleIsBounded(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	fx.f.fail.Store(true)
 	for i := 0; i < fallback.MaxRules+10; i++ {
-		b := tokenBucket("k:"+strconv.Itoa(i), 10, 10, time.Second, tiers.FailOpen)
+		b := tokenBucket("k:"+strconv.Itoa(i), 10, 10, time.Second, quota.FailOpen)
 		b.Rule = "rule-" + strconv.Itoa(i)
 		take(t, fx.s, b)
 	}
@@ -453,7 +453,7 @@ func TestByRuleIsBounded(t *testing.T) {
 	if len(st.ByRule) != fallback.MaxRules+1 {
 		t.Fatalf("ByRule has %d entries, want %d named + %s", len(st.ByRule), fallback.MaxRules, fallback.OtherRule)
 	}
-	if got := st.ByRule[fallback.OtherRule][tiers.FailOpen].Allowed; got != 10 {
+	if got := st.ByRule[fallback.OtherRule][quota.FailOpen].Allowed; got != 10 {
 		t.Fatalf("%s counted %d, want the 10 rules past MaxRules", fallback.OtherRule, got)
 	}
 }
@@ -461,18 +461,18 @@ func TestByRuleIsBounded(t *testing.T) {
 func TestCostAboveCapacityNeverAdmitted(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithInstances(func() int { return 4 }))
 	fx.f.fail.Store(true)
-	for _, mode := range []tiers.FailMode{tiers.FailLocal, tiers.FailOpen, tiers.FailClosed} {
+	for _, mode := range []quota.FailMode{quota.FailLocal, quota.FailOpen, quota.FailClosed} {
 		b := tokenBucket("k:"+mode.String(), 10, 10, time.Second, mode)
 		b.Cost = 11
-		if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != tiers.Never {
+		if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != quota.Never {
 			t.Errorf("%s: allowed=%v retry=%s, want deny with Never", mode, ok, res[0].RetryAfter)
 		}
 	}
 	// Within capacity but above the local share (10/4 = 2): denied, retry
 	// after the configured retry-after, not Never.
-	b := tokenBucket("k:share", 10, 10, time.Second, tiers.FailLocal)
+	b := tokenBucket("k:share", 10, 10, time.Second, quota.FailLocal)
 	b.Cost = 3
-	if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != tiers.StoreErrorRetryAfter || res[0].Limit != 2 {
+	if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != quota.StoreErrorRetryAfter || res[0].Limit != 2 {
 		t.Errorf("above local share: allowed=%v %+v", ok, res[0])
 	}
 }
@@ -480,7 +480,7 @@ func TestCostAboveCapacityNeverAdmitted(t *testing.T) {
 func TestBreakerClosesAfterOpenIntervalAndOneProbe(t *testing.T) {
 	const open = 150 * time.Millisecond
 	fx := newFixture(t, fallback.WithFailures(2), fallback.WithOpenInterval(open))
-	b := tokenBucket("user:1", 1000, 1000, time.Second, tiers.FailLocal)
+	b := tokenBucket("user:1", 1000, 1000, time.Second, quota.FailLocal)
 	trip(t, fx, 2, b)
 	openedAt := time.Now()
 	fx.f.fail.Store(false)
@@ -536,7 +536,7 @@ func TestBreakerClosesAfterOpenIntervalAndOneProbe(t *testing.T) {
 func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 	const open = 20 * time.Millisecond
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(open), fallback.WithTimeout(5*time.Second))
-	b := tokenBucket("user:1", 1000, 1000, time.Second, tiers.FailLocal)
+	b := tokenBucket("user:1", 1000, 1000, time.Second, quota.FailLocal)
 	trip(t, fx, 1, b)
 	fx.f.fail.Store(false)
 	gate := make(chan struct{})
@@ -545,10 +545,10 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 	fx.f.gateMu.Unlock()
 	time.Sleep(open + 5*time.Millisecond)
 	before := fx.f.calls.Load()
-	probeDone := make(chan tiers.Result, 1)
+	probeDone := make(chan quota.Result, 1)
 	go func() {
-		res := make([]tiers.Result, 1)
-		_, _ = fx.s.Take(context.Background(), []tiers.Bucket{b}, res)
+		res := make([]quota.Result, 1)
+		_, _ = fx.s.Take(context.Background(), []quota.Bucket{b}, res)
 		probeDone <- res[0]
 	}()
 	deadline := time.Now().Add(2 * time.Second)
@@ -580,7 +580,7 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 func TestTimeoutIsAFailure(t *testing.T) {
 	const budget = 3 * time.Millisecond
 	fx := newFixture(t, fallback.WithFailures(2), fallback.WithTimeout(budget), fallback.WithOpenInterval(time.Hour))
-	b := tokenBucket("user:1", 10, 10, time.Second, tiers.FailLocal)
+	b := tokenBucket("user:1", 10, 10, time.Second, quota.FailLocal)
 	fx.f.hang.Store(true)
 	// Silent for longer than the slow grace since New: down, not busy.
 	fx.clk.Advance(fallback.DefaultSlowGrace)
@@ -603,11 +603,11 @@ func TestTimeoutIsAFailure(t *testing.T) {
 
 func TestCallerCancellationDoesNotTrip(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithTimeout(5*time.Second))
-	b := tokenBucket("user:1", 10, 10, time.Second, tiers.FailLocal)
+	b := tokenBucket("user:1", 10, 10, time.Second, quota.FailLocal)
 	fx.f.hang.Store(true)
 	for i := 0; i < 5; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
-		_, err := fx.s.Take(ctx, []tiers.Bucket{b}, make([]tiers.Result, 1))
+		_, err := fx.s.Take(ctx, []quota.Bucket{b}, make([]quota.Result, 1))
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("take %d: error %v, want the caller's context error", i, err)
@@ -615,7 +615,7 @@ func TestCallerCancellationDoesNotTrip(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := fx.s.Take(ctx, []tiers.Bucket{b}, make([]tiers.Result, 1)); !errors.Is(err, context.Canceled) {
+	if _, err := fx.s.Take(ctx, []quota.Bucket{b}, make([]quota.Result, 1)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("take with a cancelled context: error %v", err)
 	}
 	st := fx.s.Stats()
@@ -626,9 +626,9 @@ func TestCallerCancellationDoesNotTrip(t *testing.T) {
 
 func TestLRUEvictsLeastRecentlyUsed(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithLocalCapacity(2))
-	a := tokenBucket("a", 1, 1, time.Hour, tiers.FailLocal)
-	bb := tokenBucket("b", 1, 1, time.Hour, tiers.FailLocal)
-	c := tokenBucket("c", 1, 1, time.Hour, tiers.FailLocal)
+	a := tokenBucket("a", 1, 1, time.Hour, quota.FailLocal)
+	bb := tokenBucket("b", 1, 1, time.Hour, quota.FailLocal)
+	c := tokenBucket("c", 1, 1, time.Hour, quota.FailLocal)
 	trip(t, fx, 1, a) // a: drained
 	if ok, _ := take(t, fx.s, bb); !ok {
 		t.Fatal("b denied on first use")
@@ -653,7 +653,7 @@ func TestLRUEvictsLeastRecentlyUsed(t *testing.T) {
 
 func TestLocalLimitChangeKeepsConsumption(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
-	b := tokenBucket("user:1", 10, 10, time.Second, tiers.FailLocal)
+	b := tokenBucket("user:1", 10, 10, time.Second, quota.FailLocal)
 	trip(t, fx, 1, b)
 	for i := 0; i < 9; i++ {
 		take(t, fx.s, b)
@@ -678,7 +678,7 @@ type ctxProbe struct {
 	err      error
 }
 
-func (p *ctxProbe) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+func (p *ctxProbe) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	p.value = ctx.Value(ctxKey{})
 	d, ok := ctx.Deadline()
 	if !ok {
@@ -691,7 +691,7 @@ func (p *ctxProbe) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result)
 			select {
 			case <-time.After(p.delay):
 				for i := range b {
-					r[i] = tiers.Result{Allowed: true}
+					r[i] = quota.Result{Allowed: true}
 				}
 				return true, nil
 			case <-ctx.Done():
@@ -707,7 +707,7 @@ func (p *ctxProbe) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result)
 		return false, err
 	}
 	for i := range b {
-		r[i] = tiers.Result{Allowed: true}
+		r[i] = quota.Result{Allowed: true}
 	}
 	return true, nil
 }
@@ -719,8 +719,8 @@ func TestCallContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := []tiers.Bucket{tokenBucket("k", 10, 10, time.Second, tiers.FailOpen)}
-	res := make([]tiers.Result, 1)
+	b := []quota.Bucket{tokenBucket("k", 10, 10, time.Second, quota.FailOpen)}
+	res := make([]quota.Result, 1)
 	ctx := context.WithValue(context.Background(), ctxKey{}, "v")
 
 	// The caller's values pass; the deadline is the budget.
@@ -773,9 +773,9 @@ func TestSlowCallsDoNotTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := []tiers.Bucket{tokenBucket("k", 10, 10, time.Second, tiers.FailOpen)}
-	closed := []tiers.Bucket{tokenBucket("login", 10, 10, time.Second, tiers.FailClosed)}
-	res := make([]tiers.Result, 1)
+	open := []quota.Bucket{tokenBucket("k", 10, 10, time.Second, quota.FailOpen)}
+	closed := []quota.Bucket{tokenBucket("login", 10, 10, time.Second, quota.FailClosed)}
+	res := make([]quota.Result, 1)
 	ctx := context.Background()
 	for i := 0; i < 10; i++ {
 		p.wait = i%2 == 1 // every other call is slower than the budget
@@ -811,18 +811,18 @@ func TestSlowCallsDoNotTrip(t *testing.T) {
 // breaker and a run of failures opens it after exactly the threshold.
 func TestConcurrentFailuresRace(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(3), fallback.WithOpenInterval(2*time.Millisecond))
-	b := tokenBucket("k", 1_000_000, 1_000_000, time.Second, tiers.FailLocal)
+	b := tokenBucket("k", 1_000_000, 1_000_000, time.Second, quota.FailLocal)
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			res := make([]tiers.Result, 1)
+			res := make([]quota.Result, 1)
 			for i := 0; i < 500; i++ {
 				if w == 0 && i%50 == 0 {
 					fx.f.fail.Store(i%100 == 0)
 				}
-				if _, err := fx.s.Take(context.Background(), []tiers.Bucket{b}, res); err != nil {
+				if _, err := fx.s.Take(context.Background(), []quota.Bucket{b}, res); err != nil {
 					t.Errorf("take: %v", err)
 					return
 				}
@@ -850,7 +850,7 @@ func TestLocalStartsFromWhatTheStoreSaid(t *testing.T) {
 	instances := 2
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(50*time.Millisecond),
 		fallback.WithInstances(func() int { return instances }))
-	b := tokenBucket("tenant:acme", 1, 100, time.Second, tiers.FailLocal) // 1 unit/s: no refill to speak of
+	b := tokenBucket("tenant:acme", 1, 100, time.Second, quota.FailLocal) // 1 unit/s: no refill to speak of
 	for i := 0; i < 90; i++ {
 		if ok, _ := take(t, fx.s, b); !ok {
 			t.Fatalf("store denied take %d", i)
@@ -872,7 +872,7 @@ func TestLocalStartsFromWhatTheStoreSaid(t *testing.T) {
 		t.Fatalf("local limiter admitted %d after the store said 10 were left, want 5 (10 / 2 instances)", n)
 	}
 	// A key the store never answered for: a full share, 100 / 2.
-	fresh := tokenBucket("tenant:new", 1, 100, time.Second, tiers.FailLocal)
+	fresh := tokenBucket("tenant:new", 1, 100, time.Second, quota.FailLocal)
 	n = 0
 	for ; n < 100; n++ {
 		if ok, _ := take(t, fx.s, fresh); !ok {
@@ -921,7 +921,7 @@ func TestLocalStartsFromWhatTheStoreSaid(t *testing.T) {
 // failing, until the slow grace since New has passed.
 func TestFirstTimeoutsAreSlow(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(2), fallback.WithTimeout(2*time.Millisecond), fallback.WithOpenInterval(time.Hour))
-	b := tokenBucket("user:1", 10, 10, time.Second, tiers.FailLocal)
+	b := tokenBucket("user:1", 10, 10, time.Second, quota.FailLocal)
 	fx.f.hang.Store(true)
 	for range 3 {
 		take(t, fx.s, b)
@@ -951,8 +951,8 @@ func TestProbeWaitsTheClosedBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := []tiers.Bucket{tokenBucket("k", 10, 10, time.Second, tiers.FailOpen)}
-	res := make([]tiers.Result, 1)
+	b := []quota.Bucket{tokenBucket("k", 10, 10, time.Second, quota.FailOpen)}
+	res := make([]quota.Result, 1)
 	ctx := context.Background()
 	for range 2 {
 		_, _ = s.Take(ctx, b, res)
@@ -977,7 +977,7 @@ func TestProbeWaitsTheClosedBudget(t *testing.T) {
 // 20ms unless the call's context ends first.
 type comesBackSlow struct{ down atomic.Bool }
 
-func (c *comesBackSlow) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+func (c *comesBackSlow) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	if c.down.Load() {
 		return false, syscall.ECONNREFUSED
 	}
@@ -987,7 +987,7 @@ func (c *comesBackSlow) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Re
 		return false, ctx.Err()
 	}
 	for i := range b {
-		r[i] = tiers.Result{Allowed: true, Limit: 10, Remaining: 9}
+		r[i] = quota.Result{Allowed: true, Limit: 10, Remaining: 9}
 	}
 	return true, nil
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -47,12 +47,12 @@ const (
 
 // liveBuckets: a tight FailLocal bucket (200/s, burst 20), and two generous
 // ones the store always allows, FailClosed (login) and FailOpen (search).
-var liveBuckets = [numKinds]tiers.Bucket{
-	kindLocal: {Key: "live:{u1}:api", Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 200, Period: time.Second, Burst: 20}, Cost: 1, OnStoreError: tiers.FailLocal},
-	kindClosed: {Key: "live:{u1}:login", Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}, Cost: 1,
-		OnStoreError: tiers.FailClosed},
-	kindOpen: {Key: "live:{u1}:search", Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}, Cost: 1,
-		OnStoreError: tiers.FailOpen},
+var liveBuckets = [numKinds]quota.Bucket{
+	kindLocal: {Key: "live:{u1}:api", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 200, Period: time.Second, Burst: 20}, Cost: 1, OnStoreError: quota.FailLocal},
+	kindClosed: {Key: "live:{u1}:login", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}, Cost: 1,
+		OnStoreError: quota.FailClosed},
+	kindOpen: {Key: "live:{u1}:search", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}, Cost: 1,
+		OnStoreError: quota.FailOpen},
 }
 
 func init() {
@@ -69,7 +69,7 @@ type sample struct {
 	lat     time.Duration
 	kind    int
 	allowed bool
-	res     tiers.Result
+	res     quota.Result
 	err     error
 }
 
@@ -114,7 +114,7 @@ func (l *load) stalled(from, to time.Time) bool {
 	return false
 }
 
-func startLoad(s tiers.Store) *load {
+func startLoad(s quota.Store) *load {
 	l := &load{}
 	deadline := time.Now().Add(liveMaxRun)
 	l.wg.Add(1)
@@ -124,7 +124,7 @@ func startLoad(s tiers.Store) *load {
 		go func(w int) {
 			defer l.wg.Done()
 			mine := make([]sample, 0, 4096)
-			res := make([]tiers.Result, 1)
+			res := make([]quota.Result, 1)
 			for i := 0; i < liveMaxIter && !l.stopped.Load() && time.Now().Before(deadline); i++ {
 				kind := (w + i) % numKinds
 				b := liveBuckets[kind : kind+1]
@@ -337,7 +337,7 @@ func TestLiveKill(t *testing.T) {
 		budget     = 50 * time.Millisecond
 		openFor    = 250 * time.Millisecond
 		failures   = 3
-		retryAfter = tiers.StoreErrorRetryAfter
+		retryAfter = quota.StoreErrorRetryAfter
 	)
 	srv := redistest.Start(t)
 	s, sl := liveStore(t, srv, fallback.WithTimeout(budget), fallback.WithFailures(failures),
@@ -408,9 +408,9 @@ func TestLiveKill(t *testing.T) {
 		}
 	}
 	want := [3]fallback.ModeCount{
-		tiers.FailLocal:  {Allowed: seen[kindLocal][1], Denied: seen[kindLocal][0]},
-		tiers.FailOpen:   {Allowed: seen[kindOpen][1], Denied: seen[kindOpen][0]},
-		tiers.FailClosed: {Allowed: seen[kindClosed][1], Denied: seen[kindClosed][0]},
+		quota.FailLocal:  {Allowed: seen[kindLocal][1], Denied: seen[kindLocal][0]},
+		quota.FailOpen:   {Allowed: seen[kindOpen][1], Denied: seen[kindOpen][0]},
+		quota.FailClosed: {Allowed: seen[kindClosed][1], Denied: seen[kindClosed][0]},
 	}
 	if st.Fallback != want {
 		t.Errorf("Stats counts %+v, callers saw %+v", st.Fallback, want)
@@ -455,7 +455,7 @@ func TestLivePause(t *testing.T) {
 		grace      = 100 * time.Millisecond
 		openFor    = 200 * time.Millisecond
 		failures   = 3
-		retryAfter = tiers.StoreErrorRetryAfter
+		retryAfter = quota.StoreErrorRetryAfter
 	)
 	srv := redistest.Start(t)
 	// A pause longer than the slow grace is an outage: once Redis has not
@@ -552,11 +552,11 @@ func TestLiveNoScriptDoesNotTrip(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	s, sl := liveStore(t, srv, fallback.WithTimeout(200*time.Millisecond), fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
-	b := []tiers.Bucket{liveBuckets[kindClosed]}
+	b := []quota.Bucket{liveBuckets[kindClosed]}
 	takeStore := func(phase string) {
 		t.Helper()
 		for i := 0; i < 3; i++ {
-			res := make([]tiers.Result, 1)
+			res := make([]quota.Result, 1)
 			ok, err := s.Take(context.Background(), b, res)
 			if err != nil || !ok || res[0].Source != floodgate.SourceStore {
 				t.Fatalf("%s take %d: allowed=%v err=%v %+v, want allowed by the store", phase, i, ok, err, res[0])
@@ -624,8 +624,8 @@ func TestLiveCauses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
 	}
-	b := []tiers.Bucket{liveBuckets[kindOpen]}
-	res := make([]tiers.Result, 1)
+	b := []quota.Bucket{liveBuckets[kindOpen]}
+	res := make([]quota.Result, 1)
 	take := func(s *fallback.Store) {
 		if _, err := s.Take(context.Background(), b, res); err != nil {
 			t.Fatalf("Take: %v", err)

@@ -6,15 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"golang.org/x/time/rate"
-
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 // localEntry is one bucket's local limiter and the share it was built for.
 type localEntry struct {
 	key   string
-	limit tiers.Limit
+	limit quota.Limit
 	n     int       // the instance count the share was built for
 	used  time.Time // the last local decision
 	lim   *rate.Limiter
@@ -41,7 +40,7 @@ func newLocalLimiters(capacity int) *localLimiters {
 // one of n instances: Rate ÷ Period ÷ n per second, and a burst of
 // floor(capacity ÷ n), at least 1, where capacity is Burst for TokenBucket
 // and GCRA and Rate for the window algorithms.
-func share(limit tiers.Limit, n int) (rate.Limit, int64) {
+func share(limit quota.Limit, n int) (rate.Limit, int64) {
 	perSecond := float64(limit.Rate) / limit.Period.Seconds() / float64(n)
 	burst := limit.Capacity() / int64(n)
 	if burst < 1 {
@@ -60,7 +59,7 @@ func share(limit tiers.Limit, n int) (rate.Limit, int64) {
 // (seen: the remaining units and when), refilled at the key's rate since
 // and divided among the n instances; else full. Creating an entry when the
 // LRU is full evicts the least recently used one.
-func (l *localLimiters) get(key string, limit tiers.Limit, n int, now time.Time, seen func(string, time.Time) (int64, time.Time, bool), take []tiers.Bucket) *localEntry {
+func (l *localLimiters) get(key string, limit quota.Limit, n int, now time.Time, seen func(string, time.Time) (int64, time.Time, bool), take []quota.Bucket) *localEntry {
 	if el, ok := l.byKey[key]; ok {
 		l.ll.MoveToFront(el)
 		e := el.Value.(*localEntry)
@@ -133,7 +132,7 @@ func (e *localEntry) durationFor(tokens float64) time.Duration {
 }
 
 // inTake reports whether key is a bucket of take.
-func inTake(key string, take []tiers.Bucket) bool {
+func inTake(key string, take []quota.Bucket) bool {
 	for i := range take {
 		if take[i].Key == key {
 			return true

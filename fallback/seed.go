@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // lastKnown remembers, per bucket key, the remaining units the primary last
@@ -45,10 +45,10 @@ func newLastKnown(size int, base time.Time) *lastKnown {
 
 // record notes the primary's answer for the FailLocal buckets of a take,
 // the only ones a local limiter is ever made for.
-func (l *lastKnown) record(buckets []tiers.Bucket, res []tiers.Result, now time.Time) {
+func (l *lastKnown) record(buckets []quota.Bucket, res []quota.Result, now time.Time) {
 	ms := uint64(max(0, now.Sub(l.base).Milliseconds())) & seedTimeMask // base and now read the same clock
 	for i := range buckets {
-		if buckets[i].OnStoreError != tiers.FailLocal {
+		if buckets[i].OnStoreError != quota.FailLocal {
 			continue
 		}
 		h := maphash.String(l.seed, buckets[i].Key) | 1

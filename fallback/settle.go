@@ -6,19 +6,19 @@ import (
 	"fmt"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
-var _ tiers.Settler = (*Store)(nil)
+var _ quota.Settler = (*Store)(nil)
 
 // CanSettle reports whether the primary store can settle (it is a
-// tiers.Settler that, if it wraps another store, can too): what
-// tiers.Settles asks of a Store before a Limiter lets rules settle or
+// quota.Settler that, if it wraps another store, can too): what
+// quota.Settles asks of a Store before a Limiter lets rules settle or
 // wait over it. Buckets decided locally are settled here whatever the
 // primary.
-func (s *Store) CanSettle() bool { return tiers.Settles(s.primary) }
+func (s *Store) CanSettle() bool { return quota.Settles(s.primary) }
 
-// Settle implements tiers.Settler. Each bucket is settled where its
+// Settle implements quota.Settler. Each bucket is settled where its
 // charge was made, by the Source of its Result in took:
 //
 //   - floodgate.SourceLocalFallback: on its local limiter, at the
@@ -35,10 +35,10 @@ func (s *Store) CanSettle() bool { return tiers.Settles(s.primary) }
 //     counted against the breaker or retried; Stats counts it
 //     (SettleDropped, SettleFailed) and the error is returned.
 //
-// Bad input is refused with tiers.ValidateSettle's error before anything
+// Bad input is refused with quota.ValidateSettle's error before anything
 // is settled.
-func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers.Result) error {
-	if err := tiers.ValidateSettle(buckets, took); err != nil {
+func (s *Store) Settle(ctx context.Context, buckets []quota.Bucket, took []quota.Result) error {
+	if err := quota.ValidateSettle(buckets, took); err != nil {
 		return err
 	}
 	primary := 0
@@ -59,9 +59,9 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 	}
 	bs, rs := buckets, took
 	if primary != len(buckets) {
-		bs, rs = make([]tiers.Bucket, 0, primary), nil
+		bs, rs = make([]quota.Bucket, 0, primary), nil
 		if took != nil {
-			rs = make([]tiers.Result, 0, primary)
+			rs = make([]quota.Result, 0, primary)
 		}
 		for i := range buckets {
 			switch src := sourceOf(took, i); {
@@ -74,10 +74,10 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 			}
 		}
 	}
-	st, ok := s.primary.(tiers.Settler)
+	st, ok := s.primary.(quota.Settler)
 	if !ok {
 		s.c.settleFailed.Add(1)
-		return errors.New("fallback: Settle: the primary store is not a tiers.Settler")
+		return errors.New("fallback: Settle: the primary store is not a quota.Settler")
 	}
 	if !s.closed.Load() && !s.halfOpen.Load() {
 		s.c.settleDropped.Add(1)
@@ -96,7 +96,7 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 
 // sourceOf is the Source of bucket i's charge (the store's, when took is
 // nil or says nothing).
-func sourceOf(took []tiers.Result, i int) floodgate.Source {
+func sourceOf(took []quota.Result, i int) floodgate.Source {
 	if took == nil || took[i].Source == "" {
 		return floodgate.SourceStore
 	}
@@ -105,7 +105,7 @@ func sourceOf(took []tiers.Result, i int) floodgate.Source {
 
 // settleLocal applies b's signed cost to its local limiter, if it still
 // has one.
-func (s *Store) settleLocal(b *tiers.Bucket) {
+func (s *Store) settleLocal(b *quota.Bucket) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	el, ok := s.local.byKey[b.Key]

@@ -8,15 +8,15 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/storetest"
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 // A healthy fallback store passes takes, waits and settlements to its
 // primary: it conforms as the primary does.
 func TestConformanceHealthy(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		s, err := fallback.New(newMemStore(t, clk), fallback.WithClock(clk), fallback.WithTimeout(time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -25,7 +25,7 @@ func TestConformanceHealthy(t *testing.T) {
 	})
 }
 
-func settle(t *testing.T, s *fallback.Store, bs []tiers.Bucket, took []tiers.Result) {
+func settle(t *testing.T, s *fallback.Store, bs []quota.Bucket, took []quota.Result) {
 	t.Helper()
 	if err := s.Settle(context.Background(), bs, took); err != nil {
 		t.Fatalf("Settle: %v", err)
@@ -38,7 +38,7 @@ func settle(t *testing.T, s *fallback.Store, bs []tiers.Bucket, took []tiers.Res
 // tokens; a reservation of a negative count does, which this pins).
 func TestSettleLocal(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
-	b := tokenBucket("tenant:acme", 10, 10, time.Second, tiers.FailLocal) // 10/s, burst 10
+	b := tokenBucket("tenant:acme", 10, 10, time.Second, quota.FailLocal) // 10/s, burst 10
 	trip(t, fx, 1, b)                                                     // decided locally: 9 left
 	ok, res := take(t, fx.s, b)
 	if !ok || res[0].Source != floodgate.SourceLocalFallback || res[0].Remaining != 8 {
@@ -47,14 +47,14 @@ func TestSettleLocal(t *testing.T) {
 	// Charge 20 more: 8 - 20 = -12 tokens.
 	b20 := b
 	b20.Cost = 20
-	settle(t, fx.s, []tiers.Bucket{b20}, res)
+	settle(t, fx.s, []quota.Bucket{b20}, res)
 	if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != 1300*time.Millisecond {
 		t.Fatalf("in debt: %v %+v, want a deny with RetryAfter 1.3s (13 tokens at 10/s)", ok, res[0])
 	}
 	// Refund 100: capped at the burst of 10.
 	b100 := b
 	b100.Cost = -100
-	settle(t, fx.s, []tiers.Bucket{b100}, res)
+	settle(t, fx.s, []quota.Bucket{b100}, res)
 	for i := range 10 {
 		if ok, _ := take(t, fx.s, b); !ok {
 			t.Fatalf("take %d of the refunded burst denied", i)
@@ -72,16 +72,16 @@ func TestSettleLocal(t *testing.T) {
 // bucket, which charged nothing, is not settled at all.
 func TestSettlePrimary(t *testing.T) {
 	fx := newFixture(t)
-	b := tokenBucket("tenant:acme", 1, 10, time.Hour, tiers.FailLocal)
+	b := tokenBucket("tenant:acme", 1, 10, time.Hour, quota.FailLocal)
 	b.Cost = 4
 	ok, res := take(t, fx.s, b)
 	if !ok || res[0].Remaining != 6 {
 		t.Fatalf("take: %v %+v", ok, res[0])
 	}
 	b.Cost = 3
-	open := tokenBucket("ip:1", 1, 10, time.Hour, tiers.FailOpen)
+	open := tokenBucket("ip:1", 1, 10, time.Hour, quota.FailOpen)
 	open.Cost = 5
-	settle(t, fx.s, []tiers.Bucket{b, open}, []tiers.Result{res[0], {Allowed: true, Source: floodgate.SourceFailOpen}})
+	settle(t, fx.s, []quota.Bucket{b, open}, []quota.Result{res[0], {Allowed: true, Source: floodgate.SourceFailOpen}})
 	b.Cost = 0
 	if _, res := take(t, fx.s, b); res[0].Remaining != 3 {
 		t.Fatalf("primary bucket: %d left, want 3", res[0].Remaining)
@@ -99,10 +99,10 @@ func TestSettlePrimary(t *testing.T) {
 // sent, and says so.
 func TestSettleDroppedWhileOpen(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
-	b := tokenBucket("tenant:acme", 1, 10, time.Hour, tiers.FailLocal)
+	b := tokenBucket("tenant:acme", 1, 10, time.Hour, quota.FailLocal)
 	trip(t, fx, 1, b)
 	calls := fx.f.calls.Load()
-	err := fx.s.Settle(context.Background(), []tiers.Bucket{b}, nil)
+	err := fx.s.Settle(context.Background(), []quota.Bucket{b}, nil)
 	if err == nil || !strings.Contains(err.Error(), "breaker is open") {
 		t.Fatalf("Settle while open: %v", err)
 	}
@@ -116,7 +116,7 @@ func TestSettleDroppedWhileOpen(t *testing.T) {
 // behind it.
 func TestLocalWait(t *testing.T) {
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
-	b := tokenBucket("tenant:acme", 10, 1, time.Second, tiers.FailLocal) // one per 100 ms, burst 1
+	b := tokenBucket("tenant:acme", 10, 1, time.Second, quota.FailLocal) // one per 100 ms, burst 1
 	b.MaxWait = 250 * time.Millisecond
 	trip(t, fx, 1, b) // the burst
 	for i, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond} {
@@ -136,10 +136,10 @@ func TestLocalWait(t *testing.T) {
 }
 
 // Settle passes a settlement to the real store, or fails as Take does.
-func (f *flaky) Settle(ctx context.Context, b []tiers.Bucket, took []tiers.Result) error {
+func (f *flaky) Settle(ctx context.Context, b []quota.Bucket, took []quota.Result) error {
 	f.calls.Add(1)
 	if f.fail.Load() {
 		return errDown
 	}
-	return f.inner.(tiers.Settler).Settle(ctx, b, took)
+	return f.inner.(quota.Settler).Settle(ctx, b, took)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -27,7 +28,7 @@ import (
 
 // newTestMemstore is an in-process store on a fake clock that never moves:
 // counts are exact whatever the machine's speed.
-func newTestMemstore(t testing.TB) tiers.Store {
+func newTestMemstore(t testing.TB) quota.Store {
 	t.Helper()
 	s, err := memstore.New(memstore.WithClock(clock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))))
 	if err != nil {
@@ -207,7 +208,7 @@ func TestLoginAttackHTTP(t *testing.T) {
 // peer's own prefix whatever it claims, over gRPC (from ::1) and HTTP.
 func TestSpoofedForwardingLandsInPeerPrefix(t *testing.T) {
 	l, err := tiers.NewLimiter(newTestMemstore(t), &tiers.Policy{Rules: []tiers.Rule{
-		{Name: "per-ip", Key: []tiers.Scope{tiers.ScopeIP}, Rate: tiers.Rate{N: 3, Period: time.Minute}, Algorithm: tiers.SlidingWindowLog},
+		{Name: "per-ip", Key: []tiers.Scope{tiers.ScopeIP}, Rate: tiers.Rate{N: 3, Period: time.Minute}, Algorithm: quota.SlidingWindowLog},
 	}})
 	if err != nil {
 		t.Fatal(err)

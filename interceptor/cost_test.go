@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/testpb"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -37,13 +38,13 @@ func shapingLimiter(t *testing.T, clk *clock.Fake, policy string) (*tiers.Limite
 }
 
 // left reads what the tenant's bucket of rule holds, charging nothing.
-func left(t *testing.T, l *tiers.Limiter, s tiers.Store, tenant, rule string) int64 {
+func left(t *testing.T, l *tiers.Limiter, s quota.Store, tenant, rule string) int64 {
 	t.Helper()
 	for _, b := range l.Buckets(nil, &floodgate.Request{Method: "GET /v1/complete", Identity: floodgate.Identity{Tenant: tenant}}) {
 		if b.Rule == rule {
 			b.Cost = 0
-			var res [1]tiers.Result
-			if _, err := s.Take(context.Background(), []tiers.Bucket{b}, res[:]); err != nil {
+			var res [1]quota.Result
+			if _, err := s.Take(context.Background(), []quota.Bucket{b}, res[:]); err != nil {
 				t.Fatal(err)
 			}
 			return res[0].Remaining

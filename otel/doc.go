@@ -91,7 +91,7 @@
 // # Hooks
 //
 // Decisions are observed through Observe. What decisions do not show comes
-// through hooks wired next to the stages: Store wraps a tiers.Store so each
+// through hooks wired next to the stages: Store wraps a quota.Store so each
 // Take is timed (with a "floodgate.store" child span when the request's
 // span is recording), or a store calls RecordStoreCall / StartStoreCall
 // itself; BreakerStateChanged is called from the fallback store's

@@ -3,12 +3,11 @@ package otel
 import (
 	"context"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
-// Store returns a tiers.Store that records every Take of s in
+// Store returns a quota.Store that records every Take of s in
 // floodgate.store.duration (timed on the observer's clock, error.type set
 // when Take fails; a deny is not a failure). When the span in the Take's
 // context is recording, the Take also gets its own child span
@@ -20,12 +19,12 @@ import (
 // time what the limiter waits for:
 //
 //	limits, err := tiers.NewLimiter(obs.Store(guarded), policy)
-func (o *Observer) Store(s tiers.Store) tiers.Store {
+func (o *Observer) Store(s quota.Store) quota.Store {
 	return instrumentedStore{s: s, o: o}
 }
 
 type instrumentedStore struct {
-	s tiers.Store
+	s quota.Store
 	o *Observer
 }
 
@@ -37,8 +36,8 @@ func (w instrumentedStore) DecidesOnStoreError() bool {
 	return ok && d.DecidesOnStoreError()
 }
 
-// Take implements tiers.Store.
-func (w instrumentedStore) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+// Take implements quota.Store.
+func (w instrumentedStore) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
 	if trace.SpanFromContext(ctx).IsRecording() {
 		ctx, end := w.o.StartStoreCall(ctx)
 		ok, err := w.s.Take(ctx, buckets, res)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -54,7 +55,7 @@ func newEnv(t *testing.T, policy string, opts ...rls.Option) *env {
 }
 
 // newEnvStore serves policy from store.
-func newEnvStore(t *testing.T, policy string, store tiers.Store, clk *clock.Fake, opts ...rls.Option) *env {
+func newEnvStore(t *testing.T, policy string, store quota.Store, clk *clock.Fake, opts ...rls.Option) *env {
 	t.Helper()
 	p, err := tiers.Load([]byte(policy))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -92,13 +93,13 @@ type limitCache struct {
 
 type limitKey struct {
 	name string
-	l    tiers.Limit
+	l    quota.Limit
 }
 
 // maxCachedLimits bounds limitCache.
 const maxCachedLimits = 1024
 
-func (c *limitCache) get(name string, l tiers.Limit) *rlsv3.RateLimitResponse_RateLimit {
+func (c *limitCache) get(name string, l quota.Limit) *rlsv3.RateLimitResponse_RateLimit {
 	k := limitKey{name, l}
 	if m := c.m.Load(); m != nil {
 		if rl, ok := (*m)[k]; ok {
@@ -146,7 +147,7 @@ var units = [...]struct {
 // number as unit_multiplier (omitted when 1). A period below a second, or
 // not whole seconds, is converted to a rate per second when that is a
 // whole number, and is reported with unit UNKNOWN otherwise.
-func currentLimit(name string, l tiers.Limit) *rlsv3.RateLimitResponse_RateLimit {
+func currentLimit(name string, l quota.Limit) *rlsv3.RateLimitResponse_RateLimit {
 	rl := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clampUint32(l.Rate)}
 	if l.Period <= 0 {
 		return rl

@@ -14,6 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -23,13 +24,13 @@ import (
 // gateStore holds every Take until released, telling entered when one
 // arrives.
 type gateStore struct {
-	s       tiers.Store
+	s       quota.Store
 	entered chan struct{}
 	release chan struct{}
 	once    sync.Once
 }
 
-func (g *gateStore) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (g *gateStore) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
 	g.once.Do(func() { close(g.entered) })
 	<-g.release
 	return g.s.Take(ctx, bs, res)

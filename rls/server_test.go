@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -316,7 +317,7 @@ func TestInvalidArgument(t *testing.T) {
 // failStore fails every Take.
 type failStore struct{}
 
-func (failStore) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, error) {
+func (failStore) Take(context.Context, []quota.Bucket, []quota.Result) (bool, error) {
 	return false, errors.New("store down")
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // compiled is a validated Policy in the form Admit uses.
@@ -35,7 +36,7 @@ type compiled struct {
 }
 
 type tierLimit struct {
-	limit  Limit
+	limit  quota.Limit
 	suffix string // ":" + algorithm, and ":" + period for a limit with several windows
 	// more are the windows after the first of a limit with several
 	// (Window); nil for one window.
@@ -55,8 +56,8 @@ type cRule struct {
 	hide   bool
 	shadow bool
 	cache  bool
-	fail   FailMode
-	mode   Consistency
+	fail   quota.FailMode
+	mode   quota.Consistency
 	shape  shaping       // settle, max_wait (shaping.go)
 	sync   time.Duration // Async only
 	noKey  string        // no-key rules: "<prefix>{<rule>}"
@@ -134,7 +135,7 @@ func (r *cRule) matches(method string) bool {
 	return r.exact == method
 }
 
-func suffixOf(a Algorithm) string { return ":" + a.String() }
+func suffixOf(a quota.Algorithm) string { return ":" + a.String() }
 
 // compile validates p and builds its compiled form. rep may carry line
 // information from a YAML decode; nil means a Go-built policy.
@@ -218,29 +219,29 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			ok = false
 		}
 		switch {
-		case r.Consistency > Async:
+		case r.Consistency > quota.Async:
 			rep.addf(rp+".consistency", "unknown consistency %d", r.Consistency)
 			ok = false
-		case r.Consistency != Async && r.SyncInterval != 0:
+		case r.Consistency != quota.Async && r.SyncInterval != 0:
 			rep.addf(rp+".sync_interval", "is only for consistency async (the rule is %s)", r.Consistency)
 			ok = false
-		case r.Consistency == Async && r.SyncInterval == 0:
+		case r.Consistency == quota.Async && r.SyncInterval == 0:
 			cr.sync = DefaultSyncInterval
-		case r.Consistency == Async && (r.SyncInterval < MinSyncInterval || r.SyncInterval > MaxSyncInterval):
+		case r.Consistency == quota.Async && (r.SyncInterval < MinSyncInterval || r.SyncInterval > MaxSyncInterval):
 			rep.addf(rp+".sync_interval", "%s is out of range [%s, %s]", r.SyncInterval, MinSyncInterval, MaxSyncInterval)
 			ok = false
 		default:
 			cr.sync = r.SyncInterval
 		}
-		if r.Consistency != Exact {
+		if r.Consistency != quota.Exact {
 			if r.Rate.Tier {
 				for _, n := range tierNames {
-					if t, has := c.tiers[n]; has && !t.limit.Algorithm.localModes() {
+					if t, has := c.tiers[n]; has && !t.limit.Algorithm.CanBookAhead() {
 						rep.addf(rp+".consistency", "%s needs token_bucket or gcra, but tier %q uses %s", r.Consistency, n, t.limit.Algorithm)
 						ok = false
 					}
 				}
-			} else if !r.Algorithm.localModes() {
+			} else if !r.Algorithm.CanBookAhead() {
 				rep.addf(rp+".consistency", "%s needs token_bucket or gcra, not %s", r.Consistency, r.Algorithm)
 				ok = false
 			}
@@ -299,7 +300,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 				*pf.dst = pf.v
 			}
 		}
-		if r.OnStoreError > FailClosed {
+		if r.OnStoreError > quota.FailClosed {
 			rep.addf(rp+".on_store_error", "unknown fail mode %d", r.OnStoreError)
 			ok = false
 		}
@@ -320,7 +321,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 				rep.add(rp+".rate", `"tier" is one rate: give the tiers several windows instead`)
 				ok = false
 			}
-			if r.Algorithm != TokenBucket {
+			if r.Algorithm != quota.TokenBucket {
 				rep.add(rp+".algorithm", `must not be set when rate is "tier" (the tier sets it)`)
 				ok = false
 			}
@@ -425,7 +426,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			rep.add(op+".rate", "required")
 			continue
 		}
-		alg := TokenBucket
+		alg := quota.TokenBucket
 		switch {
 		case o.Algorithm != nil:
 			alg = *o.Algorithm
@@ -437,11 +438,11 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 			continue
 		}
 		l := otl.limit
-		if r.mode != Exact && !alg.localModes() {
+		if r.mode != quota.Exact && !alg.CanBookAhead() {
 			rep.addf(op+".algorithm", "rule %q is %s, which needs token_bucket or gcra, not %s", o.Rule, r.mode, alg)
 			continue
 		}
-		if r.shape.maxWait > 0 && !alg.localModes() { // issue 18: max_wait (shaping.go)
+		if r.shape.maxWait > 0 && !alg.CanBookAhead() { // issue 18: max_wait (shaping.go)
 			rep.addf(op+".algorithm", "rule %q has max_wait, which needs token_bucket or gcra (they book units ahead), not %s", o.Rule, alg)
 			continue
 		}
@@ -698,8 +699,8 @@ func netList(rep *reporter, field string, nets []netip.Prefix) *netSet {
 	return set
 }
 
-func capacityWhat(l Limit) string {
-	if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
+func capacityWhat(l quota.Limit) string {
+	if l.Algorithm == quota.TokenBucket || l.Algorithm == quota.GCRA {
 		return "burst " + strconv.FormatInt(l.Burst, 10)
 	}
 	return "rate " + strconv.FormatInt(l.Rate, 10) + " per window"

@@ -1,7 +1,7 @@
 // Package tiers is floodgate's rate-limit stage: the policy (plan tiers,
 // rules, scopes, costs, overrides), its YAML form with validation and hot
-// reload, the resolution of a floodgate.Request into the buckets to charge,
-// the Store contract those buckets are charged through, and the Limiter,
+// reload, the resolution of a floodgate.Request into the buckets to charge
+// (through the store contract of package quota), and the Limiter,
 // the floodgate.Admitter that puts them together.
 //
 // # The policy

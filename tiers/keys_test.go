@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -23,7 +24,7 @@ func mustLoad(t testing.TB, y string) *tiers.Policy {
 	return p
 }
 
-func mustLimiter(t testing.TB, s tiers.Store, y string, opts ...tiers.Option) *tiers.Limiter {
+func mustLimiter(t testing.TB, s quota.Store, y string, opts ...tiers.Option) *tiers.Limiter {
 	t.Helper()
 	l, err := tiers.NewLimiter(s, mustLoad(t, y), opts...)
 	if err != nil {
@@ -45,7 +46,7 @@ func designLimiter(t testing.TB, opts ...tiers.Option) *tiers.Limiter {
 	return l
 }
 
-func keys(bs []tiers.Bucket) []string {
+func keys(bs []quota.Bucket) []string {
 	out := make([]string, len(bs))
 	for i, b := range bs {
 		out[i] = b.Key
@@ -61,13 +62,13 @@ func TestResolveDesignPolicy(t *testing.T) {
 		Tier:     "pro",
 	}
 	got := l.Buckets(nil, r)
-	want := []tiers.Bucket{
+	want := []quota.Bucket{
 		// Two scopes first, then policy order.
-		{Key: "fg:{ip=10.0.0.1}:login-ip-user:user=bob:sliding_window_log", Limit: tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 5, Period: time.Minute}, Cost: 1, Rule: "login-ip-user", OnStoreError: tiers.FailClosed},
-		{Key: "fg:{ip=10.0.0.1}:login-ip:token_bucket", Limit: tiers.Limit{Rate: 20, Period: time.Minute, Burst: 20}, Cost: 1, Rule: "login-ip"},
+		{Key: "fg:{ip=10.0.0.1}:login-ip-user:user=bob:sliding_window_log", Limit: quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 5, Period: time.Minute}, Cost: 1, Rule: "login-ip-user", OnStoreError: quota.FailClosed},
+		{Key: "fg:{ip=10.0.0.1}:login-ip:token_bucket", Limit: quota.Limit{Rate: 20, Period: time.Minute, Burst: 20}, Cost: 1, Rule: "login-ip"},
 		// acme has an override: 20000/1h, burst defaults to the rate.
-		{Key: "fg:{tenant=acme}:tenant-plan:token_bucket", Limit: tiers.Limit{Rate: 20000, Period: time.Hour, Burst: 20000}, Cost: 1, Rule: "tenant-plan"},
-		{Key: "fg:{ip=10.0.0.1}:ip-safety-net:token_bucket", Limit: tiers.Limit{Rate: 1000, Period: time.Minute, Burst: 1000}, Cost: 1, Rule: "ip-safety-net"},
+		{Key: "fg:{tenant=acme}:tenant-plan:token_bucket", Limit: quota.Limit{Rate: 20000, Period: time.Hour, Burst: 20000}, Cost: 1, Rule: "tenant-plan"},
+		{Key: "fg:{ip=10.0.0.1}:ip-safety-net:token_bucket", Limit: quota.Limit{Rate: 1000, Period: time.Minute, Burst: 1000}, Cost: 1, Rule: "ip-safety-net"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Buckets = %q, want %q", keys(got), keys(want))
@@ -94,13 +95,13 @@ func TestResolveDesignPolicy(t *testing.T) {
 	if got[0].Cost != 10 || got[1].Cost != 3 || got[2].Cost != 3 {
 		t.Errorf("costs = %d %d %d, want 10 (the rule's) 3 3 (the request's)", got[0].Cost, got[1].Cost, got[2].Cost)
 	}
-	if got[1].Limit != (tiers.Limit{Rate: 5000, Period: time.Hour, Burst: 100}) {
+	if got[1].Limit != (quota.Limit{Rate: 5000, Period: time.Hour, Burst: 100}) {
 		t.Errorf("pro tier limit = %+v", got[1].Limit)
 	}
 	for _, tier := range []string{"", "platinum"} {
 		r.Tier = tier
 		got = l.Buckets(nil, r)
-		if got[1].Limit != (tiers.Limit{Rate: 100, Period: time.Hour, Burst: 10}) {
+		if got[1].Limit != (quota.Limit{Rate: 100, Period: time.Hour, Burst: 10}) {
 			t.Errorf("Tier %q: limit = %+v, want the default tier free", tier, got[1].Limit)
 		}
 	}
@@ -245,7 +246,7 @@ func FuzzKey(f *testing.F) {
 	allowed := func(c byte) bool {
 		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._-%#:={}", c) >= 0
 	}
-	check := func(t *testing.T, id fuzzIdentity, bs []tiers.Bucket) map[string]string {
+	check := func(t *testing.T, id fuzzIdentity, bs []quota.Bucket) map[string]string {
 		rules := map[string]string{}
 		for _, b := range bs {
 			k := b.Key
@@ -361,13 +362,13 @@ overrides:
 	// policy and in requests alike: one key, one override.
 	for _, tc := range []struct {
 		user, ip string
-		want     tiers.Bucket
+		want     quota.Bucket
 	}{
-		{"a", "::ffff:10.0.0.1", tiers.Bucket{Key: "fg:{user=a}:u:ip=10.0.0.1:gcra", Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 50, Period: time.Second, Burst: 50}, Cost: 1, Rule: "u"}},
-		{"a", "10.0.0.1", tiers.Bucket{Key: "fg:{user=a}:u:ip=10.0.0.1:gcra", Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 50, Period: time.Second, Burst: 50}, Cost: 1, Rule: "u"}},
-		{"a", "10.0.0.2", tiers.Bucket{Key: "fg:{user=a}:u:ip=10.0.0.2:gcra", Limit: tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 10}, Cost: 1, Rule: "u"}},
-		{"b", "::ffff:10.0.0.1", tiers.Bucket{Key: "fg:{user=b}:u:ip=10.0.0.1:token_bucket", Limit: tiers.Limit{Rate: 60, Period: time.Minute, Burst: 5}, Cost: 1, Rule: "u"}},
-		{"b", "10.0.0.1", tiers.Bucket{Key: "fg:{user=b}:u:ip=10.0.0.1:token_bucket", Limit: tiers.Limit{Rate: 60, Period: time.Minute, Burst: 5}, Cost: 1, Rule: "u"}},
+		{"a", "::ffff:10.0.0.1", quota.Bucket{Key: "fg:{user=a}:u:ip=10.0.0.1:gcra", Limit: quota.Limit{Algorithm: quota.GCRA, Rate: 50, Period: time.Second, Burst: 50}, Cost: 1, Rule: "u"}},
+		{"a", "10.0.0.1", quota.Bucket{Key: "fg:{user=a}:u:ip=10.0.0.1:gcra", Limit: quota.Limit{Algorithm: quota.GCRA, Rate: 50, Period: time.Second, Burst: 50}, Cost: 1, Rule: "u"}},
+		{"a", "10.0.0.2", quota.Bucket{Key: "fg:{user=a}:u:ip=10.0.0.2:gcra", Limit: quota.Limit{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 10}, Cost: 1, Rule: "u"}},
+		{"b", "::ffff:10.0.0.1", quota.Bucket{Key: "fg:{user=b}:u:ip=10.0.0.1:token_bucket", Limit: quota.Limit{Rate: 60, Period: time.Minute, Burst: 5}, Cost: 1, Rule: "u"}},
+		{"b", "10.0.0.1", quota.Bucket{Key: "fg:{user=b}:u:ip=10.0.0.1:token_bucket", Limit: quota.Limit{Rate: 60, Period: time.Minute, Burst: 5}, Cost: 1, Rule: "u"}},
 	} {
 		got := l.Buckets(nil, &floodgate.Request{Method: "/a/B", Identity: floodgate.Identity{User: tc.user, IP: netip.MustParseAddr(tc.ip)}})
 		if len(got) != 1 || got[0] != tc.want {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // ErrCostExceedsCapacity is wrapped by the error Admit returns when a
@@ -25,7 +27,7 @@ var ErrInvalidCost = errors.New("tiers: request cost is negative")
 // rule a request matches in one Store.Take. It is safe for concurrent use;
 // SetPolicy swaps the policy atomically under load.
 type Limiter struct {
-	store  Store
+	store  quota.Store
 	prefix string
 	state  atomic.Pointer[compiled]
 	pool   sync.Pool
@@ -64,7 +66,7 @@ func WithKeyPrefix(prefix string) Option {
 
 // NewLimiter returns a Limiter deciding with policy over store. The policy
 // is validated; a bad one is reported as a *PolicyError.
-func NewLimiter(store Store, policy *Policy, opts ...Option) (*Limiter, error) {
+func NewLimiter(store quota.Store, policy *Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("tiers: NewLimiter: store is nil")
 	}
@@ -131,7 +133,7 @@ func (l *Limiter) MethodOptions(method string) (floodgate.MethodOptions, bool) {
 // would charge, most specific first, appending them to dst: none for an
 // address in the policy's exempt or deny list. Shadow rules' buckets are
 // included; it is meant for tools and tests.
-func (l *Limiter) Buckets(dst []Bucket, r *floodgate.Request) []Bucket {
+func (l *Limiter) Buckets(dst []quota.Bucket, r *floodgate.Request) []quota.Bucket {
 	if r == nil {
 		return dst
 	}
@@ -175,14 +177,14 @@ type scratch struct {
 	buf   []byte
 	metas []meta
 	// all holds the bucket of every matched rule, parallel to metas.
-	all []Bucket
+	all []quota.Bucket
 	// real and shadow, with the indices in all of their buckets, are
 	// used when all mixes shadow and real rules or a rule is skipped.
-	real      []Bucket
+	real      []quota.Bucket
 	realIdx   []int32
-	shadow    []Bucket
+	shadow    []quota.Bucket
 	shadowIdx []int32
-	res       []Result
+	res       []quota.Result
 	// skipped are the rules (indices in compiled.rules) that matched but
 	// lacked an identity component, and names the buffer their names are
 	// joined in.
@@ -198,8 +200,8 @@ func newScratch() *scratch {
 		kb:    newKeyBuilder(),
 		buf:   make([]byte, 0, 256),
 		metas: make([]meta, 0, 8),
-		all:   make([]Bucket, 0, 8),
-		res:   make([]Result, 8),
+		all:   make([]quota.Bucket, 0, 8),
+		res:   make([]quota.Result, 8),
 	}
 }
 
@@ -287,10 +289,10 @@ func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
 
 // addBucket appends a bucket to sc.all field by field: appending a Bucket
 // value copies it with a bulk write barrier whenever the GC is marking.
-func (sc *scratch) addBucket(key string, l Limit, cost int64, cr *cRule) {
+func (sc *scratch) addBucket(key string, l quota.Limit, cost int64, cr *cRule) {
 	n := len(sc.all)
 	if n == cap(sc.all) {
-		sc.all = append(sc.all, Bucket{})
+		sc.all = append(sc.all, quota.Bucket{})
 	} else {
 		sc.all = sc.all[:n+1]
 	}
@@ -396,7 +398,7 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 		b := &sc.all[i]
 		if m.fromRequest && b.Cost > b.Limit.Capacity() {
 			if !m.shadow {
-				d := decision(r, cr, m, b, Result{Limit: b.Limit.Capacity()}, false)
+				d := decision(r, cr, m, b, quota.Result{Limit: b.Limit.Capacity()}, false)
 				return d, fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, cr.name, b.Limit.Capacity(), b.Cost)
 			}
 			if shadowDeny < 0 {
@@ -411,7 +413,7 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 	// (nil indices mean the identity).
 	real, realIdx := sc.all, []int32(nil)
 	var (
-		shadow    []Bucket
+		shadow    []quota.Bucket
 		shadowIdx []int32
 	)
 	if split {
@@ -434,7 +436,7 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 	}
 	n := max(len(real), len(shadow))
 	if cap(sc.res) < n {
-		sc.res = make([]Result, n)
+		sc.res = make([]quota.Result, n)
 	}
 	res := sc.res[:n]
 
@@ -450,7 +452,7 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 		}
 		allowed, err := l.store.Take(ctx, real, res[:len(real)])
 		if err != nil {
-			allowed = DecideUnavailable(real, res[:len(real)], nil)
+			allowed = quota.DecideUnavailable(real, res[:len(real)], nil)
 			d = bind(r, c, sc, realIdx, res[:len(real)], allowed)
 			err = fmt.Errorf("tiers: store failed, deciding by on_store_error (%s by rule %q): %w", d.Source, d.Policy, err)
 			if !d.Allowed {
@@ -478,7 +480,7 @@ func (l *Limiter) decide(ctx context.Context, c *compiled, sc *scratch, r *flood
 	}
 	if shadowDeny >= 0 {
 		b := &sc.all[shadowDeny]
-		sd := decision(r, &c.rules[sc.metas[shadowDeny].rule], &sc.metas[shadowDeny], b, Result{Limit: b.Limit.Capacity()}, true)
+		sd := decision(r, &c.rules[sc.metas[shadowDeny].rule], &sc.metas[shadowDeny], b, quota.Result{Limit: b.Limit.Capacity()}, true)
 		return sd, errOut
 	}
 	if len(shadow) > 0 {
@@ -519,7 +521,7 @@ func (l *Limiter) release(sc *scratch) {
 // RetryAfter (Never largest), on allow the one with the least Remaining,
 // ties going to the most specific (earliest).
 // idx maps res to sc.all (nil: the identity).
-func bind(r *floodgate.Request, c *compiled, sc *scratch, idx []int32, res []Result, allowed bool) floodgate.Decision {
+func bind(r *floodgate.Request, c *compiled, sc *scratch, idx []int32, res []quota.Result, allowed bool) floodgate.Decision {
 	best := -1
 	for i := range res {
 		if allowed {
@@ -549,13 +551,13 @@ func bind(r *floodgate.Request, c *compiled, sc *scratch, idx []int32, res []Res
 }
 
 func later(a, b time.Duration) bool {
-	if b == Never {
+	if b == quota.Never {
 		return false
 	}
-	return a == Never || a > b
+	return a == quota.Never || a > b
 }
 
-func decision(r *floodgate.Request, cr *cRule, m *meta, b *Bucket, res Result, shadow bool) floodgate.Decision {
+func decision(r *floodgate.Request, cr *cRule, m *meta, b *quota.Bucket, res quota.Result, shadow bool) floodgate.Decision {
 	src := res.Source
 	if src == "" {
 		src = floodgate.SourceStore
@@ -578,4 +580,26 @@ func decision(r *floodgate.Request, cr *cRule, m *meta, b *Bucket, res Result, s
 		d.RetryAfter = 0
 	}
 	return d
+}
+
+// unavailableDecider is implemented by stores that never report a failure
+// of their backend to the Limiter: package fallback decides every bucket
+// by its OnStoreError itself, and package memstore has no backend to lose.
+type unavailableDecider interface {
+	DecidesOnStoreError() bool
+}
+
+// warnLocalWithoutFallback logs, once per rule of p, that a rule with
+// on_store_error "local" cannot be honoured by store: when store fails,
+// such a rule fails open.
+func warnLocalWithoutFallback(store quota.Store, c *compiled) {
+	if d, ok := store.(unavailableDecider); ok && d.DecidesOnStoreError() {
+		return
+	}
+	for i := range c.rules {
+		if cr := &c.rules[i]; cr.fail == quota.FailLocal {
+			slog.Warn("floodgate: rule has on_store_error local, but the store has no local fallback (wrap it with fallback.New); when the store fails, the rule fails open",
+				"rule", cr.name)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -18,13 +19,13 @@ var _ floodgate.Admitter = (*tiers.Limiter)(nil)
 
 // remaining reads every bucket r resolves to without charging it (a Take
 // of cost 0 on memstore reads the bucket) and returns key -> remaining.
-func remaining(t *testing.T, s tiers.Store, l *tiers.Limiter, r *floodgate.Request) map[string]int64 {
+func remaining(t *testing.T, s quota.Store, l *tiers.Limiter, r *floodgate.Request) map[string]int64 {
 	t.Helper()
 	bs := l.Buckets(nil, r)
 	for i := range bs {
 		bs[i].Cost = 0
 	}
-	res := make([]tiers.Result, len(bs))
+	res := make([]quota.Result, len(bs))
 	if _, err := s.Take(context.Background(), bs, res); err != nil {
 		t.Fatalf("peek: %v", err)
 	}

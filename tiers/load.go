@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"gopkg.in/yaml.v3"
 )
 
@@ -252,12 +253,12 @@ func (d *decoder) rate(n *yaml.Node, path string) Rate {
 	return r
 }
 
-func (d *decoder) algorithm(n *yaml.Node, path string) Algorithm {
+func (d *decoder) algorithm(n *yaml.Node, path string) quota.Algorithm {
 	s, ok := d.str(n, path)
 	if !ok {
 		return 0
 	}
-	a, err := ParseAlgorithm(s)
+	a, err := quota.ParseAlgorithm(s)
 	if err != nil {
 		d.fail(path, n, "%s", err.Error())
 	}
@@ -414,7 +415,7 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 			r.CacheDenials = d.boolean(v, fp)
 		case "consistency":
 			if s, ok := d.str(v, fp); ok {
-				c, err := ParseConsistency(s)
+				c, err := quota.ParseConsistency(s)
 				if err != nil {
 					d.fail(fp, v, "%s", err.Error())
 				}
@@ -431,7 +432,7 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 			}
 		case "on_store_error":
 			if s, ok := d.str(v, fp); ok {
-				m, err := ParseFailMode(s)
+				m, err := quota.ParseFailMode(s)
 				if err != nil {
 					d.fail(fp, v, "%s", err.Error())
 				}
@@ -450,7 +451,7 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 		}
 		return true
 	})
-	if algNode != nil && rs.rate.Tier && r.Algorithm == TokenBucket {
+	if algNode != nil && rs.rate.Tier && r.Algorithm == quota.TokenBucket {
 		// Go's zero value cannot tell an explicit token_bucket from none:
 		// catch it here so a tier's algorithm is never silently contradicted.
 		d.fail(path+".algorithm", algNode, `must not be set when rate is "tier" (the tier sets it)`)

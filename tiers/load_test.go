@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -33,8 +34,8 @@ func TestLoadDesignPolicy(t *testing.T) {
 	login := p.Rules[0]
 	if login.Name != "login-ip-user" || login.Match.Method != "/auth.v1.Auth/Login" ||
 		len(login.Key) != 2 || login.Key[0] != tiers.ScopeIP || login.Key[1] != tiers.ScopeUser ||
-		login.Rate != (tiers.Rate{N: 5, Period: time.Minute}) || login.Algorithm != tiers.SlidingWindowLog ||
-		!login.HideQuota || login.OnStoreError != tiers.FailClosed {
+		login.Rate != (tiers.Rate{N: 5, Period: time.Minute}) || login.Algorithm != quota.SlidingWindowLog ||
+		!login.HideQuota || login.OnStoreError != quota.FailClosed {
 		t.Errorf("rules[0] = %+v", login)
 	}
 	search := p.Rules[2]

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // Several requests decided as one (issue 20): a gateway's rate-limit call
@@ -134,10 +135,10 @@ type manyScratch struct {
 	// all are the merged buckets of every item, metas their rules (rule
 	// indices in compiled.rules), owner the first item of each, res the
 	// results and taken whether a take decided it.
-	all   []Bucket
+	all   []quota.Bucket
 	metas []meta
 	owner []int32
-	res   []Result
+	res   []quota.Result
 	taken []bool
 	// refs lists, item by item, the indices in all of the item's buckets:
 	// item k's are refs[ends[k-1]:ends[k]].
@@ -149,9 +150,9 @@ type manyScratch struct {
 	index map[mergeKey]int32
 	// part, partIdx and partRes are one take's buckets, their indices in
 	// all, and its results.
-	part    []Bucket
+	part    []quota.Bucket
 	partIdx []int32
-	partRes []Result
+	partRes []quota.Result
 	// req is the request AdmitDescriptors builds for each descriptor, and
 	// hdrs their headers.
 	req  []floodgate.Request
@@ -194,7 +195,7 @@ func (ms *manyScratch) release() {
 // request's identity, not the key, so one key may be enforced for one item
 // and shadow for another (a rule without key), and each is charged in its
 // own take.
-func (ms *manyScratch) add(b *Bucket, m meta, k int32) int32 {
+func (ms *manyScratch) add(b *quota.Bucket, m meta, k int32) int32 {
 	if i, ok := ms.find(b.Key, m.shadow); ok {
 		mb := &ms.all[i]
 		mb.Cost = satAdd(mb.Cost, b.Cost)
@@ -346,7 +347,7 @@ func (l *Limiter) admitMany(ctx context.Context, c *compiled, ms *manyScratch, o
 		switch {
 		case br >= 0 && !ms.res[br].Allowed:
 			ms.bound[k] = br
-			if ms.res[br].RetryAfter == Never {
+			if ms.res[br].RetryAfter == quota.Never {
 				errs = append(errs, fmt.Errorf("%w: rule %q, cost %d (items[%d])", ErrCostExceedsCapacity, ms.all[br].Rule, ms.all[br].Cost, k))
 			}
 		case bs >= 0 && !ms.res[bs].Allowed:
@@ -413,7 +414,7 @@ func (ms *manyScratch) itemRefs(k int) []int32 {
 // records their results. With none to take it allows. On a store error the
 // real buckets are decided by their on_store_error, and the shadow ones
 // stay undecided.
-func (ms *manyScratch) take(ctx context.Context, store Store, shadow bool) (bool, error) {
+func (ms *manyScratch) take(ctx context.Context, store quota.Store, shadow bool) (bool, error) {
 	ms.part, ms.partIdx = ms.part[:0], ms.partIdx[:0]
 	for i := range ms.all {
 		if ms.metas[i].shadow == shadow {
@@ -431,7 +432,7 @@ func (ms *manyScratch) take(ctx context.Context, store Store, shadow bool) (bool
 		if shadow {
 			return false, err
 		}
-		allowed = DecideUnavailable(ms.part, ms.partRes, nil)
+		allowed = quota.DecideUnavailable(ms.part, ms.partRes, nil)
 	}
 	for j, i := range ms.partIdx {
 		ms.res[i], ms.taken[i] = ms.partRes[j], true
@@ -466,7 +467,7 @@ func (ms *manyScratch) bind(refs []int32, shadow bool) int32 {
 // better reports whether result a binds rather than b: on an allow the
 // one with less Remaining, on a deny a denying one with a longer
 // RetryAfter.
-func better(a, b *Result, allowed bool) bool {
+func better(a, b *quota.Result, allowed bool) bool {
 	if allowed {
 		return a.Remaining < b.Remaining
 	}

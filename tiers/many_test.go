@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -18,12 +19,12 @@ import (
 
 // manyRec records the buckets of every Take it passes on to s.
 type manyRec struct {
-	s     tiers.Store
+	s     quota.Store
 	mu    sync.Mutex
-	takes [][]tiers.Bucket
+	takes [][]quota.Bucket
 }
 
-func (r *manyRec) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (r *manyRec) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
 	r.mu.Lock()
 	r.takes = append(r.takes, slices.Clone(bs))
 	r.mu.Unlock()
@@ -285,7 +286,7 @@ rules:
 		t.Fatalf("open: %+v, %v", d, err)
 	}
 	d, err = l.AdmitMany(context.Background(), []tiers.Item{{Request: manyUser("u"), Rule: "open"}, {Request: manyIP("192.0.2.1"), Rule: "closed"}}, out)
-	if !errors.Is(err, boom) || d.Allowed || d.Source != floodgate.SourceFailClosed || d.RetryAfter != tiers.StoreErrorRetryAfter {
+	if !errors.Is(err, boom) || d.Allowed || d.Source != floodgate.SourceFailClosed || d.RetryAfter != quota.StoreErrorRetryAfter {
 		t.Fatalf("closed: %+v, %v", d, err)
 	}
 	if !out[0].Allowed || out[1].Allowed {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -23,7 +24,7 @@ func withHeaders(r floodgate.Request, kv ...string) *floodgate.Request {
 	return &r
 }
 
-func ruleNames(bs []tiers.Bucket) []string {
+func ruleNames(bs []quota.Bucket) []string {
 	out := make([]string, len(bs))
 	for i, b := range bs {
 		out[i] = b.Rule

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -20,11 +21,11 @@ import (
 
 // countingStore counts the Takes that reach the store behind it.
 type countingStore struct {
-	tiers.Store
+	quota.Store
 	takes atomic.Int64
 }
 
-func (s *countingStore) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+func (s *countingStore) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	s.takes.Add(1)
 	return s.Store.Take(ctx, b, r)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -69,9 +70,9 @@ rules:
 	}
 	bs := l.Buckets(nil, &floodgate.Request{Identity: floodgate.Identity{User: "u"}})
 	want := map[string]struct {
-		c  tiers.Consistency
+		c  quota.Consistency
 		iv time.Duration
-	}{"a": {tiers.Async, tiers.DefaultSyncInterval}, "b": {tiers.Async, 20 * time.Millisecond}, "c": {tiers.Leased, 0}, "d": {tiers.Exact, 0}}
+	}{"a": {quota.Async, tiers.DefaultSyncInterval}, "b": {quota.Async, 20 * time.Millisecond}, "c": {quota.Leased, 0}, "d": {quota.Exact, 0}}
 	if len(bs) != 4 {
 		t.Fatalf("%d buckets", len(bs))
 	}

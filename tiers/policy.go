@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // Policy is the rate-limit policy: plan tiers, the rules every request is
@@ -95,7 +96,7 @@ type Tier struct {
 	// (100 a minute and 1000 an hour); see Window.
 	Windows []Window
 	// Algorithm counts the tier's buckets; the zero value is TokenBucket.
-	Algorithm Algorithm
+	Algorithm quota.Algorithm
 }
 
 // Window is one window of a limit with several: a Tier, Rule or Override
@@ -136,8 +137,8 @@ type Rate struct {
 
 // ParseRate parses "N/duration" (N a decimal integer, duration as accepted
 // by time.ParseDuration) or "tier". It checks syntax only; Policy
-// validation checks the ranges (N >= 1, tiers.MinPeriod <= period <=
-// tiers.MaxPeriod, whole microseconds).
+// validation checks the ranges (N >= 1, quota.MinPeriod <= period <=
+// quota.MaxPeriod, whole microseconds).
 func ParseRate(s string) (Rate, error) {
 	if s == "tier" {
 		return Rate{Tier: true}, nil
@@ -302,7 +303,7 @@ type Rule struct {
 	Windows []Window
 	// Algorithm counts the rule's buckets; the zero value is TokenBucket.
 	// It must be TokenBucket (unset) for rate "tier": the tier sets it.
-	Algorithm Algorithm
+	Algorithm quota.Algorithm
 	// Cost, when > 0, is charged for every request the rule matches,
 	// whatever the request's own cost. 0 means: the request's Cost if > 0
 	// (which the transport resolves from, first, this policy's Methods;
@@ -312,7 +313,7 @@ type Rule struct {
 	// binds.
 	HideQuota bool
 	// OnStoreError is what the rule does when the store cannot answer.
-	OnStoreError FailMode
+	OnStoreError quota.FailMode
 	// Shadow runs the rule in dry-run mode: it is decided and reported but
 	// never denies.
 	Shadow bool
@@ -334,7 +335,7 @@ type Rule struct {
 	// Consistency is where the rule's decisions are made; the zero value
 	// is Exact. Leased and Async need TokenBucket or GCRA (for rate
 	// "tier", in every tier; and in every override of the rule).
-	Consistency Consistency
+	Consistency quota.Consistency
 	// SyncInterval is how often an Async rule's hits are reported to the
 	// store: 0 means DefaultSyncInterval; at least MinSyncInterval and at
 	// most MaxSyncInterval. It must be 0 unless Consistency is Async.
@@ -417,7 +418,7 @@ type Override struct {
 	// rule's algorithm (TokenBucket for a rule whose rate is "tier"). An
 	// override with another algorithm than the rule's starts from fresh
 	// state, as its key names it.
-	Algorithm *Algorithm
+	Algorithm *quota.Algorithm
 }
 
 // FieldError is one thing wrong with a policy: the path of the field
@@ -631,28 +632,28 @@ func isGlob(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 // limitOf builds and checks a Limit from a rate, burst and algorithm,
 // reporting problems at ratePath and burstPath. ok is false when the limit
 // is unusable.
-func limitOf(rep *reporter, ratePath, burstPath string, rate Rate, burst int64, alg Algorithm) (Limit, bool) {
-	if int(alg) >= len(algorithmNames) {
+func limitOf(rep *reporter, ratePath, burstPath string, rate Rate, burst int64, alg quota.Algorithm) (quota.Limit, bool) {
+	if !alg.Known() {
 		rep.addf(parentPath(ratePath)+".algorithm", "unknown algorithm %d", alg)
-		return Limit{}, false
+		return quota.Limit{}, false
 	}
-	l := Limit{Algorithm: alg, Rate: rate.N, Period: rate.Period, Burst: 1}
+	l := quota.Limit{Algorithm: alg, Rate: rate.N, Period: rate.Period, Burst: 1}
 	if err := l.Validate(); err != nil {
 		rep.add(ratePath, err.Error())
-		return Limit{}, false
+		return quota.Limit{}, false
 	}
-	windowed := alg != TokenBucket && alg != GCRA
+	windowed := alg != quota.TokenBucket && alg != quota.GCRA
 	switch {
 	case windowed && burst != 0:
 		rep.addf(burstPath, "%s has no burst; remove burst (its capacity is the rate, %d)", alg, rate.N)
-		return Limit{}, false
+		return quota.Limit{}, false
 	case windowed:
 		l.Burst = 0
 	case burst == 0:
 		l.Burst = rate.N
-	case burst < 1 || burst > MaxRate:
-		rep.addf(burstPath, "%d is out of range [1, %d]", burst, MaxRate)
-		return Limit{}, false
+	case burst < 1 || burst > quota.MaxRate:
+		rep.addf(burstPath, "%d is out of range [1, %d]", burst, quota.MaxRate)
+		return quota.Limit{}, false
 	default:
 		l.Burst = burst
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // The policy's rls: section (issue 20) maps the descriptors of a gateway's
@@ -551,7 +552,7 @@ type DescriptorDecision struct {
 	Name string
 	// Bucket is the limit of the binding bucket (its rate and period),
 	// when Decision names a Policy.
-	Bucket Limit
+	Bucket quota.Limit
 	// Request is the request the descriptor was resolved as (for
 	// telemetry: its identity is the descriptor's); its Headers are not
 	// kept.

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // This file is issue 18's settlement and server-side shaping: the rule
@@ -40,8 +41,8 @@ func compileShaping(rep *reporter, rp string, r *Rule, cr *cRule, c *compiled, t
 	case r.MaxWait < 0:
 		rep.addf(rp+".max_wait", "%s is negative", r.MaxWait)
 		ok = false
-	case r.MaxWait > MaxMaxWait:
-		rep.addf(rp+".max_wait", "%s is above %s: a request held that long is better told to come back", r.MaxWait, MaxMaxWait)
+	case r.MaxWait > quota.MaxMaxWait:
+		rep.addf(rp+".max_wait", "%s is above %s: a request held that long is better told to come back", r.MaxWait, quota.MaxMaxWait)
 		ok = false
 	case r.MaxWait > 0 && r.MaxWait < time.Microsecond:
 		rep.addf(rp+".max_wait", "%s is below 1µs, the stores' resolution", r.MaxWait)
@@ -50,18 +51,18 @@ func compileShaping(rep *reporter, rp string, r *Rule, cr *cRule, c *compiled, t
 		cr.shape.maxWait = r.MaxWait.Truncate(time.Microsecond)
 	}
 	if r.MaxWait > 0 {
-		if r.Consistency == Leased {
+		if r.Consistency == quota.Leased {
 			rep.add(rp+".max_wait", "is not for consistency leased: a lease spends units as soon as it holds them, and units booked ahead are not there yet (use exact or async)")
 			ok = false
 		}
 		if r.Rate.Tier {
 			for _, n := range tierNames {
-				if t, has := c.tiers[n]; has && !t.limit.Algorithm.localModes() {
+				if t, has := c.tiers[n]; has && !t.limit.Algorithm.CanBookAhead() {
 					rep.addf(rp+".max_wait", "needs token_bucket or gcra (they book units ahead), but tier %q uses %s", n, t.limit.Algorithm)
 					ok = false
 				}
 			}
-		} else if !r.Algorithm.localModes() {
+		} else if !r.Algorithm.CanBookAhead() {
 			rep.addf(rp+".max_wait", "needs token_bucket or gcra (they book units ahead; a window's count cannot), not %s", r.Algorithm)
 			ok = false
 		}
@@ -147,7 +148,7 @@ type afterClock interface {
 
 // shaper is the Limiter's part for settlement and waiting.
 type shaper struct {
-	settler Settler // nil when the store cannot settle
+	settler quota.Settler // nil when the store cannot settle
 	clock   floodgate.Clock
 	timeout time.Duration
 
@@ -161,9 +162,9 @@ type shaper struct {
 	lastLog                            atomic.Int64
 }
 
-func (s *shaper) init(store Store, cfg shaperConfig) {
-	if Settles(store) {
-		s.settler = store.(Settler)
+func (s *shaper) init(store quota.Store, cfg shaperConfig) {
+	if quota.Settles(store) {
+		s.settler = store.(quota.Settler)
 	}
 	s.clock, s.timeout = cfg.clock, cfg.settleTimeout
 	if s.clock == nil {
@@ -186,10 +187,10 @@ func (s *shaper) check(c *compiled) error {
 		cr := &c.rules[i]
 		rp := "rules[" + strconv.Itoa(cr.index) + "]"
 		if cr.shape.settle {
-			rep.add(rp+".settle", "the store cannot settle (it is not a tiers.Settler, or what it wraps is not); every store of this module is")
+			rep.add(rp+".settle", "the store cannot settle (it is not a quota.Settler, or what it wraps is not); every store of this module is")
 		}
 		if cr.shape.maxWait > 0 {
-			rep.add(rp+".max_wait", "the store cannot give back a cancelled wait's units (it is not a tiers.Settler, or what it wraps is not); every store of this module is")
+			rep.add(rp+".max_wait", "the store cannot give back a cancelled wait's units (it is not a quota.Settler, or what it wraps is not); every store of this module is")
 		}
 	}
 	return rep.err()
@@ -226,8 +227,8 @@ func (l *Limiter) Waiting(key string) int {
 // policy settles or waits: the buckets as charged, what the store said of
 // each, which settle, and the longest wait the real take booked.
 type charges struct {
-	buckets []Bucket
-	took    []Result
+	buckets []quota.Bucket
+	took    []quota.Result
 	settles []bool
 	// wait is the longest Result.Wait of the real take; waitKeys are the
 	// keys that booked one, with their rules' waiter caps.
@@ -252,7 +253,7 @@ func (ch *charges) any() bool { return len(ch.buckets) > 0 }
 // bucket that settles, or a wait (whose cancellation gives back what every
 // take of the request charged). A shadow take's waits are booked but
 // never waited for.
-func (ch *charges) note(c *compiled, sc *scratch, bs []Bucket, idx []int32, res []Result, shadow bool) {
+func (ch *charges) note(c *compiled, sc *scratch, bs []quota.Bucket, idx []int32, res []quota.Result, shadow bool) {
 	need := ch.wait > 0
 	for i := 0; i < len(bs) && !need; i++ {
 		k := i
@@ -287,7 +288,7 @@ func (ch *charges) note(c *compiled, sc *scratch, bs []Bucket, idx []int32, res 
 // bookAhead sets the MaxWait of the buckets about to be taken for the
 // request: no longer than its context's deadline leaves, and 0 (no wait)
 // on a bucket that already has its rule's cap of requests waiting here.
-func (l *Limiter) bookAhead(ctx context.Context, c *compiled, sc *scratch, bs []Bucket, idx []int32) {
+func (l *Limiter) bookAhead(ctx context.Context, c *compiled, sc *scratch, bs []quota.Bucket, idx []int32) {
 	left := time.Duration(-1)
 	if dl, ok := ctx.Deadline(); ok {
 		left = max(0, time.Until(dl).Truncate(time.Microsecond))
@@ -415,7 +416,7 @@ func (l *Limiter) giveBack(ctx context.Context, ch *charges) {
 
 // settle sends one settlement to the store, bounded by the settle
 // timeout, and counts and logs (at most once a second) a failure.
-func (l *Limiter) settle(ctx context.Context, bs []Bucket, took []Result) {
+func (l *Limiter) settle(ctx context.Context, bs []quota.Bucket, took []quota.Result) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sh.timeout)
 	err := l.sh.settler.Settle(sctx, bs, took)
 	cancel()
@@ -435,14 +436,14 @@ func (l *Limiter) settle(ctx context.Context, bs []Bucket, took []Result) {
 type settlement struct {
 	l    *Limiter
 	ctx  context.Context
-	bs   []Bucket
+	bs   []quota.Bucket
 	est  []int64
-	took []Result
+	took []quota.Result
 	once atomic.Bool
 	// inline room for the common one or two settling rules
-	bbuf [2]Bucket
+	bbuf [2]quota.Bucket
 	ebuf [2]int64
-	tbuf [2]Result
+	tbuf [2]quota.Result
 }
 
 func (l *Limiter) newSettlement(ctx context.Context, ch *charges) *settlement {

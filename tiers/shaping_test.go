@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -36,15 +37,15 @@ func tenantReq(tenant string) *floodgate.Request {
 
 // peek returns what is left in the bucket of rule for r (a cost-0 take,
 // which charges nothing).
-func peek(t *testing.T, s tiers.Store, l *tiers.Limiter, r *floodgate.Request, rule string) int64 {
+func peek(t *testing.T, s quota.Store, l *tiers.Limiter, r *floodgate.Request, rule string) int64 {
 	t.Helper()
 	for _, b := range l.Buckets(nil, r) {
 		if b.Rule != rule {
 			continue
 		}
 		b.Cost = 0
-		var res [1]tiers.Result
-		if _, err := s.Take(context.Background(), []tiers.Bucket{b}, res[:]); err != nil {
+		var res [1]quota.Result
+		if _, err := s.Take(context.Background(), []quota.Bucket{b}, res[:]); err != nil {
 			t.Fatal(err)
 		}
 		return res[0].Remaining
@@ -188,9 +189,9 @@ rules:
 }
 
 // takeOnlyStore hides memstore's Settle.
-type takeOnlyStore struct{ s tiers.Store }
+type takeOnlyStore struct{ s quota.Store }
 
-func (o takeOnlyStore) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+func (o takeOnlyStore) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	return o.s.Take(ctx, b, r)
 }
 
@@ -204,8 +205,8 @@ rules:
   - {name: b, key: [user], rate: 10/1s, max_wait: 100ms}
   - {name: c, key: [ip], rate: 10/1s}
 `)
-	if _, err := tiers.NewLimiter(st, p); err == nil || err.Error() != "rules[0].settle: the store cannot settle (it is not a tiers.Settler, or what it wraps is not); every store of this module is\n"+
-		"rules[1].max_wait: the store cannot give back a cancelled wait's units (it is not a tiers.Settler, or what it wraps is not); every store of this module is" {
+	if _, err := tiers.NewLimiter(st, p); err == nil || err.Error() != "rules[0].settle: the store cannot settle (it is not a quota.Settler, or what it wraps is not); every store of this module is\n"+
+		"rules[1].max_wait: the store cannot give back a cancelled wait's units (it is not a quota.Settler, or what it wraps is not); every store of this module is" {
 		t.Fatalf("NewLimiter: %v", err)
 	}
 	l := mustLimiter(t, st, "rules:\n  - {name: c, key: [ip], rate: 10/1s}\n")
@@ -519,8 +520,8 @@ func TestWaiterCapConcurrent(t *testing.T) {
 	// again (burst 1) after (1 + waiting) x 100 ms.
 	b := l.Buckets(nil, r)[0]
 	b.Cost = 0
-	var res [1]tiers.Result
-	if _, err := s.Take(context.Background(), []tiers.Bucket{b}, res[:]); err != nil {
+	var res [1]quota.Result
+	if _, err := s.Take(context.Background(), []quota.Bucket{b}, res[:]); err != nil {
 		t.Fatal(err)
 	}
 	if want := time.Duration(1+waiting) * 100 * time.Millisecond; res[0].Reset != want {

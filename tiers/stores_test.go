@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
@@ -22,6 +22,6 @@ func newMemstore(t testing.TB, opts ...memstore.Option) *memstore.Store {
 // failingStore fails every Take with err, as a store that is down does.
 type failingStore struct{ err error }
 
-func (f failingStore) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, error) {
+func (f failingStore) Take(context.Context, []quota.Bucket, []quota.Result) (bool, error) {
 	return false, f.err
 }

@@ -7,16 +7,15 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // downStore is a Store whose backend is gone: every Take fails.
 type downStore struct{ err error }
 
-func (s downStore) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, error) {
+func (s downStore) Take(context.Context, []quota.Bucket, []quota.Result) (bool, error) {
 	return false, s.err
 }
 
@@ -38,7 +37,7 @@ rules:
 	if err == nil || !errors.Is(err, down.err) {
 		t.Fatalf("err = %v, want the store's error wrapped", err)
 	}
-	if d.Allowed || d.Source != floodgate.SourceFailClosed || d.Policy != "login" || d.RetryAfter != tiers.StoreErrorRetryAfter {
+	if d.Allowed || d.Source != floodgate.SourceFailClosed || d.Policy != "login" || d.RetryAfter != quota.StoreErrorRetryAfter {
 		t.Fatalf("login: %+v, want fail-closed deny", d)
 	}
 	// "all" is open; "local" has no local fallback in front of this store
@@ -46,59 +45,6 @@ rules:
 	d, _, err = l.Admit(context.Background(), &floodgate.Request{Method: "/a.B/C"})
 	if err == nil || !d.Allowed || d.Source != floodgate.SourceFailOpen || d.Policy != "local" || d.Remaining != 9 {
 		t.Fatalf("other: %+v, %v, want fail-open allow by local with 9 remaining and an error", d, err)
-	}
-}
-
-// TestDecideUnavailable: the fail modes, decided in one place, exactly.
-func TestDecideUnavailable(t *testing.T) {
-	tb := func(key string, burst, cost int64, mode tiers.FailMode) tiers.Bucket {
-		return tiers.Bucket{Key: key, Rule: key, Cost: cost, OnStoreError: mode,
-			Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: burst, Period: time.Second, Burst: burst}}
-	}
-	open, closed, local := tb("open", 10, 3, tiers.FailOpen), tb("closed", 5, 1, tiers.FailClosed), tb("local", 4, 1, tiers.FailLocal)
-	tooBig := tb("big", 2, 3, tiers.FailOpen)
-
-	res := make([]tiers.Result, 3)
-	if !tiers.DecideUnavailable([]tiers.Bucket{open}, res, nil) {
-		t.Fatal("open bucket denied")
-	}
-	if want := (tiers.Result{Allowed: true, Limit: 10, Remaining: 7, Source: floodgate.SourceFailOpen}); res[0] != want {
-		t.Errorf("open: %+v, want %+v", res[0], want)
-	}
-
-	// A closed bucket denies the whole take; the local decider is told
-	// the take cannot pass, so it charges nothing.
-	var sawAllowed []bool
-	localFn := func(bs []tiers.Bucket, rs []tiers.Result, allowed bool) bool {
-		sawAllowed = append(sawAllowed, allowed)
-		for i := range bs {
-			if bs[i].OnStoreError == tiers.FailLocal {
-				if rs[i].Source != floodgate.SourceLocalFallback || rs[i].Limit != bs[i].Limit.Capacity() {
-					t.Errorf("local bucket preset %+v", rs[i])
-				}
-				rs[i].Allowed = allowed
-			}
-		}
-		return allowed
-	}
-	if tiers.DecideUnavailable([]tiers.Bucket{open, closed, local}, res, localFn) {
-		t.Fatal("a closed bucket did not deny")
-	}
-	if want := (tiers.Result{Limit: 5, RetryAfter: tiers.StoreErrorRetryAfter, Reset: tiers.StoreErrorRetryAfter, Source: floodgate.SourceFailClosed}); res[1] != want {
-		t.Errorf("closed: %+v, want %+v", res[1], want)
-	}
-	if len(sawAllowed) != 1 || sawAllowed[0] {
-		t.Errorf("local decider saw allowed=%v, want one call with false", sawAllowed)
-	}
-
-	// A cost above capacity denies with Never whatever the mode.
-	if tiers.DecideUnavailable([]tiers.Bucket{tooBig}, res, nil) || res[0].RetryAfter != tiers.Never {
-		t.Errorf("cost above capacity: %+v", res[0])
-	}
-
-	// Without a local decider, local acts as open.
-	if !tiers.DecideUnavailable([]tiers.Bucket{local}, res, nil) || res[0].Source != floodgate.SourceFailOpen || res[0].Remaining != 3 {
-		t.Errorf("local without a decider: %+v", res[0])
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // Several windows per limit (Window). Every window of a limit is compiled
@@ -17,13 +18,13 @@ import (
 // windowSuffix is the key suffix of one window of a limit with several:
 // ":" + algorithm + ":" + period ("…:token_bucket:1h"). A period's text
 // has no '=', so it never reads as a key scope.
-func windowSuffix(a Algorithm, period time.Duration) string {
+func windowSuffix(a quota.Algorithm, period time.Duration) string {
 	return suffixOf(a) + ":" + shortDuration(period)
 }
 
 // limitsOf builds and checks the limit of a tier, rule or override (at
 // path owner) from its Rate and Burst, or from its Windows.
-func limitsOf(rep *reporter, owner string, rate Rate, burst int64, windows []Window, alg Algorithm) (tierLimit, bool) {
+func limitsOf(rep *reporter, owner string, rate Rate, burst int64, windows []Window, alg quota.Algorithm) (tierLimit, bool) {
 	if len(windows) == 0 {
 		l, ok := limitOf(rep, owner+".rate", owner+".burst", rate, burst, alg)
 		return tierLimit{limit: l, suffix: suffixOf(l.Algorithm)}, ok
@@ -32,7 +33,7 @@ func limitsOf(rep *reporter, owner string, rate Rate, burst int64, windows []Win
 		rep.add(owner+".rate", "set rate and burst, or windows, not both")
 		return tierLimit{}, false
 	}
-	if int(alg) >= len(algorithmNames) {
+	if !alg.Known() {
 		rep.addf(owner+".algorithm", "unknown algorithm %d", alg)
 		return tierLimit{}, false
 	}
@@ -41,7 +42,7 @@ func limitsOf(rep *reporter, owner string, rate Rate, burst int64, windows []Win
 		return tierLimit{}, false
 	}
 	ok := true
-	ls := make([]Limit, len(windows))
+	ls := make([]quota.Limit, len(windows))
 	for i, w := range windows {
 		ix := "[" + strconv.Itoa(i) + "]"
 		rp := owner + ".rate" + ix
@@ -119,7 +120,7 @@ func (r *cRule) nameWindows(tl *tierLimit) {
 // policyName is the name decisions give bucket b of rule r: the rule's
 // name, or "<rule>/<period>" when the bucket is one window of a limit with
 // several (m.multi).
-func (r *cRule) policyName(m *meta, b *Bucket) string {
+func (r *cRule) policyName(m *meta, b *quota.Bucket) string {
 	if !m.multi {
 		return r.name
 	}
@@ -156,7 +157,7 @@ func (sc *scratch) addWindows(tl *tierLimit, m meta, cost int64, cr *cRule, star
 // that hide their quota. nil when that is the binding bucket alone, or
 // when the binding rule hides its quota. idx maps res to sc.all (nil: the
 // identity).
-func (sc *scratch) quotas(c *compiled, idx []int32, res []Result, best int, allowed bool) []floodgate.Quota {
+func (sc *scratch) quotas(c *compiled, idx []int32, res []quota.Result, best int, allowed bool) []floodgate.Quota {
 	at := func(i int) int {
 		if idx == nil {
 			return i
@@ -193,7 +194,7 @@ func (sc *scratch) quotas(c *compiled, idx []int32, res []Result, best int, allo
 }
 
 // quota describes bucket k of sc.all, charged with result res.
-func (sc *scratch) quota(c *compiled, k int, res *Result) floodgate.Quota {
+func (sc *scratch) quota(c *compiled, k int, res *quota.Result) floodgate.Quota {
 	m := &sc.metas[k]
 	b := &sc.all[k]
 	q := floodgate.Quota{

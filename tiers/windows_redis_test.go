@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -85,5 +85,5 @@ rules:
 			t.Errorf("%s: %s -> %s after the hour window's deny, want unchanged", k, before[k], after)
 		}
 	}
-	var _ tiers.Store = s
+	var _ quota.Store = s
 }

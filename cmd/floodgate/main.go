@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/demo"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
@@ -132,9 +133,9 @@ func policyNotes(p *tiers.Policy) []string {
 			notes = append(notes, fmt.Sprintf("rule %s: shadow, reported only", r.Name))
 		}
 		switch r.Consistency {
-		case tiers.Leased:
+		case quota.Leased:
 			notes = append(notes, fmt.Sprintf("rule %s: leased, decided locally from units leased from the store, never over the limit (behind a tiers/localfirst store; any other store decides it exactly)", r.Name))
-		case tiers.Async:
+		case quota.Async:
 			iv := r.SyncInterval
 			if iv == 0 {
 				iv = tiers.DefaultSyncInterval

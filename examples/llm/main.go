@@ -30,6 +30,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
@@ -108,7 +109,7 @@ func loadPolicy(path string) (*tiers.Policy, error) {
 
 // newStore keeps the budgets in process, or in Redis behind the circuit
 // breaker's local fallback when url is set.
-func newStore(url string) (tiers.Store, string, func(), error) {
+func newStore(url string) (quota.Store, string, func(), error) {
 	if url == "" {
 		s, err := memstore.New()
 		return s, "in process", func() {}, err
@@ -140,7 +141,7 @@ const MaxRequestBody = 64 << 10
 
 // newHandler is the API: the completion endpoint behind the rate-limit
 // stage over store, waiting on clk (tests pass a fake one).
-func newHandler(store tiers.Store, policy *tiers.Policy, clk floodgate.Clock) (http.Handler, error) {
+func newHandler(store quota.Store, policy *tiers.Policy, clk floodgate.Clock) (http.Handler, error) {
 	limits, err := tiers.NewLimiter(store, policy, tiers.WithClock(clk))
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/examples/internal/exampletest"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -46,7 +47,7 @@ func post(t *testing.T, h http.Handler, tenant, prompt string, maxTokens int64) 
 }
 
 // left reads what tenant has left of its token budget, charging nothing.
-func left(t *testing.T, store tiers.Store, policy *tiers.Policy, tenant string) int64 {
+func left(t *testing.T, store quota.Store, policy *tiers.Policy, tenant string) int64 {
 	t.Helper()
 	l, err := tiers.NewLimiter(store, policy)
 	if err != nil {
@@ -55,8 +56,8 @@ func left(t *testing.T, store tiers.Store, policy *tiers.Policy, tenant string) 
 	for _, b := range l.Buckets(nil, &floodgate.Request{Method: Route, Identity: floodgate.Identity{Tenant: tenant}}) {
 		if b.Rule == "tenant-tokens" {
 			b.Cost = 0
-			var res [1]tiers.Result
-			if _, err := store.Take(context.Background(), []tiers.Bucket{b}, res[:]); err != nil {
+			var res [1]quota.Result
+			if _, err := store.Take(context.Background(), []quota.Bucket{b}, res[:]); err != nil {
 				t.Fatal(err)
 			}
 			return res[0].Remaining
@@ -72,7 +73,7 @@ func left(t *testing.T, store tiers.Store, policy *tiers.Policy, tenant string) 
 // fits what the tenant has left, and then costs exactly the tokens it
 // generated. The tenant's bucket ends with exactly what the model says,
 // and the tokens generated for admitted requests never exceed the budget.
-func quotaHolds(t *testing.T, store tiers.Store, clk *clock.Fake) {
+func quotaHolds(t *testing.T, store quota.Store, clk *clock.Fake) {
 	policy := mustPolicy(t)
 	h, err := newHandler(store, policy, clk)
 	if err != nil {

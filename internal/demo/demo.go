@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
@@ -140,7 +141,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("demo: embedded policy: %w", err)
 	}
 	var (
-		store     tiers.Store
+		store     quota.Store
 		ledger    localfirst.Ledger // leases and async reports go here
 		storeName = "in-process memory store"
 		fb        *fallback.Store

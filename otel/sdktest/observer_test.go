@@ -19,8 +19,8 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	fgotel "github.com/floodgate-go/floodgate/otel"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
@@ -467,12 +467,12 @@ func TestStoreBreakerInFlight(t *testing.T) {
 // advancing is a real store whose Takes take a known time on the fake
 // clock, so the measured durations are exact.
 type advancing struct {
-	tiers.Store
+	quota.Store
 	clk  *clock.Fake
 	took time.Duration
 }
 
-func (a advancing) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+func (a advancing) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	a.clk.Advance(a.took)
 	return a.Store.Take(ctx, b, r)
 }
@@ -487,9 +487,9 @@ func TestStoreWrapper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := tiers.Limit{Rate: 10, Period: time.Second, Burst: 10}
-	bucket := []tiers.Bucket{{Key: "search:alice", Limit: lim, Cost: 1}}
-	res := make([]tiers.Result, 1)
+	lim := quota.Limit{Rate: 10, Period: time.Second, Burst: 10}
+	bucket := []quota.Bucket{{Key: "search:alice", Limit: lim, Cost: 1}}
+	res := make([]quota.Result, 1)
 
 	s := h.obs.Store(advancing{Store: mem, clk: clk, took: 700 * time.Microsecond})
 	if ok, err := s.Take(context.Background(), bucket, res); !ok || err != nil {
@@ -502,7 +502,7 @@ func TestStoreWrapper(t *testing.T) {
 	}
 	root.End()
 	// An empty key is a real error from the real store.
-	if _, err := s.Take(context.Background(), []tiers.Bucket{{Limit: lim, Cost: 1}}, res); err == nil {
+	if _, err := s.Take(context.Background(), []quota.Bucket{{Limit: lim, Cost: 1}}, res); err == nil {
 		t.Fatal("Take with an empty key succeeded")
 	}
 

@@ -61,6 +61,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -131,10 +132,10 @@ func Translate(files []File, opts Options) ([]byte, error) {
 		}
 	}
 	if opts.Consistency != "" {
-		switch c, err := tiers.ParseConsistency(opts.Consistency); {
+		switch c, err := quota.ParseConsistency(opts.Consistency); {
 		case err != nil:
 			t.errs = append(t.errs, &Error{File: "-consistency", Msg: fmt.Sprintf("%q is not exact, leased or async", opts.Consistency)})
-		case c == tiers.Exact:
+		case c == quota.Exact:
 			t.opts.Consistency = ""
 		default:
 			t.opts.Consistency = c.String()
@@ -545,8 +546,8 @@ func (t *translator) rateLimit(file, domain string, n *yaml.Node, path, name str
 	case rpu == 0:
 		t.fail(file, rpuNode, path+".requests_per_unit", "0 (deny every request) has no rate in floodgate: list the clients in the policy's deny list instead")
 		return
-	case rpu > tiers.MaxRate:
-		t.fail(file, rpuNode, path+".requests_per_unit", "%d is above floodgate's largest rate, %d", rpu, tiers.MaxRate)
+	case rpu > quota.MaxRate:
+		t.fail(file, rpuNode, path+".requests_per_unit", "%d is above floodgate's largest rate, %d", rpu, quota.MaxRate)
 		return
 	}
 	if prev, dup := t.names[name]; dup {

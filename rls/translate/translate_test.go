@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/rls/translate"
 	"github.com/floodgate-go/floodgate/testing/clock"
@@ -248,7 +249,7 @@ func TestTranslateConsistency(t *testing.T) {
 			t.Fatalf("%s: %d rules, want 2", mode, len(p.Rules))
 		}
 		for _, r := range p.Rules {
-			if r.Consistency.String() != mode || r.Algorithm != tiers.TokenBucket {
+			if r.Consistency.String() != mode || r.Algorithm != quota.TokenBucket {
 				t.Fatalf("%s: rule %s has consistency %s and algorithm %v", mode, r.Name, r.Consistency, r.Algorithm)
 			}
 		}

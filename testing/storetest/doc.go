@@ -1,5 +1,5 @@
-// Package storetest is the conformance suite every tiers.Store must pass:
-// it decides what "implements tiers.Store" means beyond the interface. The
+// Package storetest is the conformance suite every quota.Store must pass:
+// it decides what "implements quota.Store" means beyond the interface. The
 // in-process store (tiers/memstore) and the Redis store (tiers/redisstore:
 // standalone, Sentinel, Cluster, with and without batching) run the same
 // step tables on fake time and must give the same decisions, to the
@@ -9,18 +9,18 @@
 //
 // A conforming Store
 //
-//   - follows the arithmetic of the tiers.Algorithm doc exactly, with time
+//   - follows the arithmetic of the quota.Algorithm doc exactly, with time
 //     taken from the injected clock (Vectors; every expected value there is
 //     derived by hand from that doc, in comments beside it);
 //   - reports, per bucket, Allowed and RetryAfter for that bucket alone, and
 //     Remaining and Reset as the Take leaves the bucket: after the charge
 //     when the Take allowed, untouched when it denied;
 //   - is all or nothing: a Take that any bucket denies charges no bucket;
-//   - denies a cost above the bucket's capacity with RetryAfter tiers.Never;
+//   - denies a cost above the bucket's capacity with RetryAfter quota.Never;
 //   - admits exactly the capacity under concurrent takes of one bucket;
 //   - refuses bad input (res shorter than buckets, an empty key, the same
 //     key twice, an invalid Limit, a negative cost, an unknown
-//     OnStoreError) with exactly tiers.ValidateTake's error, so a caller
+//     OnStoreError) with exactly quota.ValidateTake's error, so a caller
 //     sees the same text whichever store is behind it. An empty Take is
 //     allowed;
 //   - if it has a Refund(ctx, buckets) error method (as memstore and
@@ -36,14 +36,14 @@
 //     later takes queue behind it; beyond MaxWait it denies as without
 //     it; a take another bucket denies books nothing), and refuses
 //     MaxWait on the window algorithms with ValidateTake's error;
-//   - if it is a tiers.Settler, settles exactly as SettleVectors say
+//   - if it is a quota.Settler, settles exactly as SettleVectors say
 //     (signed adjustments; token bucket and GCRA carry debt, the window
 //     algorithms settle in the current window and never count below 0;
 //     an absent bucket is full; every bucket of one Settle by exactly its
-//     own amount) and refuses bad input with tiers.ValidateSettle's
+//     own amount) and refuses bad input with quota.ValidateSettle's
 //     error. Run skips these checks for a Store that is not a Settler
 //     (and runs WaitVectors only up to their first settlement);
-//   - if it is a tiers.Reporter, takes report calls exactly as a scripted
+//   - if it is a quota.Reporter, takes report calls exactly as a scripted
 //     trace says, for token bucket and GCRA: a report charges what the
 //     bucket holds of its units, and gives back the units of a negative
 //     one (capped at the capacity; an absent bucket stays full); a call
@@ -51,14 +51,14 @@
 //     Resolve tells what an applied call charged, and makes a call that
 //     never arrived refused when it arrives late; the buckets of one call
 //     are each decided on their own; and bad input is refused with
-//     tiers.ValidateReport's error.
+//     quota.ValidateReport's error.
 //
 // # Running it
 //
 // A store's test runs the suite with a factory:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+//		storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 //			s, err := memstore.New(memstore.WithClock(clk))
 //			if err != nil {
 //				t.Fatal(err)
@@ -84,12 +84,12 @@
 // should, under an injected clock, make its TTLs generous (a whole minute,
 // say), which the vectors tolerate.
 //
-// Cost 0, which the tiers.Algorithm doc defines as a read that charges
+// Cost 0, which the quota.Algorithm doc defines as a read that charges
 // nothing, is not in the vectors (redisstore's differential test compares
 // it between stores). GCRA with a period that is not a whole multiple of
 // the rate in µs is: gcra/odd_rate_cost2 and gcra/odd_rate_burst3 pin the
-// exact doubles of the arithmetic relative to tiers.GCRAEpoch, with its
-// tiers.GCRASlack, which is what lets rate 3/s burst 2 admit a cost of 2 on
+// exact doubles of the arithmetic relative to quota.GCRAEpoch, with its
+// quota.GCRASlack, which is what lets rate 3/s burst 2 admit a cost of 2 on
 // a new bucket (absolute Unix-µs TATs, kept to only 0.25 µs, denied it with
 // RetryAfter 0).
 package storetest

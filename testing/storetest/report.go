@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 // reportStep is one Report or Resolve call with one bucket and what it
@@ -16,7 +16,7 @@ type reportStep struct {
 	resolve       bool
 	instance, seq uint64
 	units         int64
-	want          tiers.ReportResult
+	want          quota.ReportResult
 }
 
 // reportTrace runs the scripted report trace on a bucket of limit l (10
@@ -25,12 +25,12 @@ type reportStep struct {
 // latter arriving late), debt, a second instance, the refill, and units
 // given back (a negative report). Every
 // result is exact, and a take at the end checks what the bucket holds.
-func reportTrace(t reporter, st tiers.Reporter, clk *clock.Fake, key string, l tiers.Limit) {
+func reportTrace(t reporter, st quota.Reporter, clk *clock.Fake, key string, l quota.Limit) {
 	ctx := context.Background()
-	applied := func(charged, rem int64) tiers.ReportResult {
-		return tiers.ReportResult{Applied: true, Charged: charged, Remaining: rem}
+	applied := func(charged, rem int64) quota.ReportResult {
+		return quota.ReportResult{Applied: true, Charged: charged, Remaining: rem}
 	}
-	none := tiers.ReportResult{}
+	none := quota.ReportResult{}
 	steps := []reportStep{
 		{what: "a report", instance: 1, seq: 1, units: 4, want: applied(4, 6)},
 		{what: "the same call again", instance: 1, seq: 1, units: 4, want: none},
@@ -46,15 +46,15 @@ func reportTrace(t reporter, st tiers.Reporter, clk *clock.Fake, key string, l t
 		{what: "given back beyond the capacity", instance: 1, seq: 6, units: -20, want: applied(-20, 10)},
 		{what: "resolving a call that gave back", resolve: true, instance: 1, seq: 5, units: -3, want: applied(-3, 0)},
 	}
-	var res [1]tiers.ReportResult
+	var res [1]quota.ReportResult
 	for _, s := range steps {
 		clk.Advance(s.advance)
-		b := []tiers.Bucket{{Key: key, Limit: l, Cost: s.units}}
+		b := []quota.Bucket{{Key: key, Limit: l, Cost: s.units}}
 		call, name := st.Report, "Report"
 		if s.resolve {
 			call, name = st.Resolve, "Resolve"
 		}
-		res[0] = tiers.ReportResult{Applied: true, Charged: -1, Remaining: -1} // must be overwritten
+		res[0] = quota.ReportResult{Applied: true, Charged: -1, Remaining: -1} // must be overwritten
 		if err := call(ctx, s.instance, s.seq, b, res[:]); err != nil {
 			t.Fatalf("%s: %s: %v", s.what, name, err)
 		}
@@ -71,23 +71,23 @@ func reportTrace(t reporter, st tiers.Reporter, clk *clock.Fake, key string, l t
 // (one finding no room does not stop another) and that Resolve tells what
 // the call charged of each, with buckets in different hash tags (cluster
 // slots).
-func reportMany(t reporter, st tiers.Reporter, prefix string, l tiers.Limit) {
+func reportMany(t reporter, st quota.Reporter, prefix string, l quota.Limit) {
 	ctx := context.Background()
 	if r := take1(t, st, prefix+"{full}", l, 10); !r.Allowed {
 		t.Fatalf("take 10 of 10: %s", fmtResult(r))
 	}
-	bs := []tiers.Bucket{
+	bs := []quota.Bucket{
 		{Key: prefix + "{full}", Limit: l, Cost: 3},
 		{Key: prefix + "{tag}a", Limit: l, Cost: 3},
 		{Key: prefix + "{tag}b", Limit: l, Cost: 12},
 		{Key: prefix + "{other}", Limit: l, Cost: 1},
 		{Key: prefix + "{absent}", Limit: l, Cost: -4},
 	}
-	res := make([]tiers.ReportResult, len(bs))
+	res := make([]quota.ReportResult, len(bs))
 	if err := st.Report(ctx, 7, 1, bs, res); err != nil {
 		t.Fatalf("Report: %v", err)
 	}
-	want := []tiers.ReportResult{
+	want := []quota.ReportResult{
 		{Applied: true, Charged: 0, Remaining: 0},
 		{Applied: true, Charged: 3, Remaining: 7},
 		{Applied: true, Charged: 10, Remaining: 0},
@@ -103,60 +103,60 @@ func reportMany(t reporter, st tiers.Reporter, prefix string, l tiers.Limit) {
 		t.Fatalf("Resolve: %v", err)
 	}
 	for i := range want {
-		if w := (tiers.ReportResult{Applied: true, Charged: want[i].Charged}); res[i] != w {
+		if w := (quota.ReportResult{Applied: true, Charged: want[i].Charged}); res[i] != w {
 			t.Errorf("resolve %d (%s):\n got  %+v\n want %+v", i, bs[i].Key, res[i], w)
 		}
 	}
 }
 
-// reportBadInput checks that every input tiers.ValidateReport refuses is
+// reportBadInput checks that every input quota.ValidateReport refuses is
 // refused by Report and Resolve with its error, and charges nothing.
-func reportBadInput(t reporter, st tiers.Reporter, prefix string) {
+func reportBadInput(t reporter, st quota.Reporter, prefix string) {
 	ctx := context.Background()
-	tb := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
-	fw := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 10, Period: time.Second}
-	good := tiers.Bucket{Key: prefix + "{a}", Limit: tb, Cost: 1}
+	tb := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	fw := quota.Limit{Algorithm: quota.FixedWindow, Rate: 10, Period: time.Second}
+	good := quota.Bucket{Key: prefix + "{a}", Limit: tb, Cost: 1}
 	if err := st.Report(ctx, 1, 1, nil, nil); err != nil {
 		t.Errorf("empty Report: %v, want nil", err)
 	}
-	with := func(f func(b *tiers.Bucket)) []tiers.Bucket {
+	with := func(f func(b *quota.Bucket)) []quota.Bucket {
 		b := good
 		b.Key = prefix + "{b}"
 		f(&b)
-		return []tiers.Bucket{good, b}
+		return []quota.Bucket{good, b}
 	}
 	cases := []struct {
 		name     string
 		instance uint64
-		bs       []tiers.Bucket
-		res      []tiers.ReportResult
+		bs       []quota.Bucket
+		res      []quota.ReportResult
 	}{
-		{"instance 0", 0, []tiers.Bucket{good}, nil},
-		{"empty key", 1, with(func(b *tiers.Bucket) { b.Key = "" }), nil},
-		{"units out of range", 1, with(func(b *tiers.Bucket) { b.Cost = -tiers.MaxSettle - 1 }), nil},
-		{"window algorithm", 1, with(func(b *tiers.Bucket) { b.Limit = fw }), nil},
-		{"zero rate", 1, with(func(b *tiers.Bucket) { b.Limit.Rate = 0 }), nil},
-		{"same key twice", 1, []tiers.Bucket{good, good}, nil},
-		{"res too short", 1, with(func(*tiers.Bucket) {}), make([]tiers.ReportResult, 1)},
+		{"instance 0", 0, []quota.Bucket{good}, nil},
+		{"empty key", 1, with(func(b *quota.Bucket) { b.Key = "" }), nil},
+		{"units out of range", 1, with(func(b *quota.Bucket) { b.Cost = -quota.MaxSettle - 1 }), nil},
+		{"window algorithm", 1, with(func(b *quota.Bucket) { b.Limit = fw }), nil},
+		{"zero rate", 1, with(func(b *quota.Bucket) { b.Limit.Rate = 0 }), nil},
+		{"same key twice", 1, []quota.Bucket{good, good}, nil},
+		{"res too short", 1, with(func(*quota.Bucket) {}), make([]quota.ReportResult, 1)},
 	}
 	for seq, c := range cases {
 		res := c.res
 		if res == nil {
-			res = make([]tiers.ReportResult, len(c.bs))
+			res = make([]quota.ReportResult, len(c.bs))
 		}
-		want := tiers.ValidateReport(c.instance, c.bs, res)
+		want := quota.ValidateReport(c.instance, c.bs, res)
 		if want == nil {
-			t.Errorf("%s: tiers.ValidateReport accepts this case; the suite is out of date", c.name)
+			t.Errorf("%s: quota.ValidateReport accepts this case; the suite is out of date", c.name)
 			continue
 		}
 		for _, call := range []struct {
 			name string
-			f    func(context.Context, uint64, uint64, []tiers.Bucket, []tiers.ReportResult) error
+			f    func(context.Context, uint64, uint64, []quota.Bucket, []quota.ReportResult) error
 		}{{"Report", st.Report}, {"Resolve", st.Resolve}} {
 			if err := call.f(ctx, c.instance, uint64(seq+1), c.bs, res); err == nil {
 				t.Errorf("%s: %s returned no error", c.name, call.name)
 			} else if err.Error() != want.Error() {
-				t.Errorf("%s: %s error:\n got  %s\n want %s (tiers.ValidateReport's)", c.name, call.name, err, want)
+				t.Errorf("%s: %s error:\n got  %s\n want %s (quota.ValidateReport's)", c.name, call.name, err, want)
 			}
 		}
 	}

@@ -3,7 +3,7 @@ package storetest
 import (
 	"time"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // settleStep is a Step that settles the charges (signed costs) at at.
@@ -12,7 +12,7 @@ func settleStep(at time.Duration, charges ...Charge) Step {
 }
 
 // waitOne is a Step with a single bucket that may wait up to mw.
-func waitOne(at time.Duration, key string, l tiers.Limit, cost int64, mw time.Duration, w Want) Step {
+func waitOne(at time.Duration, key string, l quota.Limit, cost int64, mw time.Duration, w Want) Step {
 	return Step{At: at, Charges: []Charge{{Key: key, Limit: l, Cost: cost, MaxWait: mw}}, Allowed: w.Allowed, Want: []Want{w}}
 }
 
@@ -21,14 +21,14 @@ func waited(rem int64, reset, wait time.Duration) Want {
 	return Want{Allowed: true, Remaining: rem, Reset: reset, Wait: wait}
 }
 
-// SettleVectors is the shared table of tiers.Settler's Settle: takes,
+// SettleVectors is the shared table of quota.Settler's Settle: takes,
 // settlements (signed: a charge of more units, a refund, a debt beyond
 // the bucket) and takes again, for every algorithm, with the arithmetic
-// of the tiers.Algorithm doc ("Settlement"): token bucket and GCRA carry
+// of the quota.Algorithm doc ("Settlement"): token bucket and GCRA carry
 // debt that later takes wait out, the window algorithms settle in the
 // window current at settlement and never count below 0, an absent bucket
 // is full (a refund leaves it absent). Run checks them on every Store
-// that implements tiers.Settler.
+// that implements quota.Settler.
 var SettleVectors = []Vector{
 	tokenBucketSettle(),
 	gcraSettle(),
@@ -234,7 +234,7 @@ func settleHierarchy() Vector {
 	}}
 }
 
-// WaitVectors is the shared table of waiting takes (tiers.Bucket.MaxWait,
+// WaitVectors is the shared table of waiting takes (quota.Bucket.MaxWait,
 // TokenBucket and GCRA): a bucket that would deny admits the cost by
 // booking units that arrive within MaxWait, reporting the wait in
 // Result.Wait, so that later takes queue behind it; a wait beyond MaxWait
@@ -242,7 +242,7 @@ func settleHierarchy() Vector {
 // refund (Settle of a negative cost: a cancelled wait) gives the booked
 // units back. Run checks them on every Store; the steps that settle are
 // skipped, with the rest of their vector, for a Store that is not a
-// tiers.Settler.
+// quota.Settler.
 var WaitVectors = []Vector{
 	tokenBucketWait(),
 	gcraWait(),
@@ -267,7 +267,7 @@ func tokenBucketWait() Vector {
 		// at 150 ms: -3 + 1.5 = -1.5; wait = ceil((2.5*1e6)/10) = 250 ms.
 		waitOne(150*ms, "tbw", l, 1, mw, waited(0, 2250*ms, 250*ms)),
 		// a cost above the burst never waits: denied, RetryAfter Never.
-		waitOne(150*ms, "tbw", l, 21, mw, deny(0, tiers.Never, 2250*ms)),
+		waitOne(150*ms, "tbw", l, 21, mw, deny(0, quota.Never, 2250*ms)),
 		// without MaxWait the same take is denied: retry
 		// ceil(((1+2.5)*1e6)/10) = 350 ms.
 		one(150*ms, "tbw", l, 1, deny(0, 350*ms, 2250*ms)),

@@ -10,18 +10,18 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 // Factory returns a fresh Store that reads time from clk. It may register
 // cleanups on t.
-type Factory func(t *testing.T, clk *clock.Fake) tiers.Store
+type Factory func(t *testing.T, clk *clock.Fake) quota.Store
 
 // Run runs the whole conformance suite against the stores newStore makes.
 func Run(t *testing.T, newStore Factory) {
 	run := newPrefix()
-	fresh := func(t *testing.T) (tiers.Store, *clock.Fake, string) {
+	fresh := func(t *testing.T) (quota.Store, *clock.Fake, string) {
 		clk := clock.New(time.Time{})
 		st := newStore(t, clk)
 		if st == nil {
@@ -79,7 +79,7 @@ func Run(t *testing.T, newStore Factory) {
 		for _, v := range WaitVectors {
 			t.Run(v.Name, func(t *testing.T) {
 				st, clk, prefix := fresh(t)
-				if _, ok := st.(tiers.Settler); !ok {
+				if _, ok := st.(quota.Settler); !ok {
 					v = untilSettle(v)
 				}
 				Check(t, st, clk, v, prefix)
@@ -94,8 +94,8 @@ func Run(t *testing.T, newStore Factory) {
 	})
 	t.Run("Settle", func(t *testing.T) {
 		st, _, _ := fresh(t)
-		if _, ok := st.(tiers.Settler); !ok {
-			t.Skipf("%T is not a tiers.Settler", st)
+		if _, ok := st.(quota.Settler); !ok {
+			t.Skipf("%T is not a quota.Settler", st)
 		}
 		for _, v := range SettleVectors {
 			t.Run(v.Name, func(t *testing.T) {
@@ -111,30 +111,30 @@ func Run(t *testing.T, newStore Factory) {
 		}
 		t.Run("BadInput", func(t *testing.T) {
 			st, _, prefix := fresh(t)
-			settleBadInput(t, st.(tiers.Settler), prefix)
+			settleBadInput(t, st.(quota.Settler), prefix)
 		})
 	})
 	t.Run("Report", func(t *testing.T) {
 		st, _, _ := fresh(t)
-		if _, ok := st.(tiers.Reporter); !ok {
-			t.Skipf("%T is not a tiers.Reporter", st)
+		if _, ok := st.(quota.Reporter); !ok {
+			t.Skipf("%T is not a quota.Reporter", st)
 		}
-		for _, l := range []tiers.Limit{
-			{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10},
-			{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 10},
+		for _, l := range []quota.Limit{
+			{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10},
+			{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 10},
 		} {
 			t.Run(l.Algorithm.String(), func(t *testing.T) {
 				st, clk, prefix := fresh(t)
-				reportTrace(t, st.(tiers.Reporter), clk, prefix+"{r}", l)
+				reportTrace(t, st.(quota.Reporter), clk, prefix+"{r}", l)
 			})
 		}
 		t.Run("Many", func(t *testing.T) {
 			st, _, prefix := fresh(t)
-			reportMany(t, st.(tiers.Reporter), prefix, tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10})
+			reportMany(t, st.(quota.Reporter), prefix, quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10})
 		})
 		t.Run("BadInput", func(t *testing.T) {
 			st, _, prefix := fresh(t)
-			reportBadInput(t, st.(tiers.Reporter), prefix)
+			reportBadInput(t, st.(quota.Reporter), prefix)
 		})
 	})
 	t.Run("Refund", func(t *testing.T) {
@@ -165,8 +165,8 @@ func Run(t *testing.T, newStore Factory) {
 // can). Run checks Refund (RefundVectors and its bad input)
 // on every Store that has one.
 type refunder interface {
-	tiers.Store
-	Refund(ctx context.Context, buckets []tiers.Bucket) error
+	quota.Store
+	Refund(ctx context.Context, buckets []quota.Bucket) error
 }
 
 // newPrefix returns a key prefix unique to this process and call.
@@ -193,24 +193,24 @@ type reporter interface {
 
 // Check runs one Vector against st, moving clk to clock.Epoch + step.At
 // before each step, and reports every difference from the vector.
-func Check(t *testing.T, st tiers.Store, clk *clock.Fake, v Vector, prefix string) {
+func Check(t *testing.T, st quota.Store, clk *clock.Fake, v Vector, prefix string) {
 	t.Helper()
 	check(t, st, clk, v, prefix)
 }
 
-func check(t reporter, st tiers.Store, clk *clock.Fake, v Vector, prefix string) {
+func check(t reporter, st quota.Store, clk *clock.Fake, v Vector, prefix string) {
 	t.Helper()
 	ctx := context.Background()
 	for i, step := range v.Steps {
 		clk.Set(clock.Epoch.Add(step.At))
-		bs := make([]tiers.Bucket, len(step.Charges))
+		bs := make([]quota.Bucket, len(step.Charges))
 		for j, c := range step.Charges {
-			bs[j] = tiers.Bucket{Key: prefix + c.Key, Limit: c.Limit, Cost: c.Cost, MaxWait: c.MaxWait}
+			bs[j] = quota.Bucket{Key: prefix + c.Key, Limit: c.Limit, Cost: c.Cost, MaxWait: c.MaxWait}
 		}
 		if step.Settle {
-			se, ok := st.(tiers.Settler)
+			se, ok := st.(quota.Settler)
 			if !ok {
-				t.Fatalf("step %d (at %v): %T is not a tiers.Settler", i, step.At, st)
+				t.Fatalf("step %d (at %v): %T is not a quota.Settler", i, step.At, st)
 			}
 			if err := se.Settle(ctx, bs, nil); err != nil {
 				t.Fatalf("step %d (at %v): Settle: %v", i, step.At, err)
@@ -227,7 +227,7 @@ func check(t reporter, st tiers.Store, clk *clock.Fake, v Vector, prefix string)
 			}
 			continue
 		}
-		res := make([]tiers.Result, len(bs))
+		res := make([]quota.Result, len(bs))
 		allowed, err := st.Take(ctx, bs, res)
 		if err != nil {
 			t.Fatalf("step %d (at %v): Take: %v", i, step.At, err)
@@ -238,7 +238,7 @@ func check(t reporter, st tiers.Store, clk *clock.Fake, v Vector, prefix string)
 		for j, c := range step.Charges {
 			w := step.Want[j]
 			got := res[j]
-			want := tiers.Result{Allowed: w.Allowed, Limit: c.Limit.Capacity(), Remaining: w.Remaining, Reset: w.Reset, RetryAfter: w.RetryAfter, Wait: w.Wait}
+			want := quota.Result{Allowed: w.Allowed, Limit: c.Limit.Capacity(), Remaining: w.Remaining, Reset: w.Reset, RetryAfter: w.RetryAfter, Wait: w.Wait}
 			got = normSource(got)
 			if got != want {
 				t.Errorf("step %d (at %v) bucket %q cost %d:\n got  %s\n want %s", i, step.At, c.Key, c.Cost, fmtResult(got), fmtResult(want))
@@ -249,19 +249,19 @@ func check(t reporter, st tiers.Store, clk *clock.Fake, v Vector, prefix string)
 
 // normSource maps SourceStore to the zero Source, which means the same;
 // any other Source is left to fail the comparison.
-func normSource(r tiers.Result) tiers.Result {
+func normSource(r quota.Result) quota.Result {
 	if r.Source == floodgate.SourceStore {
 		r.Source = ""
 	}
 	return r
 }
 
-func fmtResult(r tiers.Result) string {
+func fmtResult(r quota.Result) string {
 	return fmt.Sprintf("allowed=%v limit=%d remaining=%d reset=%v retry_after=%v wait=%v source=%q", r.Allowed, r.Limit, r.Remaining, r.Reset, r.RetryAfter, r.Wait, r.Source)
 }
 
 // untilSettle returns v up to its first Settle step: what a Store that is
-// not a tiers.Settler can be checked on.
+// not a quota.Settler can be checked on.
 func untilSettle(v Vector) Vector {
 	for i, step := range v.Steps {
 		if step.Settle {
@@ -273,10 +273,10 @@ func untilSettle(v Vector) Vector {
 }
 
 // take1 takes cost from one bucket and fails the test on error.
-func take1(t reporter, st tiers.Store, key string, l tiers.Limit, cost int64) tiers.Result {
+func take1(t reporter, st quota.Store, key string, l quota.Limit, cost int64) quota.Result {
 	t.Helper()
-	var res [1]tiers.Result
-	ok, err := st.Take(context.Background(), []tiers.Bucket{{Key: key, Limit: l, Cost: cost}}, res[:])
+	var res [1]quota.Result
+	ok, err := st.Take(context.Background(), []quota.Bucket{{Key: key, Limit: l, Cost: cost}}, res[:])
 	if err != nil {
 		t.Fatalf("Take(%q, cost %d): %v", key, cost, err)
 	}
@@ -292,7 +292,7 @@ func take1(t reporter, st tiers.Store, key string, l tiers.Limit, cost int64) ti
 // (deny saves nothing) sees tokens = (d*10)/1e6, which reaches 1 first at
 // d = 100000 exactly; so the only admissions are at k*100 ms, one each
 // (the second attempt at the same instant sees 0 tokens).
-func tokenBucketTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix string) {
+func tokenBucketTrace(t *testing.T, st quota.Store, clk *clock.Fake, prefix string) {
 	key := prefix + "tb"
 	allowed := 0
 	for range 30 {
@@ -336,9 +336,9 @@ func (g *lcg) next(n int64) int64 {
 // second: no window of one second ever holds more than 5 admitted units,
 // and each decision is exactly the definition's (admit iff the units
 // admitted in (now-W, now] plus the cost fit in L).
-func slidingLogTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix string) {
+func slidingLogTrace(t *testing.T, st quota.Store, clk *clock.Fake, prefix string) {
 	const L, W = 5, int64(time.Second / time.Microsecond)
-	l := tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: L, Period: time.Second}
+	l := quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: L, Period: time.Second}
 	key := prefix + "swl"
 	type unit struct{ at, n int64 }
 	var admitted []unit
@@ -393,12 +393,12 @@ func slidingLogTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix strin
 // integers): tat' = max(tat, now) + c*T; allow iff tat' - now <= B*T; the
 // allowed store tat'; retry_after = tat' - B*T - now; remaining =
 // floor((B*T - (tat - now))/T) on the TAT the take leaves. Here now is
-// µs since clock.Epoch, which is tiers.GCRAEpoch. With every quantity whole,
-// tiers.GCRASlack (0.5) changes nothing: x <= B*T + 0.5 iff x <= B*T,
+// µs since clock.Epoch, which is quota.GCRAEpoch. With every quantity whole,
+// quota.GCRASlack (0.5) changes nothing: x <= B*T + 0.5 iff x <= B*T,
 // ceil(x - 0.5) = x, and floor((m + 0.5)/T) = floor(m/T) for whole x, m >= 0.
-func gcraTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix string) {
+func gcraTrace(t *testing.T, st quota.Store, clk *clock.Fake, prefix string) {
 	const N, B, T = 8, 3, int64(125_000)
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: N, Period: time.Second, Burst: B}
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: N, Period: time.Second, Burst: B}
 	key := prefix + "gcra"
 	g := lcg(7)
 	now := int64(0)
@@ -412,7 +412,7 @@ func gcraTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix string) {
 		tat0 := max(tat, now)
 		tat1 := tat0 + cost*T
 		ok := tat1-now <= B*T
-		want := tiers.Result{Allowed: ok, Limit: B}
+		want := quota.Result{Allowed: ok, Limit: B}
 		left := tat0
 		if ok {
 			left = tat1
@@ -435,12 +435,12 @@ func gcraTrace(t *testing.T, st tiers.Store, clk *clock.Fake, prefix string) {
 }
 
 // concurrencyLimits have capacity 100 each and no refill at a frozen clock.
-var concurrencyLimits = []tiers.Limit{
-	{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 100},
-	{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 100},
-	{Algorithm: tiers.SlidingWindowCounter, Rate: 100, Period: time.Hour},
-	{Algorithm: tiers.SlidingWindowLog, Rate: 100, Period: time.Hour},
-	{Algorithm: tiers.FixedWindow, Rate: 100, Period: time.Hour},
+var concurrencyLimits = []quota.Limit{
+	{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 100},
+	{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: 100},
+	{Algorithm: quota.SlidingWindowCounter, Rate: 100, Period: time.Hour},
+	{Algorithm: quota.SlidingWindowLog, Rate: 100, Period: time.Hour},
+	{Algorithm: quota.FixedWindow, Rate: 100, Period: time.Hour},
 }
 
 const (
@@ -453,7 +453,7 @@ const (
 // at once, and returns how many of each one's takes were allowed. It fails
 // the test on any error, or if the goroutines do not all finish within
 // deadline (a deadlock, or a hung store).
-func parallelTakes(t *testing.T, st tiers.Store, n int, takeFor func(g int) []tiers.Bucket) (allowed [goroutines]int64) {
+func parallelTakes(t *testing.T, st quota.Store, n int, takeFor func(g int) []quota.Bucket) (allowed [goroutines]int64) {
 	t.Helper()
 	errs := make(chan error, goroutines)
 	var wg sync.WaitGroup
@@ -462,7 +462,7 @@ func parallelTakes(t *testing.T, st tiers.Store, n int, takeFor func(g int) []ti
 		go func() {
 			defer wg.Done()
 			bs := takeFor(g)
-			res := make([]tiers.Result, len(bs))
+			res := make([]quota.Result, len(bs))
 			for range n {
 				ok, err := st.Take(context.Background(), bs, res)
 				if err != nil {
@@ -499,10 +499,10 @@ func sum(counts [goroutines]int64) (total int64) {
 // concurrentOneBucket: 8 goroutines x 40 takes of cost 1 on one bucket of
 // capacity 100 at a frozen clock: exactly 100 allowed, then the bucket
 // reports 0 remaining.
-func concurrentOneBucket(t *testing.T, st tiers.Store, _ *clock.Fake, prefix string, l tiers.Limit) {
+func concurrentOneBucket(t *testing.T, st quota.Store, _ *clock.Fake, prefix string, l quota.Limit) {
 	key := prefix + "hot"
-	allowed := sum(parallelTakes(t, st, perG, func(int) []tiers.Bucket {
-		return []tiers.Bucket{{Key: key, Limit: l, Cost: 1}}
+	allowed := sum(parallelTakes(t, st, perG, func(int) []quota.Bucket {
+		return []quota.Bucket{{Key: key, Limit: l, Cost: 1}}
 	}))
 	if allowed != 100 {
 		t.Fatalf("%d of %d concurrent takes allowed, want exactly 100", allowed, goroutines*perG)
@@ -518,11 +518,11 @@ func concurrentOneBucket(t *testing.T, st tiers.Store, _ *clock.Fake, prefix str
 // clock. Exactly 50 are allowed (the tenant binds), and each user bucket
 // was charged exactly for its own allowed takes: a probe then reports
 // 25 - allowed_g - 1 remaining.
-func concurrentHierarchy(t *testing.T, st tiers.Store, _ *clock.Fake, prefix string) {
-	tenant := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 50, Period: time.Hour}
-	user := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 25}
-	got := parallelTakes(t, st, 20, func(g int) []tiers.Bucket {
-		return []tiers.Bucket{
+func concurrentHierarchy(t *testing.T, st quota.Store, _ *clock.Fake, prefix string) {
+	tenant := quota.Limit{Algorithm: quota.FixedWindow, Rate: 50, Period: time.Hour}
+	user := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 25}
+	got := parallelTakes(t, st, 20, func(g int) []quota.Bucket {
+		return []quota.Bucket{
 			{Key: prefix + "tenant", Limit: tenant, Cost: 1},
 			{Key: fmt.Sprintf("%suser%d", prefix, g), Limit: user, Cost: 1},
 		}
@@ -545,14 +545,14 @@ func concurrentHierarchy(t *testing.T, st tiers.Store, _ *clock.Fake, prefix str
 // charges slots separately and refunds on deny may, under this contention,
 // deny a take that a transient charge made look full, which is the
 // documented price of spanning slots, not a conformance failure.
-func concurrentOppositeOrder(t *testing.T, st tiers.Store, _ *clock.Fake, prefix string) {
-	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 100, Period: time.Hour}
+func concurrentOppositeOrder(t *testing.T, st quota.Store, _ *clock.Fake, prefix string) {
+	l := quota.Limit{Algorithm: quota.FixedWindow, Rate: 100, Period: time.Hour}
 	a, b := "{"+prefix+"}:a", "{"+prefix+"}:b"
-	allowed := sum(parallelTakes(t, st, perG, func(g int) []tiers.Bucket {
+	allowed := sum(parallelTakes(t, st, perG, func(g int) []quota.Bucket {
 		if g%2 == 1 {
-			return []tiers.Bucket{{Key: b, Limit: l, Cost: 1}, {Key: a, Limit: l, Cost: 1}}
+			return []quota.Bucket{{Key: b, Limit: l, Cost: 1}, {Key: a, Limit: l, Cost: 1}}
 		}
-		return []tiers.Bucket{{Key: a, Limit: l, Cost: 1}, {Key: b, Limit: l, Cost: 1}}
+		return []quota.Bucket{{Key: a, Limit: l, Cost: 1}, {Key: b, Limit: l, Cost: 1}}
 	}))
 	if allowed != 100 {
 		t.Fatalf("%d takes allowed, want exactly 100", allowed)
@@ -565,43 +565,43 @@ func concurrentOppositeOrder(t *testing.T, st tiers.Store, _ *clock.Fake, prefix
 }
 
 // badInput: malformed takes are errors, never decisions, and every store
-// reports them with the same text, tiers.ValidateTake's; an empty take is
+// reports them with the same text, quota.ValidateTake's; an empty take is
 // allowed.
-func badInput(t reporter, st tiers.Store, prefix string) {
+func badInput(t reporter, st quota.Store, prefix string) {
 	ctx := context.Background()
-	ok := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	ok := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
 	if allowed, err := st.Take(ctx, nil, nil); err != nil || !allowed {
 		t.Errorf("empty Take = (%v, %v), want (true, nil)", allowed, err)
 	}
 	cases := []struct {
 		name    string
-		buckets []tiers.Bucket
+		buckets []quota.Bucket
 		res     int
 	}{
-		{"res shorter than buckets", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: prefix + "b", Limit: ok, Cost: 1}}, 1},
-		{"empty key", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: "", Limit: ok, Cost: 1}}, 2},
-		{"negative cost", []tiers.Bucket{{Key: prefix + "c", Limit: ok, Cost: -1}}, 1},
-		{"zero rate", []tiers.Bucket{{Key: prefix + "d", Limit: tiers.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}, 1},
-		{"zero burst", []tiers.Bucket{{Key: prefix + "e", Limit: tiers.Limit{Rate: 1, Period: time.Second}, Cost: 1}}, 1},
-		{"sub-millisecond period", []tiers.Bucket{{Key: prefix + "f", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1, Period: time.Microsecond}, Cost: 1}}, 1},
-		{"unknown algorithm", []tiers.Bucket{{Key: prefix + "g", Limit: tiers.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}, Cost: 1}}, 1},
-		{"same key twice", []tiers.Bucket{{Key: prefix + "h", Limit: ok, Cost: 1}, {Key: prefix + "b", Limit: ok, Cost: 1}, {Key: prefix + "h", Limit: ok, Cost: 1}}, 3},
-		{"unknown OnStoreError", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: prefix + "i", Limit: ok, Cost: 1, OnStoreError: 9}}, 2},
-		{"max wait on a window", []tiers.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1, MaxWait: time.Second}, {Key: prefix + "j", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1, Period: time.Second}, Cost: 1, MaxWait: time.Second}}, 2},
-		{"negative max wait", []tiers.Bucket{{Key: prefix + "k", Limit: ok, Cost: 1, MaxWait: -time.Second}}, 1},
-		{"max wait too long", []tiers.Bucket{{Key: prefix + "l", Limit: ok, Cost: 1, MaxWait: tiers.MaxMaxWait + time.Microsecond}}, 1},
+		{"res shorter than buckets", []quota.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: prefix + "b", Limit: ok, Cost: 1}}, 1},
+		{"empty key", []quota.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: "", Limit: ok, Cost: 1}}, 2},
+		{"negative cost", []quota.Bucket{{Key: prefix + "c", Limit: ok, Cost: -1}}, 1},
+		{"zero rate", []quota.Bucket{{Key: prefix + "d", Limit: quota.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}, 1},
+		{"zero burst", []quota.Bucket{{Key: prefix + "e", Limit: quota.Limit{Rate: 1, Period: time.Second}, Cost: 1}}, 1},
+		{"sub-millisecond period", []quota.Bucket{{Key: prefix + "f", Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 1, Period: time.Microsecond}, Cost: 1}}, 1},
+		{"unknown algorithm", []quota.Bucket{{Key: prefix + "g", Limit: quota.Limit{Algorithm: 99, Rate: 1, Period: time.Second, Burst: 1}, Cost: 1}}, 1},
+		{"same key twice", []quota.Bucket{{Key: prefix + "h", Limit: ok, Cost: 1}, {Key: prefix + "b", Limit: ok, Cost: 1}, {Key: prefix + "h", Limit: ok, Cost: 1}}, 3},
+		{"unknown OnStoreError", []quota.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1}, {Key: prefix + "i", Limit: ok, Cost: 1, OnStoreError: 9}}, 2},
+		{"max wait on a window", []quota.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1, MaxWait: time.Second}, {Key: prefix + "j", Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 1, Period: time.Second}, Cost: 1, MaxWait: time.Second}}, 2},
+		{"negative max wait", []quota.Bucket{{Key: prefix + "k", Limit: ok, Cost: 1, MaxWait: -time.Second}}, 1},
+		{"max wait too long", []quota.Bucket{{Key: prefix + "l", Limit: ok, Cost: 1, MaxWait: quota.MaxMaxWait + time.Microsecond}}, 1},
 	}
 	for _, c := range cases {
-		res := make([]tiers.Result, c.res)
-		want := tiers.ValidateTake(c.buckets, res)
+		res := make([]quota.Result, c.res)
+		want := quota.ValidateTake(c.buckets, res)
 		if want == nil {
-			t.Errorf("%s: tiers.ValidateTake accepts this case; the suite is out of date", c.name)
+			t.Errorf("%s: quota.ValidateTake accepts this case; the suite is out of date", c.name)
 			continue
 		}
 		if _, err := st.Take(ctx, c.buckets, res); err == nil {
 			t.Errorf("%s: Take returned no error", c.name)
 		} else if err.Error() != want.Error() {
-			t.Errorf("%s: Take error:\n got  %s\n want %s (tiers.ValidateTake's)", c.name, err, want)
+			t.Errorf("%s: Take error:\n got  %s\n want %s (quota.ValidateTake's)", c.name, err, want)
 		}
 	}
 	// None of those charged anything: the well-formed keys are still full.
@@ -613,12 +613,12 @@ func badInput(t reporter, st tiers.Store, prefix string) {
 }
 
 // refundBadInput: a Refund of malformed buckets is refused with
-// tiers.ValidateTake's error (as if they were a take), a Refund of a window
+// quota.ValidateTake's error (as if they were a take), a Refund of a window
 // algorithm with an error naming it, both before anything is refunded; an
 // empty Refund succeeds.
 func refundBadInput(t reporter, st refunder, prefix string) {
 	ctx := context.Background()
-	tb := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	tb := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
 	if err := st.Refund(ctx, nil); err != nil {
 		t.Errorf("empty Refund: %v, want nil", err)
 	}
@@ -628,31 +628,31 @@ func refundBadInput(t reporter, st refunder, prefix string) {
 	}
 	cases := []struct {
 		name    string
-		buckets []tiers.Bucket
+		buckets []quota.Bucket
 	}{
-		{"empty key", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: "", Limit: tb, Cost: 1}}},
-		{"negative cost", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "c", Limit: tb, Cost: -1}}},
-		{"zero rate", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "d", Limit: tiers.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}},
-		{"same key twice", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "a", Limit: tb, Cost: 1}}},
+		{"empty key", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: "", Limit: tb, Cost: 1}}},
+		{"negative cost", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "c", Limit: tb, Cost: -1}}},
+		{"zero rate", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "d", Limit: quota.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}},
+		{"same key twice", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "a", Limit: tb, Cost: 1}}},
 	}
 	for _, c := range cases {
-		want := tiers.ValidateTake(c.buckets, make([]tiers.Result, len(c.buckets)))
+		want := quota.ValidateTake(c.buckets, make([]quota.Result, len(c.buckets)))
 		if want == nil {
-			t.Errorf("%s: tiers.ValidateTake accepts this case; the suite is out of date", c.name)
+			t.Errorf("%s: quota.ValidateTake accepts this case; the suite is out of date", c.name)
 			continue
 		}
 		if err := st.Refund(ctx, c.buckets); err == nil {
 			t.Errorf("%s: Refund returned no error", c.name)
 		} else if err.Error() != want.Error() {
-			t.Errorf("%s: Refund error:\n got  %s\n want %s (tiers.ValidateTake's)", c.name, err, want)
+			t.Errorf("%s: Refund error:\n got  %s\n want %s (quota.ValidateTake's)", c.name, err, want)
 		}
 	}
-	for _, l := range []tiers.Limit{
-		{Algorithm: tiers.SlidingWindowCounter, Rate: 10, Period: time.Second},
-		{Algorithm: tiers.SlidingWindowLog, Rate: 10, Period: time.Second},
-		{Algorithm: tiers.FixedWindow, Rate: 10, Period: time.Second},
+	for _, l := range []quota.Limit{
+		{Algorithm: quota.SlidingWindowCounter, Rate: 10, Period: time.Second},
+		{Algorithm: quota.SlidingWindowLog, Rate: 10, Period: time.Second},
+		{Algorithm: quota.FixedWindow, Rate: 10, Period: time.Second},
 	} {
-		bs := []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "w", Limit: l, Cost: 1}}
+		bs := []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "w", Limit: l, Cost: 1}}
 		if err := st.Refund(ctx, bs); err == nil || !strings.Contains(err.Error(), l.Algorithm.String()) {
 			t.Errorf("Refund of a %s bucket: %v, want an error naming %s", l.Algorithm, err, l.Algorithm)
 		}
@@ -664,11 +664,11 @@ func refundBadInput(t reporter, st refunder, prefix string) {
 }
 
 // settleBadInput: a Settle of malformed buckets is refused with
-// tiers.ValidateSettle's error before anything is adjusted; an empty
+// quota.ValidateSettle's error before anything is adjusted; an empty
 // Settle succeeds; a negative cost is a refund, not an error.
-func settleBadInput(t reporter, st tiers.Settler, prefix string) {
+func settleBadInput(t reporter, st quota.Settler, prefix string) {
 	ctx := context.Background()
-	tb := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	tb := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
 	if err := st.Settle(ctx, nil, nil); err != nil {
 		t.Errorf("empty Settle: %v, want nil", err)
 	}
@@ -678,25 +678,25 @@ func settleBadInput(t reporter, st tiers.Settler, prefix string) {
 	}
 	cases := []struct {
 		name    string
-		buckets []tiers.Bucket
-		took    []tiers.Result
+		buckets []quota.Bucket
+		took    []quota.Result
 	}{
-		{"empty key", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: "", Limit: tb, Cost: 1}}, nil},
-		{"zero rate", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "d", Limit: tiers.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}, nil},
-		{"same key twice", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "a", Limit: tb, Cost: -1}}, nil},
-		{"out of range", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "e", Limit: tb, Cost: tiers.MaxSettle + 1}}, nil},
-		{"took too short", []tiers.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "f", Limit: tb, Cost: 1}}, make([]tiers.Result, 1)},
+		{"empty key", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: "", Limit: tb, Cost: 1}}, nil},
+		{"zero rate", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "d", Limit: quota.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}, nil},
+		{"same key twice", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "a", Limit: tb, Cost: -1}}, nil},
+		{"out of range", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "e", Limit: tb, Cost: quota.MaxSettle + 1}}, nil},
+		{"took too short", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: -1}, {Key: prefix + "f", Limit: tb, Cost: 1}}, make([]quota.Result, 1)},
 	}
 	for _, c := range cases {
-		want := tiers.ValidateSettle(c.buckets, c.took)
+		want := quota.ValidateSettle(c.buckets, c.took)
 		if want == nil {
-			t.Errorf("%s: tiers.ValidateSettle accepts this case; the suite is out of date", c.name)
+			t.Errorf("%s: quota.ValidateSettle accepts this case; the suite is out of date", c.name)
 			continue
 		}
 		if err := st.Settle(ctx, c.buckets, c.took); err == nil {
 			t.Errorf("%s: Settle returned no error", c.name)
 		} else if err.Error() != want.Error() {
-			t.Errorf("%s: Settle error:\n got  %s\n want %s (tiers.ValidateSettle's)", c.name, err, want)
+			t.Errorf("%s: Settle error:\n got  %s\n want %s (quota.ValidateSettle's)", c.name, err, want)
 		}
 	}
 	// 6 > 5: denied with 5 remaining, as before the refused Settles.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
@@ -51,17 +51,17 @@ func vector(t *testing.T, name string) Vector {
 
 // partial is a non-atomic store: when a Take denies, it still charges the
 // buckets that allowed on their own.
-type partial struct{ inner tiers.Store }
+type partial struct{ inner quota.Store }
 
-func (p partial) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (p partial) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
 	ok, err := p.inner.Take(ctx, bs, res)
 	if err != nil || ok {
 		return ok, err
 	}
-	saved := append([]tiers.Result(nil), res[:len(bs)]...)
+	saved := append([]quota.Result(nil), res[:len(bs)]...)
 	for i := range bs {
 		if saved[i].Allowed {
-			var r [1]tiers.Result
+			var r [1]quota.Result
 			if _, err := p.inner.Take(ctx, bs[i:i+1], r[:]); err != nil {
 				return false, err
 			}
@@ -72,9 +72,9 @@ func (p partial) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result
 }
 
 // skewed adds 1 µs to every retry-after.
-type skewed struct{ inner tiers.Store }
+type skewed struct{ inner quota.Store }
 
-func (s skewed) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (s skewed) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
 	ok, err := s.inner.Take(ctx, bs, res)
 	for i := range bs {
 		if res[i].RetryAfter > 0 {
@@ -85,9 +85,9 @@ func (s skewed) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result)
 }
 
 // reworded reports bad input in its own words.
-type reworded struct{ inner tiers.Store }
+type reworded struct{ inner quota.Store }
 
-func (r reworded) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (r reworded) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
 	ok, err := r.inner.Take(ctx, bs, res)
 	if err != nil {
 		return false, fmt.Errorf("reworded: %w", err)
@@ -96,9 +96,9 @@ func (r reworded) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Resul
 }
 
 // lenient never reports an error: it drops what it cannot use.
-type lenient struct{ inner tiers.Store }
+type lenient struct{ inner quota.Store }
 
-func (l lenient) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (l lenient) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
 	if len(res) < len(bs) {
 		return true, nil
 	}
@@ -155,15 +155,15 @@ func TestBadInputCatchesLenientStore(t *testing.T) {
 }
 
 // A store that refuses the right takes in its own words fails too: every
-// store must give tiers.ValidateTake's text.
+// store must give quota.ValidateTake's text.
 func TestBadInputCatchesRewordedErrors(t *testing.T) {
 	msgs := runRecorded(func(r reporter) { badInput(r, reworded{mem(t, nil)}, "w:") })
 	if len(msgs) != 12 {
 		t.Fatalf("got %d reports, want one per malformed case (12):\n%s", len(msgs), strings.Join(msgs, "\n"))
 	}
 	if want := `negative cost: Take error:
- got  reworded: tiers: bucket 0 ("w:c"): cost -1 is negative
- want tiers: bucket 0 ("w:c"): cost -1 is negative (tiers.ValidateTake's)`; !strings.Contains(strings.Join(msgs, "\n"), want) {
+ got  reworded: quota: bucket 0 ("w:c"): cost -1 is negative
+ want quota: bucket 0 ("w:c"): cost -1 is negative (quota.ValidateTake's)`; !strings.Contains(strings.Join(msgs, "\n"), want) {
 		t.Fatalf("reports do not show the reworded error against the expected one:\n%s", strings.Join(msgs, "\n"))
 	}
 }
@@ -190,7 +190,7 @@ type refundWrong struct {
 	how string
 }
 
-func (r refundWrong) Refund(ctx context.Context, bs []tiers.Bucket) error {
+func (r refundWrong) Refund(ctx context.Context, bs []quota.Bucket) error {
 	if r.how == "noop" {
 		return nil
 	}
@@ -201,9 +201,9 @@ func (r refundWrong) Refund(ctx context.Context, bs []tiers.Bucket) error {
 }
 
 // takeOnly hides memstore's Refund.
-type takeOnly struct{ inner tiers.Store }
+type takeOnly struct{ inner quota.Store }
 
-func (o takeOnly) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (o takeOnly) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
 	return o.inner.Take(ctx, bs, res)
 }
 
@@ -255,7 +255,7 @@ type settleWrong struct {
 	how string
 }
 
-func (w settleWrong) Settle(ctx context.Context, bs []tiers.Bucket, took []tiers.Result) error {
+func (w settleWrong) Settle(ctx context.Context, bs []quota.Bucket, took []quota.Result) error {
 	switch w.how {
 	case "noop":
 		return nil
@@ -266,15 +266,15 @@ func (w settleWrong) Settle(ctx context.Context, bs []tiers.Bucket, took []tiers
 		return w.Store.Settle(ctx, bs, took)
 	}
 	// nodebt: charge at most what a zero-cost take says remains.
-	capped := append([]tiers.Bucket(nil), bs...)
+	capped := append([]quota.Bucket(nil), bs...)
 	for i := range capped {
 		if capped[i].Cost <= 0 {
 			continue
 		}
 		probe := capped[i]
 		probe.Cost = 0
-		var r [1]tiers.Result
-		if _, err := w.Store.Take(ctx, []tiers.Bucket{probe}, r[:]); err != nil {
+		var r [1]quota.Result
+		if _, err := w.Store.Take(ctx, []quota.Bucket{probe}, r[:]); err != nil {
 			return err
 		}
 		capped[i].Cost = min(capped[i].Cost, r[0].Remaining)
@@ -305,8 +305,8 @@ func TestSettleVectorsCatchWrongSettles(t *testing.T) {
 // no bucket could wait.
 type noWait struct{ *memstore.Store }
 
-func (n noWait) Take(ctx context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
-	plain := append([]tiers.Bucket(nil), bs...)
+func (n noWait) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
+	plain := append([]quota.Bucket(nil), bs...)
 	for i := range plain {
 		plain[i].MaxWait = 0
 	}

@@ -3,7 +3,7 @@ package storetest
 import (
 	"time"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // Charge is one bucket of a Step's Take.
@@ -12,11 +12,11 @@ type Charge struct {
 	// prefix unique to the run, so vectors never collide in a shared store.
 	Key string
 	// Limit is the bucket's arithmetic.
-	Limit tiers.Limit
+	Limit quota.Limit
 	// Cost is what the Take charges this bucket; in a Settle step, the
 	// signed adjustment (negative: units given back).
 	Cost int64
-	// MaxWait is the bucket's tiers.Bucket.MaxWait (WaitVectors).
+	// MaxWait is the bucket's quota.Bucket.MaxWait (WaitVectors).
 	MaxWait time.Duration
 }
 
@@ -29,7 +29,7 @@ type Want struct {
 	Remaining int64
 	// Reset is the time until the bucket is full again, as the Take left it.
 	Reset time.Duration
-	// RetryAfter is 0 when Allowed, tiers.Never for a cost above capacity.
+	// RetryAfter is 0 when Allowed, quota.Never for a cost above capacity.
 	RetryAfter time.Duration
 	// Wait is, for a bucket with MaxWait of a Take that charged, how long
 	// until the units it booked are there (0: at once).
@@ -51,7 +51,7 @@ type Step struct {
 	// Refund makes the step a Refund of the Charges instead of a Take: it
 	// must succeed, and Allowed and Want are unused (RefundVectors only).
 	Refund bool
-	// Settle makes the step a tiers.Settler's Settle of the Charges, each
+	// Settle makes the step a quota.Settler's Settle of the Charges, each
 	// Cost a signed adjustment, instead of a Take: it must succeed, and
 	// Allowed and Want are unused (SettleVectors and WaitVectors).
 	Settle bool
@@ -76,37 +76,37 @@ const (
 var (
 	// tb10x20: token bucket, 10 per second, burst 20. One token per 100 ms:
 	// (elapsed*N)/P = (100000*10)/1000000 = 1 exactly.
-	tb10x20 = tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}
+	tb10x20 = quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}
 	// tb3x2: token bucket, 3 per second, burst 2: P/N is not whole µs.
-	tb3x2 = tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 3, Period: time.Second, Burst: 2}
+	tb3x2 = quota.Limit{Algorithm: quota.TokenBucket, Rate: 3, Period: time.Second, Burst: 2}
 	// gcra10x5: GCRA, 10 per second, burst 5. T = P/N = 100000 µs,
 	// B*T = 500000 µs.
-	gcra10x5 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 5}
+	gcra10x5 = quota.Limit{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 5}
 	// gcra3x2: GCRA, 3 per second, burst 2: T = fl(1e6/3) =
 	// 333333.33333333331393 is not whole, B*T = 2T = 666666.66666666662786
 	// (doubling is exact).
-	gcra3x2 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 3, Period: time.Second, Burst: 2}
+	gcra3x2 = quota.Limit{Algorithm: quota.GCRA, Rate: 3, Period: time.Second, Burst: 2}
 	// gcra3x3: GCRA, 3 per second, burst 3: B*T = fl(3T) = 1e6 exactly
 	// (3T = 999999.99999999994179 rounds to 1e6, ulp 2^-33 there).
-	gcra3x3 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 3, Period: time.Second, Burst: 3}
+	gcra3x3 = quota.Limit{Algorithm: quota.GCRA, Rate: 3, Period: time.Second, Burst: 3}
 	// swc10per10s: sliding window counter, 10 per 10 s window. W = 1e7 µs.
-	swc10per10s = tiers.Limit{Algorithm: tiers.SlidingWindowCounter, Rate: 10, Period: 10 * time.Second}
+	swc10per10s = quota.Limit{Algorithm: quota.SlidingWindowCounter, Rate: 10, Period: 10 * time.Second}
 	// swl5per10s: sliding window log, 5 per 10 s. W = 1e7 µs.
-	swl5per10s = tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 5, Period: 10 * time.Second}
+	swl5per10s = quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 5, Period: 10 * time.Second}
 	// fw5per10s: fixed window, 5 per 10 s window.
-	fw5per10s = tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: 10 * time.Second}
+	fw5per10s = quota.Limit{Algorithm: quota.FixedWindow, Rate: 5, Period: 10 * time.Second}
 
 	// Levels of the all-or-nothing vector, one per algorithm.
-	tenantFW  = tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 2, Period: time.Hour}
+	tenantFW  = quota.Limit{Algorithm: quota.FixedWindow, Rate: 2, Period: time.Hour}
 	userTB    = tb10x20
 	apikeyGC  = gcra10x5
-	ipSWL     = tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 100, Period: time.Minute}
-	routeSWC  = tiers.Limit{Algorithm: tiers.SlidingWindowCounter, Rate: 100, Period: time.Minute}
+	ipSWL     = quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 100, Period: time.Minute}
+	routeSWC  = quota.Limit{Algorithm: quota.SlidingWindowCounter, Rate: 100, Period: time.Minute}
 	allLevels = []string{"tenant", "user", "apikey", "ip", "route"}
 )
 
 // one is a Step with a single bucket.
-func one(at time.Duration, key string, l tiers.Limit, cost int64, w Want) Step {
+func one(at time.Duration, key string, l quota.Limit, cost int64, w Want) Step {
 	return Step{At: at, Charges: []Charge{{Key: key, Limit: l, Cost: cost}}, Allowed: w.Allowed, Want: []Want{w}}
 }
 
@@ -120,7 +120,7 @@ func deny(rem int64, retry, reset time.Duration) Want {
 
 // Vectors is the shared table every Store must reproduce exactly. Each
 // expected value is derived by hand from the arithmetic in the
-// tiers.Algorithm doc; the derivations are the comments beside them. All
+// quota.Algorithm doc; the derivations are the comments beside them. All
 // quantities below are µs unless a unit is written; t0 = clock.Epoch.
 var Vectors = []Vector{
 	tokenBucketBurstThenRate(),
@@ -202,10 +202,10 @@ func tokenBucketCost() Vector {
 		// burst is admitted, 0 left, reset 2 s.
 		one(2100*ms, "tbc", l, 20, allow(0, 2*s)),
 		// cost 21 > capacity 20: denied, Never; remaining floor(0) = 0, reset 2 s.
-		one(2100*ms, "tbc", l, 21, deny(0, tiers.Never, 2*s)),
+		one(2100*ms, "tbc", l, 21, deny(0, quota.Never, 2*s)),
 		// On a new bucket: tokens 20; cost 21 denied with Never; remaining 20;
 		// reset = ceil(0) = 0.
-		one(2100*ms, "tbc2", l, 21, deny(20, tiers.Never, 0)),
+		one(2100*ms, "tbc2", l, 21, deny(20, quota.Never, 0)),
 		// Nothing was charged: cost 20 is admitted, 0 left, reset 2 s.
 		one(2100*ms, "tbc2", l, 20, allow(0, 2*s)),
 	}}
@@ -215,7 +215,7 @@ func tokenBucketCost() Vector {
 // second a token takes 100 µs, less than the 1 ms least TTL, so the state
 // is still there when the refill overshoots the burst.
 func tokenBucketRefillCap() Vector {
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10000, Period: time.Second, Burst: 2}
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10000, Period: time.Second, Burst: 2}
 	return Vector{Name: "token_bucket/refill_cap", Steps: []Step{
 		// tokens 2 -> 1; reset = ceil((1*1e6)/10000) = 100 µs (TTL 1 ms).
 		one(0, "cap", l, 1, allow(1, 100*µs)),
@@ -258,7 +258,7 @@ func tokenBucketOddRate() Vector {
 }
 
 // gcraBurstThenRate: GCRA 10/s burst 5 follows its TAT definition.
-// clock.Epoch is tiers.GCRAEpoch, so t = now - GCRAEpoch is the step's At
+// clock.Epoch is quota.GCRAEpoch, so t = now - GCRAEpoch is the step's At
 // in µs, written t0+x below as in the other vectors. T and B*T are whole
 // here and so is every tat1 - t, so the GCRASlack of 0.5 in the comparison
 // never decides (x <= 5e5 + 0.5 iff x <= 5e5 for whole x), and ceil(x - 0.5)
@@ -314,10 +314,10 @@ func gcraCost() Vector {
 		one(100*ms, "gc", l, 3, allow(0, 500*ms)),
 		// cost 6 > burst 5: Never; remaining = floor((5e5-(6e5-1e5))/1e5) = 0;
 		// reset = ceil(tat0 - now) = 500 ms.
-		one(100*ms, "gc", l, 6, deny(0, tiers.Never, 500*ms)),
+		one(100*ms, "gc", l, 6, deny(0, quota.Never, 500*ms)),
 		// New bucket: tat0 = now; cost 6 Never; remaining floor(5e5/1e5) = 5;
 		// reset 0.
-		one(100*ms, "gc2", l, 6, deny(5, tiers.Never, 0)),
+		one(100*ms, "gc2", l, 6, deny(5, quota.Never, 0)),
 		// Nothing was charged: cost 5 admitted (5e5 <= 5e5), 0 left, reset 500 ms.
 		one(100*ms, "gc2", l, 5, allow(0, 500*ms)),
 	}}
@@ -388,7 +388,7 @@ func gcraOddRateBurst3() Vector {
 // T = fl(1e6/6) = 166666.66666666665697, B*T = fl(3T) = 1e6/2 = 500000,
 // tol = 500000.5.
 func gcraRelativePrecision() Vector {
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 6, Period: time.Second, Burst: 3}
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 6, Period: time.Second, Burst: 3}
 	return Vector{Name: "gcra/relative_precision", Steps: []Step{
 		// t = 0, new: tat1 = T <= tol: allowed; remaining =
 		// floor((500000.5 - T)/T) = floor(2.000003) = 2; reset = ceil(T) = 166667.
@@ -472,12 +472,12 @@ func swcCost() Vector {
 		// remaining 0; reset 17.5 s.
 		one(12500*ms, "swcc", l, 1, deny(0, 1250*ms, 17500*ms)),
 		// cost 11 > limit 10: Never; remaining 0; reset 17.5 s.
-		one(12500*ms, "swcc", l, 11, deny(0, tiers.Never, 17500*ms)),
+		one(12500*ms, "swcc", l, 11, deny(0, quota.Never, 17500*ms)),
 		// now = 13.75 s: e = 3.75e6; weighted = (8*6.25e6)/1e7 + 4 = 9;
 		// allowed, curr 5; remaining 0; reset = 30-13.75 = 16.25 s.
 		one(13750*ms, "swcc", l, 1, allow(0, 16250*ms)),
 		// New bucket: cost 11 Never; remaining 10; reset 0 (prev = curr = 0).
-		one(13750*ms, "swcc2", l, 11, deny(10, tiers.Never, 0)),
+		one(13750*ms, "swcc2", l, 11, deny(10, quota.Never, 0)),
 		// Nothing charged: cost 10 admitted; remaining 0; reset 30-13.75 s.
 		one(13750*ms, "swcc2", l, 10, allow(0, 16250*ms)),
 	}}
@@ -516,12 +516,12 @@ func swlBasic() Vector {
 		// [3,10,11,12,12]; remaining 0; reset 10 s.
 		one(12*s, "swl", l, 2, allow(0, 10*s)),
 		// cost 6 > limit 5: Never; remaining 5-5 = 0; reset 12+10-12 = 10 s.
-		one(12*s, "swl", l, 6, deny(0, tiers.Never, 10*s)),
+		one(12*s, "swl", l, 6, deny(0, quota.Never, 10*s)),
 		// now 40 s: every timestamp <= 30 s dropped; n 0; cost 5 allowed;
 		// remaining 0; reset 10 s.
 		one(40*s, "swl", l, 5, allow(0, 10*s)),
 		// New bucket: cost 6 Never; remaining 5; reset 0 (empty log).
-		one(40*s, "swl2", l, 6, deny(5, tiers.Never, 0)),
+		one(40*s, "swl2", l, 6, deny(5, quota.Never, 0)),
 	}}
 }
 
@@ -563,10 +563,10 @@ func fixedWindowCost() Vector {
 		// 3+2 <= 5: remaining 0.
 		one(0, "fwc", l, 2, allow(0, 10*s)),
 		// cost 6 > limit 5: Never; remaining 0; reset 10 s.
-		one(0, "fwc", l, 6, deny(0, tiers.Never, 10*s)),
+		one(0, "fwc", l, 6, deny(0, quota.Never, 10*s)),
 		// New bucket: cost 6 Never; remaining 5; reset 10 s (always to the
 		// window's end).
-		one(0, "fwc2", l, 6, deny(5, tiers.Never, 10*s)),
+		one(0, "fwc2", l, 6, deny(5, quota.Never, 10*s)),
 		// Nothing charged: cost 5 admitted; remaining 0.
 		one(0, "fwc2", l, 5, allow(0, 10*s)),
 	}}
@@ -577,7 +577,7 @@ func fixedWindowCost() Vector {
 // limit: remaining is max(0, L - count), never negative.
 func fixedWindowLoweredLimit() Vector {
 	hi := fw5per10s
-	lo := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 3, Period: 10 * time.Second}
+	lo := quota.Limit{Algorithm: quota.FixedWindow, Rate: 3, Period: 10 * time.Second}
 	return Vector{Name: "fixed_window/lowered_limit", Steps: []Step{
 		// Limit 5: count 0+5 <= 5, allowed; remaining 0; reset 10 s.
 		one(0, "fwl", hi, 5, allow(0, 10*s)),
@@ -593,7 +593,7 @@ func fixedWindowLoweredLimit() Vector {
 // swlLoweredLimit: as fixedWindowLoweredLimit, for the sliding window log.
 func swlLoweredLimit() Vector {
 	hi := swl5per10s
-	lo := tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 3, Period: 10 * time.Second}
+	lo := quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 3, Period: 10 * time.Second}
 	return Vector{Name: "sliding_window_log/lowered_limit", Steps: []Step{
 		// Limit 5: log [] -> [0,0,0,0,0]; remaining 0; reset 0+10-0 = 10 s.
 		one(0, "swll", hi, 5, allow(0, 10*s)),
@@ -612,7 +612,7 @@ func swlLoweredLimit() Vector {
 // tenant FW 2/1h, user TB 10/s b20, apikey GCRA 10/s b5, ip SWL 100/1m,
 // route SWC 100/1m.
 func allOrNothing() Vector {
-	lim := map[string]tiers.Limit{"tenant": tenantFW, "user": userTB, "apikey": apikeyGC, "ip": ipSWL, "route": routeSWC}
+	lim := map[string]quota.Limit{"tenant": tenantFW, "user": userTB, "apikey": apikeyGC, "ip": ipSWL, "route": routeSWC}
 	take := func(keys []string, cost map[string]int64, allowed bool, want map[string]Want) Step {
 		st := Step{Allowed: allowed}
 		for _, k := range keys {
@@ -683,7 +683,7 @@ func refund(at time.Duration, charges ...Charge) Step {
 
 // RefundVectors is the shared table of Refund: takes, refunds and takes
 // again, on the algorithms that can be refunded (TokenBucket and GCRA),
-// with the arithmetic of the tiers.Algorithm doc for the takes and, for
+// with the arithmetic of the quota.Algorithm doc for the takes and, for
 // the refunds (c the cost refunded, now the step's time):
 //
 //	TokenBucket: tokens = min(B, tokens + (elapsed * N) / P), ts = now; tokens = min(B, tokens + c)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
@@ -15,7 +15,7 @@ import (
 // BenchmarkTakeLocal measures a 4-level take decided locally (every level
 // async or leased, keys warm), the path local-first exists for.
 func BenchmarkTakeLocal(b *testing.B) {
-	for _, mode := range []tiers.Consistency{tiers.Async, tiers.Leased} {
+	for _, mode := range []quota.Consistency{quota.Async, quota.Leased} {
 		b.Run(mode.String(), func(b *testing.B) {
 			ledger, err := memstore.New()
 			if err != nil {
@@ -26,12 +26,12 @@ func BenchmarkTakeLocal(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close(context.Background())
-			bs := make([]tiers.Bucket, 4)
+			bs := make([]quota.Bucket, 4)
 			for i := range bs {
 				bs[i] = bucket("bench:"+strconv.Itoa(i), mode, 1_000_000_000, 1_000_000_000)
 				bs[i].SyncInterval = 50 * time.Millisecond
 			}
-			res := make([]tiers.Result, len(bs))
+			res := make([]quota.Result, len(bs))
 			for range 100 { // warm: learn the state, grow the leases
 				_, _ = s.Take(context.Background(), bs, res)
 			}
@@ -65,13 +65,13 @@ func BenchmarkSyncTick(b *testing.B) {
 			}
 			defer s.Close(context.Background())
 			ctx := context.Background()
-			res := make([]tiers.Result, 1)
+			res := make([]quota.Result, 1)
 			// Each key: a first take (exact, no lease), then, a second
 			// later, a take that leases for its demand.
 			for round := range 2 {
 				for i := range n {
-					bk := bucket("k"+strconv.Itoa(i), tiers.Leased, 1_000_000, 1_000_000)
-					if ok, err := s.Take(ctx, []tiers.Bucket{bk}, res); !ok || err != nil {
+					bk := bucket("k"+strconv.Itoa(i), quota.Leased, 1_000_000, 1_000_000)
+					if ok, err := s.Take(ctx, []quota.Bucket{bk}, res); !ok || err != nil {
 						b.Fatal(ok, err)
 					}
 				}
@@ -115,16 +115,16 @@ func BenchmarkTakeNewKeyFull(b *testing.B) {
 	}
 	defer s.Close(context.Background())
 	ctx := context.Background()
-	res := make([]tiers.Result, 1)
+	res := make([]quota.Result, 1)
 	for i := range keys {
-		bk := bucket("held"+strconv.Itoa(i), tiers.Async, 1_000_000, 1_000_000)
-		if ok, err := s.Take(ctx, []tiers.Bucket{bk}, res); !ok || err != nil {
+		bk := bucket("held"+strconv.Itoa(i), quota.Async, 1_000_000, 1_000_000)
+		if ok, err := s.Take(ctx, []quota.Bucket{bk}, res); !ok || err != nil {
 			b.Fatal(ok, err)
 		}
 	}
-	bs := make([]tiers.Bucket, 1024)
+	bs := make([]quota.Bucket, 1024)
 	for i := range bs {
-		bs[i] = bucket("new"+strconv.Itoa(i), tiers.Async, 1_000_000, 1_000_000)
+		bs[i] = bucket("new"+strconv.Itoa(i), quota.Async, 1_000_000, 1_000_000)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

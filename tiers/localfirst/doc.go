@@ -1,7 +1,7 @@
 // Package localfirst decides rate-limit buckets locally against a share of a
 // fleet-wide budget kept in a store (Redis), so that most requests never
-// wait on a round trip: it is a tiers.Store that sits in front of the exact
-// store and decides each bucket by its tiers.Consistency.
+// wait on a round trip: it is a quota.Store that sits in front of the exact
+// store and decides each bucket by its quota.Consistency.
 //
 // # What this package decides
 //
@@ -52,7 +52,7 @@
 // number of distinct keys (clients, IPs) an instance meets; the key's
 // first report replaces the assumption with the store's state. (A cost
 // larger than the share C/n goes to the exact store.) Hits
-// are reported to the store per key (a tiers.Report of the unreported
+// are reported to the store per key (a quota.Reporter report of the unreported
 // units u, whose reply carries the new R) at a cadence that follows the key's headroom:
 // every quarter sync interval I once u reaches half the share s this
 // instance had to spend since its last report, else once
@@ -62,7 +62,7 @@
 // (2 intervals at a quarter of the share, 8 at 1/16), and at least every
 // 10 seconds. Redis work then follows the keys near their limits, not
 // the number of keys touched. Every report due in one Sync goes to the
-// ledger in one call (tiers.Reporter; up to 64 keys to a call, which on a
+// ledger in one call (quota.Reporter; up to 64 keys to a call, which on a
 // standalone Redis is one script call): a report is never denied, it
 // charges what the store's bucket holds and the rest stays with the
 // instance as debt, reported next time. A report is at most the bucket's
@@ -76,7 +76,7 @@
 //
 // No report is charged twice. Each report call carries this instance's
 // name and a sequence number, and the store records what it did with it
-// (tiers.ReportRecordTTL). When a call's reply never comes (it timed out:
+// (quota.ReportRecordTTL). When a call's reply never comes (it timed out:
 // Redis paused, a reply lost), its keys wait until the next Sync asks the
 // store (Resolve) whether it was applied: if so, what it charged is
 // taken as reported; if not, the store records that, so the call is
@@ -122,11 +122,11 @@
 // cancelled; if the exact store then denies, they are cancelled too.
 //
 // Waiting and settlement. An async bucket that may wait
-// (tiers.Bucket.MaxWait) books its share's units ahead: the take is
+// (quota.Bucket.MaxWait) books its share's units ahead: the take is
 // allowed with the wait until the share refills them, and later takes
 // queue behind it. Leased buckets never book ahead (package tiers refuses
 // max_wait on leased rules; a hand-built bucket's MaxWait is dropped).
-// Settle (tiers.Settler) settles a leased bucket against its lease (a
+// Settle (quota.Settler) settles a leased bucket against its lease (a
 // refund into the lease, a charge paid from it and the rest charged to
 // the store), an async bucket decided here as hits or a credit against
 // them (moving the local share by the same amount, so debt is waited out

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // entry is the local state of one bucket key.
@@ -52,9 +52,9 @@ func (e *entry) nextWake() int64 {
 
 // state is what an entry knows of its key.
 type state struct {
-	b     tiers.Bucket // the bucket as last seen, Cost 0: what reports and returns send
-	limit tiers.Limit
-	mode  tiers.Consistency
+	b     quota.Bucket // the bucket as last seen, Cost 0: what reports and returns send
+	limit quota.Limit
+	mode  quota.Consistency
 
 	// Leased.
 	units     int64     // leased units not yet spent
@@ -67,7 +67,7 @@ type state struct {
 	// deniedUntil: the store denied the key until then; takes that the
 	// lease cannot pay are denied locally meanwhile, without asking.
 	deniedUntil time.Time
-	denied      tiers.Result
+	denied      quota.Result
 	gather      int64 // units the last deny waited to gather for the next lease
 	// headroom: the store's bucket after the last lease, over its
 	// capacity (0 to 1); see target.
@@ -102,7 +102,7 @@ type state struct {
 
 // reset makes e the fresh state of b: a key whose limit or consistency
 // changed starts over (what it held goes back first, see Sync).
-func (e *entry) reset(b *tiers.Bucket, now time.Time) {
+func (e *entry) reset(b *quota.Bucket, now time.Time) {
 	owed, returning, u, inflight := e.owed+e.units, e.returning, e.u, e.inflight
 	e.state = state{}
 	e.b = *b
@@ -116,7 +116,7 @@ func (e *entry) capacity() int64 { return e.limit.Capacity() }
 
 // unitNanos is how long l takes to refill one unit, in nanoseconds
 // (l.Rate > 0).
-func unitNanos(l tiers.Limit) float64 { return float64(l.Period) / float64(l.Rate) }
+func unitNanos(l quota.Limit) float64 { return float64(l.Period) / float64(l.Rate) }
 
 // perNano is the bucket's refill rate in units per nanosecond.
 func (e *entry) perNano() float64 {
@@ -127,7 +127,7 @@ func (e *entry) perNano() float64 {
 // denies when the store denied the key moments ago (deny, res filled);
 // and otherwise says how many extra units to lease with the request, which
 // then goes to the store.
-func (e *entry) reserveLease(b *tiers.Bucket, now time.Time, n int, c *config, res *tiers.Result) (local bool, extra int64, deny bool) {
+func (e *entry) reserveLease(b *quota.Bucket, now time.Time, n int, c *config, res *quota.Result) (local bool, extra int64, deny bool) {
 	if e.units > 0 && !now.Before(e.expires) {
 		e.owed += e.units
 		e.units = 0
@@ -135,7 +135,7 @@ func (e *entry) reserveLease(b *tiers.Bucket, now time.Time, n int, c *config, r
 	e.demand += b.Cost
 	if b.Cost > 0 && e.units >= b.Cost {
 		e.units -= b.Cost
-		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: e.units, Source: floodgate.SourceLease}
+		*res = quota.Result{Allowed: true, Limit: e.capacity(), Remaining: e.units, Source: floodgate.SourceLease}
 		return true, 0, false
 	}
 	if now.Before(e.deniedUntil) {
@@ -143,7 +143,7 @@ func (e *entry) reserveLease(b *tiers.Bucket, now time.Time, n int, c *config, r
 		res.RetryAfter = e.deniedUntil.Sub(now)
 		return false, 0, true
 	}
-	*res = tiers.Result{}
+	*res = quota.Result{}
 	return false, e.nextLease(b.Cost, now, n, c), false
 }
 
@@ -158,7 +158,7 @@ func (e *entry) reserveLease(b *tiers.Bucket, now time.Time, n int, c *config, r
 // refilled, and admits as much: the wait lets at most share × capacity
 // ÷ n units gather in the store's bucket, so the bucket never fills and
 // no refill is lost.
-func (e *entry) deny(r tiers.Result, cost int64, now time.Time, n int, c *config) {
+func (e *entry) deny(r quota.Result, cost int64, now time.Time, n int, c *config) {
 	if r.RetryAfter <= 0 {
 		return
 	}
@@ -246,10 +246,10 @@ func (e *entry) granted(extra, remaining int64, now time.Time, c *config) {
 // found a full bucket, and reported at the same headroom cadence. cold
 // asks the store (the cost is more than this instance's share could ever
 // hold); deny is a local deny, with res filled.
-func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.Result) (local, cold, deny bool) {
+func (e *entry) reserveAsync(b *quota.Bucket, now time.Time, n int, res *quota.Result) (local, cold, deny bool) {
 	c := float64(e.capacity())
 	if float64(b.Cost) > c/float64(n) {
-		*res = tiers.Result{}
+		*res = quota.Result{}
 		return false, true, false
 	}
 	if !e.known {
@@ -273,12 +273,12 @@ func (e *entry) reserveAsync(b *tiers.Bucket, now time.Time, n int, res *tiers.R
 		if soonest := e.lastReport.UnixNano() + int64(e.b.SyncInterval/4); e.wake.Load() > soonest {
 			e.sooner(e.lastReport.Add(e.reportEvery()))
 		}
-		*res = tiers.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), Wait: wait, Source: floodgate.SourceAsync}
+		*res = quota.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), Wait: wait, Source: floodgate.SourceAsync}
 		return true, false, false
 	}
 	need := float64(b.Cost) - e.tok
 	retry := ceilDur(need * float64(n) / e.perNano())
-	*res = tiers.Result{Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), RetryAfter: max(retry, time.Microsecond), Source: floodgate.SourceAsync}
+	*res = quota.Result{Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), RetryAfter: max(retry, time.Microsecond), Source: floodgate.SourceAsync}
 	return false, false, true
 }
 
@@ -336,8 +336,8 @@ func (e *entry) learn(remaining float64, now time.Time, n int) {
 }
 
 // cancel gives back a local reservation of cost.
-func (e *entry) cancel(mode tiers.Consistency, cost int64) {
-	if mode == tiers.Leased {
+func (e *entry) cancel(mode quota.Consistency, cost int64) {
+	if mode == quota.Leased {
 		e.units += cost
 		return
 	}

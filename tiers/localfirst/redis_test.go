@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
@@ -32,7 +32,7 @@ func TestOverRedis(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 
-	for _, mode := range []tiers.Consistency{tiers.Leased, tiers.Async} {
+	for _, mode := range []quota.Consistency{quota.Leased, quota.Async} {
 		b := bucket("redis-"+mode.String(), mode, 10, 10)
 		n, src := drain(t, s, 100, b)
 		if n != 10 {
@@ -47,10 +47,10 @@ func TestOverRedis(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	b := bucket("redis-async", tiers.Exact, 10, 10)
-	res := make([]tiers.Result, 1)
+	b := bucket("redis-async", quota.Exact, 10, 10)
+	res := make([]quota.Result, 1)
 	b.Cost = 0
-	if _, err := rs.Take(context.Background(), []tiers.Bucket{b}, res); err != nil || res[0].Remaining != 0 {
+	if _, err := rs.Take(context.Background(), []quota.Bucket{b}, res); err != nil || res[0].Remaining != 0 {
 		t.Fatalf("after Close the async bucket has %d left (%v), want 0", res[0].Remaining, err)
 	}
 }
@@ -76,10 +76,10 @@ func TestGroupedReportsOnCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	const keys = 12
-	var bs []tiers.Bucket
+	var bs []quota.Bucket
 	for i := range keys {
 		// Distinct hash tags: the keys spread over the cluster's slots.
-		b := bucket("{k"+strconv.Itoa(i)+"}:async", tiers.Async, 1, 1000)
+		b := bucket("{k"+strconv.Itoa(i)+"}:async", quota.Async, 1, 1000)
 		bs = append(bs, b)
 		for range 5 { // a new key: all five decided locally
 			if ok, _ := take(t, s, b); !ok {
@@ -97,10 +97,10 @@ func TestGroupedReportsOnCluster(t *testing.T) {
 	if got := l.calls.Load(); got != 1 {
 		t.Fatalf("%d ledger report calls, want 1", got)
 	}
-	res := make([]tiers.Result, 1)
+	res := make([]quota.Result, 1)
 	for _, b := range bs {
-		b.Cost, b.Consistency = 0, tiers.Exact
-		if _, err := rs.Take(context.Background(), []tiers.Bucket{b}, res); err != nil {
+		b.Cost, b.Consistency = 0, quota.Exact
+		if _, err := rs.Take(context.Background(), []quota.Bucket{b}, res); err != nil {
 			t.Fatal(err)
 		}
 		if res[0].Remaining != 995 {
@@ -120,7 +120,7 @@ type lostReplies struct {
 	failResolve atomic.Int64
 }
 
-func (l *lostReplies) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+func (l *lostReplies) Report(ctx context.Context, inst, seq uint64, b []quota.Bucket, res []quota.ReportResult) error {
 	if l.lose.Add(-1) >= 0 {
 		if !l.drop {
 			_ = l.Ledger.Report(ctx, inst, seq, b, res)
@@ -131,7 +131,7 @@ func (l *lostReplies) Report(ctx context.Context, inst, seq uint64, b []tiers.Bu
 	return l.Ledger.Report(ctx, inst, seq, b, res)
 }
 
-func (l *lostReplies) Resolve(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+func (l *lostReplies) Resolve(ctx context.Context, inst, seq uint64, b []quota.Bucket, res []quota.ReportResult) error {
 	if l.failResolve.Add(-1) >= 0 {
 		return context.DeadlineExceeded
 	}
@@ -183,7 +183,7 @@ func TestReportSentAgainIsNotChargedTwice(t *testing.T) {
 					t.Fatal(err)
 				}
 				// 1/s: the refill over the test is below one unit.
-				b := bucket("{lost-"+st.name+"-"+tc.name+"}", tiers.Async, 1, 100)
+				b := bucket("{lost-"+st.name+"-"+tc.name+"}", quota.Async, 1, 100)
 				for range 60 { // past half the share: due every quarter interval
 					take(t, s, b)
 				}
@@ -233,7 +233,7 @@ func TestReportTimedOutOnAPausedRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bucket("{paused}", tiers.Async, 1, 100)
+	b := bucket("{paused}", quota.Async, 1, 100)
 	for range 60 { // past half the share: due every quarter interval
 		take(t, s, b)
 	}
@@ -264,11 +264,11 @@ func TestReportTimedOutOnAPausedRedis(t *testing.T) {
 }
 
 // remainingOf reads a ledger's bucket without charging it.
-func remainingOf(t *testing.T, st tiers.Store, b tiers.Bucket) int64 {
+func remainingOf(t *testing.T, st quota.Store, b quota.Bucket) int64 {
 	t.Helper()
-	b.Cost, b.Consistency = 0, tiers.Exact
-	res := make([]tiers.Result, 1)
-	if _, err := st.Take(context.Background(), []tiers.Bucket{b}, res); err != nil {
+	b.Cost, b.Consistency = 0, quota.Exact
+	res := make([]quota.Result, 1)
+	if _, err := st.Take(context.Background(), []quota.Bucket{b}, res); err != nil {
 		t.Fatal(err)
 	}
 	return res[0].Remaining
@@ -304,7 +304,7 @@ func TestLeaseReturnSentAgainIsNotGivenBackTwice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := bucket("{return-"+strconv.Itoa(runs)+"}", tiers.Leased, 1, 100)
+		b := bucket("{return-"+strconv.Itoa(runs)+"}", quota.Leased, 1, 100)
 		for range 40 {
 			take(t, s, b)
 			clk.Advance(10 * time.Millisecond)

@@ -7,18 +7,18 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
-var _ tiers.Settler = (*Store)(nil)
+var _ quota.Settler = (*Store)(nil)
 
 // CanSettle reports whether the exact store can settle: what
-// tiers.Settles asks before a Limiter lets rules settle or wait over this
+// quota.Settles asks before a Limiter lets rules settle or wait over this
 // Store. Leased and async buckets decided here are settled here whatever
 // the exact store.
-func (s *Store) CanSettle() bool { return tiers.Settles(s.exact) }
+func (s *Store) CanSettle() bool { return quota.Settles(s.exact) }
 
-// Settle implements tiers.Settler: each bucket's signed Cost is settled
+// Settle implements quota.Settler: each bucket's signed Cost is settled
 // where its charge was made, by the Source of its Result in took (nil:
 // the exact store charged every bucket):
 //
@@ -36,17 +36,17 @@ func (s *Store) CanSettle() bool { return tiers.Settles(s.exact) }
 //     store's own fallback decided, keys not held here): the exact
 //     store's Settle, with its Result.
 //
-// Bad input is refused with tiers.ValidateSettle's error before anything
+// Bad input is refused with quota.ValidateSettle's error before anything
 // is settled.
-func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers.Result) error {
-	if err := tiers.ValidateSettle(buckets, took); err != nil {
+func (s *Store) Settle(ctx context.Context, buckets []quota.Bucket, took []quota.Result) error {
+	if err := quota.ValidateSettle(buckets, took); err != nil {
 		return err
 	}
 	now := s.cfg.clock.Now()
 	n := max(1, s.cfg.instances())
 	var (
-		sbuf [maxStack]tiers.Bucket
-		rbuf [maxStack]tiers.Result
+		sbuf [maxStack]quota.Bucket
+		rbuf [maxStack]quota.Result
 	)
 	exact, exactRes := sbuf[:0], rbuf[:0]
 	for i := range buckets {
@@ -54,7 +54,7 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 		if b.Cost == 0 {
 			continue
 		}
-		var res tiers.Result
+		var res quota.Result
 		if took != nil {
 			res = took[i]
 		}
@@ -70,9 +70,9 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 	if len(exact) == 0 {
 		return nil
 	}
-	st, ok := s.exact.(tiers.Settler)
+	st, ok := s.exact.(quota.Settler)
 	if !ok {
-		return errors.New("localfirst: Settle: the exact store is not a tiers.Settler")
+		return errors.New("localfirst: Settle: the exact store is not a quota.Settler")
 	}
 	if took == nil {
 		exactRes = nil
@@ -83,10 +83,10 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 // settleLocal settles b on the local state of its key when its charge
 // was made there; local reports whether it was, and rest what is left to
 // charge to the exact store.
-func (s *Store) settleLocal(b *tiers.Bucket, src floodgate.Source, now time.Time, n int) (rest int64, local bool) {
+func (s *Store) settleLocal(b *quota.Bucket, src floodgate.Source, now time.Time, n int) (rest int64, local bool) {
 	switch {
-	case b.Consistency == tiers.Leased && (src == floodgate.SourceLease || src == floodgate.SourceStore || src == ""):
-	case b.Consistency == tiers.Async && src == floodgate.SourceAsync:
+	case b.Consistency == quota.Leased && (src == floodgate.SourceLease || src == floodgate.SourceStore || src == ""):
+	case b.Consistency == quota.Async && src == floodgate.SourceAsync:
 	default:
 		return 0, false
 	}
@@ -103,7 +103,7 @@ func (s *Store) settleLocal(b *tiers.Bucket, src floodgate.Source, now time.Time
 		return 0, false // the key was reset since: its charge is the store's
 	}
 	d := b.Cost
-	if b.Consistency == tiers.Leased {
+	if b.Consistency == quota.Leased {
 		if d < 0 {
 			if e.units == 0 {
 				e.expires = now.Add(s.cfg.leaseTTL)

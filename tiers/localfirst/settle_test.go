@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/storetest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
@@ -16,7 +16,7 @@ import (
 // Exact buckets, waits and settlements pass through to the exact store:
 // the Store conforms as its exact store does.
 func TestConformanceExact(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		m, err := memstore.New(memstore.WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
@@ -30,10 +30,10 @@ func TestConformanceExact(t *testing.T) {
 	})
 }
 
-func settle(t *testing.T, s *localfirst.Store, b tiers.Bucket, cost int64, src floodgate.Source) {
+func settle(t *testing.T, s *localfirst.Store, b quota.Bucket, cost int64, src floodgate.Source) {
 	t.Helper()
 	b.Cost = cost
-	if err := s.Settle(context.Background(), []tiers.Bucket{b}, []tiers.Result{{Allowed: true, Source: src}}); err != nil {
+	if err := s.Settle(context.Background(), []quota.Bucket{b}, []quota.Result{{Allowed: true, Source: src}}); err != nil {
 		t.Fatalf("Settle: %v", err)
 	}
 }
@@ -44,7 +44,7 @@ func settle(t *testing.T, s *localfirst.Store, b tiers.Bucket, cost int64, src f
 func TestSettleLeased(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	b := bucket("lease", tiers.Leased, 1, 100) // 1/s: no refill worth counting
+	b := bucket("lease", quota.Leased, 1, 100) // 1/s: no refill worth counting
 	if ok, res := take(t, s, b); !ok || (res[0].Source != "" && res[0].Source != floodgate.SourceStore) {
 		t.Fatalf("cold take: %v %+v, want decided by the store", ok, res[0])
 	}
@@ -82,7 +82,7 @@ func TestSettleLeased(t *testing.T) {
 func TestSettleAsync(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	b := bucket("async", tiers.Async, 10, 10)
+	b := bucket("async", quota.Async, 10, 10)
 	if ok, res := take(t, s, b); !ok || res[0].Source != floodgate.SourceAsync {
 		t.Fatalf("take: %v %+v", ok, res[0])
 	}
@@ -122,7 +122,7 @@ func TestSettleAsync(t *testing.T) {
 func TestAsyncWait(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	b := bucket("async", tiers.Async, 10, 10)
+	b := bucket("async", quota.Async, 10, 10)
 	if n, _ := drain(t, s, 100, b); n != 10 {
 		t.Fatalf("burst: %d", n)
 	}

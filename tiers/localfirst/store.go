@@ -13,16 +13,16 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // Ledger is the store a Store leases from and reports to: the fleet's
 // budget, usually a *redisstore.Store (a *memstore.Store in tests). Async
-// hits and unspent lease units go to it in report calls (tiers.Reporter),
+// hits and unspent lease units go to it in report calls (quota.Reporter),
 // resolved rather than sent again when a call's reply never comes, so
 // that no unit is charged or given back twice.
 type Ledger interface {
-	tiers.Reporter
+	quota.Reporter
 }
 
 // Defaults of the options.
@@ -163,7 +163,7 @@ func WithLogger(l *slog.Logger) Option {
 // with the exact store. See the package documentation. It is safe for
 // concurrent use; Close returns what it holds.
 type Store struct {
-	exact  tiers.Store
+	exact  quota.Store
 	ledger Ledger
 	cfg    config
 
@@ -203,7 +203,7 @@ type Store struct {
 // from and reports to ledger. exact is usually the fallback-guarded Redis
 // store and ledger the Redis store itself; exact may be ledger. A
 // background goroutine runs Sync every few milliseconds until Close.
-func New(exact tiers.Store, ledger Ledger, opts ...Option) (*Store, error) {
+func New(exact quota.Store, ledger Ledger, opts ...Option) (*Store, error) {
 	c := config{
 		clock:       floodgate.SystemClock(),
 		instances:   func() int { return 1 },
@@ -295,18 +295,18 @@ type held struct {
 	cold  bool   // an async bucket decided exactly: its cost exceeds the share
 }
 
-// Take implements tiers.Store: see the package documentation.
-func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+// Take implements quota.Store: see the package documentation.
+func (s *Store) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
 	nLocal := 0
 	for i := range buckets {
-		if buckets[i].Consistency != tiers.Exact {
+		if buckets[i].Consistency != quota.Exact {
 			nLocal++
 		}
 	}
 	if nLocal == 0 {
 		return s.exact.Take(ctx, buckets, res)
 	}
-	if err := tiers.ValidateTake(buckets, res); err != nil {
+	if err := quota.ValidateTake(buckets, res); err != nil {
 		return false, err
 	}
 	now := s.cfg.clock.Now()
@@ -316,7 +316,7 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 	allowed := true
 	for i := range buckets {
 		b := &buckets[i]
-		if b.Consistency == tiers.Exact {
+		if b.Consistency == quota.Exact {
 			continue
 		}
 		e := s.entry(b, now)
@@ -324,7 +324,7 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 		if e != nil {
 			e.mu.Lock()
 			switch b.Consistency {
-			case tiers.Leased:
+			case quota.Leased:
 				var deny bool
 				h.local, h.extra, deny = e.reserveLease(b, now, n, &s.cfg, &res[i])
 				if deny { // the store denied the key moments ago
@@ -375,18 +375,18 @@ func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Re
 // the store, not on every local decision.
 //
 //go:noinline
-func (s *Store) takeStore(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result, hl []held, nStore int, now time.Time, n int) (bool, error) {
-	var sbuf [maxStack]tiers.Bucket
-	var rbuf [maxStack]tiers.Result
+func (s *Store) takeStore(ctx context.Context, buckets []quota.Bucket, res []quota.Result, hl []held, nStore int, now time.Time, n int) (bool, error) {
+	var sbuf [maxStack]quota.Bucket
+	var rbuf [maxStack]quota.Result
 	var ibuf [maxStack]int
 	sub, subRes, idx := sbuf[:0], rbuf[:0], ibuf[:0]
 	if nStore > maxStack {
-		sub, subRes, idx = make([]tiers.Bucket, 0, nStore), make([]tiers.Result, 0, nStore), make([]int, 0, nStore)
+		sub, subRes, idx = make([]quota.Bucket, 0, nStore), make([]quota.Result, 0, nStore), make([]int, 0, nStore)
 	}
 	extras := false
 	j := 0
 	for i := range buckets {
-		if buckets[i].Consistency == tiers.Exact {
+		if buckets[i].Consistency == quota.Exact {
 			sub = append(sub, buckets[i])
 			idx = append(idx, i)
 			continue
@@ -398,7 +398,7 @@ func (s *Store) takeStore(ctx context.Context, buckets []tiers.Bucket, res []tie
 		}
 		b := buckets[i]
 		b.Cost += h.extra
-		if b.Consistency == tiers.Leased {
+		if b.Consistency == quota.Leased {
 			// A lease is units taken now: it never books any ahead
 			// (package tiers refuses max_wait on leased rules).
 			b.MaxWait = 0
@@ -433,7 +433,7 @@ func (s *Store) takeStore(ctx context.Context, buckets []tiers.Bucket, res []tie
 // shrinkLeases lowers the extra units of lease buckets the store denied
 // but that had room for the request itself, to what was left; it reports
 // whether anything changed (and so whether to ask again).
-func (s *Store) shrinkLeases(buckets []tiers.Bucket, hl []held, sub []tiers.Bucket, subRes []tiers.Result, idx []int) bool {
+func (s *Store) shrinkLeases(buckets []quota.Bucket, hl []held, sub []quota.Bucket, subRes []quota.Result, idx []int) bool {
 	changed := false
 	for k, i := range idx {
 		if subRes[k].Allowed {
@@ -477,7 +477,7 @@ func findHeld(hl []held, i int) *held {
 
 // settle records what the exact store answered for local buckets: leases
 // granted, the state of async keys whose cost went to the store.
-func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok bool, now time.Time, n int) {
+func (s *Store) settle(buckets []quota.Bucket, hl []held, res []quota.Result, ok bool, now time.Time, n int) {
 	for k := range hl {
 		h := &hl[k]
 		if h.local || h.e == nil {
@@ -491,7 +491,7 @@ func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok
 		}
 		h.e.mu.Lock()
 		switch {
-		case !ok && !r.Allowed && buckets[h.i].Consistency == tiers.Leased:
+		case !ok && !r.Allowed && buckets[h.i].Consistency == quota.Leased:
 			h.e.deny(*r, buckets[h.i].Cost, now, n, &s.cfg)
 		case h.cold:
 			// A deny leaves the bucket as it was: its remaining is still
@@ -504,7 +504,7 @@ func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok
 				h.e.sooner(h.e.lastReport.Add(h.e.reportEvery()))
 				s.mark(h.e)
 			}
-		case ok && buckets[h.i].Consistency == tiers.Leased:
+		case ok && buckets[h.i].Consistency == quota.Leased:
 			h.e.granted(h.extra, r.Remaining, now, &s.cfg)
 			if h.extra > 0 {
 				s.st.leases.Add(1)
@@ -517,7 +517,7 @@ func (s *Store) settle(buckets []tiers.Bucket, hl []held, res []tiers.Result, ok
 }
 
 // undo gives back every local reservation of a Take that did not pass.
-func (s *Store) undo(hl []held, buckets []tiers.Bucket) {
+func (s *Store) undo(hl []held, buckets []quota.Bucket) {
 	for k := range hl {
 		h := &hl[k]
 		if !h.local {
@@ -532,7 +532,7 @@ func (s *Store) undo(hl []held, buckets []tiers.Bucket) {
 
 // undoRes is undo for a Take whose results were written: nothing it
 // reserved is booked, so no result reports a wait.
-func (s *Store) undoRes(hl []held, buckets []tiers.Bucket, res []tiers.Result) {
+func (s *Store) undoRes(hl []held, buckets []quota.Bucket, res []quota.Result) {
 	for k := range hl {
 		res[hl[k].i].Wait = 0
 	}
@@ -542,18 +542,18 @@ func (s *Store) undoRes(hl []held, buckets []tiers.Bucket, res []tiers.Result) {
 // fillUndecided gives the exact buckets of a Take denied locally, which
 // the store was never asked about, a neutral Result: allowed by
 // themselves, nothing known.
-func (s *Store) fillUndecided(buckets []tiers.Bucket, res []tiers.Result, hl []held) {
+func (s *Store) fillUndecided(buckets []quota.Bucket, res []quota.Result, hl []held) {
 	neutral := func(i int) {
 		c := buckets[i].Limit.Capacity()
-		res[i] = tiers.Result{Allowed: true, Limit: c, Remaining: c}
+		res[i] = quota.Result{Allowed: true, Limit: c, Remaining: c}
 	}
 	for i := range buckets {
-		if buckets[i].Consistency == tiers.Exact {
+		if buckets[i].Consistency == quota.Exact {
 			neutral(i)
 		}
 	}
 	for _, h := range hl {
-		if res[h.i] == (tiers.Result{}) {
+		if res[h.i] == (quota.Result{}) {
 			neutral(h.i)
 		}
 	}
@@ -575,7 +575,7 @@ func (s *Store) shardOf(key string) *shard {
 
 // entry returns the local state of b's key, creating it; nil when the key
 // bound is reached and no idle key can make room.
-func (s *Store) entry(b *tiers.Bucket, now time.Time) *entry {
+func (s *Store) entry(b *quota.Bucket, now time.Time) *entry {
 	sh := s.shardOf(b.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
@@ -47,29 +47,29 @@ func (f *fixture) instance(t *testing.T, n int, opts ...localfirst.Option) *loca
 }
 
 // remaining reads the ledger's bucket without charging it.
-func (f *fixture) remaining(t *testing.T, b tiers.Bucket) int64 {
+func (f *fixture) remaining(t *testing.T, b quota.Bucket) int64 {
 	t.Helper()
 	b.Cost = 0
-	b.Consistency = tiers.Exact
-	res := make([]tiers.Result, 1)
-	if _, err := f.ledger.Take(context.Background(), []tiers.Bucket{b}, res); err != nil {
+	b.Consistency = quota.Exact
+	res := make([]quota.Result, 1)
+	if _, err := f.ledger.Take(context.Background(), []quota.Bucket{b}, res); err != nil {
 		t.Fatal(err)
 	}
 	return res[0].Remaining
 }
 
-func bucket(key string, mode tiers.Consistency, rate, burst int64) tiers.Bucket {
-	b := tiers.Bucket{Key: key, Rule: key, Cost: 1, Consistency: mode,
-		Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: rate, Period: time.Second, Burst: burst}}
-	if mode == tiers.Async {
+func bucket(key string, mode quota.Consistency, rate, burst int64) quota.Bucket {
+	b := quota.Bucket{Key: key, Rule: key, Cost: 1, Consistency: mode,
+		Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: rate, Period: time.Second, Burst: burst}}
+	if mode == quota.Async {
 		b.SyncInterval = 50 * time.Millisecond
 	}
 	return b
 }
 
-func take(t *testing.T, s *localfirst.Store, bs ...tiers.Bucket) (bool, []tiers.Result) {
+func take(t *testing.T, s *localfirst.Store, bs ...quota.Bucket) (bool, []quota.Result) {
 	t.Helper()
-	res := make([]tiers.Result, len(bs))
+	res := make([]quota.Result, len(bs))
 	ok, err := s.Take(context.Background(), bs, res)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func take(t *testing.T, s *localfirst.Store, bs ...tiers.Bucket) (bool, []tiers.
 
 // drain takes until the first deny (at most max takes) and returns how
 // many were admitted and by which source.
-func drain(t *testing.T, s *localfirst.Store, max int, bs ...tiers.Bucket) (int, map[floodgate.Source]int) {
+func drain(t *testing.T, s *localfirst.Store, max int, bs ...quota.Bucket) (int, map[floodgate.Source]int) {
 	t.Helper()
 	src := map[floodgate.Source]int{}
 	for i := 0; i < max; i++ {
@@ -100,7 +100,7 @@ func drain(t *testing.T, s *localfirst.Store, max int, bs ...tiers.Bucket) (int,
 func TestExactPassesThrough(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	b := bucket("k", tiers.Exact, 10, 3)
+	b := bucket("k", quota.Exact, 10, 3)
 	n, src := drain(t, s, 100, b)
 	if n != 3 || src[floodgate.SourceStore] != 3 {
 		t.Fatalf("admitted %d (%v), want 3 from the store", n, src)
@@ -115,7 +115,7 @@ func TestExactPassesThrough(t *testing.T) {
 func TestLeasedExactCounts(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	b := bucket("lease", tiers.Leased, 10, 10)
+	b := bucket("lease", quota.Leased, 10, 10)
 	n, src := drain(t, s, 100, b)
 	if n != 10 {
 		t.Fatalf("admitted %d in one instant, want exactly the burst 10 (%v)", n, src)
@@ -140,7 +140,7 @@ func TestLeasedExactCounts(t *testing.T) {
 func TestLeaseReturn(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1, localfirst.WithLeaseTTL(time.Second))
-	b := bucket("lease", tiers.Leased, 1000, 1000)
+	b := bucket("lease", quota.Leased, 1000, 1000)
 	// Warm the key: the first take is exact, later ones lease 1, 2, 4...
 	for i := 0; i < 4; i++ {
 		if ok, _ := take(t, s, b); !ok {
@@ -171,7 +171,7 @@ func TestLeaseReturn(t *testing.T) {
 
 	// On Close: a fresh lease is given back at once.
 	s2 := f.instance(t, 1)
-	b2 := bucket("lease2", tiers.Leased, 1, 100) // no refill to speak of
+	b2 := bucket("lease2", quota.Leased, 1, 100) // no refill to speak of
 	for i := 0; i < 4; i++ {
 		take(t, s2, b2)
 	}
@@ -191,7 +191,7 @@ func TestLeaseReturn(t *testing.T) {
 func TestAsyncExactCounts(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	b := bucket("async", tiers.Async, 10, 10)
+	b := bucket("async", quota.Async, 10, 10)
 	n, src := drain(t, s, 100, b)
 	if n != 10 || src[floodgate.SourceAsync] != 10 {
 		t.Fatalf("admitted %d (%v), want 10 local (a new key starts from a full share)", n, src)
@@ -226,7 +226,7 @@ func TestAsyncExactCounts(t *testing.T) {
 func TestAsyncEvenSplit(t *testing.T) {
 	f := newFixture(t)
 	a, b2 := f.instance(t, 2), f.instance(t, 2)
-	b := bucket("shared", tiers.Async, 10, 10)
+	b := bucket("shared", quota.Async, 10, 10)
 	na, _ := drain(t, a, 100, b)
 	nb, _ := drain(t, b2, 100, b)
 	if na+nb != 10 {
@@ -242,7 +242,7 @@ func TestAsyncBound(t *testing.T) {
 	f := newFixture(t)
 	const n, burst, rate = 2, 100, 100
 	a, b2 := f.instance(t, n), f.instance(t, n)
-	bk := bucket("stale", tiers.Async, rate, burst)
+	bk := bucket("stale", quota.Async, rate, burst)
 	take(t, a, bk)  // A: new key, takes its share as full (50)
 	take(t, b2, bk) // B: the same
 	nb := 0
@@ -283,8 +283,8 @@ func TestAsyncBound(t *testing.T) {
 func TestMixedAllOrNothing(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	local := bucket("tenant", tiers.Async, 1000, 1000)
-	exact := bucket("login", tiers.Exact, 1, 2)
+	local := bucket("tenant", quota.Async, 1000, 1000)
+	exact := bucket("login", quota.Exact, 1, 2)
 	take(t, s, local) // a new key: decided locally from a full share
 	for i := 0; i < 2; i++ {
 		if ok, _ := take(t, s, exact, local); !ok {
@@ -307,8 +307,8 @@ func TestMixedAllOrNothing(t *testing.T) {
 	}
 
 	// A local deny never charges the exact level.
-	tight := bucket("tight", tiers.Async, 1, 1)
-	roomy := bucket("roomy", tiers.Exact, 1000, 1000)
+	tight := bucket("tight", quota.Async, 1, 1)
+	roomy := bucket("roomy", quota.Exact, 1000, 1000)
 	take(t, s, tight) // a new key: spends its full share, the only unit
 	ok, _ = take(t, s, roomy, tight)
 	if ok {
@@ -339,11 +339,11 @@ func TestOptionErrors(t *testing.T) {
 func TestBadTake(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	b := bucket("x", tiers.Leased, 10, 10)
+	b := bucket("x", quota.Leased, 10, 10)
 	b.Cost = -1
-	_, err := s.Take(context.Background(), []tiers.Bucket{b}, make([]tiers.Result, 1))
-	if err == nil || err.Error() != tiers.ValidateTake([]tiers.Bucket{b}, make([]tiers.Result, 1)).Error() {
-		t.Fatalf("err = %v, want tiers.ValidateTake's", err)
+	_, err := s.Take(context.Background(), []quota.Bucket{b}, make([]quota.Result, 1))
+	if err == nil || err.Error() != quota.ValidateTake([]quota.Bucket{b}, make([]quota.Result, 1)).Error() {
+		t.Fatalf("err = %v, want quota.ValidateTake's", err)
 	}
 }
 
@@ -355,16 +355,16 @@ type hookStore struct {
 	calls *int
 }
 
-func (h hookStore) Take(_ context.Context, bs []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (h hookStore) Take(_ context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
 	exact := false
 	for _, b := range bs {
-		exact = exact || b.Consistency == tiers.Exact
+		exact = exact || b.Consistency == quota.Exact
 	}
 	for i := range bs {
 		c := bs[i].Limit.Capacity()
-		res[i] = tiers.Result{Allowed: !exact, Limit: c, Remaining: c - bs[i].Cost}
+		res[i] = quota.Result{Allowed: !exact, Limit: c, Remaining: c - bs[i].Cost}
 		if exact {
-			res[i] = tiers.Result{Limit: c, Remaining: c, RetryAfter: time.Second}
+			res[i] = quota.Result{Limit: c, Remaining: c, RetryAfter: time.Second}
 		}
 	}
 	if exact {
@@ -387,8 +387,8 @@ func TestCancelAfterReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = s2
-	local := bucket("tenant", tiers.Async, 1000, 1000)
-	gate := bucket("gate", tiers.Exact, 10, 10)
+	local := bucket("tenant", quota.Async, 1000, 1000)
+	gate := bucket("gate", quota.Exact, 10, 10)
 	take(t, s, local) // a new key: decided locally
 	if ok, _ := take(t, s, local, gate); ok || calls != 1 {
 		t.Fatalf("allowed=%v with %d exact calls: want the exact level asked once, and denying", ok, calls)
@@ -413,13 +413,13 @@ func TestCancelAfterReport(t *testing.T) {
 // downLedger is a ledger whose Redis is gone: every call fails.
 type downLedger struct{ localfirst.Ledger }
 
-func (downLedger) Take(context.Context, []tiers.Bucket, []tiers.Result) (bool, error) {
+func (downLedger) Take(context.Context, []quota.Bucket, []quota.Result) (bool, error) {
 	return false, context.DeadlineExceeded
 }
-func (downLedger) Report(context.Context, uint64, uint64, []tiers.Bucket, []tiers.ReportResult) error {
+func (downLedger) Report(context.Context, uint64, uint64, []quota.Bucket, []quota.ReportResult) error {
 	return context.DeadlineExceeded
 }
-func (downLedger) Resolve(context.Context, uint64, uint64, []tiers.Bucket, []tiers.ReportResult) error {
+func (downLedger) Resolve(context.Context, uint64, uint64, []quota.Bucket, []quota.ReportResult) error {
 	return context.DeadlineExceeded
 }
 
@@ -429,7 +429,7 @@ func (downLedger) Resolve(context.Context, uint64, uint64, []tiers.Bucket, []tie
 func TestAsyncThroughAnOutage(t *testing.T) {
 	f := newFixture(t)
 	warm := f.instance(t, 2)
-	b := bucket("outage", tiers.Async, 10, 10)
+	b := bucket("outage", quota.Async, 10, 10)
 	take(t, warm, b) // learn: 9 left, a share of 4.5
 	_ = warm.Close(context.Background())
 
@@ -471,7 +471,7 @@ func TestReportCadenceFollowsHeadroom(t *testing.T) {
 	} {
 		f := newFixture(t)
 		s := f.instance(t, 1)
-		b := bucket(fmt.Sprintf("cadence-%d", tc.spent), tiers.Async, 1000, 1000)
+		b := bucket(fmt.Sprintf("cadence-%d", tc.spent), quota.Async, 1000, 1000)
 		read := b
 		read.Cost = 0
 		take(t, s, read) // a new key, taken as a full share; nothing to report
@@ -511,7 +511,7 @@ func TestReportCappedAtCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bucket("owes", tiers.Async, 10, 10)
+	b := bucket("owes", quota.Async, 10, 10)
 	take(t, s, b) // cold, exact: 9 left, learned
 	l.down.Store(true)
 	admitted := 0
@@ -558,21 +558,21 @@ type switchLedger struct {
 	down atomic.Bool
 }
 
-func (l *switchLedger) Take(ctx context.Context, b []tiers.Bucket, r []tiers.Result) (bool, error) {
+func (l *switchLedger) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	if l.down.Load() {
 		return false, context.DeadlineExceeded
 	}
 	return l.Ledger.Take(ctx, b, r)
 }
 
-func (l *switchLedger) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+func (l *switchLedger) Report(ctx context.Context, inst, seq uint64, b []quota.Bucket, res []quota.ReportResult) error {
 	if l.down.Load() {
 		return context.DeadlineExceeded
 	}
 	return l.Ledger.Report(ctx, inst, seq, b, res)
 }
 
-func (l *switchLedger) Resolve(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+func (l *switchLedger) Resolve(ctx context.Context, inst, seq uint64, b []quota.Bucket, res []quota.ReportResult) error {
 	if l.down.Load() {
 		return context.DeadlineExceeded
 	}
@@ -585,7 +585,7 @@ func (l *switchLedger) Resolve(ctx context.Context, inst, seq uint64, b []tiers.
 func TestHitsBringTheReportForward(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	b := bucket("forward", tiers.Async, 10, 1000) // refill negligible here
+	b := bucket("forward", quota.Async, 10, 1000) // refill negligible here
 	read := b
 	read.Cost = 0
 	take(t, s, read) // a new key: a full share of 1000, nothing spent
@@ -613,7 +613,7 @@ type countingLedger struct {
 	calls, reports atomic.Int64
 }
 
-func (l *countingLedger) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+func (l *countingLedger) Report(ctx context.Context, inst, seq uint64, b []quota.Bucket, res []quota.ReportResult) error {
 	l.calls.Add(1)
 	l.reports.Add(int64(len(b)))
 	return l.Ledger.Report(ctx, inst, seq, b, res)
@@ -631,7 +631,7 @@ func TestReportGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
-	bs := []tiers.Bucket{bucket("g1", tiers.Async, 1, 100), bucket("g2", tiers.Async, 1, 100), bucket("g3", tiers.Async, 1, 100)}
+	bs := []quota.Bucket{bucket("g1", quota.Async, 1, 100), bucket("g2", quota.Async, 1, 100), bucket("g3", quota.Async, 1, 100)}
 	for _, b := range bs {
 		for range 10 {
 			take(t, s, b) // 10 of a share of 100 (a new key): far below it
@@ -652,9 +652,9 @@ func TestReportGroup(t *testing.T) {
 	// Another instance drains g2; this one spends 10 more of each.
 	other := bs[1]
 	other.Cost = 90 // all it has
-	other.Consistency = tiers.Exact
-	res := make([]tiers.Result, 1)
-	if ok, err := f.ledger.Take(context.Background(), []tiers.Bucket{other}, res); err != nil || !ok {
+	other.Consistency = quota.Exact
+	res := make([]quota.Result, 1)
+	if ok, err := f.ledger.Take(context.Background(), []quota.Bucket{other}, res); err != nil || !ok {
 		t.Fatalf("could not drain g2: %v %v", ok, err)
 	}
 	for _, b := range bs {
@@ -690,7 +690,7 @@ type refundCounter struct {
 	calls, buckets atomic.Int64
 }
 
-func (l *refundCounter) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+func (l *refundCounter) Report(ctx context.Context, inst, seq uint64, b []quota.Bucket, res []quota.ReportResult) error {
 	l.calls.Add(1)
 	l.buckets.Add(int64(len(b)))
 	return l.Ledger.Report(ctx, inst, seq, b, res)
@@ -707,9 +707,9 @@ func TestCloseReturnsInGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var bs []tiers.Bucket
+	var bs []quota.Bucket
 	for i := range 100 {
-		b := bucket(fmt.Sprintf("lease-%d", i), tiers.Leased, 1, 100)
+		b := bucket(fmt.Sprintf("lease-%d", i), quota.Leased, 1, 100)
 		bs = append(bs, b)
 		for range 4 { // exact; +1 leased; spent from it; +2 leased: 2 units held
 			take(t, s, b)
@@ -734,8 +734,8 @@ func TestCloseReturnsInGroups(t *testing.T) {
 func TestFlushReportsEveryHitKeepsLeases(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	a := bucket("flush-async", tiers.Async, 1, 100) // refills 1/s: counts stay exact
-	l := bucket("flush-lease", tiers.Leased, 1, 100)
+	a := bucket("flush-async", quota.Async, 1, 100) // refills 1/s: counts stay exact
+	l := bucket("flush-lease", quota.Leased, 1, 100)
 	for range 3 {
 		if ok, _ := take(t, s, a); !ok {
 			t.Fatal("async denied within the share")
@@ -789,7 +789,7 @@ type countingTakes struct {
 	takes atomic.Int64
 }
 
-func (c *countingTakes) Take(ctx context.Context, b []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (c *countingTakes) Take(ctx context.Context, b []quota.Bucket, res []quota.Result) (bool, error) {
 	c.takes.Add(1)
 	return c.Ledger.Take(ctx, b, res)
 }
@@ -805,7 +805,7 @@ func TestLeasedKeyAtItsLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bucket("hot", tiers.Leased, 100, 100)
+	b := bucket("hot", quota.Leased, 100, 100)
 	admitted, maxRetry := 0, time.Duration(0)
 	for ms := 0; ms < 2000; ms++ {
 		ok, res := take(t, s, b)
@@ -858,10 +858,10 @@ func TestLeaseLengthFollowsHeadroom(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close(context.Background())
-		b := bucket("slow", tiers.Leased, 10, 1000)
+		b := bucket("slow", quota.Leased, 10, 1000)
 		if drain > 0 { // another instance spent most of the bucket
 			d := b
-			d.Consistency, d.Cost = tiers.Exact, drain
+			d.Consistency, d.Cost = quota.Exact, drain
 			if ok, _ := take(t, s, d); !ok {
 				t.Fatal("drain denied")
 			}

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // counters back Stats.
@@ -119,7 +119,7 @@ func (s *Store) Close(ctx context.Context) error {
 // key's unspent units going back (Cost < 0).
 type job struct {
 	e *entry
-	b tiers.Bucket // Cost: the units, negative for a return
+	b quota.Bucket // Cost: the units, negative for a return
 }
 
 // attempt is a report call whose reply never came: it may or may not
@@ -347,8 +347,8 @@ func (s *Store) report(ctx context.Context, js []job) error {
 	seq := s.seq.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
 	defer cancel()
-	var bbuf [maxGroup]tiers.Bucket
-	var obuf [maxGroup]tiers.ReportResult
+	var bbuf [maxGroup]quota.Bucket
+	var obuf [maxGroup]quota.ReportResult
 	bs, out := bbuf[:len(js)], obuf[:len(js)]
 	for i := range js {
 		bs[i] = js[i].b
@@ -400,8 +400,8 @@ func (s *Store) resolveLost(ctx context.Context) error {
 			break
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
-		bs := make([]tiers.Bucket, len(a.jobs))
-		out := make([]tiers.ReportResult, len(a.jobs))
+		bs := make([]quota.Bucket, len(a.jobs))
+		out := make([]quota.ReportResult, len(a.jobs))
 		for i := range a.jobs {
 			bs[i] = a.jobs[i].b
 		}
@@ -431,7 +431,7 @@ func (s *Store) resolveLost(ctx context.Context) error {
 
 // reported records a report the store applied: what it could not charge
 // is owed again (debt), and the key learns the store's state from res.
-func (s *Store) reported(j *job, res tiers.ReportResult) {
+func (s *Store) reported(j *job, res quota.ReportResult) {
 	now := s.cfg.clock.Now()
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-func newTestStore(t *testing.T, clk *clock.Fake, ledger Ledger, exact tiers.Store, opts ...Option) *Store {
+func newTestStore(t *testing.T, clk *clock.Fake, ledger Ledger, exact quota.Store, opts ...Option) *Store {
 	t.Helper()
 	opts = append([]Option{WithClock(clk), WithManualSync()}, opts...)
 	s, err := New(exact, ledger, opts...)
@@ -25,18 +25,18 @@ func newTestStore(t *testing.T, clk *clock.Fake, ledger Ledger, exact tiers.Stor
 	return s
 }
 
-func testBucket(key string, mode tiers.Consistency, rate, burst int64, period time.Duration) tiers.Bucket {
-	b := tiers.Bucket{Key: key, Rule: key, Cost: 1, Consistency: mode,
-		Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: rate, Period: period, Burst: burst}}
-	if mode == tiers.Async {
+func testBucket(key string, mode quota.Consistency, rate, burst int64, period time.Duration) quota.Bucket {
+	b := quota.Bucket{Key: key, Rule: key, Cost: 1, Consistency: mode,
+		Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: rate, Period: period, Burst: burst}}
+	if mode == quota.Async {
 		b.SyncInterval = 50 * time.Millisecond
 	}
 	return b
 }
 
-func takeOK(t *testing.T, s *Store, bs ...tiers.Bucket) bool {
+func takeOK(t *testing.T, s *Store, bs ...quota.Bucket) bool {
 	t.Helper()
-	res := make([]tiers.Result, len(bs))
+	res := make([]quota.Result, len(bs))
 	ok, err := s.Take(context.Background(), bs, res)
 	if err != nil {
 		t.Fatal(err)
@@ -49,17 +49,17 @@ func takeOK(t *testing.T, s *Store, bs ...tiers.Bucket) bool {
 // denied and undone) shortly before the late Sync does not make the key
 // fall due later: MaxSyncLag should be the full second, not the time since that last hit.
 func TestSyncLagNotHiddenByLaterHits(t *testing.T) {
-	full := testBucket("lag-full", tiers.Async, 1, 1, 1000*time.Hour)
+	full := testBucket("lag-full", quota.Async, 1, 1, 1000*time.Hour)
 	for _, tc := range []struct {
 		name   string
-		lateOp func(t *testing.T, s *Store, b tiers.Bucket)
+		lateOp func(t *testing.T, s *Store, b quota.Bucket)
 	}{
-		{"a hit after it fell due", func(t *testing.T, s *Store, b tiers.Bucket) {
+		{"a hit after it fell due", func(t *testing.T, s *Store, b quota.Bucket) {
 			if !takeOK(t, s, b) {
 				t.Fatal("late hit denied")
 			}
 		}},
-		{"a denied take, undone", func(t *testing.T, s *Store, b tiers.Bucket) {
+		{"a denied take, undone", func(t *testing.T, s *Store, b quota.Bucket) {
 			// full's share of 1 is spent: the take of both is denied
 			// locally, and b's hit is undone.
 			if takeOK(t, s, full, b) {
@@ -74,7 +74,7 @@ func TestSyncLagNotHiddenByLaterHits(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := newTestStore(t, clk, m, m)
-			b := testBucket("lag", tiers.Async, 1000, 1000, 1000*time.Hour) // no refill to speak of
+			b := testBucket("lag", quota.Async, 1000, 1000, 1000*time.Hour) // no refill to speak of
 			takeOK(t, s, full)                                              // spends full's whole share of 1
 			read := b
 			read.Cost = 0
@@ -126,7 +126,7 @@ func (l *flakyLedger) roll() int {
 	return l.rnd.IntN(100)
 }
 
-func (l *flakyLedger) Report(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+func (l *flakyLedger) Report(ctx context.Context, inst, seq uint64, b []quota.Bucket, res []quota.ReportResult) error {
 	switch r := l.roll(); {
 	case r < 10: // applied, reply lost
 		_ = l.Ledger.Report(ctx, inst, seq, b, res)
@@ -139,7 +139,7 @@ func (l *flakyLedger) Report(ctx context.Context, inst, seq uint64, b []tiers.Bu
 	return l.Ledger.Report(ctx, inst, seq, b, res)
 }
 
-func (l *flakyLedger) Resolve(ctx context.Context, inst, seq uint64, b []tiers.Bucket, res []tiers.ReportResult) error {
+func (l *flakyLedger) Resolve(ctx context.Context, inst, seq uint64, b []quota.Bucket, res []quota.ReportResult) error {
 	if l.roll() < 20 {
 		return context.DeadlineExceeded
 	}
@@ -197,7 +197,7 @@ func checkWheel(t *testing.T, s *Store, now time.Time, flips bool) {
 			}
 			// A report's wake is never after it falls due (rise counts on
 			// it to skip the arithmetic).
-			if why == "" && e.mode == tiers.Async && e.queued && e.u > 0 && e.inflight == 0 && e.known &&
+			if why == "" && e.mode == quota.Async && e.queued && e.u > 0 && e.inflight == 0 && e.known &&
 				wake > e.lastReport.Add(e.reportEvery()).UnixNano() {
 				why = "wake after its report falls due"
 			}
@@ -238,11 +238,11 @@ func wheelLoad(t *testing.T, flips bool) {
 			WithLeaseTTL(50*time.Millisecond), WithLeaseTarget(10*time.Millisecond), WithSyncTimeout(time.Second), WithMaxKeys(20))
 	}
 	const keys = 24
-	bs := make([]tiers.Bucket, keys)
+	bs := make([]quota.Bucket, keys)
 	for i := range bs {
-		mode := tiers.Async
+		mode := quota.Async
 		if i%2 == 1 {
-			mode = tiers.Leased
+			mode = quota.Leased
 		}
 		bs[i] = testBucket(fmt.Sprintf("load%d", i), mode, 1000, 5000, time.Second)
 	}
@@ -252,7 +252,7 @@ func wheelLoad(t *testing.T, flips bool) {
 	for g := range 6 {
 		wg.Go(func() {
 			rnd := rand.New(rand.NewPCG(uint64(g), 7))
-			res := make([]tiers.Result, 2)
+			res := make([]quota.Result, 2)
 			for {
 				select {
 				case <-stop:
@@ -261,12 +261,12 @@ func wheelLoad(t *testing.T, flips bool) {
 				}
 				gate.RLock()
 				a, b := rnd.IntN(keys), rnd.IntN(keys)
-				take := []tiers.Bucket{bs[a]}
+				take := []quota.Bucket{bs[a]}
 				if a != b && rnd.IntN(3) == 0 {
 					take = append(take, bs[b])
 				}
 				if flips && rnd.IntN(5) == 0 {
-					take[0].Consistency = tiers.Async + tiers.Leased - take[0].Consistency
+					take[0].Consistency = quota.Async + quota.Leased - take[0].Consistency
 					take[0].SyncInterval = 50 * time.Millisecond
 				}
 				if flips && rnd.IntN(5) == 0 {
@@ -274,7 +274,7 @@ func wheelLoad(t *testing.T, flips bool) {
 				}
 				ok, err := s.Take(context.Background(), take, res[:len(take)])
 				if err == nil && ok && rnd.IntN(4) == 0 {
-					st := make([]tiers.Bucket, len(take))
+					st := make([]quota.Bucket, len(take))
 					copy(st, take)
 					for i := range st {
 						st[i].Cost = int64(rnd.IntN(3)) - 1

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
 )
 
@@ -24,9 +24,9 @@ func TestReportsComeDueOnTime(t *testing.T) {
 	// u hits wait share/(2u) × 50ms = 25s/u, at most 10s (maxReportWait).
 	hits := []int{1, 2, 4, 5, 10, 50, 125, 250}
 	want := map[string]time.Duration{}
-	bs := make([]tiers.Bucket, len(hits))
+	bs := make([]quota.Bucket, len(hits))
 	for i, u := range hits {
-		bs[i] = bucket(fmt.Sprintf("due%d", u), tiers.Async, 1000, 1000)
+		bs[i] = bucket(fmt.Sprintf("due%d", u), quota.Async, 1000, 1000)
 		bs[i].Limit.Period = time.Hour
 		want[bs[i].Key] = min(10*time.Second, 25*time.Second/time.Duration(u))
 		read := bs[i]
@@ -79,7 +79,7 @@ func TestLongLeaseReturnedOnTime(t *testing.T) {
 		t.Run(step.String(), func(t *testing.T) {
 			f := newFixture(t)
 			s := f.instance(t, 1, localfirst.WithLeaseTTL(time.Minute), localfirst.WithLeaseTarget(time.Second))
-			b := bucket("long", tiers.Leased, 1000, 1000)
+			b := bucket("long", quota.Leased, 1000, 1000)
 			take(t, s, b) // exact: no lease yet
 			f.clk.Advance(time.Second)
 			take(t, s, b) // leases for its demand: the lease runs a minute from here
@@ -119,7 +119,7 @@ func TestLongLeaseReturnedOnTime(t *testing.T) {
 func TestReturnedLeaseKeyIsSwept(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1, localfirst.WithLeaseTTL(time.Second))
-	b := bucket("swept", tiers.Leased, 1000, 1000)
+	b := bucket("swept", quota.Leased, 1000, 1000)
 	for range 4 {
 		take(t, s, b) // exact, then leases 1 and 2
 	}
@@ -146,7 +146,7 @@ func TestReturnedLeaseKeyIsSwept(t *testing.T) {
 	s2 := f.instance(t, 1, localfirst.WithLeaseTTL(time.Second), localfirst.WithMaxKeys(4))
 	for round := range 2 {
 		for k := range 4 {
-			b := bucket(fmt.Sprintf("full%d-%d", round, k), tiers.Leased, 1000, 1000)
+			b := bucket(fmt.Sprintf("full%d-%d", round, k), quota.Leased, 1000, 1000)
 			for range 4 {
 				take(t, s2, b)
 			}
@@ -173,10 +173,10 @@ func TestFullStoreReplacesIdleKeys(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1, localfirst.WithMaxKeys(1000))
 	for i := range 1000 {
-		take(t, s, bucket(fmt.Sprintf("old%d", i), tiers.Async, 1000, 1000))
+		take(t, s, bucket(fmt.Sprintf("old%d", i), quota.Async, 1000, 1000))
 	}
 	// Every key owes a report: new keys cannot take their place.
-	take(t, s, bucket("refused", tiers.Async, 1000, 1000))
+	take(t, s, bucket("refused", quota.Async, 1000, 1000))
 	if st := s.Stats(); st.Overflow != 1 || st.Keys != 1000 {
 		t.Fatalf("%+v: want 1 overflow, 1000 keys", st)
 	}
@@ -188,7 +188,7 @@ func TestFullStoreReplacesIdleKeys(t *testing.T) {
 	}
 	// Idle, but touched less than a second ago: a Take may be about to
 	// spend them, so they stay.
-	take(t, s, bucket("early", tiers.Async, 1000, 1000))
+	take(t, s, bucket("early", quota.Async, 1000, 1000))
 	if st := s.Stats(); st.Overflow != 2 {
 		t.Fatalf("%+v: want a second overflow", st)
 	}
@@ -196,7 +196,7 @@ func TestFullStoreReplacesIdleKeys(t *testing.T) {
 	// 400 new keys for 1000 idle ones: some shards get more new keys than
 	// they held idle ones, and find room in others.
 	for i := range 400 {
-		take(t, s, bucket(fmt.Sprintf("new%d", i), tiers.Async, 1000, 1000))
+		take(t, s, bucket(fmt.Sprintf("new%d", i), quota.Async, 1000, 1000))
 	}
 	if st := s.Stats(); st.Overflow != 2 || st.Keys != 1000 || st.LocalAllowed != 1400 {
 		t.Fatalf("%+v: want every new key decided locally in place of an idle one", st)
@@ -213,11 +213,11 @@ func TestConcurrentTakesAndSyncs(t *testing.T) {
 	s := f.instance(t, 2, localfirst.WithLeaseTTL(50*time.Millisecond), localfirst.WithLeaseTarget(10*time.Millisecond))
 	const keys, takers, takes = 24, 8, 3000
 	// No refill to speak of (one unit in 1000h) and room for every take.
-	bs := make([]tiers.Bucket, keys)
+	bs := make([]quota.Bucket, keys)
 	for i := range bs {
-		mode := tiers.Async
+		mode := quota.Async
 		if i%2 == 1 {
-			mode = tiers.Leased
+			mode = quota.Leased
 		}
 		bs[i] = bucket(fmt.Sprintf("conc%d", i), mode, 1, 1_000_000)
 		bs[i].Limit.Period = 1000 * time.Hour
@@ -242,10 +242,10 @@ func TestConcurrentTakesAndSyncs(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := range takers {
 		wg.Go(func() {
-			res := make([]tiers.Result, 2)
+			res := make([]quota.Result, 2)
 			for i := range takes {
 				a, b := (g*7+i*5)%keys, (g*11+i*3)%keys
-				take := []tiers.Bucket{bs[a]}
+				take := []quota.Bucket{bs[a]}
 				if i%3 == 0 && a != b {
 					take = append(take, bs[b]) // two levels, all or nothing
 				}
@@ -290,7 +290,7 @@ func TestConcurrentTakesAndSyncs(t *testing.T) {
 func TestSyncLagCountsFromTheHit(t *testing.T) {
 	f := newFixture(t)
 	s := f.instance(t, 1)
-	b := bucket("lag", tiers.Async, 1000, 1000)
+	b := bucket("lag", quota.Async, 1000, 1000)
 	b.Limit.Period = 1000 * time.Hour // no refill to speak of: the share stays 1000 less what the store was told
 	read := b
 	read.Cost = 0

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"golang.org/x/time/rate"
-
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 // The benchmarks use the system clock and generous limits, so most takes
@@ -21,24 +20,24 @@ import (
 const benchKeys = 10_000
 
 var (
-	benchTenant = tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1_000_000_000, Period: time.Minute}
-	benchUser   = tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}
-	benchAPIKey = tiers.Limit{Algorithm: tiers.GCRA, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}
-	benchIP     = tiers.Limit{Algorithm: tiers.SlidingWindowCounter, Rate: 1_000_000_000, Period: time.Minute}
+	benchTenant = quota.Limit{Algorithm: quota.FixedWindow, Rate: 1_000_000_000, Period: time.Minute}
+	benchUser   = quota.Limit{Algorithm: quota.TokenBucket, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}
+	benchAPIKey = quota.Limit{Algorithm: quota.GCRA, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}
+	benchIP     = quota.Limit{Algorithm: quota.SlidingWindowCounter, Rate: 1_000_000_000, Period: time.Minute}
 )
 
 // takes builds benchKeys takes of the given depth: 1 level is a user
 // bucket; 4 levels are tenant (100 tenants), user, API key and IP.
-func takes(levels int) [][]tiers.Bucket {
-	out := make([][]tiers.Bucket, benchKeys)
+func takes(levels int) [][]quota.Bucket {
+	out := make([][]quota.Bucket, benchKeys)
 	for i := range out {
 		n := strconv.Itoa(i)
-		user := tiers.Bucket{Key: "rl:user:{u" + n + "}", Limit: benchUser, Cost: 1}
+		user := quota.Bucket{Key: "rl:user:{u" + n + "}", Limit: benchUser, Cost: 1}
 		if levels == 1 {
-			out[i] = []tiers.Bucket{user}
+			out[i] = []quota.Bucket{user}
 			continue
 		}
-		out[i] = []tiers.Bucket{
+		out[i] = []quota.Bucket{
 			{Key: "rl:tenant:{t" + strconv.Itoa(i%100) + "}", Limit: benchTenant, Cost: 1},
 			user,
 			{Key: "rl:apikey:{k" + n + "}", Limit: benchAPIKey, Cost: 1},
@@ -48,15 +47,15 @@ func takes(levels int) [][]tiers.Bucket {
 	return out
 }
 
-func benchSerial(b *testing.B, bs [][]tiers.Bucket) { benchSerialWarm(b, bs, 0) }
+func benchSerial(b *testing.B, bs [][]quota.Bucket) { benchSerialWarm(b, bs, 0) }
 
 // benchSerialWarm first takes every key once, then keeps cycling for at
 // least warm, so that state which fills over a window (a sliding log's
 // ring) is at its working size before the timer starts.
-func benchSerialWarm(b *testing.B, bs [][]tiers.Bucket, warm time.Duration) {
+func benchSerialWarm(b *testing.B, bs [][]quota.Bucket, warm time.Duration) {
 	s := newStore(b)
 	ctx := context.Background()
-	res := make([]tiers.Result, 4)
+	res := make([]quota.Result, 4)
 	for start, i := time.Now(), 0; i < len(bs) || i%1024 != 0 || time.Since(start) < warm; i++ {
 		if _, err := s.Take(ctx, bs[i%len(bs)], res); err != nil {
 			b.Fatal(err)
@@ -86,10 +85,10 @@ func reportCPU(b *testing.B, c0 int64) {
 	}
 }
 
-func benchParallel(b *testing.B, bs [][]tiers.Bucket) {
+func benchParallel(b *testing.B, bs [][]quota.Bucket) {
 	s := newStore(b)
 	ctx := context.Background()
-	res := make([]tiers.Result, 4)
+	res := make([]quota.Result, 4)
 	for _, t := range bs {
 		if _, err := s.Take(ctx, t, res); err != nil {
 			b.Fatal(err)
@@ -102,7 +101,7 @@ func benchParallel(b *testing.B, bs [][]tiers.Bucket) {
 	defer reportCPU(b, c0)
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(start.Add(1)*7919) % len(bs)
-		res := make([]tiers.Result, 4)
+		res := make([]quota.Result, 4)
 		for pb.Next() {
 			if _, err := s.Take(ctx, bs[i], res); err != nil {
 				b.Error(err)
@@ -123,18 +122,18 @@ func BenchmarkTake4LevelsParallel(b *testing.B) { benchParallel(b, takes(4)) }
 
 // BenchmarkTakeAlgorithm is one level per algorithm over 10k keys.
 func BenchmarkTakeAlgorithm(b *testing.B) {
-	for _, l := range []tiers.Limit{
+	for _, l := range []quota.Limit{
 		benchUser, benchAPIKey, benchIP,
-		{Algorithm: tiers.SlidingWindowLog, Rate: 1000, Period: time.Second},
+		{Algorithm: quota.SlidingWindowLog, Rate: 1000, Period: time.Second},
 		benchTenant,
 	} {
 		b.Run(l.Algorithm.String(), func(b *testing.B) {
-			bs := make([][]tiers.Bucket, benchKeys)
+			bs := make([][]quota.Bucket, benchKeys)
 			for i := range bs {
-				bs[i] = []tiers.Bucket{{Key: "rl:k:" + strconv.Itoa(i), Limit: l, Cost: 1}}
+				bs[i] = []quota.Bucket{{Key: "rl:k:" + strconv.Itoa(i), Limit: l, Cost: 1}}
 			}
 			var warm time.Duration
-			if l.Algorithm == tiers.SlidingWindowLog {
+			if l.Algorithm == quota.SlidingWindowLog {
 				warm = l.Period + l.Period/10
 			}
 			benchSerialWarm(b, bs, warm)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 // With the hash cut to 2 bits, 40 keys share 4 hashes: colliding entries
@@ -21,11 +21,11 @@ func TestHashCollisionsKeepBucketsApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 100, Period: time.Hour}
-	take := func(key string, cost int64) tiers.Result {
+	fw := quota.Limit{Algorithm: quota.FixedWindow, Rate: 100, Period: time.Hour}
+	take := func(key string, cost int64) quota.Result {
 		t.Helper()
-		var res [1]tiers.Result
-		if _, err := s.Take(context.Background(), []tiers.Bucket{{Key: key, Limit: fw, Cost: cost}}, res[:]); err != nil {
+		var res [1]quota.Result
+		if _, err := s.Take(context.Background(), []quota.Bucket{{Key: key, Limit: fw, Cost: cost}}, res[:]); err != nil {
 			t.Fatal(err)
 		}
 		return res[0]

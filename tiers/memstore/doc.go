@@ -1,6 +1,6 @@
-// Package memstore is the in-process tiers.Store: it decides takes on bucket
+// Package memstore is the in-process quota.Store: it decides takes on bucket
 // state held in this process's memory, with exactly the arithmetic of
-// tiers.Algorithm, so that it gives the same decision as the Redis store
+// quota.Algorithm, so that it gives the same decision as the Redis store
 // (package tiers/redisstore) on the same trace; both pass the conformance
 // suite in package testing/storetest. What it decides on its own is how a
 // take stays atomic across its shards, and which state it forgets, and
@@ -19,13 +19,13 @@
 //     leaves it: after the charge when the Take allowed, untouched when it
 //     denied.
 //   - Bad input is an error, never a guess: Take refuses what
-//     tiers.ValidateTake refuses, with its error (the same text every store
+//     quota.ValidateTake refuses, with its error (the same text every store
 //     gives). A policy that resolves two levels to one key has a bug worth
 //     surfacing, and one state under two limits has no single right answer.
 //     Cost 0 is allowed: it reads the bucket without charging it.
-//   - A cost larger than the bucket's capacity (tiers.Limit.Capacity) is
-//     denied, charges nothing, and reports RetryAfter == tiers.Never.
-//   - Expiry. A bucket's state lives for the TTL the tiers.Algorithm doc
+//   - A cost larger than the bucket's capacity (quota.Limit.Capacity) is
+//     denied, charges nothing, and reports RetryAfter == quota.Never.
+//   - Expiry. A bucket's state lives for the TTL the quota.Algorithm doc
 //     gives (token bucket and GCRA: the reset time, at least 1 ms; sliding
 //     window counter: to the end of the next window; sliding window log: the
 //     newest timestamp plus the window; fixed window: to the end of the
@@ -48,15 +48,15 @@
 //     entries first, else the live entry closest to expiry. An evicted
 //     bucket starts again from a new, full bucket; that is the price of
 //     bounded memory, paid by the bucket with the least state left to lose.
-//   - Settle (tiers.Settler) adjusts what takes charged, by a signed cost
-//     per bucket, with the arithmetic of the tiers.Algorithm doc
+//   - Settle (quota.Settler) adjusts what takes charged, by a signed cost
+//     per bucket, with the arithmetic of the quota.Algorithm doc
 //     ("Settlement"): under the same shard locks as a take, at one reading
 //     of the clock. Token bucket and GCRA carry debt (tokens below 0, a
 //     TAT beyond the tolerance); the window algorithms settle in the
 //     window current at settlement, never below 0 (the sliding log drops
 //     its newest timestamps). An absent bucket is full: a refund leaves it
 //     absent, a charge starts it from full.
-//   - Waiting (tiers.Bucket.MaxWait, token bucket and GCRA): a bucket that
+//   - Waiting (quota.Bucket.MaxWait, token bucket and GCRA): a bucket that
 //     would deny but whose units arrive within MaxWait books them (tokens
 //     below 0, the TAT beyond the tolerance) and reports the wait in
 //     Result.Wait; later takes queue behind it.

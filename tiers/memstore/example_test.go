@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
@@ -21,11 +21,11 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	buckets := []tiers.Bucket{
-		{Key: "tenant:acme", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 3, Period: time.Minute}, Cost: 1},
-		{Key: "user:ada", Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 2}, Cost: 1},
+	buckets := []quota.Bucket{
+		{Key: "tenant:acme", Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 3, Period: time.Minute}, Cost: 1},
+		{Key: "user:ada", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 2}, Cost: 1},
 	}
-	res := make([]tiers.Result, len(buckets))
+	res := make([]quota.Result, len(buckets))
 	for _, at := range []time.Duration{0, 0, 0, 100 * time.Millisecond, 200 * time.Millisecond} {
 		clk.Set(clock.Epoch.Add(at))
 		allowed, err := store.Take(context.Background(), buckets, res)

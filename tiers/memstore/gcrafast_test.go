@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
@@ -16,14 +16,14 @@ import (
 // the burst, as the token bucket does; the fixed half microsecond was
 // worth 5 units and admitted 14.
 func TestGCRAFasterThanAMicrosecond(t *testing.T) {
-	for _, alg := range []tiers.Algorithm{tiers.TokenBucket, tiers.GCRA} {
+	for _, alg := range []quota.Algorithm{quota.TokenBucket, quota.GCRA} {
 		clk := clock.New(time.Unix(1_800_000_000, 0))
 		s := newStore(t, memstore.WithClock(clk))
-		l := tiers.Limit{Algorithm: alg, Rate: 10_000, Period: time.Millisecond, Burst: 10}
+		l := quota.Limit{Algorithm: alg, Rate: 10_000, Period: time.Millisecond, Burst: 10}
 		n := 0
 		for i := 0; i < 100; i++ {
-			var res [1]tiers.Result
-			ok, err := s.Take(context.Background(), []tiers.Bucket{{Key: "k", Limit: l, Cost: 1}}, res[:])
+			var res [1]quota.Result
+			ok, err := s.Take(context.Background(), []quota.Bucket{{Key: "k", Limit: l, Cost: 1}}, res[:])
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // Defaults and bounds of the Store's options.
@@ -93,7 +93,7 @@ func WithShards(n int) Option {
 	}
 }
 
-// Store is the in-process tiers.Store. It is safe for concurrent use. The
+// Store is the in-process quota.Store. It is safe for concurrent use. The
 // zero value is not usable; call New.
 type Store struct {
 	clock  floodgate.Clock
@@ -101,13 +101,13 @@ type Store struct {
 	shards []shard
 
 	// Report's records of calls (see report.go), swept of expired ones
-	// at most once per tiers.ReportRecordTTL.
+	// at most once per quota.ReportRecordTTL.
 	rmu       sync.Mutex
 	recs      map[recKey]record
 	recsSwept int64
 }
 
-var _ tiers.Store = (*Store)(nil)
+var _ quota.Store = (*Store)(nil)
 
 // shard is one lock's worth of buckets and their index.
 type shard struct {
@@ -119,12 +119,12 @@ type shard struct {
 
 // entry is one bucket's state. Which fields mean what depends on alg:
 // TokenBucket: f = tokens, ts = time of the last charge. GCRA: f = TAT,
-// in µs since tiers.GCRAEpoch. SlidingWindowCounter: win, curr, prev.
+// in µs since quota.GCRAEpoch. SlidingWindowCounter: win, curr, prev.
 // FixedWindow: win, curr (= count). SlidingWindowLog: log.
 type entry struct {
 	key     string
 	expires int64 // µs; the state is absent at now >= expires
-	alg     tiers.Algorithm
+	alg     quota.Algorithm
 	h       uint64
 	f       float64
 	ts      int64
@@ -228,11 +228,11 @@ type pending struct {
 // local fallback and does not warn about rules with on_store_error local.
 func (s *Store) DecidesOnStoreError() bool { return true }
 
-// Take implements tiers.Store. See the package doc for what it decides.
+// Take implements quota.Store. See the package doc for what it decides.
 // ctx is not consulted: an in-process take never waits for anything but
 // the shard locks, held for the length of the arithmetic.
-func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
-	if err := tiers.ValidateTake(buckets, res); err != nil {
+func (s *Store) Take(_ context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
+	if err := quota.ValidateTake(buckets, res); err != nil {
 		return false, err
 	}
 	n := len(buckets)
@@ -293,7 +293,7 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 	for i := range buckets {
 		p := &ps[i]
 		r := &res[i]
-		*r = tiers.Result{Allowed: p.allow, Limit: buckets[i].Limit.Capacity()}
+		*r = quota.Result{Allowed: p.allow, Limit: buckets[i].Limit.Capacity()}
 		if allowed {
 			r.Remaining, r.Reset, r.Wait = p.remCh, µs(p.resetCh), µs(p.wait)
 		} else {
@@ -302,7 +302,7 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 		switch {
 		case p.allow:
 		case p.retry < 0:
-			r.RetryAfter = tiers.Never
+			r.RetryAfter = quota.Never
 		default:
 			r.RetryAfter = µs(p.retry)
 		}
@@ -316,7 +316,7 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 // those it did not spend (package tiers/localfirst gives back its leases
 // with a negative Report, which is recorded): a Settle of the
 // negated costs, under the same locks, at one reading of the clock, with
-// the settlement arithmetic of the tiers.Algorithm doc (token bucket:
+// the settlement arithmetic of the quota.Algorithm doc (token bucket:
 // refilled to now, then min(B, tokens + c); GCRA: tat = max(t, tat − c·T)).
 // A bucket whose state is absent is full already and is left alone, as is
 // a bucket of cost 0.
@@ -324,16 +324,16 @@ func (s *Store) Take(_ context.Context, buckets []tiers.Bucket, res []tiers.Resu
 // Only TokenBucket and GCRA can be refunded: a window algorithm's units
 // belong to the window they were charged in, which Refund is not told, so
 // a bucket of one is an error naming its algorithm. Bad input is refused
-// with tiers.ValidateTake's error (as if the buckets were a take). Either
+// with quota.ValidateTake's error (as if the buckets were a take). Either
 // error is reported before anything is refunded. ctx is not consulted.
-func (s *Store) Refund(ctx context.Context, buckets []tiers.Bucket) error {
-	if err := tiers.ValidateRefund(buckets); err != nil {
+func (s *Store) Refund(ctx context.Context, buckets []quota.Bucket) error {
+	if err := quota.ValidateRefund(buckets); err != nil {
 		return err
 	}
-	var buf [stackBuckets]tiers.Bucket
+	var buf [stackBuckets]quota.Bucket
 	neg := buf[:0]
 	if len(buckets) > len(buf) {
-		neg = make([]tiers.Bucket, 0, len(buckets))
+		neg = make([]quota.Bucket, 0, len(buckets))
 	}
 	for _, b := range buckets {
 		b.Cost = -b.Cost
@@ -383,10 +383,10 @@ func floorDiv(a, b int64) int64 {
 }
 
 // decide fills p with the decision on b at now, by the arithmetic in the
-// tiers.Algorithm doc. It changes no state except dropping expired
+// quota.Algorithm doc. It changes no state except dropping expired
 // timestamps from a sliding window log, which the arithmetic does on every
 // call.
-func decide(p *pending, b *tiers.Bucket, now int64) {
+func decide(p *pending, b *quota.Bucket, now int64) {
 	lim := b.Limit
 	c := b.Cost
 	over := c > lim.Capacity()
@@ -398,7 +398,7 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 		mw = -1
 	}
 	switch lim.Algorithm {
-	case tiers.TokenBucket:
+	case quota.TokenBucket:
 		B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
 		tokens, ts := B, now
 		if !p.fresh {
@@ -430,21 +430,21 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 			p.resetCh = ceilI(((B - t2) * P) / N)
 			p.expires = satAdd(now, max(p.resetCh, minTTL))
 		}
-	case tiers.GCRA:
+	case quota.GCRA:
 		B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
 		T := P / N
 		// The explicit conversions forbid fused multiply-add (the Go spec
 		// allows fusing otherwise), so every product is rounded on its own,
 		// as in Lua.
 		BT := float64(B * T)
-		sl := tiers.GCRASlack // at most half an emission interval
+		sl := quota.GCRASlack // at most half an emission interval
 		if h := T / 2; h < sl {
 			sl = h
 		}
 		tol := float64(BT + sl)
-		// Times relative to tiers.GCRAEpoch: the int64 difference is exact,
+		// Times relative to quota.GCRAEpoch: the int64 difference is exact,
 		// and so is its conversion for any now within 285 years of it.
-		tf := float64(now - tiers.GCRAEpoch)
+		tf := float64(now - quota.GCRAEpoch)
 		tat := tf
 		if !p.fresh {
 			tat = p.e.f
@@ -469,7 +469,7 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 			p.resetCh = ceilI(tat1 - tf)
 			p.expires = satAdd(now, max(p.resetCh, minTTL))
 		}
-	case tiers.SlidingWindowCounter:
+	case quota.SlidingWindowCounter:
 		W, L := per, lim.Rate
 		w := floorDiv(now, W)
 		e := now - w*W
@@ -499,7 +499,7 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 				p.retry = (W - e) + ceilI(math.Max(0, Wf-(float64(L-c)*Wf)/float64(curr)))
 			}
 		}
-	case tiers.SlidingWindowLog:
+	case quota.SlidingWindowLog:
 		W, L := per, lim.Rate
 		var lg *ring
 		var n int64
@@ -526,7 +526,7 @@ func decide(p *pending, b *tiers.Bucket, now int64) {
 		} else if !over {
 			p.retry = lg.kth(n+c-L) + W - now
 		}
-	case tiers.FixedWindow:
+	case quota.FixedWindow:
 		W, L := per, lim.Rate
 		w := floorDiv(now, W)
 		var count int64
@@ -586,7 +586,7 @@ func toInt(x float64) int64 {
 
 // commit writes p's new state for b. Called with every shard of the Take
 // locked, only when the whole Take allowed.
-func (s *Store) commit(p *pending, b *tiers.Bucket, all []tiers.Bucket, now int64) {
+func (s *Store) commit(p *pending, b *quota.Bucket, all []quota.Bucket, now int64) {
 	e := p.e
 	if e == nil {
 		e = s.insert(&s.shards[p.shard], p.h, b.Key, all, now)
@@ -601,11 +601,11 @@ func (s *Store) commit(p *pending, b *tiers.Bucket, all []tiers.Bucket, now int6
 		}
 	}
 	switch alg {
-	case tiers.TokenBucket, tiers.GCRA:
+	case quota.TokenBucket, quota.GCRA:
 		e.f, e.ts = p.f, p.ts
-	case tiers.SlidingWindowCounter, tiers.FixedWindow:
+	case quota.SlidingWindowCounter, quota.FixedWindow:
 		e.win, e.curr, e.prev = p.win, p.curr, p.prev
-	case tiers.SlidingWindowLog:
+	case quota.SlidingWindowLog:
 		if e.log == nil {
 			e.log = new(ring)
 		}
@@ -626,7 +626,7 @@ func (s *Store) commit(p *pending, b *tiers.Bucket, all []tiers.Bucket, now int6
 var ttlSlack int64
 
 // insert adds a new entry for key to sh, making room first if sh is full.
-func (s *Store) insert(sh *shard, h uint64, key string, take []tiers.Bucket, now int64) *entry {
+func (s *Store) insert(sh *shard, h uint64, key string, take []quota.Bucket, now int64) *entry {
 	if sh.t.used >= sh.cap {
 		evict(sh, take, now)
 	} else {
@@ -646,7 +646,7 @@ func (s *Store) insert(sh *shard, h uint64, key string, take []tiers.Bucket, now
 // deletes the examined entry closest to expiry (ties: the smallest key).
 // Entries the current Take uses are never deleted: they are being
 // committed (an expired one is about to be rewritten).
-func evict(sh *shard, take []tiers.Bucket, now int64) {
+func evict(sh *shard, take []quota.Bucket, now int64) {
 	var victim *entry
 	expired := 0
 	sh.t.scan(evictSample, func(e *entry) bool {
@@ -665,7 +665,7 @@ func evict(sh *shard, take []tiers.Bucket, now int64) {
 	}
 }
 
-func inTake(key string, take []tiers.Bucket) bool {
+func inTake(key string, take []quota.Bucket) bool {
 	for i := range take {
 		if take[i].Key == key {
 			return true

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/storetest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
@@ -27,7 +27,7 @@ func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		return newStore(t, memstore.WithClock(clk))
 	})
 }
@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 // The suite again with one shard and a cap that is never reached: lock
 // ordering and key placement must not change any decision.
 func TestConformanceOneShard(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		return newStore(t, memstore.WithClock(clk), memstore.WithShards(1))
 	})
 }
@@ -63,23 +63,23 @@ func TestBadOptions(t *testing.T) {
 	}
 }
 
-// A refused take is refused with tiers.ValidateTake's error (storetest's
+// A refused take is refused with quota.ValidateTake's error (storetest's
 // BadInput checks every case) and leaves no state behind.
 func TestBadTakeLeavesNoState(t *testing.T) {
 	s := newStore(t)
-	ok := tiers.Limit{Rate: 1, Period: time.Second, Burst: 1}
+	ok := quota.Limit{Rate: 1, Period: time.Second, Burst: 1}
 	cases := []struct {
-		b   []tiers.Bucket
+		b   []quota.Bucket
 		res int
 	}{
-		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}}, 0},
-		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Limit: ok, Cost: 1}}, 2},
-		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Key: "b", Limit: ok, Cost: -2}}, 2},
-		{[]tiers.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Key: "b", Limit: ok, Cost: 1}, {Key: "a", Limit: ok, Cost: 1}}, 3},
+		{[]quota.Bucket{{Key: "a", Limit: ok, Cost: 1}}, 0},
+		{[]quota.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Limit: ok, Cost: 1}}, 2},
+		{[]quota.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Key: "b", Limit: ok, Cost: -2}}, 2},
+		{[]quota.Bucket{{Key: "a", Limit: ok, Cost: 1}, {Key: "b", Limit: ok, Cost: 1}, {Key: "a", Limit: ok, Cost: 1}}, 3},
 	}
 	for _, c := range cases {
-		res := make([]tiers.Result, c.res)
-		want := tiers.ValidateTake(c.b, res)
+		res := make([]quota.Result, c.res)
+		want := quota.ValidateTake(c.b, res)
 		if _, err := s.Take(context.Background(), c.b, res); err == nil || want == nil || err.Error() != want.Error() {
 			t.Errorf("Take error = %v, want %v", err, want)
 		}
@@ -89,12 +89,12 @@ func TestBadTakeLeavesNoState(t *testing.T) {
 	}
 }
 
-var fw10s = tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: 10 * time.Second}
+var fw10s = quota.Limit{Algorithm: quota.FixedWindow, Rate: 5, Period: 10 * time.Second}
 
-func take(t *testing.T, s *memstore.Store, key string, l tiers.Limit, cost int64) tiers.Result {
+func take(t *testing.T, s *memstore.Store, key string, l quota.Limit, cost int64) quota.Result {
 	t.Helper()
-	var res [1]tiers.Result
-	if _, err := s.Take(context.Background(), []tiers.Bucket{{Key: key, Limit: l, Cost: cost}}, res[:]); err != nil {
+	var res [1]quota.Result
+	if _, err := s.Take(context.Background(), []quota.Bucket{{Key: key, Limit: l, Cost: cost}}, res[:]); err != nil {
 		t.Fatal(err)
 	}
 	return res[0]
@@ -105,7 +105,7 @@ func take(t *testing.T, s *memstore.Store, key string, l tiers.Limit, cost int64
 func TestCapEvictsClosestToExpiry(t *testing.T) {
 	clk := clock.New(time.Time{}) // Epoch: a whole 10 s window starts here
 	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(3))
-	min1 := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: time.Minute}
+	min1 := quota.Limit{Algorithm: quota.FixedWindow, Rate: 5, Period: time.Minute}
 	// "late" expires at the end of its 1 min window (60 s); "soon" and
 	// "mid" are fixed windows of 10 s charged at 0 s and at 10 s, so they
 	// expire at 10 s and 20 s.
@@ -115,7 +115,7 @@ func TestCapEvictsClosestToExpiry(t *testing.T) {
 	take(t, s, "soon", fw10s, 1) // still the window [0,10 s): expires at 10 s
 	clk.Set(clock.Epoch.Add(9 * time.Second))
 	// "mid": a 20 s fixed window expiring at 20 s.
-	take(t, s, "mid", tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: 20 * time.Second}, 1)
+	take(t, s, "mid", quota.Limit{Algorithm: quota.FixedWindow, Rate: 5, Period: 20 * time.Second}, 1)
 	if n := s.Len(); n != 3 {
 		t.Fatalf("Len = %d, want 3", n)
 	}
@@ -130,7 +130,7 @@ func TestCapEvictsClosestToExpiry(t *testing.T) {
 		t.Fatalf("late: remaining %d, want 3 (kept)", r.Remaining)
 	}
 	// Touching "late" did not evict anything (it exists).
-	if r := take(t, s, "mid", tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: 20 * time.Second}, 1); r.Remaining != 3 {
+	if r := take(t, s, "mid", quota.Limit{Algorithm: quota.FixedWindow, Rate: 5, Period: 20 * time.Second}, 1); r.Remaining != 3 {
 		t.Fatalf("mid: remaining %d, want 3 (kept)", r.Remaining)
 	}
 	if n := s.Len(); n != 3 {
@@ -141,7 +141,7 @@ func TestCapEvictsClosestToExpiry(t *testing.T) {
 	if r := take(t, s, "soon", fw10s, 1); r.Remaining != 4 {
 		t.Fatalf("soon after eviction: remaining %d, want 4 (a new bucket)", r.Remaining)
 	}
-	if r := take(t, s, "mid", tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: 20 * time.Second}, 1); r.Remaining != 2 {
+	if r := take(t, s, "mid", quota.Limit{Algorithm: quota.FixedWindow, Rate: 5, Period: 20 * time.Second}, 1); r.Remaining != 2 {
 		t.Fatalf("mid: remaining %d, want 2 (kept)", r.Remaining)
 	}
 	if r := take(t, s, "late", min1, 1); r.Remaining != 2 {
@@ -154,7 +154,7 @@ func TestCapEvictsClosestToExpiry(t *testing.T) {
 func TestCapDeletesExpiredFirst(t *testing.T) {
 	clk := clock.New(time.Time{})
 	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(4))
-	hour := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: time.Hour}
+	hour := quota.Limit{Algorithm: quota.FixedWindow, Rate: 5, Period: time.Hour}
 	take(t, s, "a", fw10s, 1) // expires at 10 s
 	take(t, s, "b", fw10s, 1) // expires at 10 s
 	take(t, s, "c", hour, 1)  // expires at 1 h
@@ -175,12 +175,12 @@ func TestCapDeletesExpiredFirst(t *testing.T) {
 func TestCapNeverEvictsTheSameTake(t *testing.T) {
 	clk := clock.New(time.Time{})
 	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(2))
-	hour := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: time.Hour}
+	hour := quota.Limit{Algorithm: quota.FixedWindow, Rate: 5, Period: time.Hour}
 	take(t, s, "old", hour, 1)
-	res := make([]tiers.Result, 2)
+	res := make([]quota.Result, 2)
 	// "a" (expiring at 10 s) is inserted first and would be the closest to
 	// expiry when "b" needs room: "old" must go instead.
-	if ok, err := s.Take(context.Background(), []tiers.Bucket{{Key: "a", Limit: fw10s, Cost: 1}, {Key: "b", Limit: hour, Cost: 1}}, res); err != nil || !ok {
+	if ok, err := s.Take(context.Background(), []quota.Bucket{{Key: "a", Limit: fw10s, Cost: 1}, {Key: "b", Limit: hour, Cost: 1}}, res); err != nil || !ok {
 		t.Fatalf("Take = %v, %v", ok, err)
 	}
 	if r := take(t, s, "a", fw10s, 1); r.Remaining != 3 {
@@ -211,7 +211,7 @@ func TestExpiredEntriesAreSwept(t *testing.T) {
 func TestSlidingLogRingWraps(t *testing.T) {
 	clk := clock.New(time.Time{})
 	s := newStore(t, memstore.WithClock(clk))
-	l := tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 10, Period: 10 * time.Millisecond}
+	l := quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 10, Period: 10 * time.Millisecond}
 	// One take per ms: at most 10 in any 10 ms window, and with one per ms
 	// the log holds 10 runs; after the first 10 ms every take sees 9 in
 	// (now-10 ms, now) and is allowed with 0 remaining.
@@ -238,7 +238,7 @@ func TestSlidingLogRingWraps(t *testing.T) {
 func TestSlidingLogClockBackwards(t *testing.T) {
 	clk := clock.New(time.Time{})
 	s := newStore(t, memstore.WithClock(clk))
-	l := tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 3, Period: 10 * time.Second}
+	l := quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 3, Period: 10 * time.Second}
 	clk.Set(clock.Epoch.Add(5 * time.Second))
 	take(t, s, "log", l, 1)
 	clk.Set(clock.Epoch.Add(2 * time.Second))
@@ -257,12 +257,12 @@ func TestSlidingLogClockBackwards(t *testing.T) {
 // same (the slow path allocates).
 func TestManyBuckets(t *testing.T) {
 	s := newStore(t, memstore.WithClock(clock.New(time.Time{})))
-	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1, Period: time.Hour}
-	var bs []tiers.Bucket
+	l := quota.Limit{Algorithm: quota.FixedWindow, Rate: 1, Period: time.Hour}
+	var bs []quota.Bucket
 	for i := range 20 {
-		bs = append(bs, tiers.Bucket{Key: strings.Repeat("k", 5*i+1), Limit: l, Cost: 1}) // 1..96 bytes: every entry layout
+		bs = append(bs, quota.Bucket{Key: strings.Repeat("k", 5*i+1), Limit: l, Cost: 1}) // 1..96 bytes: every entry layout
 	}
-	res := make([]tiers.Result, len(bs))
+	res := make([]quota.Result, len(bs))
 	if ok, err := s.Take(context.Background(), bs, res); err != nil || !ok {
 		t.Fatalf("first Take = %v, %v", ok, err)
 	}
@@ -281,7 +281,7 @@ func TestManyBuckets(t *testing.T) {
 func TestCapTieEvictsSmallestKey(t *testing.T) {
 	clk := clock.New(time.Time{})
 	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(1), memstore.WithMaxKeys(2))
-	hour := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 5, Period: time.Hour}
+	hour := quota.Limit{Algorithm: quota.FixedWindow, Rate: 5, Period: time.Hour}
 	take(t, s, "b", hour, 1)
 	take(t, s, "a", hour, 1) // both expire at 1 h
 	take(t, s, "c", hour, 1) // evicts "a"
@@ -303,13 +303,13 @@ func TestCapTieEvictsSmallestKey(t *testing.T) {
 // wrapping negative.
 func TestHugeDurationsSaturate(t *testing.T) {
 	s := newStore(t, memstore.WithClock(clock.New(time.Time{})))
-	for _, alg := range []tiers.Algorithm{tiers.TokenBucket, tiers.GCRA} {
-		l := tiers.Limit{Algorithm: alg, Rate: 1, Period: tiers.MaxPeriod, Burst: tiers.MaxRate}
+	for _, alg := range []quota.Algorithm{quota.TokenBucket, quota.GCRA} {
+		l := quota.Limit{Algorithm: alg, Rate: 1, Period: quota.MaxPeriod, Burst: quota.MaxRate}
 		key := "huge:" + alg.String()
-		if r := take(t, s, key, l, tiers.MaxRate); !r.Allowed || r.Reset != time.Duration(math.MaxInt64) {
+		if r := take(t, s, key, l, quota.MaxRate); !r.Allowed || r.Reset != time.Duration(math.MaxInt64) {
 			t.Fatalf("%s: %+v, want allowed with Reset = max Duration", alg, r)
 		}
-		if r := take(t, s, key, l, tiers.MaxRate); r.Allowed || r.RetryAfter != time.Duration(math.MaxInt64) || r.Reset != time.Duration(math.MaxInt64) {
+		if r := take(t, s, key, l, quota.MaxRate); r.Allowed || r.RetryAfter != time.Duration(math.MaxInt64) || r.Reset != time.Duration(math.MaxInt64) {
 			t.Fatalf("%s: %+v, want denied with RetryAfter = Reset = max Duration", alg, r)
 		}
 	}
@@ -322,14 +322,14 @@ func TestHugeDurationsSaturate(t *testing.T) {
 func TestConcurrentChurnKeepsCap(t *testing.T) {
 	clk := clock.New(time.Time{})
 	s := newStore(t, memstore.WithClock(clk), memstore.WithShards(4), memstore.WithMaxKeys(64))
-	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1000, Period: time.Hour}
-	big := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1_000_000, Period: time.Hour}
+	l := quota.Limit{Algorithm: quota.FixedWindow, Rate: 1000, Period: time.Hour}
+	big := quota.Limit{Algorithm: quota.FixedWindow, Rate: 1_000_000, Period: time.Hour}
 	done := make(chan error, 8)
 	for g := range 8 {
 		go func() {
-			res := make([]tiers.Result, 3)
+			res := make([]quota.Result, 3)
 			for i := range 500 {
-				bs := []tiers.Bucket{
+				bs := []quota.Bucket{
 					{Key: "tenant", Limit: big, Cost: 1},
 					{Key: "user" + strconv.Itoa((g*500+i)%200), Limit: l, Cost: 1},
 					{Key: "ip" + strconv.Itoa((g*7+i)%150), Limit: l, Cost: 1},
@@ -368,11 +368,11 @@ func TestConcurrentChurnKeepsCap(t *testing.T) {
 // token bucket and GCRA, also when the refund comes later than the take.
 func TestRefundUndoesTake(t *testing.T) {
 	ctx := context.Background()
-	for _, l := range []tiers.Limit{
-		{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20},
-		{Algorithm: tiers.TokenBucket, Rate: 3, Period: time.Second, Burst: 7},
-		{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 20},
-		{Algorithm: tiers.GCRA, Rate: 3, Period: time.Second, Burst: 7},
+	for _, l := range []quota.Limit{
+		{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 20},
+		{Algorithm: quota.TokenBucket, Rate: 3, Period: time.Second, Burst: 7},
+		{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 20},
+		{Algorithm: quota.GCRA, Rate: 3, Period: time.Second, Burst: 7},
 	} {
 		for _, later := range []time.Duration{0, 70 * time.Millisecond} {
 			t.Run(fmt.Sprintf("%s_%d_per_s/refund_after_%s", l.Algorithm, l.Rate, later), func(t *testing.T) {
@@ -387,7 +387,7 @@ func TestRefundUndoesTake(t *testing.T) {
 					t.Fatalf("take of 4: %+v", r)
 				}
 				clk.Advance(later)
-				if err := s.Refund(ctx, []tiers.Bucket{{Key: "undone", Limit: l, Cost: 4}}); err != nil {
+				if err := s.Refund(ctx, []quota.Bucket{{Key: "undone", Limit: l, Cost: 4}}); err != nil {
 					t.Fatal(err)
 				}
 				for _, step := range []struct {
@@ -410,8 +410,8 @@ func TestRefundUndoesTake(t *testing.T) {
 func TestRefundAbsentAndZero(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 20}
-	bs := []tiers.Bucket{{Key: "a", Limit: l, Cost: 3}, {Key: "b", Limit: l, Cost: 0}}
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 20}
+	bs := []quota.Bucket{{Key: "a", Limit: l, Cost: 3}, {Key: "b", Limit: l, Cost: 0}}
 	if err := s.Refund(ctx, bs); err != nil {
 		t.Fatal(err)
 	}

@@ -6,10 +6,10 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
-var _ tiers.Reporter = (*Store)(nil)
+var _ quota.Reporter = (*Store)(nil)
 
 // recKey names a report call.
 type recKey struct{ instance, seq uint64 }
@@ -23,17 +23,17 @@ type record struct {
 	expires int64
 }
 
-// Report implements tiers.Reporter: each bucket is charged up to its Cost,
+// Report implements quota.Reporter: each bucket is charged up to its Cost,
 // as many units as it holds by the arithmetic of a take of that many (the
 // floor of a token bucket's tokens, of a GCRA's remaining units; an absent
 // bucket is full), or given -Cost back by Settle's arithmetic when Cost is
 // negative, each atomically with the takes of its key, at one
-// reading of the clock; the call is recorded for tiers.ReportRecordTTL. A
+// reading of the clock; the call is recorded for quota.ReportRecordTTL. A
 // call already recorded (resolved as not applied, or sent twice) is
-// refused whole. Bad input is refused with tiers.ValidateReport's error
+// refused whole. Bad input is refused with quota.ValidateReport's error
 // before anything is charged. ctx is not consulted.
-func (s *Store) Report(_ context.Context, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
-	if err := tiers.ValidateReport(instance, buckets, res); err != nil {
+func (s *Store) Report(_ context.Context, instance, seq uint64, buckets []quota.Bucket, res []quota.ReportResult) error {
+	if err := quota.ValidateReport(instance, buckets, res); err != nil {
 		return err
 	}
 	s.rmu.Lock()
@@ -48,7 +48,7 @@ func (s *Store) Report(_ context.Context, instance, seq uint64, buckets []tiers.
 	for i := range buckets {
 		b := &buckets[i]
 		charged, remaining := s.chargeUpTo(b, b.Cost, now)
-		res[i] = tiers.ReportResult{Applied: true, Charged: charged, Remaining: remaining}
+		res[i] = quota.ReportResult{Applied: true, Charged: charged, Remaining: remaining}
 		if charged < b.Cost {
 			if owed == nil {
 				owed = make([]int64, len(buckets))
@@ -56,17 +56,17 @@ func (s *Store) Report(_ context.Context, instance, seq uint64, buckets []tiers.
 			owed[i] = b.Cost - charged
 		}
 	}
-	s.recs[k] = record{applied: true, owed: owed, expires: now + int64(tiers.ReportRecordTTL/time.Microsecond)}
+	s.recs[k] = record{applied: true, owed: owed, expires: now + int64(quota.ReportRecordTTL/time.Microsecond)}
 	return nil
 }
 
-// Resolve implements tiers.Reporter: it says whether the call (instance,
+// Resolve implements quota.Reporter: it says whether the call (instance,
 // seq) was applied and what it charged of each bucket, from its record;
 // a call with no record is recorded as resolved, not applied, so that it
-// never will be. Bad input is refused with tiers.ValidateReport's error.
+// never will be. Bad input is refused with quota.ValidateReport's error.
 // ctx is not consulted.
-func (s *Store) Resolve(_ context.Context, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
-	if err := tiers.ValidateReport(instance, buckets, res); err != nil {
+func (s *Store) Resolve(_ context.Context, instance, seq uint64, buckets []quota.Bucket, res []quota.ReportResult) error {
+	if err := quota.ValidateReport(instance, buckets, res); err != nil {
 		return err
 	}
 	s.rmu.Lock()
@@ -75,12 +75,12 @@ func (s *Store) Resolve(_ context.Context, instance, seq uint64, buckets []tiers
 	k := recKey{instance, seq}
 	r, ok := s.recs[k]
 	if !ok {
-		s.recs[k] = record{expires: now + int64(tiers.ReportRecordTTL/time.Microsecond)}
+		s.recs[k] = record{expires: now + int64(quota.ReportRecordTTL/time.Microsecond)}
 	}
 	for i := range buckets {
-		res[i] = tiers.ReportResult{}
+		res[i] = quota.ReportResult{}
 		if r.applied {
-			res[i] = tiers.ReportResult{Applied: true, Charged: buckets[i].Cost}
+			res[i] = quota.ReportResult{Applied: true, Charged: buckets[i].Cost}
 			if r.owed != nil && i < len(r.owed) {
 				res[i].Charged -= r.owed[i]
 			}
@@ -90,13 +90,13 @@ func (s *Store) Resolve(_ context.Context, instance, seq uint64, buckets []tiers
 }
 
 // records makes the record table ready at now (µs), sweeping expired
-// records at most once per tiers.ReportRecordTTL, and returns now;
+// records at most once per quota.ReportRecordTTL, and returns now;
 // s.rmu is held.
 func (s *Store) records(now int64) int64 {
 	if s.recs == nil {
 		s.recs = make(map[recKey]record)
 	}
-	if now-s.recsSwept >= int64(tiers.ReportRecordTTL/time.Microsecond) {
+	if now-s.recsSwept >= int64(quota.ReportRecordTTL/time.Microsecond) {
 		for k, r := range s.recs {
 			if now >= r.expires {
 				delete(s.recs, k)
@@ -110,7 +110,7 @@ func (s *Store) records(now int64) int64 {
 // chargeUpTo charges b up to want units, as many as it holds at now (a
 // negative want gives -want back, as Settle does), and returns the units
 // charged and what the bucket has left.
-func (s *Store) chargeUpTo(b *tiers.Bucket, want int64, now int64) (charged, remaining int64) {
+func (s *Store) chargeUpTo(b *quota.Bucket, want int64, now int64) (charged, remaining int64) {
 	h := maphash.String(s.seed, b.Key) & hashMask
 	shi, _ := bits.Mul64(h, uint64(len(s.shards)))
 	sh := &s.shards[shi]
@@ -118,7 +118,7 @@ func (s *Store) chargeUpTo(b *tiers.Bucket, want int64, now int64) (charged, rem
 	defer sh.mu.Unlock()
 	p := pending{h: h, shard: uint32(shi), e: sh.t.get(h, b.Key)}
 	p.fresh = p.e == nil || p.e.alg != b.Limit.Algorithm || now >= p.e.expires
-	one := []tiers.Bucket{*b}
+	one := []quota.Bucket{*b}
 	if want < 0 {
 		if !p.fresh { // an absent bucket is full already
 			one[0].Cost = want

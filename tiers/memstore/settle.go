@@ -6,23 +6,23 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
-var _ tiers.Settler = (*Store)(nil)
+var _ quota.Settler = (*Store)(nil)
 
-// Settle implements tiers.Settler: it adds each bucket's signed Cost to
+// Settle implements quota.Settler: it adds each bucket's signed Cost to
 // what the bucket has been charged, with the arithmetic of the
-// tiers.Algorithm doc ("Settlement"): a token bucket or GCRA may go into
+// quota.Algorithm doc ("Settlement"): a token bucket or GCRA may go into
 // debt, a window's count never below 0, an absent bucket is full (a refund
 // leaves it absent, a charge starts it from full). Every bucket is
 // adjusted under the same shard locks as a take, at one reading of the
 // clock, so no take sees a settlement half applied. took is not
 // consulted: this store charged every bucket itself. Bad input is refused
-// with tiers.ValidateSettle's error before anything changes. ctx is not
+// with quota.ValidateSettle's error before anything changes. ctx is not
 // consulted.
-func (s *Store) Settle(_ context.Context, buckets []tiers.Bucket, took []tiers.Result) error {
-	if err := tiers.ValidateSettle(buckets, took); err != nil {
+func (s *Store) Settle(_ context.Context, buckets []quota.Bucket, took []quota.Result) error {
+	if err := quota.ValidateSettle(buckets, took); err != nil {
 		return err
 	}
 	n := len(buckets)
@@ -87,14 +87,14 @@ func (s *Store) Settle(_ context.Context, buckets []tiers.Bucket, took []tiers.R
 // settle adds b's signed cost to its state e at now (see Settle); fresh
 // says the state is absent (e has been wiped for b's algorithm), which
 // happens only for a charge.
-func settle(e *entry, b *tiers.Bucket, now int64, fresh bool) {
+func settle(e *entry, b *quota.Bucket, now int64, fresh bool) {
 	lim := b.Limit
 	per := int64(lim.Period / time.Microsecond)
 	d := b.Cost
 	B, N, P, df := float64(lim.Burst), float64(lim.Rate), float64(per), float64(d)
 	var expires int64
 	switch lim.Algorithm {
-	case tiers.TokenBucket:
+	case quota.TokenBucket:
 		tokens, ts := B, now
 		if !fresh {
 			tokens, ts = e.f, e.ts
@@ -113,9 +113,9 @@ func settle(e *entry, b *tiers.Bucket, now int64, fresh bool) {
 		}
 		e.f, e.ts = tokens, now
 		expires = satAdd(now, max(ceilI(((B-tokens)*P)/N), minTTL))
-	case tiers.GCRA:
+	case quota.GCRA:
 		T := P / N
-		tf := float64(now - tiers.GCRAEpoch)
+		tf := float64(now - quota.GCRAEpoch)
 		tat := tf
 		if !fresh {
 			tat = e.f
@@ -133,7 +133,7 @@ func settle(e *entry, b *tiers.Bucket, now int64, fresh bool) {
 		}
 		e.f = tat
 		expires = satAdd(now, max(ceilI(tat-tf), minTTL))
-	case tiers.FixedWindow:
+	case quota.FixedWindow:
 		W := per
 		w := floorDiv(now, W)
 		var count int64
@@ -145,7 +145,7 @@ func settle(e *entry, b *tiers.Bucket, now int64, fresh bool) {
 		}
 		e.win, e.curr = w, max(0, count+d)
 		expires = (w + 1) * W
-	case tiers.SlidingWindowCounter:
+	case quota.SlidingWindowCounter:
 		W := per
 		w := floorDiv(now, W)
 		var curr, prev int64
@@ -162,7 +162,7 @@ func settle(e *entry, b *tiers.Bucket, now int64, fresh bool) {
 		}
 		e.win, e.curr, e.prev = w, max(0, curr+d), prev
 		expires = (w + 2) * W
-	case tiers.SlidingWindowLog:
+	case quota.SlidingWindowLog:
 		if e.log == nil {
 			e.log = new(ring)
 		}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
@@ -17,22 +17,22 @@ import (
 func ExampleStore_Settle() {
 	clk := clock.New(time.Time{})
 	store, _ := memstore.New(memstore.WithClock(clk))
-	b := tiers.Bucket{Key: "tenant:acme", Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 100, Period: time.Second, Burst: 1000}, Cost: 500}
-	res := make([]tiers.Result, 1)
+	b := quota.Bucket{Key: "tenant:acme", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 100, Period: time.Second, Burst: 1000}, Cost: 500}
+	res := make([]quota.Result, 1)
 	ctx := context.Background()
-	store.Take(ctx, []tiers.Bucket{b}, res)
+	store.Take(ctx, []quota.Bucket{b}, res)
 	for _, delta := range []int64{800 - 500, -100, 700} {
 		b.Cost = delta
-		if err := store.Settle(ctx, []tiers.Bucket{b}, res); err != nil {
+		if err := store.Settle(ctx, []quota.Bucket{b}, res); err != nil {
 			fmt.Println(err)
 			return
 		}
 		b.Cost = 0 // a cost of 0 reads the bucket
-		store.Take(ctx, []tiers.Bucket{b}, res)
+		store.Take(ctx, []quota.Bucket{b}, res)
 		fmt.Printf("settled %+d: remaining %d\n", delta, res[0].Remaining)
 	}
 	b.Cost = 1
-	store.Take(ctx, []tiers.Bucket{b}, res)
+	store.Take(ctx, []quota.Bucket{b}, res)
 	fmt.Println("next take: allowed", res[0].Allowed, "retry after", res[0].RetryAfter)
 	// Output:
 	// settled +300: remaining 200

@@ -3,9 +3,9 @@ package memstore
 import (
 	"testing"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/storetest"
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 // State kept an hour past its TTL must not change any conformance answer:
@@ -14,7 +14,7 @@ import (
 func TestConformanceWithLongerTTLs(t *testing.T) {
 	ttlSlack = 3_600_000_000
 	defer func() { ttlSlack = 0 }()
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		s, err := New(WithClock(clk))
 		if err != nil {
 			t.Fatal(err)

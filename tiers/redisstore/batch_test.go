@@ -12,9 +12,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -47,7 +47,7 @@ func TestBatchingSharesPipelines(t *testing.T) {
 	clk := clock.New(time.Time{})
 	st := fakeTimeStore(t, c, clk, redisstore.WithBatching(1, 64))
 	defer st.Close()
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 40}
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: 40}
 
 	run := func(name string) int64 {
 		t.Helper()
@@ -62,8 +62,8 @@ func TestBatchingSharesPipelines(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				started.Done()
-				var res [1]tiers.Result
-				ok, err := st.Take(context.Background(), []tiers.Bucket{bucket("batch:"+name, l, 1)}, res[:])
+				var res [1]quota.Result
+				ok, err := st.Take(context.Background(), []quota.Bucket{bucket("batch:"+name, l, 1)}, res[:])
 				if err != nil {
 					t.Errorf("%s: Take: %v", name, err)
 				}
@@ -108,8 +108,8 @@ func TestBatchingCloseAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bs := []tiers.Bucket{bucket("bc", tb100, 1)}
-	var res [1]tiers.Result
+	bs := []quota.Bucket{bucket("bc", tb100, 1)}
+	var res [1]quota.Result
 
 	// A caller whose context ends while Redis stalls gets its context's
 	// error, promptly.
@@ -199,7 +199,7 @@ func TestBatchingStopsWithoutClose(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, _ := mustTake(t, st, []tiers.Bucket{bucket("drop", tb100, 1)}); !ok {
+		if ok, _ := mustTake(t, st, []quota.Bucket{bucket("drop", tb100, 1)}); !ok {
 			t.Fatal("take denied")
 		}
 		if n := flushers() - base; n != 3 {
@@ -241,7 +241,7 @@ func TestBatchingCluster(t *testing.T) {
 	c.AddHook(pc)
 	clk := clock.New(time.Time{})
 	st := fakeTimeStore(t, c, clk, redisstore.WithBatching(1, 64))
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
 	tags := []string{"{bc=a}", "{bc=b}", "{bc=c}"}
 
 	run := func(name string) map[string]int64 {
@@ -261,8 +261,8 @@ func TestBatchingCluster(t *testing.T) {
 				defer wg.Done()
 				started.Done()
 				key := tags[g%len(tags)] + name
-				var res [1]tiers.Result
-				ok, err := st.Take(context.Background(), []tiers.Bucket{bucket(key, l, 1)}, res[:])
+				var res [1]quota.Result
+				ok, err := st.Take(context.Background(), []quota.Bucket{bucket(key, l, 1)}, res[:])
 				if err != nil {
 					t.Errorf("%s: Take: %v", name, err)
 				}

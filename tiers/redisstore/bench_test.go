@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -41,19 +41,19 @@ func BenchmarkTake(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = batched.Close() })
-	limits := []tiers.Limit{
-		{Algorithm: tiers.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000},
-		{Algorithm: tiers.GCRA, Rate: 1000, Period: time.Second, Burst: 1000},
-		{Algorithm: tiers.SlidingWindowCounter, Rate: 100000, Period: time.Minute},
-		{Algorithm: tiers.FixedWindow, Rate: 100000, Period: time.Minute},
+	limits := []quota.Limit{
+		{Algorithm: quota.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000},
+		{Algorithm: quota.GCRA, Rate: 1000, Period: time.Second, Burst: 1000},
+		{Algorithm: quota.SlidingWindowCounter, Rate: 100000, Period: time.Minute},
+		{Algorithm: quota.FixedWindow, Rate: 100000, Period: time.Minute},
 	}
 	const principals = 10_000
-	sets := func(levels int) [][]tiers.Bucket {
-		out := make([][]tiers.Bucket, principals)
+	sets := func(levels int) [][]quota.Bucket {
+		out := make([][]quota.Bucket, principals)
 		for p := range out {
-			bs := make([]tiers.Bucket, levels)
+			bs := make([]quota.Bucket, levels)
 			for i := range bs {
-				bs[i] = tiers.Bucket{Key: fmt.Sprintf("{u=%d}:l%d", p, i), Limit: limits[i], Cost: 1}
+				bs[i] = quota.Bucket{Key: fmt.Sprintf("{u=%d}:l%d", p, i), Limit: limits[i], Cost: 1}
 			}
 			out[p] = bs
 		}
@@ -68,7 +68,7 @@ func BenchmarkTake(b *testing.B) {
 			st := v.st
 			b.Run(fmt.Sprintf("levels=%d%s", levels, v.name), func(b *testing.B) {
 				ctx := context.Background()
-				var res [4]tiers.Result
+				var res [4]quota.Result
 				b.ReportAllocs()
 				i := 0
 				cpu0, r0 := processCPU(), redisCPU(b, admin)
@@ -94,7 +94,7 @@ func BenchmarkTake(b *testing.B) {
 				b.SetParallelism(32) // 64 callers on 2 CPUs
 				cpu0, r0 := processCPU(), redisCPU(b, admin)
 				b.RunParallel(func(pb *testing.PB) {
-					var res [4]tiers.Result
+					var res [4]quota.Result
 					i := 0
 					for pb.Next() {
 						if _, err := st.Take(ctx, bss[i%principals], res[:levels]); err != nil {
@@ -162,18 +162,18 @@ func BenchmarkTakeCluster(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}
 	const principals = 10_000
 	for _, shape := range []string{"one-slot", "four-slots"} {
-		bss := make([][]tiers.Bucket, principals)
+		bss := make([][]quota.Bucket, principals)
 		for p := range bss {
-			bs := make([]tiers.Bucket, 4)
+			bs := make([]quota.Bucket, 4)
 			for i := range bs {
 				key := fmt.Sprintf("{u=%d}:l%d", p, i)
 				if shape == "four-slots" {
 					key = fmt.Sprintf("{u=%d:l%d}", p, i)
 				}
-				bs[i] = tiers.Bucket{Key: key, Limit: l, Cost: 1}
+				bs[i] = quota.Bucket{Key: key, Limit: l, Cost: 1}
 			}
 			bss[p] = bs
 		}
@@ -187,7 +187,7 @@ func BenchmarkTakeCluster(b *testing.B) {
 				b.ReportAllocs()
 				b.SetParallelism(32)
 				b.RunParallel(func(pb *testing.PB) {
-					var res [4]tiers.Result
+					var res [4]quota.Result
 					i := 0
 					for pb.Next() {
 						if _, err := st.Take(ctx, bss[i%principals], res[:]); err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // DefaultDenialCacheSize is the over-limit cache's capacity unless
@@ -17,7 +17,7 @@ const DefaultDenialCacheSize = 10_000
 // changed limit never matches a denial decided under the old one.
 type cacheKey struct {
 	key string
-	lim tiers.Limit
+	lim quota.Limit
 }
 
 type cacheEntry struct {
@@ -56,7 +56,7 @@ func (d *denialCache) len() int {
 // denied bucket is reported with its cached numbers; the other buckets,
 // not consulted, are reported Allowed with Remaining = Limit (unknown) and
 // Source = SourceCache. Nothing is charged.
-func (d *denialCache) answer(now time.Time, buckets []tiers.Bucket, res []tiers.Result) bool {
+func (d *denialCache) answer(now time.Time, buckets []quota.Bucket, res []quota.Result) bool {
 	hit := -1
 	var e cacheEntry
 	d.mu.Lock()
@@ -93,7 +93,7 @@ func (d *denialCache) answer(now time.Time, buckets []tiers.Bucket, res []tiers.
 			if reset < 0 {
 				reset = 0
 			}
-			res[i] = tiers.Result{
+			res[i] = quota.Result{
 				Allowed:    false,
 				Limit:      capacity,
 				Remaining:  e.remaining,
@@ -103,7 +103,7 @@ func (d *denialCache) answer(now time.Time, buckets []tiers.Bucket, res []tiers.
 			}
 			continue
 		}
-		res[i] = tiers.Result{Allowed: true, Limit: capacity, Remaining: capacity, Source: floodgate.SourceCache}
+		res[i] = quota.Result{Allowed: true, Limit: capacity, Remaining: capacity, Source: floodgate.SourceCache}
 	}
 	return true
 }
@@ -112,7 +112,7 @@ func (d *denialCache) answer(now time.Time, buckets []tiers.Bucket, res []tiers.
 // and a finite, positive retry-after. sent is when the take was sent
 // (its retry-after counts from Redis's decision, later: a denial never
 // outlives it) and gen the cache's gen then (see gen).
-func (d *denialCache) record(sent time.Time, gen uint64, buckets []tiers.Bucket, res []tiers.Result) {
+func (d *denialCache) record(sent time.Time, gen uint64, buckets []quota.Bucket, res []quota.Result) {
 	now := sent
 	if d.gen.Load() != gen {
 		return

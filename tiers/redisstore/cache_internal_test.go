@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // BenchmarkDenialCachePutFull measures recording a denial of a new key
@@ -15,7 +15,7 @@ import (
 func BenchmarkDenialCachePutFull(b *testing.B) {
 	d := newDenialCache(DefaultDenialCacheSize)
 	now := time.Unix(1_700_000_000, 0)
-	lim := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
+	lim := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
 	live := cacheEntry{until: now.Add(time.Hour), cost: 1}
 	for i := range DefaultDenialCacheSize {
 		d.put(cacheKey{key: "held" + strconv.Itoa(i), lim: lim}, live, now)
@@ -37,7 +37,7 @@ func BenchmarkDenialCachePutFull(b *testing.B) {
 // dropping the denials that ended, or else the one that ends first.
 func TestDenialCacheFull(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	lim := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
+	lim := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
 	key := func(s string) cacheKey { return cacheKey{key: s, lim: lim} }
 	at := func(d time.Duration) cacheEntry { return cacheEntry{until: now.Add(d), cost: 1} }
 
@@ -71,12 +71,12 @@ func TestDenialCacheFull(t *testing.T) {
 // recorded: the units may have lifted it.
 func TestDenialCacheSkipsLiftedDenials(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	lim := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 2}
-	b := []tiers.Bucket{{Key: "k", Limit: lim, Cost: 2, CacheDenials: true}}
-	denied := []tiers.Result{{Allowed: false, RetryAfter: time.Hour}}
+	lim := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 2}
+	b := []quota.Bucket{{Key: "k", Limit: lim, Cost: 2, CacheDenials: true}}
+	denied := []quota.Result{{Allowed: false, RetryAfter: time.Hour}}
 	d := newDenialCache(10)
 	gen := d.gen.Load() // the take is sent
-	back := []tiers.Bucket{{Key: "k", Limit: lim, Cost: -2, CacheDenials: true}}
+	back := []quota.Bucket{{Key: "k", Limit: lim, Cost: -2, CacheDenials: true}}
 	d.forgetRefunded(back, 1) // units given back while it is under way
 	d.record(now, gen, b, denied)
 	if d.len() != 0 {
@@ -93,11 +93,11 @@ func TestDenialCacheSkipsLiftedDenials(t *testing.T) {
 // moment Redis would admit again.
 func TestDenialCacheCountsFromTheSend(t *testing.T) {
 	sent := time.Unix(1_700_000_000, 0)
-	lim := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Second, Burst: 1}
-	b := []tiers.Bucket{{Key: "k", Limit: lim, Cost: 1, CacheDenials: true}}
+	lim := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Second, Burst: 1}
+	b := []quota.Bucket{{Key: "k", Limit: lim, Cost: 1, CacheDenials: true}}
 	d := newDenialCache(10)
-	d.record(sent, d.gen.Load(), b, []tiers.Result{{Allowed: false, RetryAfter: time.Second}})
-	res := make([]tiers.Result, 1)
+	d.record(sent, d.gen.Load(), b, []quota.Result{{Allowed: false, RetryAfter: time.Second}})
+	res := make([]quota.Result, 1)
 	if !d.answer(sent.Add(999*time.Millisecond), b, res) {
 		t.Fatal("not answered within the retry-after")
 	}

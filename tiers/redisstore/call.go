@@ -5,7 +5,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // argBuf is one command argument held in a call's arena. A *argBuf in an
@@ -115,7 +115,7 @@ var (
 // over the buckets named by idx (all when nil), at c.now if c.fixed (else
 // now is "": Redis TIME). With cluster, the first key is also passed as a
 // plain string so the cluster client can route by it.
-func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int, pre bool, minArg []byte, cluster bool) {
+func (c *call) build(sc script, prefix string, buckets []quota.Bucket, idx []int, pre bool, minArg []byte, cluster bool) {
 	n := len(buckets)
 	if idx != nil {
 		n = len(idx)
@@ -135,7 +135,7 @@ func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int
 	c.arena = appendF64(c.arena, int64(n))
 	for j := 0; j < n; j++ {
 		b := &buckets[order(idx, j)]
-		c.log = c.log || b.Limit.Algorithm == tiers.SlidingWindowLog
+		c.log = c.log || b.Limit.Algorithm == quota.SlidingWindowLog
 		c.arena = appendTakeLimit(c.arena, b)
 	}
 	c.offs = append(c.offs, start, len(c.arena))
@@ -170,7 +170,7 @@ func (c *call) build(sc script, prefix string, buckets []tiers.Bucket, idx []int
 //	EVALSHA sha numkeys key... t0 (limit before wrote)...
 //
 // states holds before, wrote for each bucket of idx, in order.
-func (c *call) buildRefund(sc script, prefix string, buckets []tiers.Bucket, idx []int, states []string, t0 int64, cluster bool) {
+func (c *call) buildRefund(sc script, prefix string, buckets []quota.Bucket, idx []int, states []string, t0 int64, cluster bool) {
 	n := len(idx)
 	c.putInt(int64(n))
 	for _, i := range idx {
@@ -193,7 +193,7 @@ func (c *call) buildRefund(sc script, prefix string, buckets []tiers.Bucket, idx
 }
 
 // putLimit appends bucket b's limit and cost as one argument (refund.lua).
-func (c *call) putLimit(b *tiers.Bucket) {
+func (c *call) putLimit(b *quota.Bucket) {
 	start := len(c.arena)
 	c.arena = appendLimit(c.arena, b)
 	c.offs = append(c.offs, start, len(c.arena))
@@ -204,7 +204,7 @@ func (c *call) putLimit(b *tiers.Bucket) {
 // in microseconds, burst and cost as little-endian doubles. Validated
 // limits are far below 2^53, where a double stops being exact; a cost above
 // it is rounded, as any Lua number would round it.
-func appendLimit(dst []byte, b *tiers.Bucket) []byte {
+func appendLimit(dst []byte, b *quota.Bucket) []byte {
 	dst = append(dst, byte(b.Limit.Algorithm))
 	dst = appendF64(dst, b.Limit.Rate)
 	dst = appendF64(dst, b.Limit.Period.Microseconds())
@@ -216,7 +216,7 @@ func appendLimit(dst []byte, b *tiers.Bucket) []byte {
 // them: as appendLimit does, and for a bucket that may wait (MaxWait > 0)
 // the algorithm byte plus 128 and then its longest wait in microseconds as
 // one more double.
-func appendTakeLimit(dst []byte, b *tiers.Bucket) []byte {
+func appendTakeLimit(dst []byte, b *quota.Bucket) []byte {
 	if b.MaxWait <= 0 {
 		return appendLimit(dst, b)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -52,8 +52,8 @@ func TestNewClient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := make([]tiers.Result, 1)
-		b := []tiers.Bucket{{Key: "client:{k}", Cost: 1, Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}}}
+		res := make([]quota.Result, 1)
+		b := []quota.Bucket{{Key: "client:{k}", Cost: 1, Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}}}
 		if ok, err := s.Take(context.Background(), b, res); err != nil || !ok {
 			t.Errorf("%s: take %v %v", tc.url, ok, err)
 		}

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 // maxInlineBuckets is the number of buckets whose slots are grouped
@@ -17,7 +16,7 @@ const maxInlineBuckets = 16
 
 // takeCluster runs a take on a Redis Cluster: one script when every bucket
 // is in one slot, else one per slot in parallel with refunds on a deny.
-func (s *Store) takeCluster(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
+func (s *Store) takeCluster(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
 	var inline [maxInlineBuckets]int
 	slots := inline[:0]
 	if len(buckets) > maxInlineBuckets {
@@ -69,7 +68,7 @@ type slotGroup struct {
 	err     error
 }
 
-func (s *Store) takeMulti(ctx context.Context, buckets []tiers.Bucket, slots []int, res []tiers.Result) (bool, error) {
+func (s *Store) takeMulti(ctx context.Context, buckets []quota.Bucket, slots []int, res []quota.Result) (bool, error) {
 	var groups []*slotGroup
 	bySlot := make(map[int]*slotGroup, 4)
 	for i, sl := range slots {
@@ -149,7 +148,7 @@ func (s *Store) takeMulti(ctx context.Context, buckets []tiers.Bucket, slots []i
 
 // refund runs refund.lua for the buckets idx, charged at time t0, whose
 // states before and after the charge are in states.
-func (s *Store) refund(ctx context.Context, buckets []tiers.Bucket, idx []int, states []string, t0 int64) error {
+func (s *Store) refund(ctx context.Context, buckets []quota.Bucket, idx []int, states []string, t0 int64) error {
 	c := s.pool.Get().(*call)
 	defer s.release(c)
 	c.buildRefund(refundScript, s.prefix, buckets, idx, states, t0, s.cluster != nil)

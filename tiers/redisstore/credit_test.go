@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
@@ -19,18 +19,18 @@ import (
 // Both stores give units back, as package tiers/localfirst needs.
 var (
 	_ interface {
-		Refund(context.Context, []tiers.Bucket) error
+		Refund(context.Context, []quota.Bucket) error
 	} = (*redisstore.Store)(nil)
 	_ interface {
-		Refund(context.Context, []tiers.Bucket) error
+		Refund(context.Context, []quota.Bucket) error
 	} = (*memstore.Store)(nil)
 )
 
-var refundLimits = []tiers.Limit{
-	{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20},
-	{Algorithm: tiers.TokenBucket, Rate: 3, Period: time.Second, Burst: 7},
-	{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 20},
-	{Algorithm: tiers.GCRA, Rate: 3, Period: time.Second, Burst: 7},
+var refundLimits = []quota.Limit{
+	{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 20},
+	{Algorithm: quota.TokenBucket, Rate: 3, Period: time.Second, Burst: 7},
+	{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 20},
+	{Algorithm: quota.GCRA, Rate: 3, Period: time.Second, Burst: 7},
 }
 
 // TestRefundUndoesTake: a Refund of what a Take charged leaves a bucket
@@ -57,10 +57,10 @@ func refundUndoesTake(t *testing.T, c redis.UniversalClient) {
 				prefix := fmt.Sprintf("undo:%s:%d:%d:", l.Algorithm, l.Rate, later)
 				undone, kept := prefix+"{u}", prefix+"{k}"
 				type store interface {
-					tiers.Store
-					Refund(context.Context, []tiers.Bucket) error
+					quota.Store
+					Refund(context.Context, []quota.Bucket) error
 				}
-				both := func(f func(st store) tiers.Result) tiers.Result {
+				both := func(f func(st store) quota.Result) quota.Result {
 					t.Helper()
 					got, want := f(rs), f(ms)
 					got.Source, want.Source = "", ""
@@ -69,10 +69,10 @@ func refundUndoesTake(t *testing.T, c redis.UniversalClient) {
 					}
 					return got
 				}
-				take := func(key string, cost int64) tiers.Result {
+				take := func(key string, cost int64) quota.Result {
 					t.Helper()
-					return both(func(st store) tiers.Result {
-						_, res := mustTake(t, st, []tiers.Bucket{bucket(key, l, cost)})
+					return both(func(st store) quota.Result {
+						_, res := mustTake(t, st, []quota.Bucket{bucket(key, l, cost)})
 						return res[0]
 					})
 				}
@@ -83,11 +83,11 @@ func refundUndoesTake(t *testing.T, c redis.UniversalClient) {
 					t.Fatalf("take of 4: %+v", r)
 				}
 				clk.Advance(later)
-				both(func(st store) tiers.Result {
-					if err := st.Refund(ctx, []tiers.Bucket{bucket(undone, l, 4)}); err != nil {
+				both(func(st store) quota.Result {
+					if err := st.Refund(ctx, []quota.Bucket{bucket(undone, l, 4)}); err != nil {
 						t.Fatal(err)
 					}
-					return tiers.Result{}
+					return quota.Result{}
 				})
 				for _, step := range []struct {
 					after time.Duration
@@ -115,33 +115,33 @@ func TestRefundRedisTime(t *testing.T) {
 	}
 	defer st.Close()
 	ctx := context.Background()
-	for _, alg := range []tiers.Algorithm{tiers.TokenBucket, tiers.GCRA} {
-		l := tiers.Limit{Algorithm: alg, Rate: 1, Period: time.Hour, Burst: 10}
+	for _, alg := range []quota.Algorithm{quota.TokenBucket, quota.GCRA} {
+		l := quota.Limit{Algorithm: alg, Rate: 1, Period: time.Hour, Burst: 10}
 		key := "rt:" + alg.String()
-		if ok, res := mustTake(t, st, []tiers.Bucket{bucket(key, l, 4)}); !ok || res[0].Remaining != 6 {
+		if ok, res := mustTake(t, st, []quota.Bucket{bucket(key, l, 4)}); !ok || res[0].Remaining != 6 {
 			t.Fatalf("%s: take 4 of 10: %v %+v", alg, ok, res[0])
 		}
 		ttl := c.PTTL(ctx, key).Val()
-		if err := st.Refund(ctx, []tiers.Bucket{bucket(key, l, 3)}); err != nil {
+		if err := st.Refund(ctx, []quota.Bucket{bucket(key, l, 3)}); err != nil {
 			t.Fatal(err)
 		}
 		if after := c.PTTL(ctx, key).Val(); after <= 0 || after > ttl {
 			t.Fatalf("%s: TTL %s before the refund, %s after: want it kept", alg, ttl, after)
 		}
-		if _, res := mustTake(t, st, []tiers.Bucket{bucket(key, l, 0)}); res[0].Remaining != 9 {
+		if _, res := mustTake(t, st, []quota.Bucket{bucket(key, l, 0)}); res[0].Remaining != 9 {
 			t.Fatalf("%s: after refunding 3 of 4: %+v, want 9 remaining", alg, res[0])
 		}
 		// More than was charged: capped at the burst.
-		if err := st.Refund(ctx, []tiers.Bucket{bucket(key, l, 50)}); err != nil {
+		if err := st.Refund(ctx, []quota.Bucket{bucket(key, l, 50)}); err != nil {
 			t.Fatal(err)
 		}
-		if _, res := mustTake(t, st, []tiers.Bucket{bucket(key, l, 0)}); res[0].Remaining != 10 || res[0].Reset != 0 {
+		if _, res := mustTake(t, st, []quota.Bucket{bucket(key, l, 0)}); res[0].Remaining != 10 || res[0].Reset != 0 {
 			t.Fatalf("%s: after refunding more than was charged: %+v, want 10 remaining, reset 0", alg, res[0])
 		}
 	}
 	// Absent keys stay absent.
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
-	if err := st.Refund(ctx, []tiers.Bucket{bucket("rt:absent", l, 3)}); err != nil {
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
+	if err := st.Refund(ctx, []quota.Bucket{bucket("rt:absent", l, 3)}); err != nil {
 		t.Fatal(err)
 	}
 	if n := c.Exists(ctx, "rt:absent").Val(); n != 0 {
@@ -154,8 +154,8 @@ func TestRefundRedisTime(t *testing.T) {
 // FLUSH one EVALSHA answered NOSCRIPT and one EVAL. On a cluster it is one
 // script call per slot.
 func TestRefundRoundTrips(t *testing.T) {
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 10}
-	four := []tiers.Bucket{bucket("{a}:1", l, 1), bucket("{b}:2", l, 1), bucket("{a}:3", l, 1), bucket("{c}:4", l, 1)}
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 10}
+	four := []quota.Bucket{bucket("{a}:1", l, 1), bucket("{b}:2", l, 1), bucket("{a}:3", l, 1), bucket("{c}:4", l, 1)}
 	ctx := context.Background()
 
 	srv := redistest.Start(t)
@@ -175,7 +175,7 @@ func TestRefundRoundTrips(t *testing.T) {
 	if got := cnt.take(); fmt.Sprint(got) != fmt.Sprint(map[string]int{"evalsha": 1}) {
 		t.Fatalf("Refund of 4 buckets sent %v, want one evalsha", got)
 	}
-	if err := st.Refund(ctx, []tiers.Bucket{bucket("{a}:1", l, 0)}); err != nil {
+	if err := st.Refund(ctx, []quota.Bucket{bucket("{a}:1", l, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := cnt.take(); len(got) != 0 {
@@ -206,7 +206,7 @@ func TestRefundRoundTrips(t *testing.T) {
 	if got := ccnt.take(); got["evalsha"] != 3 || len(got) != 1 {
 		t.Fatalf("cluster Refund of 4 buckets in 3 slots sent %v, want 3 evalsha", got)
 	}
-	if _, res := mustTake(t, cst, []tiers.Bucket{bucket("{a}:1", l, 0), bucket("{a}:3", l, 0)}); res[0].Remaining != 10 || res[1].Remaining != 10 {
+	if _, res := mustTake(t, cst, []quota.Bucket{bucket("{a}:1", l, 0), bucket("{a}:3", l, 0)}); res[0].Remaining != 10 || res[1].Remaining != 10 {
 		t.Fatalf("after the cluster refund: %+v, want both full", res)
 	}
 }
@@ -217,19 +217,19 @@ func TestRefundForgetsDenial(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	st := fakeTimeStore(t, srv.NewClient(), clk, redisstore.WithDenialCache(10))
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 2}
-	b := tiers.Bucket{Key: "fd", Limit: l, Cost: 2, CacheDenials: true}
-	mustTake(t, st, []tiers.Bucket{b})
-	if ok, res := mustTake(t, st, []tiers.Bucket{b}); ok || res[0].Source != floodgate.SourceStore {
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 2}
+	b := quota.Bucket{Key: "fd", Limit: l, Cost: 2, CacheDenials: true}
+	mustTake(t, st, []quota.Bucket{b})
+	if ok, res := mustTake(t, st, []quota.Bucket{b}); ok || res[0].Source != floodgate.SourceStore {
 		t.Fatalf("second take: %v %+v, want a store deny", ok, res[0])
 	}
-	if ok, res := mustTake(t, st, []tiers.Bucket{b}); ok || res[0].Source != floodgate.SourceCache {
+	if ok, res := mustTake(t, st, []quota.Bucket{b}); ok || res[0].Source != floodgate.SourceCache {
 		t.Fatalf("third take: %v %+v, want a cached deny", ok, res[0])
 	}
-	if err := st.Refund(context.Background(), []tiers.Bucket{b}); err != nil {
+	if err := st.Refund(context.Background(), []quota.Bucket{b}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, res := mustTake(t, st, []tiers.Bucket{b}); !ok || res[0].Source != floodgate.SourceStore {
+	if ok, res := mustTake(t, st, []quota.Bucket{b}); !ok || res[0].Source != floodgate.SourceStore {
 		t.Fatalf("take after the refund: %v %+v, want allowed by the store", ok, res[0])
 	}
 }
@@ -243,17 +243,17 @@ func TestRefundAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 20}
-	bs := []tiers.Bucket{bucket("al:a", l, 1), bucket("al:b", l, 1), bucket("al:c", l, 1)}
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 20}
+	bs := []quota.Bucket{bucket("al:a", l, 1), bucket("al:b", l, 1), bucket("al:c", l, 1)}
 	ctx := context.Background()
-	zero := []tiers.Bucket{bucket("al:a", l, 0)}
+	zero := []quota.Bucket{bucket("al:a", l, 0)}
 	if a := testing.AllocsPerRun(50, func() { _ = st.Refund(ctx, zero) }); a != 0 {
 		t.Fatalf("a Refund of cost 0 allocates %.0f times, want 0", a)
 	}
 	if raceEnabled {
 		t.Skip("allocation counts vary under the race detector (sync.Pool drops items at random)")
 	}
-	var res [3]tiers.Result
+	var res [3]quota.Result
 	// The least of a few measurements: go-redis's pool may dial or grow a
 	// buffer during any one of them on a loaded machine.
 	least := func(f func()) float64 {

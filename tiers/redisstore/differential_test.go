@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
@@ -36,7 +36,7 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 	allowed, denied := 0, 0
 	for step := 0; step < 400; step++ {
 		clk.Advance(time.Duration(rng.IntN(120_000)) * time.Microsecond)
-		var bs []tiers.Bucket
+		var bs []quota.Bucket
 		for i, k := range keys {
 			if rng.IntN(3) == 0 {
 				continue
@@ -45,13 +45,13 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 			if rng.IntN(40) == 0 {
 				cost = 50 // above every capacity
 			}
-			bs = append(bs, tiers.Bucket{Key: prefix + k, Limit: redisstore.SmallLimits[i], Cost: cost})
+			bs = append(bs, quota.Bucket{Key: prefix + k, Limit: redisstore.SmallLimits[i], Cost: cost})
 		}
 		if len(bs) == 0 {
 			continue
 		}
-		want := make([]tiers.Result, len(bs))
-		got := make([]tiers.Result, len(bs))
+		want := make([]quota.Result, len(bs))
+		got := make([]quota.Result, len(bs))
 		wok, err := ms.Take(ctx, bs, want)
 		if err != nil {
 			t.Fatalf("memstore: %v", err)

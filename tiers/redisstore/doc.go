@@ -1,4 +1,4 @@
-// Package redisstore is a tiers.Store kept in Redis (standalone, Sentinel
+// Package redisstore is a quota.Store kept in Redis (standalone, Sentinel
 // through go-redis's FailoverClient, or Redis Cluster, all through
 // redis.UniversalClient), so that every instance of a service decides from
 // the same buckets. It decides how a take reaches Redis: in how many round
@@ -10,12 +10,12 @@
 //
 //   - Arithmetic. The five algorithms run inside Lua scripts (take.lua,
 //     refund.lua, settle.lua, embedded) with exactly the arithmetic of the
-//     tiers.Algorithm doc, on integer microseconds, so decisions equal the
+//     quota.Algorithm doc, on integer microseconds, so decisions equal the
 //     in-process memstore's on the same trace. Time is Redis TIME read inside the
 //     script, so pods with skewed clocks agree; WithClock passes the time as
 //     an argument instead (tests on fake time).
 //
-//   - Bad input. Take refuses what tiers.ValidateTake refuses, with its
+//   - Bad input. Take refuses what quota.ValidateTake refuses, with its
 //     error (the same text every store gives), before any round trip.
 //
 //   - Atomicity and round trips. On a standalone or Sentinel-managed Redis a
@@ -92,7 +92,7 @@
 //     costs (settle.lua), refilled to now and capped at the capacity, with
 //     the arithmetic memstore's Refund uses.
 //
-//   - Settle (tiers.Settler) runs settle.lua: one call per slot (all the
+//   - Settle (quota.Settler) runs settle.lua: one call per slot (all the
 //     buckets on a standalone or Sentinel-managed Redis), each slot
 //     atomically, with the arithmetic memstore's Settle uses, debt
 //     included. A settlement is never retried: one that failed or timed
@@ -107,7 +107,7 @@
 //     is sent again up to 4 times, 8 ms apart and doubling; MOVED and ASK
 //     are followed; any other refusal fails the call at once.
 //
-//   - Waiting (tiers.Bucket.MaxWait): take.lua books the units of a token
+//   - Waiting (quota.Bucket.MaxWait): take.lua books the units of a token
 //     bucket or GCRA bucket that arrive within the bucket's MaxWait (it is
 //     passed with the bucket's limit only when set, so other takes' calls
 //     are unchanged) and replies with their wait; the over-limit cache

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -35,12 +35,12 @@ func Example() {
 		return
 	}
 	defer st.Close() // stops the batching goroutines
-	buckets := []tiers.Bucket{
-		{Key: "{tenant=acme}:plan", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 2, Period: time.Hour}, Cost: 1},
-		{Key: "{user=ann}:search", Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}, Cost: 1},
-		{Key: "{ip=192.0.2.1}:safety", Limit: tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 1},
+	buckets := []quota.Bucket{
+		{Key: "{tenant=acme}:plan", Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 2, Period: time.Hour}, Cost: 1},
+		{Key: "{user=ann}:search", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}, Cost: 1},
+		{Key: "{ip=192.0.2.1}:safety", Limit: quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 1},
 	}
-	res := make([]tiers.Result, len(buckets))
+	res := make([]quota.Result, len(buckets))
 	for i := 0; i < 3; i++ {
 		allowed, err := st.Take(context.Background(), buckets, res)
 		if err != nil {
@@ -76,15 +76,15 @@ func ExampleWithBatching() {
 	}
 	defer st.Close() // stops the batching goroutines
 
-	tenant := tiers.Limit{Algorithm: tiers.GCRA, Rate: 20, Period: time.Hour, Burst: 20}
+	tenant := quota.Limit{Algorithm: quota.GCRA, Rate: 20, Period: time.Hour, Burst: 20}
 	var wg sync.WaitGroup
 	var admitted atomic.Int64
 	for i := 0; i < 50; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var res [1]tiers.Result
-			ok, err := st.Take(context.Background(), []tiers.Bucket{{Key: "{tenant=acme}:plan", Limit: tenant, Cost: 1}}, res[:])
+			var res [1]quota.Result
+			ok, err := st.Take(context.Background(), []quota.Bucket{{Key: "{tenant=acme}:plan", Limit: tenant, Cost: 1}}, res[:])
 			if err == nil && ok {
 				admitted.Add(1)
 			}

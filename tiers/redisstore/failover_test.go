@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -74,10 +74,10 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	const burst = 1_000_000
-	lim := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: burst}
-	bs := []tiers.Bucket{{Key: "fo:user:7", Cost: 1, Limit: lim}, {Key: "fo:ip:7", Cost: 1, Limit: lim}}
+	lim := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: burst}
+	bs := []quota.Bucket{{Key: "fo:user:7", Cost: 1, Limit: lim}, {Key: "fo:ip:7", Cost: 1, Limit: lim}}
 	take := func() (bool, error) {
-		var res [2]tiers.Result
+		var res [2]quota.Result
 		return st.Take(ctx, bs, res[:])
 	}
 	const before = 100
@@ -154,8 +154,8 @@ func TestSentinelFailover(t *testing.T) {
 	for _, b := range bs {
 		peek := b
 		peek.Cost = 0
-		var res [1]tiers.Result
-		if _, err := st.Take(ctx, []tiers.Bucket{peek}, res[:]); err != nil {
+		var res [1]quota.Result
+		if _, err := st.Take(ctx, []quota.Bucket{peek}, res[:]); err != nil {
 			t.Fatal(err)
 		}
 		charged := burst - res[0].Remaining

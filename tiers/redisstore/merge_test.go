@@ -12,20 +12,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
 // SmallLimits is one small limit per algorithm, so random traces deny
 // often; the external tests (differential_test.go) use it too.
-var SmallLimits = []tiers.Limit{
-	{Algorithm: tiers.TokenBucket, Rate: 5, Period: time.Second, Burst: 4},
-	{Algorithm: tiers.GCRA, Rate: 3, Period: 700 * time.Millisecond, Burst: 3},
-	{Algorithm: tiers.SlidingWindowCounter, Rate: 6, Period: 900 * time.Millisecond},
-	{Algorithm: tiers.SlidingWindowLog, Rate: 4, Period: 800 * time.Millisecond},
-	{Algorithm: tiers.FixedWindow, Rate: 5, Period: 600 * time.Millisecond},
+var SmallLimits = []quota.Limit{
+	{Algorithm: quota.TokenBucket, Rate: 5, Period: time.Second, Burst: 4},
+	{Algorithm: quota.GCRA, Rate: 3, Period: 700 * time.Millisecond, Burst: 3},
+	{Algorithm: quota.SlidingWindowCounter, Rate: 6, Period: 900 * time.Millisecond},
+	{Algorithm: quota.SlidingWindowLog, Rate: 4, Period: 800 * time.Millisecond},
+	{Algorithm: quota.FixedWindow, Rate: 5, Period: 600 * time.Millisecond},
 }
 
 // newStore starts a redis-server and returns a store on it (Redis time, no
@@ -44,7 +44,7 @@ func newStore(t *testing.T, opts ...Option) (*Store, *redis.Client) {
 // flushTakes sends takes through one flush of a batcher's flusher, as if
 // they had queued together, and returns them in the order Redis decided
 // them: the merged call's takes, then those sent alone.
-func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]tiers.Bucket) []*pending {
+func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]quota.Bucket) []*pending {
 	t.Helper()
 	f.batch = f.batch[:0]
 	for _, bs := range takes {
@@ -87,9 +87,9 @@ func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 	var allowed, denied, merged, maxMerged, shared int
 	for step := 0; step < 150; step++ {
 		clk.Advance(time.Duration(rng.IntN(150_000)) * time.Microsecond)
-		var takes [][]tiers.Bucket
+		var takes [][]quota.Bucket
 		for n := 1 + rng.IntN(8); len(takes) < n; {
-			var bs []tiers.Bucket
+			var bs []quota.Bucket
 			for i, k := range keys {
 				// the log rarely, so most batches merge
 				if rng.IntN(3) == 0 || (i == 3 && rng.IntN(4) != 0) {
@@ -99,7 +99,7 @@ func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 				if rng.IntN(40) == 0 {
 					cost = 50 // above every capacity
 				}
-				bs = append(bs, tiers.Bucket{Key: k, Limit: SmallLimits[i], Cost: cost})
+				bs = append(bs, quota.Bucket{Key: k, Limit: SmallLimits[i], Cost: cost})
 			}
 			if len(bs) > 0 {
 				takes = append(takes, bs)
@@ -121,7 +121,7 @@ func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 		maxMerged = max(maxMerged, len(f.merged))
 		for j, p := range order {
 			bs := takeOf(t, takes, p)
-			want := make([]tiers.Result, len(bs))
+			want := make([]quota.Result, len(bs))
 			wok, err := ms.Take(ctx, bs, want)
 			if err != nil {
 				t.Fatalf("memstore: %v", err)
@@ -141,9 +141,9 @@ func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 			}
 			for i := range bs {
 				b := bucketAt(p.seg, per, i)
-				g := tiers.Result{Allowed: b.allowed, Limit: bs[i].Limit.Capacity(), Remaining: b.remaining, Reset: usec(b.reset), RetryAfter: usec(b.retry)}
+				g := quota.Result{Allowed: b.allowed, Limit: bs[i].Limit.Capacity(), Remaining: b.remaining, Reset: usec(b.reset), RetryAfter: usec(b.retry)}
 				if b.retry < 0 {
-					g.RetryAfter = tiers.Never
+					g.RetryAfter = quota.Never
 				}
 				w := want[i]
 				w.Source = ""
@@ -165,7 +165,7 @@ func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 }
 
 // takeOf finds the buckets of the take p was built from.
-func takeOf(t *testing.T, takes [][]tiers.Bucket, p *pending) []tiers.Bucket {
+func takeOf(t *testing.T, takes [][]quota.Bucket, p *pending) []quota.Bucket {
 	t.Helper()
 	for _, bs := range takes {
 		if len(bs) == p.c.n && string(p.c.bufs[1].b) == bs[0].Key && sameTake(p.c, bs) {
@@ -176,7 +176,7 @@ func takeOf(t *testing.T, takes [][]tiers.Bucket, p *pending) []tiers.Bucket {
 	return nil
 }
 
-func sameTake(c *call, bs []tiers.Bucket) bool {
+func sameTake(c *call, bs []quota.Bucket) bool {
 	for i, b := range bs {
 		l := c.bufs[c.lim].b[8+33*i:]
 		if string(c.bufs[1+i].b) != b.Key || math.Float64frombits(binary.LittleEndian.Uint64(l[25:])) != float64(b.Cost) {
@@ -192,8 +192,8 @@ func sameTake(c *call, bs []tiers.Bucket) bool {
 func TestMergedCallRefusedChargesNothing(t *testing.T) {
 	s, c := newStore(t) // Redis time, DefaultMinTTL
 	ctx := context.Background()
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
-	takes := [][]tiers.Bucket{
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	takes := [][]quota.Bucket{
 		{{Key: "r:tenant", Limit: l, Cost: 1}, {Key: "r:a", Limit: l, Cost: 1}},
 		{{Key: "r:tenant", Limit: l, Cost: 1}, {Key: "r:b", Limit: l, Cost: 1}},
 		{{Key: "r:tenant", Limit: l, Cost: 1}, {Key: "r:c", Limit: l, Cost: 1}},
@@ -234,8 +234,8 @@ func TestMergedCallNetworkErrorFailsEveryTake(t *testing.T) {
 	}
 	defer s.Close()
 	srv.Kill()
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 10}
-	takes := [][]tiers.Bucket{{{Key: "n:a", Limit: l, Cost: 1}}, {{Key: "n:b", Limit: l, Cost: 1}}}
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 10}
+	takes := [][]quota.Bucket{{{Key: "n:a", Limit: l, Cost: 1}}, {{Key: "n:b", Limit: l, Cost: 1}}}
 	order := flushTakes(t, s, newFlusher(s.client, s.keyPos(), 64), takes)
 	for _, p := range order {
 		var rerr interface{ RedisError() }
@@ -251,17 +251,17 @@ func TestMergedCallNetworkErrorFailsEveryTake(t *testing.T) {
 func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
 	s, c := newStore(t) // Redis time, DefaultMinTTL
 	ctx := context.Background()
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Hour, Burst: 10}
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Hour, Burst: 10}
 	for _, k := range []string{"w:alone", "w:merged"} {
 		if err := c.HSet(ctx, k, "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var res [1]tiers.Result
-	if ok, err := s.Take(ctx, []tiers.Bucket{{Key: "w:alone", Limit: l, Cost: 3}}, res[:]); err != nil || !ok || res[0].Remaining != 7 {
+	var res [1]quota.Result
+	if ok, err := s.Take(ctx, []quota.Bucket{{Key: "w:alone", Limit: l, Cost: 3}}, res[:]); err != nil || !ok || res[0].Remaining != 7 {
 		t.Fatalf("take over a hash: %v %v %+v, want allowed with 7 remaining", ok, err, res[0])
 	}
-	order := flushTakes(t, s, newFlusher(s.client, s.keyPos(), 64), [][]tiers.Bucket{
+	order := flushTakes(t, s, newFlusher(s.client, s.keyPos(), 64), [][]quota.Bucket{
 		{{Key: "w:merged", Limit: l, Cost: 2}},
 		{{Key: "w:merged", Limit: l, Cost: 4}},
 	})
@@ -278,7 +278,7 @@ func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
 			t.Fatalf("%s is a %s after the take, want the state string", k, typ)
 		}
 	}
-	if ok, err := s.Take(ctx, []tiers.Bucket{{Key: "w:merged", Limit: l, Cost: 5}}, res[:]); err != nil || ok {
+	if ok, err := s.Take(ctx, []quota.Bucket{{Key: "w:merged", Limit: l, Cost: 5}}, res[:]); err != nil || ok {
 		t.Fatalf("take of 5 after 6 of 10 were charged: %v %v, want denied", ok, err)
 	}
 }
@@ -300,11 +300,11 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 	}
 	// 10/s, burst 100: a cost of 1 needs 100 ms to refill, below the
 	// 1 s floor; a cost of 90 needs 9 s.
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 100}
-	var res [1]tiers.Result
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 100}
+	var res [1]quota.Result
 	take := func(k string, cost int64) {
 		t.Helper()
-		if ok, err := s.Take(ctx, []tiers.Bucket{{Key: k, Limit: l, Cost: cost}}, res[:]); err != nil || !ok {
+		if ok, err := s.Take(ctx, []quota.Bucket{{Key: k, Limit: l, Cost: cost}}, res[:]); err != nil || !ok {
 			t.Fatalf("take %s cost %d: %v %v", k, cost, ok, err)
 		}
 	}
@@ -329,7 +329,7 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 	// the moved one) keeps it; the key must get the moved deadline.
 	take("d:m", 1)
 	f := newFlusher(s.client, s.keyPos(), 64)
-	order := flushTakes(t, s, f, [][]tiers.Bucket{
+	order := flushTakes(t, s, f, [][]quota.Bucket{
 		{{Key: "d:m", Limit: l, Cost: 90}},
 		{{Key: "d:m", Limit: l, Cost: 1}},
 	})
@@ -357,8 +357,8 @@ func TestMergedGCRAFastRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1_000_000, Period: time.Millisecond, Burst: 1000}
-	takes := [][]tiers.Bucket{
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 1_000_000, Period: time.Millisecond, Burst: 1000}
+	takes := [][]quota.Bucket{
 		{{Key: "g:fast", Limit: l, Cost: 600}},
 		{{Key: "g:fast", Limit: l, Cost: 600}},
 	}
@@ -368,7 +368,7 @@ func TestMergedGCRAFastRate(t *testing.T) {
 		t.Fatalf("%d takes merged, want 2", len(f.merged))
 	}
 	for j, p := range f.merged {
-		var want [1]tiers.Result
+		var want [1]quota.Result
 		wok, err := ms.Take(context.Background(), takes[j], want[:])
 		if err != nil {
 			t.Fatal(err)
@@ -417,15 +417,15 @@ func TestMergedCallsPerSlotCluster(t *testing.T) {
 	var allowed, denied, multi int
 	for step := 0; step < 80; step++ {
 		clk.Advance(time.Duration(rng.IntN(150_000)) * time.Microsecond)
-		var takes [][]tiers.Bucket
+		var takes [][]quota.Bucket
 		for n := 2 + rng.IntN(10); len(takes) < n; {
 			tag := tags[rng.IntN(len(tags))]
-			var bs []tiers.Bucket
+			var bs []quota.Bucket
 			for i, a := range algs {
 				if rng.IntN(3) == 0 || (i == 3 && rng.IntN(4) != 0) {
 					continue
 				}
-				bs = append(bs, tiers.Bucket{Key: tag + a, Limit: SmallLimits[i], Cost: int64(rng.IntN(4))})
+				bs = append(bs, quota.Bucket{Key: tag + a, Limit: SmallLimits[i], Cost: int64(rng.IntN(4))})
 			}
 			if len(bs) > 0 {
 				takes = append(takes, bs)
@@ -444,7 +444,7 @@ func TestMergedCallsPerSlotCluster(t *testing.T) {
 		}
 		for j, p := range order {
 			bs := takeOf(t, takes, p)
-			want := make([]tiers.Result, len(bs))
+			want := make([]quota.Result, len(bs))
 			wok, err := ms.Take(ctx, bs, want)
 			if err != nil {
 				t.Fatalf("memstore: %v", err)
@@ -461,9 +461,9 @@ func TestMergedCallsPerSlotCluster(t *testing.T) {
 			}
 			for i := range bs {
 				b := bucketAt(p.seg, per, i)
-				g := tiers.Result{Allowed: b.allowed, Limit: bs[i].Limit.Capacity(), Remaining: b.remaining, Reset: usec(b.reset), RetryAfter: usec(b.retry)}
+				g := quota.Result{Allowed: b.allowed, Limit: bs[i].Limit.Capacity(), Remaining: b.remaining, Reset: usec(b.reset), RetryAfter: usec(b.retry)}
 				if b.retry < 0 {
-					g.RetryAfter = tiers.Never
+					g.RetryAfter = quota.Never
 				}
 				w := want[i]
 				w.Source = ""

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -41,8 +41,8 @@ func TestClusterSlotMigration(t *testing.T) {
 	// hash tag are: moved key by key, some of its keys are on the new
 	// master before the others (Redis answers TRYAGAIN meanwhile).
 	const burst = 1_000_000
-	lim := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: burst}
-	bs := []tiers.Bucket{
+	lim := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: burst}
+	bs := []quota.Bucket{
 		{Key: "{mig}:user:7", Cost: 1, Limit: lim},
 		{Key: "{mig}:user:7:search", Cost: 1, Limit: lim},
 		{Key: "{mig}:ip:7", Cost: 1, Limit: lim},
@@ -52,7 +52,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	var admitted, denied, failed, during atomic.Int64
 	var moving, moved atomic.Bool
 	take := func() {
-		var res [4]tiers.Result
+		var res [4]quota.Result
 		ok, err := st.Take(ctx, bs, res[:])
 		switch {
 		case err != nil:
@@ -132,8 +132,8 @@ func TestClusterSlotMigration(t *testing.T) {
 	}
 
 	// Whatever failed during the move charged nothing, on every level.
-	var res [4]tiers.Result
-	peek := append([]tiers.Bucket(nil), bs...)
+	var res [4]quota.Result
+	peek := append([]quota.Bucket(nil), bs...)
 	for i := range peek {
 		peek[i].Cost = 0
 	}

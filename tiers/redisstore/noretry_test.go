@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -75,18 +75,18 @@ func TestStalledReplyNotSentTwice(t *testing.T) {
 	defer st.Close()
 	warm(t, c)
 
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
-	bs := []tiers.Bucket{{Key: "noretry:stall", Limit: l, Cost: 1}}
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
+	bs := []quota.Bucket{{Key: "noretry:stall", Limit: l, Cost: 1}}
 
 	srv.Pause()
 	type out struct {
 		ok  bool
 		err error
-		res tiers.Result
+		res quota.Result
 	}
 	done := make(chan out, 1)
 	go func() {
-		var res [1]tiers.Result
+		var res [1]quota.Result
 		ok, err := st.Take(context.Background(), bs, res[:])
 		done <- out{ok, err, res[0]}
 	}()
@@ -101,8 +101,8 @@ func TestStalledReplyNotSentTwice(t *testing.T) {
 	t.Logf("Take: ok=%v err=%v remaining=%d", o.ok, o.err, o.res.Remaining)
 
 	// What the bucket holds now: a zero-cost take reports it.
-	var res [1]tiers.Result
-	probe := []tiers.Bucket{{Key: "noretry:stall", Limit: l, Cost: 0}}
+	var res [1]quota.Result
+	probe := []quota.Bucket{{Key: "noretry:stall", Limit: l, Cost: 0}}
 	if _, err := st.Take(context.Background(), probe, res[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +132,9 @@ func TestStalledReplyNotSentTwiceCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
-	var res [1]tiers.Result
-	if _, err := st.Take(context.Background(), []tiers.Bucket{{Key: key, Limit: l, Cost: 0}}, res[:]); err != nil {
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
+	var res [1]quota.Result
+	if _, err := st.Take(context.Background(), []quota.Bucket{{Key: key, Limit: l, Cost: 0}}, res[:]); err != nil {
 		t.Fatal(err)
 	}
 	warm(t, c, key)
@@ -143,9 +143,9 @@ func TestStalledReplyNotSentTwiceCluster(t *testing.T) {
 	done := make(chan error, 1)
 	var ok bool
 	go func() {
-		var r [1]tiers.Result
+		var r [1]quota.Result
 		var err error
-		ok, err = st.Take(context.Background(), []tiers.Bucket{{Key: key, Limit: l, Cost: 1}}, r[:])
+		ok, err = st.Take(context.Background(), []quota.Bucket{{Key: key, Limit: l, Cost: 1}}, r[:])
 		done <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
@@ -156,7 +156,7 @@ func TestStalledReplyNotSentTwiceCluster(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Take did not return")
 	}
-	if _, err := st.Take(context.Background(), []tiers.Bucket{{Key: key, Limit: l, Cost: 0}}, res[:]); err != nil {
+	if _, err := st.Take(context.Background(), []quota.Bucket{{Key: key, Limit: l, Cost: 0}}, res[:]); err != nil {
 		t.Fatal(err)
 	}
 	charged := l.Burst - res[0].Remaining
@@ -179,11 +179,11 @@ func TestStalledReportNotSentTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 10}
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 10}
 	warm(t, c, key)
 
-	bs := []tiers.Bucket{{Key: key, Limit: l, Cost: 3}}
-	out := make([]tiers.ReportResult, 1)
+	bs := []quota.Bucket{{Key: key, Limit: l, Cost: 3}}
+	out := make([]quota.ReportResult, 1)
 	node.Pause()
 	done := make(chan error, 1)
 	go func() {
@@ -199,8 +199,8 @@ func TestStalledReportNotSentTwice(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Report did not return")
 	}
-	var res [1]tiers.Result
-	if _, err := st.Take(context.Background(), []tiers.Bucket{{Key: key, Limit: l, Cost: 0}}, res[:]); err != nil {
+	var res [1]quota.Result
+	if _, err := st.Take(context.Background(), []quota.Bucket{{Key: key, Limit: l, Cost: 0}}, res[:]); err != nil {
 		t.Fatal(err)
 	}
 	charged := l.Burst - res[0].Remaining
@@ -220,10 +220,10 @@ func TestCloseAnswersTheTakesItSends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
-	bs := []tiers.Bucket{{Key: "close", Limit: l, Cost: 1}}
-	var res [1]tiers.Result
-	if _, err := st.Take(context.Background(), []tiers.Bucket{{Key: "close", Limit: l, Cost: 0}}, res[:]); err != nil {
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: 10}
+	bs := []quota.Bucket{{Key: "close", Limit: l, Cost: 1}}
+	var res [1]quota.Result
+	if _, err := st.Take(context.Background(), []quota.Bucket{{Key: "close", Limit: l, Cost: 0}}, res[:]); err != nil {
 		t.Fatal(err)
 	}
 	srv.Pause()
@@ -233,7 +233,7 @@ func TestCloseAnswersTheTakesItSends(t *testing.T) {
 	}
 	done := make(chan out, 1)
 	go func() {
-		var r [1]tiers.Result
+		var r [1]quota.Result
 		ok, err := st.Take(context.Background(), bs, r[:])
 		done <- out{ok, err}
 	}()
@@ -257,7 +257,7 @@ func TestCloseAnswersTheTakesItSends(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st2.Close()
-	if _, err := st2.Take(context.Background(), []tiers.Bucket{{Key: "close", Limit: l, Cost: 0}}, res[:]); err != nil {
+	if _, err := st2.Take(context.Background(), []quota.Bucket{{Key: "close", Limit: l, Cost: 0}}, res[:]); err != nil {
 		t.Fatal(err)
 	}
 	if charged := l.Burst - res[0].Remaining; charged != 1 {
@@ -275,19 +275,19 @@ func TestCloseAnswersTheTakesItSends(t *testing.T) {
 func TestNegativeReportLiftsDenial(t *testing.T) {
 	srv := redistest.Start(t)
 	st := fakeTimeStore(t, srv.NewClient(), frozenClock(), redisstore.WithDenialCache(10))
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 2}
-	b := tiers.Bucket{Key: "noretry:neg", Limit: l, Cost: 2, CacheDenials: true}
-	mustTake(t, st, []tiers.Bucket{b})
-	if ok, _ := mustTake(t, st, []tiers.Bucket{b}); ok {
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 2}
+	b := quota.Bucket{Key: "noretry:neg", Limit: l, Cost: 2, CacheDenials: true}
+	mustTake(t, st, []quota.Bucket{b})
+	if ok, _ := mustTake(t, st, []quota.Bucket{b}); ok {
 		t.Fatal("second take allowed")
 	}
 	back := b
 	back.Cost = -2
-	out := make([]tiers.ReportResult, 1)
-	if err := st.Report(context.Background(), 1, 1, []tiers.Bucket{back}, out); err != nil || !out[0].Applied {
+	out := make([]quota.ReportResult, 1)
+	if err := st.Report(context.Background(), 1, 1, []quota.Bucket{back}, out); err != nil || !out[0].Applied {
 		t.Fatalf("Report: %v %+v", err, out[0])
 	}
-	if ok, res := mustTake(t, st, []tiers.Bucket{b}); !ok {
+	if ok, res := mustTake(t, st, []quota.Bucket{b}); !ok {
 		t.Fatalf("take after 2 units given back by Report: denied %+v, want allowed", res[0])
 	}
 }
@@ -304,13 +304,13 @@ func TestManyBucketsKeyOfAnotherType(t *testing.T) {
 	if err := c.RPush(context.Background(), "wt:7", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	l := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
 	for _, n := range []int{1000, 1001} {
-		bs := make([]tiers.Bucket, n)
+		bs := make([]quota.Bucket, n)
 		for i := range bs {
-			bs[i] = tiers.Bucket{Key: "wt:" + strconv.Itoa(i), Limit: l, Cost: 1}
+			bs[i] = quota.Bucket{Key: "wt:" + strconv.Itoa(i), Limit: l, Cost: 1}
 		}
-		res := make([]tiers.Result, n)
+		res := make([]quota.Result, n)
 		ok, err := st.Take(context.Background(), bs, res)
 		if err != nil || !ok {
 			t.Errorf("take of %d buckets, one key a list: %v %v, want allowed (the key replaced)", n, ok, err)
@@ -326,10 +326,10 @@ func TestManyBucketsKeyOfAnotherType(t *testing.T) {
 func TestGCRAFasterThanAMicrosecond(t *testing.T) {
 	srv := redistest.Start(t)
 	st := fakeTimeStore(t, srv.NewClient(), frozenClock(), redisstore.WithBatching(0, 0))
-	l := tiers.Limit{Algorithm: tiers.GCRA, Rate: 10_000, Period: time.Millisecond, Burst: 10}
+	l := quota.Limit{Algorithm: quota.GCRA, Rate: 10_000, Period: time.Millisecond, Burst: 10}
 	n := 0
 	for range 100 {
-		if ok, _ := mustTake(t, st, []tiers.Bucket{{Key: "gcra:fast", Limit: l, Cost: 1}}); ok {
+		if ok, _ := mustTake(t, st, []quota.Bucket{{Key: "gcra:fast", Limit: l, Cost: 1}}); ok {
 			n++
 		}
 	}

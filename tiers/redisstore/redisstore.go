@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 //go:embed take.lua
@@ -54,7 +54,7 @@ func usec(v int64) time.Duration {
 	return time.Duration(v) * time.Microsecond
 }
 
-// Store is a tiers.Store over Redis. It is safe for concurrent use.
+// Store is a quota.Store over Redis. It is safe for concurrent use.
 type Store struct {
 	client        redis.UniversalClient
 	cluster       *redis.ClusterClient // non-nil when client is a cluster client
@@ -325,11 +325,11 @@ func (s *Store) Close() error {
 // now is the time of the over-limit cache.
 func (s *Store) now() time.Time { return s.cacheClock.Now() }
 
-// Take implements tiers.Store: it charges every bucket its cost if and only
+// Take implements quota.Store: it charges every bucket its cost if and only
 // if every bucket allows it. See the package doc for the round trips and the
 // consistency on Redis Cluster.
-func (s *Store) Take(ctx context.Context, buckets []tiers.Bucket, res []tiers.Result) (bool, error) {
-	if err := tiers.ValidateTake(buckets, res); err != nil {
+func (s *Store) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
+	if err := quota.ValidateTake(buckets, res); err != nil {
 		return false, err
 	}
 	if len(buckets) == 0 {
@@ -482,7 +482,7 @@ func isNoScript(err error) bool {
 
 // takeOne runs take.lua once over buckets, all in one slot (0 on a
 // standalone Redis), and fills res; batched unless batching is off.
-func (s *Store) takeOne(ctx context.Context, buckets []tiers.Bucket, slot int, res []tiers.Result) (bool, error) {
+func (s *Store) takeOne(ctx context.Context, buckets []quota.Bucket, slot int, res []quota.Result) (bool, error) {
 	c := s.pool.Get().(*call)
 	defer s.release(c)
 	c.slot = slot
@@ -501,7 +501,7 @@ func (s *Store) release(c *call) {
 // runTake builds and sends take.lua for the buckets named by idx (all when
 // idx is nil), retrying once with EVAL on NOSCRIPT, and writes their
 // results. It returns whether the script charged, and the time it used.
-func (s *Store) runTake(ctx context.Context, c *call, buckets []tiers.Bucket, idx []int, res []tiers.Result, pre bool) (bool, int64, error) {
+func (s *Store) runTake(ctx context.Context, c *call, buckets []quota.Bucket, idx []int, res []quota.Result, pre bool) (bool, int64, error) {
 	if s.clock != nil {
 		c.now, c.fixed = s.clock.Now().UnixMicro(), true
 	}
@@ -554,7 +554,7 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []tiers.Bucket, id
 				r.Wait = usec(b.retry)
 			}
 		case b.retry < 0:
-			r.RetryAfter = tiers.Never
+			r.RetryAfter = quota.Never
 		default:
 			r.RetryAfter = usec(b.retry)
 		}

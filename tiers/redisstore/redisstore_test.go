@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -61,20 +61,20 @@ func (c *counter) take() map[string]int {
 	return out
 }
 
-func bucket(key string, l tiers.Limit, cost int64) tiers.Bucket {
-	return tiers.Bucket{Key: key, Limit: l, Cost: cost}
+func bucket(key string, l quota.Limit, cost int64) quota.Bucket {
+	return quota.Bucket{Key: key, Limit: l, Cost: cost}
 }
 
 var (
-	tb100  = tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 100}
-	gcra50 = tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 50}
-	swl30  = tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 30, Period: time.Second}
-	big    = tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 1_000_000}
+	tb100  = quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 100}
+	gcra50 = quota.Limit{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 50}
+	swl30  = quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 30, Period: time.Second}
+	big    = quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 1_000_000}
 )
 
-func mustTake(t testing.TB, st tiers.Store, bs []tiers.Bucket) (bool, []tiers.Result) {
+func mustTake(t testing.TB, st quota.Store, bs []quota.Bucket) (bool, []quota.Result) {
 	t.Helper()
-	res := make([]tiers.Result, len(bs))
+	res := make([]quota.Result, len(bs))
 	ok, err := st.Take(context.Background(), bs, res)
 	if err != nil {
 		t.Fatalf("Take: %v", err)
@@ -105,15 +105,15 @@ func oneRoundTrip(t *testing.T, c *redis.Client) {
 	}
 	defer st.Close()
 	cnt.take() // forget SCRIPT LOAD
-	levels := []tiers.Limit{
+	levels := []quota.Limit{
 		tb100,
 		gcra50,
-		{Algorithm: tiers.SlidingWindowCounter, Rate: 100, Period: time.Minute},
-		{Algorithm: tiers.FixedWindow, Rate: 100, Period: time.Minute},
+		{Algorithm: quota.SlidingWindowCounter, Rate: 100, Period: time.Minute},
+		{Algorithm: quota.FixedWindow, Rate: 100, Period: time.Minute},
 	}
 	for _, n := range []int{1, 4} {
 		t.Run(fmt.Sprintf("%d_levels", n), func(t *testing.T) {
-			bs := make([]tiers.Bucket, n)
+			bs := make([]quota.Bucket, n)
 			for i := range bs {
 				bs[i] = bucket(fmt.Sprintf("rt%d:%d", n, i), levels[i], 1)
 			}
@@ -149,7 +149,7 @@ func TestNoScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	bs := []tiers.Bucket{bucket("ns:a", tb100, 1), bucket("ns:b", gcra50, 1)}
+	bs := []quota.Bucket{bucket("ns:a", tb100, 1), bucket("ns:b", gcra50, 1)}
 	mustTake(t, st, bs)
 	cnt.take()
 
@@ -204,7 +204,7 @@ func storesN(t *testing.T, n int, client func() redis.UniversalClient, clk flood
 
 // storm runs pods x goroutines, each making attempts takes of bs built by
 // mk (given pod and goroutine), and returns how many were allowed.
-func storm(t *testing.T, stores []*redisstore.Store, goroutines, attempts int, mk func(pod, g, i int) []tiers.Bucket) int64 {
+func storm(t *testing.T, stores []*redisstore.Store, goroutines, attempts int, mk func(pod, g, i int) []quota.Bucket) int64 {
 	t.Helper()
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
@@ -216,7 +216,7 @@ func storm(t *testing.T, stores []*redisstore.Store, goroutines, attempts int, m
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var res [8]tiers.Result
+				var res [8]quota.Result
 				for i := 0; i < attempts; i++ {
 					bs := mk(p, g, i)
 					ok, err := st.Take(ctx, bs, res[:len(bs)])
@@ -244,13 +244,13 @@ func storm(t *testing.T, stores []*redisstore.Store, goroutines, attempts int, m
 // limit (sliding log) is admitted, no more, no less.
 func TestAggregateFrozen(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, l := range []tiers.Limit{tb100, gcra50, swl30} {
+	for _, l := range []quota.Limit{tb100, gcra50, swl30} {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			clk := clock.New(time.Time{})
 			stores := storesN(t, 8, func() redis.UniversalClient { return srv.NewClient() }, clk)
 			key := "agg:" + l.Algorithm.String()
-			got := storm(t, stores, 16, 10, func(_, _, _ int) []tiers.Bucket {
-				return []tiers.Bucket{bucket(key, l, 1)}
+			got := storm(t, stores, 16, 10, func(_, _, _ int) []quota.Bucket {
+				return []quota.Bucket{bucket(key, l, 1)}
 			})
 			if want := l.Capacity(); got != want {
 				t.Fatalf("1280 attempts on a frozen clock: allowed %d, want exactly %d", got, want)
@@ -264,9 +264,9 @@ func TestAggregateFrozen(t *testing.T) {
 // alone is always reached).
 func TestAggregateLive(t *testing.T) {
 	srv := redistest.Start(t)
-	limits := []tiers.Limit{
-		{Algorithm: tiers.TokenBucket, Rate: 200, Period: time.Second, Burst: 40},
-		{Algorithm: tiers.GCRA, Rate: 200, Period: time.Second, Burst: 40},
+	limits := []quota.Limit{
+		{Algorithm: quota.TokenBucket, Rate: 200, Period: time.Second, Burst: 40},
+		{Algorithm: quota.GCRA, Rate: 200, Period: time.Second, Burst: 40},
 	}
 	for _, l := range limits {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
@@ -282,8 +282,8 @@ func TestAggregateLive(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						var res [1]tiers.Result
-						bs := []tiers.Bucket{bucket(key, l, 1)}
+						var res [1]quota.Result
+						bs := []quota.Bucket{bucket(key, l, 1)}
 						for i := 0; i < 100_000 && time.Now().Before(deadline); i++ {
 							ok, err := st.Take(context.Background(), bs, res[:])
 							if err != nil {
@@ -320,7 +320,7 @@ func TestSlidingLogNeverExceeds(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	stores := storesN(t, 8, func() redis.UniversalClient { return srv.NewClient() }, clk)
-	l := tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 20, Period: 100 * time.Millisecond}
+	l := quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 20, Period: 100 * time.Millisecond}
 	var mu sync.RWMutex // readers: takes; writer: the clock driver
 	var adm sync.Mutex
 	var admitted []time.Time
@@ -345,8 +345,8 @@ func TestSlidingLogNeverExceeds(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var res [1]tiers.Result
-				bs := []tiers.Bucket{bucket("swl:live", l, 1)}
+				var res [1]quota.Result
+				bs := []quota.Bucket{bucket("swl:live", l, 1)}
 				for i := 0; i < 60; i++ {
 					mu.RLock()
 					now := clk.Now()
@@ -400,14 +400,14 @@ func sortTimes(ts []time.Time) {
 func allOrNothing(t *testing.T, mkClient func() redis.UniversalClient, keyPrefix string) {
 	clk := clock.New(time.Time{})
 	stores := storesN(t, 8, mkClient, clk)
-	tenant := tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 1, Period: time.Hour, Burst: 37}
+	tenant := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 37}
 	users := []string{"u0", "u1", "u2", "u3"}
 	ips := []string{"ip0", "ip1", "ip2"}
 	uKey := func(u string) string { return keyPrefix + "{user=" + u + "}:user" }
 	iKey := func(ip string) string { return keyPrefix + "{ip=" + ip + "}:ip" }
 	tKey := keyPrefix + "{tenant=acme}:tenant"
-	mk := func(p, g, i int) []tiers.Bucket {
-		return []tiers.Bucket{
+	mk := func(p, g, i int) []quota.Bucket {
+		return []quota.Bucket{
 			bucket(uKey(users[(p+g+i)%len(users)]), big, 1),
 			bucket(iKey(ips[(p*16+g+i)%len(ips)]), big, 1),
 			bucket(tKey, tenant, 1),
@@ -419,7 +419,7 @@ func allOrNothing(t *testing.T, mkClient func() redis.UniversalClient, keyPrefix
 	}
 	// Read consumption with cost-0 takes: Remaining = floor(tokens).
 	read := func(key string) int64 {
-		_, res := mustTake(t, stores[0], []tiers.Bucket{bucket(key, big, 0)})
+		_, res := mustTake(t, stores[0], []quota.Bucket{bucket(key, big, 0)})
 		return big.Burst - res[0].Remaining
 	}
 	var uSum, iSum int64
@@ -463,8 +463,8 @@ func TestDenialCache(t *testing.T) {
 	c.AddHook(cnt)
 	clk := clock.New(time.Time{})
 	st := fakeTimeStore(t, c, clk, redisstore.WithDenialCache(100))
-	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 2, Period: time.Second}
-	bs := []tiers.Bucket{
+	l := quota.Limit{Algorithm: quota.FixedWindow, Rate: 2, Period: time.Second}
+	bs := []quota.Bucket{
 		{Key: "dc:user", Limit: big, Cost: 1},
 		{Key: "dc:login", Limit: l, Cost: 1, CacheDenials: true},
 	}
@@ -493,12 +493,12 @@ func TestDenialCache(t *testing.T) {
 		t.Fatalf("CacheHits = %d, want 5", st.CacheHits())
 	}
 	// The user level was not charged by the cached denials.
-	_, res = mustTake(t, st, []tiers.Bucket{{Key: "dc:user", Limit: big, Cost: 0}})
+	_, res = mustTake(t, st, []quota.Bucket{{Key: "dc:user", Limit: big, Cost: 0}})
 	if res[0].Remaining != big.Burst-2 {
 		t.Fatalf("user remaining %d, want %d", res[0].Remaining, big.Burst-2)
 	}
 	// A changed limit goes to Redis (and is allowed: 3 per window > 2 used).
-	bs3 := []tiers.Bucket{bs[0], {Key: "dc:login", Limit: tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 3, Period: time.Second}, Cost: 1, CacheDenials: true}}
+	bs3 := []quota.Bucket{bs[0], {Key: "dc:login", Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 3, Period: time.Second}, Cost: 1, CacheDenials: true}}
 	cnt.take()
 	if ok, res := mustTake(t, st, bs3); !ok || res[1].Source != floodgate.SourceStore {
 		t.Fatalf("changed limit: ok=%v res=%+v, want allowed by the store", ok, res[1])
@@ -537,9 +537,9 @@ func TestHostileKeysCluster(t *testing.T) {
 			t.Fatalf("Slot(%q) = %d, Redis says %d", trunc(full), got, want)
 		}
 	}
-	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 3, Period: time.Hour}
+	l := quota.Limit{Algorithm: quota.FixedWindow, Rate: 3, Period: time.Hour}
 	for i := 0; i+4 <= len(keys); i += 2 {
-		bs := []tiers.Bucket{bucket(keys[i], l, 1), bucket(keys[i+1], l, 1), bucket(keys[i+2], l, 1), bucket(keys[i+3], l, 1)}
+		bs := []quota.Bucket{bucket(keys[i], l, 1), bucket(keys[i+1], l, 1), bucket(keys[i+2], l, 1), bucket(keys[i+3], l, 1)}
 		if ok, _ := mustTake(t, st, bs); !ok {
 			t.Fatalf("take of keys %d..%d denied", i, i+3)
 		}
@@ -602,8 +602,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Fatalf("New against a down Redis: %v", err)
 	}
 	defer st.Close()
-	var res [1]tiers.Result
-	if _, err := st.Take(context.Background(), []tiers.Bucket{bucket("k", tb100, 1)}, res[:]); err == nil {
+	var res [1]quota.Result
+	if _, err := st.Take(context.Background(), []quota.Bucket{bucket("k", tb100, 1)}, res[:]); err == nil {
 		t.Fatal("Take against a down Redis returned no error")
 	} else if _, ok := err.(net.Error); !ok && !strings.Contains(err.Error(), "redisstore") {
 		t.Fatalf("Take error %v does not say where it came from", err)
@@ -619,15 +619,15 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.NewClient()
 	cases := []struct {
-		l   tiers.Limit
+		l   quota.Limit
 		max time.Duration // the longest TTL the doc allows after one unit
 		log bool          // the log gets no deadline slack
 	}{
-		{tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}, 100 * time.Millisecond, false},
-		{tiers.Limit{Algorithm: tiers.GCRA, Rate: 10, Period: time.Second, Burst: 20}, 100 * time.Millisecond, false},
-		{tiers.Limit{Algorithm: tiers.SlidingWindowCounter, Rate: 10, Period: time.Second}, 2 * time.Second, false},
-		{tiers.Limit{Algorithm: tiers.SlidingWindowLog, Rate: 10, Period: time.Second}, time.Second, true},
-		{tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 10, Period: time.Second}, time.Second, false},
+		{quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}, 100 * time.Millisecond, false},
+		{quota.Limit{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 20}, 100 * time.Millisecond, false},
+		{quota.Limit{Algorithm: quota.SlidingWindowCounter, Rate: 10, Period: time.Second}, 2 * time.Second, false},
+		{quota.Limit{Algorithm: quota.SlidingWindowLog, Rate: 10, Period: time.Second}, time.Second, true},
+		{quota.Limit{Algorithm: quota.FixedWindow, Rate: 10, Period: time.Second}, time.Second, false},
 	}
 	ctx := context.Background()
 	for _, minTTL := range []time.Duration{time.Millisecond, redisstore.DefaultMinTTL} {
@@ -639,7 +639,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		defer st.Close()
 		for _, tc := range cases {
 			key := "k:" + tc.l.Algorithm.String()
-			if ok, _ := mustTake(t, st, []tiers.Bucket{bucket(key, tc.l, 1)}); !ok {
+			if ok, _ := mustTake(t, st, []quota.Bucket{bucket(key, tc.l, 1)}); !ok {
 				t.Fatalf("%s: first take denied", tc.l.Algorithm)
 			}
 			ttl, err := c.PTTL(ctx, prefix+key).Result()
@@ -665,9 +665,9 @@ func TestDenialCacheBounded(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	st := fakeTimeStore(t, srv.NewClient(), clk, redisstore.WithDenialCache(3))
-	l := tiers.Limit{Algorithm: tiers.FixedWindow, Rate: 1, Period: time.Hour}
+	l := quota.Limit{Algorithm: quota.FixedWindow, Rate: 1, Period: time.Hour}
 	for i := 0; i < 10; i++ {
-		b := []tiers.Bucket{{Key: fmt.Sprintf("bound:%d", i), Limit: l, Cost: 1, CacheDenials: true}}
+		b := []quota.Bucket{{Key: fmt.Sprintf("bound:%d", i), Limit: l, Cost: 1, CacheDenials: true}}
 		mustTake(t, st, b)
 		if ok, res := mustTake(t, st, b); ok || res[0].Source != floodgate.SourceStore {
 			t.Fatalf("bucket %d: second take ok=%v source=%q, want a store deny", i, ok, res[0].Source)
@@ -681,7 +681,7 @@ func TestDenialCacheBounded(t *testing.T) {
 	}
 	// Without CacheDenials nothing is cached.
 	st2 := fakeTimeStore(t, srv.NewClient(), clk)
-	b := []tiers.Bucket{{Key: "nocache", Limit: l, Cost: 1}}
+	b := []quota.Bucket{{Key: "nocache", Limit: l, Cost: 1}}
 	mustTake(t, st2, b)
 	mustTake(t, st2, b)
 	if st2.CacheLen() != 0 || st2.CacheHits() != 0 {

@@ -8,9 +8,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 //go:embed report.lua
@@ -18,10 +17,10 @@ var reportSrc string
 
 var reportScript = newScript(stateSrc + reportSrc)
 
-var _ tiers.Reporter = (*Store)(nil)
+var _ quota.Reporter = (*Store)(nil)
 
-// recordTTLArg is tiers.ReportRecordTTL in ms, as report.lua takes it.
-var recordTTLArg any = strconv.FormatInt(tiers.ReportRecordTTL.Milliseconds(), 10)
+// recordTTLArg is quota.ReportRecordTTL in ms, as report.lua takes it.
+var recordTTLArg any = strconv.FormatInt(quota.ReportRecordTTL.Milliseconds(), 10)
 
 // Pre-boxed report.lua modes.
 var (
@@ -33,11 +32,11 @@ var (
 // has a stack limit).
 const maxReportCall = 256
 
-// Report implements tiers.Reporter by report.lua: each bucket is charged
+// Report implements quota.Reporter by report.lua: each bucket is charged
 // up to its Cost, as many units as it holds with the arithmetic of a take
 // of that many (an absent bucket is full), and the call is recorded next
 // to its first bucket's key (the key, ":rc:", the instance and seq in
-// hex: in that key's cluster slot) for tiers.ReportRecordTTL, as "1" or
+// hex: in that key's cluster slot) for quota.ReportRecordTTL, as "1" or
 // with what each bucket could not be charged. Time is Redis TIME, or the
 // WithClock time. One script call per cluster slot (in parallel, each
 // atomic and recorded on its own; every key needs a hash tag, as package
@@ -45,23 +44,23 @@ const maxReportCall = 256
 // calls that succeeded are filled when others fail. A call is never
 // retried here: one that failed may or may not have been applied, which
 // Resolve, with the same buckets in the same order, tells. Bad input is
-// refused with tiers.ValidateReport's error before any round trip.
-func (s *Store) Report(ctx context.Context, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
+// refused with quota.ValidateReport's error before any round trip.
+func (s *Store) Report(ctx context.Context, instance, seq uint64, buckets []quota.Bucket, res []quota.ReportResult) error {
 	return s.reportCalls(ctx, modeReport, instance, seq, buckets, res)
 }
 
-// Resolve implements tiers.Reporter: per script call Report made of these
+// Resolve implements quota.Reporter: per script call Report made of these
 // buckets (grouped the same way), it reads the call's record: applied,
 // and what it charged of each bucket; or, without a record, writes one
 // that makes the call, should it reach Redis later, change nothing.
-func (s *Store) Resolve(ctx context.Context, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
+func (s *Store) Resolve(ctx context.Context, instance, seq uint64, buckets []quota.Bucket, res []quota.ReportResult) error {
 	return s.reportCalls(ctx, modeResolve, instance, seq, buckets, res)
 }
 
 // reportCalls runs report.lua in mode over buckets, one call per slot
 // and per maxReportCall buckets.
-func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64, buckets []tiers.Bucket, res []tiers.ReportResult) error {
-	if err := tiers.ValidateReport(instance, buckets, res); err != nil {
+func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64, buckets []quota.Bucket, res []quota.ReportResult) error {
+	if err := quota.ValidateReport(instance, buckets, res); err != nil {
 		return err
 	}
 	clear(res[:len(buckets)])
@@ -120,7 +119,7 @@ func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64,
 }
 
 // reportCall runs report.lua once over buckets idx (all in one slot).
-func (s *Store) reportCall(ctx context.Context, mode any, instance, seq uint64, buckets []tiers.Bucket, idx []int, res []tiers.ReportResult, now int64, fixed bool) error {
+func (s *Store) reportCall(ctx context.Context, mode any, instance, seq uint64, buckets []quota.Bucket, idx []int, res []quota.ReportResult, now int64, fixed bool) error {
 	c := s.pool.Get().(*call)
 	defer s.release(c)
 	c.now, c.fixed = now, fixed
@@ -138,17 +137,17 @@ func (s *Store) reportCall(ctx context.Context, mode any, instance, seq uint64, 
 		return nil
 	case mode == modeResolve && len(out) == 1 && out[0] == 1:
 		for _, i := range idx {
-			res[i] = tiers.ReportResult{Applied: true, Charged: buckets[i].Cost}
+			res[i] = quota.ReportResult{Applied: true, Charged: buckets[i].Cost}
 		}
 		return nil
 	case mode == modeResolve && len(out) == 1+len(idx) && out[0] == 1:
 		for j, i := range idx {
-			res[i] = tiers.ReportResult{Applied: true, Charged: buckets[i].Cost - out[1+j]}
+			res[i] = quota.ReportResult{Applied: true, Charged: buckets[i].Cost - out[1+j]}
 		}
 		return nil
 	case mode == modeReport && len(out) == 1+2*len(idx) && out[0] == 1:
 		for j, i := range idx {
-			res[i] = tiers.ReportResult{Applied: true, Charged: out[1+2*j], Remaining: out[2+2*j]}
+			res[i] = quota.ReportResult{Applied: true, Charged: out[1+2*j], Remaining: out[2+2*j]}
 		}
 		return nil
 	}
@@ -162,7 +161,7 @@ func (s *Store) reportCall(ctx context.Context, mode any, instance, seq uint64, 
 // over buckets idx, at c.now if c.fixed (else now is "": Redis TIME).
 // With cluster, the first key is also passed as a plain string so the
 // cluster client can route by it.
-func (c *call) buildReport(prefix string, mode any, instance, seq uint64, buckets []tiers.Bucket, idx []int, minArg []byte, cluster bool) {
+func (c *call) buildReport(prefix string, mode any, instance, seq uint64, buckets []quota.Bucket, idx []int, minArg []byte, cluster bool) {
 	n := len(idx)
 	c.n = n
 	c.putInt(int64(n + 1))

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
@@ -24,11 +24,11 @@ func TestHugeDurationsSaturate(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, alg := range []tiers.Algorithm{tiers.TokenBucket, tiers.GCRA} {
-		l := tiers.Limit{Algorithm: alg, Rate: 1, Period: tiers.MaxPeriod, Burst: tiers.MaxRate}
-		bs := []tiers.Bucket{{Key: "huge:" + alg.String(), Limit: l, Cost: tiers.MaxRate}}
+	for _, alg := range []quota.Algorithm{quota.TokenBucket, quota.GCRA} {
+		l := quota.Limit{Algorithm: alg, Rate: 1, Period: quota.MaxPeriod, Burst: quota.MaxRate}
+		bs := []quota.Bucket{{Key: "huge:" + alg.String(), Limit: l, Cost: quota.MaxRate}}
 		for i, wantAllowed := range []bool{true, false} {
-			var got, want [1]tiers.Result
+			var got, want [1]quota.Result
 			if _, err := ms.Take(ctx, bs, want[:]); err != nil {
 				t.Fatalf("memstore: %v", err)
 			}

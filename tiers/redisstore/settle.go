@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 //go:embed settle.lua
@@ -23,11 +22,11 @@ var stateSrc string
 
 var settleScript = newScript(stateSrc + settleSrc)
 
-var _ tiers.Settler = (*Store)(nil)
+var _ quota.Settler = (*Store)(nil)
 
-// Settle implements tiers.Settler: it adds each bucket's signed Cost to
+// Settle implements quota.Settler: it adds each bucket's signed Cost to
 // what the bucket has been charged, by settle.lua, with the arithmetic of
-// the tiers.Algorithm doc ("Settlement"), so that memstore's Settle gives
+// the quota.Algorithm doc ("Settlement"), so that memstore's Settle gives
 // the same state: token bucket and GCRA may go into debt, a window's count
 // never below 0, an absent key is a full bucket (a refund leaves it
 // absent). Time is Redis TIME, or the WithClock time, as for Take; keys get
@@ -42,9 +41,9 @@ var _ tiers.Settler = (*Store)(nil)
 // (the other slots may have been settled). A refunded bucket's cached
 // denial (WithDenialCache) is dropped. took is not consulted: this store
 // charged every bucket itself. Bad input is refused with
-// tiers.ValidateSettle's error before any round trip.
-func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers.Result) error {
-	if err := tiers.ValidateSettle(buckets, took); err != nil {
+// quota.ValidateSettle's error before any round trip.
+func (s *Store) Settle(ctx context.Context, buckets []quota.Bucket, took []quota.Result) error {
+	if err := quota.ValidateSettle(buckets, took); err != nil {
 		return err
 	}
 	return s.adjust(ctx, buckets, 1)
@@ -52,7 +51,7 @@ func (s *Store) Settle(ctx context.Context, buckets []tiers.Bucket, took []tiers
 
 // adjust settles each bucket's Cost times sign (1: Settle; -1: Refund,
 // which so needs no negated copy of its buckets).
-func (s *Store) adjust(ctx context.Context, buckets []tiers.Bucket, sign int64) error {
+func (s *Store) adjust(ctx context.Context, buckets []quota.Bucket, sign int64) error {
 	var inline [maxInlineBuckets]int
 	idx := inline[:0]
 	if len(buckets) > maxInlineBuckets {
@@ -90,7 +89,7 @@ func (s *Store) adjust(ctx context.Context, buckets []tiers.Bucket, sign int64) 
 
 // settleSlots settles buckets whose keys span cluster slots: one
 // settle.lua call per slot, in parallel.
-func (s *Store) settleSlots(ctx context.Context, buckets []tiers.Bucket, idx []int, now int64, fixed bool, sign int64) error {
+func (s *Store) settleSlots(ctx context.Context, buckets []quota.Bucket, idx []int, now int64, fixed bool, sign int64) error {
 	groups := s.bySlot(buckets, idx)
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
@@ -103,7 +102,7 @@ func (s *Store) settleSlots(ctx context.Context, buckets []tiers.Bucket, idx []i
 
 // bySlot splits the buckets idx by cluster slot, each group in idx's
 // order, the groups in the order of their first bucket.
-func (s *Store) bySlot(buckets []tiers.Bucket, idx []int) [][]int {
+func (s *Store) bySlot(buckets []quota.Bucket, idx []int) [][]int {
 	var groups [][]int
 	group := make(map[int]int, 4)
 	for _, i := range idx {
@@ -120,7 +119,7 @@ func (s *Store) bySlot(buckets []tiers.Bucket, idx []int) [][]int {
 }
 
 // settle runs settle.lua once over the buckets idx (all in one slot).
-func (s *Store) settle(ctx context.Context, buckets []tiers.Bucket, idx []int, now int64, fixed bool, sign int64) error {
+func (s *Store) settle(ctx context.Context, buckets []quota.Bucket, idx []int, now int64, fixed bool, sign int64) error {
 	c := s.pool.Get().(*call)
 	defer s.release(c)
 	c.now, c.fixed = now, fixed
@@ -139,7 +138,7 @@ func (s *Store) settle(ctx context.Context, buckets []tiers.Bucket, idx []int, n
 // Redis TIME), limits packed as take.lua's, each cost the signed
 // adjustment. With cluster, the first key is also passed as a plain string
 // so the cluster client can route by it.
-func (c *call) buildSettle(sc script, prefix string, buckets []tiers.Bucket, idx []int, minArg []byte, cluster bool, sign int64) {
+func (c *call) buildSettle(sc script, prefix string, buckets []quota.Bucket, idx []int, minArg []byte, cluster bool, sign int64) {
 	n := len(idx)
 	c.n = n
 	c.putInt(int64(n))
@@ -178,7 +177,7 @@ func (c *call) buildSettle(sc script, prefix string, buckets []tiers.Bucket, idx
 
 // forgetRefunded drops the cached denials of the buckets a settlement
 // gives units back to (Cost × sign < 0).
-func (d *denialCache) forgetRefunded(buckets []tiers.Bucket, sign int64) {
+func (d *denialCache) forgetRefunded(buckets []quota.Bucket, sign int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.gen.Add(1) // takes under way keep the denials they bring back out

@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
@@ -37,7 +37,7 @@ func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64
 	settled, waited, allowed, denied := 0, 0, 0, 0
 	for step := 0; step < 600; step++ {
 		clk.Advance(time.Duration(rng.IntN(120_000)) * time.Microsecond)
-		var bs []tiers.Bucket
+		var bs []quota.Bucket
 		settle := rng.IntN(4) == 0
 		// Half the takes charge only the two algorithms that can wait, so
 		// that windows' denials leave waits something to decide.
@@ -46,7 +46,7 @@ func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64
 			if rng.IntN(3) == 0 || waitOnly && i >= 2 {
 				continue
 			}
-			b := tiers.Bucket{Key: prefix + k, Limit: redisstore.SmallLimits[i], Cost: int64(rng.IntN(4))}
+			b := quota.Bucket{Key: prefix + k, Limit: redisstore.SmallLimits[i], Cost: int64(rng.IntN(4))}
 			switch {
 			case settle:
 				b.Cost = int64(rng.IntN(11)) - 5
@@ -68,8 +68,8 @@ func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64
 			settled++
 			continue
 		}
-		want := make([]tiers.Result, len(bs))
-		got := make([]tiers.Result, len(bs))
+		want := make([]quota.Result, len(bs))
+		got := make([]quota.Result, len(bs))
 		wok, err := ms.Take(ctx, bs, want)
 		if err != nil {
 			t.Fatalf("memstore: %v", err)

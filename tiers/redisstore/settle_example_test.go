@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -29,28 +29,28 @@ func ExampleStore_Settle() {
 		return
 	}
 	defer store.Close()
-	b := tiers.Bucket{Key: "{tenant=acme}:tokens", Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: 100, Period: time.Second, Burst: 1000}, Cost: 500}
-	res := make([]tiers.Result, 1)
+	b := quota.Bucket{Key: "{tenant=acme}:tokens", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 100, Period: time.Second, Burst: 1000}, Cost: 500}
+	res := make([]quota.Result, 1)
 	ctx := context.Background()
-	if _, err := store.Take(ctx, []tiers.Bucket{b}, res); err != nil {
+	if _, err := store.Take(ctx, []quota.Bucket{b}, res); err != nil {
 		fmt.Println(err)
 		return
 	}
 	for _, delta := range []int64{800 - 500, -100, 700} {
 		b.Cost = delta
-		if err := store.Settle(ctx, []tiers.Bucket{b}, res); err != nil {
+		if err := store.Settle(ctx, []quota.Bucket{b}, res); err != nil {
 			fmt.Println(err)
 			return
 		}
 		b.Cost = 0 // a cost of 0 reads the bucket
-		if _, err := store.Take(ctx, []tiers.Bucket{b}, res); err != nil {
+		if _, err := store.Take(ctx, []quota.Bucket{b}, res); err != nil {
 			fmt.Println(err)
 			return
 		}
 		fmt.Printf("settled %+d: remaining %d\n", delta, res[0].Remaining)
 	}
 	b.Cost = 1
-	if _, err := store.Take(ctx, []tiers.Bucket{b}, res); err != nil {
+	if _, err := store.Take(ctx, []quota.Bucket{b}, res); err != nil {
 		fmt.Println(err)
 		return
 	}

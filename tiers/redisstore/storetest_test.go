@@ -6,10 +6,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/testing/storetest"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -31,7 +31,7 @@ func fakeTimeStore(t *testing.T, c redis.UniversalClient, clk *clock.Fake, opts 
 func TestConformanceStandalone(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		return fakeTimeStore(t, c, clk)
 	})
 }
@@ -41,7 +41,7 @@ func TestConformanceStandalone(t *testing.T) {
 func TestConformanceCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		return fakeTimeStore(t, c, clk)
 	})
 }
@@ -52,7 +52,7 @@ func TestConformanceCluster(t *testing.T) {
 func TestConformanceSentinel(t *testing.T) {
 	sn := redistest.StartSentinel(t)
 	c := sn.Client()
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		return fakeTimeStore(t, c, clk)
 	})
 }
@@ -62,7 +62,7 @@ func TestConformanceSentinel(t *testing.T) {
 func TestConformanceUnbatched(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		return fakeTimeStore(t, c, clk, redisstore.WithBatching(0, 0))
 	})
 }
@@ -72,7 +72,7 @@ func TestConformanceUnbatched(t *testing.T) {
 func TestConformanceClusterUnbatched(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		return fakeTimeStore(t, c, clk, redisstore.WithBatching(0, 0))
 	})
 }
@@ -83,7 +83,7 @@ func TestConformanceClusterUnbatched(t *testing.T) {
 func TestConformanceSmallBatches(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	storetest.Run(t, func(t *testing.T, clk *clock.Fake) tiers.Store {
+	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		return fakeTimeStore(t, c, clk, redisstore.WithBatching(1, 4))
 	})
 }

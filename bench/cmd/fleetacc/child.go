@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/fleet"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
@@ -106,11 +107,11 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
 		return fmt.Errorf("-child: %w", err)
 	}
-	mode, err := tiers.ParseConsistency(cfg.Mode)
+	mode, err := quota.ParseConsistency(cfg.Mode)
 	if err != nil {
 		return err
 	}
-	onErr, err := tiers.ParseFailMode(cfg.OnStoreError)
+	onErr, err := quota.ParseFailMode(cfg.OnStoreError)
 	if err != nil {
 		return err
 	}

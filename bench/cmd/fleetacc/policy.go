@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -40,7 +41,7 @@ func levelsFor(n int, rate, burst int64, keys int) []level {
 
 // policyFor returns the policy of a run: every rule token bucket, in the
 // run's consistency, deciding by onErr when the store cannot answer.
-func policyFor(ls []level, mode tiers.Consistency, sync time.Duration, onErr tiers.FailMode) *tiers.Policy {
+func policyFor(ls []level, mode quota.Consistency, sync time.Duration, onErr quota.FailMode) *tiers.Policy {
 	p := &tiers.Policy{}
 	for _, l := range ls {
 		r := tiers.Rule{
@@ -48,11 +49,11 @@ func policyFor(ls []level, mode tiers.Consistency, sync time.Duration, onErr tie
 			Key:          []tiers.Scope{l.scope},
 			Rate:         tiers.Rate{N: l.rate, Period: time.Second},
 			Burst:        l.burst,
-			Algorithm:    tiers.TokenBucket,
+			Algorithm:    quota.TokenBucket,
 			OnStoreError: onErr,
 			Consistency:  mode,
 		}
-		if mode == tiers.Async {
+		if mode == quota.Async {
 			r.SyncInterval = sync
 		}
 		p.Rules = append(p.Rules, r)

@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
@@ -18,12 +19,12 @@ import (
 )
 
 // policy returns the bench's rate-limit policy, every rule in consistency
-// mode (tiers.Exact but for the local-first contenders). With 4 levels every
+// mode (quota.Exact but for the local-first contenders). With 4 levels every
 // call is charged to its tenant, user, API key (hashed into the key) and
 // method+user; with 1 level only to its user. The rates are far above what
 // one principal sees at c=64 over 10k principals drawn uniformly, so every
 // call is admitted (with -dist zipf the hottest users can go over 1 000/s).
-func policy(levels int, mode tiers.Consistency) *tiers.Policy {
+func policy(levels int, mode quota.Consistency) *tiers.Policy {
 	perSec := func(n int64) tiers.Rate { return tiers.Rate{N: n, Period: time.Second} }
 	rules := []tiers.Rule{
 		{Name: "user", Key: []tiers.Scope{tiers.ScopeUser}, Rate: perSec(1_000)},
@@ -36,7 +37,7 @@ func policy(levels int, mode tiers.Consistency) *tiers.Policy {
 		// What the rows without a fallback store do anyway when Redis
 		// fails (the default, local, needs fallback.New), said so that
 		// building them logs no warning; Redis does not fail here.
-		rules[i].OnStoreError = tiers.FailOpen
+		rules[i].OnStoreError = quota.FailOpen
 	}
 	return &tiers.Policy{Rules: rules[:levels]}
 }
@@ -44,12 +45,12 @@ func policy(levels int, mode tiers.Consistency) *tiers.Policy {
 // chain builds the interceptors the way DESIGN.md shows users composing
 // them: one UnaryServer per stage, in chain order (shedder, concurrency,
 // tiers), each given the same identity options.
-func chain(store tiers.Store, levels int, prefix string) ([]grpc.ServerOption, error) {
-	return chainMode(store, levels, tiers.Exact, prefix)
+func chain(store quota.Store, levels int, prefix string) ([]grpc.ServerOption, error) {
+	return chainMode(store, levels, quota.Exact, prefix)
 }
 
 // chainMode is chain with every rule in consistency mode.
-func chainMode(store tiers.Store, levels int, mode tiers.Consistency, prefix string) ([]grpc.ServerOption, error) {
+func chainMode(store quota.Store, levels int, mode quota.Consistency, prefix string) ([]grpc.ServerOption, error) {
 	shed, err := shedder.New(10_000)
 	if err != nil {
 		return nil, fmt.Errorf("shedder: %w", err)
@@ -110,11 +111,11 @@ func setupChainRedis(levels int, batch bool) func(context.Context, *env) ([]grpc
 }
 
 // setupChainLocal is chain-redis-4-batch with every level in consistency
-// mode (tiers.Leased or tiers.Async), decided by a localfirst.Store in
+// mode (quota.Leased or quota.Async), decided by a localfirst.Store in
 // front of the batched Redis store, which is both its exact store and its
 // ledger (no fallback, as in the other chain-redis rows). The service is
 // one process, so the store counts one live instance (the default).
-func setupChainLocal(mode tiers.Consistency) func(context.Context, *env) ([]grpc.ServerOption, error) {
+func setupChainLocal(mode quota.Consistency) func(context.Context, *env) ([]grpc.ServerOption, error) {
 	return func(_ context.Context, e *env) ([]grpc.ServerOption, error) {
 		c, err := e.newRedisClient()
 		if err != nil {

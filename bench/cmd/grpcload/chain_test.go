@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -40,7 +41,7 @@ func BenchmarkStageAdmit(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		lim, err := tiers.NewLimiter(store, policy(levels, tiers.Exact))
+		lim, err := tiers.NewLimiter(store, policy(levels, quota.Exact))
 		if err != nil {
 			b.Fatal(err)
 		}

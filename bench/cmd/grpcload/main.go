@@ -47,7 +47,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
 	"github.com/floodgate-go/floodgate/internal/testpb"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 func main() { harness.Main("grpcload", run) }
@@ -128,8 +128,8 @@ var contenders = []contender{
 	{"chain-redis-4", true, setupChainRedis(4, false)},
 	{"chain-redis-1-batch", true, setupChainRedis(1, true)},
 	{"chain-redis-4-batch", true, setupChainRedis(4, true)},
-	{"chain-redis-4-leased", true, setupChainLocal(tiers.Leased)},
-	{"chain-redis-4-async", true, setupChainLocal(tiers.Async)},
+	{"chain-redis-4-leased", true, setupChainLocal(quota.Leased)},
+	{"chain-redis-4-async", true, setupChainLocal(quota.Async)},
 	{"redis_rate-1", true, setupRedisRate1},
 }
 

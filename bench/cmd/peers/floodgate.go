@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -30,21 +30,21 @@ func setupFloodgate(levels int, batch bool) func(context.Context, *env) (func() 
 		keys := e.levelKeys()
 		// Level 1 alone is the user bucket, like redis_rate-1 and ulule-1.
 		order := [4]int{1, 0, 2, 3}
-		table := make([][]tiers.Bucket, len(keys))
+		table := make([][]quota.Bucket, len(keys))
 		for k := range table {
-			bs := make([]tiers.Bucket, levels)
+			bs := make([]quota.Bucket, levels)
 			for i := range bs {
 				l := order[i]
-				bs[i] = tiers.Bucket{
+				bs[i] = quota.Bucket{
 					Key:   keys[k][l],
-					Limit: tiers.Limit{Algorithm: tiers.TokenBucket, Rate: int64(levelRates[l]), Period: time.Second, Burst: int64(levelRates[l])},
+					Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: int64(levelRates[l]), Period: time.Second, Burst: int64(levelRates[l])},
 					Cost:  1,
 				}
 			}
 			table[k] = bs
 		}
 		return func() harness.Op {
-			res := make([]tiers.Result, levels)
+			res := make([]quota.Result, levels)
 			return func(ctx context.Context, k int) (bool, error) {
 				return store.Take(ctx, table[k], res)
 			}

@@ -32,6 +32,7 @@ import (
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/fallback"
 	fgotel "github.com/floodgate-go/floodgate/otel"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -184,7 +185,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 
 // newStore returns the in-process store, or, with a Redis URL, the Redis
 // store timed by the observer and guarded by the fallback store.
-func (s *Stack) newStore(ctx context.Context) (tiers.Store, error) {
+func (s *Stack) newStore(ctx context.Context) (quota.Store, error) {
 	if s.cfg.RedisURL == "" {
 		s.StoreName = "in-process memory (memstore)"
 		mem, err := memstore.New()

@@ -53,6 +53,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/fallback"
 	fgotel "github.com/floodgate-go/floodgate/otel"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/rls/translate"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -225,9 +226,9 @@ func serve(ctx context.Context, c serveConfig, stdout io.Writer, logger *slog.Lo
 
 // newStore returns the store: in process, or Redis behind the fallback;
 // either way behind a local-first store for leased and async rules.
-func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *slog.Logger) (tiers.Store, string, func(), error) {
+func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *slog.Logger) (quota.Store, string, func(), error) {
 	var (
-		exact  tiers.Store
+		exact  quota.Store
 		ledger localfirst.Ledger
 		name   string
 		closes []func()

@@ -1,4 +1,4 @@
-package tiers
+package quota
 
 import (
 	"context"
@@ -69,10 +69,10 @@ type Reporter interface {
 // a Cost beyond ±2^53.
 func ValidateReport(instance uint64, buckets []Bucket, res []ReportResult) error {
 	if instance == 0 {
-		return fmt.Errorf("tiers: report instance is 0")
+		return fmt.Errorf("quota: report instance is 0")
 	}
 	if len(res) < len(buckets) {
-		return fmt.Errorf("tiers: res has room for %d results, want one per bucket (%d)", len(res), len(buckets))
+		return fmt.Errorf("quota: res has room for %d results, want one per bucket (%d)", len(res), len(buckets))
 	}
 	for i := range buckets {
 		b := &buckets[i]
@@ -90,7 +90,7 @@ func ValidateReport(instance uint64, buckets []Bucket, res []ReportResult) error
 		if err := b.Limit.Validate(); err != nil {
 			return bucketError(i, b, err)
 		}
-		if !b.Limit.Algorithm.localModes() {
+		if !b.Limit.Algorithm.CanBookAhead() {
 			return bucketError(i, b, fmt.Errorf("%s cannot be reported (token_bucket and gcra only)", b.Limit.Algorithm))
 		}
 	}

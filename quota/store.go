@@ -1,4 +1,4 @@
-package tiers
+package quota
 
 import (
 	"context"
@@ -297,9 +297,14 @@ func ParseConsistency(s string) (Consistency, error) {
 	return 0, fmt.Errorf("unknown consistency %q (want exact, leased or async)", s)
 }
 
-// localModes reports whether a supports the local consistencies: its
-// charge can be taken ahead (a lease) and given back.
-func (a Algorithm) localModes() bool { return a == TokenBucket || a == GCRA }
+// CanBookAhead reports whether a's charge can be taken ahead and given
+// back: what the Leased and Async consistencies, Bucket.MaxWait and
+// Reporter need (TokenBucket and GCRA; the window algorithms count one
+// window, not a time).
+func (a Algorithm) CanBookAhead() bool { return a == TokenBucket || a == GCRA }
+
+// Known reports whether a is one of the algorithms above.
+func (a Algorithm) Known() bool { return int(a) < len(algorithmNames) }
 
 // Bucket is one level of a hierarchical decision: the state at Key, counted
 // by Limit, charged Cost.

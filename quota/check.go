@@ -1,4 +1,4 @@
-package tiers
+package quota
 
 import (
 	"errors"
@@ -17,13 +17,13 @@ import (
 // its OnStoreError is a known FailMode, and its MaxWait, if set, is in
 // [0, MaxMaxWait] on a TokenBucket or GCRA limit. Errors read, for example:
 //
-//	tiers: bucket 2 ("fg:x"): cost -1 is negative
+//	quota: bucket 2 ("fg:x"): cost -1 is negative
 //
 // An empty take (no buckets) is valid. ValidateTake does not allocate
 // unless it reports an error.
 func ValidateTake(buckets []Bucket, res []Result) error {
 	if len(res) < len(buckets) {
-		return fmt.Errorf("tiers: res has room for %d results, want one per bucket (%d)", len(res), len(buckets))
+		return fmt.Errorf("quota: res has room for %d results, want one per bucket (%d)", len(res), len(buckets))
 	}
 	for i := range buckets {
 		b := &buckets[i]
@@ -60,7 +60,7 @@ func checkMaxWait(b *Bucket) error {
 		return fmt.Errorf("MaxWait %s is negative", b.MaxWait)
 	case b.MaxWait > MaxMaxWait:
 		return fmt.Errorf("MaxWait %s is above %s", b.MaxWait, MaxMaxWait)
-	case !b.Limit.Algorithm.localModes():
+	case !b.Limit.Algorithm.CanBookAhead():
 		return fmt.Errorf("MaxWait needs token_bucket or gcra: %s cannot book units ahead", b.Limit.Algorithm)
 	}
 	return nil
@@ -68,7 +68,7 @@ func checkMaxWait(b *Bucket) error {
 
 // bucketError names the bucket a problem of ValidateTake is about.
 func bucketError(i int, b *Bucket, problem error) error {
-	return fmt.Errorf("tiers: bucket %d (%q): %w", i, b.Key, problem)
+	return fmt.Errorf("quota: bucket %d (%q): %w", i, b.Key, problem)
 }
 
 // ValidateRefund reports the first thing wrong with the arguments of a
@@ -87,7 +87,7 @@ func ValidateRefund(buckets []Bucket) error {
 		return err
 	}
 	for i := range buckets {
-		if a := buckets[i].Limit.Algorithm; !a.localModes() {
+		if a := buckets[i].Limit.Algorithm; !a.CanBookAhead() {
 			return bucketError(i, &buckets[i], fmt.Errorf("%s has no refund (token_bucket and gcra only)", a))
 		}
 	}

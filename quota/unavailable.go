@@ -1,7 +1,6 @@
-package tiers
+package quota
 
 import (
-	"log/slog"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -68,26 +67,4 @@ var failSource = [...]floodgate.Source{
 	FailLocal:  floodgate.SourceLocalFallback,
 	FailOpen:   floodgate.SourceFailOpen,
 	FailClosed: floodgate.SourceFailClosed,
-}
-
-// unavailableDecider is implemented by stores that never report a failure
-// of their backend to the Limiter: package fallback decides every bucket
-// by its OnStoreError itself, and package memstore has no backend to lose.
-type unavailableDecider interface {
-	DecidesOnStoreError() bool
-}
-
-// warnLocalWithoutFallback logs, once per rule of p, that a rule with
-// on_store_error "local" cannot be honoured by store: when store fails,
-// such a rule fails open.
-func warnLocalWithoutFallback(store Store, c *compiled) {
-	if d, ok := store.(unavailableDecider); ok && d.DecidesOnStoreError() {
-		return
-	}
-	for i := range c.rules {
-		if cr := &c.rules[i]; cr.fail == FailLocal {
-			slog.Warn("floodgate: rule has on_store_error local, but the store has no local fallback (wrap it with fallback.New); when the store fails, the rule fails open",
-				"rule", cr.name)
-		}
-	}
 }

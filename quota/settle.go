@@ -1,4 +1,4 @@
-package tiers
+package quota
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func Settles(s Store) bool {
 // it reports an error.
 func ValidateSettle(buckets []Bucket, took []Result) error {
 	if took != nil && len(took) < len(buckets) {
-		return fmt.Errorf("tiers: took has %d results, want one per bucket (%d)", len(took), len(buckets))
+		return fmt.Errorf("quota: took has %d results, want one per bucket (%d)", len(took), len(buckets))
 	}
 	for i := range buckets {
 		b := &buckets[i]
