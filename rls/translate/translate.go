@@ -466,59 +466,18 @@ func (t *translator) rateLimit(file, domain string, n *yaml.Node, path, name str
 		case "name":
 			limName, _ = t.str(file, v, p)
 		case "replaces":
-			if v.Kind != yaml.SequenceNode {
-				t.fail(file, v, p, "must be a list of {name: ...}")
-				return true
-			}
-			for i, rn := range v.Content {
-				rp := p + "[" + strconv.Itoa(i) + "]"
-				if rn.Kind != yaml.MappingNode {
-					t.fail(file, rn, rp, "must be {name: ...}")
-					continue
-				}
-				var rname string
-				t.fields(file, rn, rp, func(rk string, _, rv *yaml.Node, rpp string) bool {
-					if rk != "name" {
-						return false
-					}
-					rname, _ = t.str(file, rv, rpp)
-					return true
-				})
-				if rname == "" {
-					t.fail(file, rn, rp+".name", "required")
-					continue
-				}
-				if rname == limName && limName != "" {
-					t.fail(file, rn, rp+".name", "a limit cannot replace itself")
-					continue
-				}
-				replaces = append(replaces, rname)
-			}
+			replaces = t.replaces(file, v, p, limName)
 		default:
 			return false
 		}
 		return true
 	})
 	od := outDescriptor{Name: limName, Replaces: replaces}
-	filled := map[string]string{}
-	for i, lv := range levels {
-		e := outEntry{Key: lv.key, Value: lv.value}
-		if lv.value == "" && !unlimited {
-			scope, err := t.scopeOf(lv.key)
-			if err != nil {
-				t.fail(file, keyNodes[i], lv.path, "%q %v", lv.key, err)
-				return
-			}
-			if other, dup := filled[scope]; dup {
-				t.fail(file, keyNodes[i], lv.path, "descriptor keys %q and %q both fill %s: map one of them elsewhere with -as", other, lv.key, scope)
-				return
-			}
-			filled[scope] = lv.key
-			e.As = scope
-			t.usesIP = t.usesIP || scope == "ip"
-		}
-		od.Entries = append(od.Entries, e)
+	entries, ok := t.entries(file, levels, keyNodes, unlimited)
+	if !ok {
+		return
 	}
+	od.Entries = entries
 	if unlimited {
 		if unitNode != nil || rpuNode != nil {
 			t.fail(file, n, path, "unlimited takes no unit or requests_per_unit")
@@ -567,6 +526,69 @@ func (t *translator) rateLimit(file, domain string, n *yaml.Node, path, name str
 	t.rules = append(t.rules, r)
 	od.Rule = name
 	t.mapping[domain] = append(t.mapping[domain], od)
+}
+
+// replaces reads a limit's replaces: list (each {name: ...}); limName is
+// the limit's own name as read so far, which it may not replace.
+func (t *translator) replaces(file string, v *yaml.Node, p, limName string) []string {
+	if v.Kind != yaml.SequenceNode {
+		t.fail(file, v, p, "must be a list of {name: ...}")
+		return nil
+	}
+	var replaces []string
+	for i, rn := range v.Content {
+		rp := p + "[" + strconv.Itoa(i) + "]"
+		if rn.Kind != yaml.MappingNode {
+			t.fail(file, rn, rp, "must be {name: ...}")
+			continue
+		}
+		var rname string
+		t.fields(file, rn, rp, func(rk string, _, rv *yaml.Node, rpp string) bool {
+			if rk != "name" {
+				return false
+			}
+			rname, _ = t.str(file, rv, rpp)
+			return true
+		})
+		if rname == "" {
+			t.fail(file, rn, rp+".name", "required")
+			continue
+		}
+		if rname == limName && limName != "" {
+			t.fail(file, rn, rp+".name", "a limit cannot replace itself")
+			continue
+		}
+		replaces = append(replaces, rname)
+	}
+	return replaces
+}
+
+// entries maps a descriptor's levels to the mapping's entries: a level
+// with no value (counted per value) fills the scope its key maps to,
+// unless the limit is unlimited. ok is false when a key maps to no scope
+// or two keys fill one scope (both reported).
+func (t *translator) entries(file string, levels []level, keyNodes []*yaml.Node, unlimited bool) ([]outEntry, bool) {
+	var out []outEntry
+	filled := map[string]string{}
+	for i, lv := range levels {
+		e := outEntry{Key: lv.key, Value: lv.value}
+		if lv.value == "" && !unlimited {
+			scope, err := t.scopeOf(lv.key)
+			if err != nil {
+				t.fail(file, keyNodes[i], lv.path, "%q %v", lv.key, err)
+				return nil, false
+			}
+			if other, dup := filled[scope]; dup {
+				t.fail(file, keyNodes[i], lv.path, "descriptor keys %q and %q both fill %s: map one of them elsewhere with -as", other, lv.key, scope)
+				return nil, false
+			}
+			filled[scope] = lv.key
+			e.As = scope
+			t.usesIP = t.usesIP || scope == "ip"
+		}
+		out = append(out, e)
+	}
+	return out, true
 }
 
 // scopeOf returns the scope a descriptor key's values fill, checked.
