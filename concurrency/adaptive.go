@@ -92,7 +92,8 @@ var _ floodgate.Admitter = (*Adaptive)(nil)
 
 // AdaptiveConfig configures NewAdaptive and Reconfigure. The zero value of
 // every field is its default, so AdaptiveConfig{} is a valid configuration
-// (Gradient2); NewAdaptive reports a bad field by its name. The fields under
+// (Gradient2); NewAdaptive reports a bad field by its policy file key
+// (max_samples). The fields under
 // an algorithm's heading are read only by that algorithm.
 type AdaptiveConfig struct {
 	// Name is the policy name in Decisions; "" means

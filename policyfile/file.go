@@ -39,7 +39,7 @@ type File struct {
 // LoadFile reads and loads the policy file at path (see Load). Its errors
 // start with the path.
 func LoadFile(path string) (*File, error) {
-	data, err := yamldoc.ReadFile("policyfile", path, tiers.MaxPolicySize)
+	data, err := yamldoc.ReadFile("policyfile", path)
 	if err != nil {
 		return nil, err
 	}
@@ -50,16 +50,13 @@ func LoadFile(path string) (*File, error) {
 	return f, nil
 }
 
-// Load decodes and validates a policy file: its rate-limit sections as
-// tiers.Load does, and its shedder: and concurrency: sections (see the
-// package documentation) with the stages' own validation. Every problem
-// is reported, in file order, as one *tiers.PolicyError whose FieldErrors
-// carry the path and line ("shedder.adaptive.max: 5 must be >= min 10, at
-// line 7").
+// Load decodes and validates a policy file of at most 4 MiB: its
+// rate-limit sections as tiers.Load does, and its shedder: and
+// concurrency: sections (see the package documentation) with the stages'
+// own validation. Every problem is reported, in file order, as one
+// *tiers.PolicyError whose FieldErrors carry the path and line
+// ("shedder.adaptive.max: 5 must be >= min 10, at line 7").
 func Load(data []byte) (*File, error) {
-	if len(data) > tiers.MaxPolicySize {
-		return nil, &tiers.PolicyError{Errs: []*tiers.FieldError{{Msg: fmt.Sprintf("policy is larger than %d bytes", tiers.MaxPolicySize)}}}
-	}
 	root, ye := yamldoc.Parse(data)
 	if ye != nil {
 		return nil, &tiers.PolicyError{Errs: []*tiers.FieldError{{Msg: ye.Msg, Line: ye.Line}}}

@@ -130,3 +130,11 @@ func TestDocumentedSchema(t *testing.T) {
 		t.Errorf("%s: documented, not decoded", path)
 	}
 }
+
+// A file over 4 MiB is refused before it is parsed.
+func TestLoadTooLarge(t *testing.T) {
+	data := []byte("rules: []\n" + strings.Repeat("#", 4<<20))
+	if _, err := policyfile.Load(data); err == nil || err.Error() != "policy is larger than 4194304 bytes" {
+		t.Fatalf("Load of %d bytes: %v", len(data), err)
+	}
+}

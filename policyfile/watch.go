@@ -140,7 +140,7 @@ type watcher struct {
 }
 
 func (w *watcher) poll() {
-	data, err := yamldoc.ReadFile("policyfile", w.path, tiers.MaxPolicySize)
+	data, err := yamldoc.ReadFile("policyfile", w.path)
 	if err != nil {
 		// Report a read failure once until it changes or the file is back.
 		if err.Error() != w.lastErr {

@@ -14,9 +14,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/yamldoc"
 )
 
-// MaxPolicySize is the largest policy file Load and LoadFile accept.
-const MaxPolicySize = 4 << 20
-
 // LoadFile reads and loads the YAML policy at path (see Load).
 func LoadFile(path string) (*Policy, error) {
 	data, err := readPolicyFile(path)
@@ -31,12 +28,12 @@ func LoadFile(path string) (*Policy, error) {
 }
 
 func readPolicyFile(path string) ([]byte, error) {
-	return yamldoc.ReadFile("tiers", path, MaxPolicySize)
+	return yamldoc.ReadFile("tiers", path)
 }
 
-// Load decodes and validates a YAML policy. Every problem is reported, not
-// only the first: the error is a *PolicyError whose FieldErrors carry the
-// field path and line, e.g.
+// Load decodes and validates a YAML policy of at most 4 MiB. Every
+// problem is reported, not only the first: the error is a *PolicyError
+// whose FieldErrors carry the field path and line, e.g.
 //
 //	rules[2].rate: "5/minute" is not N/duration, at line 14
 //
@@ -45,9 +42,6 @@ func readPolicyFile(path string) ([]byte, error) {
 // truncated file must not lift every limit); a policy with no rules says
 // "rules: []" explicitly.
 func Load(data []byte) (*Policy, error) {
-	if len(data) > MaxPolicySize {
-		return nil, &PolicyError{Errs: []*FieldError{{Msg: fmt.Sprintf("policy is larger than %d bytes", MaxPolicySize)}}}
-	}
 	root, ye := yamldoc.Parse(data)
 	if ye != nil {
 		return nil, &PolicyError{Errs: []*FieldError{{Msg: ye.Msg, Line: ye.Line}}}

@@ -17,6 +17,10 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// MaxSize is the largest policy file, in bytes, that package tiers and
+// package policyfile load.
+const MaxSize = 4 << 20
+
 // Error is what is wrong with a file as YAML, and the line (0 when
 // unknown).
 type Error struct {
@@ -24,9 +28,10 @@ type Error struct {
 	Line int
 }
 
-// ReadFile reads the file at path, refusing one larger than limit bytes.
+// ReadFile reads the file at path, refusing one larger than MaxSize.
 // Its errors start with pkg ("tiers: read policy: open ...").
-func ReadFile(pkg, path string, limit int) ([]byte, error) {
+func ReadFile(pkg, path string) ([]byte, error) {
+	const limit = MaxSize
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: read policy: %w", pkg, err)
@@ -42,9 +47,12 @@ func ReadFile(pkg, path string, limit int) ([]byte, error) {
 	return data, nil
 }
 
-// Parse parses exactly one YAML document and returns its content: the
-// root node of the policy.
+// Parse parses exactly one YAML document of at most MaxSize bytes and
+// returns its content: the root node of the policy.
 func Parse(data []byte) (root *yaml.Node, e *Error) {
+	if len(data) > MaxSize {
+		return nil, &Error{Msg: fmt.Sprintf("policy is larger than %d bytes", MaxSize)}
+	}
 	defer func() {
 		// yaml.v3 has panicked on hostile input in the past; a policy
 		// loader must report, never crash a reload loop. Only the YAML
