@@ -24,7 +24,9 @@ const MaxSize = 4 << 20
 // Error is what is wrong with a file as YAML, and the line (0 when
 // unknown).
 type Error struct {
-	Msg  string
+	// Msg says what is wrong ("invalid YAML: ...", "policy is empty").
+	Msg string
+	// Line is the line of the problem, from 1; 0 when unknown.
 	Line int
 }
 
