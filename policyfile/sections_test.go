@@ -2,6 +2,7 @@ package policyfile_test
 
 import (
 	"context"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"path/filepath"
@@ -11,7 +12,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/internal/field"
 	"github.com/floodgate-go/floodgate/policyfile"
+	"github.com/floodgate-go/floodgate/shedder"
 )
 
 // A file whose shedder: or concurrency: section sets a stage Watch was
@@ -136,5 +140,29 @@ func TestLoadTooLarge(t *testing.T) {
 	data := []byte("rules: []\n" + strings.Repeat("#", 4<<20))
 	if _, err := policyfile.Load(data); err == nil || err.Error() != "policy is larger than 4194304 bytes" {
 		t.Fatalf("Load of %d bytes: %v", len(data), err)
+	}
+}
+
+// The stages report every bad field of what the policy file sets with its
+// key path, so the loader needs no message parsing.
+func TestStagesReportPaths(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want []string
+	}{
+		{shedder.Config{Capacity: 0, Thresholds: shedder.Thresholds{Test: 0.9, Read: 0.5, Write: 0.7}, Adaptive: &shedder.AdaptiveCapacity{Min: 10, Max: 5, CPUTarget: 2}}.Validate(),
+			[]string{"capacity", "thresholds", "adaptive.max", "adaptive.cpu_target"}},
+		{shedder.FleetConfig{Capacity: 1, Reserve: 2, Adaptive: &shedder.AdaptiveCapacity{Tolerance: 1}}.Validate(),
+			[]string{"reserve", "adaptive.tolerance"}},
+		{concurrency.AdaptiveConfig{MinSamples: -1, Alpha: 7, Beta: 2}.Validate(), []string{"min_samples", "alpha"}},
+	} {
+		fields, other := field.Split(tc.err)
+		var got []string
+		for _, fe := range fields {
+			got = append(got, fe.Path)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) || len(other) != 0 {
+			t.Errorf("%v: paths %v (and %v), want %v", tc.err, got, other, tc.want)
+		}
 	}
 }
