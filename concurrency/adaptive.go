@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/field"
 )
 
 // Algorithm names how an Adaptive limiter moves its limit at the end of a
@@ -91,7 +92,8 @@ var _ floodgate.Admitter = (*Adaptive)(nil)
 
 // AdaptiveConfig configures NewAdaptive and Reconfigure. The zero value of
 // every field is its default, so AdaptiveConfig{} is a valid configuration
-// (Gradient2); NewAdaptive reports a bad field by its name. The fields under
+// (Gradient2); NewAdaptive reports a bad field by its policy file key
+// (max_samples). The fields under
 // an algorithm's heading are read only by that algorithm.
 type AdaptiveConfig struct {
 	// Name is the policy name in Decisions; "" means
@@ -211,81 +213,82 @@ func orDefault[T comparable](v *T, def T) {
 	}
 }
 
-// Validate reports every bad field of cfg, its defaults applied, by name
-// ("concurrency: AdaptiveConfig.Smoothing 2 is out of range (0, 1]"), or
-// nil.
+// Validate reports every bad field of cfg, its defaults applied, by its
+// key in the policy file ("concurrency: AdaptiveConfig: smoothing: 2 is
+// out of range (0, 1]"), or nil.
 func (cfg AdaptiveConfig) Validate() error {
-	return cfg.withDefaults().check("", true)
+	return cfg.withDefaults().check("AdaptiveConfig", true)
 }
 
 // check reports the bad fields of cfg (defaults applied), each error
-// prefixed by "concurrency: " and who, then "AdaptiveConfig.<field>";
+// "concurrency: <who>: <key>: <problem>" around a *field.Error, so that
+// the policy file's loader finds the key without reading the message;
 // initial says whether Initial is checked.
 func (cfg AdaptiveConfig) check(who string, initial bool) error {
 	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, errors.New("concurrency: "+who+"AdaptiveConfig."+field+" "+fmt.Sprintf(format, args...)))
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("concurrency: %s: %w", who, field.Errorf(key, format, args...)))
 	}
 	if !cfg.Bypass.Valid() {
-		bad("Bypass", "%d is not a known priority", uint8(cfg.Bypass))
+		bad("bypass", "%d is not a known priority", uint8(cfg.Bypass))
 	}
 	if int(cfg.Algorithm) >= len(algorithmNames) {
-		bad("Algorithm", "%d is not a known algorithm (Gradient2, Vegas, AIMD)", uint8(cfg.Algorithm))
+		bad("algorithm", "%d is not a known algorithm (Gradient2, Vegas, AIMD)", uint8(cfg.Algorithm))
 	}
 	if cfg.Min < 1 {
-		bad("Min", "%d must be >= 1", cfg.Min)
+		bad("min", "%d must be >= 1", cfg.Min)
 	}
 	if cfg.Max < cfg.Min {
-		bad("Max", "%d must be >= Min %d", cfg.Max, cfg.Min)
+		bad("max", "%d must be >= min %d", cfg.Max, cfg.Min)
 	}
 	if initial && (cfg.Initial < cfg.Min || cfg.Initial > cfg.Max) {
-		bad("Initial", "%d must lie in [Min %d, Max %d]", cfg.Initial, cfg.Min, cfg.Max)
+		bad("initial", "%d must lie in [min %d, max %d]", cfg.Initial, cfg.Min, cfg.Max)
 	}
 	if cfg.Window < 0 {
-		bad("Window", "%s is negative", cfg.Window)
+		bad("window", "%s is negative", cfg.Window)
 	}
 	if cfg.MinSamples < 0 {
-		bad("MinSamples", "%d is negative", cfg.MinSamples)
+		bad("min_samples", "%d is negative", cfg.MinSamples)
 	}
 	if cfg.MaxSamples < 0 {
-		bad("MaxSamples", "%d is negative", cfg.MaxSamples)
+		bad("max_samples", "%d is negative", cfg.MaxSamples)
 	}
 	if !(cfg.Percentile > 0 && cfg.Percentile <= 1) {
-		bad("Percentile", "%v is out of range (0, 1]", cfg.Percentile)
+		bad("percentile", "%v is out of range (0, 1]", cfg.Percentile)
 	}
 	if !(cfg.Backoff >= 0.5 && cfg.Backoff < 1) {
-		bad("Backoff", "%v is out of range [0.5, 1)", cfg.Backoff)
+		bad("backoff", "%v is out of range [0.5, 1)", cfg.Backoff)
 	}
 	if cfg.RetryAfter < 0 {
-		bad("RetryAfter", "%s is negative", cfg.RetryAfter)
+		bad("retry_after", "%s is negative", cfg.RetryAfter)
 	}
 	if !(cfg.Smoothing > 0 && cfg.Smoothing <= 1) {
-		bad("Smoothing", "%v is out of range (0, 1]", cfg.Smoothing)
+		bad("smoothing", "%v is out of range (0, 1]", cfg.Smoothing)
 	}
 	if !(cfg.Tolerance >= 1) || math.IsInf(cfg.Tolerance, 0) {
-		bad("Tolerance", "%v must be a finite number >= 1", cfg.Tolerance)
+		bad("tolerance", "%v must be a finite number >= 1", cfg.Tolerance)
 	}
 	if cfg.LongWindow < 0 {
-		bad("LongWindow", "%d is negative", cfg.LongWindow)
+		bad("long_window", "%d is negative", cfg.LongWindow)
 	}
 	if !(cfg.Alpha >= 1) || !(cfg.Beta > cfg.Alpha) || math.IsInf(cfg.Beta, 0) {
-		bad("Alpha", "%v and Beta %v must satisfy 1 <= Alpha < Beta (finite)", cfg.Alpha, cfg.Beta)
+		bad("alpha", "%v and beta %v must satisfy 1 <= alpha < beta (finite)", cfg.Alpha, cfg.Beta)
 	}
 	if cfg.ProbeEvery < 0 {
-		bad("ProbeEvery", "%d is negative", cfg.ProbeEvery)
+		bad("probe_every", "%d is negative", cfg.ProbeEvery)
 	}
 	if cfg.Timeout < 0 {
-		bad("Timeout", "%s is negative", cfg.Timeout)
+		bad("timeout", "%s is negative", cfg.Timeout)
 	}
 	return errors.Join(errs...)
 }
 
 // NewAdaptive returns an adaptive limiter, or an error naming every bad
-// field of cfg ("concurrency: AdaptiveConfig.Smoothing 2 is out of range
-// (0, 1]").
+// field of cfg by key ("concurrency: NewAdaptive: smoothing: 2 is out of
+// range (0, 1]").
 func NewAdaptive(cfg AdaptiveConfig) (*Adaptive, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.check("NewAdaptive: ", true); err != nil {
+	if err := cfg.check("NewAdaptive", true); err != nil {
 		return nil, err
 	}
 	a := &Adaptive{clock: cfg.Clock, est: float64(cfg.Initial), rng: rand.New(rand.NewPCG(1, 2))}
@@ -316,7 +319,7 @@ func (a *Adaptive) setConfig(cfg AdaptiveConfig) {
 func (a *Adaptive) Reconfigure(cfg AdaptiveConfig) error {
 	cfg.Clock = a.clock
 	cfg = cfg.withDefaults()
-	if err := cfg.check("Reconfigure: ", false); err != nil {
+	if err := cfg.check("Reconfigure", false); err != nil {
 		return err
 	}
 	a.mu.Lock()

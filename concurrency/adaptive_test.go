@@ -417,8 +417,8 @@ func TestAdaptiveReconfigure(t *testing.T) {
 		t.Fatal("no window closed")
 	}
 	err := a.Reconfigure(concurrency.AdaptiveConfig{Min: 50, Max: 10, Smoothing: 3})
-	if err == nil || !strings.Contains(err.Error(), "concurrency: Reconfigure: AdaptiveConfig.Max 10 must be >= Min 50") ||
-		!strings.Contains(err.Error(), "AdaptiveConfig.Smoothing 3 is out of range") {
+	if err == nil || !strings.Contains(err.Error(), "concurrency: Reconfigure: max: 10 must be >= min 50") ||
+		!strings.Contains(err.Error(), "concurrency: Reconfigure: smoothing: 3 is out of range") {
 		t.Fatalf("bad Reconfigure: %v", err)
 	}
 	if c := a.Config(); c.Max != 100 || c.Min != 1 {
@@ -504,7 +504,7 @@ func TestAdaptiveBypass(t *testing.T) {
 	for _, d := range dones {
 		d(floodgate.Ignored)
 	}
-	if err := a.Reconfigure(concurrency.AdaptiveConfig{Bypass: 9}); err == nil || !strings.Contains(err.Error(), "AdaptiveConfig.Bypass 9 is not a known priority") {
+	if err := a.Reconfigure(concurrency.AdaptiveConfig{Bypass: 9}); err == nil || !strings.Contains(err.Error(), "concurrency: Reconfigure: bypass: 9 is not a known priority") {
 		t.Fatalf("Reconfigure with a bad Bypass: %v", err)
 	}
 }

@@ -99,7 +99,7 @@ func (l *Limiter) InFlight() int64 { return l.inflight.Load() }
 func (l *Limiter) Global() int64 { return l.global.Load() }
 
 // SetGlobal changes the global cap at run time (a policy reload, see
-// package tiers) to limit (>= 1). Requests already in flight stay admitted;
+// package policyfile) to limit (>= 1). Requests already in flight stay admitted;
 // when the cap falls below them, new requests are denied until enough have
 // finished. It returns an error, and changes nothing, when limit < 1 or
 // the Limiter was built without WithGlobal (a cap cannot be added after

@@ -131,10 +131,10 @@
 // or a Timeout to find the limit and then saw-tooths under it.
 //
 // Reconfigure changes every setting at run time (a policy reload, see
-// package tiers) except the Clock, keeping the limit learnt so far clamped
-// to the new [Min, Max]; Limiter.SetGlobal does the same for a Limiter's
-// global cap. The policy file's concurrency: section carries these
-// settings (adaptive:, global:) and tiers.WithOverload applies them on
+// package policyfile) except the Clock, keeping the limit learnt so far
+// clamped to the new [Min, Max]; Limiter.SetGlobal does the same for a
+// Limiter's global cap. The policy file's concurrency: section carries
+// these settings (adaptive:, global:) and policyfile.Watch applies them on
 // every reload.
 //
 // # Configuration
@@ -143,7 +143,9 @@
 // FleetPerKey and NewAdaptive by an AdaptiveConfig. These structs follow
 // one rule: the zero value of every optional field is its default, written
 // in the field's comment, and a bad field is reported by the constructor
-// under its name ("concurrency: WithPerKey: PerKey.Cap 0 must be >= 1").
+// under its name ("concurrency: WithPerKey: PerKey.Cap 0 must be >= 1";
+// an AdaptiveConfig's fields by their policy file keys, "concurrency:
+// NewAdaptive: max: 5 must be >= min 10").
 // Every mistake is reported at construction, all at once; none surfaces per
 // request.
 package concurrency

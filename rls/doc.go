@@ -80,7 +80,7 @@
 // the RateLimitService name) and shuts it down gracefully: health turns
 // NOT_SERVING, calls in flight finish (up to WithDrainTimeout), then the
 // listener closes. The policy follows reloads of the Limiter
-// (tiers.Watch): the mapping and the rules swap together, and a bad
+// (policyfile.Watch): the mapping and the rules swap together, and a bad
 // reload keeps the policy in force. Command floodgate-rls (cmd/) puts it
 // all together: serve-rls, and translate, which turns an
 // envoyproxy/ratelimit configuration into a floodgate policy (package

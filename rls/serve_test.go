@@ -14,6 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/testing/clock"
@@ -115,7 +116,7 @@ func TestServeHealthAndGracefulShutdown(t *testing.T) {
 	}
 }
 
-// A policy file reloaded by tiers.Watch changes the mapping and the rules
+// A policy file reloaded by policyfile.Watch changes the mapping and the rules
 // of the running service at once; a bad reload keeps the policy in force.
 func TestHotReload(t *testing.T) {
 	dir := t.TempDir()
@@ -129,8 +130,8 @@ func TestHotReload(t *testing.T) {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		_ = tiers.Watch(ctx, path, e.limiter, tiers.WithWatchInterval(5*time.Millisecond), tiers.WithWatchLogger(quiet),
-			tiers.WithOnReload(func(_ *tiers.Policy, err error) { reloads <- err }))
+		_ = policyfile.Watch(ctx, path, policyfile.Targets{Limits: e.limiter}, policyfile.WithInterval(5*time.Millisecond), policyfile.WithLogger(quiet),
+			policyfile.WithOnReload(func(_ *policyfile.File, err error) { reloads <- err }))
 	}()
 	defer func() { cancel(); <-watched }()
 	wait := func() error {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/field"
 )
 
 // CPUMeter reports the CPU the service used since the previous call, as a
@@ -121,50 +122,65 @@ func (a AdaptiveCapacity) withDefaults() AdaptiveCapacity {
 	return a
 }
 
-// check reports the bad fields of a (defaults applied) under option, in
-// the form "shedder: <option>: AdaptiveCapacity.<Field> <problem>".
-func (a AdaptiveCapacity) check(option string) []error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, errors.New("shedder: "+option+": AdaptiveCapacity."+field+" "+fmt.Sprintf(format, args...)))
+// check reports the bad fields of a (defaults applied), each under its
+// key ("max"; see wrap).
+func (a AdaptiveCapacity) check() []*field.Error {
+	var errs []*field.Error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, field.Errorf(key, format, args...))
 	}
 	if a.Min < 1 {
-		bad("Min", "%d must be >= 1", a.Min)
+		bad("min", "%d must be >= 1", a.Min)
 	}
 	if a.Max < a.Min {
-		bad("Max", "%d must be >= Min %d", a.Max, a.Min)
+		bad("max", "%d must be >= min %d", a.Max, a.Min)
 	}
 	if a.Max > MaxCapacity {
-		bad("Max", "%d must be <= %d (MaxCapacity)", a.Max, int64(MaxCapacity))
+		bad("max", "%d must be <= %d (MaxCapacity)", a.Max, int64(MaxCapacity))
 	}
 	if a.Window < 0 {
-		bad("Window", "%s is negative", a.Window)
+		bad("window", "%s is negative", a.Window)
 	}
 	if a.MinSamples < 0 {
-		bad("MinSamples", "%d is negative", a.MinSamples)
+		bad("min_samples", "%d is negative", a.MinSamples)
 	}
 	if a.History < 0 {
-		bad("History", "%d is negative", a.History)
+		bad("history", "%d is negative", a.History)
 	}
 	if a.Probe < 0 {
-		bad("Probe", "%s is negative", a.Probe)
+		bad("probe", "%s is negative", a.Probe)
 	}
 	if !(a.Tolerance > 1) || math.IsInf(a.Tolerance, 0) {
-		bad("Tolerance", "%v must be a finite number > 1", a.Tolerance)
+		bad("tolerance", "%v must be a finite number > 1", a.Tolerance)
 	}
 	if !(a.Headroom >= 1) || math.IsInf(a.Headroom, 0) {
-		bad("Headroom", "%v must be a finite number >= 1", a.Headroom)
+		bad("headroom", "%v must be a finite number >= 1", a.Headroom)
 	}
 	if !(a.Growth > 0 && a.Growth <= 1) {
-		bad("Growth", "%v is out of range (0, 1]", a.Growth)
+		bad("growth", "%v is out of range (0, 1]", a.Growth)
 	}
 	if !(a.Backoff >= 0.5 && a.Backoff < 1) {
-		bad("Backoff", "%v is out of range [0.5, 1)", a.Backoff)
+		bad("backoff", "%v is out of range [0.5, 1)", a.Backoff)
 	}
 	if !(a.CPUTarget >= 0 && a.CPUTarget <= 1) {
-		bad("CPUTarget", "%v is out of range [0, 1]", a.CPUTarget)
+		bad("cpu_target", "%v is out of range [0, 1]", a.CPUTarget)
 	}
 	return errs
+}
+
+// wrap returns each of errs as an error of who ("shedder: Config:
+// adaptive.max: 5 must be >= min 10"), with parent, when not empty, put
+// before its path. The field error stays reachable with errors.As, so
+// the policy file's loader finds its path without reading the message.
+func wrap(who, parent string, errs []*field.Error) []error {
+	out := make([]error, len(errs))
+	for i, fe := range errs {
+		if parent != "" {
+			fe = fe.Under(parent)
+		}
+		out[i] = fmt.Errorf("shedder: %s: %w", who, fe)
+	}
+	return out
 }
 
 // Stats is a snapshot of a shedder's capacity and what it was learnt from,
@@ -434,7 +450,7 @@ func (t Thresholds) check() []string {
 
 // Config is the part of a Shedder's settings that can change at run time
 // (Reconfigure), and what a policy file's shedder: section holds (package
-// tiers).
+// policyfile).
 type Config struct {
 	// Capacity is the capacity of a fixed Shedder (>= 1). With Adaptive
 	// it is where the capacity starts when it was fixed before; an
@@ -447,22 +463,25 @@ type Config struct {
 	Adaptive *AdaptiveCapacity
 }
 
-// Validate reports every bad field of c, or nil.
+// Validate reports every bad field of c, or nil. Each error names the
+// field by its key in the policy file ("shedder: Config: adaptive.max: 5
+// must be >= min 10").
 func (c Config) Validate() error {
-	var errs []error
+	var errs []*field.Error
 	if c.Capacity < 1 {
-		errs = append(errs, fmt.Errorf("shedder: Config.Capacity %d must be >= 1", c.Capacity))
+		errs = append(errs, field.Errorf("capacity", "%d must be >= 1", c.Capacity))
 	}
 	if c.Capacity > MaxCapacity {
-		errs = append(errs, fmt.Errorf("shedder: Config.Capacity %d must be <= %d (MaxCapacity)", c.Capacity, int64(MaxCapacity)))
+		errs = append(errs, field.Errorf("capacity", "%d must be <= %d (MaxCapacity)", c.Capacity, int64(MaxCapacity)))
 	}
 	for _, msg := range c.Thresholds.orDefault().check() {
-		errs = append(errs, errors.New("shedder: Config.Thresholds: "+msg))
+		errs = append(errs, &field.Error{Path: "thresholds", Err: errors.New(msg)})
 	}
+	out := wrap("Config", "", errs)
 	if c.Adaptive != nil {
-		errs = append(errs, c.Adaptive.withDefaults().check("Config")...)
+		out = append(out, wrap("Config", "adaptive", c.Adaptive.withDefaults().check())...)
 	}
-	return errors.Join(errs...)
+	return errors.Join(out...)
 }
 
 // Config returns the Shedder's current settings. With an adaptive
@@ -492,7 +511,7 @@ func (s *Shedder) Check(c Config) error {
 		m := s.meter
 		s.mu.Unlock()
 		if m == nil {
-			return fmt.Errorf("shedder: Config: AdaptiveCapacity.CPUTarget %v needs a CPU meter, and the Shedder has none (build it WithCPU)", c.Adaptive.CPUTarget)
+			return wrap("Config", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Shedder has none (build it WithCPU)", c.Adaptive.CPUTarget)})[0]
 		}
 	}
 	return nil
@@ -535,7 +554,7 @@ func (s *Shedder) Reconfigure(c Config) error {
 
 // FleetConfig is the part of a Fleet's settings that can change at run
 // time (Reconfigure), and what a policy file's shedder: fleet: section
-// holds (package tiers).
+// holds (package policyfile).
 type FleetConfig struct {
 	// Capacity is the fleet capacity of a fixed Fleet (>= 1). With
 	// Adaptive it is where this instance's share starts when the capacity
@@ -549,22 +568,24 @@ type FleetConfig struct {
 	Adaptive *AdaptiveCapacity
 }
 
-// Validate reports every bad field of c, or nil.
+// Validate reports every bad field of c, or nil, by key as
+// Config.Validate does.
 func (c FleetConfig) Validate() error {
-	var errs []error
+	var errs []*field.Error
 	if c.Capacity < 1 {
-		errs = append(errs, fmt.Errorf("shedder: FleetConfig.Capacity %d must be >= 1", c.Capacity))
+		errs = append(errs, field.Errorf("capacity", "%d must be >= 1", c.Capacity))
 	}
 	if c.Capacity > MaxCapacity {
-		errs = append(errs, fmt.Errorf("shedder: FleetConfig.Capacity %d must be <= %d (MaxCapacity)", c.Capacity, int64(MaxCapacity)))
+		errs = append(errs, field.Errorf("capacity", "%d must be <= %d (MaxCapacity)", c.Capacity, int64(MaxCapacity)))
 	}
 	if c.Reserve != 0 && !(c.Reserve > 0 && c.Reserve < 1) {
-		errs = append(errs, fmt.Errorf("shedder: FleetConfig.Reserve %v is out of range (0, 1)", c.Reserve))
+		errs = append(errs, field.Errorf("reserve", "%v is out of range (0, 1)", c.Reserve))
 	}
+	out := wrap("FleetConfig", "", errs)
 	if c.Adaptive != nil {
-		errs = append(errs, c.Adaptive.withDefaults().check("FleetConfig")...)
+		out = append(out, wrap("FleetConfig", "adaptive", c.Adaptive.withDefaults().check())...)
 	}
-	return errors.Join(errs...)
+	return errors.Join(out...)
 }
 
 // Config returns the Fleet's current settings.
@@ -589,7 +610,7 @@ func (f *Fleet) Check(c FleetConfig) error {
 		m := f.meter
 		f.capMu.Unlock()
 		if m == nil {
-			return fmt.Errorf("shedder: FleetConfig: AdaptiveCapacity.CPUTarget %v needs a CPU meter, and the Fleet has none (build it WithFleetCPU)", c.Adaptive.CPUTarget)
+			return wrap("FleetConfig", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Fleet has none (build it WithFleetCPU)", c.Adaptive.CPUTarget)})[0]
 		}
 	}
 	return nil

@@ -158,10 +158,10 @@ func TestShedderReconfigure(t *testing.T) {
 	bad := shedder.Config{Capacity: 0, Thresholds: shedder.Thresholds{Test: 0.9, Read: 0.5, Write: 0.7}, Adaptive: &shedder.AdaptiveCapacity{Min: 10, Max: 5, CPUTarget: 2}}
 	err = s.Reconfigure(bad)
 	for _, want := range []string{
-		"shedder: Config.Capacity 0 must be >= 1",
-		"shedder: Config.Thresholds: thresholds test 0.9, read 0.5, write 0.7 must satisfy test <= read <= write",
-		"shedder: Config: AdaptiveCapacity.Max 5 must be >= Min 10",
-		"shedder: Config: AdaptiveCapacity.CPUTarget 2 is out of range [0, 1]",
+		"shedder: Config: capacity: 0 must be >= 1",
+		"shedder: Config: thresholds: thresholds test 0.9, read 0.5, write 0.7 must satisfy test <= read <= write",
+		"shedder: Config: adaptive.max: 5 must be >= min 10",
+		"shedder: Config: adaptive.cpu_target: 2 is out of range [0, 1]",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("bad Reconfigure: %v; want it to mention %q", err, want)
@@ -171,7 +171,7 @@ func TestShedderReconfigure(t *testing.T) {
 		t.Fatalf("after a bad Reconfigure: %+v, want the previous settings", c)
 	}
 	if err := s.Check(shedder.Config{Capacity: 10, Adaptive: &shedder.AdaptiveCapacity{CPUTarget: 0.8}}); err == nil ||
-		!strings.Contains(err.Error(), "CPUTarget 0.8 needs a CPU meter, and the Shedder has none (build it WithCPU)") {
+		!strings.Contains(err.Error(), "shedder: Config: adaptive.cpu_target: 0.8 needs a CPU meter, and the Shedder has none (build it WithCPU)") {
 		t.Fatalf("Check of a CPU target without a meter: %v", err)
 	}
 	// Fixed to adaptive: the capacity starts from Capacity, clamped.
@@ -212,15 +212,15 @@ func TestAdaptiveCapacityOptionErrors(t *testing.T) {
 		Min: -1, Window: -1, MinSamples: -1, History: -1, Probe: -1, Tolerance: 1, Headroom: 0.5, Growth: 2, Backoff: 0.3, CPUTarget: 0.5,
 	}), shedder.WithCPU(nil))
 	for _, want := range []string{
-		"shedder: WithAdaptiveCapacity: AdaptiveCapacity.Min -1 must be >= 1",
-		"AdaptiveCapacity.Window -1ns is negative",
-		"AdaptiveCapacity.MinSamples -1 is negative",
-		"AdaptiveCapacity.History -1 is negative",
-		"AdaptiveCapacity.Probe -1ns is negative",
-		"AdaptiveCapacity.Tolerance 1 must be a finite number > 1",
-		"AdaptiveCapacity.Headroom 0.5 must be a finite number >= 1",
-		"AdaptiveCapacity.Growth 2 is out of range (0, 1]",
-		"AdaptiveCapacity.Backoff 0.3 is out of range [0.5, 1)",
+		"shedder: WithAdaptiveCapacity: min: -1 must be >= 1",
+		"window: -1ns is negative",
+		"min_samples: -1 is negative",
+		"history: -1 is negative",
+		"probe: -1ns is negative",
+		"tolerance: 1 must be a finite number > 1",
+		"headroom: 0.5 must be a finite number >= 1",
+		"growth: 2 is out of range (0, 1]",
+		"backoff: 0.3 is out of range [0.5, 1)",
 		"shedder: WithCPU: meter is nil",
 		"shedder: WithAdaptiveCapacity: AdaptiveCapacity.CPUTarget 0.5 needs a CPU meter (AdaptiveCapacity.CPU or WithCPU)",
 	} {

@@ -68,7 +68,7 @@ func TestFleetAdaptiveCapacitySums(t *testing.T) {
 	if start, _ := a.Threshold(); a.Capacity() != 40 || start != 20 || a.Stats().Adaptive {
 		t.Errorf("after Reconfigure: capacity %d, threshold %d, stats %+v", a.Capacity(), start, a.Stats())
 	}
-	if err := a.Reconfigure(shedder.FleetConfig{Capacity: 40, Reserve: 1.5}); err == nil || !strings.Contains(err.Error(), "shedder: FleetConfig.Reserve 1.5 is out of range (0, 1)") {
+	if err := a.Reconfigure(shedder.FleetConfig{Capacity: 40, Reserve: 1.5}); err == nil || !strings.Contains(err.Error(), "shedder: FleetConfig: reserve: 1.5 is out of range (0, 1)") {
 		t.Errorf("bad Reconfigure: %v", err)
 	}
 	if got := a.Config(); got.Capacity != 40 || got.Reserve != 0.5 {

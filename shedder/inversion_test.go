@@ -129,15 +129,15 @@ func TestReconfigureFixedStaysFixed(t *testing.T) {
 // negative, shedding everything non-critical.
 func TestCapacityBeyondMaxRefused(t *testing.T) {
 	a := shedder.AdaptiveCapacity{Min: 1, Max: math.MaxInt64}
-	if _, err := shedder.New(10, shedder.WithAdaptiveCapacity(a)); err == nil || !strings.Contains(err.Error(), "AdaptiveCapacity.Max") {
-		t.Errorf("adaptive Max MaxInt64: %v, want an error naming AdaptiveCapacity.Max", err)
+	if _, err := shedder.New(10, shedder.WithAdaptiveCapacity(a)); err == nil || !strings.Contains(err.Error(), "WithAdaptiveCapacity: max: ") {
+		t.Errorf("adaptive Max MaxInt64: %v, want an error naming max", err)
 	}
 	s, err := shedder.New(10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Reconfigure(shedder.Config{Capacity: math.MaxInt64}); err == nil || !strings.Contains(err.Error(), "Config.Capacity") {
-		t.Errorf("Reconfigure to capacity MaxInt64: %v, want an error naming Config.Capacity", err)
+	if err := s.Reconfigure(shedder.Config{Capacity: math.MaxInt64}); err == nil || !strings.Contains(err.Error(), "Config: capacity: ") {
+		t.Errorf("Reconfigure to capacity MaxInt64: %v, want an error naming capacity", err)
 	}
 	if _, err := shedder.New(math.MaxInt64, shedder.WithThresholds(1, 1, 1)); err == nil || !strings.Contains(err.Error(), "MaxCapacity") {
 		t.Errorf("New(MaxInt64): %v, want an error naming MaxCapacity", err)

@@ -285,7 +285,7 @@ func WithFleetSync(interval, ttl, timeout time.Duration) FleetOption {
 func WithAdaptiveCapacity(a AdaptiveCapacity) Option {
 	return func(c *config) {
 		a = a.withDefaults()
-		c.errs = append(c.errs, a.check("WithAdaptiveCapacity")...)
+		c.errs = append(c.errs, wrap("WithAdaptiveCapacity", "", a.check())...)
 		c.adaptive = &a
 		if a.CPU != nil {
 			c.meter = a.CPU
@@ -300,7 +300,7 @@ func WithAdaptiveCapacity(a AdaptiveCapacity) Option {
 func WithFleetAdaptiveCapacity(a AdaptiveCapacity) FleetOption {
 	return func(c *fleetConfig) {
 		a = a.withDefaults()
-		c.errs = append(c.errs, a.check("WithFleetAdaptiveCapacity")...)
+		c.errs = append(c.errs, wrap("WithFleetAdaptiveCapacity", "", a.check())...)
 		c.adaptive = &a
 		if a.CPU != nil {
 			c.meter = a.CPU

@@ -620,8 +620,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		}
 	}
 
-	compileRLS(rep, p, byName, c) // issue 20: the rls: section (rls.go)
-	checkOverload(rep, p)         // issue 19: the shedder: and concurrency: sections (overload.go)
+	compileRLS(rep, p, byName, c)
 	if err := rep.err(); err != nil {
 		return nil, err
 	}

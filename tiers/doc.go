@@ -1,8 +1,9 @@
 // Package tiers is floodgate's rate-limit stage: the policy (plan tiers,
-// rules, scopes, costs, overrides), its YAML form with validation and hot
-// reload, the resolution of a floodgate.Request into the buckets to charge
-// (through the store contract of package quota), and the Limiter,
-// the floodgate.Admitter that puts them together.
+// rules, scopes, costs, overrides), its YAML form with validation, the
+// resolution of a floodgate.Request into the buckets to charge (through
+// the store contract of package quota), and the Limiter, the
+// floodgate.Admitter that puts them together. Reloading a policy file is
+// package policyfile's.
 //
 // # The policy
 //
@@ -227,18 +228,17 @@
 //
 // # Reload
 //
-// Limiter.SetPolicy swaps a validated policy in atomically; Watch polls a
-// file's content and does so on every change. A policy that fails to load
-// leaves the one in force deciding and is reported (callback and log).
+// Limiter.SetPolicy swaps a validated policy in atomically. Package
+// policyfile watches a policy file and does so on every change; a policy
+// that fails to load leaves the one in force deciding and is reported.
 //
-// # Shedder and concurrency settings (shedder:, concurrency:)
+// # The rest of the policy file
 //
-// A policy may also carry the load shedder's settings (a fixed or adaptive
-// capacity, the thresholds, a Fleet's) and the in-flight limiters' (a
-// Limiter's global cap, an adaptive limit's algorithm and bounds); see
-// overload.go for the keys. Load validates them with the stages' own rules
-// and names the line of any mistake. Watch applies them to the stages
-// given by WithOverload: each reload is checked against the stages before
-// anything is swapped, so a reload that a stage would refuse leaves the
-// rules and every stage as they were.
+// A policy file may also carry the load shedder's and the concurrency
+// limiters' settings (shedder:, concurrency:). Package tiers never imports
+// a stage, so Load refuses those sections with an error naming their line
+// and package policyfile, which decodes the whole file and applies each
+// section to its stage; a file loaded through tiers alone never drops
+// them unseen. Policy implements yaml.Unmarshaler, which is how
+// policyfile hands tiers the rest of the file.
 package tiers

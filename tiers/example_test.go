@@ -89,26 +89,3 @@ rules:
 	// allowed=true policy=per-user remaining=0 retry_after=0s
 	// allowed=false policy=per-user remaining=0 retry_after=30s
 }
-
-func ExampleWatch() {
-	store, _ := memstore.New()
-	policy, _ := tiers.Load([]byte("rules: []\n"))
-	limits, _ := tiers.NewLimiter(store, policy)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	// Usually run for the life of the process: go tiers.Watch(ctx, path, limits).
-	err := tiers.Watch(ctx, "testdata/policy.yaml", limits,
-		tiers.WithWatchInterval(10*time.Millisecond),
-		tiers.WithWatchLogger(discardLogger()),
-		tiers.WithOnReload(func(p *tiers.Policy, err error) {
-			if err != nil {
-				fmt.Println("reload failed, old policy kept:", err)
-				return
-			}
-			fmt.Println("reloaded:", len(p.Rules), "rules")
-		}))
-	fmt.Println(err)
-	// Output:
-	// reloaded: 7 rules
-	// context deadline exceeded
-}

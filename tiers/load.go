@@ -1,23 +1,19 @@
 package tiers
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/quota"
 	"gopkg.in/yaml.v3"
-)
 
-// MaxPolicySize is the largest policy file Load and LoadFile accept.
-const MaxPolicySize = 4 << 20
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/yamldoc"
+	"github.com/floodgate-go/floodgate/quota"
+)
 
 // LoadFile reads and loads the YAML policy at path (see Load).
 func LoadFile(path string) (*Policy, error) {
@@ -33,24 +29,12 @@ func LoadFile(path string) (*Policy, error) {
 }
 
 func readPolicyFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("tiers: read policy: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxPolicySize+1))
-	if err != nil {
-		return nil, fmt.Errorf("tiers: read policy %s: %w", path, err)
-	}
-	if len(data) > MaxPolicySize {
-		return nil, fmt.Errorf("tiers: policy %s is larger than %d bytes", path, MaxPolicySize)
-	}
-	return data, nil
+	return yamldoc.ReadFile("tiers", path)
 }
 
-// Load decodes and validates a YAML policy. Every problem is reported, not
-// only the first: the error is a *PolicyError whose FieldErrors carry the
-// field path and line, e.g.
+// Load decodes and validates a YAML policy of at most 4 MiB. Every
+// problem is reported, not only the first: the error is a *PolicyError
+// whose FieldErrors carry the field path and line, e.g.
 //
 //	rules[2].rate: "5/minute" is not N/duration, at line 14
 //
@@ -59,67 +43,33 @@ func readPolicyFile(path string) ([]byte, error) {
 // truncated file must not lift every limit); a policy with no rules says
 // "rules: []" explicitly.
 func Load(data []byte) (*Policy, error) {
-	if len(data) > MaxPolicySize {
-		return nil, &PolicyError{Errs: []*FieldError{{Msg: fmt.Sprintf("policy is larger than %d bytes", MaxPolicySize)}}}
-	}
-	doc, fe := parseYAML(data)
-	if fe != nil {
-		return nil, &PolicyError{Errs: []*FieldError{fe}}
-	}
-	d := &decoder{rep: &reporter{lines: map[string]int{}, bad: map[string]struct{}{}}}
-	root := doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
+	root, ye := yamldoc.Parse(data)
+	if ye != nil {
+		return nil, &PolicyError{Errs: []*FieldError{{Msg: ye.Msg, Line: ye.Line}}}
 	}
 	p := &Policy{}
-	d.policy(root, p)
-	if _, err := compile(p, defaultKeyPrefix, d.rep); err != nil {
+	if err := p.UnmarshalYAML(root); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// parseYAML parses exactly one YAML document into a node tree.
-func parseYAML(data []byte) (doc *yaml.Node, fe *FieldError) {
-	defer func() {
-		// yaml.v3 has panicked on hostile input in the past; a policy
-		// loader must report, never crash a reload loop. Only the YAML
-		// parser is guarded: our own walk of the tree is fuzzed unguarded.
-		if r := recover(); r != nil {
-			doc, fe = nil, &FieldError{Msg: fmt.Sprintf("invalid YAML: %v", r)}
-		}
-	}()
-	doc = &yaml.Node{}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, &FieldError{Msg: "policy is empty"}
-		}
-		return nil, yamlSyntaxError(data, err)
+// UnmarshalYAML decodes and validates the policy at n, a YAML mapping, as
+// Load does: errors are a *PolicyError whose lines are n's. A policy can
+// so be one part of a larger document: package policyfile decodes a
+// policy file's shedder: and concurrency: sections and hands the rest of
+// its root to UnmarshalYAML. p is set whatever the error.
+func (p *Policy) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		line := 0
-		if err == nil {
-			line = extra.Line
-		}
-		return nil, &FieldError{Msg: "a policy is one YAML document; found another", Line: line}
+	d := &decoder{rep: &reporter{lines: map[string]int{}, bad: map[string]struct{}{}}}
+	*p = Policy{}
+	d.policy(n, p)
+	if _, err := compile(p, defaultKeyPrefix, d.rep); err != nil {
+		return err
 	}
-	return doc, nil
-}
-
-// yamlError turns "yaml: line 3: did not find ..." into a FieldError with
-// the line in its Line.
-func yamlError(err error) *FieldError {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if num, text, ok := strings.Cut(rest, ": "); ok {
-			if n, err := strconv.Atoi(num); err == nil && n > 0 {
-				return &FieldError{Msg: "invalid YAML: " + text, Line: n}
-			}
-		}
-	}
-	return &FieldError{Msg: "invalid YAML: " + msg}
+	return nil
 }
 
 type decoder struct {
@@ -272,6 +222,10 @@ func (d *decoder) policy(n *yaml.Node, p *Policy) {
 	}
 	haveRules := false
 	ok := d.fields(n, "", func(key string, v *yaml.Node, fp string) bool {
+		if stage, ok := stageSections[key]; ok {
+			d.fail(fp, keyNode(n, key), "the %s's settings are read by package policyfile, which applies them to the %s: load the file with policyfile.Load or policyfile.Watch", stage, stage)
+			return true
+		}
 		switch key {
 		case "tiers":
 			d.tiers(v, fp, p)
@@ -300,10 +254,8 @@ func (d *decoder) policy(n *yaml.Node, p *Policy) {
 			p.Deny = d.nets(v, fp)
 		case "shadow":
 			p.Shadow = d.boolean(v, fp)
-		case "rls": // issue 20 (rls_decode.go)
+		case "rls":
 			d.rls(v, fp, p)
-		case "shedder", "concurrency": // issue 19 (overload.go)
-			d.overload(key, v, fp, p)
 		default:
 			return false
 		}
@@ -312,6 +264,22 @@ func (d *decoder) policy(n *yaml.Node, p *Policy) {
 	if ok && !haveRules {
 		d.fail("rules", n, "required (write \"rules: []\" for a policy without rules)")
 	}
+}
+
+// stageSections are the top-level sections of a policy file that
+// configure stages, not rate limits, by the stage each configures. Load
+// refuses them, so that a file loaded through package tiers alone never
+// drops them unseen; package policyfile decodes them.
+var stageSections = map[string]string{"shedder": "load shedder", "concurrency": "concurrency limiter"}
+
+// keyNode returns the key node of key in the mapping n.
+func keyNode(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i]
+		}
+	}
+	return n
 }
 
 func (d *decoder) tiers(n *yaml.Node, path string, p *Policy) {
@@ -444,7 +412,7 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 		case "ipv6_prefix":
 			n, _ := d.integer(v, fp)
 			r.IPv6Prefix = int(min(n, 1<<16))
-		case "settle", "max_wait", "max_waiters": // issue 18 (shaping.go)
+		case "settle", "max_wait", "max_waiters":
 			d.shaping(key, v, fp, r)
 		default:
 			return false

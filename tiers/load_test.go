@@ -213,3 +213,15 @@ func TestParseRate(t *testing.T) {
 		}
 	}
 }
+
+// A file with the stages' sections loaded through tiers alone is refused,
+// each section at its line, naming package policyfile: the sections are
+// never dropped unseen.
+func TestLoadRefusesStageSections(t *testing.T) {
+	_, err := tiers.Load([]byte("rules: []\nshedder:\n  capacity: 10\nconcurrency: {global: 5}\n"))
+	want := "shedder: the load shedder's settings are read by package policyfile, which applies them to the load shedder: load the file with policyfile.Load or policyfile.Watch, at line 2\n" +
+		"concurrency: the concurrency limiter's settings are read by package policyfile, which applies them to the concurrency limiter: load the file with policyfile.Load or policyfile.Watch, at line 4"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Load:\n got %v\nwant %s", err, want)
+	}
+}

@@ -61,12 +61,6 @@ type Policy struct {
 	// the rules, so the edge and the services spend one budget; see
 	// RLSDomain. YAML: rls. Services ignore it.
 	RLS []RLSDomain
-	// Shedder and Concurrency are the load shedder's and the in-flight
-	// limiters' settings (YAML: shedder, concurrency; issue 19, see
-	// overload.go), applied to the stages by Watch with WithOverload.
-	// nil when the file has no such section.
-	Shedder     *ShedderSection
-	Concurrency *ConcurrencySection
 }
 
 // Decision.Policy of the requests decided by the policy's address lists.

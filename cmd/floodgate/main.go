@@ -18,11 +18,13 @@
 // -compare sets each run's length (default a fifth of -duration, at least
 // 2s), -compare off leaves the comparison out.
 //
-// validate checks policy files and prints every error with its field and
-// line; it exits 1 if any file is invalid. For a valid file it notes what
-// an operator should know before deploying it: a shadow policy (denies
-// nothing), rules enforced for a share of their keys (enforce_percent) or
-// in shadow, and the headers the policy reads.
+// validate checks policy files, their rate limits and their shedder: and
+// concurrency: sections (package policyfile), and prints every error with
+// its field and line; it exits 1 if any file is invalid. For a valid file
+// it notes what an operator should know before deploying it: a shadow
+// policy (denies nothing), rules enforced for a share of their keys
+// (enforce_percent) or in shadow, the headers the policy reads, and the
+// stages its other sections set.
 package main
 
 import (
@@ -39,6 +41,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/demo"
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
@@ -90,7 +93,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 	code := 0
 	for _, path := range args {
-		p, err := tiers.LoadFile(path)
+		f, err := policyfile.LoadFile(path)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: invalid\n", path)
 			var pe *tiers.PolicyError
@@ -104,8 +107,9 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 			code = 1
 			continue
 		}
+		p := f.Limits
 		fmt.Fprintf(stdout, "%s: ok (%d rules, %d tiers, %d overrides)\n", path, len(p.Rules), len(p.Tiers), len(p.Overrides))
-		for _, note := range policyNotes(p) {
+		for _, note := range append(policyNotes(p), stageNotes(f)...) {
 			fmt.Fprintf(stdout, "  %s\n", note)
 		}
 	}
@@ -166,6 +170,27 @@ func policyNotes(p *tiers.Policy) []string {
 		}
 		slices.Sort(names)
 		notes = append(notes, "reads headers "+strings.Join(names, ", ")+" (clients choose them: they select and split limits, they are no identity)")
+	}
+	return notes
+}
+
+// stageNotes say which stages a valid file's shedder: and concurrency:
+// sections set: a service must give each to policyfile.Watch, which
+// refuses the file otherwise.
+func stageNotes(f *policyfile.File) []string {
+	var notes []string
+	for _, s := range []struct {
+		set  bool
+		what string
+	}{
+		{f.Shedder != nil, "shedder: sets a shedder.Shedder's capacity and thresholds (policyfile.Targets.Shedder)"},
+		{f.Fleet != nil, "shedder.fleet: sets a shedder.Fleet's capacity (policyfile.Targets.Fleet)"},
+		{f.Global > 0, "concurrency.global: sets a concurrency.Limiter's global cap (policyfile.Targets.Concurrency)"},
+		{f.Adaptive != nil, "concurrency.adaptive: sets a concurrency.Adaptive's limit (policyfile.Targets.Adaptive)"},
+	} {
+		if s.set {
+			notes = append(notes, s.what)
+		}
 	}
 	return notes
 }

@@ -173,3 +173,27 @@ func TestValidateNotes(t *testing.T) {
 		t.Errorf("stderr:\n%s", errOut.String())
 	}
 }
+
+// TestValidateStageSections: validate reads a file's shedder: and
+// concurrency: sections, names the stages they set, and names the line of
+// a mistake in them.
+func TestValidateStageSections(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "stages.yaml")
+	os.WriteFile(good, []byte("rules: []\nshedder:\n  capacity: 50\nconcurrency:\n  global: 100\n"), 0o644)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("rules: []\nshedder:\n  adaptive: {min: 10, max: 5}\n"), 0o644)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"validate", good, bad}, &out, &errOut); code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, errOut.String())
+	}
+	want := good + ": ok (0 rules, 0 tiers, 0 overrides)\n" +
+		"  shedder: sets a shedder.Shedder's capacity and thresholds (policyfile.Targets.Shedder)\n" +
+		"  concurrency.global: sets a concurrency.Limiter's global cap (policyfile.Targets.Concurrency)\n"
+	if out.String() != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)
+	}
+	if !strings.Contains(errOut.String(), "shedder.adaptive.max: 5 must be >= min 10, at line 3") {
+		t.Errorf("stderr:\n%s", errOut.String())
+	}
+}

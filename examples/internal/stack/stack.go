@@ -32,6 +32,7 @@ import (
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/fallback"
 	fgotel "github.com/floodgate-go/floodgate/otel"
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -117,7 +118,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
-	policy, err := tiers.LoadFile(cfg.PolicyPath)
+	file, err := policyfile.LoadFile(cfg.PolicyPath)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", cfg.PolicyPath, err)
 	}
@@ -152,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		s.Close(context.Background())
 		return nil, err
 	}
-	s.Limiter, err = tiers.NewLimiter(store, policy)
+	s.Limiter, err = tiers.NewLimiter(store, file.Limits)
 	if err != nil {
 		s.Close(context.Background())
 		return nil, fmt.Errorf("rate limiter: %w", err)
@@ -248,10 +249,10 @@ func (s *Stack) newStore(ctx context.Context) (quota.Store, error) {
 // file that fails to load leaves everything in force and is logged with
 // the line of each error.
 func (s *Stack) WatchPolicy(ctx context.Context) {
-	err := tiers.Watch(ctx, s.cfg.PolicyPath, s.Limiter,
-		tiers.WithWatchInterval(time.Second),
-		tiers.WithWatchLogger(s.cfg.Logger),
-		tiers.WithOverload(tiers.Overload{Shedder: s.shed, Limiter: s.conc}),
+	err := policyfile.Watch(ctx, s.cfg.PolicyPath,
+		policyfile.Targets{Limits: s.Limiter, Shedder: s.shed, Concurrency: s.conc},
+		policyfile.WithInterval(time.Second),
+		policyfile.WithLogger(s.cfg.Logger),
 	)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		s.cfg.Logger.Error("policy watch stopped", "err", err)

@@ -53,6 +53,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/fallback"
 	fgotel "github.com/floodgate-go/floodgate/otel"
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/rls/translate"
@@ -206,7 +207,7 @@ func serve(ctx context.Context, c serveConfig, stdout io.Writer, logger *slog.Lo
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = tiers.Watch(wctx, c.policy, limiter, tiers.WithWatchInterval(c.watch), tiers.WithWatchLogger(logger))
+			_ = policyfile.Watch(wctx, c.policy, policyfile.Targets{Limits: limiter}, policyfile.WithInterval(c.watch), policyfile.WithLogger(logger))
 		}()
 		closers = append(closers, func() { cancel(); <-done })
 	}

@@ -1,4 +1,4 @@
-package tiers_test
+package policyfile_test
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
 type reload struct {
-	p   *tiers.Policy
+	f   *policyfile.File
 	err error
 }
 
@@ -80,10 +80,10 @@ func TestWatchGoodBrokenGood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- tiers.Watch(ctx, path, l,
-			tiers.WithWatchInterval(5*time.Millisecond),
-			tiers.WithWatchLogger(slog.New(slog.NewTextHandler(&logs, nil))),
-			tiers.WithOnReload(func(p *tiers.Policy, err error) { reloads <- reload{p, err} }))
+		done <- policyfile.Watch(ctx, path, policyfile.Targets{Limits: l},
+			policyfile.WithInterval(5*time.Millisecond),
+			policyfile.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+			policyfile.WithOnReload(func(f *policyfile.File, err error) { reloads <- reload{f, err} }))
 	}()
 	defer func() {
 		cancel()
@@ -98,7 +98,7 @@ func TestWatchGoodBrokenGood(t *testing.T) {
 	}()
 
 	r := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{User: "u"}}
-	if rl := nextReload(t, reloads); rl.err != nil || rl.p.Rules[0].Name != "first" {
+	if rl := nextReload(t, reloads); rl.err != nil || rl.f.Limits.Rules[0].Name != "first" {
 		t.Fatalf("first reload: %+v", rl)
 	}
 	if d := admit(t, l, r); !d.Allowed || d.Policy != "first" {
@@ -107,7 +107,7 @@ func TestWatchGoodBrokenGood(t *testing.T) {
 
 	writeAtomic(t, path, broken)
 	rl := nextReload(t, reloads)
-	if rl.p != nil || rl.err == nil || rl.err.Error() != `rules[0].rate: "1/hour" is not N/duration, at line 2` {
+	if rl.f != nil || rl.err == nil || rl.err.Error() != `rules[0].rate: "1/hour" is not N/duration, at line 2` {
 		t.Fatalf("broken reload: %+v", rl)
 	}
 	if l.Policy().Rules[0].Name != "first" {
@@ -122,7 +122,7 @@ func TestWatchGoodBrokenGood(t *testing.T) {
 	}
 
 	writeAtomic(t, path, good2)
-	if rl := nextReload(t, reloads); rl.err != nil || rl.p.Rules[0].Name != "second" {
+	if rl := nextReload(t, reloads); rl.err != nil || rl.f.Limits.Rules[0].Name != "second" {
 		t.Fatalf("third reload: %+v", rl)
 	}
 	if d := admit(t, l, r); !d.Allowed || d.Policy != "second" || d.Remaining != 1 {
@@ -143,14 +143,14 @@ func TestWatchBadArguments(t *testing.T) {
 		err  error
 		want string
 	}{
-		{tiers.Watch(ctx, "", l), "tiers: Watch: path is empty"},
-		{tiers.Watch(ctx, "p", nil), "tiers: Watch: limiter is nil"},
-		{tiers.Watch(ctx, "p", l, tiers.WithWatchInterval(0)), "tiers: WithWatchInterval: interval 0s must be > 0"},
-		{tiers.Watch(ctx, "p", l, tiers.WithWatchLogger(nil)), "tiers: WithWatchLogger: logger is nil"},
-		{tiers.Watch(ctx, "p", l, nil), "tiers: nil WatchOption"},
+		{policyfile.Watch(ctx, "", policyfile.Targets{Limits: l}), "policyfile: Watch: path is empty"},
+		{policyfile.Watch(ctx, "p", policyfile.Targets{}), "policyfile: Watch: Targets.Limits is nil"},
+		{policyfile.Watch(ctx, "p", policyfile.Targets{Limits: l}, policyfile.WithInterval(0)), "policyfile: WithInterval: interval 0s must be > 0"},
+		{policyfile.Watch(ctx, "p", policyfile.Targets{Limits: l}, policyfile.WithLogger(nil)), "policyfile: WithLogger: logger is nil"},
+		{policyfile.Watch(ctx, "p", policyfile.Targets{Limits: l}, nil), "policyfile: nil Option"},
 		// Every problem is reported, not only the first.
-		{tiers.Watch(ctx, "", nil, tiers.WithWatchInterval(-1), tiers.WithOnReload(nil)),
-			"tiers: Watch: limiter is nil\ntiers: Watch: path is empty\ntiers: WithWatchInterval: interval -1ns must be > 0"},
+		{policyfile.Watch(ctx, "", policyfile.Targets{}, policyfile.WithInterval(-1), policyfile.WithOnReload(nil)),
+			"policyfile: Watch: Targets.Limits is nil\npolicyfile: Watch: path is empty\npolicyfile: WithInterval: interval -1ns must be > 0"},
 	} {
 		if tc.err == nil || tc.err.Error() != tc.want {
 			t.Errorf("Watch error = %v, want %s", tc.err, tc.want)
@@ -169,8 +169,8 @@ func TestWatchMissingFile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- tiers.Watch(ctx, path, l, tiers.WithWatchInterval(5*time.Millisecond), tiers.WithWatchLogger(discardLogger()),
-			tiers.WithOnReload(func(p *tiers.Policy, err error) { reloads <- reload{p, err} }))
+		done <- policyfile.Watch(ctx, path, policyfile.Targets{Limits: l}, policyfile.WithInterval(5*time.Millisecond), policyfile.WithLogger(discardLogger()),
+			policyfile.WithOnReload(func(f *policyfile.File, err error) { reloads <- reload{f, err} }))
 	}()
 	defer func() {
 		cancel()
@@ -180,7 +180,7 @@ func TestWatchMissingFile(t *testing.T) {
 			t.Error("Watch did not return within 5s of cancel")
 		}
 	}()
-	if rl := nextReload(t, reloads); rl.p != nil || !errors.Is(rl.err, os.ErrNotExist) {
+	if rl := nextReload(t, reloads); rl.f != nil || !errors.Is(rl.err, os.ErrNotExist) {
 		t.Fatalf("first report: %+v, want a not-exist error", rl)
 	}
 	select {
@@ -194,5 +194,16 @@ func TestWatchMissingFile(t *testing.T) {
 	writeAtomic(t, path, "rules:\n  - {name: new, rate: 1/1s}\n")
 	if rl := nextReload(t, reloads); rl.err != nil || l.Policy().Rules[0].Name != "new" {
 		t.Fatalf("after the file appeared: %+v, policy %s", rl, l.Policy().Rules[0].Name)
+	}
+}
+
+// TestWatchOptionErrors: Watch reports every bad option before it starts.
+func TestWatchOptionErrors(t *testing.T) {
+	l := mustLimiter(t, newMemstore(t), "rules:\n  - {name: a, rate: 1/1s}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := policyfile.Watch(ctx, "policy.yaml", policyfile.Targets{Limits: l}, policyfile.WithInterval(0), nil)
+	if err == nil || !strings.Contains(err.Error(), "WithInterval") || !strings.Contains(err.Error(), "nil") {
+		t.Fatalf("Watch = %v, want errors naming WithInterval and the nil option", err)
 	}
 }

@@ -1,4 +1,4 @@
-package tiers_test
+package policyfile_test
 
 import (
 	"context"
@@ -9,15 +9,16 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
 // The shedder's and the concurrency limiters' settings in the policy file,
-// reloaded with the rate limits: Watch with WithOverload checks each
-// reload against the stages before anything is swapped, and applies it.
-func ExampleWithOverload() {
+// reloaded with the rate limits: Watch checks each reload against the
+// stages before anything is swapped, and applies it.
+func ExampleWatch_stages() {
 	path := filepath.Join(os.TempDir(), fmt.Sprintf("floodgate-overload-example-%d.yaml", os.Getpid()))
 	defer os.Remove(path)
 	if err := os.WriteFile(path, []byte(`rules: []
@@ -39,11 +40,10 @@ concurrency:
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	// Usually run for the life of the process.
-	_ = tiers.Watch(ctx, path, limits,
-		tiers.WithWatchInterval(10*time.Millisecond),
-		tiers.WithWatchLogger(discardLogger()),
-		tiers.WithOverload(tiers.Overload{Shedder: shed, Limiter: limiter, Adaptive: adaptive}),
-		tiers.WithOnReload(func(p *tiers.Policy, err error) {
+	_ = policyfile.Watch(ctx, path, policyfile.Targets{Limits: limits, Shedder: shed, Concurrency: limiter, Adaptive: adaptive},
+		policyfile.WithInterval(10*time.Millisecond),
+		policyfile.WithLogger(discardLogger()),
+		policyfile.WithOnReload(func(_ *policyfile.File, err error) {
 			if err != nil {
 				fmt.Println("reload failed, everything kept:", err)
 			}
@@ -55,4 +55,28 @@ concurrency:
 	// shedder capacity: 16 adaptive: true
 	// global cap: 400
 	// adaptive limit: vegas 20
+}
+
+func ExampleWatch() {
+	store, _ := memstore.New()
+	policy, _ := tiers.Load([]byte("rules: []\n"))
+	limits, _ := tiers.NewLimiter(store, policy)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	// Usually run for the life of the process:
+	// go policyfile.Watch(ctx, path, policyfile.Targets{Limits: limits}).
+	err := policyfile.Watch(ctx, "../tiers/testdata/policy.yaml", policyfile.Targets{Limits: limits},
+		policyfile.WithInterval(10*time.Millisecond),
+		policyfile.WithLogger(discardLogger()),
+		policyfile.WithOnReload(func(f *policyfile.File, err error) {
+			if err != nil {
+				fmt.Println("reload failed, old policy kept:", err)
+				return
+			}
+			fmt.Println("reloaded:", len(f.Limits.Rules), "rules")
+		}))
+	fmt.Println(err)
+	// Output:
+	// reloaded: 7 rules
+	// context deadline exceeded
 }

@@ -1,4 +1,4 @@
-package tiers_test
+package policyfile_test
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/tiers"
 )
 
 const overloadPolicy = `rules: []
@@ -40,29 +40,28 @@ concurrency:
 `
 
 func TestLoadOverloadSections(t *testing.T) {
-	p, err := tiers.Load([]byte(overloadPolicy))
+	p, err := policyfile.Load([]byte(overloadPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := p.Shedder.Config
+	sc := p.Shedder
 	if sc == nil || sc.Capacity != 8 || sc.Thresholds != (shedder.Thresholds{Test: 0.6, Read: 0.7, Write: 0.85}) {
 		t.Fatalf("shedder: %+v", sc)
 	}
 	if a := sc.Adaptive; a == nil || a.Min != 8 || a.Max != 400 || a.Window != 200*time.Millisecond || a.Tolerance != 1.4 || a.CPUTarget != 0.9 {
 		t.Fatalf("shedder.adaptive: %+v", sc.Adaptive)
 	}
-	if f := p.Shedder.Fleet; f == nil || f.Capacity != 4000 || f.Reserve != 0.25 || f.Adaptive != nil {
-		t.Fatalf("shedder.fleet: %+v", p.Shedder.Fleet)
+	if f := p.Fleet; f == nil || f.Capacity != 4000 || f.Reserve != 0.25 || f.Adaptive != nil {
+		t.Fatalf("shedder.fleet: %+v", p.Fleet)
 	}
-	c := p.Concurrency
-	if c == nil || c.Global != 300 || c.Adaptive == nil {
-		t.Fatalf("concurrency: %+v", c)
+	if p.Global != 300 || p.Adaptive == nil {
+		t.Fatalf("concurrency: global %d, adaptive %+v", p.Global, p.Adaptive)
 	}
-	if a := c.Adaptive; a.Algorithm != concurrency.Vegas || a.Min != 4 || a.Max != 200 || a.Percentile != 0.9 || a.ProbeEvery != 30 || a.Timeout != 2*time.Second || a.Bypass != floodgate.PriorityCritical {
+	if a := p.Adaptive; a.Algorithm != concurrency.Vegas || a.Min != 4 || a.Max != 200 || a.Percentile != 0.9 || a.ProbeEvery != 30 || a.Timeout != 2*time.Second || a.Bypass != floodgate.PriorityCritical {
 		t.Fatalf("concurrency.adaptive: %+v", a)
 	}
 	// No sections, no settings.
-	if p, err := tiers.Load([]byte("rules: []\n")); err != nil || p.Shedder != nil || p.Concurrency != nil {
+	if p, err := policyfile.Load([]byte("rules: []\n")); err != nil || p.Shedder != nil || p.Fleet != nil || p.Global != 0 || p.Adaptive != nil {
 		t.Fatalf("a policy without the sections: %+v, %v", p, err)
 	}
 }
@@ -95,7 +94,7 @@ func TestLoadOverloadErrors(t *testing.T) {
 		{"concurrency: [1]\n", "concurrency: must be a mapping, got a list, at line 1"},
 		{"concurrency:\n  adaptive: {bypass: vip}\n", `concurrency.adaptive.bypass: unknown priority "vip" (want critical, write, read or test), at line 2`},
 	} {
-		_, err := tiers.Load([]byte("rules: []\n" + tc.yaml))
+		_, err := policyfile.Load([]byte("rules: []\n" + tc.yaml))
 		// Line numbers above count from the section: the policy adds one line.
 		want := shiftLine(tc.want)
 		if err == nil || err.Error() != want {
@@ -126,8 +125,8 @@ func itoa(n int) string {
 
 // A Policy built in Go is checked the same way.
 func TestValidateOverloadInGo(t *testing.T) {
-	p := &tiers.Policy{Concurrency: &tiers.ConcurrencySection{Adaptive: &concurrency.AdaptiveConfig{Smoothing: 3}}}
-	if err := p.Validate(); err == nil || err.Error() != "concurrency.adaptive.smoothing: 3 is out of range (0, 1]" {
+	f := &policyfile.File{Adaptive: &concurrency.AdaptiveConfig{Smoothing: 3}}
+	if err := f.Validate(); err == nil || err.Error() != "concurrency.adaptive.smoothing: 3 is out of range (0, 1]" {
 		t.Fatalf("Validate: %v", err)
 	}
 }
@@ -136,7 +135,7 @@ type cpuConst float64
 
 func (c cpuConst) Utilization() (float64, error) { return float64(c), nil }
 
-// Watch with WithOverload applies the sections to the stages on every
+// Watch applies the sections to the stages on every
 // reload; a reload a stage would refuse (a CPU target for a Shedder
 // without a meter, a section for a stage Watch was not given) changes
 // neither the rules nor any stage; a file without the sections returns
@@ -171,9 +170,9 @@ concurrency:
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- tiers.Watch(ctx, path, l, tiers.WithWatchInterval(5*time.Millisecond), tiers.WithWatchLogger(discardLogger()),
-			tiers.WithOverload(tiers.Overload{Shedder: shed, Limiter: lim, Adaptive: adaptive}),
-			tiers.WithOnReload(func(p *tiers.Policy, err error) { reloads <- reload{p, err} }))
+		done <- policyfile.Watch(ctx, path, policyfile.Targets{Limits: l, Shedder: shed, Concurrency: lim, Adaptive: adaptive},
+			policyfile.WithInterval(5*time.Millisecond), policyfile.WithLogger(discardLogger()),
+			policyfile.WithOnReload(func(f *policyfile.File, err error) { reloads <- reload{f, err} }))
 	}()
 	defer func() {
 		cancel()
@@ -206,7 +205,7 @@ concurrency:
 			"shedder.adaptive.cpu_target: 0.8 needs a CPU meter, and the Shedder has none (build it WithCPU), at line 5"},
 		{good + "  fleet_typo: 1\n", "concurrency.fleet_typo: unknown field, at line 9"},
 		{strings.Replace(good, "capacity: 40", "capacity: 40\n  fleet: {capacity: 10}", 1),
-			"shedder.fleet: the policy sets a Fleet, but Watch was given none (tiers.Overload.Fleet), at line 5"},
+			"shedder.fleet: the file sets a Fleet's settings, but Watch was given none (Targets.Fleet), at line 5"},
 	} {
 		writeAtomic(t, path, bad.yaml)
 		rl := nextReload(t, reloads)
@@ -233,18 +232,11 @@ concurrency:
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := tiers.Load([]byte("rules: []\nshedder:\n  adaptive: {cpu_target: 0.8}\n"))
+	p, err := policyfile.Load([]byte("rules: []\nshedder:\n  adaptive: {cpu_target: 0.8}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := shedCPU.Reconfigure(*p.Shedder.Config); err != nil || shedCPU.Config().Adaptive.CPUTarget != 0.8 {
+	if err := shedCPU.Reconfigure(*p.Shedder); err != nil || shedCPU.Config().Adaptive.CPUTarget != 0.8 {
 		t.Fatalf("Reconfigure with a meter: %v", err)
-	}
-}
-
-func TestWithOverloadNoStage(t *testing.T) {
-	l := mustLimiter(t, newMemstore(t), "rules: []\n")
-	if err := tiers.Watch(context.Background(), "p", l, tiers.WithOverload(tiers.Overload{})); err == nil || err.Error() != "tiers: WithOverload: no stage given" {
-		t.Fatalf("Watch: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package tiers
+package yamldoc
 
 import (
 	"bytes"
@@ -32,12 +32,12 @@ import (
 // syntax error in a large policy costs a bounded time.
 const yamlSearchBudget = 4 << 20
 
-// yamlSyntaxError is the FieldError of a yaml.v3 error decoding data, with
-// the line where the problem is (see above).
-func yamlSyntaxError(data []byte, err error) *FieldError {
-	fe := yamlError(err)
-	fe.Line = syntaxLine(data, fe.Msg, fe.Line)
-	return fe
+// syntaxError is the Error of a yaml.v3 error decoding data, with the
+// line where the problem is (see above).
+func syntaxError(data []byte, err error) *Error {
+	e := yamlError(err)
+	e.Line = syntaxLine(data, e.Msg, e.Line)
+	return e
 }
 
 // syntaxLine returns the first line k, from reported on, such that the
@@ -107,8 +107,8 @@ func syntaxLine(data []byte, msg string, reported int) int {
 // with msg.
 func prefixFails(prefix []byte, msg string) (same bool) {
 	defer func() {
-		// yaml.v3 has panicked on hostile input; parseYAML guards the
-		// full document the same way. A prefix that panics is not the
+		// yaml.v3 has panicked on hostile input; Parse guards the full
+		// document the same way. A prefix that panics is not the
 		// failure searched for.
 		if recover() != nil {
 			same = false

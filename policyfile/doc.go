@@ -1,0 +1,84 @@
+// Package policyfile owns floodgate's policy file as a whole: it loads
+// the YAML file, the rate limits (package tiers' sections) and the
+// settings of the load shedder and the concurrency limiters (the
+// shedder: and concurrency: sections), and watches it, applying every
+// change to the rate limiter and to those stages together.
+//
+// What it decides: which section goes to which stage, that a reload is
+// checked against every stage before anything changes (so a reload that
+// fails leaves the rate limits and every stage as they were), that a
+// section nothing applies is refused, and where each mistake is in the
+// file. It imports the stages it configures (tiers, shedder, concurrency)
+// and the core; no stage imports it. Package tiers decodes its own
+// sections and refuses these two, so a file loaded through tiers alone
+// never drops them unseen.
+//
+// # Errors
+//
+// Load reports every mistake with its field path and line, the stages' own
+// validation included: the stages report a bad setting by its key path,
+// which is the path under the section, so the line of
+//
+//	shedder.adaptive.max: 5 must be >= min 10, at line 7
+//
+// is found without reading the message.
+//
+// # The shedder: and concurrency: sections
+//
+// Every key, with an example value; each is optional unless said
+// otherwise, and leaving one out means the stage's default. The keys are
+// the snake_case names of the Go fields (shedder.Config,
+// shedder.Thresholds, shedder.AdaptiveCapacity, shedder.FleetConfig,
+// concurrency.AdaptiveConfig), with the same defaults and the same
+// validation. Numbers must be greater than 0 and durations are strings
+// ("100ms").
+//
+//	shedder:                   # a *shedder.Shedder (Targets.Shedder)
+//	  capacity: 200            # fixed; with adaptive, where it starts (default min)
+//	  thresholds: {test: 0.7, read: 0.8, write: 0.9}
+//	  adaptive:                # the capacity follows the service
+//	    min: 16
+//	    max: 2000
+//	    window: 100ms
+//	    min_samples: 10
+//	    history: 50
+//	    probe: 10s
+//	    tolerance: 1.5
+//	    headroom: 1.25
+//	    growth: 0.1
+//	    backoff: 0.9
+//	    cpu_target: 0.9        # needs the Shedder built WithCPU
+//	  fleet:                   # a *shedder.Fleet (Targets.Fleet)
+//	    capacity: 4000         # required unless adaptive is set
+//	    reserve: 0.2
+//	    adaptive: {min: 16, max: 2000, window: 100ms, min_samples: 10, history: 50, probe: 10s,
+//	      tolerance: 1.5, headroom: 1.25, growth: 0.1, backoff: 0.9, cpu_target: 0.9}
+//	concurrency:
+//	  global: 500              # a *concurrency.Limiter built WithGlobal (Targets.Concurrency)
+//	  adaptive:                # a *concurrency.Adaptive (Targets.Adaptive)
+//	    name: adaptive-concurrency
+//	    algorithm: gradient2   # or vegas, aimd
+//	    initial: 20
+//	    min: 8
+//	    max: 400
+//	    window: 1s
+//	    min_samples: 10
+//	    max_samples: 1000
+//	    percentile: 0.5
+//	    backoff: 0.9
+//	    retry_after: 1s
+//	    bypass: critical       # never refuse critical calls
+//	    smoothing: 0.2         # gradient2
+//	    tolerance: 1.5
+//	    long_window: 600
+//	    alpha: 3               # vegas
+//	    beta: 6
+//	    probe_every: 60
+//	    timeout: 2s            # aimd
+//
+// shedder: sets a Shedder when it has capacity, thresholds or adaptive;
+// a section with only fleet: leaves the Shedder alone. Watch refuses a
+// file that sets a stage Targets leaves nil, and a setting the stage
+// would refuse (a cpu_target for a Shedder without a CPU meter, global
+// for a Limiter built without WithGlobal).
+package policyfile

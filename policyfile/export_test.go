@@ -1,0 +1,4 @@
+package policyfile
+
+// Schema is the keys the decoder accepts, by path.
+var Schema = schema

@@ -1,0 +1,184 @@
+package policyfile
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/internal/yamldoc"
+	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// defaultInterval is how often Watch polls the file unless WithInterval
+// says otherwise.
+const defaultInterval = 2 * time.Second
+
+// Targets are what Watch applies a policy file to. Limits is required;
+// every other field is a stage the service may not run. A file whose
+// section (or key) sets a stage that Targets leaves nil is refused, as
+// any other mistake: a setting nothing applies never goes unnoticed.
+type Targets struct {
+	// Limits takes the rate-limit sections (Limiter.SetPolicy).
+	Limits *tiers.Limiter
+	// Shedder takes the shedder: section's capacity, thresholds and
+	// adaptive keys.
+	Shedder *shedder.Shedder
+	// Fleet takes shedder: fleet:.
+	Fleet *shedder.Fleet
+	// Concurrency takes concurrency: global:; it must be built
+	// WithGlobal.
+	Concurrency *concurrency.Limiter
+	// Adaptive takes concurrency: adaptive:.
+	Adaptive *concurrency.Adaptive
+}
+
+// Option configures Watch; Watch reports every bad one before it polls.
+type Option func(*config)
+
+type config struct {
+	interval time.Duration
+	onReload func(*File, error)
+	logger   *slog.Logger
+	errs     []error
+}
+
+// WithInterval sets how often Watch polls the file (default 2s; must be
+// > 0).
+func WithInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("policyfile: WithInterval: interval %s must be > 0", d))
+			return
+		}
+		c.interval = d
+	}
+}
+
+// WithOnReload sets a function called after every reload attempt: with
+// the new File and a nil error when it was applied, or with a nil File
+// and the reason when the old one stays in force. It runs on the Watch
+// goroutine. nil (the default) calls nothing.
+func WithOnReload(f func(f *File, err error)) Option {
+	return func(c *config) { c.onReload = f }
+}
+
+// WithLogger sets the logger reloads are reported to (default
+// slog.Default(); must not be nil). Successful reloads log at Info,
+// failures at Error.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.errs = append(c.errs, errors.New("policyfile: WithLogger: logger is nil"))
+			return
+		}
+		c.logger = l
+	}
+}
+
+// Watch keeps t in step with the policy file at path until ctx is done,
+// and then returns ctx's error. It polls the file's content (SHA-256)
+// every interval; when the content changes it loads the file, checks
+// every section against the stage of t it sets, and only then swaps the
+// rate limits in (atomically) and applies the other sections. A file that
+// cannot be read, does not load, or sets a stage that t lacks or that
+// would refuse it, changes nothing: the rate limits and every stage stay
+// as they were, and the failure is reported (the WithOnReload callback
+// and the logger) once per distinct content, not on every poll.
+//
+// A stage whose section (or key) the file leaves out returns to the
+// settings it had when Watch started: the file, when it says something,
+// is the truth, and the Go configuration otherwise.
+//
+// The first poll happens at once, so the file's current content is
+// applied when Watch starts. A nil t.Limits, an empty path and bad
+// options are reported, all together, before any polling.
+func Watch(ctx context.Context, path string, t Targets, opts ...Option) error {
+	cfg := config{interval: defaultInterval, logger: slog.Default()}
+	if t.Limits == nil {
+		cfg.errs = append(cfg.errs, errors.New("policyfile: Watch: Targets.Limits is nil"))
+	}
+	if path == "" {
+		cfg.errs = append(cfg.errs, errors.New("policyfile: Watch: path is empty"))
+	}
+	for _, o := range opts {
+		if o == nil {
+			cfg.errs = append(cfg.errs, errors.New("policyfile: nil Option"))
+			continue
+		}
+		o(&cfg)
+	}
+	if len(cfg.errs) > 0 {
+		return errors.Join(cfg.errs...)
+	}
+	w := watcher{path: path, t: t, cfg: cfg, base: capture(t)}
+	w.poll()
+	tick := time.NewTicker(cfg.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			w.poll()
+		}
+	}
+}
+
+type watcher struct {
+	path    string
+	t       Targets
+	cfg     config
+	base    base
+	last    [sha256.Size]byte
+	have    bool
+	lastErr string
+}
+
+func (w *watcher) poll() {
+	data, err := yamldoc.ReadFile("policyfile", w.path)
+	if err != nil {
+		// Report a read failure once until it changes or the file is back.
+		if err.Error() != w.lastErr {
+			w.lastErr = err.Error()
+			w.have = false
+			w.report(nil, err)
+		}
+		return
+	}
+	sum := sha256.Sum256(data)
+	if w.have && sum == w.last {
+		return
+	}
+	w.last, w.have, w.lastErr = sum, true, ""
+	f, err := Load(data)
+	if err == nil {
+		err = check(w.t, f) // before anything is swapped
+	}
+	if err == nil {
+		err = w.t.Limits.SetPolicy(f.Limits)
+	}
+	if err == nil {
+		err = apply(w.t, f, w.base)
+	}
+	if err != nil {
+		w.report(nil, err)
+		return
+	}
+	w.report(f, nil)
+}
+
+func (w *watcher) report(f *File, err error) {
+	if err != nil {
+		w.cfg.logger.Error("floodgate: policy reload failed; the previous policy stays in force", "path", w.path, "error", err)
+	} else {
+		w.cfg.logger.Info("floodgate: policy reloaded", "path", w.path, "rules", len(f.Limits.Rules))
+	}
+	if w.cfg.onReload != nil {
+		w.cfg.onReload(f, err)
+	}
+}
