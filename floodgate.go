@@ -211,16 +211,6 @@ type MethodOptions struct {
 	Priority Priority
 }
 
-// Stage names the kind of stage that made a decision.
-type Stage string
-
-// Stages, in chain order.
-const (
-	StageShedder     Stage = "shedder"
-	StageConcurrency Stage = "concurrency"
-	StageTiers       Stage = "tiers"
-)
-
 // Source names what produced a decision.
 type Source string
 
