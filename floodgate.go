@@ -564,39 +564,6 @@ func (f ObserverFunc) Observe(ctx context.Context, r *Request, d Decision, err e
 	f(ctx, r, d, err)
 }
 
-// Observed returns an Admitter that reports every decision of a to o, once.
-// If a is a Chain, each of its stages is wrapped, so every stage's decision
-// is reported, not only the chain's result.
-func Observed(a Admitter, o Observer) Admitter {
-	if o == nil {
-		return a
-	}
-	if c, ok := a.(Chain); ok {
-		out := make(Chain, len(c))
-		for i, s := range c {
-			out[i] = Observed(s, o)
-		}
-		return out
-	}
-	return observed{a: a, o: o}
-}
-
-type observed struct {
-	a Admitter
-	o Observer
-}
-
-// Unwrap returns the Admitter w reports on, so that code looking for a
-// stage's capabilities (the interceptors reading a policy's methods:
-// section) sees through the wrapper.
-func (w observed) Unwrap() Admitter { return w.a }
-
-func (w observed) Admit(ctx context.Context, r *Request) (Decision, Done, error) {
-	d, done, err := w.a.Admit(ctx, r)
-	w.o.Observe(ctx, r, d, err)
-	return d, done, err
-}
-
 // Clock is the source of time for every stage, injected so tests run on fake
 // time (see package testing/clock).
 type Clock interface {

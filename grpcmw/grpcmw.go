@@ -67,7 +67,7 @@ func decisionFields(r *floodgate.Request, d floodgate.Decision) logging.Fields {
 		prio = r.Priority
 	}
 	return logging.Fields{
-		FieldDecision, outcome(d),
+		FieldDecision, d.Label(),
 		FieldStage, string(d.Stage),
 		FieldPolicy, d.Policy,
 		FieldSource, string(d.Source),
@@ -78,19 +78,6 @@ func decisionFields(r *floodgate.Request, d floodgate.Decision) logging.Fields {
 		FieldShadow, d.Shadow,
 		FieldDegraded, d.Source.Degraded(),
 	}
-}
-
-// outcome names a decision as package otel's floodgate.decision does.
-func outcome(d floodgate.Decision) string {
-	switch {
-	case d.Allowed:
-		return "allowed"
-	case d.Stage == floodgate.StageShedder:
-		return "shed"
-	case d.Stage == floodgate.StageConcurrency:
-		return "concurrency_limited"
-	}
-	return "limited"
 }
 
 // Exempt returns a selector.Matcher that matches every call except those
@@ -173,7 +160,14 @@ var _ ratelimit.Limiter = (*Limiter)(nil)
 // would release at once and limit nothing; give them floodgate's
 // interceptors. ratelimit.Limiter is handed the context only, so
 // extractors that read the request message see none. The error names every
-// problem, including what interceptor.UnaryServer would panic with.
+// problem, including what Interceptor.UnaryServer would panic with. The
+// stages are found through wrappers that follow floodgate's unwrap
+// convention (floodgate.As), so a wrapped shedder is refused too.
+//
+// The Limiter makes its own interceptor from opts. Behind another
+// floodgate interceptor of the call (the shedder's), it decides on the
+// Request that one built, as every floodgate interceptor does, and its
+// own options do not apply (it logs so).
 func NewLimiter(a floodgate.Admitter, opts ...interceptor.Option) (l *Limiter, err error) {
 	var errs []error
 	if a == nil {
@@ -196,12 +190,12 @@ func NewLimiter(a floodgate.Admitter, opts ...interceptor.Option) (l *Limiter, e
 	return &Limiter{unary: fg.UnaryServer(a)}, nil
 }
 
-// holding names the stages of a that hold a slot for a call's duration.
+// holding names the stages of a that hold a slot for a call's duration,
+// looking through wrappers.
 func holding(a floodgate.Admitter) []error {
-	switch t := a.(type) {
-	case floodgate.Chain:
+	if ch, ok := a.(floodgate.Chain); ok {
 		var errs []error
-		for _, s := range t {
+		for _, s := range ch {
 			if s == nil {
 				errs = append(errs, errors.New("grpcmw: NewLimiter: nil stage in Chain"))
 				continue
@@ -209,8 +203,19 @@ func holding(a floodgate.Admitter) []error {
 			errs = append(errs, holding(s)...)
 		}
 		return errs
-	case *shedder.Shedder, *shedder.Fleet, *concurrency.Limiter, *concurrency.Adaptive:
-		return []error{fmt.Errorf("grpcmw: NewLimiter: %T holds a slot for the whole call, which ratelimit.Limiter cannot report the end of; use interceptor.UnaryServer for it", a)}
+	}
+	for _, err := range []error{holds[*shedder.Shedder](a), holds[*shedder.Fleet](a), holds[*concurrency.Limiter](a), holds[*concurrency.Adaptive](a)} {
+		if err != nil {
+			return []error{err}
+		}
+	}
+	return nil
+}
+
+// holds names a T in a (floodgate.As), a stage that holds a slot.
+func holds[T floodgate.Admitter](a floodgate.Admitter) error {
+	if t, ok := floodgate.As[T](a); ok {
+		return fmt.Errorf("grpcmw: NewLimiter: %T holds a slot for the whole call, which ratelimit.Limiter cannot report the end of; use floodgate's own interceptor (interceptor.New) for it", t)
 	}
 	return nil
 }

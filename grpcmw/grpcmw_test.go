@@ -328,6 +328,12 @@ func TestLimiterOutsideServerCall(t *testing.T) {
 	}
 }
 
+// unwrapper is a user's wrapper of a stage that follows floodgate's unwrap
+// convention.
+type unwrapper struct{ floodgate.Admitter }
+
+func (u unwrapper) Unwrap() floodgate.Admitter { return u.Admitter }
+
 func TestNewLimiterErrors(t *testing.T) {
 	shed, err := shedder.New(10)
 	if err != nil {
@@ -346,6 +352,7 @@ func TestNewLimiterErrors(t *testing.T) {
 	}{
 		{"nil", nil, nil, []string{"grpcmw: NewLimiter: nil Admitter"}},
 		{"shedder", shed, nil, []string{"*shedder.Shedder holds a slot"}},
+		{"wrapped shedder", unwrapper{shed}, nil, []string{"*shedder.Shedder holds a slot"}},
 		{"chain", floodgate.Chain{conc, limits, nil}, nil, []string{"*concurrency.Limiter holds a slot", "nil stage in Chain"}},
 		{"bad option", limits, []interceptor.Option{interceptor.WithDomain("")}, []string{"interceptor: WithDomain: empty domain"}},
 		{"rule that can never apply", limiter(t, "rules:\n  - {name: per-user, key: [user], rate: 1/1s}\n"),

@@ -42,7 +42,7 @@
 // metadata. HTTP handlers get a ResponseWriter
 // that records the status; it passes http.Flusher through and unwraps for
 // http.ResponseController.
-// WithObserver reports every stage's decision once (floodgate.Observed).
+// WithObserver reports every stage's decision once, to each observer.
 //
 // A stage's error never decides by itself: the Decision does. An error with
 // an allowing Decision lets the call proceed and is logged through

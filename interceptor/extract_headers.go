@@ -35,11 +35,7 @@ type headerNames struct {
 	canon []string // http.CanonicalHeaderKey of each
 }
 
-func (i *Interceptor) addHeaderSource(a floodgate.Admitter) {
-	src, ok := a.(headerSource)
-	if !ok {
-		return
-	}
+func (i *Interceptor) addHeaderSource(src headerSource) {
 	for {
 		old := i.headers.Load()
 		var next []headerSource

@@ -369,12 +369,13 @@ func TestMethodPrecedenceWiring(t *testing.T) {
 		check(t, shed, lim)
 	})
 	t.Run("one interceptor around a wrapped chain", func(t *testing.T) {
-		// floodgate.Observed (and otel's TrackInFlight) wrap each stage:
-		// the interceptor looks through the wrapper for the policy.
+		// The observer option (and otel's TrackInFlight, or a user's
+		// wrapper) wraps each stage: the interceptor looks through the
+		// wrapper for the policy.
 		shed, lim := &stage{}, &stage{}
 		var observed int
 		obs := floodgate.ObserverFunc(func(context.Context, *floodgate.Request, floodgate.Decision, error) { observed++ })
-		c := unaryServer(t, &echoServer{}, UnaryServer(floodgate.Observed(floodgate.Chain{shed, &policyStage{stage: lim, methods: policy}}, obs), opts...))
+		c := unaryServer(t, &echoServer{}, UnaryServer(floodgate.Chain{shed, &unwrapper{&policyStage{stage: lim, methods: policy}}}, append(opts, WithObserver(obs))...))
 		callBoth(t, c)
 		check(t, shed, lim)
 		if observed != 4 {
@@ -405,6 +406,16 @@ func TestMethodPrecedenceWiring(t *testing.T) {
 		check(t, lim)
 	})
 }
+
+// unwrapper is a user's wrapper of a stage that follows floodgate's unwrap
+// convention and offers nothing itself.
+type unwrapper struct{ next floodgate.Admitter }
+
+func (u *unwrapper) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+	return u.next.Admit(ctx, r)
+}
+
+func (u *unwrapper) Unwrap() floodgate.Admitter { return u.next }
 
 // policyStage is a stage with per-method options, as a *tiers.Limiter has.
 type policyStage struct {

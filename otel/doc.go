@@ -44,9 +44,10 @@
 //	floodgate.waited        double   seconds a max_wait rule held the request (Decision.Waited); absent when it did not wait
 //	error.type              string   on events only, when the stage returned an error: canceled | timeout | refused | reset | noscript | oom | redirect | _OTHER
 //
-// The decision is "shed" when the shedder stage denies, "concurrency_limited"
-// when the concurrency stage denies, and "limited" when any other stage
-// denies. A denial by the local over-limit cache is "limited" with source
+// The decision is floodgate.Decision.Label: "allowed", or the Label of the
+// denying stage's floodgate.Semantics: "shed" when the shedder stage
+// denies, "concurrency_limited" when the concurrency stage denies, and
+// "limited" when any other stage denies. A denial by the local over-limit cache is "limited" with source
 // "cache". The priority is the Decision's, or the Request's when the
 // Decision leaves it unspecified.
 //

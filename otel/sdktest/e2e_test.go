@@ -77,7 +77,7 @@ func wantFloodgate(s scenario, prio, keyHash string) map[string]string {
 		d = floodgate.Decision{Stage: floodgate.StageShedder, Source: floodgate.SourceShedder, Policy: "shedder", Limit: 100, RetryAfter: 2 * time.Second}
 	}
 	return map[string]string{
-		"floodgate.decision":    "STRING:" + fgotel.DecisionName(d),
+		"floodgate.decision":    "STRING:" + d.Label(),
 		"floodgate.stage":       "STRING:" + string(d.Stage),
 		"floodgate.policy":      "STRING:" + d.Policy,
 		"floodgate.source":      "STRING:" + string(d.Source),

@@ -119,7 +119,7 @@ rules:
 	keyHash := h.obs.KeyHash(floodgate.Identity{User: "alice"})
 	for i, s := range steps {
 		d := decided[i]
-		if got := fgotel.DecisionName(d); got != s.decision || string(d.Source) != s.source {
+		if got := d.Label(); got != s.decision || string(d.Source) != s.source {
 			t.Errorf("%s: limiter decided %s from %s, want %s from %s", s.name, got, d.Source, s.decision, s.source)
 		}
 		if s.checkQ && (d.Limit != s.limit || d.Remaining != s.remaining || d.RetryAfter.Seconds() != s.retryAfter) {
