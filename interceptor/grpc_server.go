@@ -76,19 +76,6 @@ func MustNew(opts ...Option) *Interceptor {
 	return i
 }
 
-// UnaryServer is MustNew(opts...).UnaryServer(a): a gRPC unary server
-// interceptor admitting calls through a. It panics at construction if an
-// option is invalid or a is nil, so a misconfigured limiter never reaches
-// a client. To chain stages, make their interceptors from one New.
-func UnaryServer(a floodgate.Admitter, opts ...Option) grpc.UnaryServerInterceptor {
-	return MustNew(opts...).UnaryServer(a)
-}
-
-// StreamServer is MustNew(opts...).StreamServer(a); see UnaryServer.
-func StreamServer(a floodgate.Admitter, opts ...Option) grpc.StreamServerInterceptor {
-	return MustNew(opts...).StreamServer(a)
-}
-
 // stage prepares a for the interceptors that wrap it: it records the
 // per-method options a offers (every stage of a that has a MethodOptions
 // method, found through wrappers and Chains with floodgate.All) and wraps

@@ -9,13 +9,6 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// HTTP is MustNew(opts...).HTTP(a): net/http middleware admitting
-// requests through a. It panics at construction if an option is invalid or
-// a is nil, so a misconfigured limiter never answers a client with 500.
-func HTTP(a floodgate.Admitter, opts ...Option) func(http.Handler) http.Handler {
-	return MustNew(opts...).HTTP(a)
-}
-
 func (i *Interceptor) route(r *http.Request) string {
 	if r.Pattern != "" {
 		return r.Pattern

@@ -73,7 +73,7 @@ func TestUserWrapperKeepsCapabilities(t *testing.T) {
 			captureSlog(t) // the per-user rule's warning
 			clk := clock.New(time.Time{})
 			rec := &stage{}
-			srv := muxServer(t, HTTP(floodgate.Chain{tc.wrap(limiterAt(t, clk, wrapPolicy)), rec}, tc.opts...))
+			srv := muxServer(t, mustHTTP(floodgate.Chain{tc.wrap(limiterAt(t, clk, wrapPolicy)), rec}, tc.opts...))
 
 			// methods: cost 5 over a mobile rule of 10: two calls pass,
 			// the third is denied (with cost 1 it would pass).

@@ -11,9 +11,10 @@
 // the OpenTelemetry API is imported, never the SDK.
 //
 //	obs, err := otel.New() // global providers
+//	fg, err := interceptor.New(interceptor.WithObserver(obs))
 //	srv := grpc.NewServer(
 //		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-//		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(limits, interceptor.WithObserver(obs))),
+//		grpc.ChainUnaryInterceptor(fg.UnaryServer(limits)),
 //	)
 //
 // # Spans
@@ -104,7 +105,8 @@
 //		func(name string, from, to gobreaker.State) { obs.BreakerStateChanged(name, from.String(), to.String()) }))
 //	limits, _ := tiers.NewLimiter(guarded, policy)
 //	chain := obs.TrackInFlight(floodgate.Chain{shed, conc, limits})
-//	handler := interceptor.HTTP(chain, interceptor.WithObserver(obs))(mux)
+//	fg, _ := interceptor.New(interceptor.WithObserver(obs), interceptor.WithServeMux(mux))
+//	handler := fg.HTTP(chain)(mux)
 //
 // # Cardinality
 //

@@ -247,7 +247,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		mux.HandleFunc(route, work)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	mw := interceptor.HTTP(floodgate.Chain{shed, conc, limits}, append(opts, interceptor.WithServeMux(mux))...)
+	httpFG, err := interceptor.New(append(opts, interceptor.WithServeMux(mux))...)
+	if err != nil {
+		return nil, fmt.Errorf("demo: interceptor: %w", err)
+	}
+	mw := httpFG.HTTP(floodgate.Chain{shed, conc, limits})
 	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo: listen: %w", err)

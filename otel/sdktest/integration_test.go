@@ -77,10 +77,10 @@ rules:
 	})
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(h.tp))),
-		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(limiter,
+		grpc.ChainUnaryInterceptor(interceptor.MustNew(
 			interceptor.WithObserver(h.obs, capture),
 			interceptor.WithUser(interceptor.FromHeader("x-user")),
-		)),
+		).UnaryServer(limiter)),
 	)
 	client := serveGRPC(t, srv)
 
