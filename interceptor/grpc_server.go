@@ -51,7 +51,7 @@ const healthPrefix = "/grpc.health.v1.Health/"
 type Interceptor struct {
 	c        *config
 	policies atomic.Pointer[[]methodSource]
-	headers  atomic.Pointer[[]headerSource] // stages that name request headers (extract_headers.go)
+	headers  atomic.Pointer[[]headerSource] // stages that name request headers (headerSource)
 	hnames   atomic.Pointer[headerNames]
 	logs     logs
 }
@@ -197,7 +197,7 @@ func (i *Interceptor) gateUnary(a floodgate.Admitter, ctx context.Context, metho
 	if !d.Allowed {
 		return ctx, nil, i.denyUnary(ctx, &d)
 	}
-	waitMD(ctx, d) // max_wait (cost.go)
+	waitMD(ctx, d) // max_wait: Server-Timing
 	return ctx, done, nil
 }
 
@@ -268,7 +268,7 @@ func (i *Interceptor) gateStream(a floodgate.Admitter, ss grpc.ServerStream, met
 		ss.SetTrailer(pushbackMD(d))
 		return ss, nil, denial(DenyStatus(d, i.c.domain))
 	}
-	waitStreamMD(ss, d) // max_wait (cost.go)
+	waitStreamMD(ss, d) // max_wait: Server-Timing
 	if nctx != ctx || i.c.perMessage {
 		w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
 		if i.c.perMessage {

@@ -112,7 +112,7 @@ func (i *Interceptor) gateHTTP(a floodgate.Admitter, w http.ResponseWriter, r *h
 		return r, nil, false
 	}
 	i.quotaHeaders(w.Header(), d)
-	waitHeader(w, d) // max_wait (cost.go)
+	waitHeader(w, d) // max_wait: Server-Timing
 	return r, done, true
 }
 

@@ -59,7 +59,7 @@ type config struct {
 
 	methods     map[string]floodgate.MethodOptions
 	annotations bool
-	cost        CostFunc // WithCost (cost.go)
+	cost        CostFunc // WithCost
 
 	// builds is set by every option that changes how the Request is
 	// built; see Interceptor.request.

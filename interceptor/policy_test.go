@@ -22,7 +22,7 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-// Issue 18 over the transports, each with a real tiers.Limiter on the
+// Policies over the transports, each with a real tiers.Limiter on the
 // memstore and a fake clock: several windows per rule in the RateLimit
 // fields, problem bodies and QuotaFailure; header matches and header key
 // scopes filled from the call; shadow policies.

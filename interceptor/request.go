@@ -185,7 +185,7 @@ func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call)
 	mo := i.methodOptions(cl.method, cl.grpcMethod, cl.def)
 	r.Cost, r.Priority = mo.Cost, mo.Priority
 	if c.cost != nil {
-		i.estimate(ctx, r, cl) // WithCost (cost.go)
+		i.estimate(ctx, r, cl) // WithCost
 	}
 	if c.priorityHeader != "" {
 		if v := cl.md.Get(c.priorityHeader); v != "" {

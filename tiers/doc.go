@@ -237,8 +237,8 @@
 // A policy may also carry the load shedder's settings (a fixed or adaptive
 // capacity, the thresholds, a Fleet's) and the in-flight limiters' (a
 // Limiter's global cap, an adaptive limit's algorithm and bounds); see
-// overload.go for the keys. Load validates them with the stages' own rules
-// and names the line of any mistake. Watch applies them to the stages
+// ShedderSection and ConcurrencySection for the keys. Load validates them
+// with the stages' own rules and names the line of any mistake. Watch applies them to the stages
 // given by WithOverload: each reload is checked against the stages before
 // anything is swapped, so a reload that a stage would refuse leaves the
 // rules and every stage as they were.

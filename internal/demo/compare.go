@@ -27,7 +27,7 @@ import (
 	"github.com/floodgate-go/floodgate/shedder"
 )
 
-// The overload comparison (issue 19): after the main run, one service
+// The overload comparison: after the main run, one service
 // whose handler waits on a slow dependency is driven past its capacity
 // three times, each time behind one stage: the shedder with the fixed
 // capacity the main run uses, the shedder with an adaptive capacity, and

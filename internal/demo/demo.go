@@ -50,7 +50,7 @@ type Config struct {
 	// the Fault says. RedisURL must then be empty.
 	Fault *Fault
 	// Compare is the length of each of the three runs of the overload
-	// comparison that follows the main run (compare.go: a fixed shedder
+	// comparison that follows the main run (a fixed shedder
 	// capacity, an adaptive one, an adaptive concurrency limit); 0 means
 	// a fifth of Duration, at least 2s. It must be 0 or at least 1s.
 	Compare time.Duration
