@@ -60,7 +60,9 @@
 //
 // # The ratelimit.Limiter adapter
 //
-// NewLimiter adapts rate-limit stages to ratelimit.Limiter. It loses what
+// NewLimiter adapts rate-limit stages to ratelimit.Limiter, through the
+// Interceptor that makes the chain's other floodgate interceptors, so
+// every stage of a call sees one Request. It loses what
 // floodgate's own interceptors send with a denial: the ratelimit
 // interceptor turns every error into RESOURCE_EXHAUSTED with a string
 // message, so a client gets neither the google.rpc ErrorInfo, RetryInfo and

@@ -152,31 +152,29 @@ type Limiter struct {
 var _ ratelimit.Limiter = (*Limiter)(nil)
 
 // NewLimiter returns a Limiter deciding each call through a, with the
-// Request built as interceptor.New(opts...) builds it (identity, trusted
-// proxies, WithRealIP, methods). a is a rate-limit stage (a
-// *tiers.Limiter) or a floodgate.Chain of them. The shedder and the
-// concurrency limiters are refused: they hold a slot for as long as a call
+// interceptor fg makes (fg.UnaryServer(a)): the Request built as fg
+// builds it (identity, trusted proxies, WithRealIP, methods). Make it from
+// the Interceptor that makes the chain's other floodgate interceptors (the
+// shedder's), so every stage of a call decides on one Request and they all
+// know a's policy (its methods:, the headers it reads). a is a rate-limit
+// stage (a *tiers.Limiter) or a floodgate.Chain of them. The shedder and
+// the concurrency limiters are refused, also behind wrappers that follow
+// floodgate's unwrap convention: they hold a slot for as long as a call
 // runs, and ratelimit.Limiter has no hook for the end of a call, so they
 // would release at once and limit nothing; give them floodgate's
 // interceptors. ratelimit.Limiter is handed the context only, so
 // extractors that read the request message see none. The error names every
-// problem, including what Interceptor.UnaryServer would panic with. The
-// stages are found through wrappers that follow floodgate's unwrap
-// convention (floodgate.As), so a wrapped shedder is refused too.
-//
-// The Limiter makes its own interceptor from opts. Behind another
-// floodgate interceptor of the call (the shedder's), it decides on the
-// Request that one built, as every floodgate interceptor does, and its
-// own options do not apply (it logs so).
-func NewLimiter(a floodgate.Admitter, opts ...interceptor.Option) (l *Limiter, err error) {
+// problem, including what fg.UnaryServer would panic with.
+func NewLimiter(fg *interceptor.Interceptor, a floodgate.Admitter) (l *Limiter, err error) {
 	var errs []error
+	if fg == nil {
+		errs = append(errs, errors.New("grpcmw: NewLimiter: nil Interceptor"))
+	}
 	if a == nil {
 		errs = append(errs, errors.New("grpcmw: NewLimiter: nil Admitter"))
 	} else {
 		errs = append(errs, holding(a)...)
 	}
-	fg, err := interceptor.New(opts...)
-	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
