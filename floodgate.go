@@ -464,7 +464,9 @@ func ReportedCost(ctx context.Context) (int64, bool) {
 // explains a degraded decision and is meant for logs and telemetry.
 //
 // Admitters must be safe for concurrent use and must not retain r after
-// Done is called (or after a deny).
+// Done is called (or after a deny). An Admitter that wraps another has a
+// method Unwrap() Admitter returning it, so that what the wrapped stage
+// offers is still found (As, All; see the package doc).
 type Admitter interface {
 	Admit(ctx context.Context, r *Request) (Decision, Done, error)
 }
