@@ -103,7 +103,7 @@ type Identity struct {
 
 // Request is the transport-neutral view of one call that every stage decides
 // on. The first floodgate interceptor on a call builds it once and stores it
-// in the context (NewContext); later interceptors reuse it.
+// in the context (NewRequestContext); later interceptors reuse it.
 type Request struct {
 	// Method is the gRPC full method ("/pkg.Svc/Method") or the HTTP route
 	// pattern ("GET /v1/items/{id}").
