@@ -16,4 +16,33 @@
 // always what to do; a non-nil error alongside it only says why the stage
 // could not decide in its normal way (for example the store was down and the
 // rule's fail mode decided instead), and is for logs and telemetry.
+//
+// # What a deny means
+//
+// Every kind of stage (Stage) has one Semantics: the gRPC code, HTTP
+// status, RFC 9457 problem type, google.rpc.ErrorInfo reason and telemetry
+// label of its deny. The transports and package otel read it from
+// Stage.Semantics and never decide it themselves, so a new kind of stage
+// is one constant and one entry of this package's table. A Stage this
+// package does not define denies as a rate limit (StageTiers).
+//
+// # Wrapping a stage
+//
+// A stage may offer more than Admit: a *tiers.Limiter offers its policy's
+// per-method options (MethodOptions), the request headers its rules read
+// (RequestHeaders) and a check of the identity its keys need
+// (RequireScopes), and package interceptor uses each. An Admitter that
+// wraps another (to time it, count it, log it) keeps those working by
+// following one convention: it has a method
+//
+//	Unwrap() floodgate.Admitter
+//
+// returning the Admitter it wraps. As and All find what a stage offers
+// through any number of such wrappers and through the stages of a Chain,
+// as errors.AsType does through wrapped errors; the interceptor finds
+// every capability it uses that way and no other. A wrapper that has a
+// capability method itself stands for the stage it wraps: its method is
+// used, and the wrapped stage's is not looked for. Every wrapper in this
+// module (the interceptor's observer, package otel's TrackInFlight)
+// follows the convention.
 package floodgate

@@ -103,7 +103,7 @@ type Identity struct {
 
 // Request is the transport-neutral view of one call that every stage decides
 // on. The first floodgate interceptor on a call builds it once and stores it
-// in the context (NewContext); later interceptors reuse it.
+// in the context (NewRequestContext); later interceptors reuse it.
 type Request struct {
 	// Method is the gRPC full method ("/pkg.Svc/Method") or the HTTP route
 	// pattern ("GET /v1/items/{id}").
@@ -210,16 +210,6 @@ type MethodOptions struct {
 	// PriorityUnspecified is unset.
 	Priority Priority
 }
-
-// Stage names the kind of stage that made a decision.
-type Stage string
-
-// Stages, in chain order.
-const (
-	StageShedder     Stage = "shedder"
-	StageConcurrency Stage = "concurrency"
-	StageTiers       Stage = "tiers"
-)
 
 // Source names what produced a decision.
 type Source string
@@ -474,7 +464,9 @@ func ReportedCost(ctx context.Context) (int64, bool) {
 // explains a degraded decision and is meant for logs and telemetry.
 //
 // Admitters must be safe for concurrent use and must not retain r after
-// Done is called (or after a deny).
+// Done is called (or after a deny). An Admitter that wraps another has a
+// method Unwrap() Admitter returning it, so that what the wrapped stage
+// offers is still found (As, All; see the package doc).
 type Admitter interface {
 	Admit(ctx context.Context, r *Request) (Decision, Done, error)
 }
@@ -572,39 +564,6 @@ type ObserverFunc func(ctx context.Context, r *Request, d Decision, err error)
 // Observe calls f.
 func (f ObserverFunc) Observe(ctx context.Context, r *Request, d Decision, err error) {
 	f(ctx, r, d, err)
-}
-
-// Observed returns an Admitter that reports every decision of a to o, once.
-// If a is a Chain, each of its stages is wrapped, so every stage's decision
-// is reported, not only the chain's result.
-func Observed(a Admitter, o Observer) Admitter {
-	if o == nil {
-		return a
-	}
-	if c, ok := a.(Chain); ok {
-		out := make(Chain, len(c))
-		for i, s := range c {
-			out[i] = Observed(s, o)
-		}
-		return out
-	}
-	return observed{a: a, o: o}
-}
-
-type observed struct {
-	a Admitter
-	o Observer
-}
-
-// Unwrap returns the Admitter w reports on, so that code looking for a
-// stage's capabilities (the interceptors reading a policy's methods:
-// section) sees through the wrapper.
-func (w observed) Unwrap() Admitter { return w.a }
-
-func (w observed) Admit(ctx context.Context, r *Request) (Decision, Done, error) {
-	d, done, err := w.a.Admit(ctx, r)
-	w.o.Observe(ctx, r, d, err)
-	return d, done, err
 }
 
 // Clock is the source of time for every stage, injected so tests run on fake

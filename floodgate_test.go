@@ -184,31 +184,6 @@ func TestChainEdgeLengths(t *testing.T) {
 	}
 }
 
-func TestObservedReportsEveryStageOnce(t *testing.T) {
-	var log []string
-	var seen []string
-	obs := floodgate.ObserverFunc(func(_ context.Context, _ *floodgate.Request, d floodgate.Decision, _ error) {
-		state := "allowed"
-		if !d.Allowed {
-			state = "denied"
-		}
-		seen = append(seen, string(d.Stage)+"="+state)
-	})
-	chain := floodgate.Chain{
-		&stage{name: "shedder", allow: true, log: &log},
-		&stage{name: "tiers", allow: false, log: &log},
-		&stage{name: "never", allow: true, log: &log},
-	}
-	_, _, _ = floodgate.Observed(chain, obs).Admit(context.Background(), &floodgate.Request{})
-	want := []string{"shedder=allowed", "tiers=denied"}
-	if !reflect.DeepEqual(seen, want) {
-		t.Fatalf("observed %q, want %q", seen, want)
-	}
-	if got := floodgate.Observed(chain, nil); !reflect.DeepEqual(got, floodgate.Admitter(chain)) {
-		t.Fatal("Observed with a nil observer should return the admitter unchanged")
-	}
-}
-
 func TestRequestContext(t *testing.T) {
 	if _, ok := floodgate.FromContext(context.Background()); ok {
 		t.Fatal("empty context has a request")

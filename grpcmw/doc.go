@@ -38,7 +38,8 @@
 //
 // WithLogFields adds each decision to the logging fields of the call with
 // logging.AddFields, under the names of the span attributes of package
-// otel: floodgate.decision (allowed, limited, shed, concurrency_limited),
+// otel: floodgate.decision (floodgate.Decision.Label: allowed, limited,
+// shed, concurrency_limited),
 // .stage, .policy, .source, .priority, .limit, .remaining, .retry_after
 // (seconds), .shadow and .degraded. Every decision writes the same keys, so
 // the line shows the last decision of the call: the denying stage of a
@@ -59,11 +60,14 @@
 //
 // # The ratelimit.Limiter adapter
 //
-// NewLimiter adapts rate-limit stages to ratelimit.Limiter. It loses what
+// NewLimiter adapts rate-limit stages to ratelimit.Limiter, through the
+// Interceptor that makes the chain's other floodgate interceptors, so
+// every stage of a call sees one Request. It loses what
 // floodgate's own interceptors send with a denial: the ratelimit
 // interceptor turns every error into RESOURCE_EXHAUSTED with a string
 // message, so a client gets neither the google.rpc ErrorInfo, RetryInfo and
 // QuotaFailure details nor UNAVAILABLE for a shed call. The
-// grpc-retry-pushback-ms trailer is still set. Prefer
-// interceptor.UnaryServer unless the ratelimit interceptor is required.
+// grpc-retry-pushback-ms trailer is still set. Prefer floodgate's own
+// interceptors (interceptor.New) unless the ratelimit interceptor is
+// required.
 package grpcmw

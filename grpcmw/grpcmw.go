@@ -67,7 +67,7 @@ func decisionFields(r *floodgate.Request, d floodgate.Decision) logging.Fields {
 		prio = r.Priority
 	}
 	return logging.Fields{
-		FieldDecision, outcome(d),
+		FieldDecision, d.Label(),
 		FieldStage, string(d.Stage),
 		FieldPolicy, d.Policy,
 		FieldSource, string(d.Source),
@@ -78,19 +78,6 @@ func decisionFields(r *floodgate.Request, d floodgate.Decision) logging.Fields {
 		FieldShadow, d.Shadow,
 		FieldDegraded, d.Source.Degraded(),
 	}
-}
-
-// outcome names a decision as package otel's floodgate.decision does.
-func outcome(d floodgate.Decision) string {
-	switch {
-	case d.Allowed:
-		return "allowed"
-	case d.Stage == floodgate.StageShedder:
-		return "shed"
-	case d.Stage == floodgate.StageConcurrency:
-		return "concurrency_limited"
-	}
-	return "limited"
 }
 
 // Exempt returns a selector.Matcher that matches every call except those
@@ -165,24 +152,29 @@ type Limiter struct {
 var _ ratelimit.Limiter = (*Limiter)(nil)
 
 // NewLimiter returns a Limiter deciding each call through a, with the
-// Request built as interceptor.New(opts...) builds it (identity, trusted
-// proxies, WithRealIP, methods). a is a rate-limit stage (a
-// *tiers.Limiter) or a floodgate.Chain of them. The shedder and the
-// concurrency limiters are refused: they hold a slot for as long as a call
+// interceptor fg makes (fg.UnaryServer(a)): the Request built as fg
+// builds it (identity, trusted proxies, WithRealIP, methods). Make it from
+// the Interceptor that makes the chain's other floodgate interceptors (the
+// shedder's), so every stage of a call decides on one Request and they all
+// know a's policy (its methods:, the headers it reads). a is a rate-limit
+// stage (a *tiers.Limiter) or a floodgate.Chain of them. The shedder and
+// the concurrency limiters are refused, also behind wrappers that follow
+// floodgate's unwrap convention: they hold a slot for as long as a call
 // runs, and ratelimit.Limiter has no hook for the end of a call, so they
 // would release at once and limit nothing; give them floodgate's
 // interceptors. ratelimit.Limiter is handed the context only, so
 // extractors that read the request message see none. The error names every
-// problem, including what interceptor.UnaryServer would panic with.
-func NewLimiter(a floodgate.Admitter, opts ...interceptor.Option) (l *Limiter, err error) {
+// problem, including what fg.UnaryServer would panic with.
+func NewLimiter(fg *interceptor.Interceptor, a floodgate.Admitter) (l *Limiter, err error) {
 	var errs []error
+	if fg == nil {
+		errs = append(errs, errors.New("grpcmw: NewLimiter: nil Interceptor"))
+	}
 	if a == nil {
 		errs = append(errs, errors.New("grpcmw: NewLimiter: nil Admitter"))
 	} else {
 		errs = append(errs, holding(a)...)
 	}
-	fg, err := interceptor.New(opts...)
-	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -196,12 +188,12 @@ func NewLimiter(a floodgate.Admitter, opts ...interceptor.Option) (l *Limiter, e
 	return &Limiter{unary: fg.UnaryServer(a)}, nil
 }
 
-// holding names the stages of a that hold a slot for a call's duration.
+// holding names the stages of a that hold a slot for a call's duration,
+// looking through wrappers.
 func holding(a floodgate.Admitter) []error {
-	switch t := a.(type) {
-	case floodgate.Chain:
+	if ch, ok := a.(floodgate.Chain); ok {
 		var errs []error
-		for _, s := range t {
+		for _, s := range ch {
 			if s == nil {
 				errs = append(errs, errors.New("grpcmw: NewLimiter: nil stage in Chain"))
 				continue
@@ -209,8 +201,19 @@ func holding(a floodgate.Admitter) []error {
 			errs = append(errs, holding(s)...)
 		}
 		return errs
-	case *shedder.Shedder, *shedder.Fleet, *concurrency.Limiter, *concurrency.Adaptive:
-		return []error{fmt.Errorf("grpcmw: NewLimiter: %T holds a slot for the whole call, which ratelimit.Limiter cannot report the end of; use interceptor.UnaryServer for it", a)}
+	}
+	for _, err := range []error{holds[*shedder.Shedder](a), holds[*shedder.Fleet](a), holds[*concurrency.Limiter](a), holds[*concurrency.Adaptive](a)} {
+		if err != nil {
+			return []error{err}
+		}
+	}
+	return nil
+}
+
+// holds names a T in a (floodgate.As), a stage that holds a slot.
+func holds[T floodgate.Admitter](a floodgate.Admitter) error {
+	if t, ok := floodgate.As[T](a); ok {
+		return fmt.Errorf("grpcmw: NewLimiter: %T holds a slot for the whole call, which ratelimit.Limiter cannot report the end of; use floodgate's own interceptor (interceptor.New) for it", t)
 	}
 	return nil
 }

@@ -274,7 +274,7 @@ rules:
     rate: 2/1m
     burst: 2
 `)
-	lim, err := grpcmw.NewLimiter(limits, grpcmw.WithRealIP())
+	lim, err := grpcmw.NewLimiter(interceptor.MustNew(grpcmw.WithRealIP()), limits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +318,57 @@ rules:
 	}
 }
 
+// TestLimiterSharesTheRequest: a shedder behind floodgate's interceptor and
+// the rate limits behind the ratelimit interceptor, both from one
+// Interceptor, decide on one Request, with the cost and priority of the
+// limiter's policy (methods:), which the shedder's interceptor knows
+// because NewLimiter made the limiter's interceptor from the same one.
+func TestLimiterSharesTheRequest(t *testing.T) {
+	limits := limiter(t, `
+rules:
+  - {name: per-ip, key: [ip], rate: 100/1m}
+methods:
+  /floodgate.shop.v1.Shop/Search: {cost: 4, priority: critical}
+`)
+	var (
+		mu   sync.Mutex
+		seen []*floodgate.Request
+	)
+	shed := floodgate.AdmitFunc(func(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+		mu.Lock()
+		seen = append(seen, r)
+		mu.Unlock()
+		return floodgate.Decision{Allowed: true, Stage: floodgate.StageShedder}, nil, nil
+	})
+	var limited []*floodgate.Request
+	fg := interceptor.MustNew(interceptor.WithObserver(floodgate.ObserverFunc(func(_ context.Context, r *floodgate.Request, d floodgate.Decision, _ error) {
+		if d.Stage == floodgate.StageTiers {
+			mu.Lock()
+			limited = append(limited, r)
+			mu.Unlock()
+		}
+	})))
+	shedUnary := fg.UnaryServer(shed)
+	lim, err := grpcmw.NewLimiter(fg, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := serve(t, grpc.NewServer(grpc.ChainUnaryInterceptor(shedUnary, ratelimit.UnaryServerInterceptor(lim))))
+	if _, err := client.Search(t.Context(), &shoppb.SearchRequest{Query: "lamp"}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || len(limited) != 1 || seen[0] != limited[0] {
+		t.Fatalf("shedder saw %d requests, limiter %d; want the same one", len(seen), len(limited))
+	}
+	if r := seen[0]; r.Cost != 4 || r.Priority != floodgate.PriorityCritical {
+		t.Errorf("shedder and limiter saw cost %d priority %v, want the policy's 4 and critical", r.Cost, r.Priority)
+	}
+}
+
 func TestLimiterOutsideServerCall(t *testing.T) {
-	lim, err := grpcmw.NewLimiter(limiter(t, "rules:\n  - {name: r, key: [ip], rate: 1/1s}\n"))
+	lim, err := grpcmw.NewLimiter(interceptor.MustNew(), limiter(t, "rules:\n  - {name: r, key: [ip], rate: 1/1s}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,6 +376,12 @@ func TestLimiterOutsideServerCall(t *testing.T) {
 		t.Errorf("Limit(Background) = %v, want the misuse named", err)
 	}
 }
+
+// unwrapper is a user's wrapper of a stage that follows floodgate's unwrap
+// convention.
+type unwrapper struct{ floodgate.Admitter }
+
+func (u unwrapper) Unwrap() floodgate.Admitter { return u.Admitter }
 
 func TestNewLimiterErrors(t *testing.T) {
 	shed, err := shedder.New(10)
@@ -346,13 +401,18 @@ func TestNewLimiterErrors(t *testing.T) {
 	}{
 		{"nil", nil, nil, []string{"grpcmw: NewLimiter: nil Admitter"}},
 		{"shedder", shed, nil, []string{"*shedder.Shedder holds a slot"}},
+		{"wrapped shedder", unwrapper{shed}, nil, []string{"*shedder.Shedder holds a slot"}},
 		{"chain", floodgate.Chain{conc, limits, nil}, nil, []string{"*concurrency.Limiter holds a slot", "nil stage in Chain"}},
-		{"bad option", limits, []interceptor.Option{interceptor.WithDomain("")}, []string{"interceptor: WithDomain: empty domain"}},
+		{"nil Interceptor", limits, nil, []string{"grpcmw: NewLimiter: nil Interceptor"}},
 		{"rule that can never apply", limiter(t, "rules:\n  - {name: per-user, key: [user], rate: 1/1s}\n"),
 			[]interceptor.Option{interceptor.WithStrictIdentity()}, []string{"grpcmw: NewLimiter: interceptor: WithStrictIdentity", "per-user"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := grpcmw.NewLimiter(tc.a, tc.opts...)
+			var fg *interceptor.Interceptor
+			if tc.name != "nil Interceptor" {
+				fg = interceptor.MustNew(tc.opts...)
+			}
+			l, err := grpcmw.NewLimiter(fg, tc.a)
 			if l != nil || err == nil {
 				t.Fatalf("NewLimiter = %v, %v; want an error", l, err)
 			}

@@ -56,7 +56,7 @@ func TestWithClientAddrGRPC(t *testing.T) {
 			if tc.trusted != nil {
 				opts = append(opts, WithTrustedProxies(tc.trusted...))
 			}
-			cc := startLoopback(t, &echoServer{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(resolver, UnaryServer(s, opts...))})
+			cc := startLoopback(t, &echoServer{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(resolver, mustUnary(s, opts...))})
 			ctx := metadata.AppendToOutgoingContext(testCtx(t), tc.md...)
 			if _, err := testpb.NewEchoClient(cc).Plain(ctx, &testpb.EchoRequest{}); err != nil {
 				t.Fatal(err)
@@ -69,12 +69,14 @@ func TestWithClientAddrGRPC(t *testing.T) {
 }
 
 // TestWithClientAddrLaterInterceptor: an Interceptor with WithClientAddr
-// that is not the first of the chain still decides its stage on the
-// resolved address (its options apply to its own stage).
+// that is not the first of the chain decides its stage on the Request the
+// first one built (the peer's address), as every stage of a call does; its
+// options do not apply, and it says so.
 func TestWithClientAddrLaterInterceptor(t *testing.T) {
+	logs := captureSlog(t)
 	first, second := &stage{}, &stage{}
 	cc := startLoopback(t, &echoServer{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(
-		UnaryServer(first), resolver, UnaryServer(second, WithClientAddr(resolvedAddr)))})
+		mustUnary(first), resolver, mustUnary(second, WithClientAddr(resolvedAddr)))})
 	ctx := metadata.AppendToOutgoingContext(testCtx(t), "test-resolved", "203.0.113.7")
 	if _, err := testpb.NewEchoClient(cc).Plain(ctx, &testpb.EchoRequest{}); err != nil {
 		t.Fatal(err)
@@ -82,14 +84,17 @@ func TestWithClientAddrLaterInterceptor(t *testing.T) {
 	if got := first.requests()[0].Identity.IP; got != netip.MustParseAddr("127.0.0.1") {
 		t.Errorf("first stage IP %v, want the peer", got)
 	}
-	if got := second.requests()[0].Identity.IP; got != netip.MustParseAddr("203.0.113.7") {
-		t.Errorf("second stage IP %v, want the resolved address", got)
+	if second.requests()[0] != first.requests()[0] {
+		t.Errorf("second stage decided on a Request of its own (IP %v)", second.requests()[0].Identity.IP)
+	}
+	if !strings.Contains(logs.String(), "request options do not apply") {
+		t.Errorf("no warning; log:\n%s", logs.String())
 	}
 }
 
 func TestWithClientAddrHTTP(t *testing.T) {
 	s := &stage{}
-	h := HTTP(s, WithClientAddr(resolvedAddr), WithMethodPathFallback())(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := mustHTTP(s, WithClientAddr(resolvedAddr), WithMethodPathFallback())(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	resolve := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if v := r.Header.Get("Test-Resolved"); v != "" {

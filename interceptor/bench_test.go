@@ -87,14 +87,14 @@ func BenchmarkUnaryBufconn(b *testing.B) {
 		{"noopInterceptor", []grpc.UnaryServerInterceptor{func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(ctx, req)
 		}}},
-		{"lean1", []grpc.UnaryServerInterceptor{UnaryServer(lean)}},
+		{"lean1", []grpc.UnaryServerInterceptor{mustUnary(lean)}},
 		// Every call denied with the status details of a rate limit.
-		{"leanDeny1", []grpc.UnaryServerInterceptor{UnaryServer(leanDeny)}},
+		{"leanDeny1", []grpc.UnaryServerInterceptor{mustUnary(leanDeny)}},
 		{"full3", func() []grpc.UnaryServerInterceptor {
 			fg := MustNew(opts...)
 			return []grpc.UnaryServerInterceptor{fg.UnaryServer(stages[0]), fg.UnaryServer(stages[1]), fg.UnaryServer(stages[2])}
 		}()},
-		{"fullChain", []grpc.UnaryServerInterceptor{UnaryServer(floodgate.Chain(stages), opts...)}},
+		{"fullChain", []grpc.UnaryServerInterceptor{mustUnary(floodgate.Chain(stages), opts...)}},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
@@ -147,12 +147,12 @@ func BenchmarkUnaryDirect(b *testing.B) {
 		h    grpc.UnaryHandler
 	}{
 		{"none", chainOf()},
-		{"lean1", chainOf(UnaryServer(lean))},
+		{"lean1", chainOf(mustUnary(lean))},
 		{"full3", func() grpc.UnaryHandler {
 			fg := MustNew(opts...)
 			return chainOf(fg.UnaryServer(stages[0]), fg.UnaryServer(stages[1]), fg.UnaryServer(stages[2]))
 		}()},
-		{"fullChain", chainOf(UnaryServer(floodgate.Chain(stages), opts...))},
+		{"fullChain", chainOf(mustUnary(floodgate.Chain(stages), opts...))},
 	}
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-other", "1"))
 	for _, tc := range cases {
@@ -189,7 +189,7 @@ func BenchmarkHTTPDirect(b *testing.B) {
 		a    floodgate.Admitter
 	}{{"lean", lean}, {"quota", quota}, {"leanDeny", leanDeny}} {
 		b.Run(tc.name, func(b *testing.B) {
-			h := HTTP(tc.a)(next)
+			h := mustHTTP(tc.a)(next)
 			req := httptest.NewRequest("GET", "/v1/items/7", nil)
 			req.Pattern = "GET /v1/items/{id}"
 			w := &discardWriter{h: http.Header{}}

@@ -22,8 +22,8 @@ func TestStreamHoldsRealConcurrencySlot(t *testing.T) {
 	}
 	e := &echoServer{streamStarted: make(chan struct{}, 4)}
 	c := testpb.NewEchoClient(startLoopback(t, e, []grpc.ServerOption{
-		grpc.ChainStreamInterceptor(StreamServer(lim)),
-		grpc.ChainUnaryInterceptor(UnaryServer(lim)),
+		grpc.ChainStreamInterceptor(mustStream(lim)),
+		grpc.ChainUnaryInterceptor(mustUnary(lim)),
 	}))
 
 	openBidi := func(ctx context.Context) (grpc.BidiStreamingClient[testpb.EchoRequest, testpb.EchoResponse], error) {

@@ -167,3 +167,42 @@ func TestServerTimingFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestCostPrecedence pins where WithCost stands among the sources of a
+// call's cost: a positive estimate wins over the method's cost from every
+// source (the policy's methods:, WithMethods, the proto annotation); 0, or
+// a negative estimate (ignored), leaves the method's cost.
+func TestCostPrecedence(t *testing.T) {
+	const exp = "/floodgate.test.v1.Echo/Expensive"
+	for _, tc := range []struct {
+		name     string
+		estimate int64
+		policy   map[string]floodgate.MethodOptions
+		opts     []Option
+		want     int64
+	}{
+		{"estimate over annotation", 40, nil, nil, 40},
+		{"estimate over Go map", 40, nil, []Option{WithMethods(map[string]floodgate.MethodOptions{exp: {Cost: 3}})}, 40},
+		{"estimate over policy", 40, map[string]floodgate.MethodOptions{exp: {Cost: 7}}, nil, 40},
+		{"zero keeps annotation", 0, nil, nil, 10},
+		{"zero keeps policy", 0, map[string]floodgate.MethodOptions{exp: {Cost: 7}}, nil, 7},
+		{"negative keeps policy", -1, map[string]floodgate.MethodOptions{exp: {Cost: 7}}, nil, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			captureSlog(t)
+			s := &stage{}
+			var a floodgate.Admitter = s
+			if tc.policy != nil {
+				a = &policyStage{stage: s, methods: tc.policy}
+			}
+			opts := append([]Option{WithCost(func(context.Context, string, Metadata) int64 { return tc.estimate })}, tc.opts...)
+			c := unaryServer(t, &echoServer{}, mustUnary(a, opts...))
+			if _, err := c.Expensive(testCtx(t), &testpb.EchoRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.requests()[0].Cost; got != tc.want {
+				t.Errorf("%s: cost %d, want %d", exp, got, tc.want)
+			}
+		})
+	}
+}

@@ -20,7 +20,8 @@ type fixedDetails struct {
 	errorInfo, quota *anypb.Any
 }
 
-// detailsKey is what fixedDetails depend on (the stage sets the reason).
+// detailsKey is what fixedDetails depend on (the stage sets the reason
+// and whether there is a QuotaFailure).
 type detailsKey struct {
 	domain string
 	stage  floodgate.Stage
@@ -47,7 +48,7 @@ const maxCachedDetails = 4096
 
 // ruleDetails returns d's fixedDetails, or nil when they cannot be
 // marshalled.
-func ruleDetails(d floodgate.Decision, reason, domain string, show bool) *fixedDetails {
+func ruleDetails(d floodgate.Decision, sem *floodgate.Semantics, domain string, show bool) *fixedDetails {
 	k := detailsKey{domain: domain, stage: d.Stage, show: show}
 	if show {
 		k.policy, k.limit, k.window = d.Policy, d.Limit, d.Window
@@ -69,7 +70,7 @@ func ruleDetails(d floodgate.Decision, reason, domain string, show bool) *fixedD
 	if v, ok := detailsCache.Load(k); ok {
 		return v.(*fixedDetails)
 	}
-	f := marshalDetails(d, reason, domain, show)
+	f := marshalDetails(d, sem, domain, show)
 	if f != nil && detailsCached.Load() < maxCachedDetails {
 		if _, loaded := detailsCache.LoadOrStore(k, f); !loaded {
 			detailsCached.Add(1)
@@ -78,10 +79,10 @@ func ruleDetails(d floodgate.Decision, reason, domain string, show bool) *fixedD
 	return f
 }
 
-// marshalDetails builds d's ErrorInfo (stage; with show, policy, limit
-// and window in seconds) and, with show and a stage other than the
-// shedder, its QuotaFailure.
-func marshalDetails(d floodgate.Decision, reason, domain string, show bool) *fixedDetails {
+// marshalDetails builds d's ErrorInfo (sem's reason; stage; with show,
+// policy, limit and window in seconds) and, with show and a stage whose
+// semantics name a quota, its QuotaFailure.
+func marshalDetails(d floodgate.Decision, sem *floodgate.Semantics, domain string, show bool) *fixedDetails {
 	md := make(map[string]string, 4)
 	if d.Stage != "" {
 		md["stage"] = string(d.Stage)
@@ -95,12 +96,12 @@ func marshalDetails(d floodgate.Decision, reason, domain string, show bool) *fix
 			md["window_seconds"] = strconv.FormatInt(ceilSeconds(d.Window), 10)
 		}
 	}
-	ei, err := anypb.New(&errdetails.ErrorInfo{Reason: reason, Domain: domain, Metadata: md})
+	ei, err := anypb.New(&errdetails.ErrorInfo{Reason: sem.Reason, Domain: domain, Metadata: md})
 	if err != nil {
 		return nil // a string that is not UTF-8: no details, as before
 	}
 	f := &fixedDetails{errorInfo: ei}
-	if show && d.Stage != floodgate.StageShedder {
+	if show && sem.Quota != "" {
 		if f.quota, err = anypb.New(&errdetails.QuotaFailure{Violations: quotaViolations(d)}); err != nil {
 			return nil
 		}

@@ -17,7 +17,7 @@ import (
 func TestDenyStatusSharedDetails(t *testing.T) {
 	d := floodgate.Decision{Stage: floodgate.StageTiers, Policy: "shared-user", Limit: 1000, Window: time.Second, RetryAfter: 2 * time.Millisecond}
 	info := func(limit, domain string) *errdetails.ErrorInfo {
-		return &errdetails.ErrorInfo{Reason: ReasonRateLimit, Domain: domain, Metadata: map[string]string{
+		return &errdetails.ErrorInfo{Reason: "RATE_LIMIT_EXCEEDED", Domain: domain, Metadata: map[string]string{
 			"stage": "tiers", "policy": "shared-user", "limit": limit, "window_seconds": "1",
 		}}
 	}
@@ -43,7 +43,7 @@ func TestDenyStatusSharedDetails(t *testing.T) {
 		quota(10, "rate limit of 10 per 1s exceeded"))
 
 	d.HideQuota, d.RetryAfter = true, 0
-	checkDetails(t, DenyStatus(d, "b.example"), &errdetails.ErrorInfo{Reason: ReasonRateLimit, Domain: "b.example", Metadata: map[string]string{"stage": "tiers"}})
+	checkDetails(t, DenyStatus(d, "b.example"), &errdetails.ErrorInfo{Reason: "RATE_LIMIT_EXCEEDED", Domain: "b.example", Metadata: map[string]string{"stage": "tiers"}})
 }
 
 // TestDenyStatusSharedDetailsSeveralWindows: a deny that violated several
@@ -57,7 +57,7 @@ func TestDenyStatusSharedDetailsSeveralWindows(t *testing.T) {
 	violation := func(q floodgate.Quota, desc string) *errdetails.QuotaFailure_Violation {
 		return &errdetails.QuotaFailure_Violation{Subject: q.Policy, Description: desc, QuotaId: q.Policy, QuotaValue: q.Limit}
 	}
-	info := &errdetails.ErrorInfo{Reason: ReasonRateLimit, Domain: "m.example", Metadata: map[string]string{
+	info := &errdetails.ErrorInfo{Reason: "RATE_LIMIT_EXCEEDED", Domain: "m.example", Metadata: map[string]string{
 		"stage": "tiers", "policy": "multi-user", "limit": "10", "window_seconds": "1",
 	}}
 	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}

@@ -9,17 +9,22 @@
 // New validates the options once and returns an Interceptor; its
 // UnaryServer, StreamServer and HTTP methods make one interceptor per
 // stage, in chain order, for grpc.ChainUnaryInterceptor /
-// grpc.ChainStreamInterceptor, or one around a floodgate.Chain. The first
-// floodgate interceptor of a call builds the floodgate.Request and stores
-// it in the context, where floodgate.FromContext finds it (Request and
-// context are one allocation); the others made by the same Interceptor
-// reuse it. The package-level UnaryServer, StreamServer and HTTP are
-// shorthands for one stage (MustNew(opts...).UnaryServer(a), ...): they
-// panic at construction on a bad option, as UnaryClient and StreamClient
-// do, so a misconfigured limiter never answers a client. An interceptor
-// made by another Interceptor whose options change how a Request is built
-// does not ignore them: its stage decides on a copy with its own options
-// applied, and it logs once that the chain should come from one New.
+// grpc.ChainStreamInterceptor, or one around a floodgate.Chain. That is
+// the one way to wire a chain: every interceptor of it from one New
+// (MustNew panics with New's error instead, for package-level variables).
+// The first floodgate interceptor of a call builds the floodgate.Request
+// and stores it in the context, where floodgate.FromContext finds it
+// (Request and context are one allocation); every later one reuses it, so
+// every stage of a call decides on one Request, with one cost and one
+// priority. An interceptor made by another New reuses it too: its own
+// options that would build the Request differently do not apply, and it
+// logs so (at most once per 10 s).
+//
+// The interceptor finds what a stage offers (a *tiers.Limiter's methods:
+// section, the request headers its rules read, its identity check)
+// through floodgate.All, so a stage behind wrappers that follow floodgate's
+// unwrap convention (Unwrap() floodgate.Admitter), or inside a Chain,
+// keeps all three.
 //
 // Each admitted stage's Done runs exactly once when the call finishes: on
 // return, on panic (deferred), on client cancellation (the handler returns)
@@ -42,7 +47,7 @@
 // metadata. HTTP handlers get a ResponseWriter
 // that records the status; it passes http.Flusher through and unwraps for
 // http.ResponseController.
-// WithObserver reports every stage's decision once (floodgate.Observed).
+// WithObserver reports every stage's decision once, to each observer.
 //
 // A stage's error never decides by itself: the Decision does. An error with
 // an allowing Decision lets the call proceed and is logged through
@@ -50,6 +55,8 @@
 //
 // # gRPC status mapping
 //
+// What a deny means is the deciding stage's floodgate.Semantics
+// (Stage.Semantics); this package reads it and decides nothing itself.
 // A deny from the shedder (StageShedder) is UNAVAILABLE; any other deny
 // (tiers, concurrency) is RESOURCE_EXHAUSTED; never INTERNAL or UNKNOWN.
 // The status carries google.rpc.ErrorInfo (reason RATE_LIMIT_EXCEEDED,
@@ -179,8 +186,9 @@
 // # Cost and priority
 //
 // A call's Request.Cost and Request.Priority are resolved in one place, in
-// one order, however the interceptors are wired. For cost and priority
-// separately, the first source that sets one wins:
+// one order, once per call: every stage of the call sees the same two
+// values, however its interceptors are wired (see Composition). For cost
+// and priority separately, the first source that sets one wins:
 //
 //  1. the policy: the methods: section of every stage the Interceptor wraps
 //     that has one (a *tiers.Limiter; found by the interceptor itself, in
@@ -191,7 +199,9 @@
 //  4. for priority over HTTP, the HTTP method (GET, HEAD, OPTIONS, TRACE
 //     read; others write); else the stage's own default.
 //
-// A trusted priority header (WithPriorityHeader) overrides all of them for
-// priority. Cost 0 means unset: each rate-limit rule's own cost applies, or
-// 1. A rule with a cost of its own charges it whatever the method's cost.
+// A positive estimate from WithCost overrides all of them for cost (0
+// leaves the method's cost); a trusted priority header
+// (WithPriorityHeader) overrides all of them for priority. Cost 0 means
+// unset: each rate-limit rule's own cost applies, or 1. A rule with a cost
+// of its own charges it whatever the request's cost.
 package interceptor

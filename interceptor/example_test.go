@@ -43,10 +43,11 @@ func (echo) Plain(_ context.Context, in *testpb.EchoRequest) (*testpb.EchoRespon
 
 // A gRPC server with one interceptor per stage (here one stage), and a
 // client that reads the denial.
-func ExampleUnaryServer() {
+func ExampleInterceptor_UnaryServer() {
 	lis := bufconn.Listen(1 << 16)
+	fg := interceptor.MustNew(interceptor.WithDomain("echo.example.com"))
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		interceptor.UnaryServer(onePerMinute(), interceptor.WithDomain("echo.example.com")),
+		fg.UnaryServer(onePerMinute()),
 	))
 	testpb.RegisterEchoServer(srv, echo{})
 	go func() { _ = srv.Serve(lis) }()
@@ -74,9 +75,9 @@ func ExampleUnaryServer() {
 
 // HTTP middleware wrapping a handler inside the mux, so the route pattern
 // names the request.
-func ExampleHTTP() {
+func ExampleInterceptor_HTTP() {
 	mux := http.NewServeMux()
-	limit := interceptor.HTTP(onePerMinute(), interceptor.WithHealthPaths("/healthz"))
+	limit := interceptor.MustNew(interceptor.WithHealthPaths("/healthz")).HTTP(onePerMinute())
 	mux.Handle("GET /v1/items/{id}", limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "item", r.PathValue("id"))
 	})))

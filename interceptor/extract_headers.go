@@ -35,11 +35,7 @@ type headerNames struct {
 	canon []string // http.CanonicalHeaderKey of each
 }
 
-func (i *Interceptor) addHeaderSource(a floodgate.Admitter) {
-	src, ok := a.(headerSource)
-	if !ok {
-		return
-	}
+func (i *Interceptor) addHeaderSource(src headerSource) {
 	for {
 		old := i.headers.Load()
 		var next []headerSource
@@ -106,16 +102,11 @@ func (i *Interceptor) headerNames() *headerNames {
 }
 
 // fillHeaders sets r.Headers to the first value of every header the
-// stages ask for that the call has (a header sent empty is absent). With
-// own, r is a copy of a Request another interceptor built: its Headers are
-// replaced, never written into.
-func (i *Interceptor) fillHeaders(r *floodgate.Request, md Metadata, own bool) {
+// stages ask for that the call has (a header sent empty is absent).
+func (i *Interceptor) fillHeaders(r *floodgate.Request, md Metadata) {
 	hn := i.headerNames()
 	if hn == nil {
 		return
-	}
-	if own {
-		r.Headers = nil
 	}
 	for k, name := range hn.lower {
 		var v string

@@ -55,28 +55,14 @@ func (c *config) resolvable() []string {
 	return s
 }
 
-// requireScopes tells every stage of a that checks scopes what this
-// Interceptor fills on transport; with WithStrictIdentity a rule that can
-// never apply panics, as a bad option does, before anything is served.
+// requireScopes tells every stage of a that checks scopes (found through
+// wrappers and Chains with floodgate.All) what this Interceptor fills on
+// transport; with WithStrictIdentity a rule that can never apply panics,
+// as a bad option does, before anything is served.
 func (i *Interceptor) requireScopes(a floodgate.Admitter, transport string) {
-	if a == nil {
-		return // stage panics
-	}
-	if ch, ok := a.(floodgate.Chain); ok {
-		for _, s := range ch {
-			i.requireScopes(s, transport)
+	for sc := range floodgate.All[scopeChecker](a) {
+		if err := sc.RequireScopes(transport, i.c.resolvable(), i.c.strictIdentity); err != nil {
+			panic(fmt.Sprintf("interceptor: WithStrictIdentity: %v", err))
 		}
-		return
-	}
-	if w, ok := a.(wrapper); ok {
-		i.requireScopes(w.Unwrap(), transport)
-		return
-	}
-	sc, ok := a.(scopeChecker)
-	if !ok {
-		return
-	}
-	if err := sc.RequireScopes(transport, i.c.resolvable(), i.c.strictIdentity); err != nil {
-		panic(fmt.Sprintf("interceptor: WithStrictIdentity: %v", err))
 	}
 }

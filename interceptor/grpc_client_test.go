@@ -63,7 +63,7 @@ func equalDurations(a, b []time.Duration) bool {
 
 func clientConn(t *testing.T, s *stage, copts ...ClientOption) testpb.EchoClient {
 	return testpb.NewEchoClient(startBufconn(t, &echoServer{},
-		[]grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServer(s)), grpc.ChainStreamInterceptor(StreamServer(s))},
+		[]grpc.ServerOption{grpc.ChainUnaryInterceptor(mustUnary(s)), grpc.ChainStreamInterceptor(mustStream(s))},
 		grpc.WithChainUnaryInterceptor(UnaryClient(copts...)), grpc.WithChainStreamInterceptor(StreamClient(copts...)),
 		grpc.WithDisableRetry(),
 	))
@@ -236,7 +236,7 @@ func TestGRPCBuiltinRetryHonoursPushback(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := denyFirst(1, tc.d)
 			c := testpb.NewEchoClient(startLoopback(t, &echoServer{},
-				[]grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServer(s))},
+				[]grpc.ServerOption{grpc.ChainUnaryInterceptor(mustUnary(s))},
 				grpc.WithDefaultServiceConfig(sc)))
 			start := time.Now()
 			_, err := c.Plain(testCtx(t), &testpb.EchoRequest{})

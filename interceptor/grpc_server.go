@@ -27,16 +27,6 @@ import (
 // retry policy reads it.
 const PushbackTrailer = "grpc-retry-pushback-ms"
 
-// google.rpc.ErrorInfo reasons of denials.
-const (
-	// ReasonRateLimit: a rate limit (StageTiers, or an unnamed stage) denied.
-	ReasonRateLimit = "RATE_LIMIT_EXCEEDED"
-	// ReasonConcurrency: the in-flight limiter (StageConcurrency) denied.
-	ReasonConcurrency = "CONCURRENCY_LIMIT_EXCEEDED"
-	// ReasonLoadShed: the load shedder (StageShedder) shed the call.
-	ReasonLoadShed = "LOAD_SHED"
-)
-
 // healthPrefix is the gRPC health service; its calls are never limited.
 const healthPrefix = "/grpc.health.v1.Health/"
 
@@ -49,17 +39,19 @@ const healthPrefix = "/grpc.health.v1.Health/"
 //	fg, err := interceptor.New(opts...)
 //	grpc.ChainUnaryInterceptor(fg.UnaryServer(shed), fg.UnaryServer(conc), fg.UnaryServer(limits))
 //
+// or around a floodgate.Chain of them:
+//
+//	handler := fg.HTTP(floodgate.Chain{shed, conc, limits})(mux)
+//
 // Every interceptor it makes shares the Request the first one builds, and
 // the per-method options of every stage it wraps (a *tiers.Limiter's
-// policy methods:), so the order in which cost and priority are resolved
-// does not depend on how the chain is wired. Make all of a chain's
-// interceptors before serving: each one adds the method options of the
-// stage it wraps. The package-level UnaryServer, StreamServer and HTTP are
-// shorthands for one stage.
+// policy methods:), so every stage of a call sees one cost and one
+// priority. Make all of a chain's interceptors before serving: each one
+// adds the method options of the stage it wraps.
 type Interceptor struct {
 	c        *config
 	policies atomic.Pointer[[]methodSource]
-	headers  atomic.Pointer[[]headerSource] // stages that name request headers (extract_headers.go)
+	headers  atomic.Pointer[[]headerSource] // stages that name request headers (headerSource)
 	hnames   atomic.Pointer[headerNames]
 	logs     logs
 }
@@ -74,7 +66,7 @@ func New(opts ...Option) (*Interceptor, error) {
 	return &Interceptor{c: c}, nil
 }
 
-// MustNew is New for package-level variables and shorthands: it panics
+// MustNew is New for package-level variables and inline use: it panics
 // with New's error.
 func MustNew(opts ...Option) *Interceptor {
 	i, err := New(opts...)
@@ -84,62 +76,31 @@ func MustNew(opts ...Option) *Interceptor {
 	return i
 }
 
-// UnaryServer is MustNew(opts...).UnaryServer(a): a gRPC unary server
-// interceptor admitting calls through a. It panics at construction if an
-// option is invalid or a is nil, so a misconfigured limiter never reaches
-// a client. To chain stages, make their interceptors from one New.
-func UnaryServer(a floodgate.Admitter, opts ...Option) grpc.UnaryServerInterceptor {
-	return MustNew(opts...).UnaryServer(a)
-}
-
-// StreamServer is MustNew(opts...).StreamServer(a); see UnaryServer.
-func StreamServer(a floodgate.Admitter, opts ...Option) grpc.StreamServerInterceptor {
-	return MustNew(opts...).StreamServer(a)
-}
-
 // stage prepares a for the interceptors that wrap it: it records the
-// per-method options a offers (a stage with a MethodOptions method, or any
-// such stage of a floodgate.Chain) and wraps a with the observer. It
-// panics when a is nil.
+// per-method options a offers (every stage of a that has a MethodOptions
+// method, found through wrappers and Chains with floodgate.All) and wraps
+// a with the observers. It panics when a is nil.
 func (i *Interceptor) stage(a floodgate.Admitter) floodgate.Admitter {
 	if a == nil {
 		panic("interceptor: nil Admitter")
 	}
-	i.addSources(a)
+	for src := range floodgate.All[methodSource](a) {
+		i.addMethodSource(src)
+	}
+	for src := range floodgate.All[headerSource](a) {
+		i.addHeaderSource(src)
+	}
 	switch len(i.c.observers) {
 	case 0:
 	case 1:
-		a = floodgate.Observed(a, i.c.observers[0])
+		a = observe(a, i.c.observers[0])
 	default:
-		a = floodgate.Observed(a, fanOut(i.c.observers))
+		a = observe(a, fanOut(i.c.observers))
 	}
 	return a
 }
 
-// wrapper is an Admitter that wraps another (floodgate.Observed, otel's
-// TrackInFlight): the interceptor looks through it for what the wrapped
-// stage offers (a policy's methods: section, the identity its rules need),
-// as errors.Unwrap does for errors.
-type wrapper interface {
-	Unwrap() floodgate.Admitter
-}
-
-func (i *Interceptor) addSources(a floodgate.Admitter) {
-	if ch, ok := a.(floodgate.Chain); ok {
-		for _, s := range ch {
-			i.addSources(s)
-		}
-		return
-	}
-	if w, ok := a.(wrapper); ok {
-		i.addSources(w.Unwrap())
-		return
-	}
-	i.addHeaderSource(a)
-	src, ok := a.(methodSource)
-	if !ok {
-		return
-	}
+func (i *Interceptor) addMethodSource(src methodSource) {
 	for {
 		old := i.policies.Load()
 		var next []methodSource
@@ -236,7 +197,7 @@ func (i *Interceptor) gateUnary(a floodgate.Admitter, ctx context.Context, metho
 	if !d.Allowed {
 		return ctx, nil, i.denyUnary(ctx, &d)
 	}
-	waitMD(ctx, d) // max_wait (cost.go)
+	waitMD(ctx, d) // max_wait: Server-Timing
 	return ctx, done, nil
 }
 
@@ -307,7 +268,7 @@ func (i *Interceptor) gateStream(a floodgate.Admitter, ss grpc.ServerStream, met
 		ss.SetTrailer(pushbackMD(d))
 		return ss, nil, denial(DenyStatus(d, i.c.domain))
 	}
-	waitStreamMD(ss, d) // max_wait (cost.go)
+	waitStreamMD(ss, d) // max_wait: Server-Timing
 	if nctx != ctx || i.c.perMessage {
 		w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
 		if i.c.perMessage {
@@ -379,29 +340,27 @@ func pushbackValue(ra time.Duration) string {
 	return strconv.FormatInt(int64(ms), 10)
 }
 
-// DenyStatus is the gRPC status this package sends for a denying Decision:
-// UNAVAILABLE for the shedder, RESOURCE_EXHAUSTED otherwise, with details
+// DenyStatus is the gRPC status this package sends for a denying Decision.
+// Its code, ErrorInfo reason and message are those of the deciding stage's
+// floodgate.Semantics (UNAVAILABLE for the shedder, RESOURCE_EXHAUSTED
+// otherwise), with details
 //
 //   - google.rpc.ErrorInfo: Reason RATE_LIMIT_EXCEEDED (tiers),
 //     CONCURRENCY_LIMIT_EXCEEDED (concurrency) or LOAD_SHED (shedder),
 //     Domain domain, Metadata "stage" and, unless d.HideQuota, "policy",
 //     "limit" and "window_seconds" (each only when known);
 //   - google.rpc.RetryInfo with RetryDelay = d.RetryAfter, when positive;
-//   - google.rpc.QuotaFailure, for tiers and concurrency denials naming a
-//     policy, unless d.HideQuota: one violation with Subject and QuotaId the
-//     policy name, QuotaValue the limit, and a Description; for a decision
-//     with several windows (d.Quotas), one such violation per violated
-//     window, the binding first.
+//   - google.rpc.QuotaFailure, for a denial naming a policy by a stage
+//     whose Semantics name a Quota (tiers, concurrency), unless
+//     d.HideQuota: one violation with Subject and QuotaId the policy name,
+//     QuotaValue the limit, and a Description; for a decision with several
+//     windows (d.Quotas), one such violation per violated window, the
+//     binding first.
 //
 // It never returns codes.Internal or codes.Unknown.
 func DenyStatus(d floodgate.Decision, domain string) *status.Status {
-	code, reason, msg := codes.ResourceExhausted, ReasonRateLimit, "rate limit exceeded"
-	switch d.Stage {
-	case floodgate.StageShedder:
-		code, reason, msg = codes.Unavailable, ReasonLoadShed, "server overloaded: request shed"
-	case floodgate.StageConcurrency:
-		reason, msg = ReasonConcurrency, "concurrency limit exceeded"
-	}
+	sem := d.Stage.Semantics()
+	code, msg := codes.Code(sem.GRPCCode), sem.Message
 	show := !d.HideQuota && d.Policy != ""
 	if show {
 		msg += " (policy " + strconv.Quote(d.Policy) + ")"
@@ -409,7 +368,7 @@ func DenyStatus(d floodgate.Decision, domain string) *status.Status {
 	if d.RetryAfter > 0 {
 		msg += "; retry after " + d.RetryAfter.String()
 	}
-	fixed := ruleDetails(d, reason, domain, show)
+	fixed := ruleDetails(d, &sem, domain, show)
 	if fixed == nil {
 		return status.New(code, msg)
 	}
@@ -449,28 +408,28 @@ func quotaViolations(d floodgate.Decision) []*errdetails.QuotaFailure_Violation 
 	return out
 }
 
+// quotaDescription describes the quota d violated, as its stage's
+// Semantics name it: "rate limit of 10 per 1m0s exceeded", "concurrency
+// limit of 8 in flight reached".
 func quotaDescription(d floodgate.Decision) string {
+	sem := d.Stage.Semantics()
 	var b strings.Builder
-	if d.Stage == floodgate.StageConcurrency {
-		b.WriteString("concurrency limit")
-		if d.Limit > 0 {
-			b.WriteString(" of ")
-			b.WriteString(strconv.FormatInt(d.Limit, 10))
-			b.WriteString(" in flight")
-		}
-		b.WriteString(" reached")
-		return b.String()
-	}
-	b.WriteString("rate limit")
+	b.WriteString(sem.Quota)
 	if d.Limit > 0 {
 		b.WriteString(" of ")
 		b.WriteString(strconv.FormatInt(d.Limit, 10))
-		if d.Window > 0 {
+		if sem.InFlight {
+			b.WriteString(" in flight")
+		} else if d.Window > 0 {
 			b.WriteString(" per ")
 			b.WriteString(d.Window.String())
 		}
 	}
-	b.WriteString(" exceeded")
+	if sem.InFlight {
+		b.WriteString(" reached")
+	} else {
+		b.WriteString(" exceeded")
+	}
 	return b.String()
 }
 

@@ -61,7 +61,7 @@ func TestUnaryDenyTiers(t *testing.T) {
 		Stage: floodgate.StageTiers, Source: floodgate.SourceStore, Policy: "search",
 		Limit: 100, Window: time.Minute, Remaining: 0, Reset: 30 * time.Second, RetryAfter: 1500 * time.Millisecond,
 	})}
-	c := unaryServer(t, &echoServer{}, UnaryServer(s, WithDomain("search.example.com")))
+	c := unaryServer(t, &echoServer{}, mustUnary(s, WithDomain("search.example.com")))
 	var trailer metadata.MD
 	_, err := c.Plain(testCtx(t), &testpb.EchoRequest{Message: "x"}, grpc.Trailer(&trailer))
 	st := status.Convert(err)
@@ -136,7 +136,7 @@ func TestUnaryDenyConcurrencyShedderHidden(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := unaryServer(t, &echoServer{}, UnaryServer(&stage{decide: deny(tc.d)}))
+			c := unaryServer(t, &echoServer{}, mustUnary(&stage{decide: deny(tc.d)}))
 			var trailer metadata.MD
 			_, err := c.Plain(testCtx(t), &testpb.EchoRequest{}, grpc.Trailer(&trailer))
 			st := status.Convert(err)
@@ -155,7 +155,7 @@ func TestUnaryAllowErrorProceeds(t *testing.T) {
 	s := &stage{decide: func(*floodgate.Request) (floodgate.Decision, error) {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Source: floodgate.SourceFailOpen}, errors.New("store down")
 	}}
-	c := unaryServer(t, &echoServer{}, UnaryServer(s))
+	c := unaryServer(t, &echoServer{}, mustUnary(s))
 	resp, err := c.Plain(testCtx(t), &testpb.EchoRequest{Message: "hi"})
 	if err != nil || resp.GetMessage() != "hi" {
 		t.Fatalf("Plain = %v, %v; want hi, nil", resp, err)
@@ -169,11 +169,11 @@ func TestUnaryChainBuildsRequestOnceAndReleases(t *testing.T) {
 	stages := []*stage{{}, {}, {}}
 	var ics []grpc.UnaryServerInterceptor
 	for _, s := range stages {
-		ics = append(ics, UnaryServer(s))
+		ics = append(ics, mustUnary(s))
 	}
 	// A fourth stage that denies after the first three passed.
 	denier := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageTiers, RetryAfter: time.Second})}
-	c := unaryServer(t, &echoServer{}, append(ics, UnaryServer(denier))...)
+	c := unaryServer(t, &echoServer{}, append(ics, mustUnary(denier))...)
 	for range 2 {
 		_, err := c.Plain(testCtx(t), &testpb.EchoRequest{})
 		if status.Code(err) != codes.ResourceExhausted {
@@ -209,7 +209,7 @@ func TestUnaryDoneOnPanic(t *testing.T) {
 		}()
 		return h(ctx, req)
 	}
-	c := unaryServer(t, &echoServer{panicOn: "boom"}, recovery, UnaryServer(s))
+	c := unaryServer(t, &echoServer{panicOn: "boom"}, recovery, mustUnary(s))
 	_, err := c.Plain(testCtx(t), &testpb.EchoRequest{Message: "boom"})
 	if status.Code(err) != codes.Aborted {
 		t.Fatalf("err = %v, want the recovered panic", err)
@@ -222,7 +222,7 @@ func TestUnaryDoneOnPanic(t *testing.T) {
 func TestHealthAndSkipNeverLimited(t *testing.T) {
 	s := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageShedder, RetryAfter: time.Second})}
 	cc := startBufconn(t, &echoServer{}, []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(UnaryServer(s, WithSkip(func(m string) bool { return m == "/floodgate.test.v1.Echo/Expensive" }))),
+		grpc.ChainUnaryInterceptor(mustUnary(s, WithSkip(func(m string) bool { return m == "/floodgate.test.v1.Echo/Expensive" }))),
 	})
 	resp, err := healthpb.NewHealthClient(cc).Check(testCtx(t), &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -288,7 +288,7 @@ func TestAnnotationsAndPrecedence(t *testing.T) {
 			if tc.policy != nil {
 				a = &policyStage{stage: s, methods: tc.policy}
 			}
-			c := unaryServer(t, &echoServer{}, UnaryServer(a, tc.opts...))
+			c := unaryServer(t, &echoServer{}, mustUnary(a, tc.opts...))
 			ctx := testCtx(t)
 			if tc.md != nil {
 				ctx = metadata.AppendToOutgoingContext(ctx, tc.md...)
@@ -313,7 +313,8 @@ func TestAnnotationsAndPrecedence(t *testing.T) {
 // TestMethodPrecedenceWiring: however a chain is wired — stage interceptors
 // made by one Interceptor, one interceptor around a floodgate.Chain, or the
 // same chain as HTTP middleware — every stage sees the cost and priority
-// resolved in the one documented order (policy, Go map, annotation).
+// resolved in the one documented order (policy, Go map, annotation); and
+// stages behind interceptors of separate New calls still see one Request.
 func TestMethodPrecedenceWiring(t *testing.T) {
 	const exp, plain = "/floodgate.test.v1.Echo/Expensive", "/floodgate.test.v1.Echo/Plain"
 	type seen struct {
@@ -364,17 +365,18 @@ func TestMethodPrecedenceWiring(t *testing.T) {
 	})
 	t.Run("one interceptor around a chain", func(t *testing.T) {
 		shed, lim := &stage{}, &stage{}
-		c := unaryServer(t, &echoServer{}, UnaryServer(floodgate.Chain{shed, &policyStage{stage: lim, methods: policy}}, opts...))
+		c := unaryServer(t, &echoServer{}, mustUnary(floodgate.Chain{shed, &policyStage{stage: lim, methods: policy}}, opts...))
 		callBoth(t, c)
 		check(t, shed, lim)
 	})
 	t.Run("one interceptor around a wrapped chain", func(t *testing.T) {
-		// floodgate.Observed (and otel's TrackInFlight) wrap each stage:
-		// the interceptor looks through the wrapper for the policy.
+		// The observer option (and otel's TrackInFlight, or a user's
+		// wrapper) wraps each stage: the interceptor looks through the
+		// wrapper for the policy.
 		shed, lim := &stage{}, &stage{}
 		var observed int
 		obs := floodgate.ObserverFunc(func(context.Context, *floodgate.Request, floodgate.Decision, error) { observed++ })
-		c := unaryServer(t, &echoServer{}, UnaryServer(floodgate.Observed(floodgate.Chain{shed, &policyStage{stage: lim, methods: policy}}, obs), opts...))
+		c := unaryServer(t, &echoServer{}, mustUnary(floodgate.Chain{shed, &unwrapper{&policyStage{stage: lim, methods: policy}}}, append(opts, WithObserver(obs))...))
 		callBoth(t, c)
 		check(t, shed, lim)
 		if observed != 4 {
@@ -384,7 +386,7 @@ func TestMethodPrecedenceWiring(t *testing.T) {
 	t.Run("HTTP around a chain", func(t *testing.T) {
 		shed, lim := &stage{}, &stage{}
 		httpWant := map[string]floodgate.MethodOptions{"GET /e": {Cost: 7}, "GET /p": {Priority: floodgate.PriorityRead}}
-		mw := HTTP(floodgate.Chain{shed, &policyStage{stage: lim, methods: httpWant}},
+		mw := mustHTTP(floodgate.Chain{shed, &policyStage{stage: lim, methods: httpWant}},
 			WithMethods(map[string]floodgate.MethodOptions{"GET /e": {Cost: 3, Priority: floodgate.PriorityWrite}, "GET /p": {Cost: 2, Priority: floodgate.PriorityWrite}}))
 		mux := http.NewServeMux()
 		ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
@@ -395,16 +397,46 @@ func TestMethodPrecedenceWiring(t *testing.T) {
 		}
 		check(t, shed, lim)
 	})
-	t.Run("separate interceptors honour their own options", func(t *testing.T) {
-		// Mis-wired: each stage's interceptor has its own New. The
-		// limiter's interceptor does not ignore its options (the policy
-		// it wraps): its stage decides on a copy resolved its own way.
+	t.Run("separate interceptors decide on one Request", func(t *testing.T) {
+		// Mis-wired: each stage's interceptor has its own New. The first
+		// builds the Request, without the policy it does not wrap, and the
+		// limiter's interceptor reuses it: shedder and limiter see one
+		// cost and one priority (the map's), and the limiter's
+		// interceptor warns that its options do not apply.
+		logs := captureSlog(t)
 		shed, lim := &stage{}, &stage{}
-		c := unaryServer(t, &echoServer{}, UnaryServer(shed, opts...), UnaryServer(&policyStage{stage: lim, methods: policy}, opts...))
+		c := unaryServer(t, &echoServer{}, mustUnary(shed, opts...), mustUnary(&policyStage{stage: lim, methods: policy}, opts...))
 		callBoth(t, c)
-		check(t, lim)
+		for _, s := range []*stage{shed, lim} {
+			rs := s.requests()
+			if len(rs) != 2 {
+				t.Fatalf("stage saw %d requests, want 2", len(rs))
+			}
+			for j, m := range []string{exp, plain} {
+				want := seen{goMap[m].Cost, goMap[m].Priority}
+				if got := (seen{rs[j].Cost, rs[j].Priority}); got != want {
+					t.Errorf("%s: %+v, want the first interceptor's %+v", m, got, want)
+				}
+			}
+		}
+		if shed.requests()[0] != lim.requests()[0] || shed.requests()[1] != lim.requests()[1] {
+			t.Error("the stages of separate interceptors decided on different Requests")
+		}
+		if out := logs.String(); !strings.Contains(out, "request options do not apply") {
+			t.Errorf("no warning that the limiter's options do not apply; log:\n%s", out)
+		}
 	})
 }
+
+// unwrapper is a user's wrapper of a stage that follows floodgate's unwrap
+// convention and offers nothing itself.
+type unwrapper struct{ next floodgate.Admitter }
+
+func (u *unwrapper) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+	return u.next.Admit(ctx, r)
+}
+
+func (u *unwrapper) Unwrap() floodgate.Admitter { return u.next }
 
 // policyStage is a stage with per-method options, as a *tiers.Limiter has.
 type policyStage struct {
@@ -446,7 +478,7 @@ func TestGRPCIdentity(t *testing.T) {
 			if tc.trusted != nil {
 				opts = append(opts, WithTrustedProxies(tc.trusted...))
 			}
-			cc := startLoopback(t, &echoServer{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServer(s, opts...))})
+			cc := startLoopback(t, &echoServer{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(mustUnary(s, opts...))})
 			ctx := metadata.AppendToOutgoingContext(testCtx(t), append(tc.md, "test-verified-sub", "u1", "x-api-key", "k1", "x-tier", "pro")...)
 			if _, err := testpb.NewEchoClient(cc).Plain(ctx, &testpb.EchoRequest{}); err != nil {
 				t.Fatal(err)
@@ -463,7 +495,7 @@ func TestGRPCIdentity(t *testing.T) {
 func TestStreamReleasesOnEndAndCancel(t *testing.T) {
 	s := &stage{}
 	e := &echoServer{streamStarted: make(chan struct{}, 4)}
-	cc := startBufconn(t, e, []grpc.ServerOption{grpc.ChainStreamInterceptor(StreamServer(s))})
+	cc := startBufconn(t, e, []grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(s))})
 	c := testpb.NewEchoClient(cc)
 
 	// A stream that ends normally.
@@ -510,7 +542,7 @@ func TestStreamReleasesOnEndAndCancel(t *testing.T) {
 func TestStreamBlockedHandlerReleasedOnCancel(t *testing.T) {
 	s := &stage{}
 	e := &echoServer{streamStarted: make(chan struct{}, 1), block: true}
-	c := testpb.NewEchoClient(startLoopback(t, e, []grpc.ServerOption{grpc.ChainStreamInterceptor(StreamServer(s))}))
+	c := testpb.NewEchoClient(startLoopback(t, e, []grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(s))}))
 	ctx, cancel := context.WithCancel(testCtx(t))
 	if _, err := c.ServerStream(ctx, &testpb.EchoRequest{}); err != nil {
 		t.Fatal(err)
@@ -532,7 +564,7 @@ func TestStreamDenyAndPerMessage(t *testing.T) {
 		}
 		return floodgate.Decision{Stage: floodgate.StageTiers, Policy: "msgs", Limit: 3, Window: time.Second, RetryAfter: 250 * time.Millisecond}, nil
 	}}
-	c := testpb.NewEchoClient(startBufconn(t, &echoServer{}, []grpc.ServerOption{grpc.ChainStreamInterceptor(StreamServer(s, WithPerMessage()))}))
+	c := testpb.NewEchoClient(startBufconn(t, &echoServer{}, []grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(s, WithPerMessage()))}))
 	bs, err := c.Bidi(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -560,7 +592,7 @@ func TestStreamDenyAndPerMessage(t *testing.T) {
 
 	// A stream denied when it opens ends with the denial and the trailer.
 	d := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageShedder, RetryAfter: 40 * time.Millisecond})}
-	c = testpb.NewEchoClient(startBufconn(t, &echoServer{}, []grpc.ServerOption{grpc.ChainStreamInterceptor(StreamServer(d))}))
+	c = testpb.NewEchoClient(startBufconn(t, &echoServer{}, []grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(d))}))
 	ss, err := c.ServerStream(testCtx(t), &testpb.EchoRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -598,7 +630,7 @@ func TestObserverReportsEveryStageOnce(t *testing.T) {
 		got = append(got, "2:"+string(d.Stage))
 		mu <- struct{}{}
 	})
-	c := unaryServer(t, &echoServer{}, UnaryServer(chain, WithObserver(obs, second)))
+	c := unaryServer(t, &echoServer{}, mustUnary(chain, WithObserver(obs, second)))
 	_, _ = c.Plain(testCtx(t), &testpb.EchoRequest{})
 	<-mu
 	if strings.Join(got, ",") != "shedder/true,2:shedder,concurrency/true,2:concurrency,tiers/false,2:tiers" {
@@ -634,9 +666,9 @@ func TestInvalidOptions(t *testing.T) {
 // request time.
 func TestMisconfigurationPanicsAtConstruction(t *testing.T) {
 	for name, build := range map[string]func(){
-		"UnaryServer option":  func() { UnaryServer(&stage{}, WithDomain(" ")) },
-		"StreamServer option": func() { StreamServer(&stage{}, WithHealthPaths("healthz")) },
-		"HTTP option":         func() { HTTP(&stage{}, WithTrustedProxies("nope")) },
+		"UnaryServer option":  func() { mustUnary(&stage{}, WithDomain(" ")) },
+		"StreamServer option": func() { mustStream(&stage{}, WithHealthPaths("healthz")) },
+		"HTTP option":         func() { mustHTTP(&stage{}, WithTrustedProxies("nope")) },
 		"UnaryClient option":  func() { UnaryClient(WithMaxAttempts(0)) },
 		"StreamClient option": func() { StreamClient(WithJitter(2)) },
 		"nil stage":           func() { MustNew().UnaryServer(nil) },

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,4 +196,20 @@ func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// mustUnary is MustNew(opts...).UnaryServer(a): one stage, or one Chain,
+// behind an Interceptor of its own.
+func mustUnary(a floodgate.Admitter, opts ...Option) grpc.UnaryServerInterceptor {
+	return MustNew(opts...).UnaryServer(a)
+}
+
+// mustStream is MustNew(opts...).StreamServer(a).
+func mustStream(a floodgate.Admitter, opts ...Option) grpc.StreamServerInterceptor {
+	return MustNew(opts...).StreamServer(a)
+}
+
+// mustHTTP is MustNew(opts...).HTTP(a).
+func mustHTTP(a floodgate.Admitter, opts ...Option) func(http.Handler) http.Handler {
+	return MustNew(opts...).HTTP(a)
 }

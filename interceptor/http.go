@@ -9,22 +9,6 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Problem types of draft-ietf-httpapi-ratelimit-headers-10 for
-// application/problem+json bodies (RFC 9457).
-const (
-	// ProblemQuotaExceeded is the type of 429 bodies.
-	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	// ProblemTemporaryReducedCapacity is the type of 503 (shed) bodies.
-	ProblemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-)
-
-// HTTP is MustNew(opts...).HTTP(a): net/http middleware admitting
-// requests through a. It panics at construction if an option is invalid or
-// a is nil, so a misconfigured limiter never answers a client with 500.
-func HTTP(a floodgate.Admitter, opts ...Option) func(http.Handler) http.Handler {
-	return MustNew(opts...).HTTP(a)
-}
-
 func (i *Interceptor) route(r *http.Request) string {
 	if r.Pattern != "" {
 		return r.Pattern
@@ -128,7 +112,7 @@ func (i *Interceptor) gateHTTP(a floodgate.Admitter, w http.ResponseWriter, r *h
 		return r, nil, false
 	}
 	i.quotaHeaders(w.Header(), d)
-	waitHeader(w, d) // max_wait (cost.go)
+	waitHeader(w, d) // max_wait: Server-Timing
 	return r, done, true
 }
 
@@ -300,22 +284,13 @@ type problem struct {
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 }
 
-// writeDeny writes the 429 or 503 response of a denying Decision.
+// writeDeny writes the response of a denying Decision: the status,
+// problem type, title and detail of its stage's floodgate.Semantics (429
+// or 503).
 func (i *Interceptor) writeDeny(w http.ResponseWriter, d floodgate.Decision) {
 	h := w.Header()
-	p := problem{
-		Type:   ProblemQuotaExceeded,
-		Title:  "Request cannot be satisfied as assigned quota has been exceeded",
-		Status: http.StatusTooManyRequests,
-		Detail: "rate limit exceeded",
-	}
-	switch d.Stage {
-	case floodgate.StageShedder:
-		p.Type, p.Status = ProblemTemporaryReducedCapacity, http.StatusServiceUnavailable
-		p.Title, p.Detail = "Service temporarily has reduced capacity", "server overloaded: request shed"
-	case floodgate.StageConcurrency:
-		p.Detail = "concurrency limit exceeded"
-	}
+	sem := d.Stage.Semantics()
+	p := problem{Type: sem.ProblemType, Title: sem.ProblemTitle, Status: sem.HTTPStatus, Detail: sem.Message}
 	if d.RetryAfter > 0 {
 		ra := max(ceilSeconds(d.RetryAfter), quotaSeconds(d))
 		h["Retry-After"] = []string{strconv.FormatInt(ra, 10)}

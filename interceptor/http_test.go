@@ -74,7 +74,7 @@ func TestHTTPAllowHeaders(t *testing.T) {
 			Limit: 5000, Window: time.Hour, Remaining: 4123, Reset: 11500 * time.Millisecond}, nil
 	}}
 	clk := clock.New(time.Time{})
-	srv := muxServer(t, HTTP(s, WithLegacyHeaders(), WithClock(clk)))
+	srv := muxServer(t, mustHTTP(s, WithLegacyHeaders(), WithClock(clk)))
 	res := get(t, srv, "GET", "/v1/items/42")
 	if res.status != 200 || res.body != "ok" {
 		t.Fatalf("got %d %q", res.status, res.body)
@@ -106,7 +106,7 @@ func TestHTTPAllowHeaders(t *testing.T) {
 func TestHTTPDeny429(t *testing.T) {
 	s := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageTiers, Policy: "search",
 		Limit: 10, Window: time.Second, Remaining: 0, Reset: 2 * time.Second, RetryAfter: 1100 * time.Millisecond})}
-	srv := muxServer(t, HTTP(s, WithLegacyHeaders(), WithClock(clock.New(time.Time{}))))
+	srv := muxServer(t, mustHTTP(s, WithLegacyHeaders(), WithClock(clock.New(time.Time{}))))
 	res := get(t, srv, "GET", "/v1/items/1")
 	if res.status != http.StatusTooManyRequests {
 		t.Fatalf("status = %d", res.status)
@@ -170,7 +170,7 @@ func TestHTTPDenyShedHiddenConcurrency(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := muxServer(t, HTTP(&stage{decide: deny(tc.d)}, WithLegacyHeaders()))
+			srv := muxServer(t, mustHTTP(&stage{decide: deny(tc.d)}, WithLegacyHeaders()))
 			res := get(t, srv, "GET", "/v1/items/1")
 			if res.status != tc.status || res.body != tc.body {
 				t.Errorf("got %d %s\nwant %d %s", res.status, res.body, tc.status, tc.body)
@@ -184,7 +184,7 @@ func TestHTTPHiddenQuotaOnAllow(t *testing.T) {
 	s := &stage{decide: func(*floodgate.Request) (floodgate.Decision, error) {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Policy: "login", Limit: 5, Window: time.Minute, Remaining: 4, HideQuota: true}, nil
 	}}
-	res := get(t, muxServer(t, HTTP(s, WithLegacyHeaders())), "GET", "/v1/items/1")
+	res := get(t, muxServer(t, mustHTTP(s, WithLegacyHeaders())), "GET", "/v1/items/1")
 	checkHeader(t, res.header, map[string][]string{"RateLimit": nil, "RateLimit-Policy": nil, "X-RateLimit-Remaining": nil})
 }
 
@@ -209,14 +209,14 @@ func TestSFString(t *testing.T) {
 		s := &stage{decide: func(*floodgate.Request) (floodgate.Decision, error) {
 			return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Policy: name, Limit: 1, Window: time.Second, Remaining: 1}, nil
 		}}
-		res := get(t, muxServer(t, HTTP(s)), "GET", "/v1/items/1")
+		res := get(t, muxServer(t, mustHTTP(s)), "GET", "/v1/items/1")
 		checkHeader(t, res.header, map[string][]string{"RateLimit-Policy": want})
 	}
 }
 
 func TestHTTPHealthRouteAndFallback(t *testing.T) {
 	s := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageShedder, RetryAfter: time.Second})}
-	srv := muxServer(t, HTTP(s, WithHealthPaths("/healthz")))
+	srv := muxServer(t, mustHTTP(s, WithHealthPaths("/healthz")))
 	if res := get(t, srv, "GET", "/healthz"); res.status != 200 {
 		t.Errorf("health = %d", res.status)
 	}
@@ -243,7 +243,7 @@ func TestHTTPHealthRouteAndFallback(t *testing.T) {
 				opts = append(opts, WithServeMux(mux))
 			}
 			st := &stage{}
-			srv := httptest.NewServer(HTTP(st, opts...)(mux))
+			srv := httptest.NewServer(mustHTTP(st, opts...)(mux))
 			defer srv.Close()
 			if res := get(t, srv, "GET", "/v1/items/7"); res.status != 200 {
 				t.Fatal(res.status)
@@ -279,7 +279,7 @@ func TestHTTPSpoofing(t *testing.T) {
 	// Untrusted peer (127.0.0.1 is not a listed proxy): rotating
 	// X-Forwarded-For values does not escape the per-IP limit.
 	l := &perIPLimiter{}
-	srv := muxServer(t, HTTP(l, WithTrustedProxies("10.0.0.0/8")))
+	srv := muxServer(t, mustHTTP(l, WithTrustedProxies("10.0.0.0/8")))
 	if res := get(t, srv, "GET", "/v1/items/1", "X-Forwarded-For", "1.2.3.4"); res.status != 200 {
 		t.Fatalf("first = %d", res.status)
 	}
@@ -311,7 +311,7 @@ func TestHTTPSpoofing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &stage{}
-			srv := muxServer(t, HTTP(st, append([]Option{WithTrustedProxies("127.0.0.1", "10.0.0.0/8")}, tc.opts...)...))
+			srv := muxServer(t, mustHTTP(st, append([]Option{WithTrustedProxies("127.0.0.1", "10.0.0.0/8")}, tc.opts...)...))
 			if res := get(t, srv, "GET", "/v1/items/1", tc.header...); res.status != 200 {
 				t.Fatal(res.status)
 			}
@@ -324,7 +324,7 @@ func TestHTTPSpoofing(t *testing.T) {
 
 func TestHTTPReusesRequestAndInvalidOptions(t *testing.T) {
 	a, b := &stage{}, &stage{}
-	mw1, mw2 := HTTP(a, WithUser(FromHeader("X-User"))), HTTP(b)
+	mw1, mw2 := mustHTTP(a, WithUser(FromHeader("X-User"))), mustHTTP(b)
 	mux := http.NewServeMux()
 	mux.Handle("GET /x", mw1(mw2(http.HandlerFunc(okHandler))))
 	srv := httptest.NewServer(mux)
@@ -342,7 +342,7 @@ func TestHTTPReusesRequestAndInvalidOptions(t *testing.T) {
 
 func TestHTTPDoneOnPanicAndOnce(t *testing.T) {
 	s := &stage{}
-	h := HTTP(s)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	h := mustHTTP(s)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	func() {
 		defer func() {
 			if recover() == nil {
@@ -359,7 +359,7 @@ func TestHTTPDoneOnPanicAndOnce(t *testing.T) {
 	// A RemoteAddr that is not an address yields no IP, not a guess.
 	req := httptest.NewRequest("GET", "/x", nil)
 	req.RemoteAddr = "pipe"
-	HTTP(s)(http.HandlerFunc(okHandler)).ServeHTTP(httptest.NewRecorder(), req)
+	mustHTTP(s)(http.HandlerFunc(okHandler)).ServeHTTP(httptest.NewRecorder(), req)
 	if ip := s.requests()[1].Identity.IP; ip.IsValid() {
 		t.Errorf("IP = %v from RemoteAddr %q", ip, req.RemoteAddr)
 	}
@@ -367,7 +367,7 @@ func TestHTTPDoneOnPanicAndOnce(t *testing.T) {
 
 func TestHTTPSkipPriorityAndMethods(t *testing.T) {
 	s := &stage{}
-	srv := muxServer(t, HTTP(s,
+	srv := muxServer(t, mustHTTP(s,
 		WithSkip(func(m string) bool { return m == "POST /v1/items" }),
 		WithPriorityHeader("X-Priority"),
 		WithMethods(map[string]floodgate.MethodOptions{"GET /v1/items/{id}": {Cost: 4}}),

@@ -11,8 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Option configures an Interceptor (New) and the shorthands UnaryServer,
-// StreamServer and HTTP. Some options describe how the floodgate.Request is
+// Option configures an Interceptor (New). Some options describe how the floodgate.Request is
 // built (identity, trusted proxies, methods, routes); the others how a
 // decision is observed and answered. Every interceptor made from one
 // Interceptor shares them, so a chain of stages built from one New sees one
@@ -60,7 +59,7 @@ type config struct {
 
 	methods     map[string]floodgate.MethodOptions
 	annotations bool
-	cost        CostFunc // WithCost (cost.go)
+	cost        CostFunc // WithCost
 
 	// builds is set by every option that changes how the Request is
 	// built; see Interceptor.request.
@@ -98,11 +97,12 @@ func (c *config) fail(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("interceptor: "+format, args...))
 }
 
-// WithObserver reports every stage's decision to o, once per decision: the
-// Admitter is wrapped with floodgate.Observed, so each stage of a
-// floodgate.Chain is reported, not only the chain's result.
-//
-// Several observers (or several WithObserver options) are told in order.
+// WithObserver reports every stage's decision to each observer, once per
+// decision, in order: each stage of a floodgate.Chain is reported, not
+// only the chain's result. It is how decisions are observed (package
+// otel's Observer, grpcmw.WithLogFields); the interceptor wraps each stage
+// in a wrapper that follows floodgate's unwrap convention, so what the
+// stage offers (a policy's methods:, the headers it reads) is still found.
 func WithObserver(obs ...floodgate.Observer) Option {
 	return func(c *config) {
 		for _, o := range obs {
@@ -122,6 +122,36 @@ func (os fanOut) Observe(ctx context.Context, r *floodgate.Request, d floodgate.
 	for _, o := range os {
 		o.Observe(ctx, r, d, err)
 	}
+}
+
+// observe returns an Admitter that reports every decision of a to o, once.
+// If a is a floodgate.Chain, each of its stages is wrapped, so every
+// stage's decision is reported, not only the chain's result.
+func observe(a floodgate.Admitter, o floodgate.Observer) floodgate.Admitter {
+	if c, ok := a.(floodgate.Chain); ok {
+		out := make(floodgate.Chain, len(c))
+		for i, s := range c {
+			out[i] = observe(s, o)
+		}
+		return out
+	}
+	return observed{a: a, o: o}
+}
+
+// observed is the wrapper of observe.
+type observed struct {
+	a floodgate.Admitter
+	o floodgate.Observer
+}
+
+// Unwrap returns the Admitter w reports on (floodgate's unwrap
+// convention).
+func (w observed) Unwrap() floodgate.Admitter { return w.a }
+
+func (w observed) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+	d, done, err := w.a.Admit(ctx, r)
+	w.o.Observe(ctx, r, d, err)
+	return d, done, err
 }
 
 // WithDomain sets the google.rpc.ErrorInfo domain of gRPC denials, the

@@ -41,7 +41,7 @@ func TestUnaryResult(t *testing.T) {
 				}
 				return nil, status.Error(tc.code, "from the handler")
 			}
-			c := unaryServer(t, &echoServer{}, UnaryServer(s), handler)
+			c := unaryServer(t, &echoServer{}, mustUnary(s), handler)
 			_, _ = c.Plain(testCtx(t), &testpb.EchoRequest{Message: "x"})
 			got := s.finished()
 			want := floodgate.Result{Outcome: tc.want, Cost: 7, HasCost: true}
@@ -56,7 +56,7 @@ func TestUnaryResult(t *testing.T) {
 // the charge as it was (HasCost false).
 func TestUnaryResultWithoutReportedCost(t *testing.T) {
 	s := &stage{}
-	c := unaryServer(t, &echoServer{}, UnaryServer(s))
+	c := unaryServer(t, &echoServer{}, mustUnary(s))
 	if _, err := c.Plain(testCtx(t), &testpb.EchoRequest{Message: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestUnaryPanicIsIgnored(t *testing.T) {
 		}()
 		return h(ctx, req)
 	}
-	c := unaryServer(t, &echoServer{panicOn: "boom"}, recovery, UnaryServer(s))
+	c := unaryServer(t, &echoServer{panicOn: "boom"}, recovery, mustUnary(s))
 	_, _ = c.Plain(testCtx(t), &testpb.EchoRequest{Message: "boom"})
 	if got := s.finished(); len(got) != 1 || got[0].Outcome != floodgate.OutcomeIgnored {
 		t.Fatalf("Done got %+v, want one OutcomeIgnored", got)
@@ -88,11 +88,11 @@ func TestUnaryPanicIsIgnored(t *testing.T) {
 func TestChainDenialIsIgnored(t *testing.T) {
 	first := &stage{}
 	second := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageTiers, Policy: "p"})}
-	c := unaryServer(t, &echoServer{}, UnaryServer(first), UnaryServer(second))
+	c := unaryServer(t, &echoServer{}, mustUnary(first), mustUnary(second))
 	if _, err := c.Plain(testCtx(t), &testpb.EchoRequest{Message: "x"}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("err %v, want ResourceExhausted", err)
 	}
-	c = unaryServer(t, &echoServer{}, UnaryServer(floodgate.Chain{first, second}))
+	c = unaryServer(t, &echoServer{}, mustUnary(floodgate.Chain{first, second}))
 	if _, err := c.Plain(testCtx(t), &testpb.EchoRequest{Message: "x"}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("err %v, want ResourceExhausted", err)
 	}
@@ -115,7 +115,7 @@ func TestStreamResult(t *testing.T) {
 		}
 		return status.Error(codes.Unavailable, "dependency down")
 	}
-	cc := startBufconn(t, &echoServer{}, []grpc.ServerOption{grpc.ChainStreamInterceptor(StreamServer(s), failing)})
+	cc := startBufconn(t, &echoServer{}, []grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(s), failing)})
 	st, err := testpb.NewEchoClient(cc).ServerStream(testCtx(t), &testpb.EchoRequest{Message: "x"})
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestHTTPResult(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &stage{}
-			h := HTTP(s, WithRoute(func(*http.Request) string { return "GET /x" }))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := mustHTTP(s, WithRoute(func(*http.Request) string { return "GET /x" }))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if err := floodgate.ReportCost(r.Context(), 11); err != nil {
 					t.Error(err)
 				}
@@ -169,7 +169,7 @@ func TestHTTPResult(t *testing.T) {
 func TestHTTPClientGoneIsIgnored(t *testing.T) {
 	s := &stage{}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := HTTP(s, WithRoute(func(*http.Request) string { return "GET /x" }))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := mustHTTP(s, WithRoute(func(*http.Request) string { return "GET /x" }))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		cancel() // the client goes away while the handler runs
 	}))
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x", nil).WithContext(ctx))

@@ -22,7 +22,7 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-// Issue 18 over the transports, each with a real tiers.Limiter on the
+// Policies over the transports, each with a real tiers.Limiter on the
 // memstore and a fake clock: several windows per rule in the RateLimit
 // fields, problem bodies and QuotaFailure; header matches and header key
 // scopes filled from the call; shadow policies.
@@ -69,7 +69,7 @@ rules:
     rate: [2/1m, 3/1h]
     algorithm: fixed_window
 `)
-	srv := muxServer(t, HTTP(lim))
+	srv := muxServer(t, mustHTTP(lim))
 	for i, want := range []struct {
 		status            int
 		policy, rl, retry []string
@@ -166,7 +166,7 @@ func TestHTTPTwoRulesViolated(t *testing.T) {
 	clk := clock.New(time.Time{})
 	clk.Advance(15 * time.Second)
 	lim := limiterAt(t, clk, twoRulesPolicy)
-	srv := muxServer(t, HTTP(lim, WithUser(FromHeader("x-user")), WithTenant(FromHeader("x-tenant"))))
+	srv := muxServer(t, mustHTTP(lim, WithUser(FromHeader("x-user")), WithTenant(FromHeader("x-tenant"))))
 	for range 2 {
 		get(t, srv, "GET", "/v1/items/1", "x-user", "u", "x-tenant", "t")
 	}
@@ -202,7 +202,7 @@ func TestHTTPHeaderMatchAndScope(t *testing.T) {
 	clk := clock.New(time.Time{})
 	lim := limiterAt(t, clk, headerPolicy)
 	rec := &stage{}
-	srv := muxServer(t, HTTP(floodgate.Chain{lim, rec}))
+	srv := muxServer(t, mustHTTP(floodgate.Chain{lim, rec}))
 	res := get(t, srv, "GET", "/v1/items/1", "X-Client-Type", "mobile", "X-Region", "eu", "X-Other", "secret", "X-Client-Type", "desktop")
 	if res.status != 200 {
 		t.Fatalf("first: %d %s", res.status, res.body)
@@ -245,7 +245,7 @@ func TestGRPCHeaderMatchAndScope(t *testing.T) {
 	clk := clock.New(time.Time{})
 	lim := limiterAt(t, clk, headerPolicy)
 	rec := &stage{}
-	c := testpb.NewEchoClient(startLoopback(t, &echoServer{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServer(floodgate.Chain{lim, rec}, WithStrictIdentity()))}))
+	c := testpb.NewEchoClient(startLoopback(t, &echoServer{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(mustUnary(floodgate.Chain{lim, rec}, WithStrictIdentity()))}))
 	ctx := metadata.AppendToOutgoingContext(testCtx(t), "x-client-type", "mobile", "x-region", "eu", "x-other", "secret")
 	if _, err := c.Plain(ctx, &testpb.EchoRequest{}); err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestHeadersFollowReload(t *testing.T) {
 	clk := clock.New(time.Time{})
 	lim := limiterAt(t, clk, "rules:\n  - {name: all, key: [ip], rate: 100/1m}\n")
 	rec := &stage{}
-	srv := muxServer(t, HTTP(floodgate.Chain{lim, rec}))
+	srv := muxServer(t, mustHTTP(floodgate.Chain{lim, rec}))
 	get(t, srv, "GET", "/v1/items/1", "X-Tenant-Plan", "gold")
 	if h := rec.requests()[0].Headers; h != nil {
 		t.Fatalf("before the reload: Headers = %q", h)
@@ -310,7 +310,7 @@ func TestHTTPShadowPolicy(t *testing.T) {
 	const rules = "rules:\n  - {name: per-ip, key: [ip], rate: 1/1m}\n"
 	lim := limiterAt(t, clk, "shadow: true\n"+rules)
 	obs := &lastDecision{}
-	srv := muxServer(t, HTTP(lim, WithObserver(obs)))
+	srv := muxServer(t, mustHTTP(lim, WithObserver(obs)))
 	for i := range 3 {
 		res := get(t, srv, "GET", "/v1/items/1")
 		if res.status != 200 {
@@ -338,7 +338,7 @@ func TestHTTPShadowPolicy(t *testing.T) {
 func TestHeaderNamesCaseInsensitive(t *testing.T) {
 	clk := clock.New(time.Time{})
 	lim := limiterAt(t, clk, "rules:\n  - {name: m, match: {header: {X-MiXeD: [v]}}, rate: 1/1m}\n")
-	mw := HTTP(lim)
+	mw := mustHTTP(lim)
 	h := mw(http.HandlerFunc(okHandler))
 	for i, want := range []int{200, 429} {
 		req := httptest.NewRequest("GET", "/x", nil)

@@ -178,18 +178,14 @@ func (cl *call) peer(ctx context.Context) netip.Addr {
 	return parseHostAddr(cl.remoteAddr)
 }
 
-// build fills r for one call. With own set it fills only what this
-// Interceptor's options configure, over a Request another interceptor
-// built (see request).
-func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call, own bool) {
+// build fills r, a new Request, for one call.
+func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call) {
 	c := i.c
-	if !own || c.methods != nil || !c.annotations || i.policies.Load() != nil {
-		r.Method = cl.method
-		mo := i.methodOptions(cl.method, cl.grpcMethod, cl.def)
-		r.Cost, r.Priority = mo.Cost, mo.Priority
-	}
+	r.Method = cl.method
+	mo := i.methodOptions(cl.method, cl.grpcMethod, cl.def)
+	r.Cost, r.Priority = mo.Cost, mo.Priority
 	if c.cost != nil {
-		i.estimate(ctx, r, cl) // WithCost (cost.go)
+		i.estimate(ctx, r, cl) // WithCost
 	}
 	if c.priorityHeader != "" {
 		if v := cl.md.Get(c.priorityHeader); v != "" {
@@ -200,9 +196,7 @@ func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call,
 			}
 		}
 	}
-	if !own || len(c.trusted) > 0 || c.clientAddr != nil {
-		r.Identity.IP = c.resolveIP(ctx, cl)
-	}
+	r.Identity.IP = c.resolveIP(ctx, cl)
 	if c.user != nil {
 		r.Identity.User = c.user(ctx, cl.md)
 	}
@@ -215,34 +209,40 @@ func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call,
 	if c.tier != nil {
 		r.Tier = c.tier(ctx, cl.md)
 	}
-	i.fillHeaders(r, cl.md, own)
+	i.fillHeaders(r, cl.md)
 }
 
 // request returns the Request the call's stage decides on, and the context
 // that carries it.
 //
 // The first floodgate interceptor of a call builds the Request and stores
-// it in the context; later ones reuse it. A later interceptor made by
-// another Interceptor, whose options change how a Request is built, does
-// not ignore them: it decides its own stage on a copy of the Request with
-// its own options applied over it (one allocation), and logs once that the
-// chain should be built from one Interceptor so that every stage sees the
-// same Request.
+// it in the context; every later one reuses it, so every stage of a call
+// decides on one Request: the shedder and the rate limiter see one
+// priority and one cost. A later interceptor made by another Interceptor
+// whose options would have built the Request differently (a stage with a
+// methods: section the first one does not know, other extractors) logs,
+// at most once per 10 s, that its options do not apply and that the chain
+// should be made from one Interceptor.
 func (i *Interceptor) request(ctx context.Context, cl *call) (*floodgate.Request, context.Context) {
 	if r, ok := floodgate.FromContext(ctx); ok {
-		if floodgate.Origin(ctx) == i || !i.changes(r.Method) {
-			return r, ctx
+		if floodgate.Origin(ctx) != i && i.changes(r.Method) {
+			i.logForeign(cl.method)
 		}
-		logThrottled(&i.logs.rebuild, "floodgate: this interceptor's request options apply to its own stage only: an earlier floodgate interceptor, made by another interceptor.New, built the request; make every interceptor of a chain from one Interceptor so all stages see one request",
-			"method", cl.method)
-		own := new(floodgate.Request)
-		*own = *r
-		i.build(ctx, own, cl, true)
-		return own, ctx
+		return r, ctx
 	}
 	nctx, r := floodgate.NewRequestContext(ctx, i)
-	i.build(ctx, r, cl, false)
+	i.build(ctx, r, cl)
 	return r, nctx
+}
+
+// logForeign logs (rate-limited) that another Interceptor built the
+// Request this one's options would have built differently. Never inlined:
+// it is off the path of a chain made from one Interceptor.
+//
+//go:noinline
+func (i *Interceptor) logForeign(method string) {
+	logThrottled(&i.logs.rebuild, "floodgate: this interceptor's request options do not apply: an earlier floodgate interceptor, made by another interceptor.New, built the request, and every stage of a call decides on that one request; make every interceptor of a chain from one Interceptor",
+		"method", method)
 }
 
 // changes reports whether this Interceptor would build a Request for method

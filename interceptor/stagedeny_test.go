@@ -22,7 +22,7 @@ import (
 // and deny: lists, or landing in an exempt internal range).
 func TestForwardedUnbalancedQuoteKeepsProxyElement(t *testing.T) {
 	st := &stage{}
-	srv := muxServer(t, HTTP(st, WithTrustedProxies("127.0.0.1", "10.0.0.0/8"), WithClientIPHeader(Forwarded)))
+	srv := muxServer(t, mustHTTP(st, WithTrustedProxies("127.0.0.1", "10.0.0.0/8"), WithClientIPHeader(Forwarded)))
 	for _, clientSent := range []string{`for="`, `for=x"`, `for="1.1.1.1\`} {
 		// what the trusted proxy forwards: the client's value, then its own element.
 		hdr := clientSent + ", for=203.0.113.9"
@@ -48,7 +48,7 @@ func TestLaterStageDenyIsIgnoredForEarlierStages(t *testing.T) {
 	// Reference: one interceptor around a Chain.
 	{
 		first, denier := &stage{}, &stage{decide: deny(denyD)}
-		c := unaryServer(t, &echoServer{}, UnaryServer(floodgate.Chain{first, denier}))
+		c := unaryServer(t, &echoServer{}, mustUnary(floodgate.Chain{first, denier}))
 		if _, err := c.Plain(testCtx(t), &testpb.EchoRequest{}); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("chain err = %v", err)
 		}
@@ -89,7 +89,7 @@ func TestLaterStageDenyIsIgnoredForEarlierStages(t *testing.T) {
 // the 1xx code was recorded as the status and reported OutcomeSuccess.
 func TestInformationalStatusLeavesFinalStatus(t *testing.T) {
 	st := &stage{}
-	h := HTTP(st, WithRoute(func(*http.Request) string { return "r" }))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mustHTTP(st, WithRoute(func(*http.Request) string { return "r" }))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Link", "</a.css>; rel=preload")
 		w.WriteHeader(http.StatusEarlyHints)
 		w.WriteHeader(http.StatusServiceUnavailable)

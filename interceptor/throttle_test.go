@@ -66,7 +66,7 @@ func drive(t *testing.T, n int, rate float64, copts ...ClientOption) (attempts, 
 	srv := &capacityStage{clk: clk, rate: rate}
 	copts = append([]ClientOption{WithClientClock(clk), WithMaxAttempts(1), WithRand(rand.New(rand.NewPCG(7, 9)).Float64)}, copts...)
 	c := testpb.NewEchoClient(startBufconn(t, &echoServer{},
-		[]grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServer(srv))},
+		[]grpc.ServerOption{grpc.ChainUnaryInterceptor(mustUnary(srv))},
 		grpc.WithChainUnaryInterceptor(UnaryClient(copts...)), grpc.WithDisableRetry()))
 	ctx := testCtx(t)
 	var a0, acc0 int
@@ -139,7 +139,7 @@ func TestClientThrottledCallEndsTheCall(t *testing.T) {
 	srv := &capacityStage{clk: clk, rate: 0} // rejects everything once its burst is spent
 	rec := &sleepRecorder{}
 	c := testpb.NewEchoClient(startBufconn(t, &echoServer{},
-		[]grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServer(srv))},
+		[]grpc.ServerOption{grpc.ChainUnaryInterceptor(mustUnary(srv))},
 		grpc.WithChainUnaryInterceptor(UnaryClient(WithClientClock(clk), WithSleep(func(ctx context.Context, d time.Duration) error {
 			clk.Advance(d)
 			return rec.sleep(ctx, d)
@@ -217,7 +217,7 @@ func TestClientThrottleServerStream(t *testing.T) {
 	clk := clock.New(time.Time{})
 	srv := &capacityStage{clk: clk, rate: 0}
 	cc := startBufconn(t, &echoServer{},
-		[]grpc.ServerOption{grpc.ChainStreamInterceptor(StreamServer(srv))},
+		[]grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(srv))},
 		grpc.WithChainStreamInterceptor(StreamClient(WithClientClock(clk), WithMaxAttempts(1), WithThrottle(Throttle{K: 1}), WithRand(func() float64 { return 0.5 }))),
 		grpc.WithDisableRetry())
 	c := testpb.NewEchoClient(cc)
@@ -255,7 +255,7 @@ func TestClientThrottleBidiStream(t *testing.T) {
 	clk := clock.New(time.Time{})
 	srv := &capacityStage{clk: clk, rate: 500}
 	cc := startBufconn(t, &echoServer{},
-		[]grpc.ServerOption{grpc.ChainStreamInterceptor(StreamServer(srv))},
+		[]grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(srv))},
 		grpc.WithChainStreamInterceptor(StreamClient(WithClientClock(clk), WithMaxAttempts(1),
 			WithThrottle(Throttle{K: 1.5, Window: 5 * time.Second}), WithRand(rand.New(rand.NewPCG(7, 9)).Float64))),
 		grpc.WithDisableRetry())

@@ -149,7 +149,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw := HTTP(lim)
+	mw := mustHTTP(lim)
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/items/{id}", mw(http.HandlerFunc(okHandler)))
 	mux.Handle("POST /login", mw(http.HandlerFunc(okHandler)))

@@ -11,9 +11,10 @@
 // the OpenTelemetry API is imported, never the SDK.
 //
 //	obs, err := otel.New() // global providers
+//	fg, err := interceptor.New(interceptor.WithObserver(obs))
 //	srv := grpc.NewServer(
 //		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-//		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(limits, interceptor.WithObserver(obs))),
+//		grpc.ChainUnaryInterceptor(fg.UnaryServer(limits)),
 //	)
 //
 // # Spans
@@ -44,9 +45,10 @@
 //	floodgate.waited        double   seconds a max_wait rule held the request (Decision.Waited); absent when it did not wait
 //	error.type              string   on events only, when the stage returned an error: canceled | timeout | refused | reset | noscript | oom | redirect | _OTHER
 //
-// The decision is "shed" when the shedder stage denies, "concurrency_limited"
-// when the concurrency stage denies, and "limited" when any other stage
-// denies. A denial by the local over-limit cache is "limited" with source
+// The decision is floodgate.Decision.Label: "allowed", or the Label of the
+// denying stage's floodgate.Semantics: "shed" when the shedder stage
+// denies, "concurrency_limited" when the concurrency stage denies, and
+// "limited" when any other stage denies. A denial by the local over-limit cache is "limited" with source
 // "cache". The priority is the Decision's, or the Request's when the
 // Decision leaves it unspecified.
 //
@@ -103,7 +105,8 @@
 //		func(name string, from, to gobreaker.State) { obs.BreakerStateChanged(name, from.String(), to.String()) }))
 //	limits, _ := tiers.NewLimiter(guarded, policy)
 //	chain := obs.TrackInFlight(floodgate.Chain{shed, conc, limits})
-//	handler := interceptor.HTTP(chain, interceptor.WithObserver(obs))(mux)
+//	fg, _ := interceptor.New(interceptor.WithObserver(obs), interceptor.WithServeMux(mux))
+//	handler := fg.HTTP(chain)(mux)
 //
 // # Cardinality
 //

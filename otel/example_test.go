@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net/http"
+	"net/http/httptest"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/otel"
 )
 
-// Observe every stage of a chain. With no options the Observer uses the
-// global providers, which a service's main sets up with the OpenTelemetry
-// SDK; here they are the default no-ops.
+// Observe every stage of a chain: give the Observer to the interceptor.
+// With no options the Observer uses the global providers, which a
+// service's main sets up with the OpenTelemetry SDK; here they are the
+// default no-ops.
 func Example() {
 	obs, err := otel.New()
 	if err != nil {
@@ -20,12 +24,17 @@ func Example() {
 	limits := floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 		return floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourceStore, Policy: "search", Limit: 20}, nil, nil
 	})
-	// Each stage's decision is reported to obs; the interceptors do the
-	// same with interceptor.WithObserver(obs).
-	chain := floodgate.Observed(floodgate.Chain{limits}, obs)
-	d, _, _ := chain.Admit(context.Background(), &floodgate.Request{Method: "/search.v1.Search/Query"})
-	fmt.Println(otel.DecisionName(d), d.Policy)
-	// Output: limited search
+	fg, err := interceptor.New(interceptor.WithObserver(obs), interceptor.WithMethodPathFallback())
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Each stage's decision is reported to obs: floodgate.decision
+	// "limited", floodgate.policy "search".
+	h := fg.HTTP(floodgate.Chain{limits})(http.NotFoundHandler())
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/search", nil))
+	fmt.Println(rec.Code)
+	// Output: 429
 }
 
 // Wire the hooks that decisions do not cover: breaker state from the
@@ -48,6 +57,6 @@ func ExampleObserver_BreakerStateChanged() {
 	// floodgate.in_flight{floodgate.stage="concurrency"} is 1 until done runs.
 	d, done, _ := obs.TrackInFlight(conc).Admit(context.Background(), &floodgate.Request{})
 	done(floodgate.Result{})
-	fmt.Println(otel.DecisionName(d))
+	fmt.Println(d.Label())
 	// Output: allowed
 }

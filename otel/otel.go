@@ -61,38 +61,15 @@ const (
 // EventDecision is the name of the span event added for every decision.
 const EventDecision = "floodgate.decision"
 
-// Decision values of the floodgate.decision attribute.
-const (
-	DecisionAllowed            = "allowed"
-	DecisionLimited            = "limited"
-	DecisionShed               = "shed"
-	DecisionConcurrencyLimited = "concurrency_limited"
-)
-
-const (
-	decAllowed uint8 = iota
-	decLimited
-	decShed
-	decConcurrency
-)
-
-var decisionNames = [...]string{DecisionAllowed, DecisionLimited, DecisionShed, DecisionConcurrencyLimited}
-
-// DecisionName returns the floodgate.decision value for d: "allowed" when
-// d.Allowed; otherwise "shed" for the shedder stage, "concurrency_limited"
-// for the concurrency stage, and "limited" for every other stage.
-func DecisionName(d floodgate.Decision) string { return decisionNames[outcome(d)] }
-
-func outcome(d floodgate.Decision) uint8 {
-	switch {
-	case d.Allowed:
-		return decAllowed
-	case d.Stage == floodgate.StageShedder:
-		return decShed
-	case d.Stage == floodgate.StageConcurrency:
-		return decConcurrency
+// stageNames are the floodgate.stage values every Observer knows from the
+// start, beyond its cap: the empty stage and every kind package floodgate
+// defines.
+func stageNames() []string {
+	names := []string{""}
+	for _, s := range floodgate.Stages() {
+		names = append(names, string(s))
 	}
-	return decLimited
+	return names
 }
 
 // priorityInvalid is the metric priority index of a Priority outside the
@@ -214,8 +191,8 @@ var _ floodgate.Observer = (*Observer)(nil)
 // seriesKey identifies one floodgate.decisions series by interned values.
 type seriesKey struct {
 	policy, stage, source uint16
-	decision, priority    uint8
-	shadow                bool
+	priority              uint8
+	allowed, shadow       bool
 }
 
 // series holds the prebuilt measurement options of one series, so the
@@ -256,8 +233,7 @@ func New(opts ...Option) (*Observer, error) {
 		tracer:   c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
 		clock:    c.clock,
 		policies: newInterner(c.maxPolicies, ""),
-		stages: newInterner(maxExtraStages, "",
-			string(floodgate.StageShedder), string(floodgate.StageConcurrency), string(floodgate.StageTiers)),
+		stages:   newInterner(maxExtraStages, stageNames()...),
 		sources: newInterner(maxExtraSources, "",
 			string(floodgate.SourceStore), string(floodgate.SourceCache), string(floodgate.SourceLocalFallback),
 			string(floodgate.SourceFailOpen), string(floodgate.SourceFailClosed),
@@ -329,7 +305,6 @@ func handle(err error) {
 // last decision observed: the denying stage's (a chain stops there), or the
 // last stage's when all allowed. r may be nil.
 func (o *Observer) Observe(ctx context.Context, r *floodgate.Request, d floodgate.Decision, err error) {
-	dec := outcome(d)
 	prio := d.Priority
 	if prio == floodgate.PriorityUnspecified && r != nil {
 		prio = r.Priority
@@ -342,8 +317,8 @@ func (o *Observer) Observe(ctx context.Context, r *floodgate.Request, d floodgat
 		policy:   o.policies.lookup(d.Policy),
 		stage:    o.stages.lookup(string(d.Stage)),
 		source:   o.sources.lookup(string(d.Source)),
-		decision: dec,
 		priority: pi,
+		allowed:  d.Allowed,
 		shadow:   d.Shadow,
 	}
 	s, ok := o.series.load(k)
@@ -359,15 +334,20 @@ func (o *Observer) Observe(ctx context.Context, r *floodgate.Request, d floodgat
 	if !span.IsRecording() {
 		return
 	}
-	o.annotate(span, r, d, dec, pi, err)
+	o.annotate(span, r, d, pi, err)
 }
 
+// newSeries builds the options of series k. Its floodgate.decision label
+// is the stage's (floodgate.Decision.Label): a stage beyond the cap
+// ("_other") is one that package floodgate does not define, whose denies
+// are "limited".
 func (o *Observer) newSeries(k seriesKey) *series {
 	policy := attribute.String(string(AttrPolicy), o.policies.name(k.policy))
+	stage := o.stages.name(k.stage)
 	return &series{
 		decisions: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-			AttrStage.String(o.stages.name(k.stage)),
-			AttrDecision.String(decisionNames[k.decision]),
+			AttrStage.String(stage),
+			AttrDecision.String(floodgate.Decision{Allowed: k.allowed, Stage: floodgate.Stage(stage)}.Label()),
 			policy,
 			AttrSource.String(o.sources.name(k.source)),
 			AttrPriority.String(priorityName(k.priority)),
@@ -377,9 +357,9 @@ func (o *Observer) newSeries(k seriesKey) *series {
 	}
 }
 
-func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.Decision, dec, prio uint8, err error) {
+func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.Decision, prio uint8, err error) {
 	var kv [14]attribute.KeyValue
-	kv[0] = AttrDecision.String(decisionNames[dec])
+	kv[0] = AttrDecision.String(d.Label())
 	kv[1] = AttrStage.String(string(d.Stage))
 	kv[2] = AttrPolicy.String(d.Policy)
 	kv[3] = AttrSource.String(string(d.Source))
@@ -500,7 +480,9 @@ func (o *Observer) stageOption(stage floodgate.Stage) []metric.AddOption {
 // floodgate.in_flight, under the stage its Decision names, until their
 // Done runs. If a is a floodgate.Chain, each stage is wrapped, so each is
 // counted. It does not report decisions: combine it with the Observer
-// (floodgate.Observed or the interceptors' observer option) for those.
+// (interceptor.WithObserver) for those. The wrapper follows floodgate's
+// unwrap convention, so what the stage offers (a policy's methods:, the
+// headers it reads) is still found through it.
 func (o *Observer) TrackInFlight(a floodgate.Admitter) floodgate.Admitter {
 	if c, ok := a.(floodgate.Chain); ok {
 		out := make(floodgate.Chain, len(c))
@@ -517,8 +499,8 @@ type inFlightAdmitter struct {
 	o *Observer
 }
 
-// Unwrap returns the Admitter w counts, so that the interceptors find what
-// the wrapped stage offers (as floodgate.Observed's wrapper does).
+// Unwrap returns the Admitter w counts (floodgate's unwrap convention), so
+// that the interceptors find what the wrapped stage offers.
 func (w inFlightAdmitter) Unwrap() floodgate.Admitter { return w.a }
 
 func (w inFlightAdmitter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {

@@ -89,26 +89,6 @@ func TestNewSurvivesFailingInstruments(t *testing.T) {
 	}
 }
 
-func TestDecisionName(t *testing.T) {
-	cases := []struct {
-		d    floodgate.Decision
-		want string
-	}{
-		{floodgate.Decision{Allowed: true, Stage: floodgate.StageShedder}, "allowed"},
-		{floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Shadow: true}, "allowed"},
-		{floodgate.Decision{Stage: floodgate.StageShedder}, "shed"},
-		{floodgate.Decision{Stage: floodgate.StageConcurrency}, "concurrency_limited"},
-		{floodgate.Decision{Stage: floodgate.StageTiers}, "limited"},
-		{floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourceCache}, "limited"},
-		{floodgate.Decision{Stage: "custom"}, "limited"},
-	}
-	for _, c := range cases {
-		if got := DecisionName(c.d); got != c.want {
-			t.Errorf("DecisionName(%+v) = %q, want %q", c.d, got, c.want)
-		}
-	}
-}
-
 func TestKeyHash(t *testing.T) {
 	secret := []byte("0123456789abcdef0123")
 	a, err := New(WithKeyHashSecret(secret))
@@ -270,5 +250,33 @@ func BenchmarkKeyHash(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = o.KeyHash(id)
+	}
+}
+
+// methodsStage offers per-method options, as a *tiers.Limiter does.
+type methodsStage struct{}
+
+func (methodsStage) Admit(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+	return floodgate.Decision{Allowed: true}, nil, nil
+}
+
+func (methodsStage) MethodOptions(string) (floodgate.MethodOptions, bool) {
+	return floodgate.MethodOptions{Cost: 3}, true
+}
+
+// TestTrackInFlightUnwraps: TrackInFlight's wrapper follows floodgate's
+// unwrap convention, alone and around each stage of a Chain.
+func TestTrackInFlightUnwraps(t *testing.T) {
+	o := newNoop(t)
+	type methods interface {
+		MethodOptions(string) (floodgate.MethodOptions, bool)
+	}
+	for _, a := range []floodgate.Admitter{o.TrackInFlight(methodsStage{}), o.TrackInFlight(floodgate.Chain{methodsStage{}})} {
+		if _, ok := a.(methods); ok {
+			t.Fatal("the wrapper offers MethodOptions itself")
+		}
+		if _, ok := floodgate.As[methods](a); !ok {
+			t.Errorf("%T: the wrapped stage's MethodOptions not found", a)
+		}
 	}
 }

@@ -48,8 +48,9 @@
 //
 // Costs. A rule's own cost wins over everything; otherwise the request's
 // Cost (if > 0), otherwise 1. Request.Cost is resolved by the transport
-// (package interceptor: the policy's methods: first, then the Go map, then
-// the proto annotation), the same however the interceptors are wired. A negative request Cost is denied with ErrInvalidCost. A request cost
+// (package interceptor: a positive WithCost estimate, else the policy's
+// methods:, then the Go map, then the proto annotation), once per call for
+// every stage. A negative request Cost is denied with ErrInvalidCost. A request cost
 // larger than a rule's capacity can never be admitted: Admit denies it
 // without calling the store, with RetryAfter 0 (waiting cannot cure it),
 // and returns an error wrapping ErrCostExceedsCapacity.

@@ -322,11 +322,13 @@ func TestWaitersInOrder(t *testing.T) {
 	l, _ := shapedLimiter(t, clk, waitPolicy)
 	var mu sync.Mutex
 	var seen []time.Duration
-	obs := floodgate.Observed(l, floodgate.ObserverFunc(func(_ context.Context, _ *floodgate.Request, d floodgate.Decision, _ error) {
+	obs := floodgate.AdmitFunc(func(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+		d, done, err := l.Admit(ctx, r)
 		mu.Lock()
 		seen = append(seen, d.Waited)
 		mu.Unlock()
-	}))
+		return d, done, err
+	})
 	r := tenantReq("acme")
 	if d, _, err := obs.Admit(context.Background(), r); err != nil || !d.Allowed || d.Waited != 0 {
 		t.Fatalf("first: %+v %v, want allowed at once", d, err)

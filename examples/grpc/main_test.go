@@ -80,7 +80,7 @@ func TestGRPCExample(t *testing.T) {
 			quota = d
 		}
 	}
-	if info == nil || info.Reason != interceptor.ReasonRateLimit || info.Domain != "shop.example.com" {
+	if info == nil || info.Reason != "RATE_LIMIT_EXCEEDED" || info.Domain != "shop.example.com" {
 		t.Errorf("ErrorInfo = %v", info)
 	}
 	if quota == nil || len(quota.Violations) != 1 || quota.Violations[0].Subject != "grpc-search-user" {

@@ -40,7 +40,11 @@ func newMiddlewareServer(limits *tiers.Limiter, proxies []netip.Prefix, logger l
 // Through go-grpc-middleware's ratelimit interceptor instead: clients lose
 // the status details (RetryInfo, QuotaFailure); the pushback trailer stays.
 func newRatelimitServer(limits *tiers.Limiter) (*grpc.Server, error) {
-	lim, err := grpcmw.NewLimiter(limits, grpcmw.WithRealIP())
+	fg, err := interceptor.New(grpcmw.WithRealIP()) // the chain's other floodgate interceptors come from fg too
+	if err != nil {
+		return nil, err
+	}
+	lim, err := grpcmw.NewLimiter(fg, limits)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ import (
 	"github.com/floodgate-go/floodgate/shedder"
 )
 
-// The overload comparison (issue 19): after the main run, one service
+// The overload comparison: after the main run, one service
 // whose handler waits on a slow dependency is driven past its capacity
 // three times, each time behind one stage: the shedder with the fixed
 // capacity the main run uses, the shedder with an adaptive capacity, and
@@ -162,7 +162,11 @@ func (s *depService) Plain(ctx context.Context, in *testpb.EchoRequest) (*testpb
 // Poisson arrivals of the demo's priority mix at rate per second for d.
 func compareRun(ctx context.Context, st compareStage, rate float64, d, warmup time.Duration, seed uint64) (CompareRun, error) {
 	out := CompareRun{Name: st.name}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.UnaryServer(st.admitter, interceptor.WithPriorityHeader(headerPriority))))
+	fg, err := interceptor.New(interceptor.WithPriorityHeader(headerPriority))
+	if err != nil {
+		return out, err
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(fg.UnaryServer(st.admitter)))
 	testpb.RegisterEchoServer(srv, &depService{slots: make(chan struct{}, compareSlots)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -51,7 +51,7 @@ type Config struct {
 	// the Fault says. RedisURL must then be empty.
 	Fault *Fault
 	// Compare is the length of each of the three runs of the overload
-	// comparison that follows the main run (compare.go: a fixed shedder
+	// comparison that follows the main run (a fixed shedder
 	// capacity, an adaptive one, an adaptive concurrency limit); 0 means
 	// a fifth of Duration, at least 2s. It must be 0 or at least 1s.
 	Compare time.Duration
@@ -248,7 +248,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		mux.HandleFunc(route, work)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	mw := interceptor.HTTP(floodgate.Chain{shed, conc, limits}, append(opts, interceptor.WithServeMux(mux))...)
+	httpFG, err := interceptor.New(append(opts, interceptor.WithServeMux(mux))...)
+	if err != nil {
+		return nil, fmt.Errorf("demo: interceptor: %w", err)
+	}
+	mw := httpFG.HTTP(floodgate.Chain{shed, conc, limits})
 	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo: listen: %w", err)

@@ -77,7 +77,7 @@ func wantFloodgate(s scenario, prio, keyHash string) map[string]string {
 		d = floodgate.Decision{Stage: floodgate.StageShedder, Source: floodgate.SourceShedder, Policy: "shedder", Limit: 100, RetryAfter: 2 * time.Second}
 	}
 	return map[string]string{
-		"floodgate.decision":    "STRING:" + fgotel.DecisionName(d),
+		"floodgate.decision":    "STRING:" + d.Label(),
 		"floodgate.stage":       "STRING:" + string(d.Stage),
 		"floodgate.policy":      "STRING:" + d.Policy,
 		"floodgate.source":      "STRING:" + string(d.Source),
@@ -185,12 +185,12 @@ func TestGRPCEndToEnd(t *testing.T) {
 	const method = "/grpc.testing.TestService/EmptyCall"
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(h.tp))),
-		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(scriptedChain(&cur),
+		grpc.ChainUnaryInterceptor(interceptor.MustNew(
 			interceptor.WithObserver(h.obs),
 			interceptor.WithUser(interceptor.FromHeader("x-user")),
 			interceptor.WithAPIKey(interceptor.FromHeader("x-api-key")),
 			interceptor.WithMethods(map[string]floodgate.MethodOptions{method: {Priority: floodgate.PriorityWrite}}),
-		)),
+		).UnaryServer(scriptedChain(&cur))),
 	)
 	client := serveGRPC(t, srv)
 
@@ -221,11 +221,11 @@ func TestGRPCEndToEnd(t *testing.T) {
 func TestHTTPEndToEnd(t *testing.T) {
 	h := newHarness(t)
 	var cur atomic.Pointer[scenario]
-	mw := interceptor.HTTP(scriptedChain(&cur),
+	mw := interceptor.MustNew(
 		interceptor.WithObserver(h.obs),
 		interceptor.WithUser(interceptor.FromHeader("X-User")),
 		interceptor.WithAPIKey(interceptor.FromHeader("X-Api-Key")),
-	)
+	).HTTP(scriptedChain(&cur))
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/items/{id}", mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok"))

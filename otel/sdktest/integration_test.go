@@ -77,10 +77,10 @@ rules:
 	})
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(h.tp))),
-		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(limiter,
+		grpc.ChainUnaryInterceptor(interceptor.MustNew(
 			interceptor.WithObserver(h.obs, capture),
 			interceptor.WithUser(interceptor.FromHeader("x-user")),
-		)),
+		).UnaryServer(limiter)),
 	)
 	client := serveGRPC(t, srv)
 
@@ -119,7 +119,7 @@ rules:
 	keyHash := h.obs.KeyHash(floodgate.Identity{User: "alice"})
 	for i, s := range steps {
 		d := decided[i]
-		if got := fgotel.DecisionName(d); got != s.decision || string(d.Source) != s.source {
+		if got := d.Label(); got != s.decision || string(d.Source) != s.source {
 			t.Errorf("%s: limiter decided %s from %s, want %s from %s", s.name, got, d.Source, s.decision, s.source)
 		}
 		if s.checkQ && (d.Limit != s.limit || d.Remaining != s.remaining || d.RetryAfter.Seconds() != s.retryAfter) {

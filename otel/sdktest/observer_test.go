@@ -71,7 +71,7 @@ func runSteps(t *testing.T, h *harness, steps []step) {
 	for _, s := range steps {
 		ctx, span := tracer.Start(context.Background(), s.name)
 		req := &floodgate.Request{Method: "/search.v1.Search/Query", Priority: s.priority, Identity: identity}
-		_, done, _ := floodgate.Observed(s.stages, h.obs).Admit(ctx, req)
+		_, done, _ := observeEach(s.stages, h.obs).Admit(ctx, req)
 		if done != nil {
 			done(floodgate.Result{})
 		}
@@ -527,4 +527,18 @@ func TestStoreWrapper(t *testing.T) {
 	if len(store) != 1 || store[0].Parent().SpanID() != root.SpanContext().SpanID() {
 		t.Fatalf("%d floodgate.store spans, want 1 under the request span", len(store))
 	}
+}
+
+// observeEach reports the decision of every stage of c to o, as
+// interceptor.WithObserver does, without a transport.
+func observeEach(c floodgate.Chain, o floodgate.Observer) floodgate.Chain {
+	out := make(floodgate.Chain, len(c))
+	for i, s := range c {
+		out[i] = floodgate.AdmitFunc(func(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+			d, done, err := s.Admit(ctx, r)
+			o.Observe(ctx, r, d, err)
+			return d, done, err
+		})
+	}
+	return out
 }

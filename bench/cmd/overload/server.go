@@ -102,7 +102,11 @@ func serve(args []string, stdin io.Reader, stdout io.Writer) error {
 			return err
 		}
 		shed = s
-		opts = append(opts, grpc.ChainUnaryInterceptor(interceptor.UnaryServer(s, interceptor.WithPriorityHeader(priorityHeader))))
+		fg, err := interceptor.New(interceptor.WithPriorityHeader(priorityHeader))
+		if err != nil {
+			return err
+		}
+		opts = append(opts, grpc.ChainUnaryInterceptor(fg.UnaryServer(s)))
 	}
 	srv := grpc.NewServer(opts...)
 	testpb.RegisterEchoServer(srv, svc)
