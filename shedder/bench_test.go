@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/shedder"
 )
@@ -41,16 +39,6 @@ func BenchmarkShedderAdmitDone(b *testing.B) {
 			full.Admit(ctx, req)
 		}
 	})
-}
-
-func BenchmarkFleetAdmitDone(b *testing.B) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never called by Admit
-	defer c.Close()
-	f, err := shedder.NewFleet(c, 1<<20)
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchAdmitDone(b, f)
 }
 
 // benchAdmitDone runs Admit then Done of a read on a, serial and parallel.

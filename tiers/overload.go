@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 )
 
 // The shedder: and concurrency: sections of a policy (issue 19): the load
@@ -31,7 +32,7 @@ import (
 //	    cpu_target: 0.9                  # needs the Shedder built WithCPU
 //	    # window: 100ms, min_samples: 10, history: 50, probe: 10s,
 //	    # tolerance: 1.5, headroom: 1.25, growth: 0.1, backoff: 0.9
-//	  fleet:                             # a *shedder.Fleet
+//	  fleet:                             # a *fleetshed.Shedder
 //	    capacity: 4000
 //	    reserve: 0.2
 //	    adaptive: {min: 16, max: 2000}
@@ -47,7 +48,7 @@ import (
 //	    # timeout, retry_after, name
 //
 // The keys are the snake_case names of the Go fields (shedder.Config,
-// shedder.AdaptiveCapacity, shedder.FleetConfig,
+// shedder.AdaptiveCapacity, fleetshed.Config,
 // concurrency.AdaptiveConfig), with the same defaults and the same
 // validation: Load reports a bad value under its path and line
 // ("shedder.adaptive.max: 5 must be >= min 10, at line 7"). Package tiers
@@ -61,8 +62,8 @@ type ShedderSection struct {
 	// Config sets a *shedder.Shedder: the section's capacity, thresholds
 	// and adaptive keys. nil when the section has none of them.
 	Config *shedder.Config
-	// Fleet sets a *shedder.Fleet (the fleet: key); nil when absent.
-	Fleet *shedder.FleetConfig
+	// Fleet sets a *fleetshed.Shedder (the fleet: key); nil when absent.
+	Fleet *fleetshed.Config
 
 	lines map[string]int // YAML path -> line, for errors found when applied
 }
@@ -109,7 +110,7 @@ func (d *decoder) overload(key string, n *yaml.Node, path string, p *Policy) {
 			case "adaptive":
 				cfg.Adaptive = d.olAdaptiveCapacity(v, fp)
 			case "fleet":
-				sec.Fleet = &shedder.FleetConfig{}
+				sec.Fleet = &fleetshed.Config{}
 				d.fields(v, fp, func(fk string, fv *yaml.Node, ffp string) bool {
 					switch fk {
 					case "capacity":
@@ -343,7 +344,7 @@ func checkOverload(rep *reporter, p *Policy) {
 // by type, with the YAML key of each.
 var stageFields = func() map[string]map[string]string {
 	out := map[string]map[string]string{}
-	for _, v := range []any{shedder.Config{}, shedder.FleetConfig{}, shedder.AdaptiveCapacity{}, shedder.Thresholds{}, concurrency.AdaptiveConfig{}} {
+	for _, v := range []any{shedder.Config{}, fleetshed.Config{}, shedder.AdaptiveCapacity{}, shedder.Thresholds{}, concurrency.AdaptiveConfig{}} {
 		t := reflect.TypeOf(v)
 		m := map[string]string{}
 		for i := range t.NumField() {
@@ -452,7 +453,7 @@ type Overload struct {
 	// adaptive keys.
 	Shedder *shedder.Shedder
 	// Fleet takes shedder: fleet:.
-	Fleet *shedder.Fleet
+	Fleet *fleetshed.Shedder
 	// Limiter takes concurrency: global: (it must be built WithGlobal).
 	Limiter *concurrency.Limiter
 	// Adaptive takes concurrency: adaptive:.
@@ -484,7 +485,7 @@ type overloadHook struct {
 	once sync.Once
 	base struct {
 		shedder  shedder.Config
-		fleet    shedder.FleetConfig
+		fleet    fleetshed.Config
 		global   int64
 		adaptive concurrency.AdaptiveConfig
 	}
@@ -508,7 +509,7 @@ func (h *overloadHook) capture() {
 }
 
 // settings returns what each stage is to be set to under p.
-func (h *overloadHook) settings(p *Policy) (sc shedder.Config, fc shedder.FleetConfig, global int64, ac concurrency.AdaptiveConfig) {
+func (h *overloadHook) settings(p *Policy) (sc shedder.Config, fc fleetshed.Config, global int64, ac concurrency.AdaptiveConfig) {
 	sc, fc, global, ac = h.base.shedder, h.base.fleet, h.base.global, h.base.adaptive
 	if s := p.Shedder; s != nil {
 		if s.Config != nil {
