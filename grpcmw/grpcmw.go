@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/concurrency/fleetconc"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/shedder/fleetshed"
@@ -210,7 +211,7 @@ func holding(a floodgate.Admitter) []error {
 			errs = append(errs, holding(s)...)
 		}
 		return errs
-	case *shedder.Shedder, *fleetshed.Shedder, *concurrency.Limiter, *concurrency.Adaptive:
+	case *shedder.Shedder, *fleetshed.Shedder, *concurrency.Limiter, *fleetconc.Limiter, *concurrency.Adaptive:
 		return []error{fmt.Errorf("grpcmw: NewLimiter: %T holds a slot for the whole call, which ratelimit.Limiter cannot report the end of; use interceptor.UnaryServer for it", a)}
 	}
 	return nil
