@@ -130,6 +130,8 @@ type Stats struct {
 // Thresholds are the shares of capacity from which test, read and write
 // traffic is shed (see WithThresholds). The zero value means the defaults.
 type Thresholds struct {
+	// Test, Read and Write are the shares of capacity, in (0, 1], from
+	// which test, read and write traffic is shed; test <= read <= write.
 	Test, Read, Write float64
 }
 

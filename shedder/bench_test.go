@@ -63,7 +63,7 @@ func benchAdmitDone(b *testing.B, a floodgate.Admitter) {
 	})
 }
 
-// Overload scenario (issue 5): a service with 50 workers whose handler takes
+// Overload scenario: a service with 50 workers whose handler takes
 // 2 ms, guarded by a Shedder of capacity 50, offered 3x its capacity by 150
 // closed-loop clients (15 critical, 45 write, 45 read, 45 test: the
 // 10/30/30/30 mix). A client whose request is shed waits the handler time

@@ -346,7 +346,10 @@ var stageFields = func() map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for _, v := range []any{shedder.Config{}, fleetshed.Config{}, shedder.AdaptiveCapacity{}, shedder.Thresholds{}, concurrency.AdaptiveConfig{}} {
 		t := reflect.TypeOf(v)
-		m := map[string]string{}
+		m := out[t.Name()] // shedder.Config and fleetshed.Config share one: their fields merge
+		if m == nil {
+			m = map[string]string{}
+		}
 		for i := range t.NumField() {
 			switch name := t.Field(i).Name; name {
 			case "CPU", "Clock": // Go only: no YAML key

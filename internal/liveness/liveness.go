@@ -33,14 +33,14 @@ var BeatLua string
 // Member is what a stage that beats on behalf of a fleet.Members needs of
 // it.
 type Member struct {
-	Client      redis.UniversalClient
-	Key         string // the member set
-	ID          string // this instance in the set
-	Interval    time.Duration
-	TTL         time.Duration
-	Timeout     time.Duration
-	Clock       floodgate.Clock // never nil
-	ScriptClock floodgate.Clock // nil: scripts read Redis TIME
+	Client      redis.UniversalClient // the Members' client
+	Key         string                // the member set
+	ID          string                // this instance in the set
+	Interval    time.Duration         // how often the Members' Run beats
+	TTL         time.Duration         // how long a beat keeps an instance live
+	Timeout     time.Duration         // bounds each Redis call
+	Clock       floodgate.Clock       // never nil
+	ScriptClock floodgate.Clock       // nil: scripts read Redis TIME
 	// Observe records the answer of a beat that started at start (Unix
 	// nanoseconds on Clock) as the Members' own beats are recorded.
 	Observe func(live int64, rejoined bool, start int64)

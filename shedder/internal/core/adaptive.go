@@ -231,6 +231,9 @@ type capWindow struct {
 	peak        int64         // the most in flight a sample saw when admitted
 }
 
+// NewEstimator returns an estimator of settings cfg (valid, defaults
+// applied) starting at initial, reading meter (nil: none) and clock, that
+// calls set with every new whole capacity.
 func NewEstimator(cfg Adaptive, meter CPUMeter, initial int64, clock floodgate.Clock, set func(int64)) *Estimator {
 	e := &Estimator{clock: clock, set: set, meter: meter, est: float64(initial)}
 	e.cfg = cfg
@@ -380,7 +383,7 @@ type Ticket struct {
 	e        *Estimator
 	release  func(*Ticket)
 	P        floodgate.Priority // the request's priority, for its owner
-	Done     floodgate.Done
+	Done     floodgate.Done     // built once: releases the slot, then records the request
 }
 
 // NewTicket returns a Ticket whose Done calls release (which frees the

@@ -19,14 +19,14 @@ const (
 // Settings are the settings both shedders' constructors take, and the
 // errors their options report.
 type Settings struct {
-	Hysteresis      float64
-	Hold            time.Duration
-	RetryAfter      time.Duration
-	DefaultPriority floodgate.Priority
-	Clock           floodgate.Clock // nil until an option sets one
-	Policy          string
-	Errs            []error
-	pkg             string // the error prefix: the package name
+	Hysteresis      float64            // the band, a share of capacity
+	Hold            time.Duration      // the least time shedding lasts
+	RetryAfter      time.Duration      // of a shed Decision
+	DefaultPriority floodgate.Priority // of a request with PriorityUnspecified
+	Clock           floodgate.Clock    // nil until an option sets one
+	Policy          string             // of a shed Decision
+	Errs            []error            // every error the options and the constructor report
+	pkg             string             // the error prefix: the package name
 }
 
 // NewSettings returns the defaults, with policy as the Policy of shed
