@@ -392,3 +392,65 @@ func TestFleetStaleWhileSyncWaits(t *testing.T) {
 	srv.Resume()
 	endAll(held)
 }
+
+// One liveness: a Sync is a heartbeat of the Shedder's fleet.Members (its
+// Count and Stale follow it), an instance that only beats (its Members
+// runs, no fleet shedder) counts in Count but adds nothing to the fleet's
+// in-flight counts, and the counts of an instance that stopped beating go
+// a TTL after its last beat, whichever loop beat for it.
+func TestSyncIsAHeartbeat(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	ma := members(t, srv.NewClient(), clk, "a", 500*time.Millisecond, ttl)
+	a, err := fleetshed.New(ma, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := members(t, srv.NewClient(), clk, "b", 500*time.Millisecond, ttl)
+	b, err := fleetshed.New(mb, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := members(t, srv.NewClient(), clk, "c", 500*time.Millisecond, ttl) // beats only
+	if !ma.Stale() {
+		t.Fatal("a's Members is not stale before any beat")
+	}
+	held := admitN(t, b, floodgate.PriorityRead, 3)
+	if err := mc.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustSync(t, b, a)
+	if ma.Count() != 3 || ma.Stale() {
+		t.Fatalf("after a's Sync its Members counts %d (stale %v), want 3 live instances", ma.Count(), ma.Stale())
+	}
+	if got := a.OthersInFlight(floodgate.PriorityUnspecified); got != 3 {
+		t.Fatalf("a sees %d in flight elsewhere, want b's 3 (c publishes none)", got)
+	}
+	// b's Members beats on (its Run), b's fleet shedder does not sync:
+	// its counts stay in force while it is live.
+	clk.Advance(ttl - time.Millisecond)
+	if err := mb.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Millisecond)
+	mustSync(t, a)
+	if got := a.OthersInFlight(floodgate.PriorityUnspecified); got != 3 {
+		t.Fatalf("b beats on: a sees %d in flight elsewhere, want 3", got)
+	}
+	// b stops beating altogether: its counts go a TTL after its last beat,
+	// which was 1ms before a's last Sync.
+	clk.Advance(ttl - 2*time.Millisecond)
+	mustSync(t, a)
+	if got := a.OthersInFlight(floodgate.PriorityUnspecified); got != 3 {
+		t.Fatalf("1ms before b's expiry a sees %d, want 3", got)
+	}
+	clk.Advance(time.Millisecond)
+	mustSync(t, a)
+	if got := a.OthersInFlight(floodgate.PriorityUnspecified); got != 0 {
+		t.Fatalf("at b's expiry a sees %d, want 0", got)
+	}
+	if ma.Count() != 1 {
+		t.Fatalf("a's Members counts %d, want 1 (b and c expired)", ma.Count())
+	}
+	endAll(held)
+}
