@@ -289,3 +289,19 @@ func TestFleetRunRenews(t *testing.T) {
 	stop()
 	wg.Wait()
 }
+
+// A fleet cap that fails open names itself in the allow (no other cap took
+// a slot), so that a Chain reports it, with its source, rather than the
+// local stage before it.
+func TestFailOpenNamesTheCap(t *testing.T) {
+	srv := redistest.Start(t)
+	open := fleetLimiter(t, srv.NewClient(), nil, 3, fleetconc.FailOpen, concurrency.WithGlobal(10))
+	srv.Kill()
+	d, done, err := open.Admit(ctx, req("/m", "", "alice"))
+	want := floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceFailOpen,
+		Policy: "fleet-user", Limit: 3, Remaining: 3}
+	if d != want || err == nil || done == nil {
+		t.Fatalf("fail open: %+v, %v; want %+v with an error", d, err, want)
+	}
+	done(floodgate.Result{})
+}

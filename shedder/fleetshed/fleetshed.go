@@ -237,7 +237,10 @@ func (s *Shedder) release(t *core.Ticket) {
 	s.tickets.Put(t)
 }
 
-// Admit implements floodgate.Admitter. It never calls Redis.
+// Admit implements floodgate.Admitter. It never calls Redis. A request
+// whose Priority is none of the named ones is decided at the default
+// priority and returns shedder.ErrInvalidPriority; while the counts are
+// stale it returns ErrStale.
 func (s *Shedder) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	p, err := s.v.Priority(r)
 	others := s.othersTotal.Load()
