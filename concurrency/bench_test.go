@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/floodgate-go/floodgate/concurrency"
-	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
 // BenchmarkAdmitDone measures Acquire+Release (Admit then Done) on the
@@ -60,28 +59,6 @@ func BenchmarkAdmitDone(b *testing.B) {
 				}
 			})
 		})
-	}
-}
-
-// BenchmarkFleetAdmitDone measures the Redis-backed per-key cap: one
-// EVALSHA to acquire and one ZREM to release, against a real redis-server
-// on loopback.
-func BenchmarkFleetAdmitDone(b *testing.B) {
-	srv := redistest.Start(b)
-	l, err := concurrency.New(concurrency.WithFleetPerKey(concurrency.FleetPerKey{
-		Name: "fleet-user", Cap: 1 << 30, Key: byUser, Client: srv.Client(),
-	}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := req("/m", "acme", "alice")
-	b.ReportAllocs()
-	for b.Loop() {
-		d, done, err := l.Admit(ctx, r)
-		if err != nil || !d.Allowed {
-			b.Fatalf("%+v %v", d, err)
-		}
-		done(floodgate.Result{})
 	}
 }
 

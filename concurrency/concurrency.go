@@ -20,8 +20,9 @@ const (
 	DefaultPolicy = "concurrency"
 	// DefaultMaxKeys is a per-key cap's MaxKeys when it is 0.
 	DefaultMaxKeys = 10_000
-	// MaxPerKeyCaps is the most per-key caps (and, separately, fleet
-	// per-key caps) one Limiter holds; it keeps Admit free of allocations.
+	// MaxPerKeyCaps is the most per-key caps one Limiter holds (and the
+	// most fleet caps a fleetconc.Limiter holds); it keeps Admit free of
+	// allocations.
 	MaxPerKeyCaps = 8
 )
 
@@ -44,12 +45,9 @@ type Limiter struct {
 	hasGlobal     bool         // built WithGlobal
 	globalName    string
 	keys          []*keyLimit
-	fleet         []*fleetLimit
 	retryAfter    time.Duration
 	releaseGlobal floodgate.Done
 	tickets       sync.Pool // *ticket for local multi-key releases
-
-	fleetState
 }
 
 var _ floodgate.Admitter = (*Limiter)(nil)
@@ -69,15 +67,10 @@ func New(opts ...Option) (*Limiter, error) {
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)
 	}
-	l := &Limiter{hasGlobal: o.global > 0, globalName: o.globalName, retryAfter: o.retryAfter, fleet: o.fleet}
+	l := &Limiter{hasGlobal: o.global > 0, globalName: o.globalName, retryAfter: o.retryAfter}
 	l.global.Store(o.global)
 	for _, c := range o.perKey {
 		l.keys = append(l.keys, newKeyLimit(l, c))
-	}
-	if len(o.fleet) > 0 {
-		if err := l.fleetState.init(&o); err != nil {
-			return nil, err
-		}
 	}
 	if l.hasGlobal {
 		l.releaseGlobal = func(floodgate.Result) { l.inflight.Add(-1) }
@@ -130,7 +123,7 @@ func (b *binding) offer(policy string, limit, remaining int64) {
 }
 
 // Admit implements floodgate.Admitter.
-func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+func (l *Limiter) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	var b binding
 	if l.hasGlobal {
 		for {
@@ -163,10 +156,21 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		nheld++
 		b.offer(k.name, k.cap, k.cap-n)
 	}
-	if len(l.fleet) > 0 {
-		return l.admitFleet(ctx, r, &b, held[:nheld])
-	}
 	return l.allow(r, &b, floodgate.SourceConcurrency), l.localDone(held[:nheld]), nil
+}
+
+// localDone returns the Done releasing held and the global slot: a
+// prebuilt one for at most one entry, else a pooled ticket.
+func (l *Limiter) localDone(held []*entry) floodgate.Done {
+	switch len(held) {
+	case 0:
+		return l.releaseGlobal
+	case 1:
+		return held[0].releaseAll
+	}
+	t := l.tickets.Get().(*ticket)
+	t.n = copy(t.entries[:], held)
+	return t.done
 }
 
 // releaseLocal releases local entries and the global slot.

@@ -1,16 +1,15 @@
 // Package concurrency is floodgate's in-flight limiter: it decides whether
 // one more request may start now, given the requests already in flight that
 // it admitted and whose Done has not been called, per instance, per key on
-// this instance, and per key across the whole fleet through Redis.
+// this instance (the fleet-wide per-key cap, kept in Redis, is package
+// concurrency/fleetconc's).
 //
 // A Limiter holds any combination of
 //
 //   - a global cap (WithGlobal): requests in flight on this instance;
 //   - per-key caps (WithPerKey): requests in flight on this instance per
 //     key, the key computed from the Request by a function (for example
-//     "20 in flight per user on /search.v1.Search/Query");
-//   - fleet per-key caps (WithFleetPerKey): requests in flight per key across
-//     every instance sharing one Redis.
+//     "20 in flight per user on /search.v1.Search/Query").
 //
 // A request is admitted only if every cap that applies has room; caps are
 // taken in that order and a deny releases those already taken. A deny is a
@@ -26,8 +25,7 @@
 // Local releases are prebuilt (one per limiter, one per tracked key entry)
 // so Admit+Done allocates nothing on the local path; the price is that a
 // second call of a local Done is a caller bug that would release a slot some
-// other request holds. A Done that includes fleet slots is a fresh object
-// and is idempotent: a second call releases nothing.
+// other request holds.
 //
 // # Bounded memory
 //
@@ -43,20 +41,10 @@
 //
 // # Fleet caps
 //
-// A fleet per-key cap keeps, per key, a Redis sorted set of request IDs
-// scored by the time their lease expires. Acquiring is one Lua script:
-// remove expired IDs, count the rest, add this request's ID with expiry
-// now + lease if the count is under the cap. Done removes the ID (ZREM). A
-// crashed instance never removes its IDs; they expire after the lease
-// (default 30s), so the lease must exceed the longest request (Run renews
-// the leases of requests still in flight, every lease/3, for longer ones).
-// When Redis cannot answer, the cap acts by its OnError: FailOpen (the
-// default, as Stripe advises for limiters) admits without a fleet slot and
-// marks the decision SourceFailOpen; FailClosed denies with SourceFailClosed.
-// Either way Admit returns the error. An acquire that timed out may still
-// run in Redis once it answers: its slot is removed in the background
-// (once the request is done, under FailOpen) as soon as Redis has it, so
-// a stall leaves no slot that no request holds.
+// A per-key cap across every instance sharing one Redis is package
+// concurrency/fleetconc's, a stage of its own chained after this one
+// (floodgate.Chain{local, fleet}): a fleet deny then releases this
+// Limiter's slots as ignored, as the Chain does for every earlier stage.
 //
 // # Adaptive limit
 //
@@ -139,13 +127,19 @@
 //
 // # Configuration
 //
-// New takes Options, all named With…; a cap is described by a PerKey or
-// FleetPerKey and NewAdaptive by an AdaptiveConfig. These structs follow
-// one rule: the zero value of every optional field is its default, written
-// in the field's comment, and a bad field is reported by the constructor
-// under its name ("concurrency: WithPerKey: PerKey.Cap 0 must be >= 1";
-// an AdaptiveConfig's fields by their policy file keys, "concurrency:
+// New takes Options, all named With…; a cap is described by a PerKey and
+// NewAdaptive by an AdaptiveConfig. These structs follow one rule: the
+// zero value of every optional field is its default, written in the
+// field's comment, and a bad field is reported by the constructor under
+// its name ("concurrency: WithPerKey: PerKey.Cap 0 must be >= 1"; an
+// AdaptiveConfig's fields by their policy file keys, "concurrency:
 // NewAdaptive: max: 5 must be >= min 10").
 // Every mistake is reported at construction, all at once; none surfaces per
 // request.
+//
+// # Imports
+//
+// This package imports the floodgate core and the standard library only:
+// it never links go-redis, so a binary that caps concurrency on this
+// instance alone carries no Redis client.
 package concurrency

@@ -6,8 +6,6 @@ import (
 	"log"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/testing/clock"
@@ -48,25 +46,6 @@ func ExampleNew() {
 	// allowed=true policy=search-per-user limit=2 remaining=0
 	// allowed=false policy=search-per-user limit=2 remaining=0
 	// in flight: 0
-}
-
-// A per-user cap across the whole fleet, kept in Redis. Slots of an
-// instance that crashes expire after the lease; Run renews the leases of
-// long requests.
-func ExampleWithFleetPerKey() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	l, err := concurrency.New(concurrency.WithFleetPerKey(concurrency.FleetPerKey{
-		Name:    "fleet-per-user",
-		Cap:     20,
-		Key:     func(r *floodgate.Request) (string, bool) { return r.Identity.User, r.Identity.User != "" },
-		Client:  client,
-		Lease:   time.Minute,
-		OnError: concurrency.FailOpen,
-	}))
-	if err != nil {
-		log.Fatal(err)
-	}
-	go l.Run(context.Background(), func(err error) { log.Print(err) })
 }
 
 // An in-flight limit learnt from latency: Vegas takes the latency of the

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/floodgate-go/floodgate"
 )
 
 // Option configures New.
@@ -17,16 +15,12 @@ type config struct {
 	global     int64
 	globalName string
 	perKey     []PerKey
-	fleet      []*fleetLimit
 	names      []capName // every cap's name, in option order
 	retryAfter time.Duration
-	clock      floodgate.Clock // nil: fleet scripts read Redis TIME
-	instance   string
 	errs       []error
 }
 
-// capName is the name of one per-key or fleet per-key cap, and the option
-// that added it.
+// capName is the name of one per-key cap, and the option that added it.
 type capName struct{ option, name string }
 
 func (o *config) fail(option, format string, args ...any) {
@@ -100,32 +94,8 @@ func WithRetryAfter(d time.Duration) Option {
 	}
 }
 
-// WithClock sets the Clock for fleet leases: the acquire and renew scripts
-// then take now from it instead of Redis TIME, so tests can expire leases
-// on fake time. Without fleet caps it has no effect.
-func WithClock(c floodgate.Clock) Option {
-	return func(o *config) {
-		if c == nil {
-			o.fail("WithClock", "clock is nil")
-			return
-		}
-		o.clock = c
-	}
-}
-
-// WithInstanceID sets the prefix of the request IDs this instance puts in
-// Redis (default: 16 random hex digits). Live instances must not share one.
-func WithInstanceID(id string) Option {
-	return func(o *config) {
-		if id == "" || len(id) > instanceIDMaxLength {
-			o.fail("WithInstanceID", "instance ID %q must have 1 to %d bytes", id, instanceIDMaxLength)
-		}
-		o.instance = id
-	}
-}
-
-// fields reports the bad fields of one cap description, typ (PerKey or
-// FleetPerKey) given to option; it also records the cap's name.
+// fields reports the bad fields of one cap description, typ (PerKey)
+// given to option; it also records the cap's name.
 type fields struct {
 	o      *config
 	option string
@@ -168,14 +138,11 @@ func (f fields) checkCap(capN int64, key KeyFunc) {
 // checkCaps reports what no single option can see: no cap at all, too many
 // caps, and a name used twice.
 func (o *config) checkCaps() {
-	if o.global == 0 && len(o.perKey) == 0 && len(o.fleet) == 0 {
-		o.errs = append(o.errs, errors.New("concurrency: no cap configured (use WithGlobal, WithPerKey or WithFleetPerKey)"))
+	if o.global == 0 && len(o.perKey) == 0 {
+		o.errs = append(o.errs, errors.New("concurrency: no cap configured (use WithGlobal or WithPerKey; fleet-wide caps are package concurrency/fleetconc's)"))
 	}
 	if len(o.perKey) > MaxPerKeyCaps {
 		o.fail("WithPerKey", "%d per-key caps, at most %d", len(o.perKey), MaxPerKeyCaps)
-	}
-	if len(o.fleet) > MaxPerKeyCaps {
-		o.fail("WithFleetPerKey", "%d fleet per-key caps, at most %d", len(o.fleet), MaxPerKeyCaps)
 	}
 	seen := map[string]bool{}
 	if o.global > 0 {

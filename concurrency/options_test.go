@@ -4,9 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate/concurrency"
 )
@@ -14,15 +11,7 @@ import (
 // Every bad option, or bad field of a cap description, makes New return an
 // error that names it ("concurrency: <Option>: …"), and no Limiter.
 func TestNewErrors(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
 	perKey := func(p concurrency.PerKey) concurrency.Option { return concurrency.WithPerKey(p) }
-	fleet := func(f concurrency.FleetPerKey) concurrency.Option {
-		if f.Client == nil {
-			f.Client = c
-		}
-		return concurrency.WithFleetPerKey(f)
-	}
 	global := concurrency.WithGlobal(1)
 	nine := func(add func(i int) concurrency.Option) []concurrency.Option {
 		var opts []concurrency.Option
@@ -41,8 +30,6 @@ func TestNewErrors(t *testing.T) {
 		{"global", []concurrency.Option{concurrency.WithGlobal(0)}, "concurrency: WithGlobal: limit 0 must be >= 1"},
 		{"global policy", []concurrency.Option{global, concurrency.WithGlobalPolicy("")}, "concurrency: WithGlobalPolicy: policy name is empty"},
 		{"retry", []concurrency.Option{global, concurrency.WithRetryAfter(-1)}, "concurrency: WithRetryAfter: retry-after -1ns must be positive"},
-		{"clock", []concurrency.Option{global, concurrency.WithClock(nil)}, "concurrency: WithClock: clock is nil"},
-		{"instance", []concurrency.Option{global, concurrency.WithInstanceID("")}, `concurrency: WithInstanceID: instance ID "" must have 1 to 200 bytes`},
 
 		{"no name", []concurrency.Option{perKey(concurrency.PerKey{Cap: 1, Key: byUser})}, "concurrency: WithPerKey: PerKey.Name is empty"},
 		{"colon", []concurrency.Option{perKey(concurrency.PerKey{Name: "a:b", Cap: 1, Key: byUser})}, `concurrency: WithPerKey: PerKey.Name "a:b" contains ':'`},
@@ -53,18 +40,6 @@ func TestNewErrors(t *testing.T) {
 		{"too many", nine(func(i int) concurrency.Option {
 			return perKey(concurrency.PerKey{Name: string(rune('a' + i)), Cap: 1, Key: byUser})
 		}), "concurrency: WithPerKey: 9 per-key caps, at most 8"},
-
-		{"fleet name", []concurrency.Option{fleet(concurrency.FleetPerKey{Cap: 1, Key: byUser})}, "concurrency: WithFleetPerKey: FleetPerKey.Name is empty"},
-		{"fleet dup", []concurrency.Option{perKey(concurrency.PerKey{Name: "f", Cap: 1, Key: byUser}), fleet(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser})}, `concurrency: WithFleetPerKey: cap name "f" is used twice`},
-		{"fleet cap", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Key: byUser})}, `concurrency: WithFleetPerKey: FleetPerKey.Cap 0 must be >= 1 (cap "f")`},
-		{"fleet key", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Cap: 1})}, `concurrency: WithFleetPerKey: FleetPerKey.Key is nil (cap "f")`},
-		{"fleet client", []concurrency.Option{concurrency.WithFleetPerKey(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser})}, `concurrency: WithFleetPerKey: FleetPerKey.Client is nil (cap "f")`},
-		{"fleet lease", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser, Lease: time.Millisecond})}, `concurrency: WithFleetPerKey: FleetPerKey.Lease 1ms must be at least 10ms and whole milliseconds (cap "f")`},
-		{"fleet timeout", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser, Timeout: -1})}, `concurrency: WithFleetPerKey: FleetPerKey.Timeout -1ns is negative (cap "f")`},
-		{"fleet on error", []concurrency.Option{fleet(concurrency.FleetPerKey{Name: "f", Cap: 1, Key: byUser, OnError: 7})}, `concurrency: WithFleetPerKey: FleetPerKey.OnError failmode(7) is not FailOpen or FailClosed (cap "f")`},
-		{"too many fleet", nine(func(i int) concurrency.Option {
-			return fleet(concurrency.FleetPerKey{Name: string(rune('a' + i)), Cap: 1, Key: byUser})
-		}), "concurrency: WithFleetPerKey: 9 fleet per-key caps, at most 8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := concurrency.New(tc.opts...)

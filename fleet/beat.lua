@@ -9,13 +9,8 @@
 --          in the set (first beat, after Leave, after its own expiry, or
 --          after Redis lost the set), else 0}
 --
--- The preamble of internal/redisnow (prepended by redisnow.Script) reads
--- ARGV[1] and defines the local now used below. An instance is live while
--- now < its expiry. Expired members go first, so an instance whose own
--- entry had expired counts as rejoining.
-local ttl = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local added = redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
-local n = redis.call('ZCARD', KEYS[1])
-redis.call('PEXPIRE', KEYS[1], ttl)
+-- The preamble of internal/redisnow reads ARGV[1] and defines the local
+-- now; internal/liveness defines beat, the one heartbeat every fleet-wide
+-- script shares.
+local n, added = beat(KEYS[1], tonumber(ARGV[2]), ARGV[3])
 return {n, added}

@@ -35,9 +35,26 @@
 // round trip old, and lags a stopped instance by up to a TTL plus an
 // interval; in both directions the error is short-lived.
 //
+// # One liveness
+//
+// The member set is floodgate's one record of which instances are live.
+// A fleet-wide stage that keeps per-instance state in Redis (the
+// fleet-usage shedder of package shedder/fleetshed) takes a *Members and
+// beats on its set in the same script that publishes its state, with the
+// same heartbeat code; such a beat updates Count and Stale as Beat does,
+// so a service may run either loop, or both. The stage counts another
+// instance's state only while that instance is live in the set.
+//
 // # Keys
 //
 // All instances of one service use one key (WithKey; default DefaultKey),
 // one Redis key, so on Redis Cluster it lives in one slot. Two services that
-// share one Redis must use different keys.
+// share one Redis must use different keys. A stage that keeps state beside
+// the set derives its keys from this one, in its slot.
+//
+// # Imports
+//
+// This package imports the floodgate core, go-redis and floodgate's
+// internal Redis plumbing (internal/redisnow, internal/liveness); never a
+// stage.
 package fleet

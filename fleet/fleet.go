@@ -13,13 +13,29 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/liveness"
 	"github.com/floodgate-go/floodgate/internal/redisnow"
 )
 
 //go:embed beat.lua
 var beatLua string
 
-var beatScript = redisnow.Script(beatLua)
+var beatScript = redisnow.Script(liveness.BeatLua + beatLua)
+
+func init() {
+	liveness.Lookup = func(v any) (liveness.Member, bool) {
+		m, ok := v.(*Members)
+		if !ok || m == nil || m.static {
+			return liveness.Member{}, false
+		}
+		return liveness.Member{
+			Client: m.client, Key: m.key, ID: m.id,
+			Interval: m.interval, TTL: m.ttl, Timeout: m.timeout,
+			Clock: m.clock, ScriptClock: m.scriptClock,
+			Observe: m.observe,
+		}, true
+	}
+}
 
 // Members counts the live instances of a service that share one Redis. Its
 // methods are safe for concurrent use; Count and Stale do no I/O.
@@ -144,13 +160,20 @@ func (m *Members) Beat(ctx context.Context) error {
 		}
 		return fmt.Errorf("fleet: beat of instance %q on key %q: %w", m.id, m.key, err)
 	}
-	n := res[0]
-	if res[1] == 1 {
-		n = max(n, m.count.Load())
-	}
-	m.count.Store(n)
-	m.lastOK.Store(start)
+	m.observe(res[0], res[1] == 1, start)
 	return nil
+}
+
+// observe records the answer of a beat that started at start: live
+// instances, and whether this one rejoined (then the count never falls).
+// Beat calls it, and so does a fleet-wide stage whose script beats for
+// this Members (see package internal/liveness).
+func (m *Members) observe(live int64, rejoined bool, start int64) {
+	if rejoined {
+		live = max(live, m.count.Load())
+	}
+	m.count.Store(live)
+	m.lastOK.Store(start)
 }
 
 // Leave removes this instance from the member set, so the others count one

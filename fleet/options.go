@@ -141,7 +141,8 @@ func WithTimeout(d time.Duration) Option {
 // for Stale). Meant for tests on fake time; in production every instance
 // should use Redis TIME so that skewed clocks agree on expiries. Run still
 // ticks on real time, and the key's own Redis expiry (PEXPIRE ttl) runs on
-// real time.
+// real time. A stage built on this Members (shedder/fleetshed) reads its
+// time from clk too.
 func WithClock(clk floodgate.Clock) Option {
 	return func(c *config) {
 		if clk == nil {

@@ -15,8 +15,10 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/concurrency/fleetconc"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 )
 
 // WithRealIP is the interceptor option that makes floodgate limit the
@@ -202,7 +204,7 @@ func holding(a floodgate.Admitter) []error {
 		}
 		return errs
 	}
-	for _, err := range []error{holds[*shedder.Shedder](a), holds[*shedder.Fleet](a), holds[*concurrency.Limiter](a), holds[*concurrency.Adaptive](a)} {
+	for _, err := range []error{holds[*shedder.Shedder](a), holds[*fleetshed.Shedder](a), holds[*concurrency.Limiter](a), holds[*fleetconc.Limiter](a), holds[*concurrency.Adaptive](a)} {
 		if err != nil {
 			return []error{err}
 		}

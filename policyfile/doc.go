@@ -28,7 +28,7 @@
 // Every key, with an example value; each is optional unless said
 // otherwise, and leaving one out means the stage's default. The keys are
 // the snake_case names of the Go fields (shedder.Config,
-// shedder.Thresholds, shedder.AdaptiveCapacity, shedder.FleetConfig,
+// shedder.Thresholds, shedder.AdaptiveCapacity, fleetshed.Config,
 // concurrency.AdaptiveConfig), with the same defaults and the same
 // validation. Numbers must be greater than 0 and durations are strings
 // ("100ms").
@@ -48,7 +48,7 @@
 //	    growth: 0.1
 //	    backoff: 0.9
 //	    cpu_target: 0.9        # needs the Shedder built WithCPU
-//	  fleet:                   # a *shedder.Fleet (Targets.Fleet)
+//	  fleet:                   # a *fleetshed.Shedder (Targets.Fleet)
 //	    capacity: 4000         # required unless adaptive is set
 //	    reserve: 0.2
 //	    adaptive: {min: 16, max: 2000, window: 100ms, min_samples: 10, history: 50, probe: 10s,

@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/field"
 	"github.com/floodgate-go/floodgate/internal/yamldoc"
 	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -25,8 +26,8 @@ type File struct {
 	// Shedder sets a *shedder.Shedder: the shedder: section's capacity,
 	// thresholds and adaptive keys; nil when it has none of them.
 	Shedder *shedder.Config
-	// Fleet sets a *shedder.Fleet: shedder: fleet:.
-	Fleet *shedder.FleetConfig
+	// Fleet sets a *fleetshed.Shedder: shedder: fleet:.
+	Fleet *fleetshed.Config
 	// Global is the global cap of a *concurrency.Limiter built
 	// WithGlobal: concurrency: global:.
 	Global int64

@@ -1,18 +1,17 @@
 package policyfile
 
 import (
+	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 	"gopkg.in/yaml.v3"
-
-	"github.com/floodgate-go/floodgate/shedder"
 )
 
 // The fleet shedder's part of the file: shedder: fleet:, applied to a
-// *shedder.Fleet. Everything that names the Fleet or its FleetConfig is
+// *fleetshed.Shedder. Everything that names the Fleet or its FleetConfig is
 // here, but for the File.Fleet and Targets.Fleet fields.
 
 // fleet decodes shedder: fleet: at n.
-func (d *decoder) fleet(n *yaml.Node, path string) *shedder.FleetConfig {
-	fc := &shedder.FleetConfig{}
+func (d *decoder) fleet(n *yaml.Node, path string) *fleetshed.Config {
+	fc := &fleetshed.Config{}
 	d.fields(n, path, func(k string, v *yaml.Node, fp string) {
 		switch k {
 		case "capacity":
@@ -34,7 +33,7 @@ func (d *decoder) fleet(n *yaml.Node, path string) *shedder.FleetConfig {
 
 // fleetBase is what the Fleet of t had before the first file, nil
 // without one.
-func fleetBase(t Targets) *shedder.FleetConfig {
+func fleetBase(t Targets) *fleetshed.Config {
 	if t.Fleet == nil {
 		return nil
 	}
@@ -57,7 +56,7 @@ func checkFleet(rep *reporter, t Targets, f *File) {
 
 // applyFleet sets t's Fleet to the file's fleet settings, or to base
 // when the file has none.
-func applyFleet(t Targets, f *File, base *shedder.FleetConfig) error {
+func applyFleet(t Targets, f *File, base *fleetshed.Config) error {
 	if t.Fleet == nil {
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/field"
 	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 )
 
 // A file whose shedder: or concurrency: section sets a stage Watch was
@@ -152,7 +153,7 @@ func TestStagesReportPaths(t *testing.T) {
 	}{
 		{shedder.Config{Capacity: 0, Thresholds: shedder.Thresholds{Test: 0.9, Read: 0.5, Write: 0.7}, Adaptive: &shedder.AdaptiveCapacity{Min: 10, Max: 5, CPUTarget: 2}}.Validate(),
 			[]string{"capacity", "thresholds", "adaptive.max", "adaptive.cpu_target"}},
-		{shedder.FleetConfig{Capacity: 1, Reserve: 2, Adaptive: &shedder.AdaptiveCapacity{Tolerance: 1}}.Validate(),
+		{fleetshed.Config{Capacity: 1, Reserve: 2, Adaptive: &shedder.AdaptiveCapacity{Tolerance: 1}}.Validate(),
 			[]string{"reserve", "adaptive.tolerance"}},
 		{concurrency.AdaptiveConfig{MinSamples: -1, Alpha: 7, Beta: 2}.Validate(), []string{"min_samples", "alpha"}},
 	} {

@@ -6,13 +6,14 @@ import (
 
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 )
 
 // base is what each stage of a Targets had when Watch started: a stage
 // whose section the file leaves out returns to it.
 type base struct {
 	shedder  shedder.Config
-	fleet    *shedder.FleetConfig
+	fleet    *fleetshed.Config
 	global   int64
 	adaptive concurrency.AdaptiveConfig
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/internal/yamldoc"
 	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -29,7 +30,7 @@ type Targets struct {
 	// adaptive keys.
 	Shedder *shedder.Shedder
 	// Fleet takes shedder: fleet:.
-	Fleet *shedder.Fleet
+	Fleet *fleetshed.Shedder
 	// Concurrency takes concurrency: global:; it must be built
 	// WithGlobal.
 	Concurrency *concurrency.Limiter

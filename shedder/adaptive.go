@@ -4,38 +4,34 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/field"
+	"github.com/floodgate-go/floodgate/shedder/internal/core"
 )
 
 // CPUMeter reports the CPU the service used since the previous call, as a
-// share of the CPU it may use (1 = the whole quota). *cpu.Meter (package
-// shedder/cpu) is the cgroup-aware one; tests pass a fake.
-type CPUMeter interface {
-	Utilization() (float64, error)
-}
+// share of the CPU it may use (1 = the whole quota): its one method is
+// Utilization() (float64, error). *cpu.Meter (package shedder/cpu) is the
+// cgroup-aware one; tests pass a fake.
+type CPUMeter = core.CPUMeter
 
 // Defaults of AdaptiveCapacity.
 const (
-	DefaultAdaptiveWindow     = 100 * time.Millisecond
-	DefaultAdaptiveMinSamples = 10
-	DefaultAdaptiveHistory    = 50
-	DefaultAdaptiveProbe      = 10 * time.Second
-	DefaultAdaptiveTolerance  = 1.5
-	DefaultAdaptiveHeadroom   = 1.25
-	DefaultAdaptiveGrowth     = 0.1
-	DefaultAdaptiveBackoff    = 0.9
-	DefaultAdaptiveMax        = 10_000
-	// probeShare is the share of the capacity a probe window runs at.
-	probeShare = 0.5
+	DefaultAdaptiveWindow     = core.DefaultAdaptiveWindow
+	DefaultAdaptiveMinSamples = core.DefaultAdaptiveMinSamples
+	DefaultAdaptiveHistory    = core.DefaultAdaptiveHistory
+	DefaultAdaptiveProbe      = core.DefaultAdaptiveProbe
+	DefaultAdaptiveTolerance  = core.DefaultAdaptiveTolerance
+	DefaultAdaptiveHeadroom   = core.DefaultAdaptiveHeadroom
+	DefaultAdaptiveGrowth     = core.DefaultAdaptiveGrowth
+	DefaultAdaptiveBackoff    = core.DefaultAdaptiveBackoff
+	DefaultAdaptiveMax        = core.DefaultAdaptiveMax
 )
 
 // AdaptiveCapacity makes the capacity follow the service instead of a
-// hand-tuned number (WithAdaptiveCapacity, WithFleetAdaptiveCapacity, or
+// hand-tuned number (WithAdaptiveCapacity, fleetshed.WithAdaptiveCapacity, or
 // a policy file's shedder: adaptive: section). The package documentation
 // ("Adaptive capacity") gives the rule. The zero value of every field is
 // its default; a bad field is reported by name.
@@ -78,115 +74,31 @@ type AdaptiveCapacity struct {
 	// CPUTarget, when above 0, counts the service as overloaded when the
 	// CPU it used over a window is at least this share of its quota (0.9:
 	// 90%); it needs a CPU meter (CPU below, or WithCPU /
-	// WithFleetCPU). 0, the default, leaves CPU out. It must lie in
+	// fleetshed.WithCPU). 0, the default, leaves CPU out. It must lie in
 	// [0, 1].
 	CPUTarget float64
 	// CPU is the meter CPUTarget is checked against; nil keeps the one
-	// given to WithCPU (WithFleetCPU), or the one set before (Reconfigure).
+	// given to WithCPU (fleetshed.WithCPU), or the one set before
+	// (Reconfigure).
 	CPU CPUMeter
 }
 
 // withDefaults returns a with every zero field set to its default.
 func (a AdaptiveCapacity) withDefaults() AdaptiveCapacity {
-	def := func(v *int64, d int64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&a.Min, 1)
-	def(&a.Max, DefaultAdaptiveMax)
-	if a.Window == 0 {
-		a.Window = DefaultAdaptiveWindow
-	}
-	if a.MinSamples == 0 {
-		a.MinSamples = DefaultAdaptiveMinSamples
-	}
-	if a.History == 0 {
-		a.History = DefaultAdaptiveHistory
-	}
-	if a.Probe == 0 {
-		a.Probe = DefaultAdaptiveProbe
-	}
-	if a.Tolerance == 0 {
-		a.Tolerance = DefaultAdaptiveTolerance
-	}
-	if a.Headroom == 0 {
-		a.Headroom = DefaultAdaptiveHeadroom
-	}
-	if a.Growth == 0 {
-		a.Growth = DefaultAdaptiveGrowth
-	}
-	if a.Backoff == 0 {
-		a.Backoff = DefaultAdaptiveBackoff
-	}
-	return a
+	return AdaptiveCapacity(core.Adaptive(a).WithDefaults())
 }
 
-// check reports the bad fields of a (defaults applied), each under its
-// key ("max"; see wrap).
-func (a AdaptiveCapacity) check() []*field.Error {
-	var errs []*field.Error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, field.Errorf(key, format, args...))
-	}
-	if a.Min < 1 {
-		bad("min", "%d must be >= 1", a.Min)
-	}
-	if a.Max < a.Min {
-		bad("max", "%d must be >= min %d", a.Max, a.Min)
-	}
-	if a.Max > MaxCapacity {
-		bad("max", "%d must be <= %d (MaxCapacity)", a.Max, int64(MaxCapacity))
-	}
-	if a.Window < 0 {
-		bad("window", "%s is negative", a.Window)
-	}
-	if a.MinSamples < 0 {
-		bad("min_samples", "%d is negative", a.MinSamples)
-	}
-	if a.History < 0 {
-		bad("history", "%d is negative", a.History)
-	}
-	if a.Probe < 0 {
-		bad("probe", "%s is negative", a.Probe)
-	}
-	if !(a.Tolerance > 1) || math.IsInf(a.Tolerance, 0) {
-		bad("tolerance", "%v must be a finite number > 1", a.Tolerance)
-	}
-	if !(a.Headroom >= 1) || math.IsInf(a.Headroom, 0) {
-		bad("headroom", "%v must be a finite number >= 1", a.Headroom)
-	}
-	if !(a.Growth > 0 && a.Growth <= 1) {
-		bad("growth", "%v is out of range (0, 1]", a.Growth)
-	}
-	if !(a.Backoff >= 0.5 && a.Backoff < 1) {
-		bad("backoff", "%v is out of range [0.5, 1)", a.Backoff)
-	}
-	if !(a.CPUTarget >= 0 && a.CPUTarget <= 1) {
-		bad("cpu_target", "%v is out of range [0, 1]", a.CPUTarget)
-	}
-	return errs
-}
-
-// wrap returns each of errs as an error of who ("shedder: Config:
-// adaptive.max: 5 must be >= min 10"), with parent, when not empty, put
-// before its path. The field error stays reachable with errors.As, so
-// the policy file's loader finds its path without reading the message.
-func wrap(who, parent string, errs []*field.Error) []error {
-	out := make([]error, len(errs))
-	for i, fe := range errs {
-		if parent != "" {
-			fe = fe.Under(parent)
-		}
-		out[i] = fmt.Errorf("shedder: %s: %w", who, fe)
-	}
-	return out
+// check reports the bad fields of a (defaults applied) under option, in
+// the form "shedder: <option>: AdaptiveCapacity.<Field> <problem>".
+func (a AdaptiveCapacity) check(option, parent string) []error {
+	return core.Adaptive(a).Check("shedder", option, parent)
 }
 
 // Stats is a snapshot of a shedder's capacity and what it was learnt from,
 // for logs, dashboards and the demo.
 type Stats struct {
-	// Capacity is the capacity in force (the fleet's, for a Fleet).
+	// Capacity is the capacity in force (the fleet's, for a fleet-usage
+	// shedder).
 	Capacity int64
 	// Adaptive reports whether the capacity is adaptive; the fields
 	// below are zero when it is not.
@@ -216,208 +128,11 @@ type Stats struct {
 	CPUErr error
 }
 
-// estimator learns a capacity from the requests a shedder admitted. Its
-// mutex serialises window closes; set is called under it with every new
-// whole capacity.
-type estimator struct {
-	clock floodgate.Clock
-	set   func(int64)
-	shed  atomic.Int64  // requests shed since the window opened
-	gen   atomic.Uint64 // windows closed: a ticket's gen is the window it was admitted in
-
-	mu        sync.Mutex
-	cfg       AdaptiveCapacity
-	meter     CPUMeter
-	win       capWindow
-	thru      []float64 // throughput of the last History windows, a ring
-	thruPos   int
-	minLat    time.Duration
-	minAt     time.Time
-	probing   bool    // a probe runs: one window to drain, one to measure
-	measuring bool    // the probe's drain window has closed
-	probeGen  uint64  // the gen of the probe's measuring window
-	saved     float64 // the estimate a probe interrupted
-	probeCap  int64   // the capacity of a probe
-	started   bool    // a window was overloaded: slow start is over
-	est       float64
-	stats     Stats
-}
-
-type capWindow struct {
-	start       time.Time
-	completions int           // success and failed
-	samples     int           // completions and drops
-	sum         time.Duration // of the samples' latencies
-	peak        int64         // the most in flight a sample saw when admitted
-}
-
-func newEstimator(cfg AdaptiveCapacity, meter CPUMeter, initial int64, clock floodgate.Clock, set func(int64)) *estimator {
-	e := &estimator{clock: clock, set: set, meter: meter, est: float64(initial)}
-	e.cfg = cfg
-	e.win.start = clock.Now()
-	e.stats.CPU = -1
-	return e
-}
-
-// reconfigure installs cfg (valid, defaults applied), keeping what was
-// learnt and clamping the estimate to the new bounds.
-func (e *estimator) reconfigure(cfg AdaptiveCapacity, meter CPUMeter) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.cfg, e.meter = cfg, meter
-	if len(e.thru) > cfg.History {
-		e.thru, e.thruPos = e.thru[:0], 0
-	}
-	e.publish(e.est)
-}
-
-// publish clamps est and hands its whole part on; mu held.
-func (e *estimator) publish(est float64) {
-	e.est = math.Max(float64(e.cfg.Min), math.Min(float64(e.cfg.Max), est))
-	c := int64(e.est)
-	if e.probing {
-		c = min(c, e.probeCap)
-	}
-	e.set(c)
-}
-
-// record takes one finished request, admitted in window gen with inflight
-// requests in flight, into the window and, when the window is due, moves
-// the capacity.
-func (e *estimator) record(o floodgate.Outcome, latency time.Duration, gen uint64, inflight int64) {
-	if o == floodgate.OutcomeIgnored {
-		return
-	}
-	now := e.clock.Now()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.measuring && gen != e.probeGen {
-		return // a probe measures only the requests admitted after its drain
-	}
-	w := &e.win
-	if o != floodgate.OutcomeDropped {
-		w.completions++
-	}
-	w.samples++
-	w.sum += max(latency, 0)
-	w.peak = max(w.peak, inflight)
-	if now.Sub(w.start) < e.cfg.Window || w.samples < e.cfg.MinSamples {
-		return
-	}
-	e.close(now)
-}
-
-// close ends the window at now and moves the estimate; mu held.
-func (e *estimator) close(now time.Time) {
-	w := &e.win
-	elapsed := now.Sub(w.start)
-	mean := w.sum / time.Duration(w.samples)
-	thru := float64(w.completions) / elapsed.Seconds()
-	shed := e.shed.Swap(0)
-	peak := w.peak
-	gen := e.gen.Add(1)
-	*w = capWindow{start: now}
-	st := &e.stats
-	st.Windows++
-	st.Latency = mean
-	st.CPU, st.CPUErr = -1, nil
-	if e.meter != nil && e.cfg.CPUTarget > 0 {
-		// Read every window, so each reading covers one window.
-		if u, err := e.meter.Utilization(); err != nil {
-			st.CPUErr = err
-		} else {
-			st.CPU = u
-		}
-	}
-	if e.probing {
-		// A probe runs at half the capacity: a first window lets the
-		// requests admitted before it drain, a second measures the
-		// latency of those admitted after, the service's least. Neither
-		// throughput, held down, is recorded.
-		if !e.measuring {
-			e.measuring, e.probeGen = true, gen
-			return
-		}
-		e.probing, e.measuring = false, false
-		e.minLat, e.minAt = mean, now
-		st.Probing, st.MinLatency = false, mean
-		e.publish(e.saved)
-		return
-	}
-	if len(e.thru) < e.cfg.History {
-		e.thru = append(e.thru, thru)
-	} else {
-		e.thru[e.thruPos] = thru
-		e.thruPos = (e.thruPos + 1) % e.cfg.History
-	}
-	if e.minLat == 0 || mean < e.minLat {
-		e.minLat, e.minAt = mean, now
-	}
-	maxThru := 0.0
-	for _, v := range e.thru {
-		maxThru = math.Max(maxThru, v)
-	}
-	st.Throughput, st.MinLatency = maxThru, e.minLat
-	if now.Sub(e.minAt) >= e.cfg.Probe {
-		// Half of what was in flight, or of the capacity if less: a
-		// capacity far above the load would not hold anything down.
-		e.probing, e.saved = true, e.est
-		e.probeCap = max(e.cfg.Min, int64(math.Min(e.est, float64(peak))*probeShare))
-		st.Probing = true
-		e.publish(e.est)
-		return
-	}
-	littles := maxThru * e.minLat.Seconds() // requests in flight with no queue
-	st.Overloaded = float64(mean) > e.cfg.Tolerance*float64(e.minLat) ||
-		(e.cfg.CPUTarget > 0 && st.CPU >= e.cfg.CPUTarget)
-	switch {
-	case st.Overloaded:
-		e.started = true
-		e.publish(math.Min(e.est*e.cfg.Backoff, littles*e.cfg.Headroom))
-	case shed > 0 && !e.started:
-		e.publish(e.est * 2) // slow start: double until the first overload
-	case shed > 0:
-		e.publish(e.est * (1 + e.cfg.Growth))
-	}
-	st.Estimate = e.est
-}
-
-// snapshot returns the estimator's part of Stats.
-func (e *estimator) snapshot() Stats {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	st := e.stats
-	st.Adaptive, st.Estimate, st.Probing = true, e.est, e.probing
-	return st
-}
-
-// ticket carries one admitted request's start time to its Done when the
-// capacity is adaptive; pooled, its done is built once.
-type ticket struct {
-	start    time.Time
-	gen      uint64
-	inflight int64 // in flight when it was admitted, itself included
-	e        *estimator
-	owner    ticketOwner
-	p        floodgate.Priority
-	done     floodgate.Done
-}
-
-// ticketOwner is the shedder a ticket releases a slot of.
-type ticketOwner interface {
-	release(t *ticket)
-}
-
-func (t *ticket) finish(res floodgate.Result) {
-	e, gen, inflight := t.e, t.gen, t.inflight
-	latency := e.clock.Now().Sub(t.start)
-	t.owner.release(t)
-	e.record(res.Outcome, latency, gen, inflight)
-}
-
 // Thresholds are the shares of capacity from which test, read and write
 // traffic is shed (see WithThresholds). The zero value means the defaults.
 type Thresholds struct {
+	// Test, Read and Write are the shares of capacity, in (0, 1], from
+	// which test, read and write traffic is shed; test <= read <= write.
 	Test, Read, Write float64
 }
 
@@ -450,7 +165,7 @@ func (t Thresholds) check() []string {
 
 // Config is the part of a Shedder's settings that can change at run time
 // (Reconfigure), and what a policy file's shedder: section holds (package
-// policyfile).
+// tiers).
 type Config struct {
 	// Capacity is the capacity of a fixed Shedder (>= 1). With Adaptive
 	// it is where the capacity starts when it was fixed before; an
@@ -463,9 +178,7 @@ type Config struct {
 	Adaptive *AdaptiveCapacity
 }
 
-// Validate reports every bad field of c, or nil. Each error names the
-// field by its key in the policy file ("shedder: Config: adaptive.max: 5
-// must be >= min 10").
+// Validate reports every bad field of c, or nil.
 func (c Config) Validate() error {
 	var errs []*field.Error
 	if c.Capacity < 1 {
@@ -477,9 +190,9 @@ func (c Config) Validate() error {
 	for _, msg := range c.Thresholds.orDefault().check() {
 		errs = append(errs, &field.Error{Path: "thresholds", Err: errors.New(msg)})
 	}
-	out := wrap("Config", "", errs)
+	out := core.Wrap("shedder", "Config", "", errs)
 	if c.Adaptive != nil {
-		out = append(out, wrap("Config", "adaptive", c.Adaptive.withDefaults().check())...)
+		out = append(out, c.Adaptive.withDefaults().check("Config", "adaptive")...)
 	}
 	return errors.Join(out...)
 }
@@ -511,7 +224,7 @@ func (s *Shedder) Check(c Config) error {
 		m := s.meter
 		s.mu.Unlock()
 		if m == nil {
-			return wrap("Config", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Shedder has none (build it WithCPU)", c.Adaptive.CPUTarget)})[0]
+			return core.Wrap("shedder", "Config", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Shedder has none (build it WithCPU)", c.Adaptive.CPUTarget)})[0]
 		}
 	}
 	return nil
@@ -548,105 +261,6 @@ func (s *Shedder) Reconfigure(c Config) error {
 		s.startAdaptive(a, meter, c.Capacity)
 		return nil
 	}
-	e.reconfigure(a, meter) // publishes the clamped capacity: the new thresholds apply
-	return nil
-}
-
-// FleetConfig is the part of a Fleet's settings that can change at run
-// time (Reconfigure), and what a policy file's shedder: fleet: section
-// holds (package policyfile).
-type FleetConfig struct {
-	// Capacity is the fleet capacity of a fixed Fleet (>= 1). With
-	// Adaptive it is where this instance's share starts when the capacity
-	// was fixed before.
-	Capacity int64
-	// Reserve is the share of fleet capacity kept for critical traffic,
-	// in (0, 1); 0 means DefaultReserve.
-	Reserve float64
-	// Adaptive, when not nil, makes each instance learn its share (see
-	// WithFleetAdaptiveCapacity).
-	Adaptive *AdaptiveCapacity
-}
-
-// Validate reports every bad field of c, or nil, by key as
-// Config.Validate does.
-func (c FleetConfig) Validate() error {
-	var errs []*field.Error
-	if c.Capacity < 1 {
-		errs = append(errs, field.Errorf("capacity", "%d must be >= 1", c.Capacity))
-	}
-	if c.Capacity > MaxCapacity {
-		errs = append(errs, field.Errorf("capacity", "%d must be <= %d (MaxCapacity)", c.Capacity, int64(MaxCapacity)))
-	}
-	if c.Reserve != 0 && !(c.Reserve > 0 && c.Reserve < 1) {
-		errs = append(errs, field.Errorf("reserve", "%v is out of range (0, 1)", c.Reserve))
-	}
-	out := wrap("FleetConfig", "", errs)
-	if c.Adaptive != nil {
-		out = append(out, wrap("FleetConfig", "adaptive", c.Adaptive.withDefaults().check())...)
-	}
-	return errors.Join(out...)
-}
-
-// Config returns the Fleet's current settings.
-func (f *Fleet) Config() FleetConfig {
-	f.capMu.Lock()
-	defer f.capMu.Unlock()
-	c := FleetConfig{Capacity: f.fixed, Reserve: f.reserve}
-	if f.est.Load() != nil {
-		a := f.adaptive
-		c.Adaptive = &a
-	}
-	return c
-}
-
-// Check reports whether Reconfigure would accept c.
-func (f *Fleet) Check(c FleetConfig) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if c.Adaptive != nil && c.Adaptive.CPUTarget > 0 && c.Adaptive.CPU == nil {
-		f.capMu.Lock()
-		m := f.meter
-		f.capMu.Unlock()
-		if m == nil {
-			return wrap("FleetConfig", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Fleet has none (build it WithFleetCPU)", c.Adaptive.CPUTarget)})[0]
-		}
-	}
-	return nil
-}
-
-// Reconfigure replaces the Fleet's capacity, reserve and adaptive
-// settings at run time (a policy reload). A c that Check rejects changes
-// nothing and is returned as the error.
-func (f *Fleet) Reconfigure(c FleetConfig) error {
-	if err := f.Check(c); err != nil {
-		return err
-	}
-	if c.Reserve == 0 {
-		c.Reserve = DefaultReserve
-	}
-	f.capMu.Lock()
-	f.fixed, f.reserve = c.Capacity, c.Reserve
-	if c.Adaptive == nil {
-		f.est.Store(nil)
-		f.adaptive = AdaptiveCapacity{}
-		f.capMu.Unlock()
-		f.relayout()
-		return nil
-	}
-	a := c.Adaptive.withDefaults()
-	if a.CPU != nil {
-		f.meter = a.CPU
-	}
-	f.adaptive = a
-	meter := f.meter
-	e := f.est.Load()
-	f.capMu.Unlock()
-	if e == nil {
-		f.startAdaptive(a, meter, c.Capacity)
-		return nil
-	}
-	e.reconfigure(a, meter)
+	e.Reconfigure(core.Adaptive(a), meter) // publishes the clamped capacity: the new thresholds apply
 	return nil
 }

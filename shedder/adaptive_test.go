@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/testing/clock"
@@ -237,14 +235,8 @@ func TestAdaptiveAdmitAllocatesNothing(t *testing.T) {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	s := newAdaptiveShedder(t, clock.New(time.Time{}), 100, shedder.AdaptiveCapacity{})
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // Admit never calls Redis
-	defer c.Close()
-	f, err := shedder.NewFleet(c, 100, shedder.WithFleetAdaptiveCapacity(shedder.AdaptiveCapacity{}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	req := &floodgate.Request{Priority: floodgate.PriorityRead}
-	for name, a := range map[string]floodgate.Admitter{"Shedder": s, "Fleet": f} {
+	for name, a := range map[string]floodgate.Admitter{"Shedder": s} {
 		allocs := testing.AllocsPerRun(1000, func() {
 			_, done, _ := a.Admit(ctx, req)
 			done(floodgate.Result{})

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/shedder"
 )
@@ -43,16 +41,6 @@ func BenchmarkShedderAdmitDone(b *testing.B) {
 	})
 }
 
-func BenchmarkFleetAdmitDone(b *testing.B) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never called by Admit
-	defer c.Close()
-	f, err := shedder.NewFleet(c, 1<<20)
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchAdmitDone(b, f)
-}
-
 // benchAdmitDone runs Admit then Done of a read on a, serial and parallel.
 func benchAdmitDone(b *testing.B, a floodgate.Admitter) {
 	b.Run("serial", func(b *testing.B) {
@@ -75,7 +63,7 @@ func benchAdmitDone(b *testing.B, a floodgate.Admitter) {
 	})
 }
 
-// Overload scenario (issue 5): a service with 50 workers whose handler takes
+// Overload scenario: a service with 50 workers whose handler takes
 // 2 ms, guarded by a Shedder of capacity 50, offered 3x its capacity by 150
 // closed-loop clients (15 critical, 45 write, 45 read, 45 test: the
 // 10/30/30/30 mix). A client whose request is shed waits the handler time

@@ -1,14 +1,14 @@
 // Package shedder is floodgate's priority load shedder: it decides whether a
 // request of a given priority is shed now, given how many requests are in
-// flight on this instance (Shedder) or across the fleet (Fleet), so that when
-// capacity runs short the least important traffic is dropped first, Stripe
-// style.
+// flight on this instance, so that when capacity runs short the least
+// important traffic is dropped first, Stripe style. Its fleet-usage
+// counterpart, which decides on the requests in flight across the fleet
+// through Redis, is package shedder/fleetshed.
 //
 // Priority is resolved by the transport (package interceptor documents the
 // order); this package only reads Request.Priority. PriorityUnspecified takes
 // the shedder's default priority, PriorityWrite unless WithDefaultPriority
-// (WithFleetDefaultPriority) says otherwise: an unannotated call may change
-// state.
+// says otherwise: an unannotated call may change state.
 //
 // # Worker-utilisation shedder (Shedder)
 //
@@ -46,10 +46,11 @@
 //
 // A fixed capacity is a guess: too high and a sick service drowns before
 // anything is shed, too low and a healthy one sheds work it could do.
-// WithAdaptiveCapacity (WithFleetAdaptiveCapacity for a Fleet, or the
-// policy file's shedder: adaptive: section) makes the capacity follow the
-// service; the thresholds and the priority order stay as they are, only
-// the capacity they are shares of moves, within [Min, Max].
+// WithAdaptiveCapacity (fleetshed.WithAdaptiveCapacity for the fleet-usage
+// shedder, or the policy file's shedder: adaptive: section) makes the
+// capacity follow the service; the thresholds and the priority order stay
+// as they are, only the capacity they are shares of moves, within [Min,
+// Max].
 //
 // Every admitted request is timed (Admit to Done, on the Clock) and its
 // Outcome read: a success or a failure is a latency sample and served
@@ -99,18 +100,14 @@
 // learnt from; Reconfigure changes every setting at run time (a policy
 // reload) keeping what was learnt.
 //
-// # Fleet-usage shedder (Fleet)
+// # Options and imports
 //
-// See Fleet: it reserves a share of the fleet's in-flight capacity (20% by
-// default) for critical traffic, with per-instance counts published to Redis.
-// With an adaptive capacity each instance learns its own share from its own
-// requests and publishes it with its counts; the fleet capacity is the sum
-// over live instances.
+// New takes Options, all named With…, and returns an error naming every
+// bad one. The settings types AdaptiveCapacity, Stats and CPUMeter are
+// shared with package shedder/fleetshed, which builds on the same
+// machinery (package shedder/internal/core).
 //
-// # Options
-//
-// New takes Options and NewFleet takes FleetOptions. A setting both make sense
-// for exists under both: WithClock and WithFleetClock, WithHysteresis and
-// WithFleetHysteresis, and so on; every FleetOption is named WithFleet….
-// Either constructor returns an error naming every bad option.
+// This package imports the floodgate core, the standard library and its
+// own internal package only: it never links go-redis, so a binary that
+// sheds on local counts alone carries no Redis client.
 package shedder

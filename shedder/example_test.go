@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
-	"os/signal"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/shedder"
@@ -42,25 +38,4 @@ func ExampleNew() {
 	// read     allowed=true policy="" retry-after=0s
 	// critical allowed=true policy="" retry-after=0s
 	// in flight: 0
-}
-
-// A Fleet shares in-flight counts through Redis so that the whole fleet
-// keeps 20% of its capacity for critical traffic. Run keeps the counts
-// fresh and removes this instance's entry when it stops.
-func ExampleNewFleet() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	fleet, err := shedder.NewFleet(client, 2000) // the whole fleet serves 2000 in flight
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	go fleet.Run(ctx, func(err error) { log.Print(err) })
-
-	// Chain it before the local shedder and the other stages.
-	local, err := shedder.New(100)
-	if err != nil {
-		log.Fatal(err)
-	}
-	_ = floodgate.Chain{fleet, local}
 }

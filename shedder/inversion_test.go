@@ -9,7 +9,6 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
 // TestNoInversionInBandDefaults: less important traffic is always shed
@@ -144,23 +143,5 @@ func TestCapacityBeyondMaxRefused(t *testing.T) {
 	}
 	if _, err := shedder.New(shedder.MaxCapacity, shedder.WithThresholds(1, 1, 1)); err != nil {
 		t.Errorf("New(MaxCapacity): %v", err)
-	}
-}
-
-// TestFleetKeyWithoutHashTagRefused: a fleet key with a '}' but no hash
-// tag is refused: its capacity hash would land in another Cluster slot
-// ("svc}fleet" and "{}svc:fleet" made every Sync fail with CROSSSLOT); a
-// key with a tag, or with no '}', is accepted.
-func TestFleetKeyWithoutHashTagRefused(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, key := range []string{"svc}fleet", "{}svc:fleet"} {
-		if _, err := shedder.NewFleet(srv.NewClient(), 20, shedder.WithFleetKey(key)); err == nil || !strings.Contains(err.Error(), "hash tag") {
-			t.Errorf("key %q: %v, want an error about its hash tag", key, err)
-		}
-	}
-	for _, key := range []string{"svc:fleet", "{svc}:fleet", "a{b"} {
-		if _, err := shedder.NewFleet(srv.NewClient(), 20, shedder.WithFleetKey(key)); err != nil {
-			t.Errorf("key %q: %v", key, err)
-		}
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/testing/clock"
@@ -358,14 +356,8 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // Admit never calls Redis
-	defer c.Close()
-	f, err := shedder.NewFleet(c, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
 	req := &floodgate.Request{Priority: floodgate.PriorityRead}
-	for name, a := range map[string]floodgate.Admitter{"Shedder": s, "Fleet": f} {
+	for name, a := range map[string]floodgate.Admitter{"Shedder": s} {
 		allocs := testing.AllocsPerRun(1000, func() {
 			_, done, _ := a.Admit(ctx, req)
 			done(floodgate.Result{})

@@ -1,4 +1,4 @@
-package concurrency
+package fleetconc
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,21 +16,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/internal/redisnow"
 )
 
-// Fleet defaults.
+// Defaults of a fleet cap.
 const (
-	// DefaultFleetPrefix starts every fleet cap's Redis keys.
-	DefaultFleetPrefix = "floodgate:concurrency:"
+	// DefaultPrefix starts every fleet cap's Redis keys.
+	DefaultPrefix = "floodgate:concurrency:"
 	// DefaultLease is how long a fleet slot lives without Done or renewal.
 	DefaultLease = 30 * time.Second
-	// DefaultFleetTimeout bounds each Redis call of a fleet cap.
-	DefaultFleetTimeout = 250 * time.Millisecond
+	// DefaultTimeout bounds each Redis call of a fleet cap.
+	DefaultTimeout = 250 * time.Millisecond
 	// MinLease is the shortest lease a fleet cap accepts.
 	MinLease = 10 * time.Millisecond
-
-	instanceIDMaxLength = 200
 )
 
 // FailMode is what a fleet cap does when Redis cannot answer.
@@ -54,71 +54,168 @@ func (m FailMode) String() string {
 	return "failmode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// FleetPerKey describes a per-key cap across every instance sharing one
-// Redis, for WithFleetPerKey. The zero value of an optional field is its
-// default; New reports a bad field by its name.
-type FleetPerKey struct {
+// PerKey describes a per-key cap across every instance sharing one Redis,
+// for WithPerKey. The zero value of an optional field is its default; New
+// reports a bad field by its name.
+type PerKey struct {
 	// Name is the cap's policy name. Required: it must be non-empty, must
-	// not contain ':' and must differ from every other cap's name. It is
-	// part of the Redis key, so instances of one service must agree on it.
+	// not contain ':' and must differ from every other fleet cap's name. It
+	// is part of the Redis key, so instances of one service must agree on
+	// it.
 	Name string
 	// Cap is the most requests in flight per key, fleet-wide. Required: at
 	// least 1.
 	Cap int64
 	// Key computes the key. Required: nil is an error.
-	Key KeyFunc
+	Key concurrency.KeyFunc
 	// Client is the Redis client. Required: nil is an error. Each key is
 	// one Redis key, so Redis Cluster works too.
 	Client redis.UniversalClient
-	// Prefix starts every Redis key; "" means DefaultFleetPrefix. The full
-	// key is Prefix + Name + ":" + key; Name has no ':', so no key can
-	// collide with another cap's.
+	// Prefix starts every Redis key; "" means DefaultPrefix. The full key
+	// is Prefix + Name + ":" + key; Name has no ':', so no key can collide
+	// with another cap's.
 	Prefix string
 	// Lease is how long a slot lives without Done or renewal: a crashed
 	// instance's slots are freed after it. 0 means DefaultLease; otherwise
 	// it must be at least MinLease and whole milliseconds.
 	Lease time.Duration
-	// Timeout bounds each Redis call; 0 means DefaultFleetTimeout. It must
-	// not be negative.
+	// Timeout bounds each Redis call; 0 means DefaultTimeout. It must not
+	// be negative.
 	Timeout time.Duration
 	// OnError is what the cap does when Redis cannot answer; the zero
 	// value is FailOpen.
 	OnError FailMode
+	// RetryAfter is the RetryAfter of the cap's denials; 0 means
+	// concurrency.DefaultRetryAfter. It must not be negative.
+	RetryAfter time.Duration
 }
 
-// WithFleetPerKey adds a fleet-wide per-key cap kept in Redis. A Limiter
-// holds at most MaxPerKeyCaps of them.
-func WithFleetPerKey(c FleetPerKey) Option {
+// Option configures New; New reports every bad one.
+type Option func(*config)
+
+// config is what Options set; errs collects their errors.
+type config struct {
+	caps  []*fleetLimit
+	clock floodgate.Clock // nil: the scripts read Redis TIME
+	errs  []error
+}
+
+func (o *config) fail(option, format string, args ...any) {
+	o.errs = append(o.errs, errors.New("fleetconc: "+option+": "+fmt.Sprintf(format, args...)))
+}
+
+// WithPerKey adds a fleet-wide per-key cap kept in Redis. A Limiter holds
+// at most concurrency.MaxPerKeyCaps of them.
+func WithPerKey(c PerKey) Option {
 	return func(o *config) {
-		f := o.fields("WithFleetPerKey", "FleetPerKey", c.Name)
-		f.checkCap(c.Cap, c.Key)
+		bad := func(field, format string, args ...any) {
+			msg := "PerKey." + field + " " + fmt.Sprintf(format, args...)
+			if c.Name != "" {
+				msg += fmt.Sprintf(" (cap %q)", c.Name)
+			}
+			o.fail("WithPerKey", "%s", msg)
+		}
+		switch {
+		case c.Name == "":
+			o.fail("WithPerKey", "PerKey.Name is empty")
+		case strings.Contains(c.Name, ":"):
+			o.fail("WithPerKey", "PerKey.Name %q contains ':'", c.Name)
+		}
+		if c.Cap < 1 {
+			bad("Cap", "%d must be >= 1", c.Cap)
+		}
+		if c.Key == nil {
+			bad("Key", "is nil")
+		}
 		if c.Client == nil {
-			f.bad("Client", "is nil")
+			bad("Client", "is nil")
 		}
 		if c.Prefix == "" {
-			c.Prefix = DefaultFleetPrefix
+			c.Prefix = DefaultPrefix
 		}
 		if c.Lease == 0 {
 			c.Lease = DefaultLease
 		}
 		if c.Lease < MinLease || c.Lease%time.Millisecond != 0 {
-			f.bad("Lease", "%s must be at least %s and whole milliseconds", c.Lease, MinLease)
+			bad("Lease", "%s must be at least %s and whole milliseconds", c.Lease, MinLease)
 		}
 		if c.Timeout == 0 {
-			c.Timeout = DefaultFleetTimeout
+			c.Timeout = DefaultTimeout
 		}
 		if c.Timeout < 0 {
-			f.bad("Timeout", "%s is negative", c.Timeout)
+			bad("Timeout", "%s is negative", c.Timeout)
 		}
 		if c.OnError > FailClosed {
-			f.bad("OnError", "%s is not FailOpen or FailClosed", c.OnError)
+			bad("OnError", "%s is not FailOpen or FailClosed", c.OnError)
 		}
-		o.fleet = append(o.fleet, &fleetLimit{
+		if c.RetryAfter == 0 {
+			c.RetryAfter = concurrency.DefaultRetryAfter
+		}
+		if c.RetryAfter < 0 {
+			bad("RetryAfter", "%s is negative", c.RetryAfter)
+		}
+		o.caps = append(o.caps, &fleetLimit{
 			name: c.Name, cap: c.Cap, key: c.Key, client: c.Client,
 			prefix: c.Prefix + c.Name + ":", leaseMs: c.Lease.Milliseconds(),
-			timeout: c.Timeout, onError: c.OnError,
+			timeout: c.Timeout, onError: c.OnError, retryAfter: c.RetryAfter,
 		})
 	}
+}
+
+// WithClock sets the Clock for the leases: the acquire and renew scripts
+// then take now from it instead of Redis TIME, so tests can expire leases
+// on fake time.
+func WithClock(c floodgate.Clock) Option {
+	return func(o *config) {
+		if c == nil {
+			o.fail("WithClock", "clock is nil")
+			return
+		}
+		o.clock = c
+	}
+}
+
+// Limiter holds fleet-wide per-key caps, a floodgate.Admitter. It is safe
+// for concurrent use. See the package documentation.
+type Limiter struct {
+	fleet []*fleetLimit
+	fleetState
+}
+
+var _ floodgate.Admitter = (*Limiter)(nil)
+
+// New returns a Limiter with the given fleet caps; at least one is
+// required. It returns an error naming every bad option.
+func New(opts ...Option) (*Limiter, error) {
+	var o config
+	for _, opt := range opts {
+		if opt == nil {
+			o.errs = append(o.errs, errors.New("fleetconc: nil Option"))
+			continue
+		}
+		opt(&o)
+	}
+	if len(o.caps) == 0 {
+		o.errs = append(o.errs, errors.New("fleetconc: no cap configured (use WithPerKey)"))
+	}
+	if len(o.caps) > concurrency.MaxPerKeyCaps {
+		o.fail("WithPerKey", "%d fleet per-key caps, at most %d", len(o.caps), concurrency.MaxPerKeyCaps)
+	}
+	seen := map[string]bool{}
+	for _, c := range o.caps {
+		if c.name != "" && seen[c.name] {
+			o.fail("WithPerKey", "cap name %q is used twice", c.name)
+		}
+		seen[c.name] = true
+	}
+	if len(o.errs) > 0 {
+		return nil, errors.Join(o.errs...)
+	}
+	l := &Limiter{fleet: o.caps}
+	if err := l.fleetState.init(&o); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 //go:embed acquire.lua
@@ -133,19 +230,20 @@ var (
 )
 
 type fleetLimit struct {
-	name    string
-	cap     int64
-	key     KeyFunc
-	client  redis.UniversalClient
-	prefix  string // Prefix + Name + ":"
-	leaseMs int64
-	timeout time.Duration
-	onError FailMode
+	name       string
+	cap        int64
+	key        concurrency.KeyFunc
+	client     redis.UniversalClient
+	prefix     string // Prefix + Name + ":"
+	leaseMs    int64
+	timeout    time.Duration
+	onError    FailMode
+	retryAfter time.Duration
 }
 
-// fleetState is the part of a Limiter that fleet caps need.
+// fleetState is what a Limiter keeps besides its caps.
 type fleetState struct {
-	instance string
+	instance string          // 16 random hex digits: the prefix of this Limiter's slot IDs
 	clock    floodgate.Clock // nil: the scripts read Redis TIME
 	seq      atomic.Uint64
 	heldMu   sync.Mutex
@@ -228,14 +326,11 @@ func (l *Limiter) removeOrphans() {
 func (s *fleetState) init(o *config) error {
 	s.clock = o.clock
 	s.held = make(map[*fleetTicket]struct{})
-	s.instance = o.instance
-	if s.instance == "" {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return fmt.Errorf("concurrency: generating an instance ID: %w", err)
-		}
-		s.instance = hex.EncodeToString(b[:])
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("fleetconc: generating an instance ID: %w", err)
 	}
+	s.instance = hex.EncodeToString(b[:])
 	return nil
 }
 
@@ -250,35 +345,37 @@ type slot struct {
 // allocated per request and idempotent.
 type fleetTicket struct {
 	l        *Limiter
-	local    floodgate.Done
 	slots    []slot
 	unsure   []slot // acquired without an answer: orphaned on release
 	released atomic.Bool
 }
 
-func (l *Limiter) localDone(held []*entry) floodgate.Done {
-	switch len(held) {
-	case 0:
-		return l.releaseGlobal
-	case 1:
-		return held[0].releaseAll
-	}
-	t := l.tickets.Get().(*ticket)
-	t.n = copy(t.entries[:], held)
-	return t.done
+// binding tracks the cap with the least room left among those taken.
+type binding struct {
+	policy    string
+	limit     int64
+	remaining int64
+	set       bool
 }
 
-func (l *Limiter) admitFleet(ctx context.Context, r *floodgate.Request, b *binding, held []*entry) (floodgate.Decision, floodgate.Done, error) {
+func (b *binding) offer(policy string, limit, remaining int64) {
+	if !b.set || remaining < b.remaining {
+		*b = binding{policy: policy, limit: limit, remaining: remaining, set: true}
+	}
+}
+
+// Admit implements floodgate.Admitter: it takes a slot of every cap whose
+// Key applies to r, in option order, and denies at the first cap that is
+// full, releasing the slots already taken.
+func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	var (
-		slots []slot
-		errs  []error
-		src   = floodgate.SourceConcurrency
+		b      binding
+		opened binding // the first cap that admitted without a slot
+		slots  []slot
+		errs   []error
+		src    = floodgate.SourceConcurrency
 	)
 	var unsure []slot // acquires that failed without an answer (FailOpen)
-	undo := func() {
-		l.removeSlots(slots)
-		l.releaseLocal(held)
-	}
 	for _, fl := range l.fleet {
 		key, ok := fl.key(r)
 		if !ok {
@@ -287,40 +384,67 @@ func (l *Limiter) admitFleet(ctx context.Context, r *floodgate.Request, b *bindi
 		s := slot{fl: fl, key: fl.prefix + key, id: l.instance + ":" + strconv.FormatUint(l.seq.Add(1), 36)}
 		n, got, err := l.acquire(ctx, s)
 		if err != nil {
-			err = fmt.Errorf("concurrency: fleet cap %q: %w", fl.name, err)
+			err = fmt.Errorf("fleetconc: cap %q: %w", fl.name, err)
 			errs = append(errs, err)
 			if fl.onError == FailClosed {
-				undo()
+				l.removeSlots(slots)
 				for _, u := range append(unsure, s) {
 					l.orphan(u)
 				}
-				return l.deny(r, fl.name, fl.cap, floodgate.SourceFailClosed), nil, errors.Join(errs...)
+				return l.deny(r, fl, floodgate.SourceFailClosed), nil, errors.Join(errs...)
 			}
 			// Admitted without the slot; the request's Done orphans it.
 			unsure = append(unsure, s)
 			src = floodgate.SourceFailOpen
+			if !opened.set {
+				opened = binding{policy: fl.name, limit: fl.cap, remaining: fl.cap, set: true}
+			}
 			continue
 		}
 		if !got {
-			undo()
+			l.removeSlots(slots)
 			for _, u := range unsure {
 				l.orphan(u)
 			}
-			return l.deny(r, fl.name, fl.cap, floodgate.SourceConcurrency), nil, errors.Join(errs...)
+			return l.deny(r, fl, floodgate.SourceConcurrency), nil, errors.Join(errs...)
 		}
 		slots = append(slots, s)
 		b.offer(fl.name, fl.cap, fl.cap-n)
 	}
-	d := l.allow(r, b, src)
+	if !b.set {
+		b = opened // the decision names the cap that failed open
+	}
+	d := floodgate.Decision{
+		Allowed:   true,
+		Stage:     floodgate.StageConcurrency,
+		Source:    src,
+		Policy:    b.policy,
+		Limit:     b.limit,
+		Remaining: b.remaining,
+		Priority:  r.Priority,
+	}
 	err := errors.Join(errs...)
 	if len(slots) == 0 && len(unsure) == 0 {
-		return d, l.localDone(held), err
+		return d, nil, err
 	}
-	t := &fleetTicket{l: l, local: l.localDone(held), slots: slots, unsure: unsure}
+	t := &fleetTicket{l: l, slots: slots, unsure: unsure}
 	l.heldMu.Lock()
 	l.held[t] = struct{}{}
 	l.heldMu.Unlock()
 	return d, t.release, err
+}
+
+func (l *Limiter) deny(r *floodgate.Request, fl *fleetLimit, src floodgate.Source) floodgate.Decision {
+	return floodgate.Decision{
+		Allowed:    false,
+		Stage:      floodgate.StageConcurrency,
+		Source:     src,
+		Policy:     fl.name,
+		Limit:      fl.cap,
+		Remaining:  0,
+		RetryAfter: fl.retryAfter,
+		Priority:   r.Priority,
+	}
 }
 
 func (l *Limiter) acquire(ctx context.Context, s slot) (n int64, got bool, err error) {
@@ -337,9 +461,8 @@ func (l *Limiter) acquire(ctx context.Context, s slot) (n int64, got bool, err e
 }
 
 // release is the Done of a request holding fleet slots: the first call
-// removes its slots from Redis and releases its local slots; later calls do
-// nothing.
-func (t *fleetTicket) release(res floodgate.Result) {
+// removes its slots from Redis; later calls do nothing.
+func (t *fleetTicket) release(floodgate.Result) {
 	if !t.released.CompareAndSwap(false, true) {
 		return
 	}
@@ -350,9 +473,6 @@ func (t *fleetTicket) release(res floodgate.Result) {
 	l.removeSlots(t.slots)
 	for _, s := range t.unsure {
 		l.orphan(s)
-	}
-	if t.local != nil {
-		t.local(res)
 	}
 }
 
@@ -371,9 +491,6 @@ func (l *Limiter) removeSlots(slots []slot) {
 // slot that already expired (and may have been given to another request) is
 // not re-added.
 func (l *Limiter) Renew(ctx context.Context) error {
-	if len(l.fleet) == 0 {
-		return nil
-	}
 	byCap := make(map[*fleetLimit][]slot, len(l.fleet))
 	l.heldMu.Lock()
 	for t := range l.held {
@@ -393,20 +510,16 @@ func (l *Limiter) Renew(ctx context.Context) error {
 		})
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("concurrency: renewing %d slots of fleet cap %q: %w", len(slots), fl.name, err))
+			errs = append(errs, fmt.Errorf("fleetconc: renewing %d slots of cap %q: %w", len(slots), fl.name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Run calls Renew every third of the shortest fleet lease (on real time)
-// until ctx is done, then returns ctx's error. Each failed Renew is passed
-// to onError when it is not nil. A Limiter without fleet caps returns at
-// once with nil.
+// Run calls Renew every third of the shortest lease (on real time) until
+// ctx is done, then returns ctx's error. Each failed Renew is passed to
+// onError when it is not nil.
 func (l *Limiter) Run(ctx context.Context, onError func(error)) error {
-	if len(l.fleet) == 0 {
-		return nil
-	}
 	every := time.Duration(l.fleet[0].leaseMs) * time.Millisecond
 	for _, fl := range l.fleet[1:] {
 		every = min(every, time.Duration(fl.leaseMs)*time.Millisecond)

@@ -1,4 +1,4 @@
-package concurrency_test
+package fleetconc_test
 
 import (
 	"context"
@@ -11,51 +11,51 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/concurrency/fleetconc"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
 const lease = 10 * time.Second
 
-// fleetLimiter is one instance's Limiter with a fleet cap of capN per user.
-func fleetLimiter(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, id string, capN int64, mode concurrency.FailMode, extra ...concurrency.Option) *concurrency.Limiter {
+// fleetLimiter is one instance with a fleet cap of capN per user, chained
+// after a local Limiter built with local, if any.
+func fleetLimiter(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, capN int64, mode fleetconc.FailMode, local ...concurrency.Option) *instance {
 	t.Helper()
-	opts := append([]concurrency.Option{
-		concurrency.WithInstanceID(id),
-		concurrency.WithFleetPerKey(concurrency.FleetPerKey{
-			Name: "fleet-user", Cap: capN, Key: byUser, Client: c, Lease: lease, OnError: mode,
-		}),
-	}, extra...)
+	opts := []fleetconc.Option{fleetconc.WithPerKey(fleetconc.PerKey{
+		Name: "fleet-user", Cap: capN, Key: byUser, Client: c, Lease: lease, OnError: mode,
+	})}
 	if clk != nil {
-		opts = append(opts, concurrency.WithClock(clk))
+		opts = append(opts, fleetconc.WithClock(clk))
 	}
-	return mustNew(t, opts...)
+	return newInstance(t, local, opts...)
 }
 
 // twoLimiters starts a Redis and returns two instances "a" and "b" with a
 // fail-open fleet cap of capN per user on it, on one fake clock.
-func twoLimiters(t *testing.T, capN int64) (*clock.Fake, *concurrency.Limiter, *concurrency.Limiter) {
+func twoLimiters(t *testing.T, capN int64) (*clock.Fake, *instance, *instance) {
 	t.Helper()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	return clk, fleetLimiter(t, srv.NewClient(), clk, "a", capN, concurrency.FailOpen), fleetLimiter(t, srv.NewClient(), clk, "b", capN, concurrency.FailOpen)
+	return clk, fleetLimiter(t, srv.NewClient(), clk, capN, fleetconc.FailOpen), fleetLimiter(t, srv.NewClient(), clk, capN, fleetconc.FailOpen)
 }
 
-func fleetCount(t *testing.T, l *concurrency.Limiter, user string) int64 {
+func fleetCount(t *testing.T, i *instance, user string) int64 {
 	t.Helper()
-	n, err := l.FleetInFlight(ctx, "fleet-user", user)
+	n, err := i.fleet.FleetInFlight(ctx, "fleet-user", user)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-// Two instances share a per-user cap of 3 through one Redis.
+// Two instances share a per-user cap of 3 through one Redis; a's fleet
+// cap is chained after its local global cap.
 func TestFleetCapAcrossInstances(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	a := fleetLimiter(t, srv.NewClient(), clk, "a", 3, concurrency.FailOpen, concurrency.WithGlobal(100))
-	b := fleetLimiter(t, srv.NewClient(), clk, "b", 3, concurrency.FailOpen)
+	a := fleetLimiter(t, srv.NewClient(), clk, 3, fleetconc.FailOpen, concurrency.WithGlobal(100))
+	b := fleetLimiter(t, srv.NewClient(), clk, 3, fleetconc.FailOpen)
 	alice := req("/m", "", "alice")
 	_, a1 := mustAdmit(t, a, alice)
 	_, a2 := mustAdmit(t, a, alice)
@@ -76,20 +76,27 @@ func TestFleetCapAcrossInstances(t *testing.T) {
 	_, bob := mustAdmit(t, b, req("/m", "", "bob"))
 
 	a1(floodgate.Result{})
-	a1(floodgate.Result{}) // a second call must not release anything else
 	if got := fleetCount(t, a, "alice"); got != 2 {
-		t.Fatalf("alice fleet count after a1 twice = %d, want 2", got)
+		t.Fatalf("alice fleet count after a1 = %d, want 2", got)
 	}
 	if a.InFlight() != 1 {
-		t.Fatalf("a's global in flight %d after a double Done, want 1", a.InFlight())
+		t.Fatalf("a's global in flight %d after a1, want 1", a.InFlight())
 	}
+	// A fleet Done is idempotent: a second call of b1 (b has no local
+	// stage, so b1 is the fleet Limiter's own Done) releases nothing else.
+	b1(floodgate.Result{})
+	b1(floodgate.Result{})
+	if got := fleetCount(t, a, "alice"); got != 1 {
+		t.Fatalf("alice fleet count after b1 twice = %d, want 1", got)
+	}
+	_, b1 = mustAdmit(t, b, alice)
 	_, b2 := mustAdmit(t, b, alice)
 	mustDeny(t, a, alice)
 	for _, done := range []floodgate.Done{a2, b1, b2, bob} {
 		done(floodgate.Result{})
 	}
 	for _, u := range []string{"alice", "bob"} {
-		if n, err := srv.Client().ZCard(ctx, concurrency.DefaultFleetPrefix+"fleet-user:"+u).Result(); err != nil || n != 0 {
+		if n, err := srv.Client().ZCard(ctx, fleetconc.DefaultPrefix+"fleet-user:"+u).Result(); err != nil || n != 0 {
 			t.Fatalf("%s's sorted set has %d members (err %v), want 0", u, n, err)
 		}
 	}
@@ -123,7 +130,7 @@ func TestFleetRenew(t *testing.T) {
 	alice := req("/m", "", "alice")
 	_, long := mustAdmit(t, a, alice)
 	clk.Advance(lease - time.Millisecond)
-	if err := a.Renew(ctx); err != nil {
+	if err := a.fleet.Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(lease - time.Millisecond) // 2 leases - 2ms after the start
@@ -131,7 +138,7 @@ func TestFleetRenew(t *testing.T) {
 	clk.Advance(time.Millisecond) // one lease after the renewal
 	_, other := mustAdmit(t, b, alice)
 	// a's slot expired and went to b; a renewal must not resurrect it.
-	if err := a.Renew(ctx); err != nil {
+	if err := a.fleet.Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := fleetCount(t, b, "alice"); got != 1 {
@@ -144,8 +151,8 @@ func TestFleetRenew(t *testing.T) {
 func TestFleetFailModes(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	open := fleetLimiter(t, srv.NewClient(), clk, "a", 1, concurrency.FailOpen, concurrency.WithGlobal(10))
-	closed := fleetLimiter(t, srv.NewClient(), clk, "b", 1, concurrency.FailClosed, concurrency.WithGlobal(10))
+	open := fleetLimiter(t, srv.NewClient(), clk, 1, fleetconc.FailOpen, concurrency.WithGlobal(10))
+	closed := fleetLimiter(t, srv.NewClient(), clk, 1, fleetconc.FailClosed, concurrency.WithGlobal(10))
 	srv.Kill()
 	alice := req("/m", "", "alice")
 
@@ -167,10 +174,10 @@ func TestFleetFailModes(t *testing.T) {
 	}
 }
 
-// Without WithClock the scripts read Redis TIME.
+// Without fleetconc.WithClock the scripts read Redis TIME.
 func TestFleetRedisTime(t *testing.T) {
 	srv := redistest.Start(t)
-	a := fleetLimiter(t, srv.NewClient(), nil, "a", 1, concurrency.FailOpen)
+	a := fleetLimiter(t, srv.NewClient(), nil, 1, fleetconc.FailOpen)
 	alice := req("/m", "", "alice")
 	_, done := mustAdmit(t, a, alice)
 	mustDeny(t, a, alice)
@@ -186,14 +193,14 @@ func TestFleetRedisTime(t *testing.T) {
 func TestFleetNoLeaks(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	ls := []*concurrency.Limiter{
-		fleetLimiter(t, srv.NewClient(), clk, "a", 2, concurrency.FailOpen, concurrency.WithGlobal(3),
+	ls := []*instance{
+		fleetLimiter(t, srv.NewClient(), clk, 2, fleetconc.FailOpen, concurrency.WithGlobal(3),
 			concurrency.WithPerKey(concurrency.PerKey{Name: "per-tenant", Cap: 2, Key: byTenant})),
-		fleetLimiter(t, srv.NewClient(), clk, "b", 2, concurrency.FailOpen, concurrency.WithGlobal(3),
+		fleetLimiter(t, srv.NewClient(), clk, 2, fleetconc.FailOpen, concurrency.WithGlobal(3),
 			concurrency.WithPerKey(concurrency.PerKey{Name: "per-tenant", Cap: 2, Key: byTenant})),
 	}
 	users := []string{"u0", "u1", "u2"}
-	o := storm(func(w, n int) (*concurrency.Limiter, *floodgate.Request) {
+	o := storm(func(w, n int) (floodgate.Admitter, *floodgate.Request) {
 		return ls[w%2], req("/m", "t"+strconv.Itoa(n%2), users[n%len(users)])
 	})
 	if o.errs.Load() != 0 {
@@ -206,12 +213,25 @@ func TestFleetNoLeaks(t *testing.T) {
 		if l.InFlight() != 0 {
 			t.Errorf("global in flight %d, want 0", l.InFlight())
 		}
-		if k, _ := l.Keys("per-tenant"); k != 0 {
-			t.Errorf("per-tenant keys %d, want 0", k)
+		// No per-tenant slot leaked: each tenant takes its whole cap of 2
+		// again, on the local Limiter alone.
+		for _, tenant := range []string{"t0", "t1"} {
+			var dones []floodgate.Done
+			for range 2 {
+				d, done, err := l.local.Admit(ctx, req("/m", tenant, "x"))
+				if !d.Allowed {
+					t.Errorf("tenant %s: a per-tenant slot leaked: %+v, %v", tenant, d, err)
+					continue
+				}
+				dones = append(dones, done)
+			}
+			for _, done := range dones {
+				done(floodgate.Result{})
+			}
 		}
 	}
 	for _, u := range users {
-		if n, err := srv.Client().ZCard(ctx, concurrency.DefaultFleetPrefix+"fleet-user:"+u).Result(); err != nil || n != 0 {
+		if n, err := srv.Client().ZCard(ctx, fleetconc.DefaultPrefix+"fleet-user:"+u).Result(); err != nil || n != 0 {
 			t.Errorf("Redis set of %s has %d members (err %v), want 0", u, n, err)
 		}
 	}
@@ -223,8 +243,8 @@ func TestFleetNoLeaks(t *testing.T) {
 func TestFleetClusterAndNoScript(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	clk := clock.New(time.Time{})
-	a := fleetLimiter(t, cl.Client(), clk, "a", 1, concurrency.FailClosed)
-	b := fleetLimiter(t, cl.Client(), clk, "b", 1, concurrency.FailClosed)
+	a := fleetLimiter(t, cl.Client(), clk, 1, fleetconc.FailClosed)
+	b := fleetLimiter(t, cl.Client(), clk, 1, fleetconc.FailClosed)
 	var dones []floodgate.Done
 	for _, u := range []string{"alice", "bob", "carol", "dave"} {
 		_, done := mustAdmit(t, a, req("/m", "", u))
@@ -250,15 +270,15 @@ func TestFleetClusterAndNoScript(t *testing.T) {
 func TestFleetRunRenews(t *testing.T) {
 	srv := redistest.Start(t)
 	const lease = 300 * time.Millisecond
-	mk := func(id string) *concurrency.Limiter {
-		return mustNew(t, concurrency.WithInstanceID(id), concurrency.WithFleetPerKey(concurrency.FleetPerKey{
+	mk := func() *instance {
+		return newInstance(t, nil, fleetconc.WithPerKey(fleetconc.PerKey{
 			Name: "fleet-user", Cap: 1, Key: byUser, Client: srv.NewClient(), Lease: lease,
 		}))
 	}
-	a, b := mk("a"), mk("b")
+	a, b := mk(), mk()
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = a.Run(runCtx, func(err error) { t.Errorf("renew: %v", err) }) })
+	wg.Go(func() { _ = a.fleet.Run(runCtx, func(err error) { t.Errorf("renew: %v", err) }) })
 	alice := req("/m", "", "alice")
 	_, long := mustAdmit(t, a, alice)
 	time.Sleep(lease*2 + lease/3)
@@ -268,4 +288,20 @@ func TestFleetRunRenews(t *testing.T) {
 	done(floodgate.Result{})
 	stop()
 	wg.Wait()
+}
+
+// A fleet cap that fails open names itself in the allow (no other cap took
+// a slot), so that a Chain reports it, with its source, rather than the
+// local stage before it.
+func TestFailOpenNamesTheCap(t *testing.T) {
+	srv := redistest.Start(t)
+	open := fleetLimiter(t, srv.NewClient(), nil, 3, fleetconc.FailOpen, concurrency.WithGlobal(10))
+	srv.Kill()
+	d, done, err := open.Admit(ctx, req("/m", "", "alice"))
+	want := floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceFailOpen,
+		Policy: "fleet-user", Limit: 3, Remaining: 3}
+	if d != want || err == nil || done == nil {
+		t.Fatalf("fail open: %+v, %v; want %+v with an error", d, err, want)
+	}
+	done(floodgate.Result{})
 }

@@ -1,9 +1,8 @@
-package shedder_test
+package fleetshed_test
 
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,20 +11,34 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/fleet"
+	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
+var ctx = context.Background()
+
 const ttl = 3 * time.Second
 
-func newFleet(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, id string, capacity int64) *shedder.Fleet {
+// members returns the fleet.Members of instance id, beating every
+// interval with the given TTL, on clk (nil: Redis TIME).
+func members(t testing.TB, c redis.UniversalClient, clk floodgate.Clock, id string, interval, ttl time.Duration, extra ...fleet.Option) *fleet.Members {
 	t.Helper()
-	opts := []shedder.FleetOption{shedder.WithFleetInstanceID(id), shedder.WithFleetSync(500*time.Millisecond, ttl, time.Second)}
+	opts := append([]fleet.Option{fleet.WithInstanceID(id), fleet.WithHeartbeat(interval, ttl), fleet.WithTimeout(time.Second)}, extra...)
 	if clk != nil {
-		opts = append(opts, shedder.WithFleetClock(clk))
+		opts = append(opts, fleet.WithClock(clk))
 	}
-	f, err := shedder.NewFleet(c, capacity, opts...)
+	m, err := fleet.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func newFleet(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, id string, capacity int64, opts ...fleetshed.Option) *fleetshed.Shedder {
+	t.Helper()
+	f, err := fleetshed.New(members(t, c, clk, id, 500*time.Millisecond, ttl), capacity, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,14 +47,14 @@ func newFleet(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, id str
 
 // twoFleets starts a Redis and returns two instances "a" and "b" of a fleet
 // of the given capacity on it, on one fake clock.
-func twoFleets(t *testing.T, capacity int64) (*redistest.Server, *clock.Fake, *shedder.Fleet, *shedder.Fleet) {
+func twoFleets(t *testing.T, capacity int64) (*redistest.Server, *clock.Fake, *fleetshed.Shedder, *fleetshed.Shedder) {
 	t.Helper()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	return srv, clk, newFleet(t, srv.NewClient(), clk, "a", capacity), newFleet(t, srv.NewClient(), clk, "b", capacity)
 }
 
-func mustSync(t *testing.T, fs ...*shedder.Fleet) {
+func mustSync(t *testing.T, fs ...*fleetshed.Shedder) {
 	t.Helper()
 	for _, f := range fs {
 		if err := f.Sync(ctx); err != nil {
@@ -52,7 +65,7 @@ func mustSync(t *testing.T, fs ...*shedder.Fleet) {
 
 // admitN admits n requests of priority p on f and returns their Dones; it
 // fails the test if any is shed.
-func admitN(t *testing.T, f *shedder.Fleet, p floodgate.Priority, n int) []floodgate.Done {
+func admitN(t *testing.T, f *fleetshed.Shedder, p floodgate.Priority, n int) []floodgate.Done {
 	t.Helper()
 	var dones []floodgate.Done
 	for i := range n {
@@ -65,7 +78,7 @@ func admitN(t *testing.T, f *shedder.Fleet, p floodgate.Priority, n int) []flood
 	return dones
 }
 
-func admitted(t *testing.T, f *shedder.Fleet, p floodgate.Priority) (floodgate.Decision, bool) {
+func admitted(t *testing.T, f *fleetshed.Shedder, p floodgate.Priority) (floodgate.Decision, bool) {
 	t.Helper()
 	d, done, _ := f.Admit(ctx, &floodgate.Request{Priority: p})
 	if done != nil {
@@ -91,7 +104,7 @@ func TestFleetReservesCriticalShare(t *testing.T) {
 
 	// Before any sync each instance knows only its own counts, and says so.
 	d, done, err := a.Admit(ctx, &floodgate.Request{Priority: floodgate.PriorityCritical})
-	if !d.Allowed || !errors.Is(err, shedder.ErrFleetStale) {
+	if !d.Allowed || !errors.Is(err, fleetshed.ErrStale) {
 		t.Fatalf("Admit before first sync: allowed=%v err=%v, want allowed with ErrFleetStale", d.Allowed, err)
 	}
 	done(floodgate.Result{})
@@ -107,7 +120,7 @@ func TestFleetReservesCriticalShare(t *testing.T) {
 	}
 
 	// Fleet in flight is 8 = 80% of 10: non-critical is shed on both.
-	for _, f := range []*shedder.Fleet{a, b} {
+	for _, f := range []*fleetshed.Shedder{a, b} {
 		for _, p := range []floodgate.Priority{floodgate.PriorityTest, floodgate.PriorityRead, floodgate.PriorityWrite, floodgate.PriorityUnspecified} {
 			d, ok := admitted(t, f, p)
 			if ok {
@@ -166,7 +179,7 @@ func TestFleetReservesCriticalShare(t *testing.T) {
 	if got := b.OthersInFlight(floodgate.PriorityUnspecified); got != 0 {
 		t.Fatalf("at a's expiry b sees %d in flight elsewhere, want 0", got)
 	}
-	if n, err := srv.Client().HLen(ctx, shedder.DefaultFleetKey).Result(); err != nil || n != 1 {
+	if n, err := srv.Client().HLen(ctx, b.CountsKey()).Result(); err != nil || n != 1 {
 		t.Fatalf("fleet hash has %d entries (err %v), want 1 (a's expired entry deleted)", n, err)
 	}
 	// b holds 1 write; it can now take 7 more non-critical, not 8.
@@ -225,14 +238,14 @@ func TestFleetStaleFailsOpen(t *testing.T) {
 		t.Fatal("Sync against a killed Redis returned nil")
 	}
 	d, done, err := b.Admit(ctx, &floodgate.Request{Priority: floodgate.PriorityRead})
-	if !d.Allowed || !errors.Is(err, shedder.ErrFleetStale) {
+	if !d.Allowed || !errors.Is(err, fleetshed.ErrStale) {
 		t.Fatalf("after a TTL without Redis: allowed=%v err=%v, want allowed with ErrFleetStale", d.Allowed, err)
 	}
 	done(floodgate.Result{})
 	endAll(held)
 }
 
-// Without WithClock the script reads Redis TIME; instances still see each
+// Without fleet.WithClock the script reads Redis TIME; instances still see each
 // other.
 func TestFleetRedisTime(t *testing.T) {
 	srv := redistest.Start(t)
@@ -251,7 +264,7 @@ func TestFleetRedisTime(t *testing.T) {
 // afterwards every count is exactly 0, locally and in Redis.
 func TestFleetNoLeaks(t *testing.T) {
 	srv := redistest.Start(t)
-	fleets := []*shedder.Fleet{
+	fleets := []*fleetshed.Shedder{
 		newFleetReal(t, srv.NewClient(), "a"),
 		newFleetReal(t, srv.NewClient(), "b"),
 	}
@@ -316,7 +329,7 @@ func TestFleetNoLeaks(t *testing.T) {
 	}
 	// Run left on stop; publish the final counts and read them back raw.
 	mustSync(t, fleets...)
-	vals, err := srv.Client().HGetAll(ctx, shedder.DefaultFleetKey).Result()
+	vals, err := srv.Client().HGetAll(ctx, fleets[0].CountsKey()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,17 +337,16 @@ func TestFleetNoLeaks(t *testing.T) {
 		t.Fatalf("fleet hash = %v, want entries for a and b", vals)
 	}
 	for id, v := range vals {
-		fields := strings.Fields(v)
-		if len(fields) != 5 || strings.Join(fields[1:], " ") != "0 0 0 0" {
+		if v != "0 0 0 0" {
 			t.Errorf("Redis entry of %s = %q, want counts 0 0 0 0", id, v)
 		}
 	}
 	t.Logf("served %d, shed %d", served.Load(), shed.Load())
 }
 
-func newFleetReal(t *testing.T, c redis.UniversalClient, id string) *shedder.Fleet {
+func newFleetReal(t *testing.T, c redis.UniversalClient, id string) *fleetshed.Shedder {
 	t.Helper()
-	f, err := shedder.NewFleet(c, 6, shedder.WithFleetInstanceID(id), shedder.WithFleetSync(2*time.Millisecond, time.Second, time.Second))
+	f, err := fleetshed.New(members(t, c, nil, id, 2*time.Millisecond, time.Second), 6)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,10 +385,72 @@ func TestFleetStaleWhileSyncWaits(t *testing.T) {
 	defer srv.Resume()
 	clk.Advance(ttl)
 	d, done, err := b.Admit(ctx, &floodgate.Request{Priority: floodgate.PriorityRead})
-	if !d.Allowed || !errors.Is(err, shedder.ErrFleetStale) {
+	if !d.Allowed || !errors.Is(err, fleetshed.ErrStale) {
 		t.Fatalf("a TTL after the last sync, with no Sync finished: allowed=%v err=%v, want allowed with ErrFleetStale", d.Allowed, err)
 	}
 	done(floodgate.Result{})
 	srv.Resume()
+	endAll(held)
+}
+
+// One liveness: a Sync is a heartbeat of the Shedder's fleet.Members (its
+// Count and Stale follow it), an instance that only beats (its Members
+// runs, no fleet shedder) counts in Count but adds nothing to the fleet's
+// in-flight counts, and the counts of an instance that stopped beating go
+// a TTL after its last beat, whichever loop beat for it.
+func TestSyncIsAHeartbeat(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	ma := members(t, srv.NewClient(), clk, "a", 500*time.Millisecond, ttl)
+	a, err := fleetshed.New(ma, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := members(t, srv.NewClient(), clk, "b", 500*time.Millisecond, ttl)
+	b, err := fleetshed.New(mb, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := members(t, srv.NewClient(), clk, "c", 500*time.Millisecond, ttl) // beats only
+	if !ma.Stale() {
+		t.Fatal("a's Members is not stale before any beat")
+	}
+	held := admitN(t, b, floodgate.PriorityRead, 3)
+	if err := mc.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustSync(t, b, a)
+	if ma.Count() != 3 || ma.Stale() {
+		t.Fatalf("after a's Sync its Members counts %d (stale %v), want 3 live instances", ma.Count(), ma.Stale())
+	}
+	if got := a.OthersInFlight(floodgate.PriorityUnspecified); got != 3 {
+		t.Fatalf("a sees %d in flight elsewhere, want b's 3 (c publishes none)", got)
+	}
+	// b's Members beats on (its Run), b's fleet shedder does not sync:
+	// its counts stay in force while it is live.
+	clk.Advance(ttl - time.Millisecond)
+	if err := mb.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Millisecond)
+	mustSync(t, a)
+	if got := a.OthersInFlight(floodgate.PriorityUnspecified); got != 3 {
+		t.Fatalf("b beats on: a sees %d in flight elsewhere, want 3", got)
+	}
+	// b stops beating altogether: its counts go a TTL after its last beat,
+	// which was 1ms before a's last Sync.
+	clk.Advance(ttl - 2*time.Millisecond)
+	mustSync(t, a)
+	if got := a.OthersInFlight(floodgate.PriorityUnspecified); got != 3 {
+		t.Fatalf("1ms before b's expiry a sees %d, want 3", got)
+	}
+	clk.Advance(time.Millisecond)
+	mustSync(t, a)
+	if got := a.OthersInFlight(floodgate.PriorityUnspecified); got != 0 {
+		t.Fatalf("at b's expiry a sees %d, want 0", got)
+	}
+	if ma.Count() != 1 {
+		t.Fatalf("a's Members counts %d, want 1 (b and c expired)", ma.Count())
+	}
 	endAll(held)
 }

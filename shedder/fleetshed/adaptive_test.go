@@ -1,4 +1,4 @@
-package shedder_test
+package fleetshed_test
 
 import (
 	"strings"
@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/fleet"
 	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
@@ -19,16 +21,11 @@ import (
 func TestFleetAdaptiveCapacitySums(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	adaptive := func(id string, share int64) *shedder.Fleet {
+	adaptive := func(id string, share int64) *fleetshed.Shedder {
 		t.Helper()
 		// Min = Max pins the learnt share, so the sums are exact.
-		f, err := shedder.NewFleet(srv.NewClient(), share, shedder.WithFleetInstanceID(id), shedder.WithFleetClock(clk),
-			shedder.WithFleetSync(500*time.Millisecond, ttl, time.Second),
-			shedder.WithFleetAdaptiveCapacity(shedder.AdaptiveCapacity{Min: share, Max: share}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
+		return newFleet(t, srv.NewClient(), clk, id, share,
+			fleetshed.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: share, Max: share}))
 	}
 	a, b := adaptive("a", 30), adaptive("b", 50)
 	c := newFleet(t, srv.NewClient(), clk, "c", 100) // fixed: publishes no capacity
@@ -38,7 +35,7 @@ func TestFleetAdaptiveCapacitySums(t *testing.T) {
 	mustSync(t, a, b, c)
 	mustSync(t, a, b)
 	for _, tc := range []struct {
-		f    *shedder.Fleet
+		f    *fleetshed.Shedder
 		want int64
 	}{{a, 30 + 50 + 30}, {b, 50 + 30 + 50}, {c, 100}} {
 		if got := tc.f.Capacity(); got != tc.want {
@@ -62,13 +59,13 @@ func TestFleetAdaptiveCapacitySums(t *testing.T) {
 		t.Errorf("after b left: a's capacity %d, want 60", got)
 	}
 	// A Reconfigure to a fixed capacity takes effect at once.
-	if err := a.Reconfigure(shedder.FleetConfig{Capacity: 40, Reserve: 0.5}); err != nil {
+	if err := a.Reconfigure(fleetshed.Config{Capacity: 40, Reserve: 0.5}); err != nil {
 		t.Fatal(err)
 	}
 	if start, _ := a.Threshold(); a.Capacity() != 40 || start != 20 || a.Stats().Adaptive {
 		t.Errorf("after Reconfigure: capacity %d, threshold %d, stats %+v", a.Capacity(), start, a.Stats())
 	}
-	if err := a.Reconfigure(shedder.FleetConfig{Capacity: 40, Reserve: 1.5}); err == nil || !strings.Contains(err.Error(), "shedder: FleetConfig: reserve: 1.5 is out of range (0, 1)") {
+	if err := a.Reconfigure(fleetshed.Config{Capacity: 40, Reserve: 1.5}); err == nil || !strings.Contains(err.Error(), "fleetshed: Config: reserve: 1.5 is out of range (0, 1)") {
 		t.Errorf("bad Reconfigure: %v", err)
 	}
 	if got := a.Config(); got.Capacity != 40 || got.Reserve != 0.5 {
@@ -84,16 +81,16 @@ func TestFleetAdaptiveCapacitySums(t *testing.T) {
 	}
 }
 
-// The capacity hash shares the fleet key's Cluster slot, with or without a
-// hash tag in the key.
+// The capacity hash shares the member set key's Cluster slot, with or
+// without a hash tag in the key.
 func TestFleetAdaptiveCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	clk := clock.New(time.Time{})
-	for _, key := range []string{shedder.DefaultFleetKey, "{svc}:fleet"} {
-		var fs []*shedder.Fleet
+	for _, key := range []string{fleet.DefaultKey, "svc:fleet", "{svc}:fleet"} {
+		var fs []*fleetshed.Shedder
 		for _, id := range []string{"a", "b"} {
-			f, err := shedder.NewFleet(cl.Client(), 20, shedder.WithFleetInstanceID(id), shedder.WithFleetClock(clk), shedder.WithFleetKey(key),
-				shedder.WithFleetAdaptiveCapacity(shedder.AdaptiveCapacity{Min: 20, Max: 20}))
+			m := members(t, cl.Client(), clk, id, 500*time.Millisecond, ttl, fleet.WithKey(key))
+			f, err := fleetshed.New(m, 20, fleetshed.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: 20, Max: 20}))
 			if err != nil {
 				t.Fatal(err)
 			}

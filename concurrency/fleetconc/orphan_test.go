@@ -1,4 +1,4 @@
-package concurrency_test
+package fleetconc_test
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/concurrency/fleetconc"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
@@ -14,18 +15,18 @@ import (
 // while Redis still runs the script once it answers again (a slow Redis,
 // the failure mode OnError is for). It returns the limiter's decision and
 // Done, and the fleet count of alice once Redis has caught up.
-func slowRedisAcquire(t *testing.T, mode concurrency.FailMode) (*concurrency.Limiter, *concurrency.Limiter, floodgate.Decision, floodgate.Done, error) {
+func slowRedisAcquire(t *testing.T, mode fleetconc.FailMode) (*instance, *instance, floodgate.Decision, floodgate.Done, error) {
 	t.Helper()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	mk := func(id string) *concurrency.Limiter {
-		return mustNew(t, concurrency.WithInstanceID(id), concurrency.WithClock(clk), concurrency.WithGlobal(10),
-			concurrency.WithFleetPerKey(concurrency.FleetPerKey{
+	mk := func() *instance {
+		return newInstance(t, []concurrency.Option{concurrency.WithGlobal(10)}, fleetconc.WithClock(clk),
+			fleetconc.WithPerKey(fleetconc.PerKey{
 				Name: "fleet-user", Cap: 1, Key: byUser, Client: srv.NewClient(),
 				Lease: 30 * time.Second, Timeout: 100 * time.Millisecond, OnError: mode,
 			}))
 	}
-	a, b := mk("a"), mk("b")
+	a, b := mk(), mk()
 	alice := req("/m", "", "alice")
 	// Load the script (EVALSHA then works) and check the key is free.
 	_, done := mustAdmit(t, a, alice)
@@ -39,7 +40,7 @@ func slowRedisAcquire(t *testing.T, mode concurrency.FailMode) (*concurrency.Lim
 
 // waitFleetCount polls (bounded: 50 x 20ms) until alice's fleet count is
 // want or the time is up, and returns the last count.
-func waitFleetCount(t *testing.T, l *concurrency.Limiter, want int64) int64 {
+func waitFleetCount(t *testing.T, l *instance, want int64) int64 {
 	t.Helper()
 	var n int64
 	for range 50 {
@@ -57,7 +58,7 @@ func waitFleetCount(t *testing.T, l *concurrency.Limiter, want int64) int64 {
 // request is done the slot is removed (it was held by no request for a
 // whole lease before, and the key's next request was denied).
 func TestFleetTimedOutAcquireLeavesNoSlotFailOpen(t *testing.T) {
-	a, b, d, done, err := slowRedisAcquire(t, concurrency.FailOpen)
+	a, b, d, done, err := slowRedisAcquire(t, fleetconc.FailOpen)
 	if !d.Allowed || d.Source != floodgate.SourceFailOpen || err == nil || done == nil {
 		t.Fatalf("slow Redis, fail open: %+v, %v; want admitted from fail_open with an error", d, err)
 	}
@@ -81,7 +82,7 @@ func TestFleetTimedOutAcquireLeavesNoSlotFailOpen(t *testing.T) {
 // afterwards is removed too (it was never undone, and alice was denied
 // fleet-wide for a lease with no request of hers in flight).
 func TestFleetTimedOutAcquireLeavesNoSlotFailClosed(t *testing.T) {
-	a, b, d, done, err := slowRedisAcquire(t, concurrency.FailClosed)
+	a, b, d, done, err := slowRedisAcquire(t, fleetconc.FailClosed)
 	if d.Allowed || d.Source != floodgate.SourceFailClosed || err == nil || done != nil {
 		t.Fatalf("slow Redis, fail closed: %+v, %v; want denied from fail_closed with an error", d, err)
 	}

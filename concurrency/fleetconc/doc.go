@@ -1,0 +1,56 @@
+// Package fleetconc is floodgate's fleet-wide concurrency cap: it decides
+// whether one more request for a key may start now, given the requests for
+// that key already in flight on every instance of the service sharing one
+// Redis (for example "at most 20 in flight per user, fleet-wide"). Package
+// concurrency caps what is in flight on this instance; a service chains
+// the two, local first:
+//
+//	local, err := concurrency.New(concurrency.WithGlobal(500))
+//	fleet, err := fleetconc.New(fleetconc.WithPerKey(fleetconc.PerKey{...}))
+//	chain := floodgate.Chain{shed, local, fleet, limits}
+//
+// The name says what sets it apart: fleet + concurrency. It needs a Redis
+// shared by the fleet, so it lives apart from package concurrency, and a
+// binary that caps concurrency locally never links go-redis.
+//
+// # Slots and leases
+//
+// A fleet per-key cap keeps, per key, a Redis sorted set of request IDs
+// scored by the time their lease expires. Acquiring is one Lua script:
+// remove expired IDs, count the rest, add this request's ID with expiry
+// now + lease if the count is under the cap. Done removes the ID (ZREM).
+// A crashed instance never removes its IDs; they expire after the lease
+// (default 30s), so the lease must exceed the longest request (Run renews
+// the leases of requests still in flight, every lease/3, for longer ones).
+//
+// A slot is a lease held by one request, not a heartbeat of an instance:
+// it outlives no request, and it is freed either by its Done or by its
+// lease. So this package does not count instances and does not use
+// package fleet's liveness; tying slots to an instance's heartbeat would
+// free them a heartbeat TTL after a crash instead of a lease, which is a
+// different promise.
+//
+// When Redis cannot answer, a cap acts by its OnError: FailOpen (the
+// default, as Stripe advises for limiters) admits without a fleet slot and
+// marks the decision SourceFailOpen, naming that cap unless another cap
+// took a slot; FailClosed denies with SourceFailClosed. Either way Admit
+// returns the error. An acquire that timed out may still run in Redis
+// once it answers: its slot is removed in the background (once the
+// request is done, under FailOpen) as soon as Redis has it, so a stall
+// leaves no slot that no request holds.
+//
+// # Decisions and Done
+//
+// A request is admitted only if every cap whose Key applies has room;
+// caps are taken in option order and a deny releases those already taken.
+// A deny is a Decision with Allowed false, Policy naming the cap, Limit =
+// the cap, Remaining = 0 and the cap's RetryAfter; an allow names the cap
+// with the least room left. Done is allocated per request (it carries the
+// slots' IDs) and idempotent: a second call releases nothing.
+//
+// # Imports
+//
+// fleetconc imports the floodgate core, package concurrency (KeyFunc and
+// the defaults it shares), go-redis and floodgate's internal Redis
+// plumbing (internal/redisnow); never a transport.
+package fleetconc

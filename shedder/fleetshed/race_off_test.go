@@ -1,0 +1,5 @@
+//go:build !race
+
+package fleetshed_test
+
+const raceEnabled = false
