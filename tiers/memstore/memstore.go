@@ -310,38 +310,6 @@ func (s *Store) Take(_ context.Context, buckets []quota.Bucket, res []quota.Resu
 	return allowed, nil
 }
 
-// Refund gives each bucket's Cost units back, as if that many units charged
-// earlier had never been taken, capped so a bucket never holds more than its
-// capacity. It is what a caller that took units ahead calls to return
-// those it did not spend (package tiers/localfirst gives back its leases
-// with a negative Report, which is recorded): a Settle of the
-// negated costs, under the same locks, at one reading of the clock, with
-// the settlement arithmetic of the quota.Algorithm doc (token bucket:
-// refilled to now, then min(B, tokens + c); GCRA: tat = max(t, tat − c·T)).
-// A bucket whose state is absent is full already and is left alone, as is
-// a bucket of cost 0.
-//
-// Only TokenBucket and GCRA can be refunded: a window algorithm's units
-// belong to the window they were charged in, which Refund is not told, so
-// a bucket of one is an error naming its algorithm. Bad input is refused
-// with quota.ValidateTake's error (as if the buckets were a take). Either
-// error is reported before anything is refunded. ctx is not consulted.
-func (s *Store) Refund(ctx context.Context, buckets []quota.Bucket) error {
-	if err := quota.ValidateRefund(buckets); err != nil {
-		return err
-	}
-	var buf [stackBuckets]quota.Bucket
-	neg := buf[:0]
-	if len(buckets) > len(buf) {
-		neg = make([]quota.Bucket, 0, len(buckets))
-	}
-	for _, b := range buckets {
-		b.Cost = -b.Cost
-		neg = append(neg, b)
-	}
-	return s.Settle(ctx, neg, nil)
-}
-
 // insertSorted adds v to the ascending, duplicate-free list l, whose
 // capacity must allow one more element. Lists are a handful of shards
 // long: a plain insertion step beats a call to memmove.

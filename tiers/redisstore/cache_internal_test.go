@@ -67,7 +67,7 @@ func TestDenialCacheFull(t *testing.T) {
 }
 
 // TestDenialCacheSkipsLiftedDenials: a denial decided before units were
-// given back (a Refund, a negative Report) and brought back after is not
+// given back (a Settle or a Report of a negative cost) and brought back after is not
 // recorded: the units may have lifted it.
 func TestDenialCacheSkipsLiftedDenials(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
@@ -77,7 +77,7 @@ func TestDenialCacheSkipsLiftedDenials(t *testing.T) {
 	d := newDenialCache(10)
 	gen := d.gen.Load() // the take is sent
 	back := []quota.Bucket{{Key: "k", Limit: lim, Cost: -2, CacheDenials: true}}
-	d.forgetRefunded(back, 1) // units given back while it is under way
+	d.liftDenials(back) // units given back while it is under way
 	d.record(now, gen, b, denied)
 	if d.len() != 0 {
 		t.Fatal("a denial decided before units were given back was recorded")

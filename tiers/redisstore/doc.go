@@ -87,16 +87,17 @@
 //     take goes out at once as its own call, so an idle store pays only a
 //     hand-off to a flusher goroutine. The flushers run until Close.
 //
-//   - Refund gives units back to token bucket and GCRA buckets (units
-//     taken ahead and not spent): a Settle of the negated
-//     costs (settle.lua), refilled to now and capped at the capacity, with
-//     the arithmetic memstore's Refund uses.
-//
 //   - Settle (quota.Settler) runs settle.lua: one call per slot (all the
 //     buckets on a standalone or Sentinel-managed Redis), each slot
 //     atomically, with the arithmetic memstore's Settle uses, debt
 //     included. A settlement is never retried: one that failed or timed
-//     out may or may not have been applied in its slot, never twice.
+//     out may or may not have been applied in its slot, never twice. A
+//     Settle of a negative cost is how units taken ahead and not spent go
+//     back (token bucket refilled to now, then capped at the capacity; a
+//     TAT moved back, never before now; an absent key stays absent), and
+//     it lifts the bucket's cached denial. A Report of a negative cost
+//     does the same for package tiers/localfirst's leases, recorded with
+//     the rest of its ledger.
 //
 //   - No script call is sent twice, whatever the client's MaxRetries or
 //     MaxRedirects: a call whose reply was lost (a read timeout, a

@@ -312,9 +312,9 @@ var errClosed = errors.New("redisstore: store is closed")
 
 // Close stops the batching goroutines (see WithBatching), after sending
 // the takes already queued; Takes after Close that would be batched fail
-// with an error saying the store is closed (Refund is never batched). It
-// does not close the Redis client, which the caller owns. Close is
-// idempotent; with batching off it does nothing.
+// with an error saying the store is closed (Settle and Report are never
+// batched). It does not close the Redis client, which the caller owns.
+// Close is idempotent; with batching off it does nothing.
 func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.close()
