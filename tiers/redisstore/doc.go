@@ -9,11 +9,16 @@
 // # Decisions
 //
 //   - Arithmetic. The five algorithms run inside Lua scripts (take.lua,
-//     refund.lua, settle.lua, embedded) with exactly the arithmetic of the
-//     quota.Algorithm doc, on integer microseconds, so decisions equal the
-//     in-process memstore's on the same trace. Time is Redis TIME read inside the
-//     script, so pods with skewed clocks agree; WithClock passes the time as
-//     an argument instead (tests on fake time).
+//     refund.lua, settle.lua, report.lua, embedded) with exactly the
+//     arithmetic of the quota.Algorithm doc, on integer microseconds, so
+//     decisions equal the in-process memstore's on the same trace. Every
+//     script starts with a prelude generated from package quota at init:
+//     the algorithm ids (TOKEN_BUCKET, GCRA, ...), GCRA's epoch and slack
+//     as Lua locals, so the scripts hold no copy of a Go constant; the
+//     assembled sources, and so their SHA1s, depend only on the code, and
+//     New preloads them. Time is Redis TIME read inside the script, so pods
+//     with skewed clocks agree; WithClock passes the time as an argument
+//     instead (tests on fake time).
 //
 //   - Bad input. Take refuses what quota.ValidateTake refuses, with its
 //     error (the same text every store gives), before any round trip.

@@ -2,9 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -25,21 +23,6 @@ var takeSrc string
 
 //go:embed refund.lua
 var refundSrc string
-
-// script is a Lua script with its SHA1, both pre-boxed so that building a
-// command's arguments allocates nothing for them.
-type script struct {
-	src    string
-	sha    string
-	srcArg any
-	shaArg any
-}
-
-func newScript(src string) script {
-	h := sha1.Sum([]byte(src))
-	sha := hex.EncodeToString(h[:])
-	return script{src: src, sha: sha, srcArg: src, shaArg: sha}
-}
 
 var (
 	takeScript   = newScript(takeSrc)

@@ -20,7 +20,7 @@ var settleSrc string
 //go:embed state.lua
 var stateSrc string
 
-var settleScript = newScript(stateSrc + settleSrc)
+var settleScript = newScript(stateSrc, settleSrc)
 
 var _ quota.Settler = (*Store)(nil)
 
