@@ -37,7 +37,7 @@
 //     lives milliseconds are reused, not reallocated), and a full shard
 //     deletes every expired entry it examines before evicting (never an
 //     entry the same Take uses). No goroutine runs.
-//   - The key cap (WithMaxKeys, default DefaultMaxKeys). The cap is split
+//   - The key cap (WithMaxKeys, default 2^20 keys). The cap is split
 //     evenly over the shards (shard i holds at most ceil or floor of
 //     maxKeys/shards keys, summing to exactly maxKeys). Inserting a new key
 //     into a full shard first examines the next 32 entries from the

@@ -15,14 +15,14 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// Defaults and bounds of the Store's options.
+// Defaults and bounds of the Store's options, and of its upkeep.
 const (
-	// DefaultMaxKeys is the key cap when WithMaxKeys is not given.
-	DefaultMaxKeys = 1 << 20
-	// DefaultShards is the number of shards when WithShards is not given.
-	DefaultShards = 64
-	// MaxShards is the largest value WithShards accepts.
-	MaxShards = 1 << 16
+	// defaultMaxKeys is the key cap when WithMaxKeys is not given.
+	defaultMaxKeys = 1 << 20
+	// defaultShards is the number of shards when WithShards is not given.
+	defaultShards = 64
+	// maxShards is the largest value WithShards accepts.
+	maxShards = 1 << 16
 	// evictSample is how many entries of a full shard are examined to choose
 	// what to delete when a new key arrives.
 	evictSample = 32
@@ -66,8 +66,8 @@ func WithClock(c floodgate.Clock) Option {
 	}
 }
 
-// WithMaxKeys caps the number of buckets the Store keeps (default
-// DefaultMaxKeys; at least 1). See the package doc for what happens when
+// WithMaxKeys caps the number of buckets the Store keeps (default 2^20,
+// 1 048 576; at least 1). See the package doc for what happens when
 // it is reached.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) {
@@ -79,13 +79,13 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// WithShards sets the number of independently locked shards (default
-// DefaultShards; 1 to MaxShards). It is lowered to the key cap when the
+// WithShards sets the number of independently locked shards (default 64;
+// 1 to 65 536). It is lowered to the key cap when the
 // cap is smaller, so every shard can hold at least one key.
 func WithShards(n int) Option {
 	return func(cfg *config) {
-		if n < 1 || n > MaxShards {
-			cfg.fail("WithShards: shard count %d must be in [1, %d]", n, MaxShards)
+		if n < 1 || n > maxShards {
+			cfg.fail("WithShards: shard count %d must be in [1, %d]", n, maxShards)
 			return
 		}
 		cfg.shards = n
@@ -174,7 +174,7 @@ var hashMask = ^uint64(0)
 // New returns a Store configured by opts, or an error naming every bad
 // option.
 func New(opts ...Option) (*Store, error) {
-	cfg := config{clock: floodgate.SystemClock(), maxKeys: DefaultMaxKeys, shards: DefaultShards}
+	cfg := config{clock: floodgate.SystemClock(), maxKeys: defaultMaxKeys, shards: defaultShards}
 	for _, o := range opts {
 		if o == nil {
 			cfg.fail("nil Option")

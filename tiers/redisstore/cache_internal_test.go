@@ -13,11 +13,11 @@ import (
 // of a flood of distinct over-limit keys costs, under the lock every
 // cached take reads through.
 func BenchmarkDenialCachePutFull(b *testing.B) {
-	d := newDenialCache(DefaultDenialCacheSize)
+	d := newDenialCache(defaultDenialCacheSize)
 	now := time.Unix(1_700_000_000, 0)
 	lim := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
 	live := cacheEntry{until: now.Add(time.Hour), cost: 1}
-	for i := range DefaultDenialCacheSize {
+	for i := range defaultDenialCacheSize {
 		d.put(cacheKey{key: "held" + strconv.Itoa(i), lim: lim}, live, now)
 	}
 	b.ReportAllocs()
@@ -28,8 +28,8 @@ func BenchmarkDenialCachePutFull(b *testing.B) {
 		i++
 	}
 	b.StopTimer()
-	if n := d.len(); n != DefaultDenialCacheSize {
-		b.Fatalf("cache holds %d, want %d", n, DefaultDenialCacheSize)
+	if n := d.len(); n != defaultDenialCacheSize {
+		b.Fatalf("cache holds %d, want %d", n, defaultDenialCacheSize)
 	}
 }
 

@@ -62,7 +62,7 @@
 //     under concurrent takes).
 //
 //   - Expiry. Every key has a TTL at least as long as the Algorithm doc's,
-//     and at least DefaultMinTTL (WithMinTTL), so idle buckets vanish; with
+//     and at least a second (WithMinTTL), so idle buckets vanish; with
 //     Redis time the TTL is set only when the state needs a later deadline
 //     than the key has (see WithMinTTL).
 //
@@ -72,7 +72,7 @@
 //     retry-after passes on the store's clock, for the same or a larger
 //     cost. Entries are keyed by bucket key AND limit, so a changed limit
 //     never inherits a stale denial. The cache is bounded
-//     (DefaultDenialCacheSize unless WithDenialCache says otherwise; 0 turns
+//     (10 000 denials unless WithDenialCache says otherwise; 0 turns
 //     it off); a full cache makes room among a few of its denials, those
 //     that ended or else the one ending first, so a flood of distinct
 //     over-limit keys costs each a bounded look, not a scan. Each answer it gives is a Redis call saved; package otel
