@@ -32,26 +32,29 @@ func floorDiv(a, b int64) int64 {
 // quota.Algorithm doc. It changes no state except dropping expired
 // timestamps from a sliding window log, which the arithmetic does on every
 // call.
+//
+// Take makes the same switch itself, so that its decisions cost one call
+// per bucket.
 func decide(p *pending, b *quota.Bucket, now int64) {
-	lim := &b.Limit
-	over := b.Cost > lim.Capacity()
-	per := int64(lim.Period / time.Microsecond)
-	switch lim.Algorithm {
+	switch b.Limit.Algorithm {
 	case quota.TokenBucket:
-		decideTokenBucket(p, b, now, per, over)
+		decideTokenBucket(p, b, now)
 	case quota.GCRA:
-		decideGCRA(p, b, now, per, over)
+		decideGCRA(p, b, now)
 	case quota.SlidingWindowCounter:
-		decideSlidingCounter(p, b, now, per, over)
+		decideSlidingCounter(p, b, now)
 	case quota.SlidingWindowLog:
-		decideSlidingLog(p, b, now, per, over)
+		decideSlidingLog(p, b, now)
 	case quota.FixedWindow:
-		decideFixedWindow(p, b, now, per, over)
+		decideFixedWindow(p, b, now)
 	}
-	if over {
-		p.allow = false
-		p.retry = -1
-	}
+}
+
+// denyOver makes p a deny that never admits: the cost is above the
+// bucket's capacity, whatever the arithmetic said.
+func denyOver(p *pending) {
+	p.allow = false
+	p.retry = -1
 }
 
 // maxWait is the longest wait, in µs, b may book (Bucket.MaxWait); -1
@@ -63,12 +66,10 @@ func maxWait(b *quota.Bucket) int64 {
 	return -1
 }
 
-// decideTokenBucket is decide for a token bucket. Like the four after it,
-// it takes the period in µs (per) and whether the cost exceeds the
-// capacity (over: decide then denies, with RetryAfter Never, whatever it
-// says).
-func decideTokenBucket(p *pending, b *quota.Bucket, now, per int64, over bool) {
+// decideTokenBucket is decide for a token bucket.
+func decideTokenBucket(p *pending, b *quota.Bucket, now int64) {
 	lim, c, mw := &b.Limit, b.Cost, maxWait(b)
+	per, over := int64(lim.Period/time.Microsecond), c > lim.Burst
 	B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
 	tokens, ts := B, now
 	if !p.fresh {
@@ -100,11 +101,15 @@ func decideTokenBucket(p *pending, b *quota.Bucket, now, per int64, over bool) {
 		p.resetCh = ceilI(((B - t2) * P) / N)
 		p.expires = satAdd(now, max(p.resetCh, minTTL))
 	}
+	if over {
+		denyOver(p)
+	}
 }
 
 // decideGCRA is decide for GCRA.
-func decideGCRA(p *pending, b *quota.Bucket, now, per int64, over bool) {
+func decideGCRA(p *pending, b *quota.Bucket, now int64) {
 	lim, c, mw := &b.Limit, b.Cost, maxWait(b)
+	per, over := int64(lim.Period/time.Microsecond), c > lim.Burst
 	B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
 	T := P / N
 	// The explicit conversions forbid fused multiply-add (the Go spec
@@ -143,11 +148,15 @@ func decideGCRA(p *pending, b *quota.Bucket, now, per int64, over bool) {
 		p.resetCh = ceilI(tat1 - tf)
 		p.expires = satAdd(now, max(p.resetCh, minTTL))
 	}
+	if over {
+		denyOver(p)
+	}
 }
 
 // decideSlidingCounter is decide for a sliding window counter.
-func decideSlidingCounter(p *pending, b *quota.Bucket, now, per int64, over bool) {
+func decideSlidingCounter(p *pending, b *quota.Bucket, now int64) {
 	lim, c := &b.Limit, b.Cost
+	per, over := int64(lim.Period/time.Microsecond), c > lim.Rate
 	W, L := per, lim.Rate
 	w := floorDiv(now, W)
 	e := now - w*W
@@ -177,11 +186,15 @@ func decideSlidingCounter(p *pending, b *quota.Bucket, now, per int64, over bool
 			p.retry = (W - e) + ceilI(math.Max(0, Wf-(float64(L-c)*Wf)/float64(curr)))
 		}
 	}
+	if over {
+		denyOver(p)
+	}
 }
 
 // decideSlidingLog is decide for a sliding window log.
-func decideSlidingLog(p *pending, b *quota.Bucket, now, per int64, over bool) {
+func decideSlidingLog(p *pending, b *quota.Bucket, now int64) {
 	lim, c := &b.Limit, b.Cost
+	per, over := int64(lim.Period/time.Microsecond), c > lim.Rate
 	W, L := per, lim.Rate
 	var lg *ring
 	var n int64
@@ -208,11 +221,15 @@ func decideSlidingLog(p *pending, b *quota.Bucket, now, per int64, over bool) {
 	} else if !over {
 		p.retry = lg.kth(n+c-L) + W - now
 	}
+	if over {
+		denyOver(p)
+	}
 }
 
 // decideFixedWindow is decide for a fixed window.
-func decideFixedWindow(p *pending, b *quota.Bucket, now, per int64, over bool) {
+func decideFixedWindow(p *pending, b *quota.Bucket, now int64) {
 	lim, c := &b.Limit, b.Cost
+	per, over := int64(lim.Period/time.Microsecond), c > lim.Rate
 	W, L := per, lim.Rate
 	w := floorDiv(now, W)
 	var count int64
@@ -229,6 +246,9 @@ func decideFixedWindow(p *pending, b *quota.Bucket, now, per int64, over bool) {
 		p.expires = (w + 1) * W
 	} else if !over {
 		p.retry = (w+1)*W - now
+	}
+	if over {
+		denyOver(p)
 	}
 }
 

@@ -278,7 +278,18 @@ func (s *Store) Take(_ context.Context, buckets []quota.Bucket, res []quota.Resu
 		p := &ps[i]
 		b := &buckets[i]
 		p.fresh = p.e == nil || p.e.alg != b.Limit.Algorithm || now >= p.e.expires
-		decide(p, b, now)
+		switch b.Limit.Algorithm { // decide's switch, saving it a call
+		case quota.TokenBucket:
+			decideTokenBucket(p, b, now)
+		case quota.GCRA:
+			decideGCRA(p, b, now)
+		case quota.SlidingWindowCounter:
+			decideSlidingCounter(p, b, now)
+		case quota.SlidingWindowLog:
+			decideSlidingLog(p, b, now)
+		case quota.FixedWindow:
+			decideFixedWindow(p, b, now)
+		}
 		allowed = allowed && p.allow
 	}
 	if allowed {
