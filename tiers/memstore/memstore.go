@@ -99,7 +99,7 @@ type Store struct {
 	seed   maphash.Seed
 	shards []shard
 
-	// Report's records of calls (see report.go), swept of expired ones
+	// Report's records of calls (see Store.Report), swept of expired ones
 	// at most once per quota.ReportRecordTTL.
 	rmu       sync.Mutex
 	recs      map[recKey]record

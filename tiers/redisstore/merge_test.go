@@ -19,7 +19,7 @@ import (
 )
 
 // SmallLimits is one small limit per algorithm, so random traces deny
-// often; the external tests (differential_test.go) use it too.
+// often; the external differential tests use it too.
 var SmallLimits = []quota.Limit{
 	{Algorithm: quota.TokenBucket, Rate: 5, Period: time.Second, Burst: 4},
 	{Algorithm: quota.GCRA, Rate: 3, Period: 700 * time.Millisecond, Burst: 3},
