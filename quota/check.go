@@ -70,26 +70,3 @@ func checkMaxWait(b *Bucket) error {
 func bucketError(i int, b *Bucket, problem error) error {
 	return fmt.Errorf("quota: bucket %d (%q): %w", i, b.Key, problem)
 }
-
-// ValidateRefund reports the first thing wrong with the arguments of a
-// store's Refund, or nil: what ValidateTake refuses of a take of the same
-// buckets, then a bucket whose algorithm has no refund (only TokenBucket
-// and GCRA do). Every store with a Refund calls it, so bad input reads the
-// same whichever store refuses it. It does not allocate for up to 8
-// buckets unless it reports an error.
-func ValidateRefund(buckets []Bucket) error {
-	var rbuf [8]Result
-	res := rbuf[:]
-	if len(buckets) > len(rbuf) {
-		res = make([]Result, len(buckets))
-	}
-	if err := ValidateTake(buckets, res); err != nil {
-		return err
-	}
-	for i := range buckets {
-		if a := buckets[i].Limit.Algorithm; !a.CanBookAhead() {
-			return bucketError(i, &buckets[i], fmt.Errorf("%s has no refund (token_bucket and gcra only)", a))
-		}
-	}
-	return nil
-}

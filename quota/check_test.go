@@ -56,24 +56,3 @@ func TestValidateTakeDoesNotAllocate(t *testing.T) {
 		t.Fatalf("ValidateTake allocates %v times per valid take", n)
 	}
 }
-
-func TestValidateRefund(t *testing.T) {
-	tb := quota.Bucket{Key: "k", Cost: 1, Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}}
-	fw := tb
-	fw.Key, fw.Limit = "w", quota.Limit{Algorithm: quota.FixedWindow, Rate: 1, Period: time.Second}
-	neg := tb
-	neg.Cost = -1
-	for _, tc := range []struct {
-		bs   []quota.Bucket
-		want string
-	}{
-		{[]quota.Bucket{tb}, ""},
-		{[]quota.Bucket{tb, fw}, `quota: bucket 1 ("w"): fixed_window has no refund (token_bucket and gcra only)`},
-		{[]quota.Bucket{neg}, `quota: bucket 0 ("k"): cost -1 is negative`},
-	} {
-		err := quota.ValidateRefund(tc.bs)
-		if (err == nil) != (tc.want == "") || (err != nil && err.Error() != tc.want) {
-			t.Errorf("ValidateRefund = %v, want %q", err, tc.want)
-		}
-	}
-}

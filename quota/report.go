@@ -38,10 +38,14 @@ type ReportResult struct {
 // Report charges every bucket up to its Cost, each on its own (a report
 // never denies: it charges as many units as the bucket holds, the floor
 // of a token bucket's tokens or of a GCRA's remaining units; an absent
-// bucket is full); a negative Cost gives -Cost units back as Refund does
-// (capped at the capacity; an absent bucket stays full), so that units
-// leased and not spent go back through the same calls. It records the call (instance, seq) with what it
-// could not charge, for ReportRecordTTL. A call that Resolve has resolved
+// bucket is full); a negative Cost gives -Cost units back as a Settle of
+// that negative Cost does (capped at the capacity; an absent bucket stays
+// full). That is the ledger's path, not a second way for callers to give
+// units back (Settler.Settle is the one): package tiers/localfirst returns
+// unspent leases through the same recorded calls as its charges, so a
+// give-back whose reply was lost is resolved, never applied twice. It
+// records the call (instance, seq) with what it could not charge, for
+// ReportRecordTTL. A call that Resolve has resolved
 // as not applied is refused whole (Applied false everywhere): it reached
 // the store too late.
 //

@@ -23,13 +23,6 @@
 //     OnStoreError) with exactly quota.ValidateTake's error, so a caller
 //     sees the same text whichever store is behind it. An empty Take is
 //     allowed;
-//   - if it has a Refund(ctx, buckets) error method (as memstore and
-//     redisstore do), gives units back exactly as
-//     RefundVectors say (token bucket: refill to now, add the cost, cap at
-//     the burst; GCRA: TAT back by cost x T, never before now; an absent
-//     bucket stays full), and refuses bad input with ValidateTake's error
-//     and the window algorithms with an error naming them. Run skips these
-//     checks for a Store without Refund;
 //   - books units ahead for a bucket with MaxWait exactly as WaitVectors
 //     say (token bucket and GCRA: a take that would deny admits when its
 //     units arrive within MaxWait, charges now and reports Result.Wait, so
@@ -40,9 +33,13 @@
 //     (signed adjustments; token bucket and GCRA carry debt, the window
 //     algorithms settle in the current window and never count below 0;
 //     an absent bucket is full; every bucket of one Settle by exactly its
-//     own amount) and refuses bad input with quota.ValidateSettle's
-//     error. Run skips these checks for a Store that is not a Settler
-//     (and runs WaitVectors only up to their first settlement);
+//     own amount), gives units back by a negative cost exactly as the
+//     give-back vectors among them say (token bucket: refill to now, add
+//     the units, cap at the burst; GCRA: TAT back by units x T, never
+//     before now; an absent bucket stays full), and refuses bad input
+//     with quota.ValidateSettle's error. Run skips these checks for a
+//     Store that is not a Settler (and runs WaitVectors only up to their
+//     first settlement);
 //   - if it is a quota.Reporter, takes report calls exactly as a scripted
 //     trace says, for token bucket and GCRA: a report charges what the
 //     bucket holds of its units, and gives back the units of a negative

@@ -27,8 +27,10 @@ func waited(rem int64, reset, wait time.Duration) Want {
 // of the quota.Algorithm doc ("Settlement"): token bucket and GCRA carry
 // debt that later takes wait out, the window algorithms settle in the
 // window current at settlement and never count below 0, an absent bucket
-// is full (a refund leaves it absent). Run checks them on every Store
-// that implements quota.Settler.
+// is full (a refund leaves it absent); and the give-back vectors (see
+// tokenBucketGiveBack), Settle of negative costs on token bucket and GCRA
+// buckets, the one way a caller gives units back. Run checks them on
+// every Store that implements quota.Settler.
 var SettleVectors = []Vector{
 	tokenBucketSettle(),
 	gcraSettle(),
@@ -36,6 +38,10 @@ var SettleVectors = []Vector{
 	slidingCounterSettle(),
 	slidingLogSettle(),
 	settleHierarchy(),
+	tokenBucketGiveBack(),
+	gcraGiveBack(),
+	gcraGiveBackOddRate(),
+	giveBackHierarchy(),
 }
 
 // tokenBucketSettle: 10/s burst 20, one token per 100 ms.

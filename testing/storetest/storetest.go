@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,36 +136,6 @@ func Run(t *testing.T, newStore Factory) {
 			reportBadInput(t, st.(quota.Reporter), prefix)
 		})
 	})
-	t.Run("Refund", func(t *testing.T) {
-		st, _, _ := fresh(t)
-		if _, ok := st.(refunder); !ok {
-			t.Skipf("%T has no Refund method", st)
-		}
-		for _, v := range RefundVectors {
-			t.Run(v.Name, func(t *testing.T) {
-				st, clk, prefix := fresh(t)
-				Check(t, st, clk, v, prefix)
-			})
-			if multiBucket(v) {
-				t.Run(v.Name+"/same_hash_tag", func(t *testing.T) {
-					st, clk, prefix := fresh(t)
-					Check(t, st, clk, v, "{"+prefix+"}:")
-				})
-			}
-		}
-		t.Run("BadInput", func(t *testing.T) {
-			st, _, prefix := fresh(t)
-			refundBadInput(t, st.(refunder), prefix)
-		})
-	})
-}
-
-// refunder is a Store that can give units back (memstore and redisstore
-// can). Run checks Refund (RefundVectors and its bad input)
-// on every Store that has one.
-type refunder interface {
-	quota.Store
-	Refund(ctx context.Context, buckets []quota.Bucket) error
 }
 
 // newPrefix returns a key prefix unique to this process and call.
@@ -214,16 +183,6 @@ func check(t reporter, st quota.Store, clk *clock.Fake, v Vector, prefix string)
 			}
 			if err := se.Settle(ctx, bs, nil); err != nil {
 				t.Fatalf("step %d (at %v): Settle: %v", i, step.At, err)
-			}
-			continue
-		}
-		if step.Refund {
-			r, ok := st.(refunder)
-			if !ok {
-				t.Fatalf("step %d (at %v): %T has no Refund method", i, step.At, st)
-			}
-			if err := r.Refund(ctx, bs); err != nil {
-				t.Fatalf("step %d (at %v): Refund: %v", i, step.At, err)
 			}
 			continue
 		}
@@ -609,57 +568,6 @@ func badInput(t reporter, st quota.Store, prefix string) {
 		if r := take1(t, st, prefix+k, ok, 1); !r.Allowed || r.Remaining != 9 {
 			t.Errorf("%s after rejected takes: %s, want allowed with 9 remaining", k, fmtResult(r))
 		}
-	}
-}
-
-// refundBadInput: a Refund of malformed buckets is refused with
-// quota.ValidateTake's error (as if they were a take), a Refund of a window
-// algorithm with an error naming it, both before anything is refunded; an
-// empty Refund succeeds.
-func refundBadInput(t reporter, st refunder, prefix string) {
-	ctx := context.Background()
-	tb := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
-	if err := st.Refund(ctx, nil); err != nil {
-		t.Errorf("empty Refund: %v, want nil", err)
-	}
-	// "a" has 5 of 10 left; no refused Refund may give any back.
-	if r := take1(t, st, prefix+"a", tb, 5); !r.Allowed || r.Remaining != 5 {
-		t.Fatalf("take 5 of 10: %s", fmtResult(r))
-	}
-	cases := []struct {
-		name    string
-		buckets []quota.Bucket
-	}{
-		{"empty key", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: "", Limit: tb, Cost: 1}}},
-		{"negative cost", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "c", Limit: tb, Cost: -1}}},
-		{"zero rate", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "d", Limit: quota.Limit{Rate: 0, Period: time.Second, Burst: 1}, Cost: 1}}},
-		{"same key twice", []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "a", Limit: tb, Cost: 1}}},
-	}
-	for _, c := range cases {
-		want := quota.ValidateTake(c.buckets, make([]quota.Result, len(c.buckets)))
-		if want == nil {
-			t.Errorf("%s: quota.ValidateTake accepts this case; the suite is out of date", c.name)
-			continue
-		}
-		if err := st.Refund(ctx, c.buckets); err == nil {
-			t.Errorf("%s: Refund returned no error", c.name)
-		} else if err.Error() != want.Error() {
-			t.Errorf("%s: Refund error:\n got  %s\n want %s (quota.ValidateTake's)", c.name, err, want)
-		}
-	}
-	for _, l := range []quota.Limit{
-		{Algorithm: quota.SlidingWindowCounter, Rate: 10, Period: time.Second},
-		{Algorithm: quota.SlidingWindowLog, Rate: 10, Period: time.Second},
-		{Algorithm: quota.FixedWindow, Rate: 10, Period: time.Second},
-	} {
-		bs := []quota.Bucket{{Key: prefix + "a", Limit: tb, Cost: 1}, {Key: prefix + "w", Limit: l, Cost: 1}}
-		if err := st.Refund(ctx, bs); err == nil || !strings.Contains(err.Error(), l.Algorithm.String()) {
-			t.Errorf("Refund of a %s bucket: %v, want an error naming %s", l.Algorithm, err, l.Algorithm)
-		}
-	}
-	// 6 > 5: denied with 5 remaining, as before the refused Refunds.
-	if r := take1(t, st, prefix+"a", tb, 6); r.Allowed || r.Remaining != 5 {
-		t.Errorf("after refused Refunds: %s, want a deny with 5 remaining", fmtResult(r))
 	}
 }
 

@@ -183,73 +183,11 @@ func TestRecorderPassesMemstore(t *testing.T) {
 	}
 }
 
-// refundWrong is a memstore whose Refund is wrong: "noop" refunds
-// nothing, "twice" refunds every cost twice.
-type refundWrong struct {
-	*memstore.Store
-	how string
-}
-
-func (r refundWrong) Refund(ctx context.Context, bs []quota.Bucket) error {
-	if r.how == "noop" {
-		return nil
-	}
-	if err := r.Store.Refund(ctx, bs); err != nil {
-		return err
-	}
-	return r.Store.Refund(ctx, bs)
-}
-
-// takeOnly hides memstore's Refund.
-type takeOnly struct{ inner quota.Store }
-
-func (o takeOnly) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
-	return o.inner.Take(ctx, bs, res)
-}
-
-func TestRefundVectorsCatchWrongRefunds(t *testing.T) {
-	for _, how := range []string{"noop", "twice"} {
-		for _, v := range RefundVectors {
-			clk := clock.New(time.Time{})
-			st := refundWrong{Store: mem(t, clk), how: how}
-			if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "r:") }); len(msgs) == 0 {
-				t.Errorf("%s: a store whose Refund is wrong (%s) passed", v.Name, how)
-			}
-		}
-	}
-	clk := clock.New(time.Time{})
-	msgs := runRecorded(func(r reporter) { check(r, takeOnly{mem(t, clk)}, clk, RefundVectors[0], "o:") })
-	if len(msgs) != 1 || !strings.Contains(msgs[0], "has no Refund method") {
-		t.Errorf("a store without Refund: %q, want one report saying so", msgs)
-	}
-}
-
-// A Refund that refunds before refusing, or refuses in its own words,
-// fails refundBadInput.
-func TestRefundBadInputCatchesWrongStores(t *testing.T) {
-	msgs := runRecorded(func(r reporter) { refundBadInput(r, refundWrong{Store: mem(t, nil), how: "noop"}, "n:") })
-	if len(msgs) != 7 { // 4 bad inputs and 3 window algorithms accepted
-		t.Errorf("a Refund that accepts everything: %d reports, want 7:\n%s", len(msgs), strings.Join(msgs, "\n"))
-	}
-}
-
-func TestRecorderPassesMemstoreRefund(t *testing.T) {
-	for _, v := range RefundVectors {
-		clk := clock.New(time.Time{})
-		st := mem(t, clk)
-		if msgs := runRecorded(func(r reporter) { check(r, st, clk, v, "m:") }); len(msgs) != 0 {
-			t.Errorf("%s: %s", v.Name, strings.Join(msgs, "\n"))
-		}
-	}
-	if msgs := runRecorded(func(r reporter) { refundBadInput(r, mem(t, nil), "m:") }); len(msgs) != 0 {
-		t.Errorf("refundBadInput: %s", strings.Join(msgs, "\n"))
-	}
-}
-
 // settleWrong is a memstore whose Settle is wrong: "noop" settles
 // nothing, "twice" applies every adjustment twice, "nodebt" never lets a
 // charge overdraw a bucket (it settles only what the bucket holds, like a
-// capped refund the other way).
+// capped refund the other way), "nogiveback" ignores negative costs (the
+// units given back).
 type settleWrong struct {
 	*memstore.Store
 	how string
@@ -264,6 +202,17 @@ func (w settleWrong) Settle(ctx context.Context, bs []quota.Bucket, took []quota
 			return err
 		}
 		return w.Store.Settle(ctx, bs, took)
+	case "nogiveback":
+		if err := quota.ValidateSettle(bs, took); err != nil {
+			return err
+		}
+		kept := make([]quota.Bucket, 0, len(bs))
+		for _, b := range bs {
+			if b.Cost > 0 {
+				kept = append(kept, b)
+			}
+		}
+		return w.Store.Settle(ctx, kept, took)
 	}
 	// nodebt: charge at most what a zero-cost take says remains.
 	capped := append([]quota.Bucket(nil), bs...)
@@ -283,10 +232,10 @@ func (w settleWrong) Settle(ctx context.Context, bs []quota.Bucket, took []quota
 }
 
 func TestSettleVectorsCatchWrongSettles(t *testing.T) {
-	for _, how := range []string{"noop", "twice", "nodebt"} {
+	for _, how := range []string{"noop", "twice", "nodebt", "nogiveback"} {
 		for _, v := range SettleVectors {
-			if how == "nodebt" && v.Name == "settle/hierarchy" {
-				continue // no debt in it
+			if (how == "nodebt" && (!settles(v, 1) || v.Name == "settle/hierarchy")) || (how == "nogiveback" && !settles(v, -1)) {
+				continue // no debt, or nothing given back, in it
 			}
 			clk := clock.New(time.Time{})
 			st := settleWrong{Store: mem(t, clk), how: how}
@@ -299,6 +248,18 @@ func TestSettleVectorsCatchWrongSettles(t *testing.T) {
 	if len(msgs) != 5 {
 		t.Errorf("a Settle that accepts everything: %d reports, want 5:\n%s", len(msgs), strings.Join(msgs, "\n"))
 	}
+}
+
+// settles reports whether v has a Settle step with a cost of sign's sign.
+func settles(v Vector, sign int64) bool {
+	for _, step := range v.Steps {
+		for _, c := range step.Charges {
+			if step.Settle && c.Cost*sign > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // noWait is a memstore that ignores MaxWait: it decides every take as if

@@ -36,7 +36,7 @@ type Want struct {
 	Wait time.Duration
 }
 
-// Step is one Take, or one Refund, at a point in fake time.
+// Step is one Take, or one Settle, at a point in fake time.
 type Step struct {
 	// At is the offset from clock.Epoch (2026-01-01T00:00:00Z, a whole hour,
 	// so windows of 1 s, 10 s, 1 min and 1 h all start at At == 0).
@@ -48,9 +48,6 @@ type Step struct {
 	// Want holds one expected Result per Charge; Limit is checked against
 	// Charge.Limit.Capacity().
 	Want []Want
-	// Refund makes the step a Refund of the Charges instead of a Take: it
-	// must succeed, and Allowed and Want are unused (RefundVectors only).
-	Refund bool
 	// Settle makes the step a quota.Settler's Settle of the Charges, each
 	// Cost a signed adjustment, instead of a Take: it must succeed, and
 	// Allowed and Want are unused (SettleVectors and WaitVectors).
@@ -676,37 +673,28 @@ func allOrNothing() Vector {
 	}}
 }
 
-// refund is a Step that refunds the charges at at.
-func refund(at time.Duration, charges ...Charge) Step {
-	return Step{At: at, Charges: charges, Refund: true}
-}
-
-// RefundVectors is the shared table of Refund: takes, refunds and takes
-// again, on the algorithms that can be refunded (TokenBucket and GCRA),
-// with the arithmetic of the quota.Algorithm doc for the takes and, for
-// the refunds (c the cost refunded, now the step's time):
+// The give-back vectors, part of SettleVectors: Settle with a negative
+// cost, the one way a caller gives back units taken ahead and not spent
+// (a cancelled wait, an estimate above the actual cost), on TokenBucket
+// and GCRA, with the arithmetic of the quota.Algorithm doc ("Settlement")
+// for d = -c (c the units given back, now the step's time):
 //
 //	TokenBucket: tokens = min(B, tokens + (elapsed * N) / P), ts = now; tokens = min(B, tokens + c)
 //	GCRA:        tat = max(t, tat - c * T)
 //
-// An absent bucket is full and a refund leaves it so; a cost of 0 refunds
-// nothing. Run checks them on every Store that has a Refund method.
-var RefundVectors = []Vector{
-	tokenBucketRefund(),
-	gcraRefund(),
-	gcraRefundOddRate(),
-	refundHierarchy(),
-}
+// An absent bucket is full and a give-back leaves it so; a cost of 0
+// gives nothing.
 
-// tokenBucketRefund: refunds give back exactly their cost on top of the
-// refill, capped at the burst; a refund of an absent bucket does nothing.
-func tokenBucketRefund() Vector {
+// tokenBucketGiveBack: give-backs return exactly their units on top of
+// the refill, capped at the burst; a give-back to an absent bucket does
+// nothing.
+func tokenBucketGiveBack() Vector {
 	l := tb10x20
-	return Vector{Name: "token_bucket/refund", Steps: []Step{
+	return Vector{Name: "token_bucket/give_back", Steps: []Step{
 		// tokens 20 -> 5; reset = ceil((15*1e6)/10) = 1.5 s.
 		one(0, "tbr", l, 15, allow(5, 1500*ms)),
 		// elapsed 0: tokens 5 -> min(20, 5 + 4) = 9.
-		refund(0, Charge{Key: "tbr", Limit: l, Cost: 4}),
+		settleStep(0, Charge{Key: "tbr", Limit: l, Cost: -4}),
 		// 10 > 9: denied; remaining 9; retry = ceil(((10-9)*1e6)/10) = 100 ms;
 		// reset = ceil((11*1e6)/10) = 1.1 s.
 		one(0, "tbr", l, 10, deny(9, 100*ms, 1100*ms)),
@@ -714,7 +702,7 @@ func tokenBucketRefund() Vector {
 		one(0, "tbr", l, 9, allow(0, 2*s)),
 		// 500 ms later: the refill first, tokens = 0 + (500000*10)/1e6 = 5,
 		// then 5 + 3 = 8, ts = 500 ms. (Without the refill: 3.)
-		refund(500*ms, Charge{Key: "tbr", Limit: l, Cost: 3}),
+		settleStep(500*ms, Charge{Key: "tbr", Limit: l, Cost: -3}),
 		// 9 > 8: denied; remaining 8; retry = ceil((1*1e6)/10) = 100 ms;
 		// reset = ceil((12*1e6)/10) = 1.2 s.
 		one(500*ms, "tbr", l, 9, deny(8, 100*ms, 1200*ms)),
@@ -722,30 +710,30 @@ func tokenBucketRefund() Vector {
 		one(500*ms, "tbr", l, 8, allow(0, 2*s)),
 		// 1 s later: refill to 0 + (1e6*10)/1e6 = 10, then min(20, 10 + 15)
 		// = 20: the cap.
-		refund(1500*ms, Charge{Key: "tbr", Limit: l, Cost: 15}),
+		settleStep(1500*ms, Charge{Key: "tbr", Limit: l, Cost: -15}),
 		// exactly the burst is there: 20 -> 0, reset 2 s ...
 		one(1500*ms, "tbr", l, 20, allow(0, 2*s)),
 		// ... and no more: retry 100 ms, reset 2 s.
 		one(1500*ms, "tbr", l, 1, deny(0, 100*ms, 2*s)),
-		// An absent bucket is full; the refund leaves it so (it does not
+		// An absent bucket is full; the give-back leaves it so (it does not
 		// become a bucket of 5 tokens).
-		refund(1500*ms, Charge{Key: "tbr_new", Limit: l, Cost: 5}),
+		settleStep(1500*ms, Charge{Key: "tbr_new", Limit: l, Cost: -5}),
 		one(1500*ms, "tbr_new", l, 20, allow(0, 2*s)),
 		one(1500*ms, "tbr_new", l, 1, deny(0, 100*ms, 2*s)),
 	}}
 }
 
-// gcraRefund: refunds move the TAT back by c*T, never below now. T = 1e5,
+// gcraGiveBack: give-backs move the TAT back by c*T, never below now. T = 1e5,
 // B*T = 5e5, tol = 500000.5; every value is whole, so the slack only shows
 // in the 0.5 of retry-afters, ceil(x - 0.5) = x (see gcraBurstThenRate).
-func gcraRefund() Vector {
+func gcraGiveBack() Vector {
 	l := gcra10x5
-	return Vector{Name: "gcra/refund", Steps: []Step{
+	return Vector{Name: "gcra/give_back", Steps: []Step{
 		// t = 0: tat1 = 3e5; remaining = floor((500000.5 - 3e5)/1e5) = 2;
 		// reset 300 ms.
 		one(0, "gr", l, 3, allow(2, 300*ms)),
 		// tat = max(0, 3e5 - 2*1e5) = 1e5.
-		refund(0, Charge{Key: "gr", Limit: l, Cost: 2}),
+		settleStep(0, Charge{Key: "gr", Limit: l, Cost: -2}),
 		// tat1 = 1e5 + 5e5 = 6e5 > tol: denied; remaining =
 		// floor((500000.5 - 1e5)/1e5) = 4; retry = ceil(6e5 - 500000.5) =
 		// 100 ms; reset = 1e5 = 100 ms.
@@ -754,7 +742,7 @@ func gcraRefund() Vector {
 		one(0, "gr", l, 4, allow(0, 500*ms)),
 		// t = 2e5: tat = max(2e5, 5e5 - 5*1e5 = 0) = 2e5: bounded below by
 		// now, a full bucket.
-		refund(200*ms, Charge{Key: "gr", Limit: l, Cost: 5}),
+		settleStep(200*ms, Charge{Key: "gr", Limit: l, Cost: -5}),
 		// exactly the burst: tat1 = 7e5, 7e5 - 2e5 = 5e5 <= tol; remaining 0;
 		// reset 500 ms ...
 		one(200*ms, "gr", l, 5, allow(0, 500*ms)),
@@ -762,15 +750,15 @@ func gcraRefund() Vector {
 		// ceil(6e5 - 500000.5) = 100 ms; reset = 7e5 - 2e5 = 500 ms.
 		one(200*ms, "gr", l, 1, deny(0, 100*ms, 500*ms)),
 		// t = 3e5: tat = max(3e5, 7e5 - 1e5) = 6e5.
-		refund(300*ms, Charge{Key: "gr", Limit: l, Cost: 1}),
+		settleStep(300*ms, Charge{Key: "gr", Limit: l, Cost: -1}),
 		// tat1 = 1e6, 7e5 > tol: denied; remaining =
 		// floor((500000.5 - 3e5)/1e5) = 2; retry = ceil(7e5 - 500000.5) =
-		// 200 ms; reset = 6e5 - 3e5 = 300 ms. (Without the refund: 1 left.)
+		// 200 ms; reset = 6e5 - 3e5 = 300 ms. (Without the give-back: 1 left.)
 		one(300*ms, "gr", l, 4, deny(2, 200*ms, 300*ms)),
 		// tat1 = 8e5, 5e5 <= tol: remaining 0, reset 500 ms.
 		one(300*ms, "gr", l, 2, allow(0, 500*ms)),
-		// An absent bucket is full; the refund leaves it so.
-		refund(300*ms, Charge{Key: "gr_new", Limit: l, Cost: 3}),
+		// An absent bucket is full; the give-back leaves it so.
+		settleStep(300*ms, Charge{Key: "gr_new", Limit: l, Cost: -3}),
 		// new: tat1 = t + 5e5, allowed; remaining 0; reset 500 ms ...
 		one(300*ms, "gr_new", l, 5, allow(0, 500*ms)),
 		// ... then tat1 = t + 6e5: denied, retry 100 ms, reset 500 ms.
@@ -778,16 +766,16 @@ func gcraRefund() Vector {
 	}}
 }
 
-// gcraRefundOddRate: GCRA 3/s burst 2, where T = fl(1e6/3) =
-// 333333.33333333331393 is not whole, pins the doubles of a refund:
+// gcraGiveBackOddRate: GCRA 3/s burst 2, where T = fl(1e6/3) =
+// 333333.33333333331393 is not whole, pins the doubles of a give-back:
 // 2T - T = T exactly, and then T + 2T = fl(3T) = 1e6 (see gcra3x3).
-func gcraRefundOddRate() Vector {
+func gcraGiveBackOddRate() Vector {
 	l := gcra3x2
-	return Vector{Name: "gcra/refund_odd_rate", Steps: []Step{
+	return Vector{Name: "gcra/give_back_odd_rate", Steps: []Step{
 		// tat1 = 2T = 666666.66666666662786 <= tol; remaining 0; reset 666667.
 		one(0, "gro", l, 2, allow(0, 666667*µs)),
 		// tat = max(0, 2T - 1*T) = T.
-		refund(0, Charge{Key: "gro", Limit: l, Cost: 1}),
+		settleStep(0, Charge{Key: "gro", Limit: l, Cost: -1}),
 		// tat1 = fl(T + 2T) = 1e6 > tol = 666667.16666666662786: denied;
 		// remaining = floor((tol - T)/T) = floor(1.0000015) = 1; retry =
 		// ceil(1e6 - 666666.66666666662786 - 0.5) = ceil(333332.83333333337)
@@ -799,23 +787,23 @@ func gcraRefundOddRate() Vector {
 	}}
 }
 
-// refundHierarchy: one Refund of several buckets (a token bucket, a GCRA
-// refunded 0, an absent bucket) gives back exactly the units of each; on a
+// giveBackHierarchy: one Settle giving back to several buckets (a token
+// bucket, a GCRA given 0, an absent bucket) gives back exactly the units of each; on a
 // Redis Cluster the buckets sit in different slots, except in the
 // same_hash_tag run.
-func refundHierarchy() Vector {
+func giveBackHierarchy() Vector {
 	tb, gc := tb10x20, gcra10x5
-	return Vector{Name: "refund/hierarchy", Steps: []Step{
+	return Vector{Name: "give_back/hierarchy", Steps: []Step{
 		// tb 20 -> 12, reset = ceil((8*1e6)/10) = 800 ms; gc tat1 = 2e5,
 		// remaining floor((500000.5 - 2e5)/1e5) = 3, reset 200 ms.
 		{At: 0, Charges: []Charge{{Key: "tb", Limit: tb, Cost: 8}, {Key: "gc", Limit: gc, Cost: 2}}, Allowed: true,
 			Want: []Want{allow(12, 800*ms), allow(3, 200*ms)}},
 		// tb 12 -> 17; gc unchanged (cost 0); "none" is absent: nothing.
-		refund(0, Charge{Key: "tb", Limit: tb, Cost: 5}, Charge{Key: "gc", Limit: gc, Cost: 0}, Charge{Key: "none", Limit: tb, Cost: 3}),
+		settleStep(0, Charge{Key: "tb", Limit: tb, Cost: -5}, Charge{Key: "gc", Limit: gc, Cost: 0}, Charge{Key: "none", Limit: tb, Cost: -3}),
 		// tb alone would allow 17 (remaining 17 as it stands, reset =
 		// ceil((3*1e6)/10) = 300 ms); gc denies 4: tat1 = 6e5 > tol,
 		// remaining 3, retry = ceil(6e5 - 500000.5) = 100 ms, reset 200 ms
-		// (the refund of 0 changed nothing). Nothing is charged.
+		// (the give-back of 0 changed nothing). Nothing is charged.
 		{At: 0, Charges: []Charge{{Key: "tb", Limit: tb, Cost: 17}, {Key: "gc", Limit: gc, Cost: 4}}, Allowed: false,
 			Want: []Want{allow(17, 300*ms), deny(3, 100*ms, 200*ms)}},
 		// tb denies 18 > 17: retry = ceil((1*1e6)/10) = 100 ms, reset

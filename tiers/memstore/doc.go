@@ -37,7 +37,7 @@
 //     lives milliseconds are reused, not reallocated), and a full shard
 //     deletes every expired entry it examines before evicting (never an
 //     entry the same Take uses). No goroutine runs.
-//   - The key cap (WithMaxKeys, default DefaultMaxKeys). The cap is split
+//   - The key cap (WithMaxKeys, default 2^20 keys). The cap is split
 //     evenly over the shards (shard i holds at most ceil or floor of
 //     maxKeys/shards keys, summing to exactly maxKeys). Inserting a new key
 //     into a full shard first examines the next 32 entries from the
@@ -55,16 +55,15 @@
 //     TAT beyond the tolerance); the window algorithms settle in the
 //     window current at settlement, never below 0 (the sliding log drops
 //     its newest timestamps). An absent bucket is full: a refund leaves it
-//     absent, a charge starts it from full.
+//     absent, a charge starts it from full. Settle with a negative cost is
+//     how units taken ahead and not spent are given back (a cancelled
+//     wait, an estimate above the actual cost): a token bucket is refilled
+//     to now, then given the units, capped at its capacity; a TAT moves
+//     back, never before now.
 //   - Waiting (quota.Bucket.MaxWait, token bucket and GCRA): a bucket that
 //     would deny but whose units arrive within MaxWait books them (tokens
 //     below 0, the TAT beyond the tolerance) and reports the wait in
 //     Result.Wait; later takes queue behind it.
-//   - Refund gives units back to token bucket and GCRA buckets (units
-//     taken ahead and not spent): refilled to now, plus
-//     the cost, capped at the capacity; a TAT moved back, never before
-//     now. An absent bucket is full and stays absent. The window
-//     algorithms cannot be refunded (an error names them).
 //   - Bucket.OnStoreError and Bucket.CacheDenials are ignored: this store
 //     never fails, and every answer is already local.
 //   - Durations saturate: a Reset or RetryAfter beyond time.Duration's range

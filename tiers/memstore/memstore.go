@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"math/bits"
 	"strings"
 	"sync"
@@ -16,14 +15,14 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// Defaults and bounds of the Store's options.
+// Defaults and bounds of the Store's options, and of its upkeep.
 const (
-	// DefaultMaxKeys is the key cap when WithMaxKeys is not given.
-	DefaultMaxKeys = 1 << 20
-	// DefaultShards is the number of shards when WithShards is not given.
-	DefaultShards = 64
-	// MaxShards is the largest value WithShards accepts.
-	MaxShards = 1 << 16
+	// defaultMaxKeys is the key cap when WithMaxKeys is not given.
+	defaultMaxKeys = 1 << 20
+	// defaultShards is the number of shards when WithShards is not given.
+	defaultShards = 64
+	// maxShards is the largest value WithShards accepts.
+	maxShards = 1 << 16
 	// evictSample is how many entries of a full shard are examined to choose
 	// what to delete when a new key arrives.
 	evictSample = 32
@@ -67,8 +66,8 @@ func WithClock(c floodgate.Clock) Option {
 	}
 }
 
-// WithMaxKeys caps the number of buckets the Store keeps (default
-// DefaultMaxKeys; at least 1). See the package doc for what happens when
+// WithMaxKeys caps the number of buckets the Store keeps (default 2^20,
+// 1 048 576; at least 1). See the package doc for what happens when
 // it is reached.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) {
@@ -80,13 +79,13 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// WithShards sets the number of independently locked shards (default
-// DefaultShards; 1 to MaxShards). It is lowered to the key cap when the
+// WithShards sets the number of independently locked shards (default 64;
+// 1 to 65 536). It is lowered to the key cap when the
 // cap is smaller, so every shard can hold at least one key.
 func WithShards(n int) Option {
 	return func(cfg *config) {
-		if n < 1 || n > MaxShards {
-			cfg.fail("WithShards: shard count %d must be in [1, %d]", n, MaxShards)
+		if n < 1 || n > maxShards {
+			cfg.fail("WithShards: shard count %d must be in [1, %d]", n, maxShards)
 			return
 		}
 		cfg.shards = n
@@ -100,7 +99,7 @@ type Store struct {
 	seed   maphash.Seed
 	shards []shard
 
-	// Report's records of calls (see report.go), swept of expired ones
+	// Report's records of calls (see Store.Report), swept of expired ones
 	// at most once per quota.ReportRecordTTL.
 	rmu       sync.Mutex
 	recs      map[recKey]record
@@ -175,7 +174,7 @@ var hashMask = ^uint64(0)
 // New returns a Store configured by opts, or an error naming every bad
 // option.
 func New(opts ...Option) (*Store, error) {
-	cfg := config{clock: floodgate.SystemClock(), maxKeys: DefaultMaxKeys, shards: DefaultShards}
+	cfg := config{clock: floodgate.SystemClock(), maxKeys: defaultMaxKeys, shards: defaultShards}
 	for _, o := range opts {
 		if o == nil {
 			cfg.fail("nil Option")
@@ -279,7 +278,18 @@ func (s *Store) Take(_ context.Context, buckets []quota.Bucket, res []quota.Resu
 		p := &ps[i]
 		b := &buckets[i]
 		p.fresh = p.e == nil || p.e.alg != b.Limit.Algorithm || now >= p.e.expires
-		decide(p, b, now)
+		switch b.Limit.Algorithm { // decide's switch, saving it a call
+		case quota.TokenBucket:
+			decideTokenBucket(p, b, now)
+		case quota.GCRA:
+			decideGCRA(p, b, now)
+		case quota.SlidingWindowCounter:
+			decideSlidingCounter(p, b, now)
+		case quota.SlidingWindowLog:
+			decideSlidingLog(p, b, now)
+		case quota.FixedWindow:
+			decideFixedWindow(p, b, now)
+		}
 		allowed = allowed && p.allow
 	}
 	if allowed {
@@ -310,38 +320,6 @@ func (s *Store) Take(_ context.Context, buckets []quota.Bucket, res []quota.Resu
 	return allowed, nil
 }
 
-// Refund gives each bucket's Cost units back, as if that many units charged
-// earlier had never been taken, capped so a bucket never holds more than its
-// capacity. It is what a caller that took units ahead calls to return
-// those it did not spend (package tiers/localfirst gives back its leases
-// with a negative Report, which is recorded): a Settle of the
-// negated costs, under the same locks, at one reading of the clock, with
-// the settlement arithmetic of the quota.Algorithm doc (token bucket:
-// refilled to now, then min(B, tokens + c); GCRA: tat = max(t, tat − c·T)).
-// A bucket whose state is absent is full already and is left alone, as is
-// a bucket of cost 0.
-//
-// Only TokenBucket and GCRA can be refunded: a window algorithm's units
-// belong to the window they were charged in, which Refund is not told, so
-// a bucket of one is an error naming its algorithm. Bad input is refused
-// with quota.ValidateTake's error (as if the buckets were a take). Either
-// error is reported before anything is refunded. ctx is not consulted.
-func (s *Store) Refund(ctx context.Context, buckets []quota.Bucket) error {
-	if err := quota.ValidateRefund(buckets); err != nil {
-		return err
-	}
-	var buf [stackBuckets]quota.Bucket
-	neg := buf[:0]
-	if len(buckets) > len(buf) {
-		neg = make([]quota.Bucket, 0, len(buckets))
-	}
-	for _, b := range buckets {
-		b.Cost = -b.Cost
-		neg = append(neg, b)
-	}
-	return s.Settle(ctx, neg, nil)
-}
-
 // insertSorted adds v to the ascending, duplicate-free list l, whose
 // capacity must allow one more element. Lists are a handful of shards
 // long: a plain insertion step beats a call to memmove.
@@ -359,229 +337,6 @@ func insertSorted(l []uint32, v uint32) []uint32 {
 	}
 	l[k] = v
 	return l
-}
-
-// µs converts a count of µs to a Duration, saturating at the largest
-// Duration (292 years): a burst of 1e9 refilled at 1 per year resets in
-// 1e9 years, which no Duration can hold.
-func µs(v int64) time.Duration {
-	switch {
-	case v > math.MaxInt64/int64(time.Microsecond):
-		return math.MaxInt64
-	case v < math.MinInt64/int64(time.Microsecond):
-		return math.MinInt64
-	}
-	return time.Duration(v) * time.Microsecond
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
-}
-
-// decide fills p with the decision on b at now, by the arithmetic in the
-// quota.Algorithm doc. It changes no state except dropping expired
-// timestamps from a sliding window log, which the arithmetic does on every
-// call.
-func decide(p *pending, b *quota.Bucket, now int64) {
-	lim := b.Limit
-	c := b.Cost
-	over := c > lim.Capacity()
-	per := int64(lim.Period / time.Microsecond)
-	// The longest wait the bucket may book, µs; without MaxWait -1, which
-	// no wait (at least 1 µs) is within.
-	mw := int64(b.MaxWait / time.Microsecond)
-	if mw <= 0 {
-		mw = -1
-	}
-	switch lim.Algorithm {
-	case quota.TokenBucket:
-		B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
-		tokens, ts := B, now
-		if !p.fresh {
-			tokens, ts = p.e.f, p.e.ts
-		}
-		elapsed := now - ts
-		if elapsed < 0 {
-			elapsed = 0
-		}
-		tokens = tokens + (float64(elapsed)*N)/P
-		if tokens > B {
-			tokens = B
-		}
-		p.allow = cf <= tokens
-		// Below 0 tokens (a settlement's debt, units booked ahead) there
-		// is nothing remaining.
-		p.remNo = max(0, floorI(tokens))
-		p.resetNo = ceilI(((B - tokens) * P) / N)
-		if !p.allow && !over {
-			p.retry = ceilI(((cf - tokens) * P) / N)
-			if p.retry <= mw {
-				p.allow, p.wait, p.retry = true, p.retry, 0
-			}
-		}
-		if p.allow {
-			t2 := tokens - cf
-			p.f, p.ts = t2, now
-			p.remCh = max(0, floorI(t2))
-			p.resetCh = ceilI(((B - t2) * P) / N)
-			p.expires = satAdd(now, max(p.resetCh, minTTL))
-		}
-	case quota.GCRA:
-		B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
-		T := P / N
-		// The explicit conversions forbid fused multiply-add (the Go spec
-		// allows fusing otherwise), so every product is rounded on its own,
-		// as in Lua.
-		BT := float64(B * T)
-		sl := quota.GCRASlack // at most half an emission interval
-		if h := T / 2; h < sl {
-			sl = h
-		}
-		tol := float64(BT + sl)
-		// Times relative to quota.GCRAEpoch: the int64 difference is exact,
-		// and so is its conversion for any now within 285 years of it.
-		tf := float64(now - quota.GCRAEpoch)
-		tat := tf
-		if !p.fresh {
-			tat = p.e.f
-		}
-		tat0 := tat
-		if tf > tat0 {
-			tat0 = tf
-		}
-		tat1 := tat0 + float64(cf*T)
-		p.allow = tat1-tf <= tol
-		p.remNo = max(0, floorI((tol-(tat0-tf))/T))
-		p.resetNo = ceilI(tat0 - tf)
-		if !p.allow && !over {
-			p.retry = ceilI(tat1 - tf - BT - sl)
-			if p.retry <= mw {
-				p.allow, p.wait, p.retry = true, p.retry, 0
-			}
-		}
-		if p.allow {
-			p.f = tat1
-			p.remCh = max(0, floorI((tol-(tat1-tf))/T))
-			p.resetCh = ceilI(tat1 - tf)
-			p.expires = satAdd(now, max(p.resetCh, minTTL))
-		}
-	case quota.SlidingWindowCounter:
-		W, L := per, lim.Rate
-		w := floorDiv(now, W)
-		e := now - w*W
-		var curr, prev int64
-		if !p.fresh {
-			switch p.e.win {
-			case w:
-				curr, prev = p.e.curr, p.e.prev
-			case w - 1:
-				prev = p.e.curr
-			}
-		}
-		Wf, Lf := float64(W), float64(L)
-		weighted := (float64(prev)*float64(W-e))/Wf + float64(curr)
-		p.allow = weighted+float64(c) <= Lf
-		p.remNo = max(0, floorI(Lf-weighted))
-		p.resetNo = swcReset(curr, prev, w, W, now)
-		if p.allow {
-			p.win, p.curr, p.prev = w, curr+c, prev
-			p.remCh = max(0, floorI(Lf-weighted-float64(c)))
-			p.resetCh = swcReset(curr+c, prev, w, W, now)
-			p.expires = (w + 2) * W
-		} else if !over {
-			if curr+c <= L {
-				p.retry = ceilI(Wf-(float64(L-curr-c)*Wf)/float64(prev)) - e
-			} else {
-				p.retry = (W - e) + ceilI(math.Max(0, Wf-(float64(L-c)*Wf)/float64(curr)))
-			}
-		}
-	case quota.SlidingWindowLog:
-		W, L := per, lim.Rate
-		var lg *ring
-		var n int64
-		if !p.fresh {
-			lg = p.e.log
-			lg.dropThrough(now - W)
-			n = lg.total
-		}
-		p.allow = n+c <= L
-		p.remNo = max(0, L-n) // a lowered limit can leave n > L
-		if n > 0 {
-			p.resetNo = lg.newest() + W - now
-		}
-		if p.allow {
-			p.remCh = max(0, L-n-c)
-			p.resetCh = p.resetNo
-			if c > 0 {
-				newest := now
-				if n > 0 && lg.newest() > now {
-					newest = lg.newest()
-				}
-				p.resetCh = newest + W - now
-			}
-		} else if !over {
-			p.retry = lg.kth(n+c-L) + W - now
-		}
-	case quota.FixedWindow:
-		W, L := per, lim.Rate
-		w := floorDiv(now, W)
-		var count int64
-		if !p.fresh && p.e.win == w {
-			count = p.e.curr
-		}
-		p.allow = count+c <= L
-		p.remNo = max(0, L-count) // a lowered limit can leave count > L
-		p.resetNo = (w+1)*W - now
-		if p.allow {
-			p.win, p.curr = w, count+c
-			p.remCh = max(0, L-count-c)
-			p.resetCh = p.resetNo
-			p.expires = (w + 1) * W
-		} else if !over {
-			p.retry = (w+1)*W - now
-		}
-	}
-	if over {
-		p.allow = false
-		p.retry = -1
-	}
-}
-
-func swcReset(curr, prev, w, W, now int64) int64 {
-	switch {
-	case curr > 0:
-		return (w+2)*W - now
-	case prev > 0:
-		return (w+1)*W - now
-	}
-	return 0
-}
-
-func floorI(x float64) int64 { return toInt(math.Floor(x)) }
-func ceilI(x float64) int64  { return toInt(math.Ceil(x)) }
-
-// satAdd returns a+b for b >= 0, saturating at the largest int64.
-func satAdd(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
-// toInt converts an integral float to int64, saturating where Go's
-// conversion would be undefined.
-func toInt(x float64) int64 {
-	switch {
-	case x >= 0x1p63:
-		return math.MaxInt64
-	case x < -0x1p63:
-		return math.MinInt64
-	}
-	return int64(x)
 }
 
 // commit writes p's new state for b. Called with every shard of the Take
@@ -672,97 +427,4 @@ func inTake(key string, take []quota.Bucket) bool {
 		}
 	}
 	return false
-}
-
-// ring is a sliding window log: runs of (timestamp, count), oldest first,
-// in a circular buffer that grows by doubling.
-type ring struct {
-	buf   []stamp
-	head  int
-	size  int
-	total int64
-}
-
-type stamp struct{ t, n int64 }
-
-func (r *ring) at(i int) *stamp { return &r.buf[(r.head+i)%len(r.buf)] }
-
-func (r *ring) newest() int64 { return r.at(r.size - 1).t }
-
-func (r *ring) clear() { r.head, r.size, r.total = 0, 0, 0 }
-
-// dropThrough removes every run with timestamp <= cut.
-func (r *ring) dropThrough(cut int64) {
-	for r.size > 0 {
-		s := r.at(0)
-		if s.t > cut {
-			return
-		}
-		r.total -= s.n
-		r.head = (r.head + 1) % len(r.buf)
-		r.size--
-	}
-}
-
-// kth returns the timestamp of the k-th oldest unit (k >= 1).
-func (r *ring) kth(k int64) int64 {
-	for i := 0; i < r.size; i++ {
-		s := r.at(i)
-		if k <= s.n {
-			return s.t
-		}
-		k -= s.n
-	}
-	return r.newest()
-}
-
-// add records n units at t, keeping runs sorted by timestamp.
-func (r *ring) add(t, n int64) {
-	r.total += n
-	if r.size > 0 {
-		last := r.at(r.size - 1)
-		if last.t == t {
-			last.n += n
-			return
-		}
-		if last.t > t {
-			r.insertSorted(t, n)
-			return
-		}
-	}
-	if r.size == len(r.buf) {
-		r.grow(r.size + 1)
-	}
-	*r.at(r.size) = stamp{t, n}
-	r.size++
-}
-
-func (r *ring) grow(min int) {
-	c := max(4, 2*len(r.buf), min)
-	nb := make([]stamp, c)
-	for i := 0; i < r.size; i++ {
-		nb[i] = *r.at(i)
-	}
-	r.buf, r.head = nb, 0
-}
-
-// insertSorted handles a timestamp older than the newest run (the clock
-// went backwards): rare, so it simply rebuilds the buffer.
-func (r *ring) insertSorted(t, n int64) {
-	nb := make([]stamp, 0, max(4, 2*(r.size+1)))
-	placed := false
-	for i := 0; i < r.size; i++ {
-		s := *r.at(i)
-		if !placed && s.t >= t {
-			if s.t == t {
-				s.n += n
-			} else {
-				nb = append(nb, stamp{t, n})
-			}
-			placed = true
-		}
-		nb = append(nb, s)
-	}
-	r.size = len(nb)
-	r.buf, r.head = nb[:cap(nb)], 0
 }

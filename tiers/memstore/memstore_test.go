@@ -362,11 +362,12 @@ func TestConcurrentChurnKeepsCap(t *testing.T) {
 	}
 }
 
-// TestRefundUndoesTake: a Refund of what a Take charged leaves a bucket
-// exactly as if the Take had not happened: the same Results, to the
-// microsecond, for every probe after it (at the take's time and later),
-// token bucket and GCRA, also when the refund comes later than the take.
-func TestRefundUndoesTake(t *testing.T) {
+// TestGiveBackUndoesTake: a Settle giving back (a negative cost) what a
+// Take charged leaves a bucket exactly as if the Take had not happened:
+// the same Results, to the microsecond, for every probe after it (at the
+// take's time and later), token bucket and GCRA, also when the give-back
+// comes later than the take.
+func TestGiveBackUndoesTake(t *testing.T) {
 	ctx := context.Background()
 	for _, l := range []quota.Limit{
 		{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 20},
@@ -375,11 +376,11 @@ func TestRefundUndoesTake(t *testing.T) {
 		{Algorithm: quota.GCRA, Rate: 3, Period: time.Second, Burst: 7},
 	} {
 		for _, later := range []time.Duration{0, 70 * time.Millisecond} {
-			t.Run(fmt.Sprintf("%s_%d_per_s/refund_after_%s", l.Algorithm, l.Rate, later), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s_%d_per_s/give_back_after_%s", l.Algorithm, l.Rate, later), func(t *testing.T) {
 				clk := clock.New(time.Time{})
 				s := newStore(t, memstore.WithClock(clk))
 				// Both buckets are half used; "undone" is then charged 4
-				// and refunded 4.
+				// and given 4 back.
 				take(t, s, "undone", l, 3)
 				take(t, s, "kept", l, 3)
 				clk.Advance(30 * time.Millisecond)
@@ -387,7 +388,7 @@ func TestRefundUndoesTake(t *testing.T) {
 					t.Fatalf("take of 4: %+v", r)
 				}
 				clk.Advance(later)
-				if err := s.Refund(ctx, []quota.Bucket{{Key: "undone", Limit: l, Cost: 4}}); err != nil {
+				if err := s.Settle(ctx, []quota.Bucket{{Key: "undone", Limit: l, Cost: -4}}, nil); err != nil {
 					t.Fatal(err)
 				}
 				for _, step := range []struct {
@@ -397,7 +398,7 @@ func TestRefundUndoesTake(t *testing.T) {
 					clk.Advance(step.after)
 					got, want := take(t, s, "undone", l, step.cost), take(t, s, "kept", l, step.cost)
 					if got != want {
-						t.Fatalf("cost %d after %s: refunded bucket %+v, untouched bucket %+v", step.cost, step.after, got, want)
+						t.Fatalf("cost %d after %s: bucket given back to %+v, untouched bucket %+v", step.cost, step.after, got, want)
 					}
 				}
 			})
@@ -405,25 +406,26 @@ func TestRefundUndoesTake(t *testing.T) {
 	}
 }
 
-// TestRefundAbsentAndZero: a refund of an absent bucket, or of cost 0,
-// creates no state; and refunds do not allocate.
-func TestRefundAbsentAndZero(t *testing.T) {
+// TestGiveBackAbsentAndZero: giving units back (Settle of a negative
+// cost) to an absent bucket, or a Settle of cost 0, creates no state; and
+// give-backs do not allocate.
+func TestGiveBackAbsentAndZero(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	l := quota.Limit{Algorithm: quota.GCRA, Rate: 10, Period: time.Second, Burst: 20}
-	bs := []quota.Bucket{{Key: "a", Limit: l, Cost: 3}, {Key: "b", Limit: l, Cost: 0}}
-	if err := s.Refund(ctx, bs); err != nil {
+	bs := []quota.Bucket{{Key: "a", Limit: l, Cost: -3}, {Key: "b", Limit: l, Cost: 0}}
+	if err := s.Settle(ctx, bs, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.Len(); n != 0 {
-		t.Fatalf("%d states after refunds of absent buckets, want 0", n)
+		t.Fatalf("%d states after give-backs to absent buckets, want 0", n)
 	}
 	take(t, s, "a", l, 5)
 	if allocs := testing.AllocsPerRun(100, func() {
-		if err := s.Refund(ctx, bs); err != nil {
+		if err := s.Settle(ctx, bs, nil); err != nil {
 			t.Fatal(err)
 		}
 	}); allocs != 0 {
-		t.Fatalf("Refund allocates %.1f times, want 0", allocs)
+		t.Fatalf("a give-back allocates %.1f times, want 0", allocs)
 	}
 }

@@ -218,8 +218,8 @@ func TestBatchingStopsWithoutClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := flushers() - base; n != redisstore.DefaultBatchFlushers {
-		t.Fatalf("default store runs %d flushers, want %d", n, redisstore.DefaultBatchFlushers)
+	if n := flushers() - base; n != 2 {
+		t.Fatalf("default store runs %d flushers, want WithBatching's default, 2", n)
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)

@@ -9,9 +9,9 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// DefaultDenialCacheSize is the over-limit cache's capacity unless
+// defaultDenialCacheSize is the over-limit cache's capacity unless
 // WithDenialCache says otherwise.
-const DefaultDenialCacheSize = 10_000
+const defaultDenialCacheSize = 10_000
 
 // cacheKey identifies a cached denial: the bucket's key and its limit, so a
 // changed limit never matches a denial decided under the old one.

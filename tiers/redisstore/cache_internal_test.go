@@ -13,11 +13,11 @@ import (
 // of a flood of distinct over-limit keys costs, under the lock every
 // cached take reads through.
 func BenchmarkDenialCachePutFull(b *testing.B) {
-	d := newDenialCache(DefaultDenialCacheSize)
+	d := newDenialCache(defaultDenialCacheSize)
 	now := time.Unix(1_700_000_000, 0)
 	lim := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}
 	live := cacheEntry{until: now.Add(time.Hour), cost: 1}
-	for i := range DefaultDenialCacheSize {
+	for i := range defaultDenialCacheSize {
 		d.put(cacheKey{key: "held" + strconv.Itoa(i), lim: lim}, live, now)
 	}
 	b.ReportAllocs()
@@ -28,8 +28,8 @@ func BenchmarkDenialCachePutFull(b *testing.B) {
 		i++
 	}
 	b.StopTimer()
-	if n := d.len(); n != DefaultDenialCacheSize {
-		b.Fatalf("cache holds %d, want %d", n, DefaultDenialCacheSize)
+	if n := d.len(); n != defaultDenialCacheSize {
+		b.Fatalf("cache holds %d, want %d", n, defaultDenialCacheSize)
 	}
 }
 
@@ -67,7 +67,7 @@ func TestDenialCacheFull(t *testing.T) {
 }
 
 // TestDenialCacheSkipsLiftedDenials: a denial decided before units were
-// given back (a Refund, a negative Report) and brought back after is not
+// given back (a Settle or a Report of a negative cost) and brought back after is not
 // recorded: the units may have lifted it.
 func TestDenialCacheSkipsLiftedDenials(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
@@ -77,7 +77,7 @@ func TestDenialCacheSkipsLiftedDenials(t *testing.T) {
 	d := newDenialCache(10)
 	gen := d.gen.Load() // the take is sent
 	back := []quota.Bucket{{Key: "k", Limit: lim, Cost: -2, CacheDenials: true}}
-	d.forgetRefunded(back, 1) // units given back while it is under way
+	d.liftDenials(back) // units given back while it is under way
 	d.record(now, gen, b, denied)
 	if d.len() != 0 {
 		t.Fatal("a denial decided before units were given back was recorded")

@@ -214,13 +214,13 @@ func appendLimit(dst []byte, b *quota.Bucket) []byte {
 
 // appendTakeLimit appends bucket b's limit and cost as take.lua unpacks
 // them: as appendLimit does, and for a bucket that may wait (MaxWait > 0)
-// the algorithm byte plus 128 and then its longest wait in microseconds as
+// the algorithm byte plus waitFlag and then its longest wait in microseconds as
 // one more double.
 func appendTakeLimit(dst []byte, b *quota.Bucket) []byte {
 	if b.MaxWait <= 0 {
 		return appendLimit(dst, b)
 	}
-	dst = append(dst, byte(b.Limit.Algorithm)|128)
+	dst = append(dst, byte(b.Limit.Algorithm)|waitFlag)
 	dst = appendF64(dst, b.Limit.Rate)
 	dst = appendF64(dst, b.Limit.Period.Microseconds())
 	dst = appendF64(dst, b.Limit.Burst)

@@ -120,7 +120,7 @@ func (s *Store) takeMulti(ctx context.Context, buckets []quota.Bucket, slots []i
 	for i := range buckets {
 		res[i].Wait = 0
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.refundTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
 	var rwg sync.WaitGroup
 	var mu sync.Mutex

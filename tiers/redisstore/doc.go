@@ -9,11 +9,16 @@
 // # Decisions
 //
 //   - Arithmetic. The five algorithms run inside Lua scripts (take.lua,
-//     refund.lua, settle.lua, embedded) with exactly the arithmetic of the
-//     quota.Algorithm doc, on integer microseconds, so decisions equal the
-//     in-process memstore's on the same trace. Time is Redis TIME read inside the
-//     script, so pods with skewed clocks agree; WithClock passes the time as
-//     an argument instead (tests on fake time).
+//     refund.lua, settle.lua, report.lua, embedded) with exactly the
+//     arithmetic of the quota.Algorithm doc, on integer microseconds, so
+//     decisions equal the in-process memstore's on the same trace. Every
+//     script starts with a prelude generated from package quota at init:
+//     the algorithm ids (TOKEN_BUCKET, GCRA, ...), GCRA's epoch and slack
+//     as Lua locals, so the scripts hold no copy of a Go constant; the
+//     assembled sources, and so their SHA1s, depend only on the code, and
+//     New preloads them. Time is Redis TIME read inside the script, so pods
+//     with skewed clocks agree; WithClock passes the time as an argument
+//     instead (tests on fake time).
 //
 //   - Bad input. Take refuses what quota.ValidateTake refuses, with its
 //     error (the same text every store gives), before any round trip.
@@ -57,7 +62,7 @@
 //     under concurrent takes).
 //
 //   - Expiry. Every key has a TTL at least as long as the Algorithm doc's,
-//     and at least DefaultMinTTL (WithMinTTL), so idle buckets vanish; with
+//     and at least a second (WithMinTTL), so idle buckets vanish; with
 //     Redis time the TTL is set only when the state needs a later deadline
 //     than the key has (see WithMinTTL).
 //
@@ -67,7 +72,7 @@
 //     retry-after passes on the store's clock, for the same or a larger
 //     cost. Entries are keyed by bucket key AND limit, so a changed limit
 //     never inherits a stale denial. The cache is bounded
-//     (DefaultDenialCacheSize unless WithDenialCache says otherwise; 0 turns
+//     (10 000 denials unless WithDenialCache says otherwise; 0 turns
 //     it off); a full cache makes room among a few of its denials, those
 //     that ended or else the one ending first, so a flood of distinct
 //     over-limit keys costs each a bounded look, not a scan. Each answer it gives is a Redis call saved; package otel
@@ -87,16 +92,17 @@
 //     take goes out at once as its own call, so an idle store pays only a
 //     hand-off to a flusher goroutine. The flushers run until Close.
 //
-//   - Refund gives units back to token bucket and GCRA buckets (units
-//     taken ahead and not spent): a Settle of the negated
-//     costs (settle.lua), refilled to now and capped at the capacity, with
-//     the arithmetic memstore's Refund uses.
-//
 //   - Settle (quota.Settler) runs settle.lua: one call per slot (all the
 //     buckets on a standalone or Sentinel-managed Redis), each slot
 //     atomically, with the arithmetic memstore's Settle uses, debt
 //     included. A settlement is never retried: one that failed or timed
-//     out may or may not have been applied in its slot, never twice.
+//     out may or may not have been applied in its slot, never twice. A
+//     Settle of a negative cost is how units taken ahead and not spent go
+//     back (token bucket refilled to now, then capped at the capacity; a
+//     TAT moved back, never before now; an absent key stays absent), and
+//     it lifts the bucket's cached denial. A Report of a negative cost
+//     does the same for package tiers/localfirst's leases, recorded with
+//     the rest of its ledger.
 //
 //   - No script call is sent twice, whatever the client's MaxRetries or
 //     MaxRedirects: a call whose reply was lost (a read timeout, a

@@ -19,7 +19,7 @@ import (
 )
 
 // SmallLimits is one small limit per algorithm, so random traces deny
-// often; the external tests (differential_test.go) use it too.
+// often; the external differential tests use it too.
 var SmallLimits = []quota.Limit{
 	{Algorithm: quota.TokenBucket, Rate: 5, Period: time.Second, Burst: 4},
 	{Algorithm: quota.GCRA, Rate: 3, Period: 700 * time.Millisecond, Burst: 3},
@@ -190,7 +190,7 @@ func sameTake(c *call, bs []quota.Bucket) bool {
 // (here for lack of memory, at its first write) fails every take of it
 // with Redis's error and charges none of them.
 func TestMergedCallRefusedChargesNothing(t *testing.T) {
-	s, c := newStore(t) // Redis time, DefaultMinTTL
+	s, c := newStore(t) // Redis time, defaultMinTTL
 	ctx := context.Background()
 	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
 	takes := [][]quota.Bucket{
@@ -249,7 +249,7 @@ func TestMergedCallNetworkErrorFailsEveryTake(t *testing.T) {
 // (not written by take.lua) reads as absent and is replaced by the state,
 // alone and in a merged call, where SET ... GET refuses it first.
 func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
-	s, c := newStore(t) // Redis time, DefaultMinTTL
+	s, c := newStore(t) // Redis time, defaultMinTTL
 	ctx := context.Background()
 	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Hour, Burst: 10}
 	for _, k := range []string{"w:alone", "w:merged"} {
@@ -288,7 +288,7 @@ func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
 // TTL, and a write needing longer moves it, also when a later take of the
 // same merged call keeps it.
 func TestDeadlineKeepsTTL(t *testing.T) {
-	s, c := newStore(t) // Redis time, DefaultMinTTL
+	s, c := newStore(t) // Redis time, defaultMinTTL
 	ctx := context.Background()
 	pttl := func(k string) time.Duration {
 		t.Helper()
@@ -311,7 +311,7 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 	take("d:a", 1)
 	first := pttl("d:a")
 	// floor 1 s plus 1 s of slack, less the time since
-	if first <= DefaultMinTTL || first > 2*DefaultMinTTL {
+	if first <= defaultMinTTL || first > 2*defaultMinTTL {
 		t.Fatalf("TTL after the first take %s, want in (1s, 2s]", first)
 	}
 	time.Sleep(20 * time.Millisecond)

@@ -270,8 +270,9 @@ func TestCloseAnswersTheTakesItSends(t *testing.T) {
 }
 
 // TestNegativeReportLiftsDenial: units given back by a negative Report
-// (how localfirst returns leases) drop the bucket's cached denial, as
-// Refund does; the denial stayed until its retry-after before.
+// (how localfirst returns leases) drop the bucket's cached denial, as a
+// Settle giving units back does; the denial stayed until its retry-after
+// before.
 func TestNegativeReportLiftsDenial(t *testing.T) {
 	srv := redistest.Start(t)
 	st := fakeTimeStore(t, srv.NewClient(), frozenClock(), redisstore.WithDenialCache(10))

@@ -2,9 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -26,21 +24,6 @@ var takeSrc string
 //go:embed refund.lua
 var refundSrc string
 
-// script is a Lua script with its SHA1, both pre-boxed so that building a
-// command's arguments allocates nothing for them.
-type script struct {
-	src    string
-	sha    string
-	srcArg any
-	shaArg any
-}
-
-func newScript(src string) script {
-	h := sha1.Sum([]byte(src))
-	sha := hex.EncodeToString(h[:])
-	return script{src: src, sha: sha, srcArg: src, shaArg: sha}
-}
-
 var (
 	takeScript   = newScript(takeSrc)
 	refundScript = newScript(refundSrc)
@@ -56,13 +39,12 @@ func usec(v int64) time.Duration {
 
 // Store is a quota.Store over Redis. It is safe for concurrent use.
 type Store struct {
-	client        redis.UniversalClient
-	cluster       *redis.ClusterClient // non-nil when client is a cluster client
-	clock         floodgate.Clock      // nil: the scripts read Redis TIME
-	cacheClock    floodgate.Clock      // times the over-limit cache: clock, or the system clock
-	prefix        string
-	minArg        []byte // the min TTL in ms, as text
-	refundTimeout time.Duration
+	client     redis.UniversalClient
+	cluster    *redis.ClusterClient // non-nil when client is a cluster client
+	clock      floodgate.Clock      // nil: the scripts read Redis TIME
+	cacheClock floodgate.Clock      // times the over-limit cache: clock, or the system clock
+	prefix     string
+	minArg     []byte // the min TTL in ms, as text
 
 	cache *denialCache // nil when disabled
 	batch *batcher     // nil when batching is off (WithBatching(0, 0))
@@ -78,7 +60,6 @@ type config struct {
 	prefix        string
 	denialCache   int
 	minTTL        time.Duration
-	refundTimeout time.Duration
 	batchFlushers int
 	batchMax      int
 	errs          []error
@@ -121,7 +102,7 @@ func WithPrefix(p string) Option {
 }
 
 // WithDenialCache sets the capacity of the local over-limit cache used for
-// buckets with CacheDenials set (default DefaultDenialCacheSize); 0
+// buckets with CacheDenials set (default 10 000 denials); 0
 // disables the cache, so every take goes to Redis.
 func WithDenialCache(max int) Option {
 	return func(cfg *config) {
@@ -133,7 +114,7 @@ func WithDenialCache(max int) Option {
 	}
 }
 
-// DefaultMinTTL is the least TTL a key is given unless WithMinTTL says
+// defaultMinTTL is the least TTL a key is given unless WithMinTTL says
 // otherwise.
 //
 // A bucket's state needs its key only until it reads the same as no state
@@ -144,10 +125,11 @@ func WithDenialCache(max int) Option {
 // TTLs give) a busy key is updated in place, and its TTL is set about once
 // a second rather than on every write. Idle buckets still vanish within
 // two seconds.
-const DefaultMinTTL = time.Second
+const defaultMinTTL = time.Second
 
-// WithMinTTL sets the least TTL a key is given (default DefaultMinTTL; at
-// least 1ms). With Redis time (no WithClock), a key's TTL is set to a
+// WithMinTTL sets the least TTL a key is given (default 1s, so that a busy
+// key is updated in place rather than created and expired on nearly every
+// decision; at least 1ms). With Redis time (no WithClock), a key's TTL is set to a
 // deadline min TTL beyond what its state needs, recorded in the state, and
 // writes that deadline still covers keep the TTL (SET KEEPTTL): so keys
 // live up to twice the min TTL beyond need. TTLs only collect idle state;
@@ -166,12 +148,12 @@ func WithMinTTL(d time.Duration) Option {
 // Client-side batching is on by default (see WithBatching), with these
 // settings.
 const (
-	DefaultBatchFlushers = 2
-	DefaultBatchMax      = 64
+	defaultBatchFlushers = 2
+	defaultBatchMax      = 64
 )
 
 // WithBatching sets how the takes of concurrent callers are sent together
-// (default DefaultBatchFlushers, DefaultBatchMax): up to flushers pipelines
+// (default WithBatching(2, 64)): up to flushers pipelines
 // in flight at once, each carrying up to max takes that were waiting when
 // it left, the takes of each cluster slot (all of them, on a standalone or
 // Sentinel-managed Redis) as ONE take.lua call that decides them in order,
@@ -200,18 +182,10 @@ func WithBatching(flushers, max int) Option {
 	}
 }
 
-// WithRefundTimeout bounds the refund of a multi-slot cluster take that was
-// denied (default 1s; must be > 0). Refunds run even when the caller's
-// context is already cancelled.
-func WithRefundTimeout(d time.Duration) Option {
-	return func(cfg *config) {
-		if d <= 0 {
-			cfg.fail("WithRefundTimeout: %s must be > 0", d)
-			return
-		}
-		cfg.refundTimeout = d
-	}
-}
+// undoTimeout bounds the undoing (refund.lua) of a multi-slot cluster
+// take that was denied. The undo runs even when the caller's context is
+// already cancelled: units left charged would stay so until they expire.
+const undoTimeout = time.Second
 
 // errNoContextTimeout is why New refuses a client that ignores deadlines.
 const errNoContextTimeout = "the client's ContextTimeoutEnabled is false, so go-redis would ignore the per-call deadline (fallback's timeout) and wait for its own ReadTimeout on a slow Redis: build the client with redisstore.NewClient(url), or set redis.Options.ContextTimeoutEnabled (and DialerRetries 1)"
@@ -232,8 +206,8 @@ const errNoContextTimeout = "the client's ContextTimeoutEnabled is false, so go-
 // fallback's per-call budget would not bound a call to a slow Redis.
 // NewClient builds one with the right settings from a URL.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	cfg := config{denialCache: DefaultDenialCacheSize, minTTL: DefaultMinTTL, refundTimeout: time.Second,
-		batchFlushers: DefaultBatchFlushers, batchMax: DefaultBatchMax}
+	cfg := config{denialCache: defaultDenialCacheSize, minTTL: defaultMinTTL,
+		batchFlushers: defaultBatchFlushers, batchMax: defaultBatchMax}
 	var cluster *redis.ClusterClient
 	switch c := client.(type) {
 	case nil:
@@ -260,8 +234,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
-	s := &Store{client: client, cluster: cluster, clock: cfg.clock, cacheClock: cfg.clock, prefix: cfg.prefix,
-		refundTimeout: cfg.refundTimeout}
+	s := &Store{client: client, cluster: cluster, clock: cfg.clock, cacheClock: cfg.clock, prefix: cfg.prefix}
 	if s.cacheClock == nil {
 		s.cacheClock = floodgate.SystemClock()
 	}
@@ -312,9 +285,9 @@ var errClosed = errors.New("redisstore: store is closed")
 
 // Close stops the batching goroutines (see WithBatching), after sending
 // the takes already queued; Takes after Close that would be batched fail
-// with an error saying the store is closed (Refund is never batched). It
-// does not close the Redis client, which the caller owns. Close is
-// idempotent; with batching off it does nothing.
+// with an error saying the store is closed (Settle and Report are never
+// batched). It does not close the Redis client, which the caller owns.
+// Close is idempotent; with batching off it does nothing.
 func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.close()

@@ -576,7 +576,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"nil clock", redisstore.WithClock(nil), "redisstore: WithClock: clock is nil"},
 		{"negative cache", redisstore.WithDenialCache(-1), "redisstore: WithDenialCache: size -1 must be >= 0"},
 		{"tiny ttl", redisstore.WithMinTTL(time.Microsecond), "redisstore: WithMinTTL: 1µs must be >= 1ms"},
-		{"zero refund timeout", redisstore.WithRefundTimeout(0), "redisstore: WithRefundTimeout: 0s must be > 0"},
 		{"no flushers", redisstore.WithBatching(0, 8), "redisstore: WithBatching: flushers 0 and max 8 must both be >= 1, or both 0 to turn batching off"},
 		{"negative max", redisstore.WithBatching(2, -1), "redisstore: WithBatching: flushers 2 and max -1 must both be >= 1, or both 0 to turn batching off"},
 		{"nil option", nil, "redisstore: nil Option"},
@@ -630,7 +629,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		{quota.Limit{Algorithm: quota.FixedWindow, Rate: 10, Period: time.Second}, time.Second, false},
 	}
 	ctx := context.Background()
-	for _, minTTL := range []time.Duration{time.Millisecond, redisstore.DefaultMinTTL} {
+	for _, minTTL := range []time.Duration{time.Millisecond, time.Second} { // the least, and the default
 		prefix := fmt.Sprintf("ttl%d:", minTTL.Milliseconds())
 		st, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithMinTTL(minTTL))
 		if err != nil {

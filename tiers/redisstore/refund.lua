@@ -16,7 +16,7 @@
 -- deleted if it was absent), so the bucket is as if never charged. When
 -- another take came in between, the units are given back arithmetically:
 -- token bucket tokens + c (capped at B), GCRA tat - c*T (both exact up to
--- one rounding of a double; the GCRA tat is in µs since tiers.GCRAEpoch,
+-- one rounding of a double; the GCRA tat is in µs since quota.GCRAEpoch,
 -- as take.lua stores it, and subtracting c*T needs no epoch), the window counters minus c when the charged
 -- window is still current (or now previous); the log always loses c of its
 -- entries at the charge's timestamp, which is exact. TTLs are kept: the
@@ -48,7 +48,7 @@ for i = 1, #KEYS do
   local a = 1 + (i - 1) * 3
   local alg, N, P, B, c = sunpack('<Bdddd', ARGV[a + 1])
   local k = KEYS[i]
-  if alg == 3 then
+  if alg == SLIDING_WINDOW_LOG then
     local ts = num(t0)
     local ms = redis.call('ZRANGEBYSCORE', k, ts, ts)
     if #ms > 0 then
@@ -75,19 +75,19 @@ for i = 1, #KEYS do
       done = done + 1
     elseif v then
       local nv, s
-      if alg == 0 then
+      if alg == TOKEN_BUCKET then
         s = split(v, 2)
         if s then nv = pack('<ddd', s[1], math.min(B, s[2] + c), s[3]) end
-      elseif alg == 1 then
+      elseif alg == GCRA then
         s = split(v, 1)
         if s then nv = pack('<dd', s[1], s[2] - c * (P / N)) end
-      elseif alg == 2 then
+      elseif alg == SLIDING_WINDOW_COUNTER then
         local w = window(P)
         s = split(v, 3)
         if not s then
         elseif s[2] == w then nv = pack('<dddd', s[1], s[2], math.max(0, s[3] - c), s[4])
         elseif s[2] == w + 1 then nv = pack('<dddd', s[1], s[2], s[3], math.max(0, s[4] - c)) end
-      else
+      else -- FIXED_WINDOW
         local w = window(P)
         s = split(v, 2)
         if s and s[2] == w then nv = pack('<ddd', s[1], s[2], math.max(0, s[3] - c)) end

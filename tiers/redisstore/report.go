@@ -15,7 +15,7 @@ import (
 //go:embed report.lua
 var reportSrc string
 
-var reportScript = newScript(stateSrc + reportSrc)
+var reportScript = newScript(stateSrc, reportSrc)
 
 var _ quota.Reporter = (*Store)(nil)
 
@@ -71,8 +71,8 @@ func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64,
 		for i := range buckets {
 			if buckets[i].Cost < 0 {
 				// Units given back (a lease returned) lift a denial, as
-				// a Refund does.
-				defer s.cache.forgetRefunded(buckets, 1)
+				// a Settle giving units back does.
+				defer s.cache.liftDenials(buckets)
 				break
 			}
 		}

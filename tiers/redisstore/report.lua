@@ -1,4 +1,4 @@
--- report.lua: charge a report call (tiers.Reporter: units instances
+-- report.lua: charge a report call (quota.Reporter: units instances
 -- admitted on their own, package tiers/localfirst's async shares), or
 -- resolve one whose reply never came. Every key must be in one cluster
 -- slot.
@@ -8,17 +8,17 @@
 --             instance and the sequence number: in that key's slot)
 -- ARGV[1]     now, or "" (state.lua, which the store prepends)
 -- ARGV[2]     minimum key TTL in milliseconds (state.lua)
--- ARGV[3]     the record's TTL in milliseconds (tiers.ReportRecordTTL)
+-- ARGV[3]     the record's TTL in milliseconds (quota.ReportRecordTTL)
 -- ARGV[4]     mode: "r" report, "v" resolve
 -- ARGV[5]     the buckets, packed as settle.lua packs them: n ("<d"), then
---             per bucket ("<Bdddd") the algorithm (0 token bucket, 1 GCRA),
+--             per bucket ("<Bdddd") the algorithm (TOKEN_BUCKET or GCRA),
 --             rate N, period P in microseconds, burst B and the units u
 --
 -- Report: a call whose record exists (resolved as not applied, or sent
 -- twice) changes nothing: reply {0}. Otherwise a bucket with u < 0 gets -u
 -- units back with settle.lua's arithmetic (c = u; an absent state stays
 -- absent, a full bucket), and any other is charged c = min(u, what it
--- holds), with the arithmetic of a take of c units (tiers.Algorithm doc,
+-- holds), with the arithmetic of a take of c units (quota.Algorithm doc,
 -- as memstore's Report):
 --   token bucket   tokens = min(B, tokens + (elapsed * N) / P); holds
 --                  floor(tokens) (0 below 0); tokens = tokens - c
@@ -58,8 +58,6 @@ if ARGV[4] == 'v' then
   return out
 end
 
-local SLACK = 0.5
-
 local x = ARGV[5]
 local m, pos = sunpack('<d', x)
 if m ~= n or #x ~= 8 + 33 * n then
@@ -83,7 +81,7 @@ for i = 1, n do
   local k = KEYS[i]
   local v = vals[i + 1]
   local c, rem
-  if alg == 0 then -- token bucket
+  if alg == TOKEN_BUCKET then
     local e0, tokens, ts = 0, B, now
     local live = v and #v == 24
     if live then e0, tokens, ts = sunpack('<ddd', v) end
@@ -100,9 +98,9 @@ for i = 1, n do
     if t1 > B then t1 = B end
     rem = floor0(t1)
     if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, t1, now, nil, ceil(((B - t1) * P) / N)) end
-  else -- GCRA
+  else -- GCRA (ValidateReport refuses the other algorithms)
     local em = P / N
-    local sl = SLACK -- at most half an emission interval (tiers.GCRASlack)
+    local sl = SLACK -- at most half an emission interval
     if em / 2 < sl then sl = em / 2 end
     local tol = B * em + sl
     local t = now - EPOCH

@@ -20,7 +20,7 @@ var settleSrc string
 //go:embed state.lua
 var stateSrc string
 
-var settleScript = newScript(stateSrc + settleSrc)
+var settleScript = newScript(stateSrc, settleSrc)
 
 var _ quota.Settler = (*Store)(nil)
 
@@ -46,12 +46,6 @@ func (s *Store) Settle(ctx context.Context, buckets []quota.Bucket, took []quota
 	if err := quota.ValidateSettle(buckets, took); err != nil {
 		return err
 	}
-	return s.adjust(ctx, buckets, 1)
-}
-
-// adjust settles each bucket's Cost times sign (1: Settle; -1: Refund,
-// which so needs no negated copy of its buckets).
-func (s *Store) adjust(ctx context.Context, buckets []quota.Bucket, sign int64) error {
 	var inline [maxInlineBuckets]int
 	idx := inline[:0]
 	if len(buckets) > maxInlineBuckets {
@@ -59,7 +53,7 @@ func (s *Store) adjust(ctx context.Context, buckets []quota.Bucket, sign int64) 
 	}
 	refund := false
 	for i := range buckets {
-		if c := buckets[i].Cost * sign; c != 0 {
+		if c := buckets[i].Cost; c != 0 {
 			idx = append(idx, i)
 			refund = refund || c < 0
 		}
@@ -68,7 +62,7 @@ func (s *Store) adjust(ctx context.Context, buckets []quota.Bucket, sign int64) 
 		return nil
 	}
 	if s.cache != nil && refund {
-		defer s.cache.forgetRefunded(buckets, sign)
+		defer s.cache.liftDenials(buckets)
 	}
 	// One reading of the store's clock for every slot.
 	var now int64
@@ -80,21 +74,21 @@ func (s *Store) adjust(ctx context.Context, buckets []quota.Bucket, sign int64) 
 		sl0 := s.slotOf(buckets[idx[0]].Key)
 		for _, i := range idx[1:] {
 			if s.slotOf(buckets[i].Key) != sl0 {
-				return s.settleSlots(ctx, buckets, idx, now, fixed, sign)
+				return s.settleSlots(ctx, buckets, idx, now, fixed)
 			}
 		}
 	}
-	return s.settle(ctx, buckets, idx, now, fixed, sign)
+	return s.settle(ctx, buckets, idx, now, fixed)
 }
 
 // settleSlots settles buckets whose keys span cluster slots: one
 // settle.lua call per slot, in parallel.
-func (s *Store) settleSlots(ctx context.Context, buckets []quota.Bucket, idx []int, now int64, fixed bool, sign int64) error {
+func (s *Store) settleSlots(ctx context.Context, buckets []quota.Bucket, idx []int, now int64, fixed bool) error {
 	groups := s.bySlot(buckets, idx)
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for g := range groups {
-		wg.Go(func() { errs[g] = s.settle(ctx, buckets, groups[g], now, fixed, sign) })
+		wg.Go(func() { errs[g] = s.settle(ctx, buckets, groups[g], now, fixed) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -119,11 +113,11 @@ func (s *Store) bySlot(buckets []quota.Bucket, idx []int) [][]int {
 }
 
 // settle runs settle.lua once over the buckets idx (all in one slot).
-func (s *Store) settle(ctx context.Context, buckets []quota.Bucket, idx []int, now int64, fixed bool, sign int64) error {
+func (s *Store) settle(ctx context.Context, buckets []quota.Bucket, idx []int, now int64, fixed bool) error {
 	c := s.pool.Get().(*call)
 	defer s.release(c)
 	c.now, c.fixed = now, fixed
-	c.buildSettle(settleScript, s.prefix, buckets, idx, s.minArg, s.cluster != nil, sign)
+	c.buildSettle(settleScript, s.prefix, buckets, idx, s.minArg, s.cluster != nil)
 	if _, err := runScript(ctx, s.client, c, settleScript, s.keyPos(), redis.NewIntCmd); err != nil {
 		return fmt.Errorf("redisstore: Settle (not retried; it may or may not have been applied): %w", err)
 	}
@@ -138,7 +132,7 @@ func (s *Store) settle(ctx context.Context, buckets []quota.Bucket, idx []int, n
 // Redis TIME), limits packed as take.lua's, each cost the signed
 // adjustment. With cluster, the first key is also passed as a plain string
 // so the cluster client can route by it.
-func (c *call) buildSettle(sc script, prefix string, buckets []quota.Bucket, idx []int, minArg []byte, cluster bool, sign int64) {
+func (c *call) buildSettle(sc script, prefix string, buckets []quota.Bucket, idx []int, minArg []byte, cluster bool) {
 	n := len(idx)
 	c.n = n
 	c.putInt(int64(n))
@@ -152,9 +146,7 @@ func (c *call) buildSettle(sc script, prefix string, buckets []quota.Bucket, idx
 	start := len(c.arena)
 	c.arena = appendF64(c.arena, int64(n))
 	for _, i := range idx {
-		b := buckets[i]
-		b.Cost *= sign
-		c.arena = appendLimit(c.arena, &b)
+		c.arena = appendLimit(c.arena, &buckets[i])
 	}
 	c.offs = append(c.offs, start, len(c.arena))
 	c.finish()
@@ -175,14 +167,14 @@ func (c *call) buildSettle(sc script, prefix string, buckets []quota.Bucket, idx
 	c.args = append(c.args, &c.bufs[k], &c.bufs[k+1])
 }
 
-// forgetRefunded drops the cached denials of the buckets a settlement
-// gives units back to (Cost × sign < 0).
-func (d *denialCache) forgetRefunded(buckets []quota.Bucket, sign int64) {
+// liftDenials drops the cached denials of the buckets a settlement or
+// a report gives units back to (Cost < 0).
+func (d *denialCache) liftDenials(buckets []quota.Bucket) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.gen.Add(1) // takes under way keep the denials they bring back out
 	for i := range buckets {
-		if b := &buckets[i]; b.CacheDenials && b.Cost*sign < 0 {
+		if b := &buckets[i]; b.CacheDenials && b.Cost < 0 {
 			delete(d.m, cacheKey{key: b.Key, lim: b.Limit})
 		}
 	}

@@ -11,20 +11,19 @@
 -- ARGV[2]   minimum key TTL in milliseconds (at least 1), as take.lua's
 -- ARGV[3]   the buckets' limits and adjustments, packed as take.lua packs a
 --           take:
---           n ("<d"), then per bucket ("<Bdddd") the algorithm (0 token
---           bucket, 1 GCRA, 2 sliding window counter, 3 sliding window
---           log, 4 fixed window), rate N, period P in microseconds, burst
---           B and the signed adjustment c
+--           n ("<d"), then per bucket ("<Bdddd") the algorithm (its id,
+--           as the prelude names it), rate N, period P in microseconds,
+--           burst B and the signed adjustment c
 --
 -- Reply: integer, the number of buckets whose state changed.
 --
--- With the arithmetic of the tiers.Algorithm doc ("Settlement"; the same
+-- With the arithmetic of the quota.Algorithm doc ("Settlement"; the same
 -- operations, in the same order, as memstore's Settle), the state read as
 -- take.lua reads it:
 --   token bucket   tokens = min(B, tokens + (elapsed * N) / P)
 --                  tokens = min(B, tokens - c), ts = now
 --   GCRA           c > 0: tat = max(tat, t) + c * T; c < 0: tat = max(t,
---                  tat + c * T) (t = now - tiers.GCRAEpoch, T = P / N)
+--                  tat + c * T) (t = now - quota.GCRAEpoch, T = P / N)
 --   fixed window   count = max(0, count + c), the current window's
 --   sliding window curr = max(0, curr + c), the current window's
 --   counter
@@ -68,12 +67,12 @@ for i = 1, n do
   local k = KEYS[i]
   local v
   if n <= 1000 then v = vals[i]
-  elseif c ~= 0 and alg ~= 3 then
+  elseif c ~= 0 and alg ~= SLIDING_WINDOW_LOG then
     v = redis.pcall('GET', k) -- another type: absent, as MGET reads it
     if type(v) == 'table' then v = false end
   end
   if c == 0 then
-  elseif alg == 0 then -- token bucket
+  elseif alg == TOKEN_BUCKET then
     local e0, tokens, ts = 0, B, now
     local live = v and #v == 24
     if live then e0, tokens, ts = sunpack('<ddd', v) end
@@ -87,7 +86,7 @@ for i = 1, n do
       put(k, '<ddd', e0, tokens, now, nil, ceil(((B - tokens) * P) / N))
       done = done + 1
     end
-  elseif alg == 1 then -- GCRA
+  elseif alg == GCRA then
     local e0 = 0
     local t = now - EPOCH
     local tat = t
@@ -105,7 +104,7 @@ for i = 1, n do
       put(k, '<dd', e0, tat, nil, nil, ceil(tat - t))
       done = done + 1
     end
-  elseif alg == 4 then -- fixed window
+  elseif alg == FIXED_WINDOW then
     local W = P
     local w = window(W)
     local e0, count = 0, 0
@@ -120,7 +119,7 @@ for i = 1, n do
       put(k, '<ddd', e0, w, count, nil, (w + 1) * W - now)
       done = done + 1
     end
-  elseif alg == 2 then -- sliding window counter
+  elseif alg == SLIDING_WINDOW_COUNTER then
     local W = P
     local w = window(W)
     local e0, curr, prev = 0, 0, 0
@@ -136,7 +135,7 @@ for i = 1, n do
       put(k, '<dddd', e0, w, curr, prev, (w + 2) * W - now)
       done = done + 1
     end
-  else -- sliding window log
+  else -- SLIDING_WINDOW_LOG
     local W = P
     call('ZREMRANGEBYSCORE', k, '-inf', fmt('%.17g', now - W))
     if c > 0 then

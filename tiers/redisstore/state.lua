@@ -1,6 +1,7 @@
 -- state.lua: the start of settle.lua and report.lua (the store prepends
--- it to each): the call's time, and the writing of a string state with
--- the TTL take.lua would give it.
+-- it to each, after the generated prelude that starts every script): the
+-- call's time, and the writing of a string state with the TTL take.lua
+-- would give it.
 --
 -- ARGV[1]   now, integer microseconds since the Unix epoch, or "" to read
 --           Redis TIME (as take.lua)
@@ -24,7 +25,6 @@ else
 end
 local rtime = ARGV[1] == ''
 local nowms = (now - now % 1000) / 1000
-local EPOCH = 1767225600000000
 local minttl = tonumber(ARGV[2])
 local MAXTTL = 1e13
 

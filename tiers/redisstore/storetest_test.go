@@ -27,7 +27,7 @@ func fakeTimeStore(t *testing.T, c redis.UniversalClient, clk *clock.Fake, opts 
 }
 
 // TestConformanceStandalone runs the suite on the default store: batched
-// (DefaultBatchFlushers, DefaultBatchMax).
+// (WithBatching's defaults, 2 flushers of up to 64 takes).
 func TestConformanceStandalone(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()

@@ -1,6 +1,6 @@
 -- take.lua: charge every bucket of a take its cost if and only if every
 -- bucket of that take allows it (all or nothing), with the arithmetic of
--- the tiers.Algorithm doc. One call may carry several takes (client-side
+-- the quota.Algorithm doc. One call may carry several takes (client-side
 -- batching): they are decided one after another, each seeing what the
 -- ones before it charged, exactly as if each were its own call.
 --
@@ -19,10 +19,12 @@
 -- ARGV[4+j] take j's buckets' limits and costs, j = 1..T, packed with
 --           struct: its number of buckets m ("<d"), then per bucket
 --           ("<Bdddd", a byte and little-endian doubles) the algorithm
---           (0 token bucket, 1 GCRA, 2 sliding window counter, 3 sliding
---           window log, 4 fixed window), rate N, period P in microseconds,
---           burst B and cost c; a bucket that may wait (token bucket and
---           GCRA, tiers.Bucket.MaxWait) has 128 added to its algorithm and
+--           (its id in package quota: TOKEN_BUCKET, GCRA,
+--           SLIDING_WINDOW_COUNTER, SLIDING_WINDOW_LOG, FIXED_WINDOW, which
+--           the store's generated prelude defines), rate N, period P in
+--           microseconds, burst B and cost c; a bucket that may wait (token
+--           bucket and GCRA, quota.Bucket.MaxWait) has WAITS added to its
+--           algorithm and
 --           one more double ("<d"), its longest wait in microseconds. One
 --           argument per take, not five per
 --           bucket: every argument costs Redis a parse, an object and a
@@ -63,7 +65,7 @@
 -- written by another version, or garbage) reads as absent. The first
 -- number is the key's deadline (below), then the algorithm's:
 --   token bucket            E, tokens, ts          24 bytes
---   GCRA                    E, tat (µs since tiers.GCRAEpoch)  16 bytes
+--   GCRA                    E, tat (µs since quota.GCRAEpoch)  16 bytes
 --   sliding window counter  E, win, curr, prev     32 bytes
 --   fixed window            E, win, count          24 bytes
 --   sliding window log      sorted set: one member per admitted unit,
@@ -114,10 +116,8 @@ local pre = ARGV[2] == 'p'
 -- its key's TTL was set to, so that a write it still covers keeps the TTL
 local rtime = ARGV[1] == ''
 local nowms = (now - now % 1000) / 1000
--- GCRA works in µs since tiers.GCRAEpoch (2026-01-01T00:00:00Z), with the
--- tolerance tiers.GCRASlack; both must equal the Go constants.
-local EPOCH = 1767225600000000
-local SLACK = 0.5
+-- GCRA works in µs since EPOCH (quota.GCRAEpoch, 2026-01-01T00:00:00Z),
+-- with the tolerance SLACK (quota.GCRASlack); the prelude defines both.
 local minttl = tonumber(ARGV[3])
 local T = tonumber(ARGV[4])
 
@@ -144,8 +144,8 @@ local function limits(x)
   for q = 1, m do
     local a, N, P, B, c, mw
     a, N, P, B, c, pos = sunpack('<Bdddd', x, pos)
-    if a >= 128 then
-      a = a - 128
+    if a >= WAITS then
+      a = a - WAITS
       mw, pos = sunpack('<d', x, pos)
       hasw[x] = true
     else mw = -1 end
@@ -198,7 +198,7 @@ else
     local TL = lims[ARGV[4 + j]] or limits(ARGV[4 + j])
     for q = 1, TL[1] do
       i = i + 1
-      if TL[6 * q - 4] == 3 then vals[i] = false
+      if TL[6 * q - 4] == SLIDING_WINDOW_LOG then vals[i] = false
       else
         local v = pcall('GET', KEYS[i]) -- another type: absent, as MGET reads it
         if type(v) == 'table' then v = false end
@@ -240,7 +240,7 @@ for j = 1, T do
     v = vals[i]
     if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
 
-    if alg == 0 then -- token bucket
+    if alg == TOKEN_BUCKET then
       local tokens, ts = B, now
       if v and #v == 24 then e0, tokens, ts = sunpack('<ddd', v) end
       local elapsed = now - ts
@@ -264,10 +264,10 @@ for j = 1, T do
       if pre or (all and allow) then sf, x1, x2 = '<ddd', t1, now end
       tu = rst1
 
-    elseif alg == 1 then -- GCRA
+    elseif alg == GCRA then
       local em = P / N -- emission interval
       local BT = B * em
-      local sl = SLACK -- at most half an emission interval (tiers.GCRASlack)
+      local sl = SLACK -- at most half an emission interval
       if em / 2 < sl then sl = em / 2 end
       local tol = BT + sl
       local t = now - EPOCH
@@ -293,7 +293,7 @@ for j = 1, T do
       if pre or (all and allow) then sf, x1 = '<dd', tat1 end
       tu = rst1
 
-    elseif alg == 2 then -- sliding window counter
+    elseif alg == SLIDING_WINDOW_COUNTER then
       local W, L = P, N
       -- window index of now, exact for now < 2^53
       local w = now / W
@@ -331,7 +331,7 @@ for j = 1, T do
       end
       tu = (w + 2) * W - now
 
-    elseif alg == 3 then -- sliding window log
+    elseif alg == SLIDING_WINDOW_LOG then
       -- its entries are written at the end, so a later take of the same call
       -- could not see them
       if T > 1 then return redis.error_reply('take.lua: a take with a sliding window log bucket must be the only take of its call') end
@@ -364,7 +364,7 @@ for j = 1, T do
       s = false
       tu = W
 
-    else -- fixed window
+    else -- FIXED_WINDOW
       local W, L = P, N
       -- window index of now, exact for now < 2^53
       local w = now / W
