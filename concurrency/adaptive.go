@@ -40,6 +40,8 @@ const (
 
 var algorithmNames = [...]string{"gradient2", "vegas", "aimd"}
 
+func (a Algorithm) known() bool { return int(a) < len(algorithmNames) }
+
 // String returns the lower-case name of a: "gradient2", "vegas" or "aimd".
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
@@ -48,16 +50,28 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// ParseAlgorithm parses an algorithm name as written by Algorithm.String;
-// case and surrounding spaces are ignored.
-func ParseAlgorithm(s string) (Algorithm, error) {
+// UnmarshalText sets a from its name as written by String; case and
+// surrounding spaces are ignored (encoding.TextUnmarshaler, so the
+// type decodes from YAML, JSON and flags).
+func (a *Algorithm) UnmarshalText(text []byte) error {
+	s := string(text)
 	t := strings.ToLower(strings.TrimSpace(s))
 	for i, n := range algorithmNames {
 		if n == t {
-			return Algorithm(i), nil
+			*a = Algorithm(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("concurrency: unknown adaptive algorithm %q (want gradient2, vegas or aimd)", s)
+	return fmt.Errorf("concurrency: unknown adaptive algorithm %q (want gradient2, vegas or aimd)", s)
+}
+
+// MarshalText returns the name String writes; an unknown value is an
+// error.
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if !a.known() {
+		return nil, fmt.Errorf("unknown %s", a)
+	}
+	return []byte(a.String()), nil
 }
 
 // Adaptive is an in-flight limiter whose cap is learnt from the latency and

@@ -467,15 +467,16 @@ func TestVegasProbe(t *testing.T) {
 	}
 }
 
-func TestParseAlgorithm(t *testing.T) {
+func TestAlgorithmUnmarshalText(t *testing.T) {
 	for _, alg := range []concurrency.Algorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
-		got, err := concurrency.ParseAlgorithm(" " + strings.ToUpper(alg.String()) + " ")
+		var got concurrency.Algorithm
+		err := got.UnmarshalText([]byte(" " + strings.ToUpper(alg.String()) + " "))
 		if err != nil || got != alg {
-			t.Errorf("ParseAlgorithm(%q) = %v, %v", alg.String(), got, err)
+			t.Errorf("UnmarshalText(%q) = %v, %v", alg.String(), got, err)
 		}
 	}
-	if _, err := concurrency.ParseAlgorithm("bbr"); err == nil || !strings.Contains(err.Error(), `unknown adaptive algorithm "bbr" (want gradient2, vegas or aimd)`) {
-		t.Errorf("ParseAlgorithm(bbr) = %v", err)
+	if err := new(concurrency.Algorithm).UnmarshalText([]byte("bbr")); err == nil || !strings.Contains(err.Error(), `unknown adaptive algorithm "bbr" (want gradient2, vegas or aimd)`) {
+		t.Errorf("UnmarshalText(bbr) = %v", err)
 	}
 }
 

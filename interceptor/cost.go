@@ -50,12 +50,12 @@ func (i *Interceptor) estimate(ctx context.Context, r *floodgate.Request, cl *ca
 
 var costLog atomic.Int64
 
-// ServerTiming is the header (HTTP) and metadata key (gRPC) that reports
+// serverTimingHeader is the header (HTTP) and metadata key (gRPC) that reports
 // how long a rate-limit stage held an admitted call before letting it
 // proceed (floodgate.Decision.Waited; rules with max_wait), as a W3C
 // Server-Timing metric: "floodgate-wait;dur=250" (milliseconds, up to
 // three decimals). Nothing is sent for a call that did not wait.
-const ServerTiming = "Server-Timing"
+const serverTimingHeader = "Server-Timing"
 
 // waitMetric is the Server-Timing metric name of a wait.
 const waitMetric = "floodgate-wait"
@@ -68,7 +68,7 @@ func serverTiming(d time.Duration) string {
 // waitHeader adds the Server-Timing metric of an HTTP call that waited.
 func waitHeader(w http.ResponseWriter, d floodgate.Decision) {
 	if d.Waited > 0 {
-		w.Header().Add(ServerTiming, serverTiming(d.Waited))
+		w.Header().Add(serverTimingHeader, serverTiming(d.Waited))
 	}
 }
 

@@ -115,16 +115,16 @@ func TestWaitServerTimingHTTP(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		return rec
 	}
-	if rec := call(); rec.Code != http.StatusOK || rec.Header().Get(ServerTiming) != "" {
-		t.Fatalf("first call: %d %q, want 200 without a wait", rec.Code, rec.Header().Get(ServerTiming))
+	if rec := call(); rec.Code != http.StatusOK || rec.Header().Get(serverTimingHeader) != "" {
+		t.Fatalf("first call: %d %q, want 200 without a wait", rec.Code, rec.Header().Get(serverTimingHeader))
 	}
 	got := make(chan *httptest.ResponseRecorder, 1)
 	go func() { got <- call() }()
 	waitFor(t, "the call to wait", func() bool { return clk.Timers() == 1 })
 	clk.Advance(100 * time.Millisecond)
 	rec := <-got
-	if rec.Code != http.StatusOK || rec.Header().Get(ServerTiming) != "floodgate-wait;dur=100" {
-		t.Fatalf("second call: %d %q, want 200 with floodgate-wait;dur=100", rec.Code, rec.Header().Get(ServerTiming))
+	if rec.Code != http.StatusOK || rec.Header().Get(serverTimingHeader) != "floodgate-wait;dur=100" {
+		t.Fatalf("second call: %d %q, want 200 with floodgate-wait;dur=100", rec.Code, rec.Header().Get(serverTimingHeader))
 	}
 }
 

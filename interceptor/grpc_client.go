@@ -37,18 +37,18 @@ type clientConfig struct {
 
 // Client defaults.
 const (
-	// DefaultMaxAttempts is the number of attempts (the first call
+	// defaultMaxAttempts is the number of attempts (the first call
 	// included) unless WithMaxAttempts says otherwise.
-	DefaultMaxAttempts = 3
-	// DefaultJitter is the fraction of the server's delay added at random.
-	DefaultJitter = 0.2
-	// DefaultMaxDelay is the longest pushback honoured; a server asking for
+	defaultMaxAttempts = 3
+	// defaultJitter is the fraction of the server's delay added at random.
+	defaultJitter = 0.2
+	// defaultMaxDelay is the longest pushback honoured; a server asking for
 	// more gets its error returned at once.
-	DefaultMaxDelay = 30 * time.Second
+	defaultMaxDelay = 30 * time.Second
 )
 
 // WithMaxAttempts bounds the attempts of one call, the first included
-// (n >= 1; 1 disables retries).
+// (n >= 1; 1 disables retries). The default is 3.
 func WithMaxAttempts(n int) ClientOption {
 	return func(c *clientConfig) {
 		if n < 1 {
@@ -61,7 +61,7 @@ func WithMaxAttempts(n int) ClientOption {
 
 // WithJitter adds up to frac of the server's delay, at random, to each
 // wait (0 <= frac <= 1), so throttled clients do not retry in step. The
-// wait is never shorter than the server asked.
+// wait is never shorter than the server asked. The default is 0.2.
 func WithJitter(frac float64) ClientOption {
 	return func(c *clientConfig) {
 		if !(frac >= 0 && frac <= 1) {
@@ -72,7 +72,9 @@ func WithJitter(frac float64) ClientOption {
 	}
 }
 
-// WithMaxDelay sets the longest server delay the client waits for (> 0).
+// WithMaxDelay sets the longest server delay the client waits for (> 0);
+// a server asking for more gets its error returned at once. The default
+// is 30s.
 func WithMaxDelay(d time.Duration) ClientOption {
 	return func(c *clientConfig) {
 		if d <= 0 {
@@ -97,7 +99,7 @@ func WithClientClock(clk floodgate.Clock) ClientOption {
 
 func newClientConfig(opts []ClientOption) (*clientConfig, error) {
 	c := &clientConfig{
-		attempts: DefaultMaxAttempts, jitter: DefaultJitter, maxDelay: DefaultMaxDelay,
+		attempts: defaultMaxAttempts, jitter: defaultJitter, maxDelay: defaultMaxDelay,
 		clock: floodgate.SystemClock(), sleep: sleepCtx, rand: rand.Float64,
 	}
 	for _, o := range opts {

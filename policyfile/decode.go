@@ -334,7 +334,8 @@ func (d *decoder) adaptiveConcurrency(n *yaml.Node, path string) *concurrency.Ad
 			a.Name, _ = d.str(v, fp)
 		case "algorithm":
 			if s, ok := d.str(v, fp); ok {
-				alg, err := concurrency.ParseAlgorithm(s)
+				var alg concurrency.Algorithm
+				err := alg.UnmarshalText([]byte(s))
 				if err != nil {
 					d.rep.fail(fp, v, "unknown algorithm %q (want gradient2, vegas or aimd)", s)
 				}

@@ -156,15 +156,28 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// ParseAlgorithm parses an algorithm name as written by Algorithm.String.
-func ParseAlgorithm(s string) (Algorithm, error) {
+// UnmarshalText sets a from its name as written by String; case and
+// surrounding spaces are ignored (encoding.TextUnmarshaler, so the
+// type decodes from YAML, JSON and flags).
+func (a *Algorithm) UnmarshalText(text []byte) error {
+	s := string(text)
 	t := strings.ToLower(strings.TrimSpace(s))
 	for i, n := range algorithmNames {
 		if n == t {
-			return Algorithm(i), nil
+			*a = Algorithm(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want one of %s)", s, strings.Join(algorithmNames[:], ", "))
+	return fmt.Errorf("unknown algorithm %q (want one of %s)", s, strings.Join(algorithmNames[:], ", "))
+}
+
+// MarshalText returns the name String writes; an unknown value is an
+// error.
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if !a.known() {
+		return nil, fmt.Errorf("unknown %s", a)
+	}
+	return []byte(a.String()), nil
 }
 
 // Limit is the arithmetic of one bucket: Rate units per Period, with Burst
@@ -242,15 +255,28 @@ func (m FailMode) String() string {
 	return fmt.Sprintf("failmode(%d)", uint8(m))
 }
 
-// ParseFailMode parses a fail mode name as written by FailMode.String.
-func ParseFailMode(s string) (FailMode, error) {
+// UnmarshalText sets m from its name as written by String; case and
+// surrounding spaces are ignored (encoding.TextUnmarshaler, so the
+// type decodes from YAML, JSON and flags).
+func (m *FailMode) UnmarshalText(text []byte) error {
+	s := string(text)
 	t := strings.ToLower(strings.TrimSpace(s))
 	for i, n := range failModeNames {
 		if n == t {
-			return FailMode(i), nil
+			*m = FailMode(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("unknown on_store_error %q (want local, open or closed)", s)
+	return fmt.Errorf("unknown on_store_error %q (want local, open or closed)", s)
+}
+
+// MarshalText returns the name String writes; an unknown value is an
+// error.
+func (m FailMode) MarshalText() ([]byte, error) {
+	if !m.known() {
+		return nil, fmt.Errorf("unknown %s", m)
+	}
+	return []byte(m.String()), nil
 }
 
 // Consistency is where a rule's decisions are made: in the store on every
@@ -285,16 +311,28 @@ func (c Consistency) String() string {
 	return fmt.Sprintf("consistency(%d)", uint8(c))
 }
 
-// ParseConsistency parses a consistency name as written by
-// Consistency.String.
-func ParseConsistency(s string) (Consistency, error) {
+// UnmarshalText sets c from its name as written by String; case and
+// surrounding spaces are ignored (encoding.TextUnmarshaler, so the
+// type decodes from YAML, JSON and flags).
+func (c *Consistency) UnmarshalText(text []byte) error {
+	s := string(text)
 	t := strings.ToLower(strings.TrimSpace(s))
 	for i, n := range consistencyNames {
 		if n == t {
-			return Consistency(i), nil
+			*c = Consistency(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("unknown consistency %q (want exact, leased or async)", s)
+	return fmt.Errorf("unknown consistency %q (want exact, leased or async)", s)
+}
+
+// MarshalText returns the name String writes; an unknown value is an
+// error.
+func (c Consistency) MarshalText() ([]byte, error) {
+	if !c.known() {
+		return nil, fmt.Errorf("unknown %s", c)
+	}
+	return []byte(c.String()), nil
 }
 
 // CanBookAhead reports whether a's charge can be taken ahead and given
@@ -305,6 +343,12 @@ func (a Algorithm) CanBookAhead() bool { return a == TokenBucket || a == GCRA }
 
 // Known reports whether a is one of the algorithms above.
 func (a Algorithm) Known() bool { return int(a) < len(algorithmNames) }
+
+func (a Algorithm) known() bool { return a.Known() }
+
+func (m FailMode) known() bool { return int(m) < len(failModeNames) }
+
+func (c Consistency) known() bool { return int(c) < len(consistencyNames) }
 
 // Bucket is one level of a hierarchical decision: the state at Key, counted
 // by Limit, charged Cost.

@@ -208,7 +208,8 @@ func (d *decoder) algorithm(n *yaml.Node, path string) quota.Algorithm {
 	if !ok {
 		return 0
 	}
-	a, err := quota.ParseAlgorithm(s)
+	var a quota.Algorithm
+	err := a.UnmarshalText([]byte(s))
 	if err != nil {
 		d.fail(path, n, "%s", err.Error())
 	}
@@ -383,7 +384,8 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 			r.CacheDenials = d.boolean(v, fp)
 		case "consistency":
 			if s, ok := d.str(v, fp); ok {
-				c, err := quota.ParseConsistency(s)
+				var c quota.Consistency
+				err := c.UnmarshalText([]byte(s))
 				if err != nil {
 					d.fail(fp, v, "%s", err.Error())
 				}
@@ -400,7 +402,8 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 			}
 		case "on_store_error":
 			if s, ok := d.str(v, fp); ok {
-				m, err := quota.ParseFailMode(s)
+				var m quota.FailMode
+				err := m.UnmarshalText([]byte(s))
 				if err != nil {
 					d.fail(fp, v, "%s", err.Error())
 				}

@@ -132,7 +132,8 @@ func Translate(files []File, opts Options) ([]byte, error) {
 		}
 	}
 	if opts.Consistency != "" {
-		switch c, err := quota.ParseConsistency(opts.Consistency); {
+		var c quota.Consistency
+		switch err := c.UnmarshalText([]byte(opts.Consistency)); {
 		case err != nil:
 			t.errs = append(t.errs, &Error{File: "-consistency", Msg: fmt.Sprintf("%q is not exact, leased or async", opts.Consistency)})
 		case c == quota.Exact:

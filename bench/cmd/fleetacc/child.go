@@ -107,11 +107,13 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
 		return fmt.Errorf("-child: %w", err)
 	}
-	mode, err := quota.ParseConsistency(cfg.Mode)
+	var mode quota.Consistency
+	err := mode.UnmarshalText([]byte(cfg.Mode))
 	if err != nil {
 		return err
 	}
-	onErr, err := quota.ParseFailMode(cfg.OnStoreError)
+	var onErr quota.FailMode
+	err = onErr.UnmarshalText([]byte(cfg.OnStoreError))
 	if err != nil {
 		return err
 	}

@@ -122,7 +122,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	for _, m := range strings.Split(*modes, ",") {
 		m = strings.TrimSpace(m)
-		if _, err := quota.ParseConsistency(m); err != nil || m != strings.ToLower(m) {
+		if err := new(quota.Consistency).UnmarshalText([]byte(m)); err != nil || m != strings.ToLower(m) {
 			bad("-modes: unknown mode %q (want exact, leased, async)", m)
 			continue
 		}
@@ -183,7 +183,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if c.instances != "fleet" && c.instances != "static" {
 		bad("-instances: %q is not fleet or static", c.instances)
 	}
-	if _, err := quota.ParseFailMode(c.onErr); err != nil {
+	if err := new(quota.FailMode).UnmarshalText([]byte(c.onErr)); err != nil {
 		bad("-on-store-error: %v", err)
 	}
 	if c.fbTimeout <= 0 {
