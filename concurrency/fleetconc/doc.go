@@ -30,13 +30,13 @@
 // free them a heartbeat TTL after a crash instead of a lease, which is a
 // different promise.
 //
-// When Redis cannot answer, a cap acts by its OnError: FailOpen (the
-// default, as Stripe advises for limiters) admits without a fleet slot and
-// marks the decision SourceFailOpen, naming that cap unless another cap
-// took a slot; FailClosed denies with SourceFailClosed. Either way Admit
+// When Redis cannot answer, a cap fails open by default (as Stripe
+// advises for limiters): it admits without a fleet slot and marks the
+// decision SourceFailOpen, naming that cap unless another cap took a
+// slot; a cap with PerKey.FailClosed denies with SourceFailClosed. Either way Admit
 // returns the error. An acquire that timed out may still run in Redis
 // once it answers: its slot is removed in the background (once the
-// request is done, under FailOpen) as soon as Redis has it, so a stall
+// request is done, when failing open) as soon as Redis has it, so a stall
 // leaves no slot that no request holds.
 //
 // # Decisions and Done

@@ -30,12 +30,11 @@ func ExampleWithPerKey() {
 
 	instance := func() *fleetconc.Limiter {
 		l, err := fleetconc.New(fleetconc.WithClock(clk), fleetconc.WithPerKey(fleetconc.PerKey{
-			Name:    "fleet-per-user",
-			Cap:     2,
-			Key:     func(r *floodgate.Request) (string, bool) { return r.Identity.User, r.Identity.User != "" },
-			Client:  redis.NewClient(&redis.Options{Addr: addr}),
-			Lease:   time.Minute,
-			OnError: fleetconc.FailOpen,
+			Name:   "fleet-per-user",
+			Cap:    2,
+			Key:    func(r *floodgate.Request) (string, bool) { return r.Identity.User, r.Identity.User != "" },
+			Client: redis.NewClient(&redis.Options{Addr: addr}),
+			Lease:  time.Minute,
 		}))
 		if err != nil {
 			log.Fatal(err)

@@ -32,28 +32,6 @@ const (
 	MinLease = 10 * time.Millisecond
 )
 
-// FailMode is what a fleet cap does when Redis cannot answer.
-type FailMode uint8
-
-// Fail modes. The zero value, FailOpen, is the default.
-const (
-	// FailOpen admits the request without a fleet slot (SourceFailOpen).
-	FailOpen FailMode = iota
-	// FailClosed denies the request (SourceFailClosed), with RetryAfter.
-	FailClosed
-)
-
-// String returns "open" or "closed".
-func (m FailMode) String() string {
-	switch m {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	}
-	return "failmode(" + strconv.Itoa(int(m)) + ")"
-}
-
 // PerKey describes a per-key cap across every instance sharing one Redis,
 // for WithPerKey. The zero value of an optional field is its default; New
 // reports a bad field by its name.
@@ -82,9 +60,10 @@ type PerKey struct {
 	// Timeout bounds each Redis call; 0 means DefaultTimeout. It must not
 	// be negative.
 	Timeout time.Duration
-	// OnError is what the cap does when Redis cannot answer; the zero
-	// value is FailOpen.
-	OnError FailMode
+	// FailClosed makes the cap deny (SourceFailClosed, with RetryAfter)
+	// when Redis cannot answer. By default it fails open: the request is
+	// admitted without a fleet slot (SourceFailOpen).
+	FailClosed bool
 	// RetryAfter is the RetryAfter of the cap's denials; 0 means
 	// concurrency.DefaultRetryAfter. It must not be negative.
 	RetryAfter time.Duration
@@ -145,9 +124,6 @@ func WithPerKey(c PerKey) Option {
 		if c.Timeout < 0 {
 			bad("Timeout", "%s is negative", c.Timeout)
 		}
-		if c.OnError > FailClosed {
-			bad("OnError", "%s is not FailOpen or FailClosed", c.OnError)
-		}
 		if c.RetryAfter == 0 {
 			c.RetryAfter = concurrency.DefaultRetryAfter
 		}
@@ -157,7 +133,7 @@ func WithPerKey(c PerKey) Option {
 		o.caps = append(o.caps, &fleetLimit{
 			name: c.Name, cap: c.Cap, key: c.Key, client: c.Client,
 			prefix: c.Prefix + c.Name + ":", leaseMs: c.Lease.Milliseconds(),
-			timeout: c.Timeout, onError: c.OnError, retryAfter: c.RetryAfter,
+			timeout: c.Timeout, failClosed: c.FailClosed, retryAfter: c.RetryAfter,
 		})
 	}
 }
@@ -237,7 +213,7 @@ type fleetLimit struct {
 	prefix     string // Prefix + Name + ":"
 	leaseMs    int64
 	timeout    time.Duration
-	onError    FailMode
+	failClosed bool
 	retryAfter time.Duration
 }
 
@@ -375,7 +351,7 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		errs   []error
 		src    = floodgate.SourceConcurrency
 	)
-	var unsure []slot // acquires that failed without an answer (FailOpen)
+	var unsure []slot // acquires that failed without an answer (failing open)
 	for _, fl := range l.fleet {
 		key, ok := fl.key(r)
 		if !ok {
@@ -386,7 +362,7 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		if err != nil {
 			err = fmt.Errorf("fleetconc: cap %q: %w", fl.name, err)
 			errs = append(errs, err)
-			if fl.onError == FailClosed {
+			if fl.failClosed {
 				l.removeSlots(slots)
 				for _, u := range append(unsure, s) {
 					l.orphan(u)

@@ -20,10 +20,10 @@ const lease = 10 * time.Second
 
 // fleetLimiter is one instance with a fleet cap of capN per user, chained
 // after a local Limiter built with local, if any.
-func fleetLimiter(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, capN int64, mode fleetconc.FailMode, local ...concurrency.Option) *instance {
+func fleetLimiter(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, capN int64, failClosed bool, local ...concurrency.Option) *instance {
 	t.Helper()
 	opts := []fleetconc.Option{fleetconc.WithPerKey(fleetconc.PerKey{
-		Name: "fleet-user", Cap: capN, Key: byUser, Client: c, Lease: lease, OnError: mode,
+		Name: "fleet-user", Cap: capN, Key: byUser, Client: c, Lease: lease, FailClosed: failClosed,
 	})}
 	if clk != nil {
 		opts = append(opts, fleetconc.WithClock(clk))
@@ -37,7 +37,7 @@ func twoLimiters(t *testing.T, capN int64) (*clock.Fake, *instance, *instance) {
 	t.Helper()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	return clk, fleetLimiter(t, srv.NewClient(), clk, capN, fleetconc.FailOpen), fleetLimiter(t, srv.NewClient(), clk, capN, fleetconc.FailOpen)
+	return clk, fleetLimiter(t, srv.NewClient(), clk, capN, false), fleetLimiter(t, srv.NewClient(), clk, capN, false)
 }
 
 func fleetCount(t *testing.T, i *instance, user string) int64 {
@@ -54,8 +54,8 @@ func fleetCount(t *testing.T, i *instance, user string) int64 {
 func TestFleetCapAcrossInstances(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	a := fleetLimiter(t, srv.NewClient(), clk, 3, fleetconc.FailOpen, concurrency.WithGlobal(100))
-	b := fleetLimiter(t, srv.NewClient(), clk, 3, fleetconc.FailOpen)
+	a := fleetLimiter(t, srv.NewClient(), clk, 3, false, concurrency.WithGlobal(100))
+	b := fleetLimiter(t, srv.NewClient(), clk, 3, false)
 	alice := req("/m", "", "alice")
 	_, a1 := mustAdmit(t, a, alice)
 	_, a2 := mustAdmit(t, a, alice)
@@ -151,8 +151,8 @@ func TestFleetRenew(t *testing.T) {
 func TestFleetFailModes(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
-	open := fleetLimiter(t, srv.NewClient(), clk, 1, fleetconc.FailOpen, concurrency.WithGlobal(10))
-	closed := fleetLimiter(t, srv.NewClient(), clk, 1, fleetconc.FailClosed, concurrency.WithGlobal(10))
+	open := fleetLimiter(t, srv.NewClient(), clk, 1, false, concurrency.WithGlobal(10))
+	closed := fleetLimiter(t, srv.NewClient(), clk, 1, true, concurrency.WithGlobal(10))
 	srv.Kill()
 	alice := req("/m", "", "alice")
 
@@ -177,7 +177,7 @@ func TestFleetFailModes(t *testing.T) {
 // Without fleetconc.WithClock the scripts read Redis TIME.
 func TestFleetRedisTime(t *testing.T) {
 	srv := redistest.Start(t)
-	a := fleetLimiter(t, srv.NewClient(), nil, 1, fleetconc.FailOpen)
+	a := fleetLimiter(t, srv.NewClient(), nil, 1, false)
 	alice := req("/m", "", "alice")
 	_, done := mustAdmit(t, a, alice)
 	mustDeny(t, a, alice)
@@ -194,9 +194,9 @@ func TestFleetNoLeaks(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	ls := []*instance{
-		fleetLimiter(t, srv.NewClient(), clk, 2, fleetconc.FailOpen, concurrency.WithGlobal(3),
+		fleetLimiter(t, srv.NewClient(), clk, 2, false, concurrency.WithGlobal(3),
 			concurrency.WithPerKey(concurrency.PerKey{Name: "per-tenant", Cap: 2, Key: byTenant})),
-		fleetLimiter(t, srv.NewClient(), clk, 2, fleetconc.FailOpen, concurrency.WithGlobal(3),
+		fleetLimiter(t, srv.NewClient(), clk, 2, false, concurrency.WithGlobal(3),
 			concurrency.WithPerKey(concurrency.PerKey{Name: "per-tenant", Cap: 2, Key: byTenant})),
 	}
 	users := []string{"u0", "u1", "u2"}
@@ -243,8 +243,8 @@ func TestFleetNoLeaks(t *testing.T) {
 func TestFleetClusterAndNoScript(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	clk := clock.New(time.Time{})
-	a := fleetLimiter(t, cl.Client(), clk, 1, fleetconc.FailClosed)
-	b := fleetLimiter(t, cl.Client(), clk, 1, fleetconc.FailClosed)
+	a := fleetLimiter(t, cl.Client(), clk, 1, true)
+	b := fleetLimiter(t, cl.Client(), clk, 1, true)
 	var dones []floodgate.Done
 	for _, u := range []string{"alice", "bob", "carol", "dave"} {
 		_, done := mustAdmit(t, a, req("/m", "", u))
@@ -295,7 +295,7 @@ func TestFleetRunRenews(t *testing.T) {
 // local stage before it.
 func TestFailOpenNamesTheCap(t *testing.T) {
 	srv := redistest.Start(t)
-	open := fleetLimiter(t, srv.NewClient(), nil, 3, fleetconc.FailOpen, concurrency.WithGlobal(10))
+	open := fleetLimiter(t, srv.NewClient(), nil, 3, false, concurrency.WithGlobal(10))
 	srv.Kill()
 	d, done, err := open.Admit(ctx, req("/m", "", "alice"))
 	want := floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceFailOpen,

@@ -48,7 +48,6 @@ func TestNewErrors(t *testing.T) {
 		{"fleet client", []fleetconc.Option{fleetconc.WithPerKey(fleetconc.PerKey{Name: "f", Cap: 1, Key: byUser})}, `fleetconc: WithPerKey: PerKey.Client is nil (cap "f")`},
 		{"fleet lease", []fleetconc.Option{fleet(fleetconc.PerKey{Name: "f", Cap: 1, Key: byUser, Lease: time.Millisecond})}, `fleetconc: WithPerKey: PerKey.Lease 1ms must be at least 10ms and whole milliseconds (cap "f")`},
 		{"fleet timeout", []fleetconc.Option{fleet(fleetconc.PerKey{Name: "f", Cap: 1, Key: byUser, Timeout: -1})}, `fleetconc: WithPerKey: PerKey.Timeout -1ns is negative (cap "f")`},
-		{"fleet on error", []fleetconc.Option{fleet(fleetconc.PerKey{Name: "f", Cap: 1, Key: byUser, OnError: 7})}, `fleetconc: WithPerKey: PerKey.OnError failmode(7) is not FailOpen or FailClosed (cap "f")`},
 		{"fleet retry", []fleetconc.Option{fleet(fleetconc.PerKey{Name: "f", Cap: 1, Key: byUser, RetryAfter: -1})}, `fleetconc: WithPerKey: PerKey.RetryAfter -1ns is negative (cap "f")`},
 		{"too many fleet", nine(func(i int) fleetconc.Option {
 			return fleet(fleetconc.PerKey{Name: string(rune('a' + i)), Cap: 1, Key: byUser})

@@ -15,7 +15,7 @@ import (
 // while Redis still runs the script once it answers again (a slow Redis,
 // the failure mode OnError is for). It returns the limiter's decision and
 // Done, and the fleet count of alice once Redis has caught up.
-func slowRedisAcquire(t *testing.T, mode fleetconc.FailMode) (*instance, *instance, floodgate.Decision, floodgate.Done, error) {
+func slowRedisAcquire(t *testing.T, failClosed bool) (*instance, *instance, floodgate.Decision, floodgate.Done, error) {
 	t.Helper()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -23,7 +23,7 @@ func slowRedisAcquire(t *testing.T, mode fleetconc.FailMode) (*instance, *instan
 		return newInstance(t, []concurrency.Option{concurrency.WithGlobal(10)}, fleetconc.WithClock(clk),
 			fleetconc.WithPerKey(fleetconc.PerKey{
 				Name: "fleet-user", Cap: 1, Key: byUser, Client: srv.NewClient(),
-				Lease: 30 * time.Second, Timeout: 100 * time.Millisecond, OnError: mode,
+				Lease: 30 * time.Second, Timeout: 100 * time.Millisecond, FailClosed: failClosed,
 			}))
 	}
 	a, b := mk(), mk()
@@ -58,7 +58,7 @@ func waitFleetCount(t *testing.T, l *instance, want int64) int64 {
 // request is done the slot is removed (it was held by no request for a
 // whole lease before, and the key's next request was denied).
 func TestFleetTimedOutAcquireLeavesNoSlotFailOpen(t *testing.T) {
-	a, b, d, done, err := slowRedisAcquire(t, fleetconc.FailOpen)
+	a, b, d, done, err := slowRedisAcquire(t, false)
 	if !d.Allowed || d.Source != floodgate.SourceFailOpen || err == nil || done == nil {
 		t.Fatalf("slow Redis, fail open: %+v, %v; want admitted from fail_open with an error", d, err)
 	}
@@ -82,7 +82,7 @@ func TestFleetTimedOutAcquireLeavesNoSlotFailOpen(t *testing.T) {
 // afterwards is removed too (it was never undone, and alice was denied
 // fleet-wide for a lease with no request of hers in flight).
 func TestFleetTimedOutAcquireLeavesNoSlotFailClosed(t *testing.T) {
-	a, b, d, done, err := slowRedisAcquire(t, fleetconc.FailClosed)
+	a, b, d, done, err := slowRedisAcquire(t, true)
 	if d.Allowed || d.Source != floodgate.SourceFailClosed || err == nil || done != nil {
 		t.Fatalf("slow Redis, fail closed: %+v, %v; want denied from fail_closed with an error", d, err)
 	}
