@@ -2,7 +2,7 @@ package policyfile
 
 import (
 	"github.com/floodgate-go/floodgate/shedder/fleetshed"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // The fleet shedder's part of the file: shedder: fleet:, applied to a

@@ -3,7 +3,7 @@ package tiers
 import (
 	"strconv"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // The YAML forms of issue 18's policy fields: several windows per limit

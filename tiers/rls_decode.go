@@ -3,7 +3,7 @@ package tiers
 import (
 	"strconv"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // The YAML form of the rls: section (issue 20; see RLSDomain):

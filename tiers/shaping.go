@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/quota"

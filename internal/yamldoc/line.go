@@ -3,7 +3,7 @@ package yamldoc
 import (
 	"bytes"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // The line of a YAML syntax error.
