@@ -10,7 +10,7 @@ import (
 type Fake struct {
 	mu     sync.Mutex
 	now    time.Time
-	timers []timer // pending After channels (timer.go)
+	timers []timer // pending After channels
 }
 
 // Epoch is the instant a New clock starts at unless told otherwise:

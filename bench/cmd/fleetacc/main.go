@@ -1,6 +1,6 @@
 // Command fleetacc measures how exactly a fleet of separate processes, each
 // with its own stores, keeps a shared rate limit in each consistency
-// (issue 14): exact, leased and async. It starts one redis-server on
+// (exact, leased and async). It starts one redis-server on
 // loopback, then runs its own binary -procs times (like pods), each process
 // building the real stack (redisstore, fallback, localfirst, tiers.Limiter)
 // and deciding limits.Admit with -g goroutines on a few principals that
@@ -17,7 +17,7 @@
 // per bucket, the window running from the first decision of any process to
 // the last. See bench/README.md, "Fleet accuracy", for every column.
 //
-// What this program decides: whether a run met issue 14's targets. Exact
+// What this program decides: whether a run met the consistency modes' targets. Exact
 // and leased must never admit more than a bucket's bound (the exit status
 // is 1 if either did in any run); async's targets (within n × rate × sync
 // interval per bucket, at most 2% over) and leased's under-admission
@@ -643,11 +643,11 @@ func writeTable(w io.Writer, cfg config, rows []*row) error {
 	return nil
 }
 
-// writeTargets prints issue 14's targets against the rows and returns the
+// writeTargets prints the modes' targets against the rows and returns the
 // runs that failed the enforced one (exact and leased never over).
 func writeTargets(w io.Writer, cfg config, rows []*row) []string {
 	var failed []string
-	fmt.Fprintln(w, "\ntargets (issue 14):")
+	fmt.Fprintln(w, "\ntargets:")
 	for _, r := range rows {
 		var checks []string
 		if r.cond == killed {
@@ -667,7 +667,7 @@ func writeTargets(w io.Writer, cfg config, rows []*row) []string {
 			continue
 		}
 		if r.cond == paused {
-			// Issue 15: Redis slow in bursts is not down. No breaker
+			// Redis slow in bursts is not down. No breaker
 			// opens; with on_store_error closed (whose calls wait the
 			// closed budget) no decision is made without Redis at all,
 			// so no login is denied for want of it.

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 // and with Redis paused: the table has its columns and one row per run,
 // the processes decided and were over the limit (demand several times the
 // rate), exact admitted nothing over any bucket's bound, paused or not,
-// and no decision was made without Redis (issue 15: a slow Redis never
+// and no decision was made without Redis (a slow Redis never
 // trips the fallback).
 func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -126,7 +126,7 @@ func TestAccuracy(t *testing.T) {
 
 // TestKilled runs two processes, exact and async at one level, rules
 // failing closed, with Redis killed 1s into the run and restarted empty 2s later
-// (issue 15): runFleet itself fails the run if a bucket admitted more than
+// runFleet itself fails the run if a bucket admitted more than
 // the outage bound or a process was back on Redis later than the open
 // interval plus one probe plus go-redis's dial backoff. Here the test also
 // checks that the outage was real: decisions were made without Redis, the
@@ -173,7 +173,7 @@ func TestKilled(t *testing.T) {
 	}
 }
 
-// TestSlowIsNotDown is issue 15's multi-process check as a test: 4 and 8
+// TestSlowIsNotDown checks across processes that a slow Redis is not a down one: 4 and 8
 // processes, exact and async, one key at several times its limit, Redis
 // stopped 30 ms every 300 ms, rules on_store_error closed. runFleet fails
 // the run if anything was admitted over a bucket's bound (exact), a
