@@ -603,10 +603,35 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	if root == nil {
 		return allow, nil
 	}
-	ms := manyPool.Get().(*manyScratch)
-	defer ms.release()
-	ms.targets = grow(ms.targets, len(ds))
-	targets := ms.targets
+	sc := l.pool.Get().(*scratch)
+	defer l.release(sc)
+	if !sc.matchDescriptors(root, ds, out) {
+		return allow, nil
+	}
+	sc.descriptorItems(ds, out)
+	sc.dec = grow(sc.dec, len(sc.items))
+	d, _, err := l.run(ctx, c, sc, sc.dec, call{})
+	for i := range ds {
+		if out[i].Match != DescriptorLimited {
+			continue
+		}
+		k := sc.idx[i]
+		out[i].Decision = sc.dec[k]
+		out[i].Request = *sc.items[k].req
+		out[i].Request.Headers = nil
+		if b := sc.bound[k]; b >= 0 {
+			out[i].Bucket = sc.all[b].Limit
+		}
+	}
+	return d, err
+}
+
+// matchDescriptors looks up each descriptor's target under root (into
+// sc.targets), sets its Match and Name in out, and marks the descriptors
+// whose limit another one replaces. It reports whether any is limited.
+func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []DescriptorDecision) bool {
+	sc.targets = grow(sc.targets, len(ds))
+	targets := sc.targets
 	replacing := false
 	for i := range ds {
 		t := root.lookup(ds[i].Entries)
@@ -621,49 +646,54 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 		}
 		replacing = replacing || len(t.replaces) > 0
 	}
-	if replacing {
-		for i := range ds {
-			t := targets[i]
-			if t == nil || out[i].Match != DescriptorLimited {
-				continue
+	limited := false
+	for i := range ds {
+		t := targets[i]
+		if t == nil || out[i].Match != DescriptorLimited {
+			continue
+		}
+		for j := range ds {
+			if !replacing {
+				break
 			}
-			for j := range ds {
-				if tj := targets[j]; tj != nil && slices.Contains(tj.replaces, t.name) {
-					out[i].Match = DescriptorReplaced
-					break
-				}
+			if tj := targets[j]; tj != nil && slices.Contains(tj.replaces, t.name) {
+				out[i].Match = DescriptorReplaced
+				break
 			}
 		}
+		limited = limited || out[i].Match == DescriptorLimited
 	}
-	// The requests: built in ms.req, headers in ms.hdrs (both sized
-	// first, so the pointers taken into them stay valid).
+	return limited
+}
+
+// descriptorItems builds, for each limited descriptor, its request (in
+// sc.req, headers in sc.hdrs, both sized first so the pointers taken into
+// them stay valid) and the engine's item limited to its rule (sc.items;
+// sc.idx maps a descriptor to its item).
+func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
 	nreq, nhdr := 0, 0
 	for i := range ds {
 		if out[i].Match == DescriptorLimited {
 			nreq++
-			for _, f := range targets[i].fills {
+			for _, f := range sc.targets[i].fills {
 				if f.scope == ScopeHeader {
 					nhdr++
 				}
 			}
 		}
 	}
-	if nreq == 0 {
-		return allow, nil
-	}
-	ms.req = grow(ms.req, nreq)
-	ms.hdrs = grow(ms.hdrs, nhdr)[:0]
-	ms.items = ms.items[:0]
-	ms.idx = grow(ms.idx, len(ds))
-	idx := ms.idx // descriptor -> item
+	sc.req = grow(sc.req, nreq)
+	sc.hdrs = grow(sc.hdrs, nhdr)[:0]
+	sc.items = sc.items[:0]
+	sc.idx = grow(sc.idx, len(ds))
 	for i := range ds {
 		if out[i].Match != DescriptorLimited {
 			continue
 		}
-		t := targets[i]
-		r := &ms.req[len(ms.items)]
+		t := sc.targets[i]
+		r := &sc.req[len(sc.items)]
 		*r = floodgate.Request{Method: t.method, Cost: ds[i].Cost}
-		h0 := len(ms.hdrs)
+		h0 := len(sc.hdrs)
 		for _, f := range t.fills {
 			v := ds[i].Entries[f.entry].Value
 			switch {
@@ -671,34 +701,18 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 				r.Tier = v
 			case f.scope == ScopeHeader:
 				if v != "" {
-					ms.hdrs = append(ms.hdrs, floodgate.Header{Name: f.header, Value: v})
+					sc.hdrs = append(sc.hdrs, floodgate.Header{Name: f.header, Value: v})
 				}
 			default:
 				t.fill(r, f.scope, v)
 			}
 		}
-		if len(ms.hdrs) > h0 {
-			r.Headers = ms.hdrs[h0:len(ms.hdrs):len(ms.hdrs)]
+		if len(sc.hdrs) > h0 {
+			r.Headers = sc.hdrs[h0:len(sc.hdrs):len(sc.hdrs)]
 		}
-		idx[i] = int32(len(ms.items))
-		ms.items = append(ms.items, manyItem{req: r, rule: t.ruleIdx, peek: ds[i].Peek})
+		sc.idx[i] = int32(len(sc.items))
+		sc.items = append(sc.items, callItem{req: r, rule: t.ruleIdx, peek: ds[i].Peek})
 	}
-	ms.dec = grow(ms.dec, len(ms.items))
-	dec := ms.dec
-	d, err := l.admitMany(ctx, c, ms, dec)
-	for i := range ds {
-		if out[i].Match != DescriptorLimited {
-			continue
-		}
-		k := idx[i]
-		out[i].Decision = dec[k]
-		out[i].Request = *ms.items[k].req
-		out[i].Request.Headers = nil
-		if b := ms.bound[k]; b >= 0 {
-			out[i].Bucket = ms.all[b].Limit
-		}
-	}
-	return d, err
 }
 
 // fill sets scope s of r to the descriptor value v. An ip value that is no
