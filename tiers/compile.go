@@ -281,7 +281,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 		}
 		cr.key = slices.Clone(r.Key)
 		hasIP := slices.Contains(r.Key, ScopeIP)
-		cr.v4bits, cr.v6bits = DefaultIPv4Prefix, DefaultIPv6Prefix
+		cr.v4bits, cr.v6bits = defaultIPv4Prefix, defaultIPv6Prefix
 		for _, pf := range [...]struct {
 			field string
 			v     int

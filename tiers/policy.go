@@ -81,8 +81,8 @@ const (
 // IPv6 client (a home, a phone, a VM) is commonly given and can rotate
 // addresses in at will.
 const (
-	DefaultIPv4Prefix = 32
-	DefaultIPv6Prefix = 64
+	defaultIPv4Prefix = 32
+	defaultIPv6Prefix = 64
 )
 
 // Tier is the limit of one plan tier.
@@ -110,7 +110,7 @@ type Tier struct {
 // level of the same all-or-nothing take: a request passes only if every
 // window of every matching rule admits it, and a deny by one window
 // charges no other. The windows of one limit must have distinct periods,
-// at most MaxWindows of them. A limit with several windows names each
+// at most 8 of them. A limit with several windows names each
 // "<rule>/<period>" ("tenant-plan/1h", the period as written by
 // Rate.String) in decisions, quota headers and QuotaFailure, and keys each
 // bucket by its period too (see the package doc); a limit with one window,
@@ -123,8 +123,8 @@ type Window struct {
 	Burst int64
 }
 
-// MaxWindows is the most windows one limit may have.
-const MaxWindows = 8
+// maxWindows is the most windows one limit may have.
+const maxWindows = 8
 
 // Rate is "N per Period", or, when Tier is true, "whatever the caller's plan
 // tier says". In YAML it is written "N/duration" ("10/1s", "100/1h",
@@ -342,8 +342,8 @@ type Rule struct {
 	SyncInterval time.Duration
 	// IPv4Prefix and IPv6Prefix are how many leading bits of the client
 	// address name its bucket at the rule's ip scope: every address of
-	// one such prefix shares one bucket. 0 means DefaultIPv4Prefix (32)
-	// and DefaultIPv6Prefix (64). IPv4Prefix must be in [1, 32] and
+	// one such prefix shares one bucket. 0 means 32 for IPv4 and 64 for
+	// IPv6. IPv4Prefix must be in [1, 32] and
 	// IPv6Prefix in [1, 128], and either may be set only on a rule whose
 	// key has ip. An IPv4-mapped IPv6 address (::ffff:192.0.2.1) is the
 	// IPv4 address it maps.

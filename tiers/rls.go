@@ -41,7 +41,8 @@ type RLSDomain struct {
 // (envoyproxy/ratelimit's lookup): so [generic_key=api, user] and
 // [generic_key, tenant] never compete for (generic_key=api, tenant=t).
 type RLSDescriptor struct {
-	// Entries is the descriptor's shape, in order; at least one.
+	// Entries is the descriptor's shape, in order; at least one, at most
+	// 16.
 	Entries []RLSEntry
 	// Rule names the rule the descriptor is charged at. Required unless
 	// Unlimited.
@@ -83,8 +84,8 @@ type RLSEntry struct {
 	As string
 }
 
-// MaxRLSEntries is the most entries a descriptor shape may have.
-const MaxRLSEntries = 16
+// maxRLSEntries is the most entries a descriptor shape may have.
+const maxRLSEntries = 16
 
 // fillKind is what a descriptor entry's value fills in its request.
 type fillKind uint8
@@ -276,8 +277,8 @@ func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName
 	case len(d.Entries) == 0:
 		rep.add(dp+".entries", "list at least one entry")
 		ok = false
-	case len(d.Entries) > MaxRLSEntries:
-		rep.addf(dp+".entries", "%d entries; at most %d", len(d.Entries), MaxRLSEntries)
+	case len(d.Entries) > maxRLSEntries:
+		rep.addf(dp+".entries", "%d entries; at most %d", len(d.Entries), maxRLSEntries)
 		ok = false
 	}
 	for k, e := range d.Entries {

@@ -37,8 +37,8 @@ func limitsOf(rep *reporter, owner string, rate Rate, burst int64, windows []Win
 		rep.addf(owner+".algorithm", "unknown algorithm %d", alg)
 		return tierLimit{}, false
 	}
-	if len(windows) > MaxWindows {
-		rep.addf(owner+".rate", "%d windows; at most %d", len(windows), MaxWindows)
+	if len(windows) > maxWindows {
+		rep.addf(owner+".rate", "%d windows; at most %d", len(windows), maxWindows)
 		return tierLimit{}, false
 	}
 	ok := true
