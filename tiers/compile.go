@@ -13,7 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// compiled is a validated Policy in the form Admit uses.
+// compiled is a validated Policy in the form the decision engine uses.
 type compiled struct {
 	policy  *Policy
 	rules   []cRule // most specific first
@@ -28,10 +28,9 @@ type compiled struct {
 	headers []string
 	// shadow: the whole policy is a dry run (Policy.Shadow).
 	shadow bool
-	// shaping: a rule settles or waits (issue 18; shaping.go).
+	// shaping: a rule settles or waits.
 	shaping bool
-	// rls is the compiled rls: section and the rules by name (issue 20;
-	// rls.go).
+	// rls is the compiled rls: section and the rules by name.
 	rls *rlsCompiled
 }
 
@@ -58,7 +57,7 @@ type cRule struct {
 	cache  bool
 	fail   quota.FailMode
 	mode   quota.Consistency
-	shape  shaping       // settle, max_wait (shaping.go)
+	shape  shaping       // settle, max_wait
 	sync   time.Duration // Async only
 	noKey  string        // no-key rules: "<prefix>{<rule>}"
 	// Full keys of no-key rules, prebuilt: fixed rules use constKey, tier

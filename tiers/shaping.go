@@ -16,7 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// This file is issue 18's settlement and server-side shaping: the rule
+// Settlement and server-side shaping: the rule
 // fields settle, max_wait and max_waiters, and what the Limiter does with
 // them (see the package doc, "Settlement" and "Waiting").
 
