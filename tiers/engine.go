@@ -76,11 +76,11 @@ func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []flood
 		sc.charged.reset()
 	}
 	allowed, realErr := l.take(ctx, c, sc, false, hold)
-	var shadowErr error
+	shadowAllowed, shadowErr := true, error(nil)
 	if allowed && !sc.over { // a shadow bucket over its capacity is decided already
-		_, shadowErr = l.take(ctx, c, sc, true, hold)
+		shadowAllowed, shadowErr = l.take(ctx, c, sc, true, hold)
 	}
-	sc.bindItems(c, out, allowed, how)
+	sc.bindItems(c, out, allowed, shadowAllowed, how)
 	err := sc.errors(c, out, allowed, realErr, shadowErr, how)
 	if !how.single {
 		return sc.bindCall(c, allowed), nil, err
@@ -321,24 +321,31 @@ func (l *Limiter) take(ctx context.Context, c *compiled, sc *scratch, shadow, ho
 // bindItems picks each request's binding bucket (sc.bound) and writes its
 // decision into out: an enforced bucket that denied, else a shadow one
 // that would deny, else the enforced one with the least Remaining.
-func (sc *scratch) bindItems(c *compiled, out []floodgate.Decision, allowed bool, how call) {
+// allowed and shadowAllowed are what the enforced and the shadow take
+// said.
+func (sc *scratch) bindItems(c *compiled, out []floodgate.Decision, allowed, shadowAllowed bool, how call) {
 	for k := range sc.items {
 		if out[k].Policy != "" { // exempt, or a shadow deny-list decision
 			continue
 		}
 		refs := sc.itemRefs(k)
-		br, realOK := sc.bindEnforced(refs, allowed, how)
-		bs, _ := sc.bind(refs, true)
+		br, realOK := sc.bindTaken(refs, false, allowed, how)
+		bs, shadowOK := sc.bindTaken(refs, true, shadowAllowed, how)
 		switch {
 		case br >= 0 && !realOK:
 			sc.bound[k] = br
-		case bs >= 0 && !sc.res[bs].Allowed:
+		case bs >= 0 && !shadowOK:
 			sc.bound[k] = bs
 		case br >= 0:
 			sc.bound[k] = br
 		}
-		if b := sc.bound[k]; b >= 0 {
-			out[k] = sc.decision(c, b, out[k])
+		b := sc.bound[k]
+		if b < 0 {
+			continue
+		}
+		out[k] = sc.decision(c, b, out[k])
+		if sc.metas[b].shadow { // binds only as a would-be denial
+			out[k].Allowed, out[k].Shadow, out[k].RetryAfter = true, true, 0
 		}
 	}
 }
@@ -380,14 +387,15 @@ func (sc *scratch) bind(refs []int32, shadow bool) (int32, bool) {
 	return least, true
 }
 
-// bindEnforced binds among refs' enforced buckets, as bind does. A single
-// request is the call: when the take denied, it is denied, and with no
-// bucket that denied (a store that denies with every bucket allowing) its
-// first bucket binds.
-func (sc *scratch) bindEnforced(refs []int32, allowed bool, how call) (int32, bool) {
-	b, ok := sc.bind(refs, false)
+// bindTaken binds among refs' enforced (shadow false) or shadow buckets,
+// as bind does; allowed is what their take said. A single request is the
+// call: when the take denied, it is denied, and with no bucket that
+// denied (a store that denies with every bucket allowing) its first
+// bucket binds.
+func (sc *scratch) bindTaken(refs []int32, shadow, allowed bool, how call) (int32, bool) {
+	b, ok := sc.bind(refs, shadow)
 	if how.single && !allowed && ok {
-		return sc.first(refs, false), false
+		return sc.first(refs, shadow), false
 	}
 	return b, ok
 }
@@ -450,7 +458,7 @@ func (sc *scratch) errors(c *compiled, out []floodgate.Decision, allowed bool, r
 		if how.single {
 			// Named by the enforced binding bucket, even when a shadow
 			// rule's would-be denial is the decision.
-			b, _ := sc.bindEnforced(sc.itemRefs(0), allowed, how)
+			b, _ := sc.bindTaken(sc.itemRefs(0), false, allowed, how)
 			d := sc.decision(c, b, floodgate.Decision{})
 			errs = append(errs, fmt.Errorf("tiers: store failed, deciding by on_store_error (%s by rule %q): %w", d.Source, d.Policy, realErr))
 		} else {
