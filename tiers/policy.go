@@ -128,9 +128,13 @@ const maxWindows = 8
 // tier says". In YAML it is written "N/duration" ("10/1s", "100/1h",
 // "10/500ms") or "tier".
 type Rate struct {
-	N      int64
+	// N is how many units the period admits.
+	N int64
+	// Period is the window N is counted over.
 	Period time.Duration
-	Tier   bool
+	// Tier means the rate of the caller's plan tier; N and Period are
+	// then zero.
+	Tier bool
 }
 
 // ParseRate parses "N/duration" (N a decimal integer, duration as accepted
@@ -423,8 +427,11 @@ type Override struct {
 // ("rules[2].rate"), what is wrong, and for a policy loaded from YAML the
 // line (0 when unknown).
 type FieldError struct {
+	// Path is the field's path in the policy, "" for the whole policy.
 	Path string
-	Msg  string
+	// Msg says what is wrong.
+	Msg string
+	// Line is the field's line in the YAML file; 0 when unknown.
 	Line int
 }
 
@@ -445,6 +452,7 @@ func (e *FieldError) Error() string {
 
 // PolicyError lists everything wrong with a policy, in file order.
 type PolicyError struct {
+	// Errs are the errors, at least one.
 	Errs []*FieldError
 }
 

@@ -90,7 +90,11 @@ const maxRLSEntries = 16
 // DescriptorEntry is one entry of a gateway's rate-limit descriptor:
 // Envoy's (key, value).
 type DescriptorEntry struct {
-	Key, Value string
+	// Key is the entry's key (remote_address, generic_key, a header's
+	// descriptor_key...).
+	Key string
+	// Value is the entry's value.
+	Value string
 }
 
 // Descriptor is one descriptor of a gateway's rate-limit call (Envoy's
