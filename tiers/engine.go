@@ -159,21 +159,17 @@ func invalidCost(r *floodgate.Request, k int, how call) error {
 // requests, and records them in sc.refs.
 func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how call) {
 	it := &sc.items[k]
-	rc, off := c, int32(0)
-	var one compiled
+	lo, hi := 0, len(c.rules)
 	if it.rule >= 0 {
-		one = *c
-		one.rules = c.rules[it.rule : it.rule+1]
-		rc, off = &one, it.rule
+		lo, hi = int(it.rule), int(it.rule)+1
 	}
 	from := len(sc.all)
-	sc.resolve(rc, it.req)
+	sc.resolve(c, it.req, lo, hi)
 	sc.setKeys(from)
-	d.Skipped = sc.skippedNames(rc)
+	d.Skipped = sc.skippedNames(c)
 	n := from
 	for j := from; j < len(sc.all); j++ {
 		b, m := &sc.all[j], &sc.metas[j]
-		m.rule += off
 		if it.peek {
 			b.Cost = 0
 		}

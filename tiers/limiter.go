@@ -143,7 +143,7 @@ func (l *Limiter) Buckets(dst []quota.Bucket, r *floodgate.Request) []quota.Buck
 	sc := l.pool.Get().(*scratch)
 	defer l.release(sc)
 	sc.all, sc.metas = sc.all[:0], sc.metas[:0]
-	sc.resolve(c, r)
+	sc.resolve(c, r, 0, len(c.rules))
 	sc.setKeys(0)
 	return append(dst, sc.all...)
 }

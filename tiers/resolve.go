@@ -107,12 +107,12 @@ func (l *Limiter) release(sc *scratch) {
 }
 
 // resolve appends to sc.metas and sc.all (without the keys built in
-// sc.buf: see setKeys) the buckets r is charged to, building their keys
-// in sc.buf.
-func (sc *scratch) resolve(c *compiled, r *floodgate.Request) {
+// sc.buf: see setKeys) the buckets r is charged to at the rules
+// c.rules[lo:hi], building their keys in sc.buf.
+func (sc *scratch) resolve(c *compiled, r *floodgate.Request, lo, hi int) {
 	sc.buf = sc.buf[:0]
 	sc.skipped = sc.skipped[:0]
-	for i := range c.rules {
+	for i := lo; i < hi; i++ {
 		cr := &c.rules[i]
 		if !cr.applies(c, r) { // method, headers, tier
 			continue
