@@ -54,21 +54,22 @@ type callItem struct {
 }
 
 // run decides the requests in sc.items under c, writing each one's
-// decision into out (len(out) >= len(sc.items)); see the steps above.
-// It returns the call's decision, and for a call that holds the Done of a
-// request whose rules settle.
-func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []floodgate.Decision, how call) (floodgate.Decision, floodgate.Done, error) {
+// decision into out (len(out) >= len(sc.items)) and the call's into whole
+// (for a single request, &out[0]); see the steps above. It returns, for a
+// call that holds, the Done of a request whose rules settle.
+func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []floodgate.Decision, whole *floodgate.Decision, how call) (floodgate.Done, error) {
 	sc.reset()
 	if k, err := sc.gather(c, out, how); k >= 0 {
-		return out[k], nil, err
+		*whole = out[k]
+		return nil, err
 	}
 	sc.res = grow(sc.res, len(sc.all))
 	sc.taken = grow(sc.taken, len(sc.all))
 	clear(sc.res)
 	clear(sc.taken)
-	if how.single {
+	if how.single && sc.costs {
 		if k, err := sc.overCapacity(c, out); k >= 0 {
-			return out[k], nil, err
+			return nil, err
 		}
 	}
 	hold := how.hold && c.shaping
@@ -76,24 +77,30 @@ func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []flood
 		sc.charged.reset()
 	}
 	allowed, realErr := l.take(ctx, c, sc, false, hold)
-	shadowAllowed, shadowErr := true, error(nil)
-	if allowed && !sc.over { // a shadow bucket over its capacity is decided already
+	shadowAllowed, shadowErr := !sc.over, error(nil)
+	if allowed && sc.shadows && !sc.over { // a shadow bucket over its capacity denies already
 		shadowAllowed, shadowErr = l.take(ctx, c, sc, true, hold)
 	}
 	sc.bindItems(c, out, allowed, shadowAllowed, how)
 	err := sc.errors(c, out, allowed, realErr, shadowErr, how)
 	if !how.single {
-		return sc.bindCall(c, allowed), nil, err
+		sc.bindCall(c, allowed, whole)
+		return nil, err
 	}
-	d := out[0]
-	d.Allowed = d.Allowed && allowed
-	if b := sc.bound[0]; b >= 0 && !sc.metas[b].over {
-		d.SetQuotas(sc.quotas(c, int(b), allowed && !sc.metas[b].shadow))
+	if b := sc.bound[0]; b >= 0 {
+		if !sc.metas[b].shadow {
+			whole.Allowed = allowed // the take's verdict
+		}
+		if !sc.metas[b].over {
+			whole.SetQuotas(sc.quotas(c, int(b), allowed && !sc.metas[b].shadow))
+		}
 	}
 	if hold && sc.charged.any() {
-		return l.shape(ctx, sc, d, err)
+		d, done, err := l.shape(ctx, sc, *whole, err)
+		*whole = d
+		return done, err
 	}
-	return d, nil, err
+	return nil, err
 }
 
 // reset readies sc for a call over sc.items.
@@ -107,7 +114,7 @@ func (sc *scratch) reset() {
 	if sc.index != nil {
 		clear(sc.index)
 	}
-	sc.shadows, sc.over = false, false
+	sc.shadows, sc.costs, sc.over = false, false, false
 }
 
 // gather resolves every request of the call into sc.all and starts each
@@ -167,6 +174,15 @@ func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how ca
 	sc.resolve(c, it.req, lo, hi)
 	sc.setKeys(from)
 	d.Skipped = sc.skippedNames(c)
+	if how.single { // one request: no bucket to share; it does not peek, and may be held
+		for j := from; j < len(sc.all); j++ {
+			m := &sc.metas[j]
+			sc.shadows = sc.shadows || m.shadow
+			sc.costs = sc.costs || m.fromRequest
+			sc.refs = append(sc.refs, int32(j))
+		}
+		return
+	}
 	n := from
 	for j := from; j < len(sc.all); j++ {
 		b, m := &sc.all[j], &sc.metas[j]
@@ -176,12 +192,10 @@ func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how ca
 		if !how.hold {
 			b.MaxWait = 0 // never held: decided at once
 		}
-		if !how.single {
-			if i, ok := sc.find(n, b.Key, m.shadow); ok {
-				sc.all[i].Cost = satAdd(sc.all[i].Cost, b.Cost)
-				sc.refs = append(sc.refs, i)
-				continue
-			}
+		if i, ok := sc.find(n, b.Key, m.shadow); ok {
+			sc.all[i].Cost = satAdd(sc.all[i].Cost, b.Cost)
+			sc.refs = append(sc.refs, i)
+			continue
 		}
 		if n != j {
 			sc.all[n], sc.metas[n] = *b, *m
@@ -189,9 +203,7 @@ func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how ca
 		sc.shadows = sc.shadows || m.shadow
 		sc.refs = append(sc.refs, int32(n))
 		n++
-		if !how.single {
-			sc.indexMerged(n)
-		}
+		sc.indexMerged(n)
 	}
 	clear(sc.all[n:])
 	sc.all, sc.metas = sc.all[:n], sc.metas[:n]
@@ -259,7 +271,7 @@ func (sc *scratch) overCapacity(c *compiled, out []floodgate.Decision) (int, err
 		}
 		sc.res[i] = quota.Result{Limit: capacity}
 		if !m.shadow {
-			out[0] = sc.decision(c, int32(i), out[0])
+			sc.describe(c, int32(i), &out[0])
 			return 0, fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, c.rules[m.rule].name, capacity, b.Cost)
 		}
 		m.over, sc.taken[i], sc.over = true, true, true
@@ -316,17 +328,20 @@ func (l *Limiter) take(ctx context.Context, c *compiled, sc *scratch, shadow, ho
 
 // bindItems picks each request's binding bucket (sc.bound) and writes its
 // decision into out: an enforced bucket that denied, else a shadow one
-// that would deny, else the enforced one with the least Remaining.
-// allowed and shadowAllowed are what the enforced and the shadow take
-// said.
+// that would deny, else the enforced one with the least Remaining. For a
+// single request, allowed and shadowAllowed (what the enforced and the
+// shadow take said) are the verdicts; for several, each bucket's own
+// result is.
 func (sc *scratch) bindItems(c *compiled, out []floodgate.Decision, allowed, shadowAllowed bool, how call) {
+	real, shadow := byResults, byResults
+	if how.single {
+		real, shadow = verdictOf(allowed), verdictOf(shadowAllowed)
+	}
 	for k := range sc.items {
 		if out[k].Policy != "" { // exempt, or a shadow deny-list decision
 			continue
 		}
-		refs := sc.itemRefs(k)
-		br, realOK := sc.bindTaken(refs, false, allowed, how)
-		bs, shadowOK := sc.bindTaken(refs, true, shadowAllowed, how)
+		br, realOK, bs, shadowOK := sc.bind(sc.itemRefs(k), real, shadow)
 		switch {
 		case br >= 0 && !realOK:
 			sc.bound[k] = br
@@ -335,13 +350,8 @@ func (sc *scratch) bindItems(c *compiled, out []floodgate.Decision, allowed, sha
 		case br >= 0:
 			sc.bound[k] = br
 		}
-		b := sc.bound[k]
-		if b < 0 {
-			continue
-		}
-		out[k] = sc.decision(c, b, out[k])
-		if sc.metas[b].shadow { // binds only as a would-be denial
-			out[k].Allowed, out[k].Shadow, out[k].RetryAfter = true, true, 0
+		if b := sc.bound[k]; b >= 0 {
+			sc.describe(c, b, &out[k])
 		}
 	}
 }
@@ -355,62 +365,73 @@ func (sc *scratch) itemRefs(k int) []int32 {
 	return sc.refs[start:sc.ends[k]]
 }
 
-// bind returns the binding bucket among refs of the enforced (shadow
-// false) or shadow buckets that a take decided, or -1, and whether they
-// all allowed: then the one with the least Remaining, else the denying
-// one with the longest RetryAfter (Never longest); ties go to the
-// earliest (the most specific rule of the request).
-func (sc *scratch) bind(refs []int32, shadow bool) (int32, bool) {
-	least, worst := int32(-1), int32(-1)
+// verdict is what decides whether a set of buckets (a request's enforced
+// ones, or its shadow ones) allowed.
+type verdict uint8
+
+const (
+	byResults   verdict = iota // each bucket's result: a request of several
+	takeAllowed                // the take allowed: a single request
+	takeDenied                 // the take denied: a single request
+)
+
+func verdictOf(allowed bool) verdict {
+	if allowed {
+		return takeAllowed
+	}
+	return takeDenied
+}
+
+// bind returns, in one pass over refs' buckets that a take decided, the
+// binding bucket of the enforced ones and of the shadow ones (-1: none)
+// and whether each set allowed, by its verdict. An allowed set binds the
+// bucket with the least Remaining; a denied one the denying bucket with
+// the longest RetryAfter (Never longest), or, when none says it denies (a
+// store that denies with every bucket allowing), the first. Ties go to
+// the earliest: the most specific rule of the request.
+func (sc *scratch) bind(refs []int32, real, shadow verdict) (br int32, realOK bool, bs int32, shadowOK bool) {
+	first, least, worst := [2]int32{-1, -1}, [2]int32{-1, -1}, [2]int32{-1, -1}
 	for _, i := range refs {
-		if !sc.taken[i] || sc.metas[i].shadow != shadow {
+		if !sc.taken[i] {
 			continue
+		}
+		s := 0
+		if sc.metas[i].shadow {
+			s = 1
 		}
 		r := &sc.res[i]
-		if !r.Allowed {
-			if worst < 0 || later(r.RetryAfter, sc.res[worst].RetryAfter) {
-				worst = i
-			}
-			continue
+		if first[s] < 0 {
+			first[s], least[s] = i, i
+		} else if r.Remaining < sc.res[least[s]].Remaining {
+			least[s] = i
 		}
-		if worst < 0 && (least < 0 || r.Remaining < sc.res[least].Remaining) {
-			least = i
+		if !r.Allowed && (worst[s] < 0 || later(r.RetryAfter, sc.res[worst[s]].RetryAfter)) {
+			worst[s] = i
 		}
 	}
-	if worst >= 0 {
+	br, realOK = pick(real, first[0], least[0], worst[0])
+	bs, shadowOK = pick(shadow, first[1], least[1], worst[1])
+	return br, realOK, bs, shadowOK
+}
+
+// pick is bind's choice in one set of buckets.
+func pick(v verdict, first, least, worst int32) (int32, bool) {
+	switch {
+	case v == takeAllowed:
+		return least, true
+	case worst >= 0:
 		return worst, false
+	case v == takeDenied:
+		return first, false
 	}
 	return least, true
 }
 
-// bindTaken binds among refs' enforced (shadow false) or shadow buckets,
-// as bind does; allowed is what their take said. A single request is the
-// call: when the take denied, it is denied, and with no bucket that
-// denied (a store that denies with every bucket allowing) its first
-// bucket binds.
-func (sc *scratch) bindTaken(refs []int32, shadow, allowed bool, how call) (int32, bool) {
-	b, ok := sc.bind(refs, shadow)
-	if how.single && !allowed && ok {
-		return sc.first(refs, shadow), false
-	}
-	return b, ok
-}
-
-// first returns the first of refs' enforced (shadow false) or shadow
-// buckets that a take decided, or -1.
-func (sc *scratch) first(refs []int32, shadow bool) int32 {
-	for _, i := range refs {
-		if sc.taken[i] && sc.metas[i].shadow == shadow {
-			return i
-		}
-	}
-	return -1
-}
-
-// bindCall returns the call's decision over every request: on a deny the
-// denying bucket with the longest RetryAfter, on an allow a shadow
-// bucket's would-be denial, else the bucket with the least Remaining.
-func (sc *scratch) bindCall(c *compiled, allowed bool) floodgate.Decision {
+// bindCall writes into d the call's decision over every request: on a
+// deny the denying bucket with the longest RetryAfter, on an allow a
+// shadow bucket's would-be denial, else the bucket with the least
+// Remaining.
+func (sc *scratch) bindCall(c *compiled, allowed bool, d *floodgate.Decision) {
 	bestReal, bestShadow := int32(-1), int32(-1)
 	for i := range sc.all {
 		if !sc.taken[i] {
@@ -426,36 +447,38 @@ func (sc *scratch) bindCall(c *compiled, allowed bool) floodgate.Decision {
 			bestReal = int32(i)
 		}
 	}
-	d := floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers}
+	*d = floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers}
 	if len(sc.items) > 0 {
 		d.Priority = sc.items[0].req.Priority
 	}
 	switch {
 	case bestReal >= 0 && !allowed:
-		d = sc.decision(c, bestReal, d)
+		sc.describe(c, bestReal, d)
 	case bestShadow >= 0:
-		d = sc.decision(c, bestShadow, d)
+		sc.describe(c, bestShadow, d)
 	case bestReal >= 0:
-		d = sc.decision(c, bestReal, d)
+		sc.describe(c, bestReal, d)
 	}
-	d.Skipped = ""
 	if !allowed { // also a store that denied with every bucket allowing
 		d.Allowed = false
 	}
-	return d
 }
 
 // errors returns the call's error: the store's failure (the enforced
 // buckets were decided by on_store_error), the shadow take's, and a cost
 // no wait can cure (a binding bucket denied with RetryAfter Never).
 func (sc *scratch) errors(c *compiled, out []floodgate.Decision, allowed bool, realErr, shadowErr error, how call) error {
+	if how.single && allowed && realErr == nil && shadowErr == nil {
+		return nil
+	}
 	var errs []error
 	if realErr != nil {
 		if how.single {
 			// Named by the enforced binding bucket, even when a shadow
 			// rule's would-be denial is the decision.
-			b, _ := sc.bindTaken(sc.itemRefs(0), false, allowed, how)
-			d := sc.decision(c, b, floodgate.Decision{})
+			b, _, _, _ := sc.bind(sc.itemRefs(0), verdictOf(allowed), byResults)
+			var d floodgate.Decision
+			sc.describe(c, b, &d)
 			errs = append(errs, fmt.Errorf("tiers: store failed, deciding by on_store_error (%s by rule %q): %w", d.Source, d.Policy, realErr))
 		} else {
 			errs = append(errs, fmt.Errorf("tiers: store failed, deciding by on_store_error: %w", realErr))
@@ -508,38 +531,27 @@ func later(a, b time.Duration) bool {
 	return a == quota.Never || a > b
 }
 
-// decision describes bucket i of the call, over base (which holds the
-// request's Skipped and Priority): Allowed is the bucket's own result,
-// or, for a shadow rule, true with Shadow set when it would deny.
-// RetryAfter is 0 when waiting cannot cure the deny (Never) or nothing
-// is denied.
-func (sc *scratch) decision(c *compiled, i int32, base floodgate.Decision) floodgate.Decision {
+// describe writes into d (which holds the request's Skipped and
+// Priority) the decision of bucket i of the call: Allowed is the bucket's
+// own result, or for a shadow bucket, which binds only as a would-be
+// denial, true with Shadow set. RetryAfter is 0 when waiting cannot cure
+// the deny (Never) or nothing is denied.
+func (sc *scratch) describe(c *compiled, i int32, d *floodgate.Decision) {
 	m := &sc.metas[i]
 	cr := &c.rules[m.rule]
 	res := &sc.res[i]
 	b := &sc.all[i]
-	src := res.Source
-	if src == "" {
-		src = floodgate.SourceStore
+	d.Allowed = res.Allowed || m.shadow
+	d.Stage = floodgate.StageTiers
+	d.Source = res.Source
+	if d.Source == "" {
+		d.Source = floodgate.SourceStore
 	}
-	shadow := m.shadow && !res.Allowed
-	d := floodgate.Decision{
-		Allowed:    res.Allowed || m.shadow,
-		Stage:      floodgate.StageTiers,
-		Source:     src,
-		Policy:     cr.policyName(m, b), // "<rule>/<period>" for one window of several
-		Limit:      res.Limit,
-		Window:     b.Limit.Period,
-		Remaining:  res.Remaining,
-		Reset:      res.Reset,
-		RetryAfter: res.RetryAfter,
-		HideQuota:  cr.hide,
-		Shadow:     shadow,
-		Priority:   base.Priority,
-		Skipped:    base.Skipped,
-	}
-	if shadow || d.RetryAfter < 0 {
+	d.Policy = cr.policyName(m, b) // "<rule>/<period>" for one window of several
+	d.Limit, d.Window = res.Limit, b.Limit.Period
+	d.Remaining, d.Reset, d.RetryAfter = res.Remaining, res.Reset, res.RetryAfter
+	d.HideQuota, d.Shadow = cr.hide, m.shadow
+	if m.shadow || d.RetryAfter < 0 {
 		d.RetryAfter = 0
 	}
-	return d
 }

@@ -176,7 +176,8 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 	defer l.release(sc)
 	sc.items = append(sc.items[:0], callItem{req: r, rule: -1})
 	var out [1]floodgate.Decision
-	return l.run(ctx, c, sc, out[:], call{single: true, hold: true})
+	done, err := l.run(ctx, c, sc, out[:], &out[0], call{single: true, hold: true})
+	return out[0], done, err
 }
 
 // unavailableDecider is implemented by stores that never report a failure

@@ -101,7 +101,8 @@ func (l *Limiter) AdmitMany(ctx context.Context, items []Item, out []floodgate.D
 		}
 		sc.items = append(sc.items, callItem{req: it.Request, rule: rule, peek: it.Peek})
 	}
-	d, _, err := l.run(ctx, c, sc, out, call{})
+	var d floodgate.Decision
+	_, err := l.run(ctx, c, sc, out, &d, call{})
 	return d, err
 }
 

@@ -32,13 +32,15 @@ type scratch struct {
 	// they matched, shared by the requests that resolve to the same one,
 	// metas their rules, res the results and taken whether a take (or the
 	// capacity check) decided each. shadows: some bucket is a shadow
-	// rule's; over: some shadow bucket was decided over its capacity.
+	// rule's; costs: some bucket's cost is the request's (a single
+	// request); over: some shadow bucket was decided over its capacity.
 	items   []callItem
 	all     []quota.Bucket
 	metas   []meta
 	res     []quota.Result
 	taken   []bool
 	shadows bool
+	costs   bool
 	over    bool
 	// refs lists, request by request, the indices in all of its buckets:
 	// request k's are refs[ends[k-1]:ends[k]]. bound is each request's
@@ -95,12 +97,16 @@ func (l *Limiter) release(sc *scratch) {
 	// 0 of a scratch cleared this way.
 	clear(sc.all)
 	clear(sc.part)
-	clear(sc.items)
-	clear(sc.req)
-	clear(sc.hdrs)
-	clear(sc.targets)
-	clear(sc.dec)
-	if sc.index != nil {
+	for i := range sc.items {
+		sc.items[i].req = nil
+	}
+	if len(sc.targets) > 0 { // what AdmitDescriptors built
+		clear(sc.req)
+		clear(sc.hdrs)
+		clear(sc.targets)
+		clear(sc.dec)
+	}
+	if len(sc.index) > 0 {
 		clear(sc.index)
 	}
 	l.pool.Put(sc)
@@ -112,8 +118,9 @@ func (l *Limiter) release(sc *scratch) {
 func (sc *scratch) resolve(c *compiled, r *floodgate.Request, lo, hi int) {
 	sc.buf = sc.buf[:0]
 	sc.skipped = sc.skipped[:0]
-	for i := lo; i < hi; i++ {
-		cr := &c.rules[i]
+	rules := c.rules[lo:hi]
+	for k := range rules {
+		cr, i := &rules[k], lo+k
 		if !cr.applies(c, r) { // method, headers, tier
 			continue
 		}

@@ -213,7 +213,8 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	}
 	sc.descriptorItems(ds, out)
 	sc.dec = grow(sc.dec, len(sc.items))
-	d, _, err := l.run(ctx, c, sc, sc.dec, call{})
+	var d floodgate.Decision
+	_, err := l.run(ctx, c, sc, sc.dec, &d, call{})
 	for i := range ds {
 		if out[i].Match != DescriptorLimited {
 			continue
