@@ -82,7 +82,10 @@ func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []flood
 		shadowAllowed, shadowErr = l.take(ctx, c, sc, true, hold)
 	}
 	sc.bindItems(c, out, allowed, shadowAllowed, how)
-	err := sc.errors(c, out, allowed, realErr, shadowErr, how)
+	var err error
+	if !how.single || !allowed || realErr != nil || shadowErr != nil {
+		err = sc.errors(c, out, allowed, realErr, shadowErr, how)
+	}
 	if !how.single {
 		sc.bindCall(c, allowed, whole)
 		return nil, err
@@ -466,11 +469,9 @@ func (sc *scratch) bindCall(c *compiled, allowed bool, d *floodgate.Decision) {
 
 // errors returns the call's error: the store's failure (the enforced
 // buckets were decided by on_store_error), the shadow take's, and a cost
-// no wait can cure (a binding bucket denied with RetryAfter Never).
+// no wait can cure (a binding bucket denied with RetryAfter Never). A
+// single request that the takes allowed has none.
 func (sc *scratch) errors(c *compiled, out []floodgate.Decision, allowed bool, realErr, shadowErr error, how call) error {
-	if how.single && allowed && realErr == nil && shadowErr == nil {
-		return nil
-	}
 	var errs []error
 	if realErr != nil {
 		if how.single {
