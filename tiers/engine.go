@@ -68,8 +68,8 @@ func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []flood
 	clear(sc.res)
 	clear(sc.taken)
 	if how.single && sc.costs {
-		if k, err := sc.overCapacity(c, out); k >= 0 {
-			return nil, err
+		if err := sc.overCapacity(c, &out[0]); err != nil {
+			return nil, err // out[0], the call's decision, is the refusal
 		}
 	}
 	hold := how.hold && c.shaping
@@ -261,11 +261,11 @@ func (sc *scratch) indexMerged(n int) {
 
 // overCapacity checks the cost a single request brings (Request.Cost)
 // against each bucket's capacity; waiting cannot cure such a bucket. An
-// enforced one refuses the request (returned: 0, with an error wrapping
-// ErrCostExceedsCapacity) before anything is charged; a shadow one is
-// decided as denying without a take (sc.over), and then no shadow bucket
-// is taken. It returns -1 when nothing is refused.
-func (sc *scratch) overCapacity(c *compiled, out []floodgate.Decision) (int, error) {
+// enforced one refuses the request before anything is charged: its
+// decision is written into d, and the error wraps ErrCostExceedsCapacity.
+// A shadow one is decided as denying without a take (sc.over), and then
+// no shadow bucket is taken.
+func (sc *scratch) overCapacity(c *compiled, d *floodgate.Decision) error {
 	for i := range sc.metas {
 		m, b := &sc.metas[i], &sc.all[i]
 		capacity := b.Limit.Capacity()
@@ -274,12 +274,12 @@ func (sc *scratch) overCapacity(c *compiled, out []floodgate.Decision) (int, err
 		}
 		sc.res[i] = quota.Result{Limit: capacity}
 		if !m.shadow {
-			sc.describe(c, int32(i), &out[0])
-			return 0, fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, c.rules[m.rule].name, capacity, b.Cost)
+			sc.describe(c, int32(i), d)
+			return fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, c.rules[m.rule].name, capacity, b.Cost)
 		}
 		m.over, sc.taken[i], sc.over = true, true, true
 	}
-	return -1, nil
+	return nil
 }
 
 // take charges the enforced (shadow false) or shadow buckets of the call
