@@ -21,13 +21,15 @@ import (
 //  2. overCapacity (a single request only): a cost from the request above
 //     a rule's capacity is refused before the store is called; a shadow
 //     rule's only reports that it would deny.
-//  3. charge: the enforced buckets are taken in one Store.Take and, only
+//  3. take: the enforced buckets are charged in one Store.Take and, only
 //     if they allowed, the shadow buckets in a second; when the store
 //     fails, the enforced buckets are decided by their rules'
 //     on_store_error and the shadow ones stay undecided.
-//  4. bindItems, bindCall: each request's binding bucket, and the call's.
-//  5. a single request that waits for units booked ahead (max_wait) waits,
-//     and one whose rules settle gets the Done that settles them.
+//  4. bindItems, bindCall: each request's binding bucket, and the call's;
+//     errors: the store's failure, and a cost no wait can cure.
+//  5. shape (a single request that may be held): it waits for the units
+//     a max_wait rule booked ahead, and gets the Done that settles the
+//     charges of rules that settle.
 
 // call is what differs between the engine's callers.
 type call struct {
