@@ -160,9 +160,8 @@
 // settlement, see Algorithm, "Settlement"). Every algorithm settles, so no
 // settle rule is refused at load for its algorithm. Settlement is
 // synchronous in the Done, bounded by WithSettleTimeout; a failed one is
-// not retried (it may or may not have been applied, never twice), is
-// logged at most once a second, and is counted in SettleStats: the
-// estimate then stands. The store must be a Settler (every store of this
+// not retried (it may or may not have been applied, never twice) and is
+// logged at most once a second: the estimate then stands. The store must be a Settler (every store of this
 // module is; NewLimiter and SetPolicy refuse a policy with settle or
 // max_wait over one that is not, naming each rule). Shadow rules with
 // settle are settled like real ones, when their take charged.

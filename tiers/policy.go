@@ -1,10 +1,8 @@
 package tiers
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -75,8 +73,8 @@ const (
 // IPv6 client (a home, a phone, a VM) is commonly given and can rotate
 // addresses in at will.
 const (
-	DefaultIPv4Prefix = 32
-	DefaultIPv6Prefix = 64
+	defaultIPv4Prefix = 32
+	defaultIPv6Prefix = 64
 )
 
 // Tier is the limit of one plan tier.
@@ -104,7 +102,7 @@ type Tier struct {
 // level of the same all-or-nothing take: a request passes only if every
 // window of every matching rule admits it, and a deny by one window
 // charges no other. The windows of one limit must have distinct periods,
-// at most MaxWindows of them. A limit with several windows names each
+// at most 8 of them. A limit with several windows names each
 // "<rule>/<period>" ("tenant-plan/1h", the period as written by
 // Rate.String) in decisions, quota headers and QuotaFailure, and keys each
 // bucket by its period too (see the package doc); a limit with one window,
@@ -117,16 +115,20 @@ type Window struct {
 	Burst int64
 }
 
-// MaxWindows is the most windows one limit may have.
-const MaxWindows = 8
+// maxWindows is the most windows one limit may have.
+const maxWindows = 8
 
 // Rate is "N per Period", or, when Tier is true, "whatever the caller's plan
 // tier says". In YAML it is written "N/duration" ("10/1s", "100/1h",
 // "10/500ms") or "tier".
 type Rate struct {
-	N      int64
+	// N is how many units the period admits.
+	N int64
+	// Period is the window N is counted over.
 	Period time.Duration
-	Tier   bool
+	// Tier means the rate of the caller's plan tier; N and Period are
+	// then zero.
+	Tier bool
 }
 
 // ParseRate parses "N/duration" (N a decimal integer, duration as accepted
@@ -336,8 +338,8 @@ type Rule struct {
 	SyncInterval time.Duration
 	// IPv4Prefix and IPv6Prefix are how many leading bits of the client
 	// address name its bucket at the rule's ip scope: every address of
-	// one such prefix shares one bucket. 0 means DefaultIPv4Prefix (32)
-	// and DefaultIPv6Prefix (64). IPv4Prefix must be in [1, 32] and
+	// one such prefix shares one bucket. 0 means 32 for IPv4 and 64 for
+	// IPv6. IPv4Prefix must be in [1, 32] and
 	// IPv6Prefix in [1, 128], and either may be set only on a rule whose
 	// key has ip. An IPv4-mapped IPv6 address (::ffff:192.0.2.1) is the
 	// IPv4 address it maps.
@@ -419,8 +421,11 @@ type Override struct {
 // ("rules[2].rate"), what is wrong, and for a policy loaded from YAML the
 // line (0 when unknown).
 type FieldError struct {
+	// Path is the field's path in the policy, "" for the whole policy.
 	Path string
-	Msg  string
+	// Msg says what is wrong.
+	Msg string
+	// Line is the field's line in the YAML file; 0 when unknown.
 	Line int
 }
 
@@ -441,6 +446,7 @@ func (e *FieldError) Error() string {
 
 // PolicyError lists everything wrong with a policy, in file order.
 type PolicyError struct {
+	// Errs are the errors, at least one.
 	Errs []*FieldError
 }
 
@@ -572,136 +578,4 @@ func backslashed(s string, i int) bool {
 		n++
 	}
 	return n%2 == 1
-}
-
-func validName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// validMethodPattern checks a match or methods pattern: "/..." or
-// "VERB /...", and a valid path.Match glob.
-func validMethodPattern(s string) error {
-	if s == "" {
-		return errors.New("must not be empty")
-	}
-	rest := s
-	if s[0] != '/' {
-		verb, p, ok := strings.Cut(s, " ")
-		if !ok || verb == "" || !(upper(verb) || verb == "*") || !strings.HasPrefix(p, "/") {
-			return fmt.Errorf("%q is neither a gRPC method (/pkg.Svc/Method) nor an HTTP route (GET /path)", s)
-		}
-		rest = p
-	}
-	for i := 0; i < len(rest); i++ {
-		if rest[i] < 0x21 || rest[i] == 0x7f {
-			return fmt.Errorf("%q contains a space or control character", s)
-		}
-	}
-	if _, err := path.Match(s, ""); err != nil {
-		return fmt.Errorf("%q is not a valid glob: %v", s, err)
-	}
-	return nil
-}
-
-func upper(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 'A' || s[i] > 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
-func isGlob(s string) bool { return strings.ContainsAny(s, `*?[\`) }
-
-// limitOf builds and checks a Limit from a rate, burst and algorithm,
-// reporting problems at ratePath and burstPath. ok is false when the limit
-// is unusable.
-func limitOf(rep *reporter, ratePath, burstPath string, rate Rate, burst int64, alg quota.Algorithm) (quota.Limit, bool) {
-	if !alg.Known() {
-		rep.addf(parentPath(ratePath)+".algorithm", "unknown algorithm %d", alg)
-		return quota.Limit{}, false
-	}
-	l := quota.Limit{Algorithm: alg, Rate: rate.N, Period: rate.Period, Burst: 1}
-	if err := l.Validate(); err != nil {
-		rep.add(ratePath, err.Error())
-		return quota.Limit{}, false
-	}
-	windowed := alg != quota.TokenBucket && alg != quota.GCRA
-	switch {
-	case windowed && burst != 0:
-		rep.addf(burstPath, "%s has no burst; remove burst (its capacity is the rate, %d)", alg, rate.N)
-		return quota.Limit{}, false
-	case windowed:
-		l.Burst = 0
-	case burst == 0:
-		l.Burst = rate.N
-	case burst < 1 || burst > quota.MaxRate:
-		rep.addf(burstPath, "%d is out of range [1, %d]", burst, quota.MaxRate)
-		return quota.Limit{}, false
-	default:
-		l.Burst = burst
-	}
-	return l, true
-}
-
-// keyValue checks an override key value for scope s (IP values are
-// checked by parseNet).
-func keyValue(v string) (string, error) {
-	if v == "" {
-		return "", errors.New("must not be empty")
-	}
-	return v, nil
-}
-
-// parseNet parses an address ("192.0.2.1", a /32 or /128) or a CIDR
-// ("192.0.2.0/24") into a normalised prefix: IPv4-mapped prefixes become
-// IPv4 ones. A CIDR with bits set past its length or a zone is an error
-// naming the fix.
-func parseNet(v string) (netip.Prefix, error) {
-	if v == "" {
-		return netip.Prefix{}, errors.New("must not be empty")
-	}
-	if !strings.Contains(v, "/") {
-		a, err := netip.ParseAddr(v)
-		if err != nil || a.Zone() != "" {
-			return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR", v)
-		}
-		a = a.Unmap()
-		return netip.PrefixFrom(a, a.BitLen()), nil
-	}
-	p, err := netip.ParsePrefix(v)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR", v)
-	}
-	return checkNet(p)
-}
-
-// checkNet validates and normalises a prefix given in Go or parsed from
-// YAML.
-func checkNet(p netip.Prefix) (netip.Prefix, error) {
-	if !p.IsValid() {
-		return netip.Prefix{}, errors.New("is not a valid CIDR")
-	}
-	if p.Addr().Zone() != "" {
-		return netip.Prefix{}, fmt.Errorf("%s has a zone; networks have none", p)
-	}
-	if m := p.Masked(); m != p {
-		return netip.Prefix{}, fmt.Errorf("%s has bits set past /%d: write %s", p, p.Bits(), m)
-	}
-	if p.Addr().Is4In6() {
-		// Masked, an address in ::ffff:0:0/96 has a prefix of at least
-		// 96 bits: the ffff is in the bits 80 to 95.
-		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-	}
-	return p, nil
 }

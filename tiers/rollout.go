@@ -63,7 +63,7 @@ func (r *cRule) inShare(body []byte, req *floodgate.Request) bool {
 		h = fnvSep(fnvAdd(h, id.APIKey))
 		if ip := normIP(id.IP); ip.IsValid() {
 			if ip.Is6() { // a client owns its /64: one share for all of it
-				if p, err := ip.Prefix(DefaultIPv6Prefix); err == nil {
+				if p, err := ip.Prefix(defaultIPv6Prefix); err == nil {
 					ip = p.Addr()
 				}
 			}

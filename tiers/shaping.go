@@ -16,7 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// This file is issue 18's settlement and server-side shaping: the rule
+// Settlement and server-side shaping: the rule
 // fields settle, max_wait and max_waiters, and what the Limiter does with
 // them (see the package doc, "Settlement" and "Waiting").
 
@@ -27,9 +27,9 @@ type shaping struct {
 	maxWaiters int
 }
 
-// DefaultSettleTimeout bounds a settlement's (or a cancelled wait's
+// defaultSettleTimeout bounds a settlement's (or a cancelled wait's
 // refund's) store call unless WithSettleTimeout says otherwise.
-const DefaultSettleTimeout = time.Second
+const defaultSettleTimeout = time.Second
 
 // compileShaping checks and compiles a rule's settle, max_wait and
 // max_waiters into cr, reporting problems at rp; it reports whether they
@@ -129,7 +129,7 @@ func WithClock(clk floodgate.Clock) Option {
 
 // WithSettleTimeout bounds each store call that settles a request's cost
 // (rules with settle) or gives back the units of a cancelled wait
-// (DefaultSettleTimeout unless given; positive).
+// (1s unless given; positive).
 func WithSettleTimeout(d time.Duration) Option {
 	return func(c *limiterConfig) {
 		if d <= 0 {
@@ -171,7 +171,7 @@ func (s *shaper) init(store quota.Store, cfg shaperConfig) {
 		s.clock = floodgate.SystemClock()
 	}
 	if s.timeout == 0 {
-		s.timeout = DefaultSettleTimeout
+		s.timeout = defaultSettleTimeout
 	}
 	s.waiting = make(map[string]int)
 }
@@ -196,8 +196,8 @@ func (s *shaper) check(c *compiled) error {
 	return rep.err()
 }
 
-// SettleStats counts what a Limiter settled.
-type SettleStats struct {
+// settleStats counts what a Limiter settled.
+type settleStats struct {
 	// Settled counts settlements sent to the store (rules with settle,
 	// requests that ended with a cost other than their estimate) that it
 	// applied; Failed those it did not (the store's error was logged; the
@@ -210,14 +210,14 @@ type SettleStats struct {
 	Waited uint64
 }
 
-// SettleStats returns the Limiter's settlement and waiting counters.
-func (l *Limiter) SettleStats() SettleStats {
-	return SettleStats{Settled: l.sh.settled.Load(), Failed: l.sh.failed.Load(), GivenBack: l.sh.givenBack.Load(), Waited: l.sh.waited.Load()}
+// settleStats returns the Limiter's settlement and waiting counters.
+func (l *Limiter) settleStats() settleStats {
+	return settleStats{Settled: l.sh.settled.Load(), Failed: l.sh.failed.Load(), GivenBack: l.sh.givenBack.Load(), Waited: l.sh.waited.Load()}
 }
 
-// Waiting returns how many requests are waiting on the bucket key now in
-// this process (rules with max_wait); for tests and tools.
-func (l *Limiter) Waiting(key string) int {
+// waiting returns how many requests are waiting on the bucket key now in
+// this process (rules with max_wait).
+func (l *Limiter) waiting(key string) int {
 	l.sh.mu.Lock()
 	defer l.sh.mu.Unlock()
 	return l.sh.waiting[key]

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/quota"
+	"github.com/floodgate-go/floodgate/tiers"
 )
 
 // downStore is a Store whose backend is gone: every Take fails.
@@ -71,5 +72,31 @@ rules:
 	out := buf.String()
 	if strings.Count(out, "no local fallback") != 1 || !strings.Contains(out, "rule=tenant") || strings.Contains(out, "rule=login") {
 		t.Fatalf("warnings = %q, want one for rule tenant", out)
+	}
+}
+
+// TestShadowOnlyStoreErrorAllows: a request that only shadow rules match
+// is allowed when the store fails, with the error; a shadow rule never
+// denies. Admit used to return the zero Decision (a deny with no stage)
+// here, while AdmitMany allowed.
+func TestShadowOnlyStoreErrorAllows(t *testing.T) {
+	down := downStore{errors.New("connection refused")}
+	l := mustLimiter(t, down, `
+shadow: true
+rules:
+  - {name: dry, key: [user], rate: 5/1m}
+`)
+	r := &floodgate.Request{Method: "/a.B/C", Priority: floodgate.PriorityRead, Identity: floodgate.Identity{User: "u"}}
+	d, _, err := l.Admit(context.Background(), r)
+	if !errors.Is(err, down.err) {
+		t.Fatalf("err = %v, want the store's error wrapped", err)
+	}
+	if !d.Allowed || d.Stage != floodgate.StageTiers || d.Priority != floodgate.PriorityRead || d.Policy != "" {
+		t.Fatalf("%+v: want the allowed decision of the tiers stage, binding no policy", d)
+	}
+	out := make([]floodgate.Decision, 1)
+	md, err := l.AdmitMany(context.Background(), []tiers.Item{{Request: r}}, out)
+	if !errors.Is(err, down.err) || !md.Allowed || !out[0].Allowed {
+		t.Fatalf("AdmitMany: %+v %+v, %v: want allowed, with the store's error", md, out[0], err)
 	}
 }

@@ -37,8 +37,8 @@ func limitsOf(rep *reporter, owner string, rate Rate, burst int64, windows []Win
 		rep.addf(owner+".algorithm", "unknown algorithm %d", alg)
 		return tierLimit{}, false
 	}
-	if len(windows) > MaxWindows {
-		rep.addf(owner+".rate", "%d windows; at most %d", len(windows), MaxWindows)
+	if len(windows) > maxWindows {
+		rep.addf(owner+".rate", "%d windows; at most %d", len(windows), maxWindows)
 		return tierLimit{}, false
 	}
 	ok := true
@@ -151,27 +151,24 @@ func (sc *scratch) addWindows(tl *tierLimit, m meta, cost int64, cr *cRule, star
 	}
 }
 
-// quotas lists the windows a decision reports (floodgate.Decision.Quotas):
-// the binding bucket res[best] first, then the other windows of its rule,
-// then, on a deny, every other bucket that denied, except those of rules
-// that hide their quota. nil when that is the binding bucket alone, or
-// when the binding rule hides its quota. idx maps res to sc.all (nil: the
-// identity).
-func (sc *scratch) quotas(c *compiled, idx []int32, res []quota.Result, best int, allowed bool) []floodgate.Quota {
-	at := func(i int) int {
-		if idx == nil {
-			return i
-		}
-		return int(idx[i])
-	}
-	bm := &sc.metas[at(best)]
+// quotas lists the windows a decision bound to bucket best of sc.all
+// reports (floodgate.Decision.Quotas), among the buckets its take decided
+// (the enforced ones, or the shadow ones): best first, then the other
+// windows of its rule, then, on a deny, every other bucket that denied,
+// except those of rules that hide their quota. nil when that is the
+// binding bucket alone, or when the binding rule hides its quota.
+func (sc *scratch) quotas(c *compiled, best int, allowed bool) []floodgate.Quota {
+	bm := &sc.metas[best]
 	if c.rules[bm.rule].hide {
 		return nil
 	}
+	in := func(i int) bool { return sc.taken[i] && sc.metas[i].shadow == bm.shadow }
+	violated := func(i int) bool {
+		return sc.metas[i].rule != bm.rule && !allowed && !sc.res[i].Allowed && !c.rules[sc.metas[i].rule].hide
+	}
 	n := 0
-	for i := range res {
-		m := &sc.metas[at(i)]
-		if i == best || m.rule == bm.rule || !allowed && !res[i].Allowed && !c.rules[m.rule].hide {
+	for i := range sc.all {
+		if in(i) && (i == best || sc.metas[i].rule == bm.rule || violated(i)) {
 			n++
 		}
 	}
@@ -179,15 +176,15 @@ func (sc *scratch) quotas(c *compiled, idx []int32, res []quota.Result, best int
 		return nil
 	}
 	out := make([]floodgate.Quota, 0, n)
-	out = append(out, sc.quota(c, at(best), &res[best]))
-	for i := range res { // the binding rule's other windows
-		if i != best && sc.metas[at(i)].rule == bm.rule {
-			out = append(out, sc.quota(c, at(i), &res[i]))
+	out = append(out, sc.quota(c, best, &sc.res[best]))
+	for i := range sc.all { // the binding rule's other windows
+		if in(i) && i != best && sc.metas[i].rule == bm.rule {
+			out = append(out, sc.quota(c, i, &sc.res[i]))
 		}
 	}
-	for i := range res { // every other violated window
-		if m := &sc.metas[at(i)]; m.rule != bm.rule && !allowed && !res[i].Allowed && !c.rules[m.rule].hide {
-			out = append(out, sc.quota(c, at(i), &res[i]))
+	for i := range sc.all { // every other violated window
+		if in(i) && violated(i) {
+			out = append(out, sc.quota(c, i, &sc.res[i]))
 		}
 	}
 	return out

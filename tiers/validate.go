@@ -1,0 +1,145 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path"
+	"strings"
+
+	"github.com/floodgate-go/floodgate/quota"
+)
+
+// validName reports whether s can name a rule or a tier: one or more of
+// [A-Za-z0-9_.-].
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validMethodPattern checks a match or methods pattern: "/..." or
+// "VERB /...", and a valid path.Match glob.
+func validMethodPattern(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	rest := s
+	if s[0] != '/' {
+		verb, p, ok := strings.Cut(s, " ")
+		if !ok || verb == "" || !(upper(verb) || verb == "*") || !strings.HasPrefix(p, "/") {
+			return fmt.Errorf("%q is neither a gRPC method (/pkg.Svc/Method) nor an HTTP route (GET /path)", s)
+		}
+		rest = p
+	}
+	for i := 0; i < len(rest); i++ {
+		if rest[i] < 0x21 || rest[i] == 0x7f {
+			return fmt.Errorf("%q contains a space or control character", s)
+		}
+	}
+	if _, err := path.Match(s, ""); err != nil {
+		return fmt.Errorf("%q is not a valid glob: %v", s, err)
+	}
+	return nil
+}
+
+func upper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+func isGlob(s string) bool { return strings.ContainsAny(s, `*?[\`) }
+
+// limitOf builds and checks a Limit from a rate, burst and algorithm,
+// reporting problems at ratePath and burstPath. ok is false when the limit
+// is unusable.
+func limitOf(rep *reporter, ratePath, burstPath string, rate Rate, burst int64, alg quota.Algorithm) (quota.Limit, bool) {
+	if !alg.Known() {
+		rep.addf(parentPath(ratePath)+".algorithm", "unknown algorithm %d", alg)
+		return quota.Limit{}, false
+	}
+	l := quota.Limit{Algorithm: alg, Rate: rate.N, Period: rate.Period, Burst: 1}
+	if err := l.Validate(); err != nil {
+		rep.add(ratePath, err.Error())
+		return quota.Limit{}, false
+	}
+	windowed := alg != quota.TokenBucket && alg != quota.GCRA
+	switch {
+	case windowed && burst != 0:
+		rep.addf(burstPath, "%s has no burst; remove burst (its capacity is the rate, %d)", alg, rate.N)
+		return quota.Limit{}, false
+	case windowed:
+		l.Burst = 0
+	case burst == 0:
+		l.Burst = rate.N
+	case burst < 1 || burst > quota.MaxRate:
+		rep.addf(burstPath, "%d is out of range [1, %d]", burst, quota.MaxRate)
+		return quota.Limit{}, false
+	default:
+		l.Burst = burst
+	}
+	return l, true
+}
+
+// keyValue checks an override key value for scope s (IP values are
+// checked by parseNet).
+func keyValue(v string) (string, error) {
+	if v == "" {
+		return "", errors.New("must not be empty")
+	}
+	return v, nil
+}
+
+// parseNet parses an address ("192.0.2.1", a /32 or /128) or a CIDR
+// ("192.0.2.0/24") into a normalised prefix: IPv4-mapped prefixes become
+// IPv4 ones. A CIDR with bits set past its length or a zone is an error
+// naming the fix.
+func parseNet(v string) (netip.Prefix, error) {
+	if v == "" {
+		return netip.Prefix{}, errors.New("must not be empty")
+	}
+	if !strings.Contains(v, "/") {
+		a, err := netip.ParseAddr(v)
+		if err != nil || a.Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR", v)
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(v)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR", v)
+	}
+	return checkNet(p)
+}
+
+// checkNet validates and normalises a prefix given in Go or parsed from
+// YAML.
+func checkNet(p netip.Prefix) (netip.Prefix, error) {
+	if !p.IsValid() {
+		return netip.Prefix{}, errors.New("is not a valid CIDR")
+	}
+	if p.Addr().Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%s has a zone; networks have none", p)
+	}
+	if m := p.Masked(); m != p {
+		return netip.Prefix{}, fmt.Errorf("%s has bits set past /%d: write %s", p, p.Bits(), m)
+	}
+	if p.Addr().Is4In6() {
+		// Masked, an address in ::ffff:0:0/96 has a prefix of at least
+		// 96 bits: the ffff is in the bits 80 to 95.
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p, nil
+}
