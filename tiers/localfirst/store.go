@@ -219,6 +219,8 @@ func New(exact quota.Store, ledger Ledger, opts ...Option) (*Store, error) {
 	}
 	if ledger == nil {
 		c.fail("New: nil ledger")
+	} else if !reports(ledger) {
+		c.fail("New: the ledger (%T) forwards report calls to a store that takes none (not a quota.Reporter); give it the Redis or memory store itself, or a wrapper of one", ledger)
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -276,11 +278,29 @@ func (s *Store) mark(e *entry) {
 	s.pmu.Unlock()
 }
 
-// DecidesOnStoreError reports what the exact store reports (see package
-// tiers): a Store over a fallback store has every fail mode.
+// DecidesOnStoreError reports whether the exact store, or a store
+// beneath it (quota.Layers), answers every Take itself when its backend
+// fails (see package tiers): a Store over a fallback store has every
+// fail mode.
 func (s *Store) DecidesOnStoreError() bool {
-	d, ok := s.exact.(interface{ DecidesOnStoreError() bool })
-	return ok && d.DecidesOnStoreError()
+	for l := range quota.Layers(s.exact) {
+		if d, ok := l.(interface{ DecidesOnStoreError() bool }); ok && d.DecidesOnStoreError() {
+			return true
+		}
+	}
+	return false
+}
+
+// reports reports whether every layer of s (quota.Layers) takes report
+// calls: a wrapper that forwards Report (package otel's) reports only if
+// what it wraps does.
+func reports(s quota.Store) bool {
+	for l := range quota.Layers(s) {
+		if _, ok := l.(quota.Reporter); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // maxStack is how many buckets one Take handles without allocating.
