@@ -88,16 +88,16 @@ func (e *env) guard(t *testing.T, s quota.Store) quota.Store {
 
 // ledger is the otel-wrapped store as a local-first ledger: the wrapper
 // must forward report calls.
-func (e *env) ledger(t *testing.T, s quota.Store) localfirst.Ledger {
+func (e *env) ledger(t *testing.T, s quota.Store) quota.Reporter {
 	t.Helper()
-	l, ok := e.obs.Store(s).(localfirst.Ledger)
+	l, ok := e.obs.Store(s).(quota.Reporter)
 	if !ok {
-		t.Fatalf("the otel store wrapper over %T is not a localfirst.Ledger: it drops Report and Resolve", s)
+		t.Fatalf("the otel store wrapper over %T is not a quota.Reporter: it drops Report and Resolve", s)
 	}
 	return l
 }
 
-func (e *env) localFirst(t *testing.T, exact quota.Store, ledger localfirst.Ledger) quota.Store {
+func (e *env) localFirst(t *testing.T, exact quota.Store, ledger quota.Reporter) quota.Store {
 	t.Helper()
 	lf, err := localfirst.New(exact, ledger)
 	if err != nil {
@@ -296,7 +296,7 @@ func TestLedgerMustReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger, ok := obs.Store(f).(localfirst.Ledger)
+	ledger, ok := obs.Store(f).(quota.Reporter)
 	if !ok {
 		t.Fatal("the otel store wrapper does not forward Report and Resolve")
 	}

@@ -16,15 +16,6 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// Ledger is the store a Store leases from and reports to: the fleet's
-// budget, usually a *redisstore.Store (a *memstore.Store in tests). Async
-// hits and unspent lease units go to it in report calls (quota.Reporter),
-// resolved rather than sent again when a call's reply never comes, so
-// that no unit is charged or given back twice.
-type Ledger interface {
-	quota.Reporter
-}
-
 // Defaults of the options.
 const (
 	DefaultLeaseTTL    = time.Second
@@ -164,7 +155,7 @@ func WithLogger(l *slog.Logger) Option {
 // concurrent use; Close returns what it holds.
 type Store struct {
 	exact  quota.Store
-	ledger Ledger
+	ledger quota.Reporter
 	cfg    config
 
 	// shards hold the keys, split by a hash of the key so that takes of
@@ -200,10 +191,14 @@ type Store struct {
 }
 
 // New returns a Store that decides exact buckets with exact and leases
-// from and reports to ledger. exact is usually the fallback-guarded Redis
-// store and ledger the Redis store itself; exact may be ledger. A
-// background goroutine runs Sync every few milliseconds until Close.
-func New(exact quota.Store, ledger Ledger, opts ...Option) (*Store, error) {
+// from and reports to ledger: the fleet's budget, usually the Redis store
+// itself (a *redisstore.Store; a *memstore.Store in process), where async
+// hits and unspent lease units go in report calls, resolved rather than
+// sent again when a call's reply never comes, so that no unit is charged
+// or given back twice. exact is usually the fallback-guarded Redis store;
+// exact may be ledger. A background goroutine runs Sync every few
+// milliseconds until Close.
+func New(exact quota.Store, ledger quota.Reporter, opts ...Option) (*Store, error) {
 	c := config{
 		clock:       floodgate.SystemClock(),
 		instances:   func() int { return 1 },

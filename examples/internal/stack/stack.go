@@ -282,7 +282,7 @@ func (s *Stack) members(client redis.UniversalClient) (func() int, error) {
 // localFirst puts a local-first store in front of exact, leasing from and
 // reporting to ledger; Close returns its unspent leases and reports its
 // hits before the stores beneath close.
-func (s *Stack) localFirst(exact quota.Store, ledger localfirst.Ledger, instances func() int) (quota.Store, error) {
+func (s *Stack) localFirst(exact quota.Store, ledger quota.Reporter, instances func() int) (quota.Store, error) {
 	lf, err := localfirst.New(exact, ledger, localfirst.WithInstances(instances), localfirst.WithLogger(s.cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("local-first store: %w", err)
