@@ -102,7 +102,7 @@ func (l *Limiter) SetPolicy(p *Policy) error {
 	if err != nil {
 		return err
 	}
-	if err := l.sh.check(c); err != nil { // settle and max_wait need a Settler (shaping.go)
+	if err := l.sh.check(c); err != nil { // settle and max_wait need a Settler
 		return err
 	}
 	if err := checkStore(l.store, c); err != nil { // leased and async need a local-first layer

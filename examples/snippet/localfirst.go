@@ -14,8 +14,8 @@ import (
 )
 
 // The README's local-first wiring ("Where a decision is made"), compiled
-// and tested (readme_test.go): the README holds the text between the
-// markers verbatim.
+// and run against a real redis-server by this package's tests: the README
+// holds the text between the markers verbatim.
 
 // snippet-localfirst:start
 func newLocalFirstLimiter(ctx context.Context, client redis.UniversalClient, obs *otel.Observer, policy *tiers.Policy) (*tiers.Limiter, func(context.Context) error, error) {
