@@ -1,26 +1,12 @@
 package quota_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/quota"
 )
-
-// downStore is a Store whose backend is gone: every Take fails.
-type downStore struct{ err error }
-
-func (s downStore) Take(context.Context, []quota.Bucket, []quota.Result) (bool, error) {
-	return false, s.err
-}
-
-// decidingStore is a down store that says it decides on_store_error itself,
-// as a fallback store does.
-type decidingStore struct{ downStore }
-
-func (decidingStore) DecidesOnStoreError() bool { return true }
 
 // TestDecideUnavailable: the fail modes, decided in one place, exactly.
 func TestDecideUnavailable(t *testing.T) {
