@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Logger: logger}
+	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Service: "shop-grpc", Logger: logger}
 	if *trace {
 		cfg.Traces = stdout
 	}

@@ -29,9 +29,9 @@ const modeRules = `  - name: grpc-search-settled
   - name: grpc-pay-shaped
     match: {method: /floodgate.shop.v1.Shop/Pay}
     key: [tenant]
-    rate: 10/1s
+    rate: 2/1s
     burst: 1
-    max_wait: 1s
+    max_wait: 2s
 `
 
 // TestGRPCExampleRedisModes runs the example with -redis (the observed,
@@ -39,7 +39,8 @@ const modeRules = `  - name: grpc-search-settled
 // redis-server, with a policy that adds a rule that settles, a rule that
 // waits, and makes grpc-search-user async: it starts and serves; a second
 // payment of a tenant waits for its turn and says so (server-timing
-// metadata); and the metrics show the searches decided by async.
+// metadata); and the metrics show the searches decided by async; the instance is
+// a member of its service's fleet in Redis.
 func TestGRPCExampleRedisModes(t *testing.T) {
 	srv := redistest.Start(t)
 	policy := exampletest.PolicyWith(t, "../policy.yaml", modeRules,
@@ -69,7 +70,13 @@ func TestGRPCExampleRedisModes(t *testing.T) {
 		timing = append(timing, strings.Join(md.Get("server-timing"), ","))
 	}
 	if timing[0] != "" || !strings.HasPrefix(timing[1], "floodgate-wait;dur=") {
-		t.Errorf("server-timing of two payments in a row (burst 1, 10/s, max_wait 1s): %q; want none, then a wait", timing)
+		t.Errorf("server-timing of two payments in a row (burst 1, 2/s, max_wait 2s): %q; want none, then a wait", timing)
+	}
+
+	// The instance counts itself in its service's fleet, by heartbeats in
+	// the same Redis: the local-first shares are split by that count.
+	if n, err := srv.Client().ZCard(t.Context(), "fg:fleet:{shop-grpc}").Result(); err != nil || n != 1 {
+		t.Errorf("fleet members in Redis: %d (%v), want this instance", n, err)
 	}
 
 	resp, err := http.Get(metrics)

@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	logger := slog.New(slog.NewTextHandler(stdout, nil))
-	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Logger: logger}
+	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Service: "shop-http", Logger: logger}
 	if *trace {
 		cfg.Traces = stdout
 	}

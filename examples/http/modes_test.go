@@ -23,9 +23,9 @@ const modeRules = `  - name: search-settled
   - name: payments-shaped
     match: {method: "POST /v1/payments"}
     key: [tenant]
-    rate: 10/1s
+    rate: 2/1s
     burst: 1
-    max_wait: 1s
+    max_wait: 2s
 `
 
 // TestHTTPExampleRedisModes runs the example with -redis (the observed,
@@ -33,7 +33,8 @@ const modeRules = `  - name: search-settled
 // redis-server, with a policy that adds a rule that settles, a rule that
 // waits, and makes search-user async: it starts and serves; a second
 // payment of a tenant waits for its turn and says so (Server-Timing); and
-// the metrics show the searches decided by async.
+// the metrics show the searches decided by async; the instance is
+// a member of its service's fleet in Redis.
 func TestHTTPExampleRedisModes(t *testing.T) {
 	srv := redistest.Start(t)
 	policy := exampletest.PolicyWith(t, "../policy.yaml", modeRules,
@@ -59,7 +60,13 @@ func TestHTTPExampleRedisModes(t *testing.T) {
 		timing = append(timing, resp.Header.Get("Server-Timing"))
 	}
 	if timing[0] != "" || !strings.HasPrefix(timing[1], "floodgate-wait;dur=") {
-		t.Errorf("Server-Timing of two payments in a row (burst 1, 10/s, max_wait 1s): %q; want none, then a wait", timing)
+		t.Errorf("Server-Timing of two payments in a row (burst 1, 2/s, max_wait 2s): %q; want none, then a wait", timing)
+	}
+
+	// The instance counts itself in its service's fleet, by heartbeats in
+	// the same Redis: the local-first shares are split by that count.
+	if n, err := srv.Client().ZCard(t.Context(), "fg:fleet:{shop-http}").Result(); err != nil || n != 1 {
+		t.Errorf("fleet members in Redis: %d (%v), want this instance", n, err)
 	}
 
 	_, text := get(t, "GET", metrics)

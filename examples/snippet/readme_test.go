@@ -239,7 +239,7 @@ rules:
   - {name: tenants, match: {method: /async}, key: [tenant], rate: 1000/1s, consistency: async}
   - {name: users, match: {method: /leased}, key: [user], rate: 1000/1s, consistency: leased}
   - {name: tokens, match: {method: /settle}, key: [user], rate: 1000/1h, cost: 100, settle: true}
-  - {name: shaped, match: {method: /wait}, key: [user], rate: 100/1s, burst: 1, max_wait: 1s}
+  - {name: shaped, match: {method: /wait}, key: [user], rate: 4/1s, burst: 1, max_wait: 1s}
 `))
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ rules:
 `
 	waitRule = `
 rules:
-  - {name: shaped, key: [user], rate: 100/1s, burst: 1, max_wait: 1s}
+  - {name: shaped, key: [user], rate: 4/1s, burst: 1, max_wait: 1s}
 `
 	localRules = `
 rules:
@@ -243,7 +243,7 @@ func TestWrapperStacks(t *testing.T) {
 				}
 				d, _ := admit(t, l, "/wait", "u")
 				if !d.Allowed || d.Waited <= 0 {
-					t.Fatalf("second request: allowed %v after waiting %s, want allowed after a wait (burst 1, 100/s)", d.Allowed, d.Waited)
+					t.Fatalf("second request: allowed %v after waiting %s, want allowed after a wait (burst 1, 4/s)", d.Allowed, d.Waited)
 				}
 			})
 

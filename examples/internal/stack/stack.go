@@ -58,6 +58,10 @@ type Config struct {
 	// live instances: from heartbeats in Redis (package fleet) with a
 	// Redis URL, 1 in process.
 	Replicas int
+	// Service names the service, for the fleet of its live instances in
+	// Redis: instances of one service share its limits, other services'
+	// instances do not count. "" means "shop".
+	Service string
 	// Logger receives reload, breaker and fallback logs (required).
 	Logger *slog.Logger
 	// Traces, when set, receives every span as a line of JSON, written
@@ -265,7 +269,11 @@ func (s *Stack) members(client redis.UniversalClient) (func() int, error) {
 		n := s.cfg.Replicas
 		return func() int { return n }, nil
 	}
-	m, err := fleet.New(client, fleet.WithLogger(s.cfg.Logger))
+	service := s.cfg.Service
+	if service == "" {
+		service = "shop"
+	}
+	m, err := fleet.New(client, fleet.WithKey("fg:fleet:{"+service+"}"), fleet.WithLogger(s.cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("fleet members: %w", err)
 	}
