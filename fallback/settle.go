@@ -18,6 +18,10 @@ var _ quota.Settler = (*Store)(nil)
 // primary.
 func (s *Store) CanSettle() bool { return quota.Settles(s.primary) }
 
+// Unwrap returns the primary store (see quota.Layers): capability checks
+// look through a Store at what it guards.
+func (s *Store) Unwrap() quota.Store { return s.primary }
+
 // Settle implements quota.Settler. Each bucket is settled where its
 // charge was made, by the Source of its Result in took:
 //

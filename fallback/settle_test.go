@@ -51,7 +51,7 @@ func TestSettleLocal(t *testing.T) {
 	if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != 1300*time.Millisecond {
 		t.Fatalf("in debt: %v %+v, want a deny with RetryAfter 1.3s (13 tokens at 10/s)", ok, res[0])
 	}
-	// Refund 100: capped at the burst of 10.
+	// Give 100 back: capped at the burst of 10.
 	b100 := b
 	b100.Cost = -100
 	settle(t, fx.s, []quota.Bucket{b100}, res)

@@ -95,15 +95,19 @@
 // Decisions are observed through Observe. What decisions do not show comes
 // through hooks wired next to the stages: Store wraps a quota.Store so each
 // Take is timed (with a "floodgate.store" child span when the request's
-// span is recording), or a store calls RecordStoreCall / StartStoreCall
-// itself; BreakerStateChanged is called from the fallback store's
+// span is recording), forwarding every capability of the store it wraps
+// (Settle, Report and Resolve, DecidesOnStoreError, Close) and
+// naming it through Unwrap, so settle, max_wait and local-first rules work
+// over an instrumented store as over the store itself; or a store calls
+// RecordStoreCall / StartStoreCall itself; BreakerStateChanged is called from the fallback store's
 // WithOnStateChange callback; TrackInFlight (or AddInFlight) counts
 // requests in flight per stage.
 //
 //	obs, _ := otel.New()
 //	guarded, _ := fallback.New(obs.Store(redisStore), fallback.WithOnStateChange(
 //		func(name string, from, to gobreaker.State) { obs.BreakerStateChanged(name, from.String(), to.String()) }))
-//	limits, _ := tiers.NewLimiter(guarded, policy)
+//	lf, _ := localfirst.New(guarded, redisStore) // for leased and async rules
+//	limits, _ := tiers.NewLimiter(lf, policy)
 //	chain := obs.TrackInFlight(floodgate.Chain{shed, conc, limits})
 //	fg, _ := interceptor.New(interceptor.WithObserver(obs), interceptor.WithServeMux(mux))
 //	handler := fg.HTTP(chain)(mux)

@@ -2,6 +2,8 @@ package otel
 
 import (
 	"context"
+	"fmt"
+	"io"
 
 	"github.com/floodgate-go/floodgate/quota"
 	"go.opentelemetry.io/otel/trace"
@@ -14,6 +16,17 @@ import (
 // "floodgate.store" from the configured TracerProvider (see
 // StartStoreCall); otherwise no span is started, so unsampled requests pay
 // nothing but the measurement.
+//
+// The returned store forwards every capability of s, untimed, so wrapping
+// a store never changes what a Limiter or a local-first store can do with
+// it: it implements quota.Settler (Settle, CanSettle), quota.Reporter
+// (Report, Resolve), DecidesOnStoreError, Close and Unwrap
+// whatever s is. A method s lacks returns an error naming s's type, and
+// the capability checks report the capability missing (quota.Settles and
+// the checks of packages tiers and tiers/localfirst follow Unwrap to s),
+// so a Limiter refuses at construction what would fail per request.
+// Methods particular to one store (fallback's Stats, localfirst's Flush)
+// stay on the store itself.
 //
 // Wrap the primary store to time Redis itself, or the fallback store to
 // time what the limiter waits for:
@@ -28,13 +41,25 @@ type instrumentedStore struct {
 	o *Observer
 }
 
-// DecidesOnStoreError reports what the wrapped store reports, so a
-// tiers.Limiter over an instrumented fallback store still sees its local
-// fallback.
+// Unwrap returns the store this one times (see quota.Layers).
+func (w instrumentedStore) Unwrap() quota.Store { return w.s }
+
+// DecidesOnStoreError reports whether the wrapped store, or a store
+// beneath it, answers every Take itself when its backend fails (package
+// fallback; memstore), so a tiers.Limiter over an instrumented fallback
+// store still sees its local fallback.
 func (w instrumentedStore) DecidesOnStoreError() bool {
-	d, ok := w.s.(interface{ DecidesOnStoreError() bool })
-	return ok && d.DecidesOnStoreError()
+	for l := range quota.Layers(w.s) {
+		if d, ok := l.(interface{ DecidesOnStoreError() bool }); ok && d.DecidesOnStoreError() {
+			return true
+		}
+	}
+	return false
 }
+
+// CanSettle reports whether the wrapped store can settle
+// (quota.Settles).
+func (w instrumentedStore) CanSettle() bool { return quota.Settles(w.s) }
 
 // Take implements quota.Store.
 func (w instrumentedStore) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
@@ -48,4 +73,52 @@ func (w instrumentedStore) Take(ctx context.Context, buckets []quota.Bucket, res
 	ok, err := w.s.Take(ctx, buckets, res)
 	w.o.RecordStoreCall(ctx, w.o.clock.Now().Sub(start), err)
 	return ok, err
+}
+
+// Settle implements quota.Settler with the wrapped store's Settle, or
+// returns an error when it has none.
+func (w instrumentedStore) Settle(ctx context.Context, buckets []quota.Bucket, took []quota.Result) error {
+	st, ok := w.s.(quota.Settler)
+	if !ok {
+		return w.lacks("Settle", "a quota.Settler")
+	}
+	return st.Settle(ctx, buckets, took)
+}
+
+// Report implements quota.Reporter with the wrapped store's Report, or
+// returns an error when it has none.
+func (w instrumentedStore) Report(ctx context.Context, instance, seq uint64, buckets []quota.Bucket, res []quota.ReportResult) error {
+	r, ok := w.s.(quota.Reporter)
+	if !ok {
+		return w.lacks("Report", "a quota.Reporter")
+	}
+	return r.Report(ctx, instance, seq, buckets, res)
+}
+
+// Resolve implements quota.Reporter with the wrapped store's Resolve, or
+// returns an error when it has none.
+func (w instrumentedStore) Resolve(ctx context.Context, instance, seq uint64, buckets []quota.Bucket, res []quota.ReportResult) error {
+	r, ok := w.s.(quota.Reporter)
+	if !ok {
+		return w.lacks("Resolve", "a quota.Reporter")
+	}
+	return r.Resolve(ctx, instance, seq, buckets, res)
+}
+
+// Close closes the wrapped store when it has a Close method: Close()
+// error (redisstore), or Close(context.Context) error (tiers/localfirst,
+// given a background context: it returns its leases and reports within
+// its sync timeout). A store without one has nothing to close: nil.
+func (w instrumentedStore) Close() error {
+	switch c := w.s.(type) {
+	case io.Closer:
+		return c.Close()
+	case interface{ Close(context.Context) error }:
+		return c.Close(context.Background())
+	}
+	return nil
+}
+
+func (w instrumentedStore) lacks(method, want string) error {
+	return fmt.Errorf("otel: %s: the instrumented store %T is not %s", method, w.s, want)
 }

@@ -22,9 +22,31 @@
 // # Wrapping a store
 //
 // A store that wraps another and forwards calls to it implements
-// Unwrap() Store, returning what it wraps. Capability checks (Settles,
-// and the checks of package tiers) follow the Unwrap chain, so a wrapper
-// never hides what the store beneath can do; a wrapper that adds a
-// capability of its own (a local fallback deciding on_store_error, a
-// local-first layer deciding leased and async buckets) says so itself.
+// Unwrap() Store, returning what it wraps: package fallback's Store (its
+// primary), package tiers/localfirst's Store (its exact store) and the
+// store package otel's Observer.Store returns. Layers yields a store and
+// every store beneath it along that chain, and every capability check
+// walks it, so a wrapper never hides what the store beneath can do:
+//
+//   - settling (Settler, for rules with settle or max_wait): Settles
+//     wants every layer to be a Settler, forwarding to the next, and no
+//     layer's CanSettle() bool to say false;
+//   - report calls (Reporter, what package tiers/localfirst needs of its
+//     ledger): every layer a Reporter;
+//   - answering for a failed backend (a DecidesOnStoreError() bool
+//     method reporting true: package fallback, and memstore, which has no
+//     backend to lose): any layer, since the layers above it then never
+//     see a store error (package tiers warns about on_store_error local
+//     rules otherwise);
+//   - deciding leased and async buckets locally (a
+//     DecidesConsistency(Consistency) bool method: package
+//     tiers/localfirst): any layer (package tiers refuses leased and
+//     async rules otherwise).
+//
+// A wrapper that cannot know statically whether what it wraps has a
+// capability (package otel's, which wraps any store) implements the
+// methods anyway, returns an error naming the wrapped store when one is
+// called without it, and leaves the checks above to report the
+// capability missing through Unwrap, so a Limiter refuses at
+// construction what would otherwise fail per request.
 package quota

@@ -19,9 +19,9 @@ const MaxSettle = 1 << 53
 // Limiter needs for rules that settle a request's cost when it ends
 // (Rule.Settle) and for rules whose requests wait (Rule.MaxWait), which
 // give their booked units back when the wait is cancelled. Every store of
-// this module implements it (memstore, redisstore, fallback, localfirst);
-// NewLimiter and SetPolicy refuse a policy with such rules over a store
-// that does not (see Settles).
+// this module implements it (memstore, redisstore, fallback, localfirst,
+// and package otel's wrapper over any of them); NewLimiter and SetPolicy
+// refuse a policy with such rules over a store that cannot (see Settles).
 //
 // Settle adds each bucket's Cost to what the bucket has been charged,
 // signed: a positive Cost charges that many more units, a negative one
@@ -51,22 +51,29 @@ type Settler interface {
 }
 
 // settleCapable is implemented by stores that wrap another (package
-// fallback, package tiers/localfirst): they have a Settle method whatever
-// they wrap, and report here whether what they wrap settles.
+// fallback, package tiers/localfirst, package otel's store wrapper): they
+// have a Settle method whatever they wrap, and report here whether what
+// they wrap settles.
 type settleCapable interface {
 	CanSettle() bool
 }
 
-// Settles reports whether s can settle: it implements Settler and, when
-// it wraps another store and says so (a CanSettle() bool method, as
-// package fallback and package tiers/localfirst have), what it wraps
-// settles too.
+// Settles reports whether s can settle: s and every store beneath it
+// (Layers) implement Settler, and none of them that has a CanSettle()
+// bool method (a wrapper that implements Settle whatever it wraps) says
+// it cannot. A wrapper that forwards Settle to the store beneath it
+// settles only if that store does.
 func Settles(s Store) bool {
-	if _, ok := s.(Settler); !ok {
+	if s == nil {
 		return false
 	}
-	if c, ok := s.(settleCapable); ok {
-		return c.CanSettle()
+	for l := range Layers(s) {
+		if _, ok := l.(Settler); !ok {
+			return false
+		}
+		if c, ok := l.(settleCapable); ok && !c.CanSettle() {
+			return false
+		}
 	}
 	return true
 }

@@ -195,6 +195,30 @@
 // that does not wait (admitted at once, or denied) costs a lookup of the
 // bucket's waiter count (BenchmarkShaping).
 //
+// # What the store must do
+//
+// A Limiter asks its store for more than Take only where the policy needs
+// it, and finds each capability on the store or on a store beneath it
+// (quota.Layers: package otel's store wrapper, package fallback and
+// package tiers/localfirst implement Unwrap), so wrapping a store never
+// hides what it can do. NewLimiter and SetPolicy refuse, naming each rule,
+// a policy whose settle or max_wait rules need a Settler the store is not
+// (see quota.Settles), and one whose consistency leased or async rules
+// need a local-first layer the store lacks: without one such a rule would
+// be decided exactly, a round trip per request, and nothing but the
+// decisions' source would say so. Refusing it, as a settle rule over a
+// store that cannot settle is refused, makes the mismatch between the
+// policy and the wiring an error at start (and a reload the watcher logs,
+// with the policy in force kept), whose fix is one line:
+//
+//	lf, err := localfirst.New(guarded, redisStore, localfirst.WithInstances(members.Count))
+//	limits, err := tiers.NewLimiter(lf, policy)
+//
+// A policy file shared by processes wired differently keeps its local
+// rules exact in the ones without local-first (consistency: exact, the
+// default). on_store_error local is only warned about (see Store
+// failures): the rule still limits while the store answers.
+//
 // # Keys
 //
 // A bucket key names the rule, the algorithm and the identity:

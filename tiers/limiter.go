@@ -104,6 +104,9 @@ func (l *Limiter) SetPolicy(p *Policy) error {
 	if err := l.sh.check(c); err != nil { // settle and max_wait need a Settler
 		return err
 	}
+	if err := checkStore(l.store, c); err != nil { // leased and async need a local-first layer
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.checkScopes(c); err != nil {
@@ -191,7 +194,7 @@ type unavailableDecider interface {
 // on_store_error "local" cannot be honoured by store: when store fails,
 // such a rule fails open.
 func warnLocalWithoutFallback(store quota.Store, c *compiled) {
-	if d, ok := store.(unavailableDecider); ok && d.DecidesOnStoreError() {
+	if decidesOnStoreError(store) {
 		return
 	}
 	for i := range c.rules {

@@ -45,7 +45,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := tiers.NewLimiter(newMemstore(t), p)
+	l, err := tiers.NewLimiter(newLocalFirst(t), p)
 	if err != nil {
 		t.Fatal(err)
 	}

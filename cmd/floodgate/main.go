@@ -138,13 +138,13 @@ func policyNotes(p *tiers.Policy) []string {
 		}
 		switch r.Consistency {
 		case quota.Leased:
-			notes = append(notes, fmt.Sprintf("rule %s: leased, decided locally from units leased from the store, never over the limit (behind a tiers/localfirst store; any other store decides it exactly)", r.Name))
+			notes = append(notes, fmt.Sprintf("rule %s: leased, decided locally from units leased from the store, never over the limit (needs a tiers/localfirst store: a Limiter over any other refuses it)", r.Name))
 		case quota.Async:
 			iv := r.SyncInterval
 			if iv == 0 {
 				iv = tiers.DefaultSyncInterval
 			}
-			notes = append(notes, fmt.Sprintf("rule %s: async, decided locally and reported every %s or later, may admit over the limit by its documented bound (behind a tiers/localfirst store; any other store decides it exactly)", r.Name, iv))
+			notes = append(notes, fmt.Sprintf("rule %s: async, decided locally and reported every %s or later, may admit over the limit by its documented bound (needs a tiers/localfirst store: a Limiter over any other refuses it)", r.Name, iv))
 		}
 		if r.Settle {
 			notes = append(notes, fmt.Sprintf("rule %s: settles, charged its cost when admitted and corrected to the request's actual cost when it ends", r.Name))

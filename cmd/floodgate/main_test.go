@@ -162,8 +162,8 @@ func TestValidateNotes(t *testing.T) {
 		shadow + ": ok (1 rules, 0 tiers, 0 overrides)\n" +
 		"  shadow: every rule is decided and reported, none denies\n" +
 		local + ": ok (4 rules, 0 tiers, 0 overrides)\n" +
-		"  rule tenant: async, decided locally and reported every 50ms or later, may admit over the limit by its documented bound (behind a tiers/localfirst store; any other store decides it exactly)\n" +
-		"  rule user: leased, decided locally from units leased from the store, never over the limit (behind a tiers/localfirst store; any other store decides it exactly)\n" +
+		"  rule tenant: async, decided locally and reported every 50ms or later, may admit over the limit by its documented bound (needs a tiers/localfirst store: a Limiter over any other refuses it)\n" +
+		"  rule user: leased, decided locally from units leased from the store, never over the limit (needs a tiers/localfirst store: a Limiter over any other refuses it)\n" +
 		"  rule tokens: settles, charged its cost when admitted and corrected to the request's actual cost when it ends\n" +
 		"  rule burst: waits up to 200ms for its units instead of denying, at most 64 requests of a bucket at once per process\n"
 	if out.String() != want {

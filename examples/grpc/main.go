@@ -40,14 +40,11 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/examples/internal/stack"
 	"github.com/floodgate-go/floodgate/grpcmw"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
 	floodgatev1 "github.com/floodgate-go/floodgate/proto/floodgate/v1"
-	"github.com/floodgate-go/floodgate/shedder"
-	"github.com/floodgate-go/floodgate/shedder/cpu"
 )
 
 func main() {
@@ -74,6 +71,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	trustedProxies := fs.String("trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For names the client (realip)")
 	unlimited := fs.String("unlimited", reflectionServices, "comma-separated methods (/pkg.Svc/Method or /pkg.Svc/*) floodgate never sees (selector)")
 	adaptive := fs.Bool("adaptive", false, "adaptive overload control: the shedder's capacity follows the service instead of a fixed 64, and an adaptive in-flight limit (Gradient2) joins the chain")
+	cpuTarget := fs.Float64("cpu-target", 0.9, "with -adaptive: the share of the container's CPU (its quota, else its CPUs) at which the shedder counts the service overloaded; 0 decides on latency alone")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,7 +83,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Logger: logger}
+	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Service: "shop-grpc", Logger: logger}
 	if *trace {
 		cfg.Traces = stdout
 	}
@@ -124,7 +122,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// the adaptive stage is an empty chain, which admits everything.
 	shed, adaptiveConc := st.Shed, floodgate.Admitter(floodgate.Chain{})
 	if *adaptive {
-		if shed, adaptiveConc, err = adaptiveStages(st, logger); err != nil {
+		if shed, adaptiveConc, err = st.Adaptive(logger, *cpuTarget); err != nil {
 			return err
 		}
 	}
@@ -195,28 +193,4 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return nil
-}
-
-// adaptiveStages returns the -adaptive stages (issue 19): a shedder whose
-// capacity starts at 8 and follows the service (latency and throughput,
-// and the container's CPU against its cgroup quota when one can be read),
-// and an adaptive in-flight limit (Gradient2) that never refuses critical
-// calls. Both are counted by the observer like the stack's stages.
-func adaptiveStages(st *stack.Stack, logger *slog.Logger) (shed, conc floodgate.Admitter, err error) {
-	capacity := shedder.AdaptiveCapacity{Min: 8, Max: 4 * stack.ShedCapacity}
-	if m, err := cpu.New(); err == nil {
-		capacity.CPU, capacity.CPUTarget = m, 0.9
-		logger.Info("adaptive shedder: CPU signal", "source", m.Source())
-	} else {
-		logger.Info("adaptive shedder without a CPU signal", "reason", err)
-	}
-	s, err := shedder.New(capacity.Min, shedder.WithAdaptiveCapacity(capacity))
-	if err != nil {
-		return nil, nil, err
-	}
-	a, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{Min: 8, Max: stack.MaxInFlight, Bypass: floodgate.PriorityCritical})
-	if err != nil {
-		return nil, nil, err
-	}
-	return st.Observer.TrackInFlight(s), st.Observer.TrackInFlight(a), nil
 }

@@ -28,11 +28,8 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/examples/internal/stack"
 	"github.com/floodgate-go/floodgate/interceptor"
-	"github.com/floodgate-go/floodgate/shedder"
-	"github.com/floodgate-go/floodgate/shedder/cpu"
 )
 
 func main() {
@@ -57,6 +54,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	trace := fs.Bool("trace", false, "print every span (with its floodgate.* attributes) as JSON")
 	work := fs.Duration("work", 10*time.Millisecond, "simulated work per API request")
 	adaptive := fs.Bool("adaptive", false, "adaptive overload control: the shedder's capacity follows the service instead of a fixed 64, and an adaptive in-flight limit (Gradient2) joins the chain")
+	cpuTarget := fs.Float64("cpu-target", 0.9, "with -adaptive: the share of the container's CPU (its quota, else its CPUs) at which the shedder counts the service overloaded; 0 decides on latency alone")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,7 +62,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	logger := slog.New(slog.NewTextHandler(stdout, nil))
-	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Logger: logger}
+	cfg := stack.Config{PolicyPath: *policyPath, RedisURL: *redisURL, Service: "shop-http", Logger: logger}
 	if *trace {
 		cfg.Traces = stdout
 	}
@@ -112,7 +110,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	chain := floodgate.Chain{st.Shed, st.Conc, st.Limits}
 	if *adaptive {
-		shed, conc, err := adaptiveStages(st, logger)
+		shed, conc, err := st.Adaptive(logger, *cpuTarget)
 		if err != nil {
 			return err
 		}
@@ -158,28 +156,4 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return nil
-}
-
-// adaptiveStages returns the -adaptive stages (issue 19): a shedder whose
-// capacity starts at 8 and follows the service (latency and throughput,
-// and the container's CPU against its cgroup quota when one can be read),
-// and an adaptive in-flight limit (Gradient2) that never refuses critical
-// calls. Both are counted by the observer like the stack's stages.
-func adaptiveStages(st *stack.Stack, logger *slog.Logger) (shed, conc floodgate.Admitter, err error) {
-	capacity := shedder.AdaptiveCapacity{Min: 8, Max: 4 * stack.ShedCapacity}
-	if m, err := cpu.New(); err == nil {
-		capacity.CPU, capacity.CPUTarget = m, 0.9
-		logger.Info("adaptive shedder: CPU signal", "source", m.Source())
-	} else {
-		logger.Info("adaptive shedder without a CPU signal", "reason", err)
-	}
-	s, err := shedder.New(capacity.Min, shedder.WithAdaptiveCapacity(capacity))
-	if err != nil {
-		return nil, nil, err
-	}
-	a, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{Min: 8, Max: stack.MaxInFlight, Bypass: floodgate.PriorityCritical})
-	if err != nil {
-		return nil, nil, err
-	}
-	return st.Observer.TrackInFlight(s), st.Observer.TrackInFlight(a), nil
 }

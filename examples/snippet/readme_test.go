@@ -20,19 +20,21 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
+	fgotel "github.com/floodgate-go/floodgate/otel"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-// TestReadmeHasSections keeps the top README's "With go-grpc-middleware"
-// and "Redis client setup" code in step with middleware.go and redis.go.
+// TestReadmeHasSections keeps the top README's "With go-grpc-middleware",
+// "Redis client setup" and local-first code in step with middleware.go,
+// redis.go and localfirst.go.
 func TestReadmeHasSections(t *testing.T) {
 	top, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ file, marker string }{{"middleware.go", "snippet-grpcmw"}, {"redis.go", "snippet-redis"}} {
+	for _, tc := range []struct{ file, marker string }{{"middleware.go", "snippet-grpcmw"}, {"redis.go", "snippet-redis"}, {"localfirst.go", "snippet-localfirst"}} {
 		src, err := os.ReadFile(tc.file)
 		if err != nil {
 			t.Fatal(err)
@@ -219,5 +221,64 @@ func TestRedisSnippet(t *testing.T) {
 	redis.Kill()
 	if d := admit(); !d.Source.Degraded() {
 		t.Errorf("with Redis killed: source %s, want a fallback decision", d.Source)
+	}
+}
+
+// TestLocalFirstSnippet runs the README's local-first wiring against a
+// real redis-server with a policy of every kind of rule: it loads, the
+// async rule is decided by async and the leased one from a lease, the
+// settle rule settles and the max_wait rule waits.
+func TestLocalFirstSnippet(t *testing.T) {
+	redis := redistest.Start(t)
+	obs, err := fgotel.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := tiers.Load([]byte(`
+rules:
+  - {name: tenants, match: {method: /async}, key: [tenant], rate: 1000/1s, consistency: async}
+  - {name: users, match: {method: /leased}, key: [user], rate: 1000/1s, consistency: leased}
+  - {name: tokens, match: {method: /settle}, key: [user], rate: 1000/1h, cost: 100, settle: true}
+  - {name: shaped, match: {method: /wait}, key: [user], rate: 4/1s, burst: 1, max_wait: 1s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	limits, closeLF, err := newLocalFirstLimiter(ctx, redis.Client(), obs, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLF(context.Background())
+	admit := func(method string) (floodgate.Decision, floodgate.Done) {
+		t.Helper()
+		d, done, err := limits.Admit(ctx, &floodgate.Request{Method: method, Identity: floodgate.Identity{User: "u", Tenant: "acme"}})
+		if err != nil || !d.Allowed {
+			t.Fatalf("%s: %+v, %v; want allowed", method, d, err)
+		}
+		return d, done
+	}
+	if d, _ := admit("/async"); d.Source != floodgate.SourceAsync {
+		t.Errorf("async rule: source %s, want async", d.Source)
+	}
+	var sources []floodgate.Source
+	for i := 0; i < 50 && (len(sources) == 0 || sources[len(sources)-1] != floodgate.SourceLease); i++ {
+		d, _ := admit("/leased")
+		sources = append(sources, d.Source)
+	}
+	if sources[len(sources)-1] != floodgate.SourceLease {
+		t.Errorf("leased rule: sources %v, never lease", sources)
+	}
+	d1, done := admit("/settle")
+	done(floodgate.Result{Cost: 10, HasCost: true})
+	// Settled to 10, the estimate's 100 less 90: a second request of 100
+	// leaves 10 fewer units than the first did.
+	if d2, _ := admit("/settle"); !d2.Allowed || d2.Remaining != d1.Remaining-10 {
+		t.Errorf("settle rule: second request allowed %v with %d remaining, want %d (the 90 given back)", d2.Allowed, d2.Remaining, d1.Remaining-10)
+	}
+	admit("/wait")
+	if d, _ := admit("/wait"); d.Waited <= 0 {
+		t.Errorf("max_wait rule: the second request did not wait: %+v", d)
 	}
 }

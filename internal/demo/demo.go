@@ -142,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var (
 		store     quota.Store
-		ledger    localfirst.Ledger // leases and async reports go here
+		ledger    quota.Reporter // leases and async reports go here
 		storeName = "in-process memory store"
 		fb        *fallback.Store
 	)

@@ -135,6 +135,14 @@
 // Each Result's Source says where the bucket was decided: floodgate.
 // SourceLease, SourceAsync, or what the exact store reported.
 //
+// Wrapping. Store.Unwrap returns the exact store, and DecidesConsistency
+// says the Store decides Leased and Async buckets: package tiers finds a
+// local-first layer through any wrappers above it (package otel's
+// instrumented store, package fallback) and refuses leased and async rules
+// over a store that has none. New refuses a ledger that cannot take
+// report calls: one that is not a quota.Reporter all the way down its
+// Unwrap chain (an instrumented Redis store, obs.Store(redisStore), is).
+//
 // Live instances come from WithInstances (for example (*fleet.Members).Count
 // from package fleet, which counts heartbeats in Redis); the default is 1.
 package localfirst

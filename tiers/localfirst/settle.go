@@ -18,6 +18,18 @@ var _ quota.Settler = (*Store)(nil)
 // the exact store.
 func (s *Store) CanSettle() bool { return quota.Settles(s.exact) }
 
+// Unwrap returns the exact store (see quota.Layers): capability checks
+// look through a Store at the store it sends exact buckets to.
+func (s *Store) Unwrap() quota.Store { return s.exact }
+
+// DecidesConsistency reports whether the Store decides buckets of
+// consistency c itself: Leased and Async. Package tiers refuses a policy
+// with leased or async rules over a store none of whose layers
+// (quota.Layers) does.
+func (s *Store) DecidesConsistency(c quota.Consistency) bool {
+	return c == quota.Leased || c == quota.Async
+}
+
 // Settle implements quota.Settler: each bucket's signed Cost is settled
 // where its charge was made, by the Source of its Result in took (nil:
 // the exact store charged every bucket):

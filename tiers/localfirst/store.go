@@ -16,15 +16,6 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// Ledger is the store a Store leases from and reports to: the fleet's
-// budget, usually a *redisstore.Store (a *memstore.Store in tests). Async
-// hits and unspent lease units go to it in report calls (quota.Reporter),
-// resolved rather than sent again when a call's reply never comes, so
-// that no unit is charged or given back twice.
-type Ledger interface {
-	quota.Reporter
-}
-
 // Defaults of the options.
 const (
 	DefaultLeaseTTL    = time.Second
@@ -164,7 +155,7 @@ func WithLogger(l *slog.Logger) Option {
 // concurrent use; Close returns what it holds.
 type Store struct {
 	exact  quota.Store
-	ledger Ledger
+	ledger quota.Reporter
 	cfg    config
 
 	// shards hold the keys, split by a hash of the key so that takes of
@@ -200,10 +191,14 @@ type Store struct {
 }
 
 // New returns a Store that decides exact buckets with exact and leases
-// from and reports to ledger. exact is usually the fallback-guarded Redis
-// store and ledger the Redis store itself; exact may be ledger. A
-// background goroutine runs Sync every few milliseconds until Close.
-func New(exact quota.Store, ledger Ledger, opts ...Option) (*Store, error) {
+// from and reports to ledger: the fleet's budget, usually the Redis store
+// itself (a *redisstore.Store; a *memstore.Store in process), where async
+// hits and unspent lease units go in report calls, resolved rather than
+// sent again when a call's reply never comes, so that no unit is charged
+// or given back twice. exact is usually the fallback-guarded Redis store;
+// exact may be ledger. A background goroutine runs Sync every few
+// milliseconds until Close.
+func New(exact quota.Store, ledger quota.Reporter, opts ...Option) (*Store, error) {
 	c := config{
 		clock:       floodgate.SystemClock(),
 		instances:   func() int { return 1 },
@@ -219,6 +214,8 @@ func New(exact quota.Store, ledger Ledger, opts ...Option) (*Store, error) {
 	}
 	if ledger == nil {
 		c.fail("New: nil ledger")
+	} else if !reports(ledger) {
+		c.fail("New: the ledger (%T) forwards report calls to a store that takes none (not a quota.Reporter); give it the Redis or memory store itself, or a wrapper of one", ledger)
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -276,11 +273,29 @@ func (s *Store) mark(e *entry) {
 	s.pmu.Unlock()
 }
 
-// DecidesOnStoreError reports what the exact store reports (see package
-// tiers): a Store over a fallback store has every fail mode.
+// DecidesOnStoreError reports whether the exact store, or a store
+// beneath it (quota.Layers), answers every Take itself when its backend
+// fails (see package tiers): a Store over a fallback store has every
+// fail mode.
 func (s *Store) DecidesOnStoreError() bool {
-	d, ok := s.exact.(interface{ DecidesOnStoreError() bool })
-	return ok && d.DecidesOnStoreError()
+	for l := range quota.Layers(s.exact) {
+		if d, ok := l.(interface{ DecidesOnStoreError() bool }); ok && d.DecidesOnStoreError() {
+			return true
+		}
+	}
+	return false
+}
+
+// reports reports whether every layer of s (quota.Layers) takes report
+// calls: a wrapper that forwards Report (package otel's) reports only if
+// what it wraps does.
+func reports(s quota.Store) bool {
+	for l := range quota.Layers(s) {
+		if _, ok := l.(quota.Reporter); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // maxStack is how many buckets one Take handles without allocating.

@@ -8,7 +8,11 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,4 +99,84 @@ func Start(t testing.TB, run func(ctx context.Context, args []string, stdout io.
 		}
 	})
 	return out
+}
+
+// PolicyWith writes a copy of the policy file at path into a temporary
+// directory of t with rules inserted at the head of its rules: list and
+// each replacement of old by new applied (pairs, in order), and returns
+// the copy's path. It fails the test when the file has no rules: list or
+// an old string is not in it.
+func PolicyWith(t testing.TB, path, rules string, replace ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	if !strings.Contains(text, "\nrules:\n") {
+		t.Fatalf("%s has no rules: list", path)
+	}
+	text = strings.Replace(text, "\nrules:\n", "\nrules:\n"+rules, 1)
+	for i := 0; i+1 < len(replace); i += 2 {
+		if !strings.Contains(text, replace[i]) {
+			t.Fatalf("%s does not contain %q", path, replace[i])
+		}
+		text = strings.Replace(text, replace[i], replace[i+1], 1)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Decisions returns the value of the floodgate_decisions_total series in
+// the Prometheus exposition text whose labels include every name=value
+// pair of labels, summed over the series that match (0 when none does).
+func Decisions(text string, labels ...string) float64 {
+	var sum float64
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, "floodgate_decisions_total{")
+		if !ok {
+			continue
+		}
+		set, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		match := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			if !strings.Contains(","+set+",", ","+labels[i]+`="`+labels[i+1]+`",`) {
+				match = false
+				break
+			}
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); match && err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// ExemptLoopback is a PolicyWith replacement pair that adds 127.0.0.1 to
+// the example policy's exempt list, so that a test's load from one
+// address meets the overload stages, not the per-IP rate limits.
+var ExemptLoopback = []string{"exempt:                      # never limited: internal monitoring\n", "exempt:\n  - 127.0.0.1/32\n"}
+
+// Gauge returns the value of the unlabelled-or-labelled series name in
+// the Prometheus exposition text (the first one), and whether there is
+// one.
+func Gauge(text, name string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+			if v, err := strconv.ParseFloat(rest[i+1:], 64); err == nil {
+				return v, true
+			}
+		}
+	}
+	return 0, false
 }

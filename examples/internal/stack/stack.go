@@ -1,8 +1,11 @@
 // Package stack builds what the example services share: the rate-limit
 // policy (loaded from a YAML file and hot-reloaded), the store the limits are
-// kept in (in-process, or Redis behind a circuit-breaker fallback), the three
-// floodgate stages (shedder, concurrency, tiers), and OpenTelemetry (the SDK,
-// a Prometheus exporter, and the floodgate observer).
+// kept in (in-process, or Redis timed by the observer behind a
+// circuit-breaker fallback; either way behind a local-first store, so the
+// policy's leased and async rules are decided locally, shared among the
+// live instances that package fleet counts), the three floodgate stages
+// (shedder, concurrency, tiers), and OpenTelemetry (the SDK, a Prometheus
+// exporter, and the floodgate observer).
 //
 // What this package decides: the examples' sizes (shedder capacity, in-flight
 // caps) and their telemetry wiring. The interceptor wiring itself stays in
@@ -22,6 +25,7 @@ import (
 
 	promclient "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -31,11 +35,13 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/fleet"
 	fgotel "github.com/floodgate-go/floodgate/otel"
 	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
@@ -48,9 +54,15 @@ type Config struct {
 	// RedisURL, when set ("redis://127.0.0.1:6379/0"), keeps rate-limit
 	// state in Redis behind the fallback store; empty keeps it in process.
 	RedisURL string
-	// Replicas is how many instances share the limits (for the fallback's
-	// local share); 0 means 1.
+	// Replicas, when positive, is how many instances share the limits (the
+	// local-first shares and the fallback's local limiters). 0 counts the
+	// live instances: from heartbeats in Redis (package fleet) with a
+	// Redis URL, 1 in process.
 	Replicas int
+	// Service names the service, for the fleet of its live instances in
+	// Redis: instances of one service share its limits, other services'
+	// instances do not count. "" means "shop".
+	Service string
 	// Logger receives reload, breaker and fallback logs (required).
 	Logger *slog.Logger
 	// Traces, when set, receives every span as a line of JSON, written
@@ -114,9 +126,6 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	if cfg.Replicas < 0 {
 		return nil, fmt.Errorf("stack: replicas %d is negative", cfg.Replicas)
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
 	}
 	file, err := policyfile.LoadFile(cfg.PolicyPath)
 	if err != nil {
@@ -184,16 +193,21 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	return s, nil
 }
 
-// newStore returns the in-process store, or, with a Redis URL, the Redis
-// store timed by the observer and guarded by the fallback store.
+// newStore returns the store the limiter decides with: a local-first store
+// (leased and async rules decided here, every other rule by the store
+// beneath) over the in-process store, or, with a Redis URL, over the Redis
+// store timed by the observer and guarded by the fallback store, leasing
+// from and reporting to Redis itself, with the live instances counted by
+// fleet heartbeats in the same Redis.
 func (s *Stack) newStore(ctx context.Context) (quota.Store, error) {
 	if s.cfg.RedisURL == "" {
-		s.StoreName = "in-process memory (memstore)"
 		mem, err := memstore.New()
 		if err != nil {
 			return nil, fmt.Errorf("memory store: %w", err)
 		}
-		return s.Observer.Store(mem), nil
+		n := max(1, s.cfg.Replicas)
+		s.StoreName = "in-process memory (memstore), local-first for leased and async rules"
+		return s.localFirst(s.Observer.Store(mem), mem, func() int { return n })
 	}
 	// NewClient sets go-redis up for the fallback (deadlines from the
 	// context, no retries inside the budget) from any URL form:
@@ -223,10 +237,14 @@ func (s *Stack) newStore(ctx context.Context) (quota.Store, error) {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
 	s.closer = append(s.closer, func(context.Context) error { return rs.Close() })
+	instances, err := s.members(client)
+	if err != nil {
+		return nil, err
+	}
 	guarded, err := fallback.New(s.Observer.Store(rs),
 		fallback.WithName("redis"),
 		fallback.WithTimeout(StoreTimeout),
-		fallback.WithInstances(func() int { return s.cfg.Replicas }),
+		fallback.WithInstances(instances),
 		fallback.WithLogger(s.cfg.Logger),
 		fallback.WithOnStateChange(func(name string, from, to gobreaker.State) {
 			s.Observer.BreakerStateChanged(name, from.String(), to.String())
@@ -235,11 +253,51 @@ func (s *Stack) newStore(ctx context.Context) (quota.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fallback store: %w", err)
 	}
-	s.StoreName = "Redis at " + addr + " (circuit breaker, local fallback)"
+	s.StoreName = "Redis at " + addr + " (circuit breaker, local fallback; local-first for leased and async rules)"
 	if unreachable != nil {
 		s.StoreName += ", unreachable at start"
 	}
-	return guarded, nil
+	// Leases are taken through the fallback (the exact store), and async
+	// hits and unspent leases are reported to Redis itself.
+	return s.localFirst(guarded, rs, instances)
+}
+
+// members returns how many live instances share the limits: Replicas when
+// set, else the count of heartbeats in Redis, kept by a fleet.Members that
+// runs until Close (which leaves the fleet).
+func (s *Stack) members(client redis.UniversalClient) (func() int, error) {
+	if s.cfg.Replicas > 0 {
+		n := s.cfg.Replicas
+		return func() int { return n }, nil
+	}
+	service := s.cfg.Service
+	if service == "" {
+		service = "shop"
+	}
+	m, err := fleet.New(client, fleet.WithKey("fg:fleet:{"+service+"}"), fleet.WithLogger(s.cfg.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("fleet members: %w", err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(runCtx) // returns ctx's error once it has left the fleet
+	}()
+	s.closer = append(s.closer, func(context.Context) error { stop(); <-done; return nil })
+	return m.Count, nil
+}
+
+// localFirst puts a local-first store in front of exact, leasing from and
+// reporting to ledger; Close returns its unspent leases and reports its
+// hits before the stores beneath close.
+func (s *Stack) localFirst(exact quota.Store, ledger quota.Reporter, instances func() int) (quota.Store, error) {
+	lf, err := localfirst.New(exact, ledger, localfirst.WithInstances(instances), localfirst.WithLogger(s.cfg.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("local-first store: %w", err)
+	}
+	s.closer = append(s.closer, lf.Close)
+	return lf, nil
 }
 
 // WatchPolicy reloads the policy file whenever it changes, until ctx ends:

@@ -230,7 +230,7 @@ func serve(ctx context.Context, c serveConfig, stdout io.Writer, logger *slog.Lo
 func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *slog.Logger) (quota.Store, string, func(), error) {
 	var (
 		exact  quota.Store
-		ledger localfirst.Ledger
+		ledger quota.Reporter
 		name   string
 		closes []func()
 	)
