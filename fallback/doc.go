@@ -142,7 +142,7 @@
 // Nothing is silent. Stats counts calls, failures, timeouts, calls the
 // breaker rejected, transitions, and every bucket decided without the
 // primary by mode and outcome, in total (Stats.Fallback) and by the
-// bucket's rule (Stats.ByRule, bounded by MaxRules). Store failures are
+// bucket's rule (Stats.ByRule, bounded at 1024 rules). Store failures are
 // logged at most once a second with the count suppressed in between. The
 // Observer sees each decision's binding rule and source as well.
 package fallback

@@ -27,12 +27,12 @@ type counters struct {
 // modeCounts counts bucket decisions by [FailMode][allowed].
 type modeCounts [3][2]atomic.Uint64
 
-// MaxRules bounds the rules counted separately in Stats.ByRule; decisions of
+// maxRules bounds the rules counted separately in Stats.ByRule; decisions of
 // further rule names are counted under OtherRule. Rule names come from the
 // policy, so the bound only matters for buckets built by hand.
-const MaxRules = 1024
+const maxRules = 1024
 
-// OtherRule is the ByRule entry for rules beyond MaxRules.
+// OtherRule is the ByRule entry for rules beyond the first 1024.
 const OtherRule = "_other"
 
 // rule returns the counters of the named rule, creating them on first use.
@@ -40,7 +40,7 @@ func (c *counters) rule(name string) *modeCounts {
 	if v, ok := c.byRule.Load(name); ok {
 		return v.(*modeCounts)
 	}
-	if c.rules.Load() >= MaxRules {
+	if c.rules.Load() >= maxRules {
 		name = OtherRule
 	}
 	v, loaded := c.byRule.LoadOrStore(name, new(modeCounts))
@@ -86,7 +86,8 @@ type Stats struct {
 	Fallback [3]ModeCount
 	// ByRule counts the same decisions by the bucket's rule
 	// (quota.Bucket.Rule) and mode: ByRule["login"][quota.FailClosed].
-	// Rules that never fell back are absent; see MaxRules.
+	// Rules that never fell back are absent; at most 1024 rules are
+	// counted by name, the rest under OtherRule.
 	ByRule map[string][3]ModeCount
 	// Opened, HalfOpened and Closed count breaker transitions into each
 	// state.

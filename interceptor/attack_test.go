@@ -20,6 +20,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -41,10 +42,11 @@ func newTestMemstore(t testing.TB) quota.Store {
 // below run against, and returns the allowance (rate N) of each rule.
 func examplePolicy(t *testing.T) (*tiers.Policy, map[string]int) {
 	t.Helper()
-	p, err := tiers.LoadFile("../examples/policy.yaml")
+	f, err := policyfile.LoadFile("../examples/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := f.Limits
 	n := map[string]int{}
 	for _, r := range p.Rules {
 		n[r.Name] = int(r.Rate.N)

@@ -12,3 +12,6 @@ func (l *Limiter) SettleStats() SettleStats { return l.settleStats() }
 // Waiting returns how many requests are waiting on the bucket key now in
 // this process (rules with max_wait).
 func (l *Limiter) Waiting(key string) int { return l.waiting(key) }
+
+// ParseRate parses "N/duration" as the policy's rate fields do.
+var ParseRate = parseRate

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func mustLimiter(t testing.TB, s quota.Store, y string, opts ...tiers.Option) *t
 
 func designLimiter(t testing.TB, opts ...tiers.Option) *tiers.Limiter {
 	t.Helper()
-	p, err := tiers.LoadFile("testdata/policy.yaml")
+	p, err := loadFile("testdata/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestKeyPrefix(t *testing.T) {
 	if len(got) != 1 || got[0].Key != "shop:rl:{ip=192.0.2.7}:ip-safety-net:token_bucket" {
 		t.Errorf("Buckets = %q", keys(got))
 	}
-	p, _ := tiers.LoadFile("testdata/policy.yaml")
+	p, _ := loadFile("testdata/policy.yaml")
 	for _, bad := range []string{"a{b", "x}", "sp ace", strings.Repeat("a", 65)} {
 		if _, err := tiers.NewLimiter(newMemstore(t), p, tiers.WithKeyPrefix(bad)); !errors.Is(err, tiers.ErrKeyPrefix) {
 			t.Errorf("WithKeyPrefix(%q): err = %v, want ErrKeyPrefix", bad, err)
@@ -381,4 +382,14 @@ overrides:
 	if _, _, err := l.Admit(context.Background(), nil); err == nil || err.Error() != "tiers: Admit: request is nil" {
 		t.Errorf("Admit(nil) error = %v", err)
 	}
+}
+
+// loadFile loads the policy file at path with tiers.Load (a file of rate
+// limits only; package policyfile reads files for programs).
+func loadFile(path string) (*tiers.Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return tiers.Load(data)
 }

@@ -15,23 +15,6 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// LoadFile reads and loads the YAML policy at path (see Load).
-func LoadFile(path string) (*Policy, error) {
-	data, err := readPolicyFile(path)
-	if err != nil {
-		return nil, err
-	}
-	p, err := Load(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s:\n%w", path, err)
-	}
-	return p, nil
-}
-
-func readPolicyFile(path string) ([]byte, error) {
-	return yamldoc.ReadFile("tiers", path)
-}
-
 // Load decodes and validates a YAML policy of at most 4 MiB. Every
 // problem is reported, not only the first: the error is a *PolicyError
 // whose FieldErrors carry the field path and line, e.g.
@@ -195,7 +178,7 @@ func (d *decoder) rate(n *yaml.Node, path string) Rate {
 	if !ok {
 		return Rate{}
 	}
-	r, err := ParseRate(s)
+	r, err := parseRate(s)
 	if err != nil {
 		d.fail(path, n, "%s", err.Error())
 		return Rate{}
@@ -360,7 +343,7 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 					r.Key = append(r.Key, 0)
 					continue
 				}
-				sc, err := ParseScope(s)
+				sc, err := parseScope(s)
 				if err != nil {
 					d.fail(sp, sn, "%s", err.Error())
 				}
@@ -449,7 +432,7 @@ func (d *decoder) override(n *yaml.Node, path string, o *Override) {
 					}
 					return true
 				}
-				sc, err := ParseScope(sk)
+				sc, err := parseScope(sk)
 				if err == nil && sc == ScopeHeader {
 					err = errors.New("name the header: header:<name> (header:x-region)")
 				}

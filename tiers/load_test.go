@@ -2,8 +2,6 @@ package tiers_test
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,7 +13,7 @@ import (
 )
 
 func TestLoadDesignPolicy(t *testing.T) {
-	p, err := tiers.LoadFile("testdata/policy.yaml")
+	p, err := loadFile("testdata/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,26 +145,6 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("error is not a *PolicyError with one FieldError per line: %#v", err)
 			}
 		})
-	}
-}
-
-func TestLoadFileNamesTheFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "p.yaml")
-	if err := os.WriteFile(path, []byte("rules:\n  - name: a\n    rate: 5/minute\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err := tiers.LoadFile(path)
-	want := path + ":\n" + `rules[0].rate: "5/minute" is not N/duration, at line 3`
-	if err == nil || err.Error() != want {
-		t.Fatalf("LoadFile error = %v, want %s", err, want)
-	}
-	var pe *tiers.PolicyError
-	if !errors.As(err, &pe) {
-		t.Errorf("LoadFile error does not wrap a *PolicyError")
-	}
-	if _, err := tiers.LoadFile(filepath.Join(dir, "missing.yaml")); err == nil || !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("LoadFile(missing) = %v, want an error wrapping os.ErrNotExist", err)
 	}
 }
 

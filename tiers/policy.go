@@ -131,11 +131,11 @@ type Rate struct {
 	Tier bool
 }
 
-// ParseRate parses "N/duration" (N a decimal integer, duration as accepted
+// parseRate parses "N/duration" (N a decimal integer, duration as accepted
 // by time.ParseDuration) or "tier". It checks syntax only; Policy
 // validation checks the ranges (N >= 1, quota.MinPeriod <= period <=
 // quota.MaxPeriod, whole microseconds).
-func ParseRate(s string) (Rate, error) {
+func parseRate(s string) (Rate, error) {
 	if s == "tier" {
 		return Rate{Tier: true}, nil
 	}
@@ -220,10 +220,10 @@ func (s Scope) String() string {
 
 func (s Scope) valid() bool { return s >= ScopeEndpoint && int(s) < len(scopeNames) }
 
-// ParseScope parses a scope name: endpoint, user, api_key, ip, tenant or
+// parseScope parses a scope name: endpoint, user, api_key, ip, tenant or
 // header (the kind of every header scope; a rule names its header in
 // Rule.KeyHeaders).
-func ParseScope(s string) (Scope, error) {
+func parseScope(s string) (Scope, error) {
 	for i := 1; i < len(scopeNames); i++ {
 		if scopeNames[i] == s {
 			return Scope(i), nil

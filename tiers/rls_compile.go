@@ -181,7 +181,7 @@ func parseAs(s string) (rlsFill, error) {
 		}
 		return rlsFill{kind: fillScope, scope: ScopeHeader, header: h}, nil
 	}
-	sc, err := ParseScope(s)
+	sc, err := parseScope(s)
 	if err != nil {
 		return rlsFill{}, fmt.Errorf("unknown %q (want ip, user, tenant, api_key, endpoint, header:<name> or tier)", s)
 	}

@@ -56,7 +56,7 @@ func (l *Limiter) RequireScopes(transport string, resolvable []string, strict bo
 	}
 	d := &scopeDecl{transport: transport, strict: strict}
 	for _, name := range resolvable {
-		s, err := ParseScope(name)
+		s, err := parseScope(name)
 		if err != nil {
 			return fmt.Errorf("tiers: RequireScopes: %w", err)
 		}

@@ -14,16 +14,17 @@ import (
 
 	"github.com/floodgate-go/floodgate/examples/internal/exampletest"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/policyfile"
 )
 
 // loginAllowance returns the rate (N) of each login rule of the policy.
 func loginAllowance(t *testing.T) map[string]int {
 	t.Helper()
-	p, err := tiers.LoadFile("../policy.yaml")
+	f, err := policyfile.LoadFile("../policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := f.Limits
 	n := map[string]int{}
 	for _, r := range p.Rules {
 		n[r.Name] = int(r.Rate.N)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/policyfile"
 )
 
 // TestHTTPExampleLoginAttack: the login form's user is what the login
@@ -15,10 +15,11 @@ import (
 // policy's allowance for the account it guesses, and a credential stuffer
 // the per-address allowance, both from the test's one address.
 func TestHTTPExampleLoginAttack(t *testing.T) {
-	p, err := tiers.LoadFile("../policy.yaml")
+	f, err := policyfile.LoadFile("../policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := f.Limits
 	allow := map[string]int{}
 	for _, r := range p.Rules {
 		allow[r.Name] = int(r.Rate.N)

@@ -30,6 +30,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -102,7 +103,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 func loadPolicy(path string) (*tiers.Policy, error) {
 	if path != "" {
-		return tiers.LoadFile(path) // every error names its line
+		f, err := policyfile.LoadFile(path) // every error names its line
+		if err != nil {
+			return nil, err
+		}
+		return f.Limits, nil
 	}
 	return tiers.Load(defaultPolicy)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -32,12 +33,12 @@ func main() {
 
 // snippet:start
 func newServers(policyFile string, mux *http.ServeMux) (*grpc.Server, http.Handler, error) {
-	policy, err := tiers.LoadFile(policyFile) // every error names its line
+	file, err := policyfile.LoadFile(policyFile) // every error names its line
 	if err != nil {
 		return nil, nil, err
 	}
 	store, err := memstore.New() // or fallback.New(redisstore.New(...))
-	limits, err1 := tiers.NewLimiter(store, policy)
+	limits, err1 := tiers.NewLimiter(store, file.Limits)
 	shed, err2 := shedder.New(64) // capacity: requests in flight
 	conc, err3 := concurrency.New(concurrency.WithGlobal(128))
 	fg, err4 := interceptor.New(interceptor.WithServeMux(mux)) // one config for every stage

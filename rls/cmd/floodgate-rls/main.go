@@ -148,10 +148,11 @@ func serveRLS(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // serve runs serve-rls until ctx is done.
 func serve(ctx context.Context, c serveConfig, stdout io.Writer, logger *slog.Logger) error {
-	policy, err := tiers.LoadFile(c.policy)
+	file, err := policyfile.LoadFile(c.policy)
 	if err != nil {
 		return err
 	}
+	policy := file.Limits
 	var closers []func()
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {

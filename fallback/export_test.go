@@ -1,0 +1,4 @@
+package fallback
+
+// MaxRules is maxRules, for the tests of package fallback_test.
+const MaxRules = maxRules
