@@ -6,7 +6,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The YAML forms of issue 18's policy fields: several windows per limit
+// The YAML forms of the richer policy fields: several windows per limit
 // (rate and burst as lists), matches beyond the method, header key scopes
 // and enforce_percent. Errors name the field path and line like the rest
 // of the loader.

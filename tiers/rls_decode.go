@@ -6,7 +6,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The YAML form of the rls: section (issue 20; see RLSDomain):
+// The YAML form of the rls: section, Envoy descriptors mapped to rules
+// (see RLSDomain):
 //
 //	rls:
 //	  - domain: edge

@@ -8,11 +8,11 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// BenchmarkAdmitIssue18 is BenchmarkAdmit4Levels's request with the
-// features of issue 18: a tier with two windows, a rule matching a
+// BenchmarkAdmitRichPolicy is BenchmarkAdmit4Levels's request with the
+// richer policy features: a tier with two windows, a rule matching a
 // header, a rule keyed on a header, one rolled out to half its keys. Each
 // window and level is its own bucket of the one take.
-func BenchmarkAdmitIssue18(b *testing.B) {
+func BenchmarkAdmitRichPolicy(b *testing.B) {
 	l := mustLimiter(b, newMemstore(b), `
 tiers:
   free: {rate: [1000000000/1s, 1000000000/1h]}

@@ -25,7 +25,7 @@
 // # The overload comparison
 //
 // After the main run, unless Config.SkipCompare, the demo drives one more
-// service past its capacity three times (compare.go): a gRPC handler that
+// service past its capacity three times: a gRPC handler that
 // waits on a dependency serving 16 calls at once, offered three times what
 // it serves with Poisson arrivals of 10% critical calls, behind the
 // shedder with the fixed capacity of the main run (40), behind the shedder

@@ -49,7 +49,7 @@ type Report struct {
 	Fault *Fault
 	// Notes are facts the run wants to tell (fallback decisions, errors).
 	Notes []string
-	// Compare is the overload comparison (compare.go); nil when the run
+	// Compare is the overload comparison; nil when the run
 	// left it out.
 	Compare *Comparison
 }
@@ -132,10 +132,10 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		Report:   r,
 		Duration: fmtSec(r.Duration),
 		Captions: r.Captions(),
-		Timeline: template.HTML(r.timelineSVG()), // built with every text escaped (svg.go)
+		Timeline: template.HTML(r.timelineSVG()), // built with every text escaped
 	}
 	if r.Compare != nil {
-		data.Overload = template.HTML(r.Compare.svg()) // every text escaped (compare.go)
+		data.Overload = template.HTML(r.Compare.svg()) // every text escaped
 	}
 	return reportTmpl.Execute(w, data)
 }

@@ -18,7 +18,7 @@ type entry struct {
 	// wake is when Sync next needs to look at the entry (Unix ns; 0: at
 	// the next Sync): its next report or lease expiry. It is written
 	// under mu; takes only move it earlier, and then mark files the entry
-	// earlier on the wheel (see wheel.go).
+	// earlier on the timing wheel.
 	wake atomic.Int64
 	// at is where the entry is filed on the wheel (a tick, atNow or
 	// atNone); written under Store.pmu, read without it by mark.
