@@ -39,6 +39,20 @@
 // request is done, when failing open) as soon as Redis has it, so a stall
 // leaves no slot that no request holds.
 //
+// A request whose own context ends (cancelled, or past its deadline)
+// before Redis answers is not a Redis failure, and no fail mode applies:
+// failing open would admit a request whose caller has gone. It is denied,
+// whether the cap fails open or closed, with Source SourceConcurrency,
+// Policy naming the cap that was being asked and RetryAfter 0 (no wait
+// would admit a request that is gone), and Admit returns an error that
+// wraps the context's (errors.Is context.Canceled or
+// context.DeadlineExceeded). Slots already taken are removed, and the
+// slot whose acquire was cut short is removed in the background as above.
+// A context that has already ended is denied without asking Redis. A
+// call that fails while the caller's context is live (PerKey.Timeout ran
+// out, the connection failed) is Redis failing to answer, and takes the
+// cap's fail mode.
+//
 // # Decisions and Done
 //
 // A request is admitted only if every cap whose Key applies has room;

@@ -357,8 +357,17 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		if !ok {
 			continue
 		}
+		if gone := ctx.Err(); gone != nil {
+			// The caller left before this cap was asked: nothing is sent.
+			return l.callerGone(r, fl, slots, unsure, gone, errs)
+		}
 		s := slot{fl: fl, key: fl.prefix + key, id: l.instance + ":" + strconv.FormatUint(l.seq.Add(1), 36)}
-		n, got, err := l.acquire(ctx, s)
+		n, got, gone, err := l.acquire(ctx, s)
+		if gone != nil {
+			// The caller's context ended, not Redis: no fail mode
+			// applies. Redis may still run the acquire: orphan it.
+			return l.callerGone(r, fl, slots, append(unsure, s), gone, errs)
+		}
 		if err != nil {
 			err = fmt.Errorf("fleetconc: cap %q: %w", fl.name, err)
 			errs = append(errs, err)
@@ -423,17 +432,57 @@ func (l *Limiter) deny(r *floodgate.Request, fl *fleetLimit, src floodgate.Sourc
 	}
 }
 
-func (l *Limiter) acquire(ctx context.Context, s slot) (n int64, got bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, s.fl.timeout)
+// callerGone denies r because the caller's context ended (gone is its
+// error) while cap fl was being asked: it removes the slots already taken,
+// orphans those whose acquire may still run in Redis, and returns the
+// context's error with the errors of the caps before.
+func (l *Limiter) callerGone(r *floodgate.Request, fl *fleetLimit, slots, unsure []slot, gone error, errs []error) (floodgate.Decision, floodgate.Done, error) {
+	l.removeSlots(slots)
+	for _, u := range unsure {
+		l.orphan(u)
+	}
+	d := l.deny(r, fl, floodgate.SourceConcurrency)
+	d.RetryAfter = 0 // the request is gone; no wait would admit it
+	errs = append(errs, fmt.Errorf("fleetconc: cap %q: the request's context ended before Redis answered: %w", fl.name, gone))
+	return d, nil, errors.Join(errs...)
+}
+
+// acquire asks Redis for slot s within the cap's Timeout. It returns the
+// caller's context's error as gone when the call failed because that
+// context ended (it was cancelled, or its own deadline, earlier than the
+// Timeout, passed), and the call's error as err when Redis failed or the
+// Timeout ran out.
+func (l *Limiter) acquire(ctx context.Context, s slot) (n int64, got bool, gone, err error) {
+	cctx, cancel := context.WithTimeout(ctx, s.fl.timeout)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, s.fl.client, []string{s.key}, redisnow.Arg(l.clock), s.fl.leaseMs, s.fl.cap, s.id).Int64Slice()
+	res, err := acquireScript.Run(cctx, s.fl.client, []string{s.key}, redisnow.Arg(l.clock), s.fl.leaseMs, s.fl.cap, s.id).Int64Slice()
 	if err != nil {
-		return 0, false, err
+		return 0, false, callerErr(ctx, cctx), err
 	}
 	if len(res) != 2 {
-		return 0, false, fmt.Errorf("acquire script returned %d values, want 2", len(res))
+		return 0, false, nil, fmt.Errorf("acquire script returned %d values, want 2", len(res))
 	}
-	return res[1], res[0] == 1, nil
+	return res[1], res[0] == 1, nil, nil
+}
+
+// callerErr reports whether a call made with cctx, derived from the
+// caller's ctx, failed because ctx ended: it returns ctx's error, or
+// context.DeadlineExceeded when the call's deadline was ctx's own and has
+// passed (a network read can time out on it a moment before ctx's timer
+// fires). It returns nil when the call's own timeout, not the caller, cut
+// it short, or ctx is still live.
+func callerErr(ctx, cctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d, ok := ctx.Deadline()
+	if !ok {
+		return nil
+	}
+	if cd, _ := cctx.Deadline(); d.After(cd) || time.Now().Before(d) {
+		return nil
+	}
+	return context.DeadlineExceeded
 }
 
 // release is the Done of a request holding fleet slots: the first call
