@@ -99,6 +99,26 @@ func WithLogger(l *slog.Logger) Option {
 // applied when Watch starts. A nil t.Limits, an empty path and bad
 // options are reported, all together, before any polling.
 func Watch(ctx context.Context, path string, t Targets, opts ...Option) error {
+	w, err := newWatcher(path, t, opts)
+	if err != nil {
+		return err
+	}
+	w.poll()
+	tick := time.NewTicker(w.cfg.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			w.poll()
+		}
+	}
+}
+
+// newWatcher checks Watch's arguments and returns the watcher that polls
+// path for t, before any poll.
+func newWatcher(path string, t Targets, opts []Option) (*watcher, error) {
 	cfg := config{interval: defaultInterval, logger: slog.Default()}
 	if t.Limits == nil {
 		cfg.errs = append(cfg.errs, errors.New("policyfile: Watch: Targets.Limits is nil"))
@@ -114,20 +134,9 @@ func Watch(ctx context.Context, path string, t Targets, opts ...Option) error {
 		o(&cfg)
 	}
 	if len(cfg.errs) > 0 {
-		return errors.Join(cfg.errs...)
+		return nil, errors.Join(cfg.errs...)
 	}
-	w := watcher{path: path, t: t, cfg: cfg, base: capture(t)}
-	w.poll()
-	tick := time.NewTicker(cfg.interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-			w.poll()
-		}
-	}
+	return &watcher{path: path, t: t, cfg: cfg, base: capture(t)}, nil
 }
 
 type watcher struct {
