@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -38,7 +39,7 @@ concurrency:
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- policyfile.Watch(ctx, path, policyfile.Targets{Limits: l}, policyfile.WithLogger(discardLogger()),
+		done <- policyfile.Watch(ctx, path, policyfile.Targets{Limits: l}, policyfile.WithInterval(5*time.Millisecond), policyfile.WithLogger(discardLogger()),
 			policyfile.WithOnReload(func(f *policyfile.File, err error) { reloads <- reload{f, err} }))
 	}()
 	defer func() {

@@ -83,21 +83,35 @@ func WithLogger(l *slog.Logger) Option {
 
 // Watch keeps t in step with the policy file at path until ctx is done,
 // and then returns ctx's error. It polls the file's content (SHA-256)
-// every interval; when the content changes it loads the file, checks
-// every section against the stage of t it sets, and only then swaps the
-// rate limits in (atomically) and applies the other sections. A file that
-// cannot be read, does not load, or sets a stage that t lacks or that
-// would refuse it, changes nothing: the rate limits and every stage stay
-// as they were, and the failure is reported (the WithOnReload callback
-// and the logger) once per distinct content, not on every poll.
+// every interval; a changed content is acted on only once two
+// consecutive polls have read it the same, so a file written in place
+// (truncated, then written) is never loaded half-written: a prefix that
+// happens to be a valid policy (cut after a rule) is not applied when the
+// rest arrives before the next poll. A content that settles is then
+// loaded, every section is checked against the stage of t it sets, and
+// only then are the rate limits swapped in (atomically) and the other
+// sections applied. A file that cannot be read, does not load, or sets a
+// stage that t lacks or that would refuse it, changes nothing: the rate
+// limits and every stage stay as they were, and the failure is reported
+// (the WithOnReload callback and the logger) once per distinct content,
+// not on every poll. A read failure is reported at the poll that meets
+// it.
+//
+// So a change takes effect one to two intervals after it is written. A
+// writer that pauses mid-write for longer than an interval can still be
+// read half-written on two polls; replacing the file in one rename, as
+// deploy tools and Kubernetes ConfigMap volumes do, never exposes a
+// partial file.
 //
 // A stage whose section (or key) the file leaves out returns to the
 // settings it had when Watch started: the file, when it says something,
 // is the truth, and the Go configuration otherwise.
 //
-// The first poll happens at once, so the file's current content is
-// applied when Watch starts. A nil t.Limits, an empty path and bad
-// options are reported, all together, before any polling.
+// The first poll happens at once and the second one interval later, so
+// the file's content when Watch starts is applied one interval after it
+// (the configuration the service was built with decides until then). A
+// nil t.Limits, an empty path and bad options are reported, all together,
+// before any polling.
 func Watch(ctx context.Context, path string, t Targets, opts ...Option) error {
 	w, err := newWatcher(path, t, opts)
 	if err != nil {
@@ -139,19 +153,30 @@ func newWatcher(path string, t Targets, opts []Option) (*watcher, error) {
 	return &watcher{path: path, t: t, cfg: cfg, base: capture(t)}, nil
 }
 
+// watcher is the state of one Watch between polls.
 type watcher struct {
-	path    string
-	t       Targets
-	cfg     config
-	base    base
-	last    [sha256.Size]byte
-	have    bool
+	path string
+	t    Targets
+	cfg  config
+	base base
+	// last is the content last acted on (applied, or reported as
+	// failing); have says there is one.
+	last [sha256.Size]byte
+	have bool
+	// seen is the content the previous poll read when it differed from
+	// last: it is acted on when the next poll reads it again. seenOK says
+	// there is one.
+	seen    [sha256.Size]byte
+	seenOK  bool
 	lastErr string
 }
 
+// poll reads the file once and acts on its content when the previous poll
+// read the same and it differs from the content last acted on.
 func (w *watcher) poll() {
 	data, err := yamldoc.ReadFile("policyfile", w.path)
 	if err != nil {
+		w.seenOK = false
 		// Report a read failure once until it changes or the file is back.
 		if err.Error() != w.lastErr {
 			w.lastErr = err.Error()
@@ -160,11 +185,20 @@ func (w *watcher) poll() {
 		}
 		return
 	}
+	w.lastErr = ""
 	sum := sha256.Sum256(data)
 	if w.have && sum == w.last {
+		w.seenOK = false // back to the content in force: nothing to do
 		return
 	}
-	w.last, w.have, w.lastErr = sum, true, ""
+	if !w.seenOK || sum != w.seen {
+		// Changed since the last poll: it may be half-written. Act on
+		// it once the next poll reads it the same.
+		w.seen, w.seenOK = sum, true
+		return
+	}
+	w.seenOK = false
+	w.last, w.have = sum, true
 	f, err := Load(data)
 	if err == nil {
 		err = check(w.t, f) // before anything is swapped

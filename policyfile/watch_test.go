@@ -207,3 +207,88 @@ func TestWatchOptionErrors(t *testing.T) {
 		t.Fatalf("Watch = %v, want errors naming WithInterval and the nil option", err)
 	}
 }
+
+// A file written in place (truncated, then written) can be polled
+// half-written. A prefix that is a valid policy, cut after a rule, is not
+// applied when the rest arrives before the next poll, nor is a prefix cut
+// mid-rule reported as a failure; the whole file is applied at the poll
+// that reads it again unchanged.
+func TestWatchIgnoresHalfWrittenFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	const start = "rules:\n  - {name: start, key: [user], rate: 1/1h}\n"
+	const full = "rules:\n  - {name: first, key: [user], rate: 5/1h}\n  - {name: second, key: [ip], rate: 5/1h}\n"
+	const full2 = "rules:\n  - {name: third, key: [user], rate: 7/1h}\n  - {name: fourth, key: [ip], rate: 7/1h}\n"
+	validHalf := full[:strings.Index(full, "  - {name: second")]
+	if f, err := policyfile.Load([]byte(validHalf)); err != nil || len(f.Limits.Rules) != 1 {
+		t.Fatalf("the prefix %q should be a valid policy of one rule: %v", validHalf, err)
+	}
+	brokenHalf := full2[:strings.Index(full2, "rate: 7/1h}")]
+	if _, err := policyfile.Load([]byte(brokenHalf)); err == nil {
+		t.Fatalf("the prefix %q should not load", brokenHalf)
+	}
+	// writeInPlace truncates path and writes content into the same file,
+	// as an editor or a plain shell redirection does.
+	writeInPlace := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// appendRest finishes the write begun by writeInPlace.
+	appendRest := func(rest string) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(rest); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	writeInPlace(start)
+	l := mustLimiter(t, newMemstore(t), "rules: []\n")
+	var reloads []reload
+	poll, err := policyfile.NewPoller(path, policyfile.Targets{Limits: l}, policyfile.WithLogger(discardLogger()),
+		policyfile.WithOnReload(func(f *policyfile.File, err error) { reloads = append(reloads, reload{f, err}) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := func() string {
+		var names []string
+		for _, r := range l.Policy().Rules {
+			names = append(names, r.Name)
+		}
+		return strings.Join(names, ",")
+	}
+	step := func(what, want string, wantReloads int) {
+		t.Helper()
+		poll()
+		if got := rules(); got != want || len(reloads) != wantReloads {
+			t.Fatalf("%s: rules %q after %d reports, want %q after %d (reports: %+v)", what, got, len(reloads), want, wantReloads, reloads)
+		}
+	}
+	poll() // the file as Watch finds it, read once
+	step("the file as Watch found it, read again unchanged", "start", 1)
+
+	writeInPlace(validHalf)
+	step("a poll meets the file cut after its first rule", "start", 1)
+	appendRest(full[len(validHalf):])
+	step("the first poll of the whole file", "start", 1)
+	step("the whole file read again unchanged", "first,second", 2)
+
+	writeInPlace(brokenHalf)
+	step("a poll meets the file cut mid-rule", "first,second", 2)
+	appendRest(full2[len(brokenHalf):])
+	step("the first poll of the whole file", "first,second", 2)
+	step("the whole file read again unchanged", "third,fourth", 3)
+	step("nothing changed", "third,fourth", 3)
+	for i, rl := range reloads {
+		if rl.err != nil || rl.f == nil {
+			t.Errorf("report %d: %+v, want only successful reloads", i, rl)
+		}
+	}
+}

@@ -144,7 +144,7 @@ func TestHotReload(t *testing.T) {
 			return nil
 		}
 	}
-	if err := wait(); err != nil { // the first poll applies the file as it is
+	if err := wait(); err != nil { // the file as it is, once a second poll reads it unchanged
 		t.Fatal(err)
 	}
 	if got := remaining(t, e.call(t, "edge", 0, d("remote_address", "192.0.2.1")), 0, ok); got != 2 {

@@ -103,7 +103,7 @@ func TestServeRLS(t *testing.T) {
 	}()
 	metricsURL := await(t, stdout, regexp.MustCompile(`metrics on (http://\S+)`))[1]
 	addr := await(t, stdout, regexp.MustCompile(`serving envoy.service.ratelimit.v3.RateLimitService on (\S+) \(domains edge; 1 rules; buckets in Redis at`))[1]
-	<-reloaded // the watcher's first poll applies the file as it is
+	<-reloaded // the watcher applies the file as it is once a second poll reads it unchanged
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
