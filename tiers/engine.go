@@ -119,7 +119,7 @@ func (sc *scratch) reset() {
 	if sc.index != nil {
 		clear(sc.index)
 	}
-	sc.shadows, sc.costs, sc.over = false, false, false
+	sc.shadows, sc.costs, sc.over, sc.gone = false, false, false, false
 }
 
 // gather resolves every request of the call into sc.all and starts each
@@ -287,7 +287,9 @@ func (sc *scratch) overCapacity(c *compiled, d *floodgate.Decision) error {
 // take charges the enforced (shadow false) or shadow buckets of the call
 // in one Store.Take and records their results; with none to take it
 // allows. On a store error the enforced buckets are decided by their
-// on_store_error, and the shadow ones stay undecided. With hold, an
+// on_store_error, and the shadow ones stay undecided; but when the
+// caller's context has ended, no fail mode applies: nothing is admitted
+// for a caller that has gone (callerGone). With hold, an
 // enforced take books units ahead within the caller's deadline, and a
 // take that charged is noted for waiting and settling.
 func (l *Limiter) take(ctx context.Context, c *compiled, sc *scratch, shadow, hold bool) (bool, error) {
@@ -314,6 +316,8 @@ func (l *Limiter) take(ctx context.Context, c *compiled, sc *scratch, shadow, ho
 	switch {
 	case err != nil && shadow:
 		return false, err
+	case err != nil && ctx.Err() != nil:
+		allowed, sc.gone = callerGone(bs, res), true
 	case err != nil:
 		allowed = quota.DecideUnavailable(bs, res, nil)
 	case hold && allowed:
@@ -475,7 +479,9 @@ func (sc *scratch) bindCall(c *compiled, allowed bool, d *floodgate.Decision) {
 // single request that the takes allowed has none.
 func (sc *scratch) errors(c *compiled, out []floodgate.Decision, allowed bool, realErr, shadowErr error, how call) error {
 	var errs []error
-	if realErr != nil {
+	if realErr != nil && sc.gone {
+		errs = append(errs, fmt.Errorf("tiers: the caller's context ended before the store answered; nothing admitted: %w", realErr))
+	} else if realErr != nil {
 		if how.single {
 			// Named by the enforced binding bucket, even when a shadow
 			// rule's would-be denial is the decision.
@@ -557,4 +563,14 @@ func (sc *scratch) describe(c *compiled, i int32, d *floodgate.Decision) {
 	if m.shadow || d.RetryAfter < 0 {
 		d.RetryAfter = 0
 	}
+}
+
+// callerGone answers a take that failed after the caller's context ended:
+// every bucket denies, with RetryAfter 0 (no wait admits a request that is
+// gone), whatever its on_store_error; an "open" rule must not admit it.
+func callerGone(bs []quota.Bucket, res []quota.Result) bool {
+	for i := range bs {
+		res[i] = quota.Result{Limit: bs[i].Limit.Capacity(), Remaining: 0}
+	}
+	return false
 }

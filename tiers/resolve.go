@@ -42,6 +42,7 @@ type scratch struct {
 	shadows bool
 	costs   bool
 	over    bool
+	gone    bool // a take failed after the caller's context ended (callerGone)
 	// refs lists, request by request, the indices in all of its buckets:
 	// request k's are refs[ends[k-1]:ends[k]]. bound is each request's
 	// binding bucket (an index in all), or -1.

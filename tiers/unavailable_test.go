@@ -100,3 +100,37 @@ rules:
 		t.Fatalf("AdmitMany: %+v %+v, %v: want allowed, with the store's error", md, out[0], err)
 	}
 }
+
+// ctxStore fails a take with the caller's context error once that context
+// has ended, as a store does whose call was cut short, and allows
+// otherwise.
+type ctxStore struct{}
+
+func (ctxStore) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	for i := range buckets {
+		res[i] = quota.Result{Allowed: true, Limit: buckets[i].Limit.Capacity(), Remaining: buckets[i].Limit.Capacity() - buckets[i].Cost}
+	}
+	return true, nil
+}
+
+// TestCallerGoneIsNotFailOpen: a take that fails because the caller's
+// context ended is denied, with the context's error, whatever the rule's
+// on_store_error; an "open" rule admitted it before.
+func TestCallerGoneIsNotFailOpen(t *testing.T) {
+	l := mustLimiter(t, ctxStore{}, `
+rules:
+  - {name: all, rate: 100/1s, on_store_error: open}
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	if d, _, err := l.Admit(ctx, &floodgate.Request{Method: "/a.B/C"}); err != nil || !d.Allowed {
+		t.Fatalf("live caller: %+v, %v; want allowed", d, err)
+	}
+	cancel()
+	d, done, err := l.Admit(ctx, &floodgate.Request{Method: "/a.B/C"})
+	if d.Allowed || done != nil || !errors.Is(err, context.Canceled) || d.RetryAfter != 0 {
+		t.Fatalf("caller gone: %+v, done %v, %v; want denied with RetryAfter 0 and an error wrapping context.Canceled", d, done != nil, err)
+	}
+}
