@@ -21,7 +21,8 @@ func TestWatchPolicyAppliesOverloadSections(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	write := func(extra string) {
 		t.Helper()
-		// A new mtime each time: the watcher compares it.
+		// New content each time (the watcher compares what it reads), and a new
+		// mtime as an editor would leave.
 		if err := os.WriteFile(path, append(append([]byte{}, base...), extra...), 0o644); err != nil {
 			t.Fatal(err)
 		}
