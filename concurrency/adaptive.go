@@ -16,18 +16,18 @@ import (
 	"github.com/floodgate-go/floodgate/internal/field"
 )
 
-// Algorithm names how an Adaptive limiter moves its limit at the end of a
+// AdaptiveAlgorithm names how an Adaptive limiter moves its limit at the end of a
 // window. Each is a windowed form of the Netflix concurrency-limits
 // algorithm of the same name; the package documentation gives the rules.
-type Algorithm uint8
+type AdaptiveAlgorithm uint8
 
-// Algorithms.
+// Adaptive algorithms.
 const (
 	// Gradient2 (the default) compares the window's latency with its
 	// long-run level: the limit grows by about sqrt(limit) per window
 	// while they agree within Tolerance and shrinks in proportion when
 	// latency rises above it.
-	Gradient2 Algorithm = iota
+	Gradient2 AdaptiveAlgorithm = iota
 	// Vegas estimates the queue from the window's latency and the least
 	// latency seen (the no-load latency): it grows the limit while the
 	// queue is short and shrinks it when the queue is long.
@@ -40,10 +40,10 @@ const (
 
 var algorithmNames = [...]string{"gradient2", "vegas", "aimd"}
 
-func (a Algorithm) known() bool { return int(a) < len(algorithmNames) }
+func (a AdaptiveAlgorithm) known() bool { return int(a) < len(algorithmNames) }
 
 // String returns the lower-case name of a: "gradient2", "vegas" or "aimd".
-func (a Algorithm) String() string {
+func (a AdaptiveAlgorithm) String() string {
 	if int(a) < len(algorithmNames) {
 		return algorithmNames[a]
 	}
@@ -53,12 +53,12 @@ func (a Algorithm) String() string {
 // UnmarshalText sets a from its name as written by String; case and
 // surrounding spaces are ignored (encoding.TextUnmarshaler, so the
 // type decodes from YAML, JSON and flags).
-func (a *Algorithm) UnmarshalText(text []byte) error {
+func (a *AdaptiveAlgorithm) UnmarshalText(text []byte) error {
 	s := string(text)
 	t := strings.ToLower(strings.TrimSpace(s))
 	for i, n := range algorithmNames {
 		if n == t {
-			*a = Algorithm(i)
+			*a = AdaptiveAlgorithm(i)
 			return nil
 		}
 	}
@@ -67,7 +67,7 @@ func (a *Algorithm) UnmarshalText(text []byte) error {
 
 // MarshalText returns the name String writes; an unknown value is an
 // error.
-func (a Algorithm) MarshalText() ([]byte, error) {
+func (a AdaptiveAlgorithm) MarshalText() ([]byte, error) {
 	if !a.known() {
 		return nil, fmt.Errorf("unknown %s", a)
 	}
@@ -114,7 +114,7 @@ type AdaptiveConfig struct {
 	// "adaptive-concurrency".
 	Name string
 	// Algorithm is how the limit moves; the zero value is Gradient2.
-	Algorithm Algorithm
+	Algorithm AdaptiveAlgorithm
 	// Initial is the limit to start from; 0 means 20, or Min when Min is
 	// above 20 (and Max when Max is below it). It must lie in [Min, Max].
 	// Reconfigure ignores it and keeps the current limit, clamped to the

@@ -268,7 +268,7 @@ func TestAIMDFollowsLatencyAndDrops(t *testing.T) {
 // latency with demand to use it, and at Min under repeated drops, never
 // past either.
 func TestAdaptiveFloorAndCeiling(t *testing.T) {
-	for _, alg := range []concurrency.Algorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
+	for _, alg := range []concurrency.AdaptiveAlgorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
 		t.Run(alg.String(), func(t *testing.T) {
 			a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Algorithm: alg, Initial: 8, Min: 3, Max: 12})
 			for i := range 40 {
@@ -345,7 +345,7 @@ func TestAdaptiveFailedAndIgnoredAreNoSamples(t *testing.T) {
 // A request dropped fast (a deadline error answered at once) is never a
 // fast sample: its window backs off by exactly Backoff.
 func TestAdaptiveFastDropBacksOff(t *testing.T) {
-	for _, alg := range []concurrency.Algorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
+	for _, alg := range []concurrency.AdaptiveAlgorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
 		a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Algorithm: alg, Initial: 20, Max: 100, Backoff: 0.75})
 		clk.Advance(10 * time.Millisecond) // the window is due: the first drop closes it
 		roundOutcome(t, a, clk, 10, 0, floodgate.OutcomeDropped)
@@ -468,14 +468,14 @@ func TestVegasProbe(t *testing.T) {
 }
 
 func TestAlgorithmUnmarshalText(t *testing.T) {
-	for _, alg := range []concurrency.Algorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
-		var got concurrency.Algorithm
+	for _, alg := range []concurrency.AdaptiveAlgorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
+		var got concurrency.AdaptiveAlgorithm
 		err := got.UnmarshalText([]byte(" " + strings.ToUpper(alg.String()) + " "))
 		if err != nil || got != alg {
 			t.Errorf("UnmarshalText(%q) = %v, %v", alg.String(), got, err)
 		}
 	}
-	if err := new(concurrency.Algorithm).UnmarshalText([]byte("bbr")); err == nil || !strings.Contains(err.Error(), `unknown adaptive algorithm "bbr" (want gradient2, vegas or aimd)`) {
+	if err := new(concurrency.AdaptiveAlgorithm).UnmarshalText([]byte("bbr")); err == nil || !strings.Contains(err.Error(), `unknown adaptive algorithm "bbr" (want gradient2, vegas or aimd)`) {
 		t.Errorf("UnmarshalText(bbr) = %v", err)
 	}
 }

@@ -67,7 +67,7 @@ func BenchmarkAdmitDone(b *testing.B) {
 // latency sample into the window's reservoir) at Done, and one small
 // allocation (the Done, which carries the start time).
 func BenchmarkAdaptiveAdmitDone(b *testing.B) {
-	for _, alg := range []concurrency.Algorithm{concurrency.Gradient2, concurrency.Vegas} {
+	for _, alg := range []concurrency.AdaptiveAlgorithm{concurrency.Gradient2, concurrency.Vegas} {
 		a, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{Algorithm: alg, Initial: 1 << 20, Max: 1 << 20})
 		if err != nil {
 			b.Fatal(err)

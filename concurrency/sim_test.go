@@ -116,7 +116,7 @@ func limitRange(ls []int64) (lo, hi int64) {
 func TestAdaptiveConvergesAndReactsToLatencyStep(t *testing.T) {
 	const servers = 20
 	for _, tc := range []struct {
-		alg            concurrency.Algorithm
+		alg            concurrency.AdaptiveAlgorithm
 		lo, hi         int64 // the band of the last 20s before the step
 		afterStepBelow int64 // the limit 20s after the step is below this
 	}{

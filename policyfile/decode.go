@@ -334,7 +334,7 @@ func (d *decoder) adaptiveConcurrency(n *yaml.Node, path string) *concurrency.Ad
 			a.Name, _ = d.str(v, fp)
 		case "algorithm":
 			if s, ok := d.str(v, fp); ok {
-				var alg concurrency.Algorithm
+				var alg concurrency.AdaptiveAlgorithm
 				err := alg.UnmarshalText([]byte(s))
 				if err != nil {
 					d.rep.fail(fp, v, "unknown algorithm %q (want gradient2, vegas or aimd)", s)

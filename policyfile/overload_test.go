@@ -180,7 +180,7 @@ concurrency:
 			t.Errorf("Watch returned %v", err)
 		}
 	}()
-	applied := func(step string, capacity, min, global int64, alg concurrency.Algorithm) {
+	applied := func(step string, capacity, min, global int64, alg concurrency.AdaptiveAlgorithm) {
 		t.Helper()
 		sc := shed.Config()
 		gotMin := int64(0)
