@@ -205,7 +205,7 @@ func TestClusterFailover(t *testing.T) {
 
 	// Every caller succeeds again, and keeps succeeding for 500 ms.
 	recovered := false
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !recovered; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !recovered; time.Sleep(50 * time.Millisecond) {
 		recovered = true
 		for _, fc := range callers {
 			lastOK, lastErr := fc.times()
@@ -236,7 +236,7 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}
 	if !recovered {
-		t.Fatal("the callers did not all take successfully again within 20 s of the promotion")
+		t.Fatal("the callers did not all take successfully again within 10 s of the promotion")
 	}
 	t.Logf("recovery: the last failed take ended %s after the kill, %s after the promotion was seen",
 		lastFail.Sub(killedAt).Round(time.Millisecond), lastFail.Sub(promotedAt).Round(time.Millisecond))

@@ -92,8 +92,8 @@
 //     replica acknowledged, on a healthy link the last few milliseconds.
 //     TestClusterFailover kills a master under four concurrent callers
 //     (multi-level and multi-slot takes) with cluster-node-timeout 1 s:
-//     the replica was promoted 2.1–2.4 s after the kill, the last take
-//     failed within 200 ms of the promotion (2.3–2.5 s after the kill),
+//     the replica was promoted 2.1–2.5 s after the kill, the last take
+//     failed within 200 ms of the promotion (2.2–2.6 s after the kill),
 //     every failure was a refusal except the take each caller had in
 //     flight at the kill, a surviving master's takes failed only with CLUSTERDOWN
 //     (for about a second) and its buckets held exactly what was
