@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -15,12 +16,14 @@ import (
 // ClusterSize is the number of masters StartCluster starts.
 const ClusterSize = 3
 
-// Cluster is a Redis Cluster of ClusterSize masters and no replicas, owned
-// by a test.
+// Cluster is a Redis Cluster of ClusterSize masters, with no replicas
+// (StartCluster) or one replica each (StartClusterWithReplicas), owned by
+// a test.
 type Cluster struct {
-	t     testing.TB
-	cfg   config
-	nodes []*Server
+	t        testing.TB
+	cfg      config
+	nodes    []*Server
+	replicas []*Server
 
 	mu      sync.Mutex
 	clients []*redis.ClusterClient
@@ -35,6 +38,31 @@ type Cluster struct {
 // cluster cannot form within the start timeout (default 10s per step).
 func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
+	return startCluster(t, false, opts)
+}
+
+// StartClusterWithReplicas starts a cluster as StartCluster does and then
+// one more cluster node per master, made its replica (CLUSTER MEET, then
+// CLUSTER REPLICATE), so that a test can kill a master and watch its
+// replica take over. Every node runs with repl-diskless-sync-delay 0 (the
+// first sync starts at once) and cluster-node-timeout 2000 ms, which
+// WithArgs("--cluster-node-timeout", ...) overrides. It returns once every
+// replica has finished its first sync with its master (link up, no sync in
+// progress, the master counting it online), every node knows all
+// 2*ClusterSize nodes, and every node reports cluster_state:ok.
+// Replicas()[i] replicates Nodes()[i] at start; a failover swaps their
+// roles, not their places in these slices.
+func StartClusterWithReplicas(t testing.TB, opts ...Option) *Cluster {
+	t.Helper()
+	return startCluster(t, true, opts)
+}
+
+func startCluster(t testing.TB, withReplicas bool, opts []Option) *Cluster {
+	t.Helper()
+	if withReplicas {
+		// Before the caller's arguments, so that WithArgs overrides it.
+		opts = append([]Option{WithArgs("--repl-diskless-sync-delay", "0")}, opts...)
+	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -62,17 +90,106 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	if err := c.waitOK(3 * cfg.startTimeout); err != nil {
 		t.Fatalf("redistest: %v\nredis-cli output:\n%s", err, out)
 	}
+	if withReplicas {
+		if err := c.addReplicas(); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+	}
 	return c
 }
 
-// waitOK waits until every node says cluster_state:ok and knows all 16384
-// slots assigned, and a cluster client can route a command to each master.
-func (c *Cluster) waitOK(timeout time.Duration) error {
+// addReplicas starts one node per master, introduces it to the cluster,
+// makes it that master's replica and waits until every replica is in sync
+// and the cluster is ok.
+func (c *Cluster) addReplicas() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*c.cfg.startTimeout)
+	defer cancel()
+	ids := make([]string, len(c.nodes))
+	for i, m := range c.nodes {
+		id, err := m.Client().ClusterMyID(ctx).Result()
+		if err != nil {
+			return fmt.Errorf("cluster node %d (%s): CLUSTER MYID: %w", i, m.Addr(), err)
+		}
+		ids[i] = id
+	}
+	mhost, mport, _ := net.SplitHostPort(c.nodes[0].Addr())
+	for i := range c.nodes {
+		r := newServer(c.t, c.cfg, true)
+		if err := r.startFresh(); err != nil {
+			return fmt.Errorf("cluster replica %d: %w", i, err)
+		}
+		c.replicas = append(c.replicas, r)
+		if err := r.Client().ClusterMeet(ctx, mhost, mport).Err(); err != nil {
+			return fmt.Errorf("cluster replica %d (%s): CLUSTER MEET: %w", i, r.Addr(), err)
+		}
+	}
+	// CLUSTER REPLICATE needs the replica to know its master, which it
+	// learns by gossip after the MEET.
+	for i, r := range c.replicas {
+		var err error
+		for ctx.Err() == nil {
+			if err = r.Client().ClusterReplicate(ctx, ids[i]).Err(); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("cluster replica %d (%s): CLUSTER REPLICATE %s: %w", i, r.Addr(), ids[i], err)
+		}
+	}
+	if err := c.waitSynced(3 * c.cfg.startTimeout); err != nil {
+		return err
+	}
+	return c.waitOK(3 * c.cfg.startTimeout)
+}
+
+// waitSynced waits until every replica's link to its master is up with
+// no sync in progress and every master counts its replica online.
+func (c *Cluster) waitSynced(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
+		last = ""
+		for i, r := range c.replicas {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			ri, err := r.Client().Info(ctx, "replication").Result()
+			var mi string
+			if err == nil {
+				mi, err = c.nodes[i].Client().Info(ctx, "replication").Result()
+			}
+			cancel()
+			switch {
+			case err != nil:
+				last = fmt.Sprintf("replica %d (%s): %v", i, r.Addr(), err)
+			case !strings.Contains(ri, "master_link_status:up") || !strings.Contains(ri, "master_sync_in_progress:0"):
+				last = fmt.Sprintf("replica %d (%s) not in sync: %s", i, r.Addr(), strings.ReplaceAll(ri, "\r\n", " "))
+			case !strings.Contains(mi, "connected_slaves:1") || !strings.Contains(mi, "state=online"):
+				last = fmt.Sprintf("master %d (%s) has no online replica: %s", i, c.nodes[i].Addr(), strings.ReplaceAll(mi, "\r\n", " "))
+			}
+			if last != "" {
+				break
+			}
+		}
+		if last == "" {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("cluster replicas not in sync within %s: %s", timeout, last)
+}
+
+// waitOK waits until every running node says cluster_state:ok, knows all
+// 16384 slots assigned and knows every node started (a killed one too).
+func (c *Cluster) waitOK(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	all := c.all()
+	for time.Now().Before(deadline) {
 		ok := true
-		for i, n := range c.nodes {
+		for i, n := range all {
+			if !n.Running() {
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			info, err := n.Client().ClusterInfo(ctx).Result()
 			cancel()
@@ -81,7 +198,7 @@ func (c *Cluster) waitOK(timeout time.Duration) error {
 				break
 			}
 			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_assigned:16384") ||
-				!strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(c.nodes))) {
+				!strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(all))) {
 				ok, last = false, fmt.Sprintf("node %d (%s): %s", i, n.Addr(), strings.ReplaceAll(info, "\r\n", " "))
 				break
 			}
@@ -94,8 +211,9 @@ func (c *Cluster) waitOK(timeout time.Duration) error {
 	return fmt.Errorf("cluster not ok within %s: %s", timeout, last)
 }
 
-// WaitOK waits (bounded by the start timeout) until every running node
-// reports cluster_state:ok again, for example after a node's Restart.
+// WaitOK waits (bounded by three times the start timeout) until every
+// running node reports cluster_state:ok again, for example after a node's
+// Restart or a replica's promotion.
 func (c *Cluster) WaitOK() {
 	c.t.Helper()
 	if err := c.waitOK(3 * c.cfg.startTimeout); err != nil {
@@ -112,10 +230,20 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// Nodes returns the cluster's servers, for fault injection (Kill, Pause,
-// Restart of one master) and for per-node commands.
+// Nodes returns the cluster's masters as started, for fault injection
+// (Kill, Pause, Restart of one master) and for per-node commands.
 func (c *Cluster) Nodes() []*Server {
 	return append([]*Server(nil), c.nodes...)
+}
+
+// Replicas returns the replicas StartClusterWithReplicas started (none
+// for StartCluster): Replicas()[i] replicated Nodes()[i] at start.
+func (c *Cluster) Replicas() []*Server {
+	return append([]*Server(nil), c.replicas...)
+}
+
+func (c *Cluster) all() []*Server {
+	return append(append([]*Server(nil), c.nodes...), c.replicas...)
 }
 
 // Client returns a new go-redis cluster client seeded with every master's

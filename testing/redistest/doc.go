@@ -2,8 +2,9 @@
 // decides that a test which needs Redis never shares the system Redis (port
 // 6379) or another test's server, and that a fault test gets the real fault
 // instead of a mock. A standalone server (Start), a master watched by a
-// Sentinel (StartSentinel) or a three-master Redis Cluster (StartCluster)
-// runs on free loopback ports, with no persistence and its own temporary
+// Sentinel (StartSentinel) or a three-master Redis Cluster (StartCluster;
+// StartClusterWithReplicas gives each master a replica, for failover
+// tests) runs on free loopback ports, with no persistence and its own temporary
 // directory, and is stopped and reaped when the test ends; StartProcess
 // starts a standalone server for a program that is not a test, and
 // StartProcessHandle one that program can also kill, pause and restart (the

@@ -18,7 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Option configures Start, StartCluster, StartSentinel and StartProcess;
+// Option configures Start, StartCluster, StartClusterWithReplicas,
+// StartSentinel and StartProcess;
 // a bad one is reported (the test fails) before any process starts.
 type Option func(*config)
 

@@ -245,3 +245,49 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("GET k on the master = %q, %v; the failover client did not write there", got, err)
 	}
 }
+
+func TestClusterWithReplicas(t *testing.T) {
+	cl := redistest.StartClusterWithReplicas(t)
+	masters, replicas := cl.Nodes(), cl.Replicas()
+	if len(masters) != redistest.ClusterSize || len(replicas) != redistest.ClusterSize {
+		t.Fatalf("%d masters and %d replicas, want %d each", len(masters), len(replicas), redistest.ClusterSize)
+	}
+	ctx := ctxT(t)
+	for i, r := range replicas {
+		id, err := masters[i].Client().ClusterMyID(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := r.Client().Info(ctx, "replication").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(info, "role:slave") || !strings.Contains(info, "master_port:"+strconv.Itoa(masters[i].Port())) {
+			t.Fatalf("replica %d does not replicate master %d (%s): %s", i, i, id, info)
+		}
+	}
+	// A write reaches the replica of its master.
+	c := cl.Client()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range masters {
+		if n, err := m.Client().Exists(ctx, "k").Result(); err != nil || n != 1 {
+			continue
+		}
+		if n, err := m.Client().Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+			t.Fatalf("WAIT on master %d: %d replicas, %v", i, n, err)
+		}
+		// READONLY holds for one connection: read on that one.
+		r := replicas[i].Client().Conn()
+		defer r.Close()
+		if err := r.ReadOnly(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := r.Get(ctx, "k").Result(); err != nil || got != "v" {
+			t.Fatalf("GET k on replica %d = %q, %v", i, got, err)
+		}
+		return
+	}
+	t.Fatal("no master holds k")
+}

@@ -226,13 +226,22 @@ func (f *flusher) flush() {
 		_, _ = retry.Exec(ctx)
 	}
 
+	followed := false
+	follow := func(err error) {
+		if err != nil && !followed {
+			followed = true
+			followFailover(f.client, err)
+		}
+	}
 	for g := range f.groups {
 		gr := &f.groups[g]
+		follow(gr.cmd.Err())
 		split(gr.cmd, f.merged[gr.start:gr.end])
 		gr.cmd = nil
 		f.calls[g].reset()
 	}
 	for _, p := range f.alone {
+		follow(p.cmd.Err())
 		p.now, p.seg, p.err = splitOne(p.cmd)
 	}
 	for _, p := range f.batch {

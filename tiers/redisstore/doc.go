@@ -61,6 +61,46 @@
 //     (TestClusterSlotMigration moves a 4-level take's slot, key by key,
 //     under concurrent takes).
 //
+//   - Cluster failover. When a master of a Redis Cluster dies, the
+//     cluster promotes its replica by itself: the other masters mark it
+//     failed once it has not answered for cluster-node-timeout, and its
+//     replica wins an election half a second to a second later. Until
+//     then a take in the dead master's slots fails: its connection is
+//     refused (a take in flight at the death loses its reply), and from
+//     the moment the master is marked failed until the promotion every
+//     node answers CLUSTERDOWN for every slot (cluster-require-full-coverage,
+//     on by default), so takes on the surviving masters fail too. None
+//     of these is sent again, and none was admitted: a refused call and
+//     a CLUSTERDOWN ran nowhere, and a take whose reply was lost may
+//     have charged, which can only under-admit. The window lasts seconds,
+//     far beyond the per-call budget of package fallback, which decides
+//     every failed take by its rule's on_store_error (refused
+//     connections open its breaker at once, so for the window, and until
+//     a probe succeeds, all rules decide locally). A promoted replica
+//     sends no MOVED for a dead master's slots, and go-redis otherwise
+//     reloads its slot map only every ClusterStateReloadInterval (60 s by
+//     default), so every cluster call that fails with a connection error,
+//     a timeout or CLUSTERDOWN asks the client to reload it (go-redis
+//     runs one reload at a time, at most one every 200 ms): takes reach
+//     the new master within about 200 ms of the promotion. A caller
+//     therefore sees errors for about cluster-node-timeout plus 1.5 s
+//     after the death, and then takes that change state on the new
+//     master. Redis replicates asynchronously: what the dead master
+//     charged and had not yet sent to its replica is lost, the buckets
+//     under-count by it, and that many units may be admitted again. It
+//     is at most what the master admitted since the last write its
+//     replica acknowledged, on a healthy link the last few milliseconds.
+//     TestClusterFailover kills a master under four concurrent callers
+//     (multi-level and multi-slot takes) with cluster-node-timeout 1 s:
+//     the replica was promoted 2.1–2.5 s after the kill, the last take
+//     failed within 200 ms of the promotion (2.2–2.6 s after the kill),
+//     every failure was a refusal except the take each caller had in
+//     flight at the kill, a surviving master's takes failed only with CLUSTERDOWN
+//     (for about a second) and its buckets held exactly what was
+//     admitted, and the promoted replica lacked no admitted unit (of at
+//     most 4 admitted after a WAIT the dead master acknowledged just
+//     before the kill).
+//
 //   - Expiry. Every key has a TTL at least as long as the Algorithm doc's,
 //     and at least a second (WithMinTTL), so idle buckets vanish; with
 //     Redis time the TTL is set only when the state needs a later deadline
