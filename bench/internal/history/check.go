@@ -282,12 +282,17 @@ func stack2ops[F any](s []F, op func(F) int) []int {
 }
 
 // counterexample describes why op i cannot be placed after the placed
-// takes (in order): its own reason, and the last takes placed on its
-// buckets.
+// takes (in order): its own reason, and the last takes placed on the
+// bucket that refused it (on all its buckets when no one bucket did).
 func (m *model) counterexample(i int, placed []int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "after %d takes placed in order, %s cannot be placed", len(placed), m.name(i))
+	what := fmt.Sprintf("take %d", i)
+	if i >= len(m.ops) {
+		what = fmt.Sprintf("restart %d", i-len(m.ops))
+	}
+	fmt.Fprintf(&b, "after %d takes placed in order, %s cannot be placed", len(placed), what)
 	var whys []string
+	m.whyKey = ""
 	for c := 0; c < 16; c++ {
 		ok, n, u, why := m.apply(i, c, true)
 		if ok {
@@ -306,6 +311,9 @@ func (m *model) counterexample(i int, placed []int) string {
 	if i < len(m.ops) {
 		keys := map[string]bool{}
 		for _, bk := range m.ops[i].Buckets {
+			if m.whyKey != "" && bk.Key != m.whyKey {
+				continue
+			}
 			keys[bk.Key] = true
 			if p := m.pend[bk.Key]; p != nil {
 				if d := p.between(m.cut, 1<<62); d > 0 {
@@ -328,9 +336,9 @@ func (m *model) counterexample(i int, placed []int) string {
 			}
 		}
 		slices.Reverse(before)
-		fmt.Fprintf(&b, "\n  the take:    %s", m.name(i))
+		fmt.Fprintf(&b, "\n  the take:     %s", m.name(i))
 		for _, s := range before {
-			fmt.Fprintf(&b, "\n  placed before: %s", s)
+			fmt.Fprintf(&b, "\n  placed before %s", s)
 		}
 	}
 	return b.String()

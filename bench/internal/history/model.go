@@ -65,6 +65,8 @@ type model struct {
 	reset []Reset
 	// stage holds one take's new bucket states before they are committed.
 	stage []keyState
+	// whyKey is the bucket an explained failure is about.
+	whyKey string
 }
 
 // undo is what one placed take changed.
@@ -195,6 +197,7 @@ func (m *model) apply(i, choice int, explain bool) (ok bool, n int, u undo, why 
 		if w != "" {
 			if explain {
 				why = fmt.Sprintf("bucket %s: %s (state before: %s)", bk.Key, w, m.describe(bk, st, a))
+				m.whyKey = bk.Key
 			}
 			return false, len(parts), u, why
 		}
