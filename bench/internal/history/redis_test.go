@@ -127,6 +127,20 @@ func TestRealStoreLinearizable(t *testing.T) {
 	if r.WithTime != r.Takes {
 		t.Errorf("%d of %d answered takes have their Redis time", r.WithTime, r.Takes)
 	}
+	// One answer changed, a deny into an allow (the remaining it reported
+	// kept), is caught.
+	for i := len(h.Ops) / 2; i < len(h.Ops); i++ {
+		if o := &h.Ops[i]; o.Outcome == Denied {
+			o.Outcome = Allowed
+			for j := range o.Buckets {
+				o.Buckets[j].Allowed = true
+			}
+			if r := checked(t, h); r.Verdict != NotLinearizable {
+				t.Errorf("take %d turned allowed: %s, want NOT linearizable", i, r)
+			}
+			break
+		}
+	}
 }
 
 // TestBrokenStoreFails: a store that answers some takes "allowed" without
