@@ -28,6 +28,16 @@
 // dial backoff (recoveryBound); either miss also exits 1. So does a paused
 // run in which a breaker opened, or (rules on_store_error closed) any
 // decision was made without Redis.
+//
+// With -history, every process of an exact run also records each take its
+// Redis store makes (package bench/internal/history; the store's batching
+// is then off, so that each take's Redis time is read from its own reply),
+// and the parent checks the merged history, with the restart of a killed
+// run, for linearizability under the bucket model: it prints the takes
+// checked, the verdict and the time the check took, and a counterexample
+// when it fails, which fails the run. -broken breaks process 0's store on
+// purpose (skip: some takes answer allowed without Redis; split: some
+// takes charge their levels one at a time), to show the check failing.
 package main
 
 import (

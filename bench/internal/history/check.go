@@ -122,7 +122,7 @@ func Check(h History, opt Options) (Result, error) {
 		if o.Outcome == Unknown {
 			res.Unknown++
 			for _, b := range o.Buckets {
-				byKey[b.Key] = append(byKey[b.Key], unk{floorDiv(o.Sent, 1000), b.Cost})
+				byKey[b.Key] = append(byKey[b.Key], unk{floorDiv(o.Sent, 1000) - m.skew, b.Cost})
 			}
 			continue
 		}

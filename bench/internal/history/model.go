@@ -117,9 +117,10 @@ func (m *model) interval(i int) (int64, int64) {
 
 // choices splits [t1, t2] at the window boundaries of op's fixed-window
 // buckets, so that in each part every bucket has one window; at most 16
-// parts (beyond, the last part spans the rest and its windows are the
-// first part's: the check stays sound only for buckets far from the
-// limit, and no real take spans 16 windows).
+// parts (beyond, the last part spans the rest and is counted in the
+// windows of its start: a take without Redis time spanning more than 16
+// windows is not modelled soundly; a take with its Redis time has one
+// part).
 func (m *model) choices(o *Op, t1, t2 int64) [][2]int64 {
 	var cuts []int64
 	for _, b := range o.Buckets {
