@@ -19,6 +19,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
+	"github.com/floodgate-go/floodgate/bench/internal/history"
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/fleet"
 	"github.com/floodgate-go/floodgate/quota"
@@ -52,6 +53,11 @@ type childConfig struct {
 	FBTimeout    time.Duration
 	Batch        bool
 	Seed         uint64
+	// HistoryFile, when set, is where the process writes the takes it
+	// recorded (one JSON history.Op a line); Broken is the fault of
+	// process 0's store ("off", "skip" or "split").
+	HistoryFile string `json:",omitempty"`
+	Broken      string `json:",omitempty"`
 }
 
 // childResult is the line a process prints when it is done.
@@ -83,8 +89,12 @@ type childResult struct {
 	// Instances is the live count the process started with.
 	Instances int
 	Stats     localfirst.Stats
-	FirstErr  string `json:",omitempty"`
-	CloseErr  string `json:",omitempty"`
+	// HistoryTakes is the number of takes recorded (-history),
+	// HistorySkipped those passed on unrecorded.
+	HistoryTakes   int    `json:",omitempty"`
+	HistorySkipped int64  `json:",omitempty"`
+	FirstErr       string `json:",omitempty"`
+	CloseErr       string `json:",omitempty"`
 }
 
 // readyLine and resultLine start the lines a process writes on standard
@@ -131,12 +141,17 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	cnt := &harness.Counter{}
 	client := redis.NewClient(opt)
 	client.AddHook(cnt)
+	if cfg.HistoryFile != "" {
+		client.AddHook(history.NowHook{})
+	}
 	defer client.Close()
 	fleetClient := redis.NewClient(&redis.Options{Addr: cfg.Addr, ContextTimeoutEnabled: true})
 	defer fleetClient.Close()
 
 	var ropts []redisstore.Option
-	if !cfg.Batch {
+	if !cfg.Batch || cfg.HistoryFile != "" {
+		// A recorded take must be sent under its own context for NowHook
+		// to read its Redis time.
 		ropts = append(ropts, redisstore.WithBatching(0, 0))
 	}
 	rs, err := redisstore.New(client, ropts...)
@@ -189,7 +204,20 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	if cfg.FBTimeout > fallback.DefaultClosedTimeout {
 		fopts = append(fopts, fallback.WithClosedTimeout(cfg.FBTimeout))
 	}
-	exact, err := fallback.New(rs, fopts...)
+	var primary quota.Store = rs
+	var rec *history.Recorder
+	if cfg.HistoryFile != "" {
+		if cfg.Index == 0 && cfg.Broken != "" && cfg.Broken != "off" {
+			f, err := history.ParseFault(cfg.Broken)
+			if err != nil {
+				return err
+			}
+			primary = history.NewBroken(rs, f, 7)
+		}
+		rec = history.NewRecorder(primary, cfg.Index)
+		primary = rec
+	}
+	exact, err := fallback.New(primary, fopts...)
 	if err != nil {
 		return err
 	}
@@ -231,6 +259,9 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		os.Exit(3)
 	}()
 	rt0, cmd0 := cnt.RoundTrips(), cnt.Commands()
+	if rec != nil {
+		rec.Start()
+	}
 
 	// Async and leased keys decide locally whether Redis is there or not:
 	// they are back on Redis at their first successful sync (a report or
@@ -263,6 +294,14 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 	}()
 	hammer(limits, &cfg, &res)
+	if rec != nil {
+		rec.Stop()
+		ops := rec.Ops()
+		res.HistoryTakes, res.HistorySkipped = len(ops), rec.Skipped()
+		if err := writeHistory(cfg.HistoryFile, ops); err != nil {
+			return err
+		}
+	}
 	close(watchStop)
 	<-watchDone
 	res.Opens = int(opens.Load())
@@ -285,6 +324,27 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	_, err = fmt.Fprintln(stdout, resultLine+string(b))
 	return err
+}
+
+// writeHistory writes ops to path, one JSON object a line.
+func writeHistory(path string, ops []history.Op) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i := range ops {
+		if err := enc.Encode(&ops[i]); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // worker is one goroutine's tally.

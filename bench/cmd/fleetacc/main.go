@@ -28,6 +28,16 @@
 // dial backoff (recoveryBound); either miss also exits 1. So does a paused
 // run in which a breaker opened, or (rules on_store_error closed) any
 // decision was made without Redis.
+//
+// With -history, every process of an exact run also records each take its
+// Redis store makes (package bench/internal/history; the store's batching
+// is then off, so that each take's Redis time is read from its own reply),
+// and the parent checks the merged history, with the restart of a killed
+// run, for linearizability under the bucket model: it prints the takes
+// checked, the verdict and the time the check took, and a counterexample
+// when it fails, which fails the run. -broken breaks process 0's store on
+// purpose (skip: some takes answer allowed without Redis; split: some
+// takes charge their levels one at a time), to show the check failing.
 package main
 
 import (
@@ -41,6 +51,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +60,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
+	"github.com/floodgate-go/floodgate/bench/internal/history"
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -84,6 +96,8 @@ type config struct {
 	batch                bool
 	seed                 uint64
 	timeout              time.Duration
+	history              bool
+	broken               string
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -112,6 +126,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&c.batch, "batch", true, "redisstore's client-side batching (its default); -batch=false sends every take alone (WithBatching(0, 0))")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the principal streams")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "bound on the whole program")
+	fs.BoolVar(&c.history, "history", false, "exact runs: every process records its takes (batching off, so each take's Redis time is read from its reply) and the merged history is checked for linearizability against the bucket model (bench/internal/history)")
+	fs.StringVar(&c.broken, "broken", "off", "with -history, to show the checker catches it: off, skip (every 7th take of process 0 answers allowed without Redis) or split (every 7th take of process 0 charges its levels one at a time, not all or nothing)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return c, err
 	}
@@ -192,6 +208,13 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if c.timeout <= 0 {
 		bad("-timeout: %s is not positive", c.timeout)
 	}
+	if c.broken != "off" {
+		if _, err := history.ParseFault(c.broken); err != nil {
+			bad("-broken: %v", err)
+		} else if !c.history {
+			bad("-broken %s needs -history", c.broken)
+		}
+	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("bad flags: %w", errors.Join(errs...))
 	}
@@ -249,6 +272,8 @@ type row struct {
 	closeErr                                      string
 	minInst                                       int
 	sources                                       map[string]uint64 // admitted decisions by Source
+	// hist is the check of the run's history (-history, exact runs).
+	hist *history.Result
 }
 
 func (r *row) over() float64 { return float64(r.admitted) - r.acc.Allowed }
@@ -295,10 +320,11 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		fmt.Sprintf("fleet:   %d processes x %d goroutines, %s, %d shared principals, %s per process per run (max %d decisions), instances %s",
 			cfg.procs, cfg.g, offered, cfg.keys, cfg.dur, cfg.maxOps, cfg.instances),
 		fmt.Sprintf("stack:   redisstore%s -> fallback (timeout %s, closed timeout %s, instances as counted) -> localfirst -> tiers.Limiter; token bucket, on_store_error %s, async sync_interval %s",
-			map[bool]string{true: " (default batching)", false: " (batching off)"}[cfg.batch], cfg.fbTimeout, max(cfg.fbTimeout, fallback.DefaultClosedTimeout), cfg.onErr, cfg.sync),
+			batchDesc(cfg), cfg.fbTimeout, max(cfg.fbTimeout, fallback.DefaultClosedTimeout), cfg.onErr, cfg.sync),
 		"policy:  " + describeLevels(levelsFor(1, cfg.rate, cfg.burst, cfg.keys)) + " | " + describeLevels(levelsFor(4, cfg.rate, cfg.burst, cfg.keys)),
 		"pause:   " + pauseDesc,
 		"kill:    " + killDesc(cfg),
+		"history: " + historyDesc(cfg),
 	}, []string{"github.com/redis/go-redis/v9"})
 
 	var specs []spec
@@ -321,6 +347,12 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		}
 		fmt.Fprintf(out, "  run %d/%d  %-22s %8.0f decisions/s  admitted %d of %.0f allowed\n",
 			i+1, len(specs), s, float64(r.decisions)/r.window.Seconds(), r.admitted, r.acc.Allowed)
+		if r.hist != nil {
+			fmt.Fprintf(out, "           history: %s\n", r.hist)
+			if r.hist.Counterexample != "" {
+				fmt.Fprintf(out, "           counterexample: %s\n", r.hist.Counterexample)
+			}
+		}
 		rows = append(rows, r)
 	}
 	fmt.Fprintln(out)
@@ -332,7 +364,7 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		fmt.Fprintf(out, "loadavg: %s at end\n", la)
 	}
 	if len(failed) > 0 {
-		return rows, fmt.Errorf("check failed: %s admitted more than a bucket's bound, recovered late, or fell back on a slow Redis", strings.Join(failed, "; "))
+		return rows, fmt.Errorf("check failed: %s admitted more than a bucket's bound, recovered late, fell back on a slow Redis, or recorded a history that is not linearizable", strings.Join(failed, "; "))
 	}
 	return rows, nil
 }
@@ -384,6 +416,15 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 		}
 		readers.Wait()
 	}()
+	var histDir string
+	if cfg.history && s.mode == "exact" {
+		d, err := os.MkdirTemp("", "fleetacc-history-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		histDir = d
+	}
 	offered := 0.0
 	if cfg.offered > 0 {
 		offered = cfg.offered / float64(cfg.procs)
@@ -394,6 +435,10 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 			Mode: s.mode, Levels: s.levels, Keys: cfg.keys, Rate: cfg.rate, Burst: cfg.burst, Sync: cfg.sync,
 			Goroutines: cfg.g, Dur: cfg.dur, MaxOps: cfg.maxOps, Offered: offered, Instances: cfg.instances,
 			OnStoreError: cfg.onErr, FBTimeout: cfg.fbTimeout, Batch: cfg.batch, Seed: cfg.seed,
+		}
+		if histDir != "" {
+			cc.HistoryFile = filepath.Join(histDir, fmt.Sprintf("proc-%d.jsonl", i))
+			cc.Broken = cfg.broken
 		}
 		js, err := json.Marshal(cc)
 		if err != nil {
@@ -519,7 +564,68 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 		r.results = append(r.results, cr)
 	}
 	r.compute(cfg)
+	if histDir != "" {
+		var h history.History
+		for i := range procs {
+			ops, err := readHistory(filepath.Join(histDir, fmt.Sprintf("proc-%d.jsonl", i)))
+			if err != nil {
+				return nil, failure(i, "wrote a bad history: "+err.Error())
+			}
+			h.Ops = append(h.Ops, ops...)
+		}
+		if k != nil {
+			h.Resets = append(h.Resets, history.Reset{From: k.killedAt, To: k.restartedAt})
+		}
+		res, err := history.Check(h, history.Options{Timeout: 5 * time.Minute})
+		if err != nil {
+			return nil, fmt.Errorf("checking the history: %w", err)
+		}
+		r.hist = &res
+	}
 	return r, nil
+}
+
+// readHistory reads the takes a process recorded, one JSON object a line.
+func readHistory(path string) ([]history.Op, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var ops []history.Op
+	dec := json.NewDecoder(bufio.NewReader(f))
+	for {
+		var o history.Op
+		if err := dec.Decode(&o); err == io.EOF {
+			return ops, nil
+		} else if err != nil {
+			return nil, err
+		}
+		ops = append(ops, o)
+	}
+}
+
+// batchDesc describes the store's batching.
+func batchDesc(cfg config) string {
+	switch {
+	case !cfg.batch:
+		return " (batching off)"
+	case cfg.history:
+		return " (default batching; off in exact runs, -history)"
+	}
+	return " (default batching)"
+}
+
+// historyDesc describes what -history records and checks.
+func historyDesc(cfg config) string {
+	if !cfg.history {
+		return "off"
+	}
+	d := "exact runs record every take (batching off, Redis time from each reply) and check the merged history for linearizability"
+	if cfg.broken != "off" {
+		d += "; process 0's store deliberately broken (-broken " + cfg.broken + "): the check must fail"
+	}
+	return d
 }
 
 // compute sums the processes' results and compares them with the bounds.
@@ -650,6 +756,13 @@ func writeTargets(w io.Writer, cfg config, rows []*row) []string {
 	fmt.Fprintln(w, "\ntargets:")
 	for _, r := range rows {
 		var checks []string
+		if r.hist != nil {
+			ok := r.hist.Verdict == history.Linearizable
+			checks = append(checks, fmt.Sprintf("history of %d takes linearizable: %s", r.hist.Takes, map[bool]string{true: "met", false: "FAILED (" + r.hist.Verdict.String() + ")"}[ok]))
+			if !ok {
+				failed = append(failed, r.spec.String())
+			}
+		}
 		if r.cond == killed {
 			ok := r.acc.FormulaExcess == 0
 			what := "within the outage bound"

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/bench/internal/history"
 )
 
 // TestMain lets the test binary be a process of the fleet: runFleet starts
@@ -85,7 +87,9 @@ func TestBadFlags(t *testing.T) {
 		{"-pause-for", "600ms"},
 		{"-instances", "dns"},
 		{"-on-store-error", "maybe"},
-		{"-kill", "9s"}, // ends after -dur 5s
+		{"-kill", "9s"},     // ends after -dur 5s
+		{"-broken", "skip"}, // without -history
+		{"-broken", "sometimes", "-history"},
 	} {
 		var out bytes.Buffer
 		_, err := runFleet(context.Background(), append([]string{"fleetacc"}, args...), &out)
@@ -207,5 +211,67 @@ func TestSlowIsNotDown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHistory runs two processes, exact at four levels, with Redis paused,
+// recording every take: the merged history is linearizable, every
+// answered take carries its Redis time, and every decision made with
+// Redis was recorded.
+func TestHistory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := runFleet(ctx, []string{"fleetacc", "-procs", "2", "-dur", "1500ms", "-modes", "exact", "-levels", "4",
+		"-pause", "on", "-pause-every", "300ms", "-history"}, &out)
+	t.Log("\n" + out.String())
+	if rows == nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		// The run's other targets (a paused Redis is not down) are
+		// TestSmoke's; on a loaded machine a call can outwait the closed
+		// timeout. Here only the history matters.
+		t.Logf("a target other than the history's may have been missed: %v", err)
+	}
+	for _, r := range rows {
+		h := r.hist
+		if h == nil {
+			t.Fatalf("%s: no history checked", r.spec)
+		}
+		if h.Verdict != history.Linearizable || h.Takes == 0 || h.WithTime != h.Takes {
+			t.Errorf("%s: %s, want linearizable, every answered take with its Redis time", r.spec, h)
+		}
+		// Every decision is a recorded take, but those the fallback made
+		// without calling Redis (a timed-out call is recorded, of
+		// unknown outcome).
+		if rec := uint64(h.Takes + h.Unknown); rec > r.decisions || rec+r.degraded < r.decisions {
+			t.Errorf("%s: %d takes recorded for %d decisions, %d without Redis", r.spec, rec, r.decisions, r.degraded)
+		}
+	}
+	if !strings.Contains(out.String(), "linearizable: met") {
+		t.Error("the targets lack the history check")
+	}
+}
+
+// TestHistoryBrokenStore runs the same fleet with process 0's store
+// charging the levels of every 7th take one at a time (not all or
+// nothing): the check fails, and so does the run, though no bucket is
+// over its bound.
+func TestHistoryBrokenStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := runFleet(ctx, []string{"fleetacc", "-procs", "2", "-dur", "1s", "-modes", "exact", "-levels", "4",
+		"-pause", "off", "-history", "-broken", "split"}, &out)
+	t.Log("\n" + out.String())
+	if err == nil || !strings.Contains(err.Error(), "not linearizable") {
+		t.Fatalf("err = %v, want the run failed for its history", err)
+	}
+	if len(rows) != 1 || rows[0].hist == nil || rows[0].hist.Verdict != history.NotLinearizable {
+		t.Fatalf("rows %v: want one run whose history is not linearizable", rows)
+	}
+	if !strings.Contains(out.String(), "counterexample: after") {
+		t.Error("no counterexample printed")
 	}
 }
