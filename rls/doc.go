@@ -36,7 +36,9 @@
 //     unit (times unit_multiplier: 100/10m is 100 per 10 MINUTE), named
 //     by the mapping's name or the rule's (with "/<period>" for one window
 //     of a rule with several); limit_remaining and duration_until_reset
-//     are the bucket's remaining and time until full. A rule that hides
+//     are the bucket's remaining and time until full, and limit_remaining
+//     is 0 on OVER_LIMIT (and for a shadow rule that would deny), as
+//     envoyproxy/ratelimit answers, whatever the uncharged bucket holds. A rule that hides
 //     its quota (hide_quota) reports neither limit nor remaining, so
 //     Envoy's own X-RateLimit headers cannot leak it.
 //   - a descriptor that matches no mapping (or a call whose domain the
