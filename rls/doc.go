@@ -43,8 +43,10 @@
 //     Envoy's own X-RateLimit headers cannot leak it.
 //   - a descriptor that matches no mapping (or a call whose domain the
 //     policy does not name) is OK with no current_limit: not limited, as
-//     envoyproxy/ratelimit answers. An unlimited mapping is OK with
-//     limit_remaining 4294967295; a descriptor replaced by another's limit
+//     envoyproxy/ratelimit answers (limit_remaining 0), and so is one
+//     that matches a no_limit mapping. An unlimited mapping, and a client
+//     in the exempt list, is OK with limit_remaining 4294967295, as
+//     envoyproxy/ratelimit answers unlimited: true; a descriptor replaced by another's limit
 //     (replaces) is OK with nothing charged. A descriptor whose value keys
 //     no bucket (an ip entry that is no address) is OK, not limited, and
 //     its decision names the rule in floodgate.skipped.

@@ -1,11 +1,13 @@
 package rls_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate-go/floodgate/rls/translate"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
@@ -75,5 +77,51 @@ func TestOverLimitRemainingIsZero(t *testing.T) {
 	}
 	if got := remaining(t, e.call(t, "d", 5, d("key1", "e")), 0, ok); got != 15 {
 		t.Fatalf("5 of 20: remaining %d, want 15", got)
+	}
+}
+
+// newTranslated serves the translation of an envoyproxy/ratelimit
+// configuration from an in-process store on fake time.
+func newTranslated(t *testing.T, cfg string, opts translate.Options) *env {
+	t.Helper()
+	out, err := translate.Translate([]translate.File{{Name: "c.yaml", Data: []byte(cfg)}}, opts)
+	if err != nil {
+		t.Fatalf("translate: %v", err)
+	}
+	t.Logf("translation:\n%s", out)
+	return newEnv(t, string(out))
+}
+
+// A value with no rate_limit matches, and has no limit: envoyproxy/ratelimit
+// answers it as it answers a descriptor that matches nothing (GetLimit
+// returns nil: OK, no current_limit, limit_remaining 0), unlike an
+// unlimited one (OK, limit_remaining 4294967295).
+func TestValueWithoutRateLimitAnswersNoLimit(t *testing.T) {
+	e := newTranslated(t, `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: remote_address
+    value: 10.0.0.1
+  - key: generic_key
+    value: health
+    rate_limit: {unlimited: true}
+`, translate.Options{})
+	for range 3 {
+		resp := e.call(t, "edge", 0, d("remote_address", "10.0.0.1"), d("generic_key", "health"))
+		if resp.OverallCode != ok {
+			t.Fatalf("%v", resp)
+		}
+		if st := resp.Statuses[0]; st.Code != ok || st.CurrentLimit != nil || st.LimitRemaining != 0 || st.DurationUntilReset != nil {
+			t.Fatalf("value with no rate_limit: %v; want OK, no current_limit, limit_remaining 0", st)
+		}
+		if st := resp.Statuses[1]; st.Code != ok || st.CurrentLimit != nil || st.LimitRemaining != math.MaxUint32 {
+			t.Fatalf("unlimited: %v; want OK, no current_limit, limit_remaining 4294967295", st)
+		}
+	}
+	// Another value is limited by the any-value descriptor.
+	if got := remaining(t, e.call(t, "edge", 0, d("remote_address", "10.0.0.2")), 0, ok); got != 1 {
+		t.Fatalf("another address: remaining %d, want 1", got)
 	}
 }

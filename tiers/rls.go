@@ -53,8 +53,15 @@ type RLSDescriptor struct {
 	// match the rule's match. No entry may then fill endpoint.
 	Method string
 	// Unlimited matches the descriptor and limits nothing: Envoy is told
-	// it is within its limit with no limit named.
+	// it is within its limit with no limit named and the most remaining
+	// (envoyproxy/ratelimit's unlimited: true).
 	Unlimited bool
+	// NoLimit matches the descriptor and applies no limit to it, as a
+	// descriptor that matches nothing is answered (envoyproxy/ratelimit's
+	// descriptor with a value but no rate_limit): it keeps a more general
+	// descriptor from matching. It names no rule, method, name or
+	// replaces, and its entries fill nothing.
+	NoLimit bool
 	// Name names the descriptor's limit for Replaces and in the
 	// gateway's answer (Envoy's current_limit.name); empty means the
 	// rule's name.
@@ -129,11 +136,15 @@ const (
 	// DescriptorReplaced: another descriptor of the call replaces its
 	// limit (RLSDescriptor.Replaces); it was not charged.
 	DescriptorReplaced
+	// DescriptorNoLimit: the descriptor matched one with no limit
+	// (RLSDescriptor.NoLimit); it is answered as an unknown one.
+	DescriptorNoLimit
 )
 
-var matchNames = [...]string{"unknown", "limited", "unlimited", "replaced"}
+var matchNames = [...]string{"unknown", "limited", "unlimited", "replaced", "no limit"}
 
-// String returns "unknown", "limited", "unlimited" or "replaced".
+// String returns "unknown", "limited", "unlimited", "replaced" or "no
+// limit".
 func (m DescriptorMatch) String() string {
 	if int(m) < len(matchNames) {
 		return matchNames[m]
@@ -241,6 +252,10 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 		t := root.lookup(ds[i].Entries)
 		targets[i] = t
 		if t == nil {
+			continue
+		}
+		if t.noLimit {
+			out[i].Match = DescriptorNoLimit
 			continue
 		}
 		out[i].Name = t.name

@@ -32,6 +32,7 @@ type rlsTarget struct {
 	name      string
 	method    string
 	unlimited bool
+	noLimit   bool
 	replaces  []string
 	fills     []rlsFill
 	// ip4, ip6 are the rule's ip prefix lengths: a network value no
@@ -107,7 +108,7 @@ func (rc *rlsCompiled) bind(rules []cRule) {
 		rc.ruleIndex[rules[i].name] = int32(i)
 	}
 	for _, t := range rc.targets {
-		if !t.unlimited {
+		if !t.unlimited && !t.noLimit {
 			t.ruleIdx = rc.ruleIndex[t.rule]
 		}
 	}
@@ -192,7 +193,8 @@ func parseAs(s string) (rlsFill, error) {
 // unusable (its errors are reported).
 func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName map[string]*cRule) *rlsTarget {
 	ok := true
-	t := &rlsTarget{path: dp, rule: d.Rule, name: d.Name, method: d.Method, unlimited: d.Unlimited, replaces: slices.Clone(d.Replaces)}
+	t := &rlsTarget{path: dp, rule: d.Rule, name: d.Name, method: d.Method, unlimited: d.Unlimited, noLimit: d.NoLimit, replaces: slices.Clone(d.Replaces)}
+	free := d.Unlimited || d.NoLimit // charges nothing: its values fill nothing
 	switch {
 	case len(d.Entries) == 0:
 		rep.add(dp+".entries", "list at least one entry")
@@ -211,11 +213,11 @@ func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName
 		case e.Value != "" && e.As != "":
 			rep.add(ep, "set value (the value it must have) or as (what its value fills), not both")
 			ok = false
-		case e.Value == "" && e.As == "" && !d.Unlimited:
+		case e.Value == "" && e.As == "" && !free:
 			rep.add(ep, "matches any value but keys none: envoyproxy/ratelimit counts each value apart; say what the value fills with as (ip, user, tenant, api_key, endpoint, header:<name>, tier), or match a fixed value")
 			ok = false
-		case e.As != "" && d.Unlimited:
-			rep.add(ep+".as", "an unlimited descriptor charges nothing, so its values fill nothing: remove as")
+		case e.As != "" && free:
+			rep.add(ep+".as", "an unlimited or no_limit descriptor charges nothing, so its values fill nothing: remove as")
 			ok = false
 		case e.As != "":
 			f, err := parseAs(e.As)
@@ -237,6 +239,16 @@ func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName
 	if d.Name != "" && !printable(d.Name) {
 		rep.addf(dp+".name", "%q must be printable ASCII", d.Name)
 		ok = false
+	}
+	if d.NoLimit {
+		if d.Unlimited || d.Rule != "" || d.Method != "" || d.Name != "" || len(d.Replaces) > 0 {
+			rep.add(dp+".no_limit", "a no_limit descriptor has no limit: it is not unlimited and names no rule, method, name or replaces")
+			return nil
+		}
+		if !ok {
+			return nil
+		}
+		return t
 	}
 	if d.Unlimited {
 		if d.Rule != "" || d.Method != "" {

@@ -19,6 +19,8 @@ import (
 //	        method: /auth.v1.Auth/Login
 //	      - entries: [{key: generic_key, value: health}]
 //	        unlimited: true
+//	      - entries: [{key: generic_key, value: status}]
+//	        no_limit: true
 //
 // Errors name the field path and line like the rest of the loader.
 
@@ -88,6 +90,8 @@ func (d *decoder) rlsDescriptor(n *yaml.Node, path string, r *RLSDescriptor) {
 			r.Method, _ = d.str(v, fp)
 		case "unlimited":
 			r.Unlimited = d.boolean(v, fp)
+		case "no_limit":
+			r.NoLimit = d.boolean(v, fp)
 		case "name":
 			r.Name, _ = d.str(v, fp)
 		case "replaces":

@@ -365,3 +365,18 @@ func FuzzRLSDescriptorValues(f *testing.F) {
 		}
 	})
 }
+
+// A no_limit descriptor is matched, charged nowhere and answered as an
+// unknown one; it names nothing else.
+func TestRLSNoLimit(t *testing.T) {
+	_, err := tiers.Load([]byte(`
+rules: [{name: per-ip, key: [ip], rate: 1/1m}]
+rls:
+  - domain: edge
+    descriptors:
+      - {entries: [{key: generic_key, value: status}], no_limit: true, rule: per-ip}
+`))
+	if err == nil || !strings.Contains(err.Error(), "no_limit") {
+		t.Fatalf("no_limit with a rule: %v", err)
+	}
+}

@@ -34,7 +34,8 @@
 //     128 does too): the one deliberate difference, stated in the output;
 //   - shadow_mode is the rule's shadow; rate_limit's name and replaces
 //     are the descriptor's name and replaces; unlimited: true is an
-//     unlimited descriptor;
+//     unlimited descriptor; a value with no rate_limit and nothing below
+//     it is a no_limit descriptor (matched, and limited nowhere);
 //   - with Options.Consistency leased or async, every rule has that
 //     consistency and the algorithm token_bucket instead (the local-first
 //     modes need one): N per unit becomes a bucket of N refilling N per
@@ -212,6 +213,7 @@ type outDescriptor struct {
 	Entries   []outEntry `yaml:"entries,flow"`
 	Rule      string     `yaml:"rule,omitempty"`
 	Unlimited bool       `yaml:"unlimited,omitempty"`
+	NoLimit   bool       `yaml:"no_limit,omitempty"`
 	Name      string     `yaml:"name,omitempty"`
 	Replaces  []string   `yaml:"replaces,omitempty,flow"`
 }
@@ -424,8 +426,10 @@ func (t *translator) descriptors(file, domain string, n *yaml.Node, path, stat s
 		case sub == nil && lv.value != "":
 			// A value with no limit and nothing below: envoyproxy/ratelimit
 			// matches it and stops there, so that value is not limited,
-			// whatever its key's any-value sibling says.
-			od := outDescriptor{Name: sanitize(name), Unlimited: true}
+			// whatever its key's any-value sibling says, and is answered as
+			// a descriptor with no limit (limit_remaining 0, not unlimited's
+			// 4294967295).
+			od := outDescriptor{NoLimit: true}
 			for _, l := range lvs {
 				od.Entries = append(od.Entries, outEntry{Key: l.key, Value: l.value})
 			}
