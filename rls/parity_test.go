@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	extrlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-go/floodgate/rls/translate"
@@ -123,5 +124,55 @@ descriptors:
 	// Another value is limited by the any-value descriptor.
 	if got := remaining(t, e.call(t, "edge", 0, d("remote_address", "10.0.0.2")), 0, ok); got != 1 {
 		t.Fatalf("another address: remaining %d, want 1", got)
+	}
+}
+
+// An entry with the empty value matches the descriptor that takes any
+// value and is counted apart, as envoyproxy/ratelimit counts it (its
+// lookup falls back from "key2_" to "key2", and its cache key has
+// "key2__"): its own bucket, limited like any other value.
+func TestEmptyValueHasItsOwnCounter(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	e := newEnvStore(t, parityPolicy, redisStore(t, srv, clk), clk)
+
+	empty := func() *extrlsv3.RateLimitDescriptor { return d("key1", "a", "key2", "") }
+	for i := range 5 {
+		resp := e.call(t, "d", 0, empty())
+		st := resp.Statuses[0]
+		if st.Code != ok || st.CurrentLimit.GetName() != "d.key1.key2" || st.LimitRemaining != uint32(4-i) {
+			t.Fatalf("call %d: %v; want OK at d.key1.key2 with %d left", i, st, 4-i)
+		}
+	}
+	overZero5 := func(resp *rlsv3.RateLimitResponse) {
+		t.Helper()
+		if st := resp.Statuses[0]; resp.OverallCode != over || st.Code != over || st.CurrentLimit.GetRequestsPerUnit() != 5 || st.LimitRemaining != 0 {
+			t.Fatalf("%v; want OVER_LIMIT at 5 per MINUTE", resp)
+		}
+	}
+	overZero5(e.call(t, "d", 0, empty()))
+	// Another value of key2, and key1 alone, are other counters.
+	if got := remaining(t, e.call(t, "d", 0, d("key1", "a", "key2", "x")), 0, ok); got != 4 {
+		t.Fatalf("key2=x: remaining %d, want 4", got)
+	}
+	if got := remaining(t, e.call(t, "d", 0, d("key1", "a")), 0, ok); got != 19 {
+		t.Fatalf("key1=a: remaining %d, want 19", got)
+	}
+	// An empty value alone is a counter too, apart from every other value.
+	for i := range 20 {
+		if got := remaining(t, e.call(t, "d", 0, d("key1", "")), 0, ok); got != uint32(19-i) {
+			t.Fatalf("key1='' call %d: remaining %d", i, got)
+		}
+	}
+	if resp := e.call(t, "d", 0, d("key1", "")); resp.OverallCode != over {
+		t.Fatalf("key1='' over its limit: %v", resp)
+	}
+	keys, err := srv.Client().Keys(ctxT(t), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("keys: %v", keys)
+	if len(keys) != 4 {
+		t.Fatalf("redis keys %v, want 4: key1=a/key2='', key1=a/key2=x, key1=a, key1=''", keys)
 	}
 }

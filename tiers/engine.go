@@ -53,6 +53,9 @@ type callItem struct {
 	req  *floodgate.Request
 	rule int32
 	peek bool
+	// empty: the scopes the request has with the empty value
+	// (keyBuilder.empty).
+	empty uint8
 }
 
 // run decides the requests in sc.items under c, writing each one's
@@ -176,7 +179,9 @@ func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how ca
 		lo, hi = int(it.rule), int(it.rule)+1
 	}
 	from := len(sc.all)
+	sc.kb.empty = it.empty
 	sc.resolve(c, it.req, lo, hi)
+	sc.kb.empty = 0
 	sc.setKeys(from)
 	d.Skipped = sc.skippedNames(c)
 	if how.single { // one request: no bucket to share; it does not peek, and may be held

@@ -88,6 +88,9 @@ type RLSEntry struct {
 	// address, or a network no wider than the rule's ip prefix (Envoy's
 	// masked_remote_address); any other value, or a wider network, keys
 	// no bucket, and the rule then does not apply (Decision.Skipped).
+	// The empty value keys a bucket of its own, whatever the entry fills
+	// (envoyproxy/ratelimit counts it apart from every other value);
+	// for tier it is the default tier.
 	As string
 }
 
@@ -313,15 +316,19 @@ func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
 		r := &sc.req[len(sc.items)]
 		*r = floodgate.Request{Method: t.method, Cost: ds[i].Cost}
 		h0 := len(sc.hdrs)
+		var empty uint8
 		for _, f := range t.fills {
 			v := ds[i].Entries[f.entry].Value
 			switch {
 			case f.kind == fillTier:
 				r.Tier = v
-			case f.scope == ScopeHeader:
-				if v != "" {
-					sc.hdrs = append(sc.hdrs, floodgate.Header{Name: f.header, Value: v})
+			case v == "": // keys a bucket of its own, as envoyproxy/ratelimit counts "key_" apart
+				empty |= 1 << f.scope
+				if f.scope == ScopeHeader {
+					sc.hdrs = append(sc.hdrs, floodgate.Header{Name: f.header})
 				}
+			case f.scope == ScopeHeader:
+				sc.hdrs = append(sc.hdrs, floodgate.Header{Name: f.header, Value: v})
 			default:
 				t.fill(r, f.scope, v)
 			}
@@ -330,7 +337,7 @@ func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
 			r.Headers = sc.hdrs[h0:len(sc.hdrs):len(sc.hdrs)]
 		}
 		sc.idx[i] = int32(len(sc.items))
-		sc.items = append(sc.items, callItem{req: r, rule: t.ruleIdx, peek: ds[i].Peek})
+		sc.items = append(sc.items, callItem{req: r, rule: t.ruleIdx, peek: ds[i].Peek, empty: empty})
 	}
 }
 
