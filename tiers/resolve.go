@@ -70,6 +70,8 @@ type scratch struct {
 	targets []*rlsTarget
 	idx     []int32
 	dec     []floodgate.Decision
+	// denies: a limited descriptor of the call matched a Deny target.
+	denies bool
 }
 
 func newScratch() *scratch {

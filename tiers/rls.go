@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/quota"
@@ -35,9 +36,11 @@ type RLSDomain struct {
 //
 // A call's descriptor matches when it has exactly as many entries as
 // Entries and each entry matches the one at its position: same key, and
-// the same value when the RLSEntry names one. Where two descriptors of a
-// domain share a prefix, an entry with a fixed value is preferred to one
-// that takes any value, position by position, without going back
+// the same value when the RLSEntry names one (or a value that starts
+// with its prefix, for a wildcard value "foo*"). Where two descriptors of
+// a domain share a prefix, an entry with a fixed value is preferred to a
+// wildcard (the first listed that matches), and a wildcard to one that
+// takes any value, position by position, without going back
 // (envoyproxy/ratelimit's lookup): so [generic_key=api, user] and
 // [generic_key, tenant] never compete for (generic_key=api, tenant=t).
 type RLSDescriptor struct {
@@ -62,6 +65,12 @@ type RLSDescriptor struct {
 	// descriptor from matching. It names no rule, method, name or
 	// replaces, and its entries fill nothing.
 	NoLimit bool
+	// Deny, when set, denies the descriptor whatever its cost, charging
+	// nothing (envoyproxy/ratelimit's requests_per_unit: 0): the call is
+	// denied, all or nothing, and no store is asked. A descriptor that
+	// only peeks (a cost of 0 with Peek) is allowed. It names no rule or
+	// method, and needs a Name; its entries fill nothing.
+	Deny *RLSDeny
 	// Name names the descriptor's limit for Replaces and in the
 	// gateway's answer (Envoy's current_limit.name); empty means the
 	// rule's name.
@@ -72,15 +81,33 @@ type RLSDescriptor struct {
 	Replaces []string
 }
 
+// RLSDeny is a descriptor that is always over its limit
+// (RLSDescriptor.Deny): a limit of 0 per Window.
+type RLSDeny struct {
+	// Window is the unit of the limit of 0 the gateway is told
+	// (current_limit), and the window duration_until_reset counts down,
+	// aligned on the Unix epoch as fixed windows are. Positive.
+	Window time.Duration
+	// Shadow reports the descriptor as within its limit, the limit and
+	// 0 remaining still shown (envoyproxy/ratelimit's shadow_mode): it
+	// denies nothing.
+	Shadow bool
+}
+
 // RLSEntry is one entry of a descriptor shape: a key, and either the
 // value it must have or the part of the request its value fills.
 type RLSEntry struct {
 	// Key is the entry's key, as the gateway sends it (remote_address,
 	// generic_key, a request_headers descriptor_key...). Non-empty.
 	Key string
-	// Value, when set, is the value the entry must have to match.
+	// Value, when set, is the value the entry must have to match. A value
+	// ending in '*' is a wildcard: it matches every value that starts
+	// with what precedes the '*' (envoyproxy/ratelimit's wildcard
+	// values). With As, each value it matches keys a bucket of its own;
+	// without, every value it matches shares the descriptor's buckets
+	// (envoyproxy/ratelimit's share_threshold).
 	Value string
-	// As, when set (instead of Value), names what the entry's value
+	// As, when set (instead of a fixed Value), names what the entry's value
 	// fills in the descriptor's request, whatever it is: a key scope of
 	// the rule (ip, user, tenant, api_key, endpoint, or header:<name> for
 	// the rule's header scopes and header matches), or tier (the plan
@@ -225,12 +252,20 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	if !sc.matchDescriptors(root, ds, out) {
 		return allow, nil
 	}
+	if sc.denies {
+		if k := l.denyDescriptors(sc, ds, out); k >= 0 {
+			return out[k].Decision, nil // charging nothing
+		}
+	}
 	sc.descriptorItems(ds, out)
+	if len(sc.items) == 0 {
+		return allow, nil
+	}
 	sc.dec = grow(sc.dec, len(sc.items))
 	var d floodgate.Decision
 	_, err := l.run(ctx, c, sc, sc.dec, &d, call{})
 	for i := range ds {
-		if out[i].Match != DescriptorLimited {
+		if out[i].Match != DescriptorLimited || sc.targets[i].deny != nil {
 			continue
 		}
 		k := sc.idx[i]
@@ -269,6 +304,7 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 		replacing = replacing || len(t.replaces) > 0
 	}
 	limited := false
+	sc.denies = false
 	for i := range ds {
 		t := targets[i]
 		if t == nil || out[i].Match != DescriptorLimited {
@@ -284,8 +320,33 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 			}
 		}
 		limited = limited || out[i].Match == DescriptorLimited
+		sc.denies = sc.denies || out[i].Match == DescriptorLimited && t.deny != nil
 	}
 	return limited
+}
+
+// denyDescriptors decides the limited descriptors whose target denies
+// (RLSDescriptor.Deny) into out, and returns the first that denies the
+// call, or -1.
+func (l *Limiter) denyDescriptors(sc *scratch, ds []Descriptor, out []DescriptorDecision) int {
+	first := -1
+	now := l.sh.clock.Now().UnixNano()
+	for i := range ds {
+		t := sc.targets[i]
+		if out[i].Match != DescriptorLimited || t.deny == nil {
+			continue
+		}
+		w := int64(t.deny.Window)
+		d := &out[i].Decision
+		*d = floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourcePolicy, Policy: t.name, Window: t.deny.Window,
+			Reset: time.Duration(w - now%w), Allowed: ds[i].Peek || t.deny.Shadow, Shadow: t.deny.Shadow && !ds[i].Peek}
+		out[i].Bucket = quota.Limit{Period: t.deny.Window}
+		out[i].Request = floodgate.Request{Method: t.method, Cost: ds[i].Cost}
+		if !d.Allowed && first < 0 {
+			first = i
+		}
+	}
+	return first
 }
 
 // descriptorItems builds, for each limited descriptor, its request (in
@@ -295,7 +356,7 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
 	nreq, nhdr := 0, 0
 	for i := range ds {
-		if out[i].Match == DescriptorLimited {
+		if out[i].Match == DescriptorLimited && sc.targets[i].deny == nil {
 			nreq++
 			for _, f := range sc.targets[i].fills {
 				if f.scope == ScopeHeader {
@@ -309,7 +370,7 @@ func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
 	sc.items = sc.items[:0]
 	sc.idx = grow(sc.idx, len(ds))
 	for i := range ds {
-		if out[i].Match != DescriptorLimited {
+		if out[i].Match != DescriptorLimited || sc.targets[i].deny != nil {
 			continue
 		}
 		t := sc.targets[i]
