@@ -176,3 +176,38 @@ func TestEmptyValueHasItsOwnCounter(t *testing.T) {
 		t.Fatalf("redis keys %v, want 4: key1=a/key2='', key1=a/key2=x, key1=a, key1=''", keys)
 	}
 }
+
+// requests_per_unit: 0 is answered as envoyproxy/ratelimit answers it:
+// OVER_LIMIT with the limit (0 per unit), limit_remaining 0 and the time
+// to the end of the unit; in shadow_mode OK with the same.
+func TestRequestsPerUnitZeroAnswer(t *testing.T) {
+	e := newTranslated(t, `
+domain: edge
+descriptors:
+  - key: generic_key
+    value: blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: generic_key
+    value: watched
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
+`, translate.Options{})
+	resp := e.call(t, "edge", 0, d("generic_key", "blocked"), d("generic_key", "watched"))
+	if resp.OverallCode != over {
+		t.Fatalf("%v", resp)
+	}
+	st := resp.Statuses[0]
+	if st.Code != over || st.CurrentLimit.GetName() != "edge.generic_key_blocked" || st.CurrentLimit.GetRequestsPerUnit() != 0 ||
+		st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.LimitRemaining != 0 ||
+		st.DurationUntilReset.AsDuration() <= 0 || st.DurationUntilReset.AsDuration() > time.Minute {
+		t.Fatalf("requests_per_unit 0: %v", st)
+	}
+	resp = e.call(t, "edge", 0, d("generic_key", "watched"))
+	if st := resp.Statuses[0]; resp.OverallCode != ok || st.Code != ok || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR || st.LimitRemaining != 0 {
+		t.Fatalf("shadow requests_per_unit 0: %v", resp)
+	}
+	// hits_addend 0 checks, and 0 > 0 is within the limit.
+	if st := e.call(t, "edge", 0, hits(d("generic_key", "blocked"), 0)).Statuses[0]; st.Code != ok || st.CurrentLimit.GetRequestsPerUnit() != 0 || st.LimitRemaining != 0 {
+		t.Fatalf("hits_addend 0: %v", st)
+	}
+}
