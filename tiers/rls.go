@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -146,6 +147,25 @@ type Descriptor struct {
 	// Peek decides the descriptor without charging it (Envoy's
 	// per-descriptor hits_addend of 0: check only).
 	Peek bool
+	// Limit, when not nil, is the descriptor's own limit (Envoy's limit
+	// override, RateLimitDescriptor.limit): Rate per Period, in a fixed
+	// window aligned on the Unix epoch, instead of what the mapping says.
+	// Its bucket is keyed, as envoyproxy/ratelimit keys its counter, by
+	// the domain, every entry's key and value, and the Period (two
+	// overrides that differ only in Rate count in one bucket, each
+	// judging it by its own Rate); it is not named (Name is empty), and
+	// replaces and is replaced by nothing. The domain must be in the
+	// rls: section. A Rate of 0 always denies, charging nothing. Only
+	// Rate and Period are read: Period in [quota.MinPeriod,
+	// quota.MaxPeriod], Rate in [0, quota.MaxRate].
+	Limit *quota.Limit
+	// GiveBack gives Cost units back to the buckets the descriptor would
+	// be charged (Envoy's is_negative_hits: a request's hits given back
+	// when it ends), through the store's Settle, instead of charging
+	// them: the descriptor is allowed and decides nothing (its Decision
+	// names no Policy). A bucket never holds more than its capacity, and
+	// a fixed window gives back only what its current window holds.
+	GiveBack bool
 }
 
 // DescriptorMatch is how a call's descriptor met the policy's rls:
@@ -243,29 +263,38 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 		if ds[i].Cost < 0 {
 			return floodgate.Decision{Stage: floodgate.StageTiers}, fmt.Errorf("%w: descriptors[%d] costs %d", ErrInvalidCost, i, ds[i].Cost)
 		}
+		if lim := ds[i].Limit; lim != nil && (lim.Rate < 0 || lim.Rate > quota.MaxRate || lim.Period < quota.MinPeriod || lim.Period > quota.MaxPeriod) {
+			return floodgate.Decision{Stage: floodgate.StageTiers}, fmt.Errorf("tiers: AdmitDescriptors: descriptors[%d].Limit: %d per %s: want a rate in [0, %d] per a period in [%s, %s]",
+				i, lim.Rate, lim.Period, quota.MaxRate, quota.MinPeriod, quota.MaxPeriod)
+		}
 	}
 	if root == nil {
 		return allow, nil
 	}
 	sc := l.pool.Get().(*scratch)
 	defer l.release(sc)
+	sc.domain = domain
 	if !sc.matchDescriptors(root, ds, out) {
 		return allow, nil
 	}
+	var giveErr error
+	if sc.gives {
+		giveErr = l.giveBackDescriptors(ctx, c, sc, ds, out)
+	}
 	if sc.denies {
 		if k := l.denyDescriptors(sc, ds, out); k >= 0 {
-			return out[k].Decision, nil // charging nothing
+			return out[k].Decision, giveErr // charging nothing
 		}
 	}
-	sc.descriptorItems(ds, out)
+	sc.descriptorItems(ds, out, false)
 	if len(sc.items) == 0 {
-		return allow, nil
+		return allow, giveErr
 	}
 	sc.dec = grow(sc.dec, len(sc.items))
 	var d floodgate.Decision
 	_, err := l.run(ctx, c, sc, sc.dec, &d, call{})
 	for i := range ds {
-		if out[i].Match != DescriptorLimited || sc.targets[i].deny != nil {
+		if !sc.byTake(i, ds, out) || ds[i].GiveBack {
 			continue
 		}
 		k := sc.idx[i]
@@ -276,7 +305,63 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 			out[i].Bucket = sc.all[b].Limit
 		}
 	}
+	if giveErr != nil {
+		err = errors.Join(giveErr, err)
+	}
 	return d, err
+}
+
+// byTake reports whether descriptor i is decided by a take (or given back):
+// limited, and not denied by its mapping or a limit of 0.
+func (sc *scratch) byTake(i int, ds []Descriptor, out []DescriptorDecision) bool {
+	if out[i].Match != DescriptorLimited {
+		return false
+	}
+	if lim := ds[i].Limit; lim != nil {
+		return lim.Rate > 0
+	}
+	return sc.targets[i].deny == nil
+}
+
+// giveBackDescriptors gives the units of the descriptors with GiveBack back to the
+// buckets they would be charged, in one Settle.
+func (l *Limiter) giveBackDescriptors(ctx context.Context, c *compiled, sc *scratch, ds []Descriptor, out []DescriptorDecision) error {
+	sc.descriptorItems(ds, out, true)
+	if len(sc.items) == 0 {
+		return nil
+	}
+	for i := range ds {
+		if sc.byTake(i, ds, out) && ds[i].GiveBack {
+			out[i].Request = *sc.items[sc.idx[i]].req
+			out[i].Request.Headers = nil
+		}
+	}
+	if l.sh.settler == nil {
+		return errors.New("tiers: AdmitDescriptors: the store cannot give units back (it is not a quota.Settler): nothing given back")
+	}
+	sc.dec = grow(sc.dec, len(sc.items))
+	sc.reset()
+	sc.gather(c, sc.dec, call{}) // a listed address has no bucket to give back to
+	n := 0
+	for i := range sc.all {
+		if sc.all[i].Cost > 0 {
+			sc.all[n] = sc.all[i]
+			sc.all[n].Cost = -sc.all[i].Cost
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sh.timeout)
+	err := l.sh.settler.Settle(sctx, sc.all[:n], nil)
+	cancel()
+	if err != nil {
+		l.sh.failed.Add(1)
+		return fmt.Errorf("tiers: AdmitDescriptors: giving units back: %w", err)
+	}
+	l.sh.settled.Add(1)
+	return nil
 }
 
 // matchDescriptors looks up each descriptor's target under root (into
@@ -287,6 +372,11 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 	targets := sc.targets
 	replacing := false
 	for i := range ds {
+		if ds[i].Limit != nil { // its own limit, whatever the mapping says
+			targets[i] = nil
+			out[i].Match = DescriptorLimited
+			continue
+		}
 		t := root.lookup(ds[i].Entries)
 		targets[i] = t
 		if t == nil {
@@ -304,10 +394,16 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 		replacing = replacing || len(t.replaces) > 0
 	}
 	limited := false
-	sc.denies = false
+	sc.denies, sc.gives = false, false
 	for i := range ds {
 		t := targets[i]
-		if t == nil || out[i].Match != DescriptorLimited {
+		if out[i].Match != DescriptorLimited {
+			continue
+		}
+		if t == nil { // its own limit
+			limited = true
+			sc.denies = sc.denies || ds[i].Limit.Rate == 0
+			sc.gives = sc.gives || ds[i].GiveBack && ds[i].Limit.Rate > 0
 			continue
 		}
 		for j := range ds {
@@ -321,6 +417,7 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 		}
 		limited = limited || out[i].Match == DescriptorLimited
 		sc.denies = sc.denies || out[i].Match == DescriptorLimited && t.deny != nil
+		sc.gives = sc.gives || out[i].Match == DescriptorLimited && t.deny == nil && ds[i].GiveBack
 	}
 	return limited
 }
@@ -332,16 +429,22 @@ func (l *Limiter) denyDescriptors(sc *scratch, ds []Descriptor, out []Descriptor
 	first := -1
 	now := l.sh.clock.Now().UnixNano()
 	for i := range ds {
-		t := sc.targets[i]
-		if out[i].Match != DescriptorLimited || t.deny == nil {
+		if out[i].Match != DescriptorLimited || sc.byTake(i, ds, out) {
 			continue
 		}
-		w := int64(t.deny.Window)
+		t := sc.targets[i]
+		deny, name, method := RLSDeny{}, PolicyDescriptorLimit, ""
+		if t != nil {
+			deny, name, method = *t.deny, t.name, t.method
+		} else { // its own limit of 0
+			deny.Window = ds[i].Limit.Period
+		}
+		w := int64(deny.Window)
 		d := &out[i].Decision
-		*d = floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourcePolicy, Policy: t.name, Window: t.deny.Window,
-			Reset: time.Duration(w - now%w), Allowed: ds[i].Peek || t.deny.Shadow, Shadow: t.deny.Shadow && !ds[i].Peek}
-		out[i].Bucket = quota.Limit{Period: t.deny.Window}
-		out[i].Request = floodgate.Request{Method: t.method, Cost: ds[i].Cost}
+		*d = floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourcePolicy, Policy: name, Window: deny.Window,
+			Reset: time.Duration(w - now%w), Allowed: ds[i].Peek || deny.Shadow, Shadow: deny.Shadow && !ds[i].Peek}
+		out[i].Bucket = quota.Limit{Period: deny.Window}
+		out[i].Request = floodgate.Request{Method: method, Cost: ds[i].Cost}
 		if !d.Allowed && first < 0 {
 			first = i
 		}
@@ -349,15 +452,19 @@ func (l *Limiter) denyDescriptors(sc *scratch, ds []Descriptor, out []Descriptor
 	return first
 }
 
-// descriptorItems builds, for each limited descriptor, its request (in
-// sc.req, headers in sc.hdrs, both sized first so the pointers taken into
-// them stay valid) and the engine's item limited to its rule (sc.items;
-// sc.idx maps a descriptor to its item).
-func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
+// descriptorItems builds, for each limited descriptor that a take
+// decides and that gives back (give) or not, its request (in sc.req,
+// headers in sc.hdrs, both sized first so the pointers taken into them
+// stay valid) and the engine's item limited to its rule or its own limit
+// (sc.items; sc.idx maps a descriptor to its item).
+func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision, give bool) {
 	nreq, nhdr := 0, 0
 	for i := range ds {
-		if out[i].Match == DescriptorLimited && sc.targets[i].deny == nil {
+		if sc.byTake(i, ds, out) && ds[i].GiveBack == give {
 			nreq++
+			if sc.targets[i] == nil {
+				continue
+			}
 			for _, f := range sc.targets[i].fills {
 				if f.scope == ScopeHeader {
 					nhdr++
@@ -370,11 +477,17 @@ func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
 	sc.items = sc.items[:0]
 	sc.idx = grow(sc.idx, len(ds))
 	for i := range ds {
-		if out[i].Match != DescriptorLimited || sc.targets[i].deny != nil {
+		if !sc.byTake(i, ds, out) || ds[i].GiveBack != give {
 			continue
 		}
 		t := sc.targets[i]
 		r := &sc.req[len(sc.items)]
+		if t == nil { // its own limit
+			*r = floodgate.Request{Cost: ds[i].Cost}
+			sc.idx[i] = int32(len(sc.items))
+			sc.items = append(sc.items, callItem{req: r, rule: -1, peek: ds[i].Peek, own: &ds[i]})
+			continue
+		}
 		*r = floodgate.Request{Method: t.method, Cost: ds[i].Cost}
 		h0 := len(sc.hdrs)
 		var empty uint8
@@ -452,4 +565,35 @@ func (t *rlsTarget) ipOf(v string) netip.Addr {
 		return netip.Addr{}
 	}
 	return a
+}
+
+// resolveOwn appends to sc.metas and sc.all the one bucket of item it, a
+// descriptor with a limit of its own (Descriptor.Limit), its key built in
+// sc.buf: "<prefix>{rls:<domain>:<key0>=<value0>[:<keyI>=<valueI>]...}:fixed_window:<period>",
+// every domain, key and value escaped or hashed as identity components
+// are (the empty value written as nothing), so it parses back uniquely
+// and is no rule's key (a rule's first "{...}" holds no ':').
+func (sc *scratch) resolveOwn(c *compiled, it *callItem) {
+	sc.buf = sc.buf[:0]
+	sc.skipped = sc.skipped[:0]
+	cr := &c.rls.own
+	d := it.own
+	start := len(sc.buf)
+	sc.buf = append(sc.buf, cr.prefix...)
+	sc.buf = append(sc.buf, "{rls:"...)
+	sc.buf = sc.kb.appendEscaped(sc.buf, sc.domain)
+	for _, e := range d.Entries {
+		sc.buf = append(sc.buf, ':')
+		sc.buf = sc.kb.appendEscaped(sc.buf, e.Key)
+		sc.buf = append(sc.buf, '=')
+		sc.buf = sc.kb.appendEscaped(sc.buf, e.Value)
+	}
+	sc.buf = append(sc.buf, "}:fixed_window:"...)
+	sc.buf = append(sc.buf, shortDuration(d.Limit.Period)...)
+	cost, fromRequest := it.req.Cost, true
+	if cost == 0 {
+		cost, fromRequest = 1, false
+	}
+	sc.metas = append(sc.metas, meta{rule: -1, start: int32(start), end: int32(len(sc.buf)), fromRequest: fromRequest, shadow: cr.shadow})
+	sc.addBucket("", quota.Limit{Algorithm: quota.FixedWindow, Rate: d.Limit.Rate, Period: d.Limit.Period}, cost, cr)
 }

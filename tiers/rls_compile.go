@@ -70,13 +70,16 @@ type rlsCompiled struct {
 	domains   map[string]*rlsNode
 	targets   []*rlsTarget
 	ruleIndex map[string]int32
+	// own is the rule, in no rule list, that the buckets of descriptors'
+	// own limits (Descriptor.Limit) are decided as.
+	own cRule
 }
 
 // compileRLS checks p.RLS against the policy's rules (byName, before the
 // rules are sorted) and stores its lookup trees in c.rls. Errors go to
 // rep.
 func compileRLS(rep *reporter, p *Policy, byName map[string]*cRule, c *compiled) {
-	rc := &rlsCompiled{}
+	rc := &rlsCompiled{own: cRule{name: PolicyDescriptorLimit, index: -1, shadow: p.Shadow}}
 	c.rls = rc
 	if len(p.RLS) == 0 {
 		return

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -444,5 +445,34 @@ rls:
 		if _, err := tiers.Load([]byte("rules: [{name: r, rate: 1/1m}]\nrls: [{domain: d, descriptors: [" + bad + "]}]\n")); err == nil {
 			t.Errorf("%s: loaded", bad)
 		}
+	}
+}
+
+// takeOnly hides a store's Settle.
+type takeOnly struct{ quota.Store }
+
+// A descriptor that gives back over a store that cannot settle gives
+// nothing back and says so; the call is still decided.
+func TestRLSGiveBackNeedsSettler(t *testing.T) {
+	p, err := tiers.Load([]byte(`
+rules: [{name: per-user, key: [user], rate: 5/1m, algorithm: fixed_window}]
+rls: [{domain: edge, descriptors: [{entries: [{key: user, as: user}], rule: per-user}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tiers.NewLimiter(takeOnly{store}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]tiers.DescriptorDecision, 2)
+	ds := []tiers.Descriptor{{Entries: []tiers.DescriptorEntry{{Key: "user", Value: "bob"}}, Cost: 1, GiveBack: true}, {Entries: []tiers.DescriptorEntry{{Key: "user", Value: "ann"}}, Cost: 1}}
+	d, err := l.AdmitDescriptors(context.Background(), "edge", ds, out)
+	if err == nil || !strings.Contains(err.Error(), "cannot give units back") || !d.Allowed || out[1].Decision.Remaining != 4 {
+		t.Fatalf("%+v, %v", d, err)
 	}
 }
