@@ -63,11 +63,21 @@
 // (seconds, rounded up) on a deny. WithResponseHeaders(false) leaves them
 // out.
 //
+// A descriptor's own limit (limit, which Envoy sends from dynamic
+// metadata) decides it instead of the mapping, in a domain the policy
+// names: requests_per_unit per unit (times unit_multiplier) in a fixed
+// window, in a bucket of its own keyed as envoyproxy/ratelimit keys its
+// counter (the domain, every entry and the period), reported with an
+// unnamed current_limit; 0 always denies. is_negative_hits gives the
+// descriptor's hits back to the buckets it would be charged, through the
+// store's Settle (quota.Settler), so Envoy's per-request pattern (hits
+// when a request starts, the same hits negative when its stream ends)
+// counts requests in flight; such a descriptor is OK and decides nothing.
+//
 // Calls are refused with INVALID_ARGUMENT, charging nothing, for an empty
 // domain, no descriptors or more than tiers.MaxDescriptors, a descriptor
-// without entries, and what this service does not honour rather than
-// ignore: a descriptor's limit override (the policy decides limits) and
-// is_negative_hits. Envoy then applies its failure_mode_deny.
+// without entries, and a limit override with no unit (or a period beyond
+// a year). Envoy then applies its failure_mode_deny.
 //
 // # Telemetry
 //

@@ -2,11 +2,13 @@ package rls_test
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
 	extrlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/floodgate-go/floodgate/rls/translate"
 	"github.com/floodgate-go/floodgate/testing/clock"
@@ -209,5 +211,116 @@ descriptors:
 	// hits_addend 0 checks, and 0 > 0 is within the limit.
 	if st := e.call(t, "edge", 0, hits(d("generic_key", "blocked"), 0)).Statuses[0]; st.Code != ok || st.CurrentLimit.GetRequestsPerUnit() != 0 || st.LimitRemaining != 0 {
 		t.Fatalf("hits_addend 0: %v", st)
+	}
+}
+
+// overridden gives desc a limit override, as Envoy sends one from
+// dynamic metadata.
+func overridden(desc *extrlsv3.RateLimitDescriptor, rate uint32, unit typev3.RateLimitUnit) *extrlsv3.RateLimitDescriptor {
+	desc.Limit = &extrlsv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rate, Unit: unit}
+	return desc
+}
+
+// A descriptor's own limit (Envoy's limit override) decides it instead of
+// the mapping, in a bucket keyed as envoyproxy/ratelimit keys its counter:
+// the domain, every entry and the unit (so another unit is another
+// counter, another rate of the same unit the same one); current_limit is
+// the override, unnamed. In a domain the policy does not name it limits
+// nothing, as there (GetLimit returns nil for an unknown domain first).
+func TestLimitOverride(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	e := newEnvStore(t, parityPolicy, redisStore(t, srv, clk), clk)
+	minute := typev3.RateLimitUnit_MINUTE
+	for i := range 3 {
+		resp := e.call(t, "d", 0, overridden(d("key1", "a"), 3, minute))
+		st := resp.Statuses[0]
+		if st.Code != ok || st.CurrentLimit.GetName() != "" || st.CurrentLimit.GetRequestsPerUnit() != 3 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.LimitRemaining != uint32(2-i) {
+			t.Fatalf("call %d: %v; want OK, 3 per MINUTE, %d left", i, st, 2-i)
+		}
+	}
+	// The same descriptor and unit at another rate: the same counter.
+	if got := remaining(t, e.call(t, "d", 0, overridden(d("key1", "a"), 10, minute)), 0, ok); got != 6 {
+		t.Fatalf("10 per MINUTE after 3: remaining %d, want 6", got)
+	}
+	resp := e.call(t, "d", 0, overridden(d("key1", "a"), 3, minute))
+	if st := resp.Statuses[0]; resp.OverallCode != over || st.Code != over || st.LimitRemaining != 0 || st.CurrentLimit.GetRequestsPerUnit() != 3 {
+		t.Fatalf("over the override: %v", resp)
+	}
+	// Another unit is another counter; the mapping's rule was not charged.
+	if got := remaining(t, e.call(t, "d", 0, overridden(d("key1", "a"), 3, typev3.RateLimitUnit_HOUR)), 0, ok); got != 2 {
+		t.Fatalf("3 per HOUR: remaining %d, want 2", got)
+	}
+	if got := remaining(t, e.call(t, "d", 0, d("key1", "a")), 0, ok); got != 19 {
+		t.Fatalf("the rule's bucket: remaining %d, want 19", got)
+	}
+	// A descriptor no mapping knows is limited by its override too.
+	if got := remaining(t, e.call(t, "d", 0, overridden(d("other", "x", "k", ""), 2, minute)), 0, ok); got != 1 {
+		t.Fatalf("unmapped descriptor with an override: remaining %d, want 1", got)
+	}
+	// An override of 0 is always over; in an unknown domain, nothing.
+	if st := e.call(t, "d", 0, overridden(d("key1", "z"), 0, minute)).Statuses[0]; st.Code != over || st.CurrentLimit.GetRequestsPerUnit() != 0 || st.LimitRemaining != 0 {
+		t.Fatalf("override of 0: %v", st)
+	}
+	if st := e.call(t, "elsewhere", 0, overridden(d("key1", "a"), 1, minute)).Statuses[0]; st.Code != ok || st.CurrentLimit != nil {
+		t.Fatalf("unknown domain: %v", st)
+	}
+	keys, err := srv.Client().Keys(ctxT(t), "fg:{rls:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	if want := []string{"fg:{rls:d:key1=a}:fixed_window:1h", "fg:{rls:d:key1=a}:fixed_window:1m", "fg:{rls:d:other=x:k=}:fixed_window:1m"}; !slices.Equal(keys, want) {
+		t.Fatalf("override keys %q, want %q", keys, want)
+	}
+}
+
+// is_negative_hits gives the hits back through the store's Settle, so
+// Envoy's per-request concurrency pattern (hits when a request starts,
+// the same hits negative when its stream ends) counts requests in
+// flight: the count goes back down, and a limit of N admits N at once.
+func TestNegativeHitsGiveBack(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	e := newEnvStore(t, parityPolicy, redisStore(t, srv, clk), clk)
+	negative := func(desc *extrlsv3.RateLimitDescriptor, n uint64) *extrlsv3.RateLimitDescriptor {
+		desc = hits(desc, n)
+		desc.IsNegativeHits = true
+		return desc
+	}
+	if got := remaining(t, e.call(t, "d", 0, hits(d("key1", "a"), 5)), 0, ok); got != 15 {
+		t.Fatalf("after 5: remaining %d", got)
+	}
+	resp := e.call(t, "d", 0, negative(d("key1", "a"), 3))
+	if st := resp.Statuses[0]; resp.OverallCode != ok || st.Code != ok || st.CurrentLimit != nil {
+		t.Fatalf("give-back: %v; want OK, deciding nothing", resp)
+	}
+	if got := remaining(t, e.call(t, "d", 0, hits(d("key1", "a"), 0)), 0, ok); got != 18 {
+		t.Fatalf("after giving 3 back: remaining %d, want 18", got)
+	}
+	// Concurrency: 20 requests in flight fill the limit; one that ends
+	// makes room for one more.
+	for range 18 {
+		remaining(t, e.call(t, "d", 0, d("key1", "a")), 0, ok)
+	}
+	if resp := e.call(t, "d", 0, d("key1", "a")); resp.OverallCode != over {
+		t.Fatalf("21st in flight: %v", resp)
+	}
+	e.call(t, "d", 0, negative(d("key1", "a"), 1))
+	if got := remaining(t, e.call(t, "d", 0, d("key1", "a")), 0, ok); got != 0 {
+		t.Fatalf("after one ended: remaining %d, want 0", got)
+	}
+	// A give-back and a charge in one call; and an override's bucket.
+	resp = e.call(t, "d", 0, negative(d("key1", "a"), 2), hits(d("key1", "b"), 1))
+	if resp.OverallCode != ok || remaining(t, resp, 1, ok) != 19 {
+		t.Fatalf("mixed call: %v", resp)
+	}
+	e.call(t, "d", 0, overridden(hits(d("key1", "c"), 2), 5, typev3.RateLimitUnit_MINUTE))
+	e.call(t, "d", 0, overridden(negative(d("key1", "c"), 1), 5, typev3.RateLimitUnit_MINUTE))
+	if got := remaining(t, e.call(t, "d", 0, overridden(hits(d("key1", "c"), 0), 5, typev3.RateLimitUnit_MINUTE)), 0, ok); got != 4 {
+		t.Fatalf("override after +2 -1: remaining %d, want 4", got)
+	}
+	if got := remaining(t, e.call(t, "d", 0, hits(d("key1", "a"), 0)), 0, ok); got != 2 {
+		t.Fatalf("key1=a after giving 2 back: remaining %d, want 2", got)
 	}
 }
