@@ -324,3 +324,13 @@ func TestNegativeHitsGiveBack(t *testing.T) {
 		t.Fatalf("key1=a after giving 2 back: remaining %d, want 2", got)
 	}
 }
+
+// A give-back never denies, even at a limit of 0.
+func TestNegativeHitsNeverDeny(t *testing.T) {
+	e := newEnv(t, parityPolicy)
+	desc := overridden(hits(d("key1", "a"), 1), 0, typev3.RateLimitUnit_MINUTE)
+	desc.IsNegativeHits = true
+	if resp := e.call(t, "d", 0, desc); resp.OverallCode != ok || resp.Statuses[0].Code != ok {
+		t.Fatalf("%v", resp)
+	}
+}

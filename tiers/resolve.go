@@ -104,7 +104,7 @@ func (l *Limiter) release(sc *scratch) {
 	clear(sc.all)
 	clear(sc.part)
 	for i := range sc.items {
-		sc.items[i].req = nil
+		sc.items[i].req, sc.items[i].own = nil, nil
 	}
 	if len(sc.targets) > 0 { // what AdmitDescriptors built
 		clear(sc.req)

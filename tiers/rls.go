@@ -236,13 +236,20 @@ const MaxDescriptors = 64
 // call denied at one descriptor charges no other. The mapping and the
 // rules come from the same policy, so a reload swaps both at once.
 //
+// A descriptor with a limit of its own (Descriptor.Limit) is decided at
+// that limit instead of its mapping's rule, in the same take. A
+// descriptor that matches a deny mapping (RLSDescriptor.Deny), or has a
+// limit of 0 of its own, denies the call before any store is asked. A
+// descriptor that gives back (Descriptor.GiveBack) is settled first, in
+// one Settle, and decides nothing.
+//
 // out (len(out) >= len(ds)) receives each descriptor's decision. A
-// descriptor no mapping matches, an unlimited one and one replaced by
-// another's limit are allowed and charge nothing (Match says which). The
-// returned decision is the call's, as AdmitMany's; an unknown domain
-// allows everything. Errors are AdmitMany's, and a descriptor with a
-// negative Cost or more than MaxDescriptors descriptors deny the call
-// without charging anything.
+// descriptor no mapping matches, an unlimited one, a no_limit one and one
+// replaced by another's limit are allowed and charge nothing (Match says
+// which). The returned decision is the call's, as AdmitMany's; an unknown
+// domain allows everything. Errors are AdmitMany's and a failed give-back's,
+// and a descriptor with a negative Cost or a bad Limit, or more than
+// MaxDescriptors descriptors, deny the call without charging anything.
 func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Descriptor, out []DescriptorDecision) (floodgate.Decision, error) {
 	allow := floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers}
 	switch {
@@ -429,8 +436,8 @@ func (l *Limiter) denyDescriptors(sc *scratch, ds []Descriptor, out []Descriptor
 	first := -1
 	now := l.sh.clock.Now().UnixNano()
 	for i := range ds {
-		if out[i].Match != DescriptorLimited || sc.byTake(i, ds, out) {
-			continue
+		if out[i].Match != DescriptorLimited || sc.byTake(i, ds, out) || ds[i].GiveBack {
+			continue // a give-back never denies
 		}
 		t := sc.targets[i]
 		deny, name, method := RLSDeny{}, PolicyDescriptorLimit, ""
