@@ -330,8 +330,8 @@ func (sc *scratch) byTake(i int, ds []Descriptor, out []DescriptorDecision) bool
 	return sc.targets[i].deny == nil
 }
 
-// giveBackDescriptors gives the units of the descriptors with GiveBack back to the
-// buckets they would be charged, in one Settle.
+// giveBackDescriptors gives the units of the descriptors with GiveBack
+// back to the buckets they would be charged, in one Settle.
 func (l *Limiter) giveBackDescriptors(ctx context.Context, c *compiled, sc *scratch, ds []Descriptor, out []DescriptorDecision) error {
 	sc.descriptorItems(ds, out, true)
 	if len(sc.items) == 0 {
