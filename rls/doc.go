@@ -36,13 +36,17 @@
 //     unit (times unit_multiplier: 100/10m is 100 per 10 MINUTE), named
 //     by the mapping's name or the rule's (with "/<period>" for one window
 //     of a rule with several); limit_remaining and duration_until_reset
-//     are the bucket's remaining and time until full. A rule that hides
+//     are the bucket's remaining and time until full, and limit_remaining
+//     is 0 on OVER_LIMIT (and for a shadow rule that would deny), as
+//     envoyproxy/ratelimit answers, whatever the uncharged bucket holds. A rule that hides
 //     its quota (hide_quota) reports neither limit nor remaining, so
 //     Envoy's own X-RateLimit headers cannot leak it.
 //   - a descriptor that matches no mapping (or a call whose domain the
 //     policy does not name) is OK with no current_limit: not limited, as
-//     envoyproxy/ratelimit answers. An unlimited mapping is OK with
-//     limit_remaining 4294967295; a descriptor replaced by another's limit
+//     envoyproxy/ratelimit answers (limit_remaining 0), and so is one
+//     that matches a no_limit mapping. An unlimited mapping, and a client
+//     in the exempt list, is OK with limit_remaining 4294967295, as
+//     envoyproxy/ratelimit answers unlimited: true; a descriptor replaced by another's limit
 //     (replaces) is OK with nothing charged. A descriptor whose value keys
 //     no bucket (an ip entry that is no address) is OK, not limited, and
 //     its decision names the rule in floodgate.skipped.
@@ -59,11 +63,21 @@
 // (seconds, rounded up) on a deny. WithResponseHeaders(false) leaves them
 // out.
 //
+// A descriptor's own limit (limit, which Envoy sends from dynamic
+// metadata) decides it instead of the mapping, in a domain the policy
+// names: requests_per_unit per unit (times unit_multiplier) in a fixed
+// window, in a bucket of its own keyed as envoyproxy/ratelimit keys its
+// counter (the domain, every entry and the period), reported with an
+// unnamed current_limit; 0 always denies. is_negative_hits gives the
+// descriptor's hits back to the buckets it would be charged, through the
+// store's Settle (quota.Settler), so Envoy's per-request pattern (hits
+// when a request starts, the same hits negative when its stream ends)
+// counts requests in flight; such a descriptor is OK and decides nothing.
+//
 // Calls are refused with INVALID_ARGUMENT, charging nothing, for an empty
 // domain, no descriptors or more than tiers.MaxDescriptors, a descriptor
-// without entries, and what this service does not honour rather than
-// ignore: a descriptor's limit override (the policy decides limits) and
-// is_negative_hits. Envoy then applies its failure_mode_deny.
+// without entries, and a limit override with no unit (or a period beyond
+// a year). Envoy then applies its failure_mode_deny.
 //
 // # Telemetry
 //

@@ -27,7 +27,7 @@ func TestReadmePolicyLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("README policy:\n%v", err)
 	}
-	if len(p.RLS) != 1 || len(p.RLS[0].Descriptors) != 6 {
+	if len(p.RLS) != 1 || len(p.RLS[0].Descriptors) != 7 {
 		t.Fatalf("README policy maps %v", p.RLS)
 	}
 }

@@ -69,7 +69,9 @@ func (s *Server) response(out []tiers.DescriptorDecision, call floodgate.Decisio
 			name = d.Policy
 		}
 		st.CurrentLimit = s.limits.get(name, dd.Bucket)
-		st.LimitRemaining = clampUint32(d.Remaining)
+		if d.Allowed && !d.Shadow { // a shadow decision binds only when it would deny
+			st.LimitRemaining = clampUint32(d.Remaining)
+		} // over the limit: 0, as envoyproxy/ratelimit says, whatever the bucket holds
 		if durs == nil {
 			durs = make([]durationpb.Duration, n)
 		}

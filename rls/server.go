@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	extrlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -164,6 +167,7 @@ type callScratch struct {
 	ds      []tiers.Descriptor
 	entries []tiers.DescriptorEntry
 	out     []tiers.DescriptorDecision
+	limits  []quota.Limit // the descriptors' own limits (overrides)
 }
 
 // ShouldRateLimit implements RateLimitServiceServer.
@@ -186,6 +190,7 @@ func (s *Server) release(cs *callScratch) {
 	clear(cs.ds)
 	clear(cs.entries)
 	clear(cs.out)
+	cs.limits = cs.limits[:0]
 	if cap(cs.entries) > 4096 {
 		return
 	}
@@ -204,17 +209,18 @@ func (cs *callScratch) convert(req *rlsv3.RateLimitRequest) error {
 	case len(descs) > tiers.MaxDescriptors:
 		return fmt.Errorf("%d descriptors; at most %d", len(descs), tiers.MaxDescriptors)
 	}
-	n := 0
+	n, nlim := 0, 0
 	for i, d := range descs {
-		switch {
-		case len(d.GetEntries()) == 0:
+		if len(d.GetEntries()) == 0 {
 			return fmt.Errorf("descriptors[%d] has no entries", i)
-		case d.GetLimit() != nil:
-			return fmt.Errorf("descriptors[%d].limit: per-descriptor limit overrides are not supported: the policy decides limits", i)
-		case d.GetIsNegativeHits():
-			return fmt.Errorf("descriptors[%d].is_negative_hits: negative hits are not supported", i)
+		}
+		if d.GetLimit() != nil {
+			nlim++
 		}
 		n += len(d.GetEntries())
+	}
+	if nlim > 0 {
+		cs.limits = growTo(cs.limits, nlim)[:0]
 	}
 	cs.ds = growTo(cs.ds, len(descs))
 	cs.out = growTo(cs.out, len(descs))
@@ -225,7 +231,15 @@ func (cs *callScratch) convert(req *rlsv3.RateLimitRequest) error {
 		for _, e := range d.GetEntries() {
 			cs.entries = append(cs.entries, tiers.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		td := tiers.Descriptor{Entries: cs.entries[start:len(cs.entries):len(cs.entries)], Cost: callCost}
+		td := tiers.Descriptor{Entries: cs.entries[start:len(cs.entries):len(cs.entries)], Cost: callCost, GiveBack: d.GetIsNegativeHits()}
+		if o := d.GetLimit(); o != nil {
+			l, err := overrideLimit(o)
+			if err != nil {
+				return fmt.Errorf("descriptors[%d].limit: %w", i, err)
+			}
+			cs.limits = append(cs.limits, l)
+			td.Limit = &cs.limits[len(cs.limits)-1]
+		}
 		if h := d.GetHitsAddend(); h != nil {
 			switch v := h.GetValue(); {
 			case v == 0:
@@ -239,6 +253,34 @@ func (cs *callScratch) convert(req *rlsv3.RateLimitRequest) error {
 		cs.ds[i] = td
 	}
 	return nil
+}
+
+// overrideUnits are the periods of Envoy's rate limit units, by value.
+var overrideUnits = [...]time.Duration{
+	typev3.RateLimitUnit_SECOND: time.Second,
+	typev3.RateLimitUnit_MINUTE: time.Minute,
+	typev3.RateLimitUnit_HOUR:   time.Hour,
+	typev3.RateLimitUnit_DAY:    24 * time.Hour,
+	typev3.RateLimitUnit_MONTH:  30 * 24 * time.Hour, // envoyproxy/ratelimit's month and year
+	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
+}
+
+// overrideLimit is a descriptor's limit override as a limit:
+// requests_per_unit (beyond quota.MaxRate, quota.MaxRate) per unit times
+// unit_multiplier.
+func overrideLimit(o *extrlsv3.RateLimitDescriptor_RateLimitOverride) (quota.Limit, error) {
+	u := o.GetUnit()
+	if int(u) >= len(overrideUnits) || overrideUnits[u] == 0 {
+		return quota.Limit{}, fmt.Errorf("unit %v: want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR", u)
+	}
+	period := overrideUnits[u]
+	if m := o.GetUnitMultiplier(); m != nil {
+		if m.GetValue() == 0 || time.Duration(m.GetValue()) > quota.MaxPeriod/period {
+			return quota.Limit{}, fmt.Errorf("unit_multiplier %d: want a period of 1 to %s", m.GetValue(), quota.MaxPeriod)
+		}
+		period *= time.Duration(m.GetValue())
+	}
+	return quota.Limit{Algorithm: quota.FixedWindow, Rate: min(int64(o.GetRequestsPerUnit()), quota.MaxRate), Period: period}, nil
 }
 
 func growTo[T any](s []T, n int) []T {

@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/rls"
@@ -285,9 +286,9 @@ func TestEnvoyRequestShape(t *testing.T) {
 func TestInvalidArgument(t *testing.T) {
 	e := newEnv(t, policy)
 	override := d("remote_address", "192.0.2.1")
-	override.Limit = &extrlsv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 1}
-	negative := hits(d("remote_address", "192.0.2.1"), 1)
-	negative.IsNegativeHits = true
+	override.Limit = &extrlsv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1} // unit UNKNOWN
+	longer := d("remote_address", "192.0.2.1")
+	longer.Limit = &extrlsv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 6, UnitMultiplier: wrapperspb.UInt32(2)}
 	many := make([]*extrlsv3.RateLimitDescriptor, tiers.MaxDescriptors+1)
 	for i := range many {
 		many[i] = d("remote_address", "192.0.2.1")
@@ -299,8 +300,8 @@ func TestInvalidArgument(t *testing.T) {
 		{&rlsv3.RateLimitRequest{Descriptors: []*extrlsv3.RateLimitDescriptor{d("k", "v")}}, "domain is empty"},
 		{&rlsv3.RateLimitRequest{Domain: "edge"}, "descriptors is empty"},
 		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*extrlsv3.RateLimitDescriptor{{}}}, "descriptors[0] has no entries"},
-		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*extrlsv3.RateLimitDescriptor{d("k", "v"), override}}, "descriptors[1].limit: per-descriptor limit overrides are not supported"},
-		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*extrlsv3.RateLimitDescriptor{negative}}, "is_negative_hits"},
+		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*extrlsv3.RateLimitDescriptor{d("k", "v"), override}}, "descriptors[1].limit: unit UNKNOWN"},
+		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*extrlsv3.RateLimitDescriptor{longer}}, "descriptors[0].limit: unit_multiplier 2"},
 		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, "65 descriptors; at most 64"},
 	} {
 		_, err := e.client.ShouldRateLimit(ctxT(t), c.req)

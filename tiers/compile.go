@@ -170,6 +170,7 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 	c.deny = netList(rep, "deny", p.Deny)
 	compileMethods(rep, p, c, rules)
 	compileRLS(rep, p, byName, c) // the rls: section
+	c.rls.own.prefix = prefix
 	if err := rep.err(); err != nil {
 		return nil, err
 	}

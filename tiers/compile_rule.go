@@ -78,6 +78,8 @@ func (rc *ruleCompiler) ruleName(rp string, r *Rule, i int) bool {
 		rc.rep.addf(rp+".name", "%q is already the name of rules[%d]", r.Name, j)
 	case r.Name == PolicyExempt || r.Name == PolicyDeny:
 		rc.rep.addf(rp+".name", "%q is reserved: it names the decisions of the policy's %s list", r.Name, r.Name)
+	case r.Name == PolicyDescriptorLimit:
+		rc.rep.addf(rp+".name", "%q is reserved: it names the decisions of a gateway descriptor's own limit", r.Name)
 	default:
 		rc.names[r.Name] = i
 		return true

@@ -53,6 +53,13 @@ type callItem struct {
 	req  *floodgate.Request
 	rule int32
 	peek bool
+	// empty: the scopes the request has with the empty value
+	// (keyBuilder.empty).
+	empty uint8
+	// own, when not nil, is a gateway descriptor with a limit of its own
+	// (Descriptor.Limit): the item's one bucket is that limit's, not a
+	// rule's (rule is then unused).
+	own *Descriptor
 }
 
 // run decides the requests in sc.items under c, writing each one's
@@ -176,7 +183,13 @@ func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how ca
 		lo, hi = int(it.rule), int(it.rule)+1
 	}
 	from := len(sc.all)
-	sc.resolve(c, it.req, lo, hi)
+	if it.own != nil {
+		sc.resolveOwn(c, it)
+	} else {
+		sc.kb.empty = it.empty
+		sc.resolve(c, it.req, lo, hi)
+		sc.kb.empty = 0
+	}
 	sc.setKeys(from)
 	d.Skipped = sc.skippedNames(c)
 	if how.single { // one request: no bucket to share; it does not peek, and may be held
@@ -547,7 +560,12 @@ func later(a, b time.Duration) bool {
 // the deny (Never) or nothing is denied.
 func (sc *scratch) describe(c *compiled, i int32, d *floodgate.Decision) {
 	m := &sc.metas[i]
-	cr := &c.rules[m.rule]
+	var cr *cRule
+	if m.rule >= 0 {
+		cr = &c.rules[m.rule]
+	} else {
+		cr = &c.rls.own // a descriptor's own limit
+	}
 	res := &sc.res[i]
 	b := &sc.all[i]
 	d.Allowed = res.Allowed || m.shadow

@@ -28,6 +28,9 @@ import (
 // '#', ':', '=', '{' or '}', rule names never contain them either, so the
 // format parses back uniquely (keys are injective in the identity) and the
 // first "{...}" of a key, its Redis Cluster hash tag, is always ours.
+// Only a gateway descriptor's entry may have the empty value (see
+// keyBuilder.empty), written as nothing ("{header.x=}"): no other value
+// escapes or hashes to nothing, so that bucket is its own.
 
 const (
 	defaultKeyPrefix = "fg:"
@@ -60,6 +63,30 @@ type keyBuilder struct {
 	// chunk feeds h from a string without converting it to a []byte
 	// (which would allocate: the digest does not take strings).
 	chunk [256]byte
+	// empty holds a bit (1<<Scope) for each scope the request being keyed
+	// has with the empty value (a gateway descriptor's entry "key: ''"),
+	// which keys a bucket of its own, the component written as nothing;
+	// for ScopeHeader, a header in Request.Headers with the empty value.
+	// A service's request never has one: an empty component is missing.
+	empty uint8
+}
+
+// blank reports whether the request has key scope j of rule r with the
+// empty value (see keyBuilder.empty).
+func (kb *keyBuilder) blank(j int, r *cRule, req *floodgate.Request) bool {
+	s := r.key[j]
+	if kb.empty&(1<<s) == 0 {
+		return false
+	}
+	if s != ScopeHeader {
+		return true
+	}
+	for i := range req.Headers {
+		if h := &req.Headers[i]; h.Name == r.keyHeaders[j] && h.Value == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func newKeyBuilder() *keyBuilder { return &keyBuilder{h: sha256.New()} }
@@ -161,18 +188,18 @@ func (kb *keyBuilder) appendValue(b []byte, j int, r *cRule, req *floodgate.Requ
 	switch r.key[j] {
 	case ScopeIP:
 		if !id.IP.IsValid() {
-			return b, false
+			return b, kb.empty != 0 && kb.blank(j, r, req)
 		}
 		return appendEscapedRaw(b, kb.appendIP(kb.ip[:0], normIP(id.IP), r)), true
 	case ScopeAPIKey:
 		if id.APIKey == "" {
-			return b, false
+			return b, kb.empty != 0 && kb.blank(j, r, req)
 		}
 		return kb.appendAPIKey(b, id.APIKey), true
 	}
 	v, ok := r.component(j, req)
 	if !ok {
-		return b, false
+		return b, kb.empty != 0 && kb.blank(j, r, req)
 	}
 	return kb.appendEscaped(b, v), true
 }

@@ -68,6 +68,11 @@ const (
 	PolicyDeny   = "deny"
 )
 
+// PolicyDescriptorLimit is the Decision.Policy of a gateway descriptor
+// decided by its own limit (Descriptor.Limit, Envoy's limit override)
+// instead of a rule. No rule may take this name.
+const PolicyDescriptorLimit = "descriptor-limit"
+
 // Default IP prefix lengths of an ip key scope (Rule.IPv4Prefix,
 // Rule.IPv6Prefix): one IPv4 address, one IPv6 /64, the block a single
 // IPv6 client (a home, a phone, a VM) is commonly given and can rotate

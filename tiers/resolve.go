@@ -9,7 +9,7 @@ import (
 // It holds no pointers, so filling and discarding metas costs no write
 // barriers.
 type meta struct {
-	rule        int32 // index in compiled.rules
+	rule        int32 // index in compiled.rules; -1: a descriptor's own limit (rlsCompiled.own)
 	start, end  int32 // the bucket's key is buf[start:end]; start < 0: prebuilt
 	fromRequest bool  // cost came from Request.Cost
 	multi       bool  // one window of a limit with several: named "<rule>/<period>"
@@ -70,6 +70,11 @@ type scratch struct {
 	targets []*rlsTarget
 	idx     []int32
 	dec     []floodgate.Decision
+	// denies: a limited descriptor of the call matched a Deny target or
+	// has a limit of 0 of its own; gives: one gives back (GiveBack).
+	denies, gives bool
+	// domain is the domain of the call AdmitDescriptors decides.
+	domain string
 }
 
 func newScratch() *scratch {
@@ -99,7 +104,7 @@ func (l *Limiter) release(sc *scratch) {
 	clear(sc.all)
 	clear(sc.part)
 	for i := range sc.items {
-		sc.items[i].req = nil
+		sc.items[i].req, sc.items[i].own = nil, nil
 	}
 	if len(sc.targets) > 0 { // what AdmitDescriptors built
 		clear(sc.req)

@@ -2,11 +2,13 @@ package tiers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/quota"
@@ -35,9 +37,11 @@ type RLSDomain struct {
 //
 // A call's descriptor matches when it has exactly as many entries as
 // Entries and each entry matches the one at its position: same key, and
-// the same value when the RLSEntry names one. Where two descriptors of a
-// domain share a prefix, an entry with a fixed value is preferred to one
-// that takes any value, position by position, without going back
+// the same value when the RLSEntry names one (or a value that starts
+// with its prefix, for a wildcard value "foo*"). Where two descriptors of
+// a domain share a prefix, an entry with a fixed value is preferred to a
+// wildcard (the first listed that matches), and a wildcard to one that
+// takes any value, position by position, without going back
 // (envoyproxy/ratelimit's lookup): so [generic_key=api, user] and
 // [generic_key, tenant] never compete for (generic_key=api, tenant=t).
 type RLSDescriptor struct {
@@ -53,8 +57,21 @@ type RLSDescriptor struct {
 	// match the rule's match. No entry may then fill endpoint.
 	Method string
 	// Unlimited matches the descriptor and limits nothing: Envoy is told
-	// it is within its limit with no limit named.
+	// it is within its limit with no limit named and the most remaining
+	// (envoyproxy/ratelimit's unlimited: true).
 	Unlimited bool
+	// NoLimit matches the descriptor and applies no limit to it, as a
+	// descriptor that matches nothing is answered (envoyproxy/ratelimit's
+	// descriptor with a value but no rate_limit): it keeps a more general
+	// descriptor from matching. It names no rule, method, name or
+	// replaces, and its entries fill nothing.
+	NoLimit bool
+	// Deny, when set, denies the descriptor whatever its cost, charging
+	// nothing (envoyproxy/ratelimit's requests_per_unit: 0): the call is
+	// denied, all or nothing, and no store is asked. A descriptor that
+	// only peeks (a cost of 0 with Peek) is allowed. It names no rule or
+	// method, and needs a Name; its entries fill nothing.
+	Deny *RLSDeny
 	// Name names the descriptor's limit for Replaces and in the
 	// gateway's answer (Envoy's current_limit.name); empty means the
 	// rule's name.
@@ -65,15 +82,33 @@ type RLSDescriptor struct {
 	Replaces []string
 }
 
+// RLSDeny is a descriptor that is always over its limit
+// (RLSDescriptor.Deny): a limit of 0 per Window.
+type RLSDeny struct {
+	// Window is the unit of the limit of 0 the gateway is told
+	// (current_limit), and the window duration_until_reset counts down,
+	// aligned on the Unix epoch as fixed windows are. Positive.
+	Window time.Duration
+	// Shadow reports the descriptor as within its limit, the limit and
+	// 0 remaining still shown (envoyproxy/ratelimit's shadow_mode): it
+	// denies nothing.
+	Shadow bool
+}
+
 // RLSEntry is one entry of a descriptor shape: a key, and either the
 // value it must have or the part of the request its value fills.
 type RLSEntry struct {
 	// Key is the entry's key, as the gateway sends it (remote_address,
 	// generic_key, a request_headers descriptor_key...). Non-empty.
 	Key string
-	// Value, when set, is the value the entry must have to match.
+	// Value, when set, is the value the entry must have to match. A value
+	// ending in '*' is a wildcard: it matches every value that starts
+	// with what precedes the '*' (envoyproxy/ratelimit's wildcard
+	// values). With As, each value it matches keys a bucket of its own;
+	// without, every value it matches shares the descriptor's buckets
+	// (envoyproxy/ratelimit's share_threshold).
 	Value string
-	// As, when set (instead of Value), names what the entry's value
+	// As, when set (instead of a fixed Value), names what the entry's value
 	// fills in the descriptor's request, whatever it is: a key scope of
 	// the rule (ip, user, tenant, api_key, endpoint, or header:<name> for
 	// the rule's header scopes and header matches), or tier (the plan
@@ -81,6 +116,9 @@ type RLSEntry struct {
 	// address, or a network no wider than the rule's ip prefix (Envoy's
 	// masked_remote_address); any other value, or a wider network, keys
 	// no bucket, and the rule then does not apply (Decision.Skipped).
+	// The empty value keys a bucket of its own, whatever the entry fills
+	// (envoyproxy/ratelimit counts it apart from every other value);
+	// for tier it is the default tier.
 	As string
 }
 
@@ -109,6 +147,25 @@ type Descriptor struct {
 	// Peek decides the descriptor without charging it (Envoy's
 	// per-descriptor hits_addend of 0: check only).
 	Peek bool
+	// Limit, when not nil, is the descriptor's own limit (Envoy's limit
+	// override, RateLimitDescriptor.limit): Rate per Period, in a fixed
+	// window aligned on the Unix epoch, instead of what the mapping says.
+	// Its bucket is keyed, as envoyproxy/ratelimit keys its counter, by
+	// the domain, every entry's key and value, and the Period (two
+	// overrides that differ only in Rate count in one bucket, each
+	// judging it by its own Rate); it is not named (Name is empty), and
+	// replaces and is replaced by nothing. The domain must be in the
+	// rls: section. A Rate of 0 always denies, charging nothing. Only
+	// Rate and Period are read: Period in [quota.MinPeriod,
+	// quota.MaxPeriod], Rate in [0, quota.MaxRate].
+	Limit *quota.Limit
+	// GiveBack gives Cost units back to the buckets the descriptor would
+	// be charged (Envoy's is_negative_hits: a request's hits given back
+	// when it ends), through the store's Settle, instead of charging
+	// them: the descriptor is allowed and decides nothing (its Decision
+	// names no Policy). A bucket never holds more than its capacity, and
+	// a fixed window gives back only what its current window holds.
+	GiveBack bool
 }
 
 // DescriptorMatch is how a call's descriptor met the policy's rls:
@@ -129,11 +186,15 @@ const (
 	// DescriptorReplaced: another descriptor of the call replaces its
 	// limit (RLSDescriptor.Replaces); it was not charged.
 	DescriptorReplaced
+	// DescriptorNoLimit: the descriptor matched one with no limit
+	// (RLSDescriptor.NoLimit); it is answered as an unknown one.
+	DescriptorNoLimit
 )
 
-var matchNames = [...]string{"unknown", "limited", "unlimited", "replaced"}
+var matchNames = [...]string{"unknown", "limited", "unlimited", "replaced", "no limit"}
 
-// String returns "unknown", "limited", "unlimited" or "replaced".
+// String returns "unknown", "limited", "unlimited", "replaced" or "no
+// limit".
 func (m DescriptorMatch) String() string {
 	if int(m) < len(matchNames) {
 		return matchNames[m]
@@ -175,13 +236,20 @@ const MaxDescriptors = 64
 // call denied at one descriptor charges no other. The mapping and the
 // rules come from the same policy, so a reload swaps both at once.
 //
+// A descriptor with a limit of its own (Descriptor.Limit) is decided at
+// that limit instead of its mapping's rule, in the same take. A
+// descriptor that matches a deny mapping (RLSDescriptor.Deny), or has a
+// limit of 0 of its own, denies the call before any store is asked. A
+// descriptor that gives back (Descriptor.GiveBack) is settled first, in
+// one Settle, and decides nothing.
+//
 // out (len(out) >= len(ds)) receives each descriptor's decision. A
-// descriptor no mapping matches, an unlimited one and one replaced by
-// another's limit are allowed and charge nothing (Match says which). The
-// returned decision is the call's, as AdmitMany's; an unknown domain
-// allows everything. Errors are AdmitMany's, and a descriptor with a
-// negative Cost or more than MaxDescriptors descriptors deny the call
-// without charging anything.
+// descriptor no mapping matches, an unlimited one, a no_limit one and one
+// replaced by another's limit are allowed and charge nothing (Match says
+// which). The returned decision is the call's, as AdmitMany's; an unknown
+// domain allows everything. Errors are AdmitMany's and a failed give-back's,
+// and a descriptor with a negative Cost or a bad Limit, or more than
+// MaxDescriptors descriptors, deny the call without charging anything.
 func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Descriptor, out []DescriptorDecision) (floodgate.Decision, error) {
 	allow := floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers}
 	switch {
@@ -202,21 +270,38 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 		if ds[i].Cost < 0 {
 			return floodgate.Decision{Stage: floodgate.StageTiers}, fmt.Errorf("%w: descriptors[%d] costs %d", ErrInvalidCost, i, ds[i].Cost)
 		}
+		if lim := ds[i].Limit; lim != nil && (lim.Rate < 0 || lim.Rate > quota.MaxRate || lim.Period < quota.MinPeriod || lim.Period > quota.MaxPeriod) {
+			return floodgate.Decision{Stage: floodgate.StageTiers}, fmt.Errorf("tiers: AdmitDescriptors: descriptors[%d].Limit: %d per %s: want a rate in [0, %d] per a period in [%s, %s]",
+				i, lim.Rate, lim.Period, quota.MaxRate, quota.MinPeriod, quota.MaxPeriod)
+		}
 	}
 	if root == nil {
 		return allow, nil
 	}
 	sc := l.pool.Get().(*scratch)
 	defer l.release(sc)
+	sc.domain = domain
 	if !sc.matchDescriptors(root, ds, out) {
 		return allow, nil
 	}
-	sc.descriptorItems(ds, out)
+	var giveErr error
+	if sc.gives {
+		giveErr = l.giveBackDescriptors(ctx, c, sc, ds, out)
+	}
+	if sc.denies {
+		if k := l.denyDescriptors(sc, ds, out); k >= 0 {
+			return out[k].Decision, giveErr // charging nothing
+		}
+	}
+	sc.descriptorItems(ds, out, false)
+	if len(sc.items) == 0 {
+		return allow, giveErr
+	}
 	sc.dec = grow(sc.dec, len(sc.items))
 	var d floodgate.Decision
 	_, err := l.run(ctx, c, sc, sc.dec, &d, call{})
 	for i := range ds {
-		if out[i].Match != DescriptorLimited {
+		if !sc.byTake(i, ds, out) || ds[i].GiveBack {
 			continue
 		}
 		k := sc.idx[i]
@@ -227,7 +312,63 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 			out[i].Bucket = sc.all[b].Limit
 		}
 	}
+	if giveErr != nil {
+		err = errors.Join(giveErr, err)
+	}
 	return d, err
+}
+
+// byTake reports whether descriptor i is decided by a take (or given back):
+// limited, and not denied by its mapping or a limit of 0.
+func (sc *scratch) byTake(i int, ds []Descriptor, out []DescriptorDecision) bool {
+	if out[i].Match != DescriptorLimited {
+		return false
+	}
+	if lim := ds[i].Limit; lim != nil {
+		return lim.Rate > 0
+	}
+	return sc.targets[i].deny == nil
+}
+
+// giveBackDescriptors gives the units of the descriptors with GiveBack
+// back to the buckets they would be charged, in one Settle.
+func (l *Limiter) giveBackDescriptors(ctx context.Context, c *compiled, sc *scratch, ds []Descriptor, out []DescriptorDecision) error {
+	sc.descriptorItems(ds, out, true)
+	if len(sc.items) == 0 {
+		return nil
+	}
+	for i := range ds {
+		if sc.byTake(i, ds, out) && ds[i].GiveBack {
+			out[i].Request = *sc.items[sc.idx[i]].req
+			out[i].Request.Headers = nil
+		}
+	}
+	if l.sh.settler == nil {
+		return errors.New("tiers: AdmitDescriptors: the store cannot give units back (it is not a quota.Settler): nothing given back")
+	}
+	sc.dec = grow(sc.dec, len(sc.items))
+	sc.reset()
+	sc.gather(c, sc.dec, call{}) // a listed address has no bucket to give back to
+	n := 0
+	for i := range sc.all {
+		if sc.all[i].Cost > 0 {
+			sc.all[n] = sc.all[i]
+			sc.all[n].Cost = -sc.all[i].Cost
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sh.timeout)
+	err := l.sh.settler.Settle(sctx, sc.all[:n], nil)
+	cancel()
+	if err != nil {
+		l.sh.failed.Add(1)
+		return fmt.Errorf("tiers: AdmitDescriptors: giving units back: %w", err)
+	}
+	l.sh.settled.Add(1)
+	return nil
 }
 
 // matchDescriptors looks up each descriptor's target under root (into
@@ -238,9 +379,18 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 	targets := sc.targets
 	replacing := false
 	for i := range ds {
+		if ds[i].Limit != nil { // its own limit, whatever the mapping says
+			targets[i] = nil
+			out[i].Match = DescriptorLimited
+			continue
+		}
 		t := root.lookup(ds[i].Entries)
 		targets[i] = t
 		if t == nil {
+			continue
+		}
+		if t.noLimit {
+			out[i].Match = DescriptorNoLimit
 			continue
 		}
 		out[i].Name = t.name
@@ -251,9 +401,16 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 		replacing = replacing || len(t.replaces) > 0
 	}
 	limited := false
+	sc.denies, sc.gives = false, false
 	for i := range ds {
 		t := targets[i]
-		if t == nil || out[i].Match != DescriptorLimited {
+		if out[i].Match != DescriptorLimited {
+			continue
+		}
+		if t == nil { // its own limit
+			limited = true
+			sc.denies = sc.denies || ds[i].Limit.Rate == 0
+			sc.gives = sc.gives || ds[i].GiveBack && ds[i].Limit.Rate > 0
 			continue
 		}
 		for j := range ds {
@@ -266,19 +423,55 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 			}
 		}
 		limited = limited || out[i].Match == DescriptorLimited
+		sc.denies = sc.denies || out[i].Match == DescriptorLimited && t.deny != nil
+		sc.gives = sc.gives || out[i].Match == DescriptorLimited && t.deny == nil && ds[i].GiveBack
 	}
 	return limited
 }
 
-// descriptorItems builds, for each limited descriptor, its request (in
-// sc.req, headers in sc.hdrs, both sized first so the pointers taken into
-// them stay valid) and the engine's item limited to its rule (sc.items;
-// sc.idx maps a descriptor to its item).
-func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
+// denyDescriptors decides the limited descriptors whose target denies
+// (RLSDescriptor.Deny) into out, and returns the first that denies the
+// call, or -1.
+func (l *Limiter) denyDescriptors(sc *scratch, ds []Descriptor, out []DescriptorDecision) int {
+	first := -1
+	now := l.sh.clock.Now().UnixNano()
+	for i := range ds {
+		if out[i].Match != DescriptorLimited || sc.byTake(i, ds, out) || ds[i].GiveBack {
+			continue // a give-back never denies
+		}
+		t := sc.targets[i]
+		deny, name, method := RLSDeny{}, PolicyDescriptorLimit, ""
+		if t != nil {
+			deny, name, method = *t.deny, t.name, t.method
+		} else { // its own limit of 0
+			deny.Window = ds[i].Limit.Period
+		}
+		w := int64(deny.Window)
+		d := &out[i].Decision
+		*d = floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourcePolicy, Policy: name, Window: deny.Window,
+			Reset: time.Duration(w - now%w), Allowed: ds[i].Peek || deny.Shadow, Shadow: deny.Shadow && !ds[i].Peek}
+		out[i].Bucket = quota.Limit{Period: deny.Window}
+		out[i].Request = floodgate.Request{Method: method, Cost: ds[i].Cost}
+		if !d.Allowed && first < 0 {
+			first = i
+		}
+	}
+	return first
+}
+
+// descriptorItems builds, for each limited descriptor that a take
+// decides and that gives back (give) or not, its request (in sc.req,
+// headers in sc.hdrs, both sized first so the pointers taken into them
+// stay valid) and the engine's item limited to its rule or its own limit
+// (sc.items; sc.idx maps a descriptor to its item).
+func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision, give bool) {
 	nreq, nhdr := 0, 0
 	for i := range ds {
-		if out[i].Match == DescriptorLimited {
+		if sc.byTake(i, ds, out) && ds[i].GiveBack == give {
 			nreq++
+			if sc.targets[i] == nil {
+				continue
+			}
 			for _, f := range sc.targets[i].fills {
 				if f.scope == ScopeHeader {
 					nhdr++
@@ -291,22 +484,32 @@ func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
 	sc.items = sc.items[:0]
 	sc.idx = grow(sc.idx, len(ds))
 	for i := range ds {
-		if out[i].Match != DescriptorLimited {
+		if !sc.byTake(i, ds, out) || ds[i].GiveBack != give {
 			continue
 		}
 		t := sc.targets[i]
 		r := &sc.req[len(sc.items)]
+		if t == nil { // its own limit
+			*r = floodgate.Request{Cost: ds[i].Cost}
+			sc.idx[i] = int32(len(sc.items))
+			sc.items = append(sc.items, callItem{req: r, rule: -1, peek: ds[i].Peek, own: &ds[i]})
+			continue
+		}
 		*r = floodgate.Request{Method: t.method, Cost: ds[i].Cost}
 		h0 := len(sc.hdrs)
+		var empty uint8
 		for _, f := range t.fills {
 			v := ds[i].Entries[f.entry].Value
 			switch {
 			case f.kind == fillTier:
 				r.Tier = v
-			case f.scope == ScopeHeader:
-				if v != "" {
-					sc.hdrs = append(sc.hdrs, floodgate.Header{Name: f.header, Value: v})
+			case v == "": // keys a bucket of its own, as envoyproxy/ratelimit counts "key_" apart
+				empty |= 1 << f.scope
+				if f.scope == ScopeHeader {
+					sc.hdrs = append(sc.hdrs, floodgate.Header{Name: f.header})
 				}
+			case f.scope == ScopeHeader:
+				sc.hdrs = append(sc.hdrs, floodgate.Header{Name: f.header, Value: v})
 			default:
 				t.fill(r, f.scope, v)
 			}
@@ -315,7 +518,7 @@ func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision) {
 			r.Headers = sc.hdrs[h0:len(sc.hdrs):len(sc.hdrs)]
 		}
 		sc.idx[i] = int32(len(sc.items))
-		sc.items = append(sc.items, callItem{req: r, rule: t.ruleIdx, peek: ds[i].Peek})
+		sc.items = append(sc.items, callItem{req: r, rule: t.ruleIdx, peek: ds[i].Peek, empty: empty})
 	}
 }
 
@@ -369,4 +572,35 @@ func (t *rlsTarget) ipOf(v string) netip.Addr {
 		return netip.Addr{}
 	}
 	return a
+}
+
+// resolveOwn appends to sc.metas and sc.all the one bucket of item it, a
+// descriptor with a limit of its own (Descriptor.Limit), its key built in
+// sc.buf: "<prefix>{rls:<domain>:<key0>=<value0>[:<keyI>=<valueI>]...}:fixed_window:<period>",
+// every domain, key and value escaped or hashed as identity components
+// are (the empty value written as nothing), so it parses back uniquely
+// and is no rule's key (a rule's first "{...}" holds no ':').
+func (sc *scratch) resolveOwn(c *compiled, it *callItem) {
+	sc.buf = sc.buf[:0]
+	sc.skipped = sc.skipped[:0]
+	cr := &c.rls.own
+	d := it.own
+	start := len(sc.buf)
+	sc.buf = append(sc.buf, cr.prefix...)
+	sc.buf = append(sc.buf, "{rls:"...)
+	sc.buf = sc.kb.appendEscaped(sc.buf, sc.domain)
+	for _, e := range d.Entries {
+		sc.buf = append(sc.buf, ':')
+		sc.buf = sc.kb.appendEscaped(sc.buf, e.Key)
+		sc.buf = append(sc.buf, '=')
+		sc.buf = sc.kb.appendEscaped(sc.buf, e.Value)
+	}
+	sc.buf = append(sc.buf, "}:fixed_window:"...)
+	sc.buf = append(sc.buf, shortDuration(d.Limit.Period)...)
+	cost, fromRequest := it.req.Cost, true
+	if cost == 0 {
+		cost, fromRequest = 1, false
+	}
+	sc.metas = append(sc.metas, meta{rule: -1, start: int32(start), end: int32(len(sc.buf)), fromRequest: fromRequest, shadow: cr.shadow})
+	sc.addBucket("", quota.Limit{Algorithm: quota.FixedWindow, Rate: d.Limit.Rate, Period: d.Limit.Period}, cost, cr)
 }

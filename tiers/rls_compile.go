@@ -32,6 +32,8 @@ type rlsTarget struct {
 	name      string
 	method    string
 	unlimited bool
+	noLimit   bool
+	deny      *RLSDeny
 	replaces  []string
 	fills     []rlsFill
 	// ip4, ip6 are the rule's ip prefix lengths: a network value no
@@ -42,12 +44,25 @@ type rlsTarget struct {
 type rlsKV struct{ key, value string }
 
 // rlsNode is a node of a domain's lookup tree: its children by key and
-// value, and by key alone (any value), and the target of a descriptor
-// that ends here.
+// value, by key and value prefix (wildcards, in the order listed), and by
+// key alone (any value), and the target of a descriptor that ends here.
 type rlsNode struct {
 	byValue map[rlsKV]*rlsNode
+	wild    []rlsWild
 	byKey   map[string]*rlsNode
 	target  *rlsTarget
+}
+
+// rlsWild is the child of a node for a wildcard value: key, and the
+// prefix values must start with.
+type rlsWild struct {
+	key, prefix string
+	next        *rlsNode
+}
+
+// wildcard returns the prefix of a wildcard value ("foo*": "foo").
+func wildcard(v string) (string, bool) {
+	return strings.CutSuffix(v, "*")
 }
 
 // rlsCompiled is the compiled rls: section, and the rules by name.
@@ -55,13 +70,16 @@ type rlsCompiled struct {
 	domains   map[string]*rlsNode
 	targets   []*rlsTarget
 	ruleIndex map[string]int32
+	// own is the rule, in no rule list, that the buckets of descriptors'
+	// own limits (Descriptor.Limit) are decided as.
+	own cRule
 }
 
 // compileRLS checks p.RLS against the policy's rules (byName, before the
 // rules are sorted) and stores its lookup trees in c.rls. Errors go to
 // rep.
 func compileRLS(rep *reporter, p *Policy, byName map[string]*cRule, c *compiled) {
-	rc := &rlsCompiled{}
+	rc := &rlsCompiled{own: cRule{name: PolicyDescriptorLimit, index: -1, shadow: p.Shadow}}
 	c.rls = rc
 	if len(p.RLS) == 0 {
 		return
@@ -107,7 +125,7 @@ func (rc *rlsCompiled) bind(rules []cRule) {
 		rc.ruleIndex[rules[i].name] = int32(i)
 	}
 	for _, t := range rc.targets {
-		if !t.unlimited {
+		if !t.unlimited && !t.noLimit {
 			t.ruleIdx = rc.ruleIndex[t.rule]
 		}
 	}
@@ -118,7 +136,17 @@ func (rc *rlsCompiled) bind(rules []cRule) {
 func (n *rlsNode) insert(entries []RLSEntry, t *rlsTarget) *rlsTarget {
 	for _, e := range entries {
 		var next *rlsNode
-		if e.Value != "" {
+		if prefix, ok := wildcard(e.Value); ok {
+			for _, w := range n.wild {
+				if w.key == e.Key && w.prefix == prefix {
+					next = w.next
+				}
+			}
+			if next == nil {
+				next = &rlsNode{}
+				n.wild = append(n.wild, rlsWild{key: e.Key, prefix: prefix, next: next})
+			}
+		} else if e.Value != "" {
 			if n.byValue == nil {
 				n.byValue = map[rlsKV]*rlsNode{}
 			}
@@ -154,6 +182,11 @@ func (n *rlsNode) lookup(entries []DescriptorEntry) *rlsTarget {
 		var next *rlsNode
 		if n.byValue != nil {
 			next = n.byValue[rlsKV{e.Key, e.Value}]
+		}
+		for i := 0; next == nil && i < len(n.wild); i++ {
+			if w := &n.wild[i]; w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
+				next = w.next
+			}
 		}
 		if next == nil && n.byKey != nil {
 			next = n.byKey[e.Key]
@@ -192,7 +225,12 @@ func parseAs(s string) (rlsFill, error) {
 // unusable (its errors are reported).
 func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName map[string]*cRule) *rlsTarget {
 	ok := true
-	t := &rlsTarget{path: dp, rule: d.Rule, name: d.Name, method: d.Method, unlimited: d.Unlimited, replaces: slices.Clone(d.Replaces)}
+	t := &rlsTarget{path: dp, rule: d.Rule, name: d.Name, method: d.Method, unlimited: d.Unlimited, noLimit: d.NoLimit, replaces: slices.Clone(d.Replaces)}
+	if d.Deny != nil {
+		deny := *d.Deny
+		t.deny = &deny
+	}
+	free := d.Unlimited || d.NoLimit || d.Deny != nil // charges nothing: its values fill nothing
 	switch {
 	case len(d.Entries) == 0:
 		rep.add(dp+".entries", "list at least one entry")
@@ -207,15 +245,16 @@ func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName
 			rep.add(ep+".key", "required")
 			ok = false
 		}
+		_, wild := wildcard(e.Value)
 		switch {
-		case e.Value != "" && e.As != "":
-			rep.add(ep, "set value (the value it must have) or as (what its value fills), not both")
+		case e.Value != "" && e.As != "" && !wild:
+			rep.add(ep, "set value (the value it must have) or as (what its value fills), not both; a wildcard value (foo*) may have both")
 			ok = false
-		case e.Value == "" && e.As == "" && !d.Unlimited:
+		case e.Value == "" && e.As == "" && !free:
 			rep.add(ep, "matches any value but keys none: envoyproxy/ratelimit counts each value apart; say what the value fills with as (ip, user, tenant, api_key, endpoint, header:<name>, tier), or match a fixed value")
 			ok = false
-		case e.As != "" && d.Unlimited:
-			rep.add(ep+".as", "an unlimited descriptor charges nothing, so its values fill nothing: remove as")
+		case e.As != "" && free:
+			rep.add(ep+".as", "an unlimited, no_limit or deny descriptor charges nothing, so its values fill nothing: remove as")
 			ok = false
 		case e.As != "":
 			f, err := parseAs(e.As)
@@ -237,6 +276,37 @@ func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName
 	if d.Name != "" && !printable(d.Name) {
 		rep.addf(dp+".name", "%q must be printable ASCII", d.Name)
 		ok = false
+	}
+	if d.Deny != nil {
+		switch {
+		case d.Unlimited || d.NoLimit || d.Rule != "" || d.Method != "":
+			rep.add(dp+".deny", "a deny descriptor is not unlimited or no_limit and names no rule or method")
+			ok = false
+		case d.Name == "":
+			rep.add(dp+".name", "required for a deny descriptor: the name of its limit of 0")
+			ok = false
+		case slices.Contains(d.Replaces, d.Name):
+			rep.add(dp+".replaces", "a limit cannot replace itself")
+			ok = false
+		}
+		if d.Deny.Window <= 0 {
+			rep.addf(dp+".deny.window", "%s: want a positive duration such as 1m", d.Deny.Window)
+			ok = false
+		}
+		if !ok {
+			return nil
+		}
+		return t
+	}
+	if d.NoLimit {
+		if d.Unlimited || d.Rule != "" || d.Method != "" || d.Name != "" || len(d.Replaces) > 0 {
+			rep.add(dp+".no_limit", "a no_limit descriptor has no limit: it is not unlimited and names no rule, method, name or replaces")
+			return nil
+		}
+		if !ok {
+			return nil
+		}
+		return t
 	}
 	if d.Unlimited {
 		if d.Rule != "" || d.Method != "" {

@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"strconv"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -19,6 +20,11 @@ import (
 //	        method: /auth.v1.Auth/Login
 //	      - entries: [{key: generic_key, value: health}]
 //	        unlimited: true
+//	      - entries: [{key: generic_key, value: status}]
+//	        no_limit: true
+//	      - entries: [{key: path, value: "/admin*"}]
+//	        deny: {window: 1m}
+//	        name: admin
 //
 // Errors name the field path and line like the rest of the loader.
 
@@ -88,6 +94,28 @@ func (d *decoder) rlsDescriptor(n *yaml.Node, path string, r *RLSDescriptor) {
 			r.Method, _ = d.str(v, fp)
 		case "unlimited":
 			r.Unlimited = d.boolean(v, fp)
+		case "no_limit":
+			r.NoLimit = d.boolean(v, fp)
+		case "deny":
+			r.Deny = &RLSDeny{}
+			d.fields(v, fp, func(dk string, dv *yaml.Node, dfp string) bool {
+				switch dk {
+				case "window":
+					if s, ok := d.str(dv, dfp); ok {
+						w, err := time.ParseDuration(s)
+						if err != nil || w <= 0 {
+							d.fail(dfp, dv, "%q is not a positive duration such as 1m", s)
+						} else {
+							r.Deny.Window = w
+						}
+					}
+				case "shadow":
+					r.Deny.Shadow = d.boolean(dv, dfp)
+				default:
+					return false
+				}
+				return true
+			})
 		case "name":
 			r.Name, _ = d.str(v, fp)
 		case "replaces":

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
@@ -364,4 +365,114 @@ func FuzzRLSDescriptorValues(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A no_limit descriptor is matched, charged nowhere and answered as an
+// unknown one; it names nothing else.
+func TestRLSNoLimit(t *testing.T) {
+	_, err := tiers.Load([]byte(`
+rules: [{name: per-ip, key: [ip], rate: 1/1m}]
+rls:
+  - domain: edge
+    descriptors:
+      - {entries: [{key: generic_key, value: status}], no_limit: true, rule: per-ip}
+`))
+	if err == nil || !strings.Contains(err.Error(), "no_limit") {
+		t.Fatalf("no_limit with a rule: %v", err)
+	}
+}
+
+// Wildcard values match by prefix, after a fixed value and before any
+// value; a deny descriptor needs a name and a window, and no rule.
+func TestRLSWildcardAndDeny(t *testing.T) {
+	p, err := tiers.Load([]byte(`
+rules:
+  - {name: per-path, key: ["header:path"], rate: 1/1m, algorithm: fixed_window}
+  - {name: shared, rate: 1/1m, algorithm: fixed_window}
+rls:
+  - domain: edge
+    descriptors:
+      - {entries: [{key: path, value: "/api/*", as: "header:path"}], rule: per-path}
+      - {entries: [{key: path, value: "/s/*"}], rule: shared}
+      - {entries: [{key: path, value: "/api/x"}], no_limit: true}
+      - {entries: [{key: path, value: "/deny*"}], deny: {window: 1m}, name: nope}
+      - {entries: [{key: path}], unlimited: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tiers.NewLimiter(store, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(path string) (bool, tiers.DescriptorDecision) {
+		out := make([]tiers.DescriptorDecision, 1)
+		d, err := l.AdmitDescriptors(context.Background(), "edge", []tiers.Descriptor{{Entries: []tiers.DescriptorEntry{{Key: "path", Value: path}}}}, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed, out[0]
+	}
+	for _, c := range []struct {
+		path    string
+		allowed bool
+		match   tiers.DescriptorMatch
+		policy  string
+	}{
+		{"/api/a", true, tiers.DescriptorLimited, "per-path"},
+		{"/api/a", false, tiers.DescriptorLimited, "per-path"},
+		{"/api/b", true, tiers.DescriptorLimited, "per-path"},
+		{"/api/x", true, tiers.DescriptorNoLimit, ""},
+		{"/s/a", true, tiers.DescriptorLimited, "shared"},
+		{"/s/b", false, tiers.DescriptorLimited, "shared"},
+		{"/deny/me", false, tiers.DescriptorLimited, "nope"},
+		{"/other", true, tiers.DescriptorUnlimited, ""},
+	} {
+		allowed, dd := call(c.path)
+		if allowed != c.allowed || dd.Match != c.match || dd.Decision.Policy != c.policy {
+			t.Fatalf("%s: allowed %v, match %v, policy %q; want %v, %v, %q", c.path, allowed, dd.Match, dd.Decision.Policy, c.allowed, c.match, c.policy)
+		}
+	}
+	for _, bad := range []string{
+		`{entries: [{key: k, value: v}], deny: {window: 1m}}`,
+		`{entries: [{key: k, value: v}], deny: {window: 1m}, name: n, rule: r}`,
+		`{entries: [{key: k, value: v}], deny: {}, name: n}`,
+	} {
+		if _, err := tiers.Load([]byte("rules: [{name: r, rate: 1/1m}]\nrls: [{domain: d, descriptors: [" + bad + "]}]\n")); err == nil {
+			t.Errorf("%s: loaded", bad)
+		}
+	}
+}
+
+// takeOnly hides a store's Settle.
+type takeOnly struct{ quota.Store }
+
+// A descriptor that gives back over a store that cannot settle gives
+// nothing back and says so; the call is still decided.
+func TestRLSGiveBackNeedsSettler(t *testing.T) {
+	p, err := tiers.Load([]byte(`
+rules: [{name: per-user, key: [user], rate: 5/1m, algorithm: fixed_window}]
+rls: [{domain: edge, descriptors: [{entries: [{key: user, as: user}], rule: per-user}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tiers.NewLimiter(takeOnly{store}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]tiers.DescriptorDecision, 2)
+	ds := []tiers.Descriptor{{Entries: []tiers.DescriptorEntry{{Key: "user", Value: "bob"}}, Cost: 1, GiveBack: true}, {Entries: []tiers.DescriptorEntry{{Key: "user", Value: "ann"}}, Cost: 1}}
+	d, err := l.AdmitDescriptors(context.Background(), "edge", ds, out)
+	if err == nil || !strings.Contains(err.Error(), "cannot give units back") || !d.Allowed || out[1].Decision.Remaining != 4 {
+		t.Fatalf("%+v, %v", d, err)
+	}
 }

@@ -21,7 +21,13 @@
 //     in fixed windows aligned on the Unix epoch, and so does floodgate;
 //   - a level with a value is matched as that value; a level without one
 //     matches any value and keys the rule on it, so that each value has a
-//     bucket of its own as each has a counter in envoyproxy/ratelimit.
+//     bucket of its own as each has a counter in envoyproxy/ratelimit. A
+//     wildcard value ("/api/*": every value with that prefix, a fixed
+//     value preferred to it, as there) keys the rule on the value too,
+//     unless share_threshold: then every value it matches shares one
+//     bucket, as they share one counter there. A '*' before the end of a
+//     value is an error (envoyproxy/ratelimit's versions read it
+//     differently);
 //     Its scope is the descriptor key's entry in Options.As, else ip for
 //     remote_address, else header:<key> (masked_remote_address too: Envoy
 //     sends a network, which envoyproxy/ratelimit counts per value; a key
@@ -34,19 +40,25 @@
 //     128 does too): the one deliberate difference, stated in the output;
 //   - shadow_mode is the rule's shadow; rate_limit's name and replaces
 //     are the descriptor's name and replaces; unlimited: true is an
-//     unlimited descriptor;
+//     unlimited descriptor; a value with no rate_limit and nothing below
+//     it is a no_limit descriptor (matched, and limited nowhere);
+//     requests_per_unit 0 is a deny descriptor (always over its limit of
+//     0 per unit, shadow_mode included), with no rule;
+//   - with Options.MergeDomains, a domain given in several files is one
+//     domain (MERGE_DOMAIN_CONFIG); without, it is an error;
 //   - with Options.Consistency leased or async, every rule has that
 //     consistency and the algorithm token_bucket instead (the local-first
 //     modes need one): N per unit becomes a bucket of N refilling N per
 //     unit, stated in the output.
 //
 // What it cannot honour is an error naming the file, line and field, never
-// a silent default: wildcard values (a value ending in '*') and
-// share_threshold, quota_mode, requests_per_unit 0 (deny everything; use
-// the policy's deny list), an unknown unit or field, a domain given twice.
-// detailed_metric and value_to_metric only shape envoyproxy/ratelimit's
-// statistics; they are errors too unless Options.IgnoreMetricOptions
-// drops them (floodgate's metrics are per rule and never carry values).
+// a silent default: quota_mode, share_threshold without a wildcard, a
+// '*' inside a value, an unknown unit or field, a domain given twice
+// without MergeDomains. detailed_metric and value_to_metric only shape
+// envoyproxy/ratelimit's statistics: they are accepted, and the output
+// carries a warning (WarningPrefix) saying what floodgate reports instead
+// (decisions per rule, never a value in a metric), unless
+// Options.IgnoreMetricOptions.
 // The output is loaded with tiers.Load before it is returned, so it is a
 // valid policy.
 package translate
@@ -65,6 +77,11 @@ import (
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
+// WarningPrefix starts each line of a translation that warns of what it
+// accepted but does differently (a YAML comment): the command prints
+// these lines to its standard error too.
+const WarningPrefix = "# warning: "
+
 // File is one envoyproxy/ratelimit configuration file.
 type File struct {
 	// Name names the file in errors.
@@ -80,8 +97,14 @@ type Options struct {
 	// fill ip (remote_address) or header:<key>.
 	As map[string]string
 	// IgnoreMetricOptions drops detailed_metric and value_to_metric
-	// instead of refusing them.
+	// silently; without it the output carries a warning (a "# warning:"
+	// comment) saying what floodgate reports instead.
 	IgnoreMetricOptions bool
+	// MergeDomains merges the descriptors of a domain given in several
+	// files into one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG);
+	// without it a domain given twice is an error. Two files listing the
+	// same key and value at the top of one domain are an error either way.
+	MergeDomains bool
 	// Consistency is where every rule's decisions are made: "" or "exact"
 	// (fixed windows decided in the store on every call, as
 	// envoyproxy/ratelimit decides them), "leased" or "async" (decided
@@ -177,14 +200,19 @@ type origin struct {
 }
 
 type translator struct {
-	opts    Options
-	errs    []error
-	rules   []outRule
-	domains map[string]origin
-	order   []string // domains in input order
-	mapping map[string][]outDescriptor
-	names   map[string]origin
-	scopeOK map[string]error
+	opts Options
+	errs []error
+	// top holds, per domain, the top-level descriptors seen (by key and
+	// value: where), so that merged files cannot list one twice.
+	top map[string]map[level]origin
+	// warnings are the output's "# warning:" lines.
+	warnings []string
+	rules    []outRule
+	domains  map[string]origin
+	order    []string // domains in input order
+	mapping  map[string][]outDescriptor
+	names    map[string]origin
+	scopeOK  map[string]error
 	// usesIP: a rule is keyed on ip (the output says how IPv6 is keyed).
 	usesIP bool
 	// metricsDropped lists the metric options dropped, for the output's
@@ -212,8 +240,15 @@ type outDescriptor struct {
 	Entries   []outEntry `yaml:"entries,flow"`
 	Rule      string     `yaml:"rule,omitempty"`
 	Unlimited bool       `yaml:"unlimited,omitempty"`
+	NoLimit   bool       `yaml:"no_limit,omitempty"`
+	Deny      *outDeny   `yaml:"deny,omitempty,flow"`
 	Name      string     `yaml:"name,omitempty"`
 	Replaces  []string   `yaml:"replaces,omitempty,flow"`
+}
+
+type outDeny struct {
+	Window string `yaml:"window"`
+	Shadow bool   `yaml:"shadow,omitempty"`
 }
 
 type outDomain struct {
@@ -272,12 +307,13 @@ func (t *translator) file(f File) {
 		}
 		return
 	}
-	if prev, dup := t.domains[domain]; dup {
-		t.fail(f.Name, domainNode, "domain", "%q is already the domain of %s:%d", domain, prev.file, prev.line)
+	if prev, dup := t.domains[domain]; dup && !t.opts.MergeDomains {
+		t.fail(f.Name, domainNode, "domain", "%q is already the domain of %s:%d (merge them with -merge-domains, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does)", domain, prev.file, prev.line)
 		return
+	} else if !dup {
+		t.domains[domain] = origin{file: f.Name, line: domainNode.Line}
+		t.order = append(t.order, domain)
 	}
-	t.domains[domain] = origin{file: f.Name, line: domainNode.Line}
-	t.order = append(t.order, domain)
 	if t.mapping == nil {
 		t.mapping = map[string][]outDescriptor{}
 	}
@@ -336,6 +372,9 @@ func (t *translator) boolean(file string, n *yaml.Node, path string) bool {
 type level struct {
 	key, value string
 	path       string // of its key field
+	// share: a wildcard value whose values share one bucket
+	// (share_threshold).
+	share bool
 }
 
 // descriptors translates a list of descriptors under the given path
@@ -345,7 +384,16 @@ func (t *translator) descriptors(file, domain string, n *yaml.Node, path, stat s
 		t.fail(file, n, path, "must be a list")
 		return
 	}
-	seen := map[level]int{} // the descriptors of this list, by key and value: line
+	seen := map[level]origin{} // the descriptors of this list, by key and value
+	if len(levels) == 0 {      // the top of a domain, which merged files share
+		if t.top == nil {
+			t.top = map[string]map[level]origin{}
+		}
+		if t.top[domain] == nil {
+			t.top[domain] = seen
+		}
+		seen = t.top[domain]
+	}
 	for i, dn := range n.Content {
 		dp := path + "[" + strconv.Itoa(i) + "]"
 		if dn.Kind != yaml.MappingNode {
@@ -357,6 +405,8 @@ func (t *translator) descriptors(file, domain string, n *yaml.Node, path, stat s
 			keyNode          *yaml.Node
 			rl, sub          *yaml.Node
 			shadow, hasValue bool
+			share            bool
+			shareNode        *yaml.Node
 		)
 		t.fields(file, dn, dp, func(k string, kn, v *yaml.Node, p string) bool {
 			switch k {
@@ -365,8 +415,8 @@ func (t *translator) descriptors(file, domain string, n *yaml.Node, path, stat s
 				keyNode = v
 			case "value":
 				value, hasValue = t.str(file, v, p)
-				if hasValue && strings.HasSuffix(value, "*") {
-					t.fail(file, v, p, "%q is a wildcard value (a prefix match): floodgate matches whole values; list the values, or leave value out to key on every value", value)
+				if i := strings.IndexByte(value, '*'); hasValue && i >= 0 && i != len(value)-1 {
+					t.fail(file, v, p, "%q has a '*' before its end: floodgate's wildcards are prefixes (foo*), and envoyproxy/ratelimit reads a '*' inside a value differently from one version to the next", value)
 				}
 			case "rate_limit":
 				rl = v
@@ -379,15 +429,12 @@ func (t *translator) descriptors(file, domain string, n *yaml.Node, path, stat s
 					t.fail(file, kn, p, "quota mode is not supported: floodgate has no quota-mode responses")
 				}
 			case "share_threshold":
-				if t.boolean(file, v, p) {
-					t.fail(file, kn, p, "share_threshold (one counter for every value of a wildcard) is not supported")
-				}
+				share, shareNode = t.boolean(file, v, p), kn
 			case "detailed_metric", "value_to_metric":
 				if t.boolean(file, v, p) {
+					t.metricsDropped = append(t.metricsDropped, fmt.Sprintf("%s:%d %s", file, kn.Line, p))
 					if !t.opts.IgnoreMetricOptions {
-						t.fail(file, kn, p, "%s names envoyproxy/ratelimit's statistics by value; floodgate's metrics are per rule and never carry values (drop it with -ignore-metric-options)", k)
-					} else {
-						t.metricsDropped = append(t.metricsDropped, fmt.Sprintf("%s:%d %s", file, kn.Line, p))
+						t.warnings = append(t.warnings, fmt.Sprintf("%s:%d: %s: %s only names envoyproxy/ratelimit's statistics after descriptor values; floodgate counts decisions per rule (floodgate.decisions by floodgate.policy, the rule named after the descriptor's path) and never puts a value in a metric", file, kn.Line, p, k))
 					}
 				}
 			default:
@@ -409,11 +456,22 @@ func (t *translator) descriptors(file, domain string, n *yaml.Node, path, stat s
 			lv.value = value
 			name += "_" + value
 		}
+		if share {
+			if !strings.HasSuffix(lv.value, "*") {
+				t.fail(file, shareNode, dp+".share_threshold", "only a wildcard value (foo*) can share its limit, as in envoyproxy/ratelimit")
+				continue
+			}
+			lv.share = true
+		}
 		if first, dup := seen[level{key: lv.key, value: lv.value}]; dup {
-			t.fail(file, keyNode, dp, "the same key and value as the descriptor at line %d", first)
+			where := "line " + strconv.Itoa(first.line)
+			if first.file != file {
+				where = first.file + ":" + strconv.Itoa(first.line)
+			}
+			t.fail(file, keyNode, dp, "the same key and value as the descriptor at %s", where)
 			continue
 		}
-		seen[level{key: lv.key, value: lv.value}] = keyNode.Line
+		seen[level{key: lv.key, value: lv.value}] = origin{file: file, line: keyNode.Line}
 		lvs := append(append([]level(nil), levels...), lv)
 		kns := append(append([]*yaml.Node(nil), keyNodes...), keyNode)
 		switch {
@@ -424,8 +482,10 @@ func (t *translator) descriptors(file, domain string, n *yaml.Node, path, stat s
 		case sub == nil && lv.value != "":
 			// A value with no limit and nothing below: envoyproxy/ratelimit
 			// matches it and stops there, so that value is not limited,
-			// whatever its key's any-value sibling says.
-			od := outDescriptor{Name: sanitize(name), Unlimited: true}
+			// whatever its key's any-value sibling says, and is answered as
+			// a descriptor with no limit (limit_remaining 0, not unlimited's
+			// 4294967295).
+			od := outDescriptor{NoLimit: true}
 			for _, l := range lvs {
 				od.Entries = append(od.Entries, outEntry{Key: l.key, Value: l.value})
 			}
@@ -474,7 +534,7 @@ func (t *translator) rateLimit(file, domain string, n *yaml.Node, path, name str
 		return true
 	})
 	od := outDescriptor{Name: limName, Replaces: replaces}
-	entries, ok := t.entries(file, levels, keyNodes, unlimited)
+	entries, ok := t.entries(file, levels, keyNodes, unlimited || rpuNode != nil && rpu == 0)
 	if !ok {
 		return
 	}
@@ -503,8 +563,12 @@ func (t *translator) rateLimit(file, domain string, n *yaml.Node, path, name str
 	case rpuNode == nil:
 		t.fail(file, n, path+".requests_per_unit", "required")
 		return
-	case rpu == 0:
-		t.fail(file, rpuNode, path+".requests_per_unit", "0 (deny every request) has no rate in floodgate: list the clients in the policy's deny list instead")
+	case rpu == 0: // always over the limit: a deny descriptor, no rule
+		if od.Name == "" {
+			od.Name = name
+		}
+		od.Deny = &outDeny{Window: period, Shadow: shadow}
+		t.mapping[domain] = append(t.mapping[domain], od)
 		return
 	case rpu > quota.MaxRate:
 		t.fail(file, rpuNode, path+".requests_per_unit", "%d is above floodgate's largest rate, %d", rpu, quota.MaxRate)
@@ -565,15 +629,17 @@ func (t *translator) replaces(file string, v *yaml.Node, p, limName string) []st
 }
 
 // entries maps a descriptor's levels to the mapping's entries: a level
-// with no value (counted per value) fills the scope its key maps to,
-// unless the limit is unlimited. ok is false when a key maps to no scope
-// or two keys fill one scope (both reported).
-func (t *translator) entries(file string, levels []level, keyNodes []*yaml.Node, unlimited bool) ([]outEntry, bool) {
+// with no value, or a wildcard value without share_threshold (each
+// counted per value), fills the scope its key maps to, unless the limit
+// charges nothing (unlimited, or requests_per_unit 0). ok is false when a
+// key maps to no scope or two keys fill one scope (both reported).
+func (t *translator) entries(file string, levels []level, keyNodes []*yaml.Node, free bool) ([]outEntry, bool) {
 	var out []outEntry
 	filled := map[string]string{}
 	for i, lv := range levels {
 		e := outEntry{Key: lv.key, Value: lv.value}
-		if lv.value == "" && !unlimited {
+		perValue := lv.value == "" || strings.HasSuffix(lv.value, "*") && !lv.share
+		if perValue && !free {
 			scope, err := t.scopeOf(lv.key)
 			if err != nil {
 				t.fail(file, keyNodes[i], lv.path, "%q %v", lv.key, err)
@@ -674,6 +740,9 @@ func (t *translator) render(files []File) ([]byte, error) {
 	if len(t.metricsDropped) > 0 {
 		sort.Strings(t.metricsDropped)
 		b.WriteString("# Dropped (statistics only): " + strings.Join(t.metricsDropped, "; ") + "\n")
+	}
+	for _, w := range t.warnings {
+		b.WriteString(WarningPrefix + w + "\n")
 	}
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)

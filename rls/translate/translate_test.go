@@ -162,13 +162,12 @@ func TestTranslatedPolicyServes(t *testing.T) {
 func TestTranslateErrors(t *testing.T) {
 	_, err := translate.Translate(read(t, "unsupported.yaml"), translate.Options{})
 	want := []string{
-		`unsupported.yaml:4: descriptors[0].value: "/api/*" is a wildcard value`,
+		`unsupported.yaml:4: descriptors[0].value: "/api/*/items" has a '*' before its end`,
 		`unsupported.yaml:9: descriptors[1].quota_mode: quota mode is not supported`,
-		`unsupported.yaml:14: descriptors[2].detailed_metric: detailed_metric names envoyproxy/ratelimit's statistics`,
 		`unsupported.yaml:16: descriptors[2].rate_limit.unit: "fortnight" is not a unit`,
-		`unsupported.yaml:22: descriptors[3].rate_limit.requests_per_unit: 0 (deny every request) has no rate in floodgate`,
-		`unsupported.yaml:23: descriptors[4].key: "x-forwarded-for" as header:x-forwarded-for: header "x-forwarded-for" cannot be matched or keyed on`,
-		`unsupported.yaml:29: descriptors[5].bogus: unknown field`,
+		`unsupported.yaml:20: descriptors[3].share_threshold: only a wildcard value (foo*) can share its limit`,
+		`unsupported.yaml:22: descriptors[4].key: "x-forwarded-for" as header:x-forwarded-for: header "x-forwarded-for" cannot be matched or keyed on`,
+		`unsupported.yaml:28: descriptors[5].bogus: unknown field`,
 	}
 	if err == nil {
 		t.Fatal("no error")
@@ -197,7 +196,7 @@ func TestTranslateErrors(t *testing.T) {
 			translate.Options{As: map[string]string{"a": "user", "b": "user"}}, `c.yaml:5: descriptors[0].descriptors[0].key: descriptor keys "a" and "b" both fill user`},
 		{"missing requests", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second}\n", translate.Options{}, "descriptors[0].rate_limit.requests_per_unit: required"},
 		{"replaces itself", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {name: n, unit: second, requests_per_unit: 1, replaces: [{name: n}]}\n", translate.Options{}, "a limit cannot replace itself"},
-		{"share_threshold", "domain: d\ndescriptors:\n  - key: k\n    value: v*\n    share_threshold: true\n", translate.Options{}, "share_threshold (one counter for every value of a wildcard) is not supported"},
+		{"share_threshold", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", translate.Options{}, "c.yaml:5: descriptors[0].share_threshold: only a wildcard value"},
 		{"unknown field", "domain: d\nx: &a 1\n", translate.Options{}, "c.yaml:2: x: unknown field"},
 		{"duplicate", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unlimited: true}\n  - key: k\n    value: v\n    rate_limit: {unlimited: true}\n",
 			translate.Options{}, "c.yaml:6: descriptors[1]: the same key and value as the descriptor at line 3"},

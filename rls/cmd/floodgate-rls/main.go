@@ -4,7 +4,7 @@
 //	floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL]
 //	                        [-metrics 127.0.0.1:9464] [-watch 2s] [-instances 1]
 //	                        [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true]
-//	floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
+//	floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-merge-domains] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
 //
 // serve-rls answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 // (package github.com/floodgate-go/floodgate/rls) with the policy's rules
@@ -23,8 +23,10 @@
 // translate prints the floodgate policy equivalent to envoyproxy/ratelimit
 // configuration files (package github.com/floodgate-go/floodgate/rls/translate);
 // -as maps a descriptor key to the scope its values fill (-as
-// tenant-id=tenant), and every feature it cannot honour is an error naming
-// the file and line.
+// tenant-id=tenant), -merge-domains merges a domain given in several files,
+// every feature it cannot honour is an error naming the file and line,
+// and what it accepts but reports differently (detailed_metric) is a
+// warning on standard error and in the output.
 package main
 
 import (
@@ -71,7 +73,7 @@ func main() {
 
 const usage = `usage:
   floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL] [-metrics ADDR] [-watch 2s] [-instances N] [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true]
-  floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
+  floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-merge-domains] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
 `
 
 // run is the command; it returns the exit code.
@@ -318,11 +320,12 @@ func runTranslate(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	as := asFlags{}
 	fs.Var(as, "as", "map a descriptor key to the scope its values fill: `KEY=SCOPE` (ip, user, tenant, api_key, endpoint, header:NAME); repeatable")
-	ignore := fs.Bool("ignore-metric-options", false, "drop detailed_metric and value_to_metric instead of refusing them")
+	ignore := fs.Bool("ignore-metric-options", false, "drop detailed_metric and value_to_metric without a warning")
+	merge := fs.Bool("merge-domains", false, "merge the descriptors of a domain given in several files (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of refusing it")
 	consistency := fs.String("consistency", "exact", "where every rule is decided: exact (fixed windows in the store, as envoyproxy/ratelimit), or leased or async (token buckets decided locally against the store's budget)")
 	outPath := fs.String("o", "", "write the policy to `FILE` instead of standard output")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...\n\n")
+		fmt.Fprint(fs.Output(), "usage: floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-merge-domains] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...\n\n")
 		fs.PrintDefaults()
 	}
 	switch err := fs.Parse(args); {
@@ -344,10 +347,15 @@ func runTranslate(args []string, stdout, stderr io.Writer) int {
 		}
 		files = append(files, translate.File{Name: p, Data: b})
 	}
-	out, err := translate.Translate(files, translate.Options{As: as, IgnoreMetricOptions: *ignore, Consistency: *consistency})
+	out, err := translate.Translate(files, translate.Options{As: as, IgnoreMetricOptions: *ignore, MergeDomains: *merge, Consistency: *consistency})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate-rls translate:\n%v\n", err)
 		return 1
+	}
+	for line := range strings.Lines(string(out)) {
+		if w, ok := strings.CutPrefix(line, translate.WarningPrefix); ok {
+			fmt.Fprintf(stderr, "floodgate-rls translate: warning: %s", w)
+		}
 	}
 	if *outPath == "" {
 		_, err = stdout.Write(out)

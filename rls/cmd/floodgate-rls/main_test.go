@@ -232,4 +232,24 @@ func TestTranslateCommand(t *testing.T) {
 	if b, err := os.ReadFile(outFile); err != nil || !bytes.Contains(b, []byte("rls:")) {
 		t.Fatalf("-o wrote %q, %v", b, err)
 	}
+	// One domain in two files, merged with -merge-domains; detailed_metric
+	// is accepted with a warning on standard error.
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	if err := os.WriteFile(a, []byte("domain: d\ndescriptors:\n  - key: x\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b, []byte("domain: d\ndescriptors:\n  - key: y\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"translate", a, b}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "-merge-domains") {
+		t.Fatalf("a domain twice: exit %d, %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"translate", "-merge-domains", a, b}, &out, &errb); code != 0 ||
+		!strings.Contains(errb.String(), "floodgate-rls translate: warning: "+a+":4: descriptors[0].detailed_metric:") || !strings.Contains(out.String(), "d.y") {
+		t.Fatalf("-merge-domains: exit %d, %s\n%s", code, errb.String(), out.String())
+	}
 }
