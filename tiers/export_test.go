@@ -15,3 +15,6 @@ func (l *Limiter) Waiting(key string) int { return l.waiting(key) }
 
 // ParseRate parses "N/duration" as the policy's rate fields do.
 var ParseRate = parseRate
+
+// MaxItems is the most items one AdmitMany call decides.
+const MaxItems = maxItems

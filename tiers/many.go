@@ -33,8 +33,8 @@ type Item struct {
 	Peek bool
 }
 
-// MaxItems is the most items one AdmitMany call decides.
-const MaxItems = 256
+// maxItems is the most items one AdmitMany call decides.
+const maxItems = 256
 
 // ErrUnknownRule is wrapped by the error AdmitMany returns for an Item
 // whose Rule the policy in force does not have.
@@ -72,15 +72,15 @@ var ErrUnknownRule = errors.New("tiers: no rule of the policy in force has that 
 // on_store_error (DecideUnavailable), and the error is returned, wrapped.
 // A cost above a rule's capacity denies with RetryAfter 0 and an error
 // wrapping ErrCostExceedsCapacity. A negative Request.Cost, an unknown
-// Rule, a nil Request or more than MaxItems items deny the call without
+// Rule, a nil Request or more than 256 items deny the call without
 // charging anything, with an error.
 func (l *Limiter) AdmitMany(ctx context.Context, items []Item, out []floodgate.Decision) (floodgate.Decision, error) {
 	deny := floodgate.Decision{Stage: floodgate.StageTiers}
 	switch {
 	case len(out) < len(items):
 		return deny, fmt.Errorf("tiers: AdmitMany: out has room for %d decisions, want one per item (%d)", len(out), len(items))
-	case len(items) > MaxItems:
-		return deny, fmt.Errorf("tiers: AdmitMany: %d items; at most %d", len(items), MaxItems)
+	case len(items) > maxItems:
+		return deny, fmt.Errorf("tiers: AdmitMany: %d items; at most %d", len(items), maxItems)
 	}
 	c := l.state.Load()
 	sc := l.pool.Get().(*scratch)

@@ -61,17 +61,15 @@ type Policy struct {
 	RLS []RLSDomain
 }
 
-// Decision.Policy of the requests decided by the policy's address lists.
-// No rule may take these names.
+// Decision.Policy of the requests decided by no rule of the policy: by
+// its address lists (exempt, deny), or, for a gateway descriptor, by the
+// descriptor's own limit (Descriptor.Limit, Envoy's limit override). No
+// rule may take these names.
 const (
-	PolicyExempt = "exempt"
-	PolicyDeny   = "deny"
+	PolicyExempt          = "exempt"
+	PolicyDeny            = "deny"
+	PolicyDescriptorLimit = "descriptor-limit"
 )
-
-// PolicyDescriptorLimit is the Decision.Policy of a gateway descriptor
-// decided by its own limit (Descriptor.Limit, Envoy's limit override)
-// instead of a rule. No rule may take this name.
-const PolicyDescriptorLimit = "descriptor-limit"
 
 // Default IP prefix lengths of an ip key scope (Rule.IPv4Prefix,
 // Rule.IPv6Prefix): one IPv4 address, one IPv6 /64, the block a single

@@ -96,7 +96,7 @@ const maxPooledBuf = 64 << 10
 
 // release returns sc to the pool, unless a call made it unusually large.
 func (l *Limiter) release(sc *scratch) {
-	if cap(sc.buf) > maxPooledBuf || cap(sc.all) > 4*MaxItems {
+	if cap(sc.buf) > maxPooledBuf || cap(sc.all) > 4*maxItems {
 		return
 	}
 	// Only the used prefixes hold anything: every use starts from length
