@@ -18,6 +18,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -33,8 +34,8 @@ import (
 // unit_multiplier, name) and limit_remaining is classified by kind.
 // duration_until_reset is not compared.
 
-// Kinds of difference. The documented ones are what rls/README.md and
-// rls/doc.go promise; any other kind fails the test.
+// Kinds of difference. The documented ones are what floodgate-rls's
+// documentation (package rls) promises; any other kind fails the test.
 const (
 	kindAllOrNothing = "all-or-nothing: a denied call charged nothing"
 	kindShadow       = "shadow display: no current_limit within a shadow limit"
@@ -430,7 +431,7 @@ func (c *comparer) compare(res *diffResult, seq string, i int, req *rlsv3.RateLi
 	}()
 	if fgErr != nil {
 		kind := kindFloodgateError
-		if status.Code(fgErr).String() == "InvalidArgument" {
+		if status.Code(fgErr) == codes.InvalidArgument {
 			kind = kindCallRefused
 		}
 		res.add(kind, seq, i, "%s", show())

@@ -13,6 +13,10 @@
 // process on loopback, and measures each contender in interleaved rounds:
 // for every round, for 1 and 4 descriptors per call, every contender in
 // turn, with Redis flushed before each.
+//
+// With -diff it runs the differential test instead: envoyproxy/ratelimit
+// and floodgate-rls, each on its own redis-server, answer the same calls
+// on the same configurations, and every difference is classified by kind.
 package main
 
 import (
