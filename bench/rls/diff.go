@@ -289,8 +289,10 @@ func diffServe(envoyBin, fgBin, work string, log, trace, stderr io.Writer) (*dif
 		}
 	}
 	res.refused = refused
-	for name, msg := range refused {
-		res.add(kindRefused, name, -1, "%s", firstLine(msg))
+	for _, c := range diffConfigs {
+		if msg, ok := refused[c.name]; ok {
+			res.add(kindRefused, c.name, -1, "%s", firstLine(msg))
+		}
 	}
 	return res, nil
 }
