@@ -9,7 +9,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 SUBMODULES  := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
 FUZZTIME    ?= 20s
 
-.PHONY: all deps test vet lint unit bench bench-peers bench-grpc fuzz demo demo-screenshot proto clean
+.PHONY: all deps test vet lint unit bench bench-peers bench-grpc rls-diff fuzz demo demo-screenshot proto clean
 
 all: test
 
@@ -59,6 +59,14 @@ bench-peers: deps
 ## bench-grpc: gRPC throughput with and without the chain, memstore and Redis.
 bench-grpc: deps
 	cd bench && $(GO) run ./cmd/grpcload
+
+## rls-diff: floodgate-rls against envoyproxy/ratelimit, answer by answer
+## (bench/rls: both services on their own redis-servers, the same calls on
+## the same configurations; differences by kind). `make test` runs it too,
+## as TestDifferential in bench/rls. The first run builds envoyproxy/ratelimit
+## with go install (cached in the user cache directory).
+rls-diff: deps
+	cd bench/rls && $(GO) run . -diff
 
 ## demo: the in-process demo (Redis when REDIS_URL is set); it writes
 ## DEMO_REPORT. DEMO_ARGS adds flags: make demo DEMO_ARGS='--redis-fault kill@8s:4s'

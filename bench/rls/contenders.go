@@ -221,6 +221,25 @@ func startRatelimit(bin, work, redisAddr string, tuned bool, window time.Duratio
 	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
 		return nil, err
 	}
+	var env []string
+	if headers {
+		env = append(env, "LIMIT_RESPONSE_HEADERS_ENABLED=true")
+	}
+	if tuned {
+		env = append(env, "REDIS_PIPELINE_WINDOW="+window.String(), "REDIS_POOL_SIZE="+strconv.Itoa(pool))
+	}
+	c, err := startRatelimitDir(bin, work, sub, redisAddr, env, log)
+	if err != nil {
+		return nil, err
+	}
+	c.name = name
+	return c, nil
+}
+
+// startRatelimitDir runs envoyproxy/ratelimit on redisAddr with the
+// configuration files in work/sub/config, on loopback ports, with its
+// defaults and extra environment settings.
+func startRatelimitDir(bin, work, sub, redisAddr string, extra []string, log io.Writer) (*contender, error) {
 	var ports [3]int
 	for i := range ports {
 		p, err := freePort()
@@ -237,17 +256,28 @@ func startRatelimit(bin, work, redisAddr string, tuned bool, window time.Duratio
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),
 	}
-	if headers {
-		env = append(env, "LIMIT_RESPONSE_HEADERS_ENABLED=true")
-	}
-	if tuned {
-		env = append(env, "REDIS_PIPELINE_WINDOW="+window.String(), "REDIS_POOL_SIZE="+strconv.Itoa(pool))
-	}
-	cmd, stop, err := startProcess(bin, nil, env, log)
+	cmd, stop, err := startProcess(bin, nil, append(env, extra...), log)
 	if err != nil {
 		return nil, err
 	}
-	return &contender{name: name, addr: "127.0.0.1:" + strconv.Itoa(ports[1]), pid: cmd.Process.Pid, stop: stop}, nil
+	return &contender{name: "envoyproxy-ratelimit", addr: "127.0.0.1:" + strconv.Itoa(ports[1]), pid: cmd.Process.Pid, stop: stop}, nil
+}
+
+// startFloodgatePolicy runs floodgate-rls serve-rls on redisAddr with the
+// policy file at path, as startFloodgate does (a 1s store budget, no
+// watching), named name.
+func startFloodgatePolicy(bin, path, name, redisAddr string, headers bool, log io.Writer) (*contender, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	args := []string{"serve-rls", "-policy", path, "-listen", addr, "-redis", "redis://" + redisAddr, "-watch", "0", "-store-timeout", "1s", "-headers=" + strconv.FormatBool(headers)}
+	cmd, stop, err := startProcess(bin, args, nil, log)
+	if err != nil {
+		return nil, err
+	}
+	return &contender{name: name, addr: addr, pid: cmd.Process.Pid, stop: stop}, nil
 }
 
 // startInProcess serves the translated policy from this process with

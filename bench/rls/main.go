@@ -5,6 +5,7 @@
 //	go run . [-c 64] [-descriptors 1,4] [-rounds 3] [-duration 2s] [-warmup 500ms]
 //	         [-keys 10000] [-conns 4] [-only floodgate,envoyproxy,envoyproxy-tuned,floor,floodgate-async]
 //	         [-window 150us] [-pool 64] [-max-ops 2000000] [-seed 1] [-short]
+//	go run . -diff [-v] [-log FILE]      (or -diff-self)
 //
 // It starts its own redis-server on a free loopback port (testing/redistest),
 // builds floodgate-rls from this repository and envoyproxy/ratelimit's
@@ -12,6 +13,10 @@
 // process on loopback, and measures each contender in interleaved rounds:
 // for every round, for 1 and 4 descriptors per call, every contender in
 // turn, with Redis flushed before each.
+//
+// With -diff it runs the differential test instead: envoyproxy/ratelimit
+// and floodgate-rls, each on its own redis-server, answer the same calls
+// on the same configurations, and every difference is classified by kind.
 package main
 
 import (
@@ -50,6 +55,8 @@ type config struct {
 	only                   []string
 	inprocess, short       bool
 	headers                bool
+	diff, verbose          bool
+	diffSelf               bool
 	logPath, cpuProfile    string
 }
 
@@ -80,6 +87,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&only, "only", strings.Join(contenderNames[:4], ","), "contenders: floodgate, envoyproxy, envoyproxy-tuned, floor (gRPC answering OK without deciding), floodgate-async (the translation in consistency async: token buckets decided locally; not in the default set)")
 	fs.BoolVar(&c.headers, "headers", false, "every service adds its rate limit response headers (floodgate-rls its default draft-10 RateLimit-Policy and RateLimit, envoyproxy/ratelimit LIMIT_RESPONSE_HEADERS_ENABLED=true); default: none does, envoyproxy/ratelimit's default (floodgate-rls -headers=false)")
 	fs.BoolVar(&c.inprocess, "inprocess", false, "serve floodgate from this process instead of a floodgate-rls process (the program's tests; no server CPU column)")
+	fs.BoolVar(&c.diff, "diff", false, "run the differential test instead: envoyproxy/ratelimit and floodgate-rls, each on its own redis-server, answer the same calls on the same configurations; print the differences by kind (exit 1 on a kind that is not documented)")
+	fs.BoolVar(&c.diffSelf, "diff-self", false, "run the differential test against a second envoyproxy/ratelimit instead of floodgate-rls: a check of the harness (no difference expected)")
+	fs.BoolVar(&c.verbose, "v", false, "with -diff: print every call with both answers")
 	fs.BoolVar(&c.short, "short", false, "one round of 1s per phase with a 200ms warm-up")
 	fs.StringVar(&c.logPath, "log", "", "write the contenders' own output to `FILE` (default: discarded)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (with -inprocess: client and floodgate server) to `FILE`")
@@ -142,6 +152,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "rls bench: %v\n", err)
 		return 2
+	}
+	if cfg.diff || cfg.diffSelf {
+		if err := diff(cfg, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "rls diff: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if err := bench(cfg, args, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "rls bench: %v\n", err)
