@@ -114,6 +114,51 @@
 // results the primary produced keep the primary's Source, so the Observer
 // and the transports can tell degraded decisions apart.
 //
+// Charging. Every unit admitted locally under quota.FailLocal (a call
+// slower than its budget while the primary answers others, a failed
+// call, an open breaker) is charged to the primary once it answers, on
+// the path package tiers/localfirst's async consistency already uses for
+// the units its instances admit on their own: quota.Reporter report
+// calls, each named by this Store's instance (random) and a sequence
+// number, recorded by the store. The primary is the ledger, as it is for
+// localfirst: there is one ledger and one way to charge it after the
+// fact, so a unit admitted locally and reported reads in Redis exactly as
+// one localfirst reported, and a report whose reply was lost (Redis
+// paused mid-call) is resolved (quota.Reporter.Resolve) before anything
+// is sent again, never charged twice. The bookkeeping lives here, beside
+// the local limiters that admitted the units, rather than being handed to
+// a localfirst Store above: a fallback Store is often used without one
+// (tiers.NewLimiter(fallback.New(redisStore))), and a Store knows which
+// of its own decisions were local. It finds the ledger beneath it with
+// quota.Layers: the primary, and every store beneath it, must be a
+// quota.Reporter (redisstore, memstore and package otel's wrapper of
+// either are). Over a primary that is not, New logs a warning and
+// ChargesLocal reports false: the fallback still decides, its local
+// admits are never charged (as a Limiter warns of a "local" rule over a
+// store with no fallback, rather than refusing it).
+//
+// What one instance owes a key is capped at its share of the capacity,
+// s = C/n (at least 1), as async's unreported units and debts are:
+// beyond it this instance admitted at its share of the rate while the
+// store could not be told, the store's bucket refilled meanwhile, and
+// charging more would make the key pay twice for that refill. A report
+// charges what the store's bucket holds; the rest is debt, owed again
+// (within the cap) and reported with the next. A Settle of a bucket
+// decided locally moves what is owed by the same amount. The reports go
+// out in the background, at most one Sync at a time, started by the first
+// Take the primary answers while something is owed (the healthy path
+// reads one atomic word for it); Sync sends them at once. Only token
+// bucket and GCRA buckets can be reported (quota.Reporter); units that
+// window algorithms admit locally are counted (Stats.ChargeUnsupported),
+// not charged. Owed units of at most WithLocalCapacity keys are kept;
+// units of further keys are counted (Stats.ChargeDropped), not charged.
+// A Take that ran out of its budget may still reach the store and be
+// applied there after the local decision (a paused Redis runs the
+// commands queued on its sockets when it resumes): such a take is
+// charged by the store as it decides it, and its local admit is reported
+// too, so a unit decided both ways can be charged twice. Stats counts
+// what was charged (Charged, Debt, ReportFailures, Owed).
+//
 // Replicas. The number of instances sharing a quota comes from
 // WithInstances (default 1), read on every local decision: pass
 // (*fleet.Members).Count, which counts heartbeats in Redis and keeps the

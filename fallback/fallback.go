@@ -37,8 +37,9 @@ type Store struct {
 	name         string
 	userOnChange func(name string, from, to gobreaker.State)
 
-	mu    sync.Mutex // guards local; held across a local decision
+	mu    sync.Mutex // guards local and ch.owed; held across a local decision
 	local *localLimiters
+	ch    *charges
 	// localFn is decideLocal as a func value, made once.
 	localFn func(buckets []quota.Bucket, res []quota.Result, allowed bool) bool
 
@@ -114,6 +115,12 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 		name:         c.name,
 		userOnChange: c.onStateChange,
 		local:        newLocalLimiters(c.localCapacity),
+		ch:           newCharges(primary, c.localCapacity),
+	}
+	s.ch.manual = c.manualSync
+	if s.ch.rep == nil {
+		s.logger.Warn("floodgate: the primary store takes no report calls (not a quota.Reporter): units admitted locally under on_store_error local will not be charged to it when it answers again",
+			"breaker", c.name, "primary", fmt.Sprintf("%T", primary))
 	}
 	s.localFn = s.decideLocal
 	s.closed.Store(true)
@@ -335,6 +342,9 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 		now := s.clock.Now()
 		s.lastOK.Store(now.UnixNano())
 		s.seen.record(buckets, res, now)
+		if s.ch.work.Load() != 0 {
+			s.kick()
+		}
 		return allowed, nil
 	}
 	gone := ctx.Err() != nil || cctx.callerGone()
@@ -439,7 +449,7 @@ func (s *Store) decideLocal(buckets []quota.Bucket, res []quota.Result, allowed 
 		if b.OnStoreError != quota.FailLocal || b.Cost > b.Limit.Capacity() {
 			continue
 		}
-		e := s.local.get(b.Key, b.Limit, inst, now, s.seen.lookup, buckets)
+		e := s.local.get(b.Key, b.Limit, inst, now, s.seen.lookup, s.ch.owedLocked(b.Key), buckets)
 		r := &res[i]
 		r.Limit = e.burst
 		if b.Cost > e.burst {
@@ -467,6 +477,12 @@ func (s *Store) decideLocal(buckets []quota.Bucket, res []quota.Result, allowed 
 		for j := len(hs) - 1; j >= 0; j-- {
 			hs[j].r.CancelAt(now)
 			res[hs[j].i].Wait = 0 // nothing booked
+		}
+	} else {
+		// Admitted without the store: owed to it, charged when it
+		// answers again (see Sync).
+		for _, h := range hs {
+			s.ch.addLocked(&buckets[h.i], buckets[h.i].Cost, inst)
 		}
 	}
 	for _, h := range hs {

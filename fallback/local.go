@@ -59,7 +59,7 @@ func share(limit quota.Limit, n int) (rate.Limit, int64) {
 // (seen: the remaining units and when), refilled at the key's rate since
 // and divided among the n instances; else full. Creating an entry when the
 // LRU is full evicts the least recently used one.
-func (l *localLimiters) get(key string, limit quota.Limit, n int, now time.Time, seen func(string, time.Time) (int64, time.Time, bool), take []quota.Bucket) *localEntry {
+func (l *localLimiters) get(key string, limit quota.Limit, n int, now time.Time, seen func(string, time.Time) (int64, time.Time, bool), _ int64, take []quota.Bucket) *localEntry {
 	if el, ok := l.byKey[key]; ok {
 		l.ll.MoveToFront(el)
 		e := el.Value.(*localEntry)

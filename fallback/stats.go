@@ -101,6 +101,17 @@ type Stats struct {
 	// cannot settle); SettleDropped those not sent because the breaker
 	// was open; LocalSettled the buckets settled on their local limiter.
 	Settled, SettleFailed, SettleDropped, LocalSettled uint64
+	// Charged counts the units admitted locally that reports charged to
+	// the primary (see Sync); Debt the part of them the primary's bucket
+	// had no room for when reported (owed again, up to the share);
+	// ReportFailures the report calls whose reply never came (resolved
+	// later). Owed is the units admitted locally not charged yet.
+	// ChargeDropped counts units not recorded because as many keys as
+	// WithLocalCapacity already owed, ChargeUnsupported units of window
+	// algorithms, which a quota.Reporter cannot take. Units admitted
+	// over a primary that takes no report calls (ChargesLocal false) are
+	// counted nowhere here.
+	Charged, Debt, ReportFailures, Owed, ChargeDropped, ChargeUnsupported uint64
 }
 
 func (mc *modeCounts) snapshot() (out [3]ModeCount) {
@@ -163,6 +174,11 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	st.LocalBuckets = s.local.len()
 	st.Evictions = s.local.evicted
+	for _, o := range s.ch.owed {
+		st.Owed += uint64(o.u)
+	}
 	s.mu.Unlock()
+	st.Charged, st.Debt, st.ReportFailures = s.ch.charged.Load(), s.ch.debt.Load(), s.ch.failures.Load()
+	st.ChargeDropped, st.ChargeUnsupported = s.ch.dropped.Load(), s.ch.unsupported.Load()
 	return st
 }
