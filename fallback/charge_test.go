@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,5 +144,135 @@ func TestLocalAdmitsAreCharged(t *testing.T) {
 	st := s.Stats()
 	if st.Charged != 90 || st.ReportFailures != 2 || st.Debt != 0 {
 		t.Fatalf("Stats: charged %d, report failures %d, debt %d; want 90, 2, 0", st.Charged, st.ReportFailures, st.Debt)
+	}
+}
+
+// TestStallBound holds the over-admission bound of the package doc on a
+// fake clock: n instances over one store, then a slow period of length T
+// in which every instance is asked for more than it can give every
+// millisecond. The fleet admits at most
+//
+//	Σ_i min(C, R_i + r·a_i) ÷ n + r·T
+//
+// (R_i what instance i last heard, a_i how long before the period), and
+// so at most n·s + r·T with s = C/n its share. In "stale" each instance
+// was told a different state (the later ones drained what the earlier
+// ones still count); in "fresh" every instance heard the same 2 units
+// left, 4 instances, a rate of 1 an hour: the bound is 2 (rounding each
+// share up to a whole unit admitted 4). Then the store answers, every
+// instance reports, and the store's bucket has been charged for every
+// unit admitted locally, up to s per instance.
+func TestStallBound(t *testing.T) {
+	t.Run("stale", func(t *testing.T) { stallBound(t, 40, 20, time.Second, true) })
+	t.Run("fresh", func(t *testing.T) { stallBound(t, 40, 1, time.Hour, false) })
+}
+
+func stallBound(t *testing.T, C, rate int64, period time.Duration, stale bool) {
+	const (
+		n     = 4
+		slowT = 300 * time.Millisecond
+	)
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	mem := newMemStore(t, clk).(quota.Reporter)
+	b := tokenBucket("stall:key", rate, C, period, quota.FailLocal)
+	r := float64(rate) / period.Seconds()
+	type inst struct {
+		led *stalling
+		s   *fallback.Store
+		rem int64
+		at  time.Time
+	}
+	var is [n]*inst
+	for i := range is {
+		led := &stalling{inner: mem}
+		s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithManualSync(),
+			fallback.WithInstances(func() int { return n }), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		is[i] = &inst{led: led, s: s}
+	}
+	if stale {
+		// Instance 0 hears of a full bucket; then the others drain it,
+		// 2 ms apart, so every view but the last is stale.
+		for i, in := range is {
+			for {
+				ok, res := take(t, in.s, b)
+				in.rem, in.at = res[0].Remaining, clk.Now()
+				if !ok || i == 0 {
+					break
+				}
+			}
+			clk.Advance(2 * time.Millisecond)
+		}
+	} else {
+		for range C - 2 {
+			if ok, _ := take(t, is[0].s, b); !ok {
+				t.Fatal("store denied")
+			}
+		}
+		for _, in := range is {
+			z := b
+			z.Cost = 0
+			_, res := take(t, in.s, z)
+			in.rem, in.at = res[0].Remaining, clk.Now()
+		}
+	}
+	t0 := clk.Now()
+	bound := r * slowT.Seconds()
+	for _, in := range is {
+		bound += math.Min(float64(C), float64(in.rem)+r*t0.Sub(in.at).Seconds()) / n
+		in.led.stall.Store(true)
+	}
+	admitted := [n]int64{}
+	var total int64
+	for step := time.Duration(0); step <= slowT; step += time.Millisecond {
+		for i, in := range is {
+			for range C {
+				ok, res := take(t, in.s, b)
+				if !ok {
+					break
+				}
+				if res[0].Source != floodgate.SourceLocalFallback {
+					t.Fatalf("decided by %s during the stall", res[0].Source)
+				}
+				admitted[i]++
+				total++
+			}
+		}
+		if step < slowT {
+			clk.Advance(time.Millisecond)
+		}
+	}
+	if float64(total) > bound+1e-9 {
+		t.Fatalf("the fleet admitted %d locally in %s, over the bound %.3f (admitted per instance %v)", total, slowT, bound, admitted)
+	}
+	if share := float64(C) / n; float64(total) > n*share+r*slowT.Seconds() {
+		t.Fatalf("admitted %d, over n·s + r·T = %.1f", total, n*share+r*slowT.Seconds())
+	}
+	t.Logf("admitted %d locally (per instance %v), bound %.3f", total, admitted, bound)
+	// The store answers; each instance charges what it admitted, up to
+	// its share.
+	before := remaining(t, mem, b)
+	var want int64
+	for i, in := range is {
+		in.led.stall.Store(false)
+		if err := in.s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		want += min(admitted[i], C/n)
+	}
+	// A report charges at most what the bucket holds; the rest is debt.
+	var charged, debt uint64
+	for _, in := range is {
+		st := in.s.Stats()
+		charged += st.Charged
+		debt += st.Debt
+	}
+	if int64(charged+debt) != want {
+		t.Fatalf("reported %d (charged %d, debt %d), want %d", charged+debt, charged, debt, want)
+	}
+	if got := remaining(t, mem, b); got != before-int64(charged) {
+		t.Fatalf("store holds %d, want %d - %d", got, before, charged)
 	}
 }

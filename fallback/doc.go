@@ -86,7 +86,13 @@
 //     algorithms) ÷ instances, rounded down, at least 1. A limiter starts
 //     from what the primary last answered for the key, not full: the
 //     remaining units then, refilled at the bucket's rate since, capped at
-//     the capacity, ÷ instances. So one slow call, or the first calls of an
+//     the capacity, ÷ instances, less what this instance admitted locally
+//     and has not charged to the primary yet (see Charging), unrounded (a
+//     fraction of a unit is kept, so n instances seeded from one answer
+//     hold exactly what the store had). A key the primary never answered
+//     for starts from the capacity ÷ instances. A limiter that decided
+//     before, and whose key the primary has answered for since, starts
+//     again from that answer. So one slow call, or the first calls of an
 //     outage, cannot hand a key that was at its limit a fresh bucket. The window
 //     algorithms are approximated by this token bucket, which can admit up
 //     to twice the window's share across one window; the store's exact
@@ -158,6 +164,27 @@
 // charged by the store as it decides it, and its local admit is reported
 // too, so a unit decided both ways can be charged twice. Stats counts
 // what was charged (Charged, Debt, ReportFailures, Owed).
+//
+// The bound. Let n be the live instances, C a bucket's capacity, r its
+// rate (units per second), s = C/n the local share, and T the length of a
+// slow period (every call of the period decided locally). Instance i last
+// heard from the store that R_i units were left, a_i before the period
+// began. During the period the fleet admits locally at most
+//
+//	Σ_i min(C, R_i + r·a_i) / n + r·T  ≤  n·s + r·T  =  C + r·T
+//
+// units (each instance starts from its seed and refills at r/n), where
+// the store itself would have admitted R + r·T (R: what it held when the
+// period began). The excess is at most Σ_i min(C, R_i + r·a_i)/n − R ≤ C
+// − R: it comes only from stale views (units others spent after instance
+// i last heard), and is 0 when every instance's last answer is current.
+// When the store answers, every unit admitted locally is charged, up to s
+// per instance per key, so a period in which no instance admits more than
+// s locally (r·T ≤ C for a key at its limit) leaves the store charged for
+// all of it: the excess is then paid back from the bucket's refill, and
+// over any window that covers the period and the next report the fleet
+// stays within the limit plus the units above the caps (at most r·T).
+// TestStallBound holds the bound on a fake clock.
 //
 // Replicas. The number of instances sharing a quota comes from
 // WithInstances (default 1), read on every local decision: pass
