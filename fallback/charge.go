@@ -38,7 +38,7 @@ type charges struct {
 	smu  sync.Mutex
 	lost []lostCall // guarded by smu
 
-	charged, debt, failures, dropped, unsupported atomic.Uint64
+	charged, debt, failures, dropped, unsupported, givenBack atomic.Uint64
 }
 
 // owedKey is what one key owes the ledger.
@@ -88,9 +88,11 @@ func newCharges(primary quota.Store, limit int) *charges {
 // pay twice for the same refill.
 func shareCap(l quota.Limit, n int) int64 { return max(1, l.Capacity()/int64(n)) }
 
-// addLocked records units admitted locally for b (Store.mu held), capped
-// at the share; a negative count (a refund) lowers what is owed, never
-// below 0.
+// addLocked records units admitted locally for b (Store.mu held), or, for
+// a negative count, units to give back (a refund, or a charge the primary
+// made for a take that was not admitted): what a key owes is capped at
+// the share (shareCap), what it gives back at the capacity (a charge the
+// store made and reported, not a refill estimate).
 func (c *charges) addLocked(b *quota.Bucket, units int64, n int) {
 	if c.rep == nil || units == 0 {
 		return
@@ -103,11 +105,8 @@ func (c *charges) addLocked(b *quota.Bucket, units int64, n int) {
 	}
 	o := c.owed[b.Key]
 	if o == nil {
-		if units < 0 {
-			return
-		}
 		if len(c.owed) >= c.limit {
-			c.dropped.Add(uint64(units))
+			c.dropped.Add(uint64(max(units, -units)))
 			return
 		}
 		nb := quota.Bucket{Key: strings.Clone(b.Key), Rule: b.Rule, Limit: b.Limit, OnStoreError: b.OnStoreError}
@@ -115,7 +114,7 @@ func (c *charges) addLocked(b *quota.Bucket, units int64, n int) {
 		c.owed[nb.Key] = o
 		c.work.Add(1)
 	}
-	o.u = max(0, min(o.u+units, shareCap(b.Limit, n)))
+	o.u = max(-b.Limit.Capacity(), min(o.u+units, shareCap(b.Limit, n)))
 	if o.u == 0 {
 		delete(c.owed, b.Key)
 		c.work.Add(-1)
@@ -239,6 +238,7 @@ func (s *Store) report(ctx context.Context, bs []quota.Bucket, inst int) error {
 func (s *Store) chargedLocked(b *quota.Bucket, charged int64, inst int) {
 	c := s.ch
 	c.charged.Add(uint64(max(0, charged)))
+	c.givenBack.Add(uint64(max(0, -charged)))
 	if d := b.Cost - charged; d > 0 {
 		c.debt.Add(uint64(d))
 		c.addLocked(b, d, inst)

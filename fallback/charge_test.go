@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -274,5 +275,119 @@ func stallBound(t *testing.T, C, rate int64, period time.Duration, stale bool) {
 	}
 	if got := remaining(t, mem, b); got != before-int64(charged) {
 		t.Fatalf("store holds %d, want %d - %d", got, before, charged)
+	}
+}
+
+// gated is a ledger whose takes wait for a gate (a paused Redis: the
+// command is sent, and runs when the server resumes), unless their
+// context ends first.
+type gated struct {
+	quota.Reporter
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func (g *gated) close() {
+	g.mu.Lock()
+	g.gate = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gated) open() {
+	g.mu.Lock()
+	close(g.gate)
+	g.gate = nil
+	g.mu.Unlock()
+}
+
+func (g *gated) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return g.Reporter.Take(ctx, b, r)
+}
+
+func (g *gated) Unwrap() quota.Store { return g.Reporter }
+
+// TestLateAnswerIsReconciled: a take that outlives its budget is decided
+// locally, and the store applies it later (a paused Redis runs what was
+// sent when it resumes). The store must end charged once for what was
+// admitted: a local admit the store also allowed is not reported again;
+// a take denied locally that the store allowed later is given back; and
+// a take denied locally waits (up to the closed budget) for the store's
+// answer, which then decides it.
+func TestLateAnswerIsReconciled(t *testing.T) {
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	mem := newMemStore(t, clk).(quota.Reporter)
+	g := &gated{Reporter: mem}
+	s, err := fallback.New(g, fallback.WithClock(clk), fallback.WithManualSync(),
+		fallback.WithTimeout(5*time.Millisecond), fallback.WithClosedTimeout(100*time.Millisecond),
+		fallback.WithInstances(func() int { return 4 }), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	waitLate := func(n uint64) {
+		t.Helper()
+		if !waitFor(5*time.Second, func() bool { return s.Stats().Late >= n }) {
+			t.Fatalf("the late answer was not reconciled: %+v", s.Stats())
+		}
+	}
+
+	// Admitted locally, allowed by the store later: charged once.
+	a := tokenBucket("late:admit", 1, 40, time.Hour, quota.FailLocal)
+	g.close()
+	ok, res := take(t, s, a)
+	if !ok || res[0].Source != floodgate.SourceLocalFallback {
+		t.Fatalf("take: %v %+v, want admitted locally", ok, res[0])
+	}
+	g.open()
+	waitLate(1)
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, mem, a); got != 39 {
+		t.Fatalf("store holds %d, want 39: the unit admitted locally and applied late must be charged once", got)
+	}
+
+	// Denied locally (a cost of 15 is above the local burst of 40 / 4),
+	// allowed by the store after the closed budget: given back.
+	b := tokenBucket("late:deny", 1, 40, time.Hour, quota.FailLocal)
+	b.Cost = 15
+	g.close()
+	if ok, res := take(t, s, b); ok || res[0].Source != floodgate.SourceLocalFallback {
+		t.Fatalf("take: %v %+v, want denied locally", ok, res[0])
+	}
+	g.open()
+	waitLate(2)
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, mem, b); got != 40 {
+		t.Fatalf("store holds %d, want 40: a take denied locally must not stay charged", got)
+	}
+
+	// Denied locally, the store answers within the closed budget: its
+	// answer decides.
+	g.close()
+	time.AfterFunc(20*time.Millisecond, g.open)
+	ok, res = take(t, s, b)
+	if !ok || res[0].Source.Degraded() {
+		t.Fatalf("take: %v %+v, want the store's admit", ok, res[0])
+	}
+	if got := remaining(t, mem, b); got != 25 {
+		t.Fatalf("store holds %d, want 25", got)
+	}
+	st := s.Stats()
+	if st.LateAnswered != 1 || st.LateApplied != 2 || st.GivenBack != 15 || st.Charged != 0 || st.Owed != 0 {
+		t.Fatalf("Stats: late answered %d, applied %d, given back %d, charged %d, owed %d; want 1, 2, 15, 0, 0",
+			st.LateAnswered, st.LateApplied, st.GivenBack, st.Charged, st.Owed)
 	}
 }

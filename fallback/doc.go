@@ -158,12 +158,30 @@
 // window algorithms admit locally are counted (Stats.ChargeUnsupported),
 // not charged. Owed units of at most WithLocalCapacity keys are kept;
 // units of further keys are counted (Stats.ChargeDropped), not charged.
-// A Take that ran out of its budget may still reach the store and be
-// applied there after the local decision (a paused Redis runs the
-// commands queued on its sockets when it resumes): such a take is
-// charged by the store as it decides it, and its local admit is reported
-// too, so a unit decided both ways can be charged twice. Stats counts
-// what was charged (Charged, Debt, ReportFailures, Owed).
+// Stats counts what was charged (Charged, Debt, GivenBack,
+// ReportFailures, Owed).
+//
+// Late answers. A take that ran out of its budget was sent, and the store
+// usually applies it later (a paused Redis runs the commands queued on
+// its sockets when it resumes; a loaded one answers late): charged by the
+// store as it decides it, whatever was decided locally meanwhile. So,
+// over a primary that takes reports, a take with local buckets does not
+// abandon its call while the store is slow (from New, and for 10s after
+// any call ran out of its budget): the call runs in the background, for
+// the closed budget or the slow grace, whichever is longer, and the
+// caller waits its own budget for it, as before. When the answer comes
+// after the local decision, the two are matched: a local admit the store
+// also allowed is paid for (not reported again); a take denied locally
+// that the store allowed had its units charged without being admitted,
+// and they are given back by a report of a negative charge (the same
+// recorded calls). And a take the local limiters deny waits for the
+// store's answer up to the closed budget from its start: a short stall
+// then costs denied requests some latency, not the requests themselves,
+// while a local admit never waits. The healthy path never runs a call in
+// the background (a store fast for 10s leaves the mode); at most 256
+// calls of one Store run so at a time, and the rest as on the healthy
+// path, their outcome unknown. Stats counts the late answers (Late,
+// LateApplied, LateAnswered).
 //
 // The bound. Let n be the live instances, C a bucket's capacity, r its
 // rate (units per second), s = C/n the local share, and T the length of a

@@ -59,6 +59,11 @@ type Store struct {
 	// halfOpen is set while the breaker lets its probes through: a probe
 	// waits the closed budget (see callPrimary).
 	halfOpen atomic.Bool
+	// lateFrom is when a call last ran out of its budget (unix
+	// nanoseconds; 0: never): for lateFor after it, calls run late (see
+	// callLate).
+	lateFrom atomic.Int64
+	lateN    atomic.Int64 // late calls in flight
 
 	c counters
 }
@@ -130,6 +135,10 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 	// of their budget are slow, not an outage; one that times out for
 	// longer than the grace from the start is down.
 	s.lastOK.Store(s.clock.Now().UnixNano())
+	// Likewise, calls run late (see callLate) until the store has
+	// answered within its budget for lateFor: a store not heard from yet
+	// has not shown it is fast.
+	s.lateFrom.Store(s.clock.Now().UnixNano())
 	failures := c.failures
 	s.cb = gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
 		Name:        c.name,
@@ -265,6 +274,19 @@ func excluded(err error) bool {
 	return err == errCallerGone
 }
 
+// lateOf returns the late call err carries, if any.
+func lateOf(err error) *lateCall {
+	var se slowError
+	if errors.As(err, &se) {
+		return se.late
+	}
+	var le lateError
+	if errors.As(err, &le) {
+		return le.late
+	}
+	return nil
+}
+
 // failed handles a Take the primary did not answer: err is what the
 // breaker returned.
 func (s *Store) failed(ctx context.Context, buckets []quota.Bucket, res []quota.Result, err error) (bool, error) {
@@ -301,12 +323,22 @@ func (s *Store) failed(ctx context.Context, buckets []quota.Bucket, res []quota.
 		}
 		s.noteFailure(err)
 	}
-	return s.decide(buckets, res), nil
+	allowed := s.decide(buckets, res)
+	if l := lateOf(err); l != nil {
+		if !allowed && s.awaitLate(ctx, l, buckets, res) {
+			return l.allowed, nil
+		}
+		s.decidedLate(l, allowed)
+	}
+	return allowed, nil
 }
 
 // slowError carries a call that ran out of its budget while the primary
 // kept answering others; the breaker excludes it.
-type slowError struct{ err error }
+type slowError struct {
+	err  error
+	late *lateCall // nil: the call was abandoned (see callLate)
+}
 
 func (e slowError) Error() string { return "slow call: " + e.err.Error() }
 
@@ -335,37 +367,66 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 			break
 		}
 	}
+	if s.lateFrom.Load() != 0 && s.ch.rep != nil && hasLocal(buckets) {
+		return s.callLate(ctx, buckets, res, budget)
+	}
+	return s.callNow(ctx, buckets, res, budget)
+}
+
+// callNow calls the primary with the budget, in the caller's goroutine.
+func (s *Store) callNow(ctx context.Context, buckets []quota.Bucket, res []quota.Result, budget time.Duration) (bool, error) {
 	cctx := acquireCallCtx(ctx, budget)
 	allowed, err := s.primary.Take(cctx, buckets, res)
 	if err == nil {
 		releaseCallCtx(cctx)
-		now := s.clock.Now()
-		s.lastOK.Store(now.UnixNano())
-		s.seen.record(buckets, res, now)
-		if s.ch.work.Load() != 0 {
-			s.kick()
-		}
+		s.answered(buckets, res)
 		return allowed, nil
 	}
 	gone := ctx.Err() != nil || cctx.callerGone()
 	releaseCallCtx(cctx)
+	return false, s.classify(buckets, res, err, gone, nil)
+}
+
+// answered records an answer of the primary to a take.
+func (s *Store) answered(buckets []quota.Bucket, res []quota.Result) {
+	now := s.clock.Now()
+	s.lastOK.Store(now.UnixNano())
+	s.seen.record(buckets, res, now)
+	if s.ch.work.Load() != 0 {
+		s.kick()
+	}
+}
+
+// classify turns a failed call's error into what the breaker sees: the
+// caller leaving, or bad input, is excluded from its counts, and so is a
+// call that ran out of its budget while the primary answers others
+// (slow). A call still running in the background (late, see callLate)
+// rides along, so that the local decision can be matched with what the
+// primary did.
+func (s *Store) classify(buckets []quota.Bucket, res []quota.Result, err error, gone bool, late *lateCall) error {
 	if gone {
-		return false, errCallerGone
+		return errCallerGone
 	}
 	if bad := quota.ValidateTake(buckets, res); bad != nil {
-		return false, badInputError{bad}
+		return badInputError{bad}
 	}
-	if cause.IsTimeout(err) && s.clock.Now().UnixNano()-s.lastOK.Load() < int64(s.slowGrace) {
-		// The primary answered another call within the grace: it is
-		// busy, not down. Decide this one locally, but do not count it.
-		return false, slowError{err}
+	if cause.IsTimeout(err) {
+		s.lateFrom.Store(s.clock.Now().UnixNano())
+		if s.clock.Now().UnixNano()-s.lastOK.Load() < int64(s.slowGrace) {
+			// The primary answered another call within the grace: it is
+			// busy, not down. Decide this one locally, but do not count it.
+			return slowError{err: err, late: late}
+		}
 	}
 	// Remembered before the breaker counts it, so the log line of the
 	// transition it causes names it.
 	s.lastErrMu.Lock()
 	s.lastErr = err
 	s.lastErrMu.Unlock()
-	return false, err
+	if late != nil {
+		return lateError{err: err, late: late}
+	}
+	return err
 }
 
 // noteFailure logs store failures at most once per second, with the number suppressed since.
