@@ -280,7 +280,8 @@ func stallBound(t *testing.T, C, rate int64, period time.Duration, stale bool) {
 
 // gated is a ledger whose takes wait for a gate (a paused Redis: the
 // command is sent, and runs when the server resumes), unless their
-// context ends first.
+// context ends first. It does not unwrap to the in-process store it
+// wraps, which is never late: it stands for a remote one.
 type gated struct {
 	quota.Reporter
 	mu   sync.Mutex
@@ -313,8 +314,6 @@ func (g *gated) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (b
 	}
 	return g.Reporter.Take(ctx, b, r)
 }
-
-func (g *gated) Unwrap() quota.Store { return g.Reporter }
 
 // TestLateAnswerIsReconciled: a take that outlives its budget is decided
 // locally, and the store applies it later (a paused Redis runs what was

@@ -165,7 +165,9 @@
 // usually applies it later (a paused Redis runs the commands queued on
 // its sockets when it resumes; a loaded one answers late): charged by the
 // store as it decides it, whatever was decided locally meanwhile. So,
-// over a primary that takes reports, a take with local buckets does not
+// over a primary that takes reports and has a backend to be late with
+// (no layer of it answers for its own failures: memstore, which has no
+// backend, never is late), a take with local buckets does not
 // abandon its call while the store is slow (from New, and for 10s after
 // any call ran out of its budget): the call runs in the background, for
 // the closed budget or the slow grace, whichever is longer, and the

@@ -64,6 +64,9 @@ type Store struct {
 	// callLate).
 	lateFrom atomic.Int64
 	lateN    atomic.Int64 // late calls in flight
+	// lateOK: calls may run late (see callLate): the primary takes
+	// reports and has a backend to be late with.
+	lateOK bool
 
 	c counters
 }
@@ -128,6 +131,7 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 			"breaker", c.name, "primary", fmt.Sprintf("%T", primary))
 	}
 	s.localFn = s.decideLocal
+	s.lateOK = s.ch.rep != nil && !decidesItself(primary)
 	s.closed.Store(true)
 	s.health.Store(healthClean)
 	// A store not heard from yet gets the grace from now: the first calls
@@ -151,6 +155,19 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 		OnStateChange: s.stateChanged,
 	})
 	return s, nil
+}
+
+// decidesItself reports whether a layer of primary answers for its own
+// backend's failures (DecidesOnStoreError: memstore, which has none, or
+// another fallback Store): such a store is never late, so its calls never
+// run in the background.
+func decidesItself(primary quota.Store) bool {
+	for l := range quota.Layers(primary) {
+		if d, ok := l.(interface{ DecidesOnStoreError() bool }); ok && d.DecidesOnStoreError() {
+			return true
+		}
+	}
+	return false
 }
 
 // stateChanged logs a breaker transition, counts it and tells the user's
@@ -367,7 +384,7 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 			break
 		}
 	}
-	if s.lateFrom.Load() != 0 && s.ch.rep != nil && hasLocal(buckets) {
+	if s.lateFrom.Load() != 0 && s.lateOK && hasLocal(buckets) {
 		return s.callLate(ctx, buckets, res, budget)
 	}
 	return s.callNow(ctx, buckets, res, budget)
