@@ -291,15 +291,14 @@ func excluded(err error) bool {
 	return err == errCallerGone
 }
 
-// lateOf returns the late call err carries, if any.
+// lateOf returns the late call err carries, if any (the breaker returns
+// a call's error as the call returned it).
 func lateOf(err error) *lateCall {
-	var se slowError
-	if errors.As(err, &se) {
-		return se.late
-	}
-	var le lateError
-	if errors.As(err, &le) {
-		return le.late
+	switch e := err.(type) {
+	case slowError:
+		return e.late
+	case lateError:
+		return e.late
 	}
 	return nil
 }
@@ -384,19 +383,22 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 			break
 		}
 	}
-	if s.lateFrom.Load() != 0 && s.lateOK && hasLocal(buckets) {
-		return s.callLate(ctx, buckets, res, budget)
+	if s.lateOK && s.lateFrom.Load() != 0 && hasLocal(buckets) {
+		if s.lateN.Add(1) <= maxLate {
+			return s.callLate(ctx, buckets, res, budget)
+		}
+		s.lateN.Add(-1) // too many in flight: as on the healthy path
 	}
-	return s.callNow(ctx, buckets, res, budget)
-}
-
-// callNow calls the primary with the budget, in the caller's goroutine.
-func (s *Store) callNow(ctx context.Context, buckets []quota.Bucket, res []quota.Result, budget time.Duration) (bool, error) {
 	cctx := acquireCallCtx(ctx, budget)
 	allowed, err := s.primary.Take(cctx, buckets, res)
 	if err == nil {
 		releaseCallCtx(cctx)
-		s.answered(buckets, res)
+		now := s.clock.Now()
+		s.lastOK.Store(now.UnixNano())
+		s.seen.record(buckets, res, now)
+		if s.ch.work.Load() != 0 {
+			s.kick()
+		}
 		return allowed, nil
 	}
 	gone := ctx.Err() != nil || cctx.callerGone()

@@ -58,7 +58,7 @@ func hasLocal(buckets []quota.Bucket) bool {
 	return false
 }
 
-// callLate is callPrimary for a take with local buckets while the primary
+// callLate (with s.lateN counting it) is callPrimary for a take with local buckets while the primary
 // is slow (a call ran out of its budget within lateFor): the call runs in
 // the background with the closed budget, and the caller waits its own
 // budget for it. A call that outlives the caller's budget was sent and is
@@ -67,10 +67,6 @@ func hasLocal(buckets []quota.Bucket) bool {
 // comes, is matched with the local decision instead of being lost. The
 // healthy path never comes here.
 func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quota.Result, budget time.Duration) (bool, error) {
-	if s.lateN.Add(1) > maxLate {
-		s.lateN.Add(-1)
-		return s.callNow(ctx, buckets, res, budget)
-	}
 	n := len(buckets)
 	l := &lateCall{buckets: append([]quota.Bucket(nil), buckets...), res: make([]quota.Result, n), done: make(chan struct{})}
 	// A take denied locally waits for the answer up to the closed
