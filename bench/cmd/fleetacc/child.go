@@ -363,6 +363,9 @@ func hammer(limits *tiers.Limiter, cfg *childConfig, res *childResult) {
 					now := time.Now()
 					if d := next.Sub(now); d > 0 {
 						time.Sleep(d)
+						if stop.Load() {
+							break // the run ended while this goroutine waited for its slot
+						}
 					} else if -d > 10*every {
 						next = now // do not make up for more than a few late starts
 					}
