@@ -29,7 +29,8 @@ type charges struct {
 	manual  bool
 	// failedAt is when a background Sync last failed (unix nanoseconds,
 	// system clock): the next waits retryWait, so a primary that answers
-	// takes but fails reports is not sent one per take.
+	// takes but fails reports is not sent one per take; a failure is
+	// logged only if the one before was a second ago or more.
 	failedAt atomic.Int64
 	limit    int // keys owing at most; units of further keys are dropped
 
@@ -141,7 +142,11 @@ func (s *Store) kick() {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*s.closedTO)
 		defer cancel()
 		if err := s.Sync(ctx); err != nil {
-			c.failedAt.Store(time.Now().UnixNano())
+			now := time.Now().UnixNano()
+			prev := c.failedAt.Swap(now)
+			if now-prev < int64(time.Second) {
+				return // logged less than a second ago
+			}
 			s.logger.Warn("floodgate: charging the store for units admitted locally failed; they are kept and charged when it answers again",
 				"breaker", s.name, "error", err.Error())
 		}

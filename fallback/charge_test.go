@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -388,5 +389,28 @@ func TestLateAnswerIsReconciled(t *testing.T) {
 	if st.LateAnswered != 1 || st.LateApplied != 2 || st.GivenBack != 15 || st.Charged != 0 || st.Owed != 0 {
 		t.Fatalf("Stats: late answered %d, applied %d, given back %d, charged %d, owed %d; want 1, 2, 15, 0, 0",
 			st.LateAnswered, st.LateApplied, st.GivenBack, st.Charged, st.Owed)
+	}
+}
+
+// TestNoReporterWarns: over a primary that takes no report calls, New
+// says at construction that local admits will not be charged, and the
+// Store still decides.
+func TestNoReporterWarns(t *testing.T) {
+	logs := &logBuffer{}
+	s, err := fallback.New(downStore{}, fallback.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ChargesLocal() {
+		t.Fatal("ChargesLocal is true over a store that takes no report calls")
+	}
+	if !strings.Contains(logs.String(), "takes no report calls") {
+		t.Fatalf("no warning at construction; logs: %s", logs.String())
+	}
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	if ok, res := take(t, s, tokenBucket("k", 1, 10, time.Second, quota.FailLocal)); !ok || res[0].Source != floodgate.SourceLocalFallback {
+		t.Fatalf("take: %v %+v, want admitted locally", ok, res[0])
 	}
 }
