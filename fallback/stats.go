@@ -116,8 +116,8 @@ type Stats struct {
 	// counted nowhere here.
 	Charged, Debt, ReportFailures, GivenBack, Owed, ChargeDropped, ChargeUnsupported uint64
 	// Late counts takes decided locally whose call to the primary, run
-	// in the background (see callLate in the package documentation,
-	// "Late answers"), answered after the decision; LateApplied the part
+	// in the background (see "Late answers" in the package
+	// documentation), answered after the decision; LateApplied the part
 	// of them the primary allowed, and so charged: matched with the local
 	// decision so that the store ends charged once for what was admitted.
 	// LateAnswered counts takes the local limiters denied that waited
