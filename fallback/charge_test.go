@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
+	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -412,5 +413,46 @@ func TestNoReporterWarns(t *testing.T) {
 	}
 	if ok, res := take(t, s, tokenBucket("k", 1, 10, time.Second, quota.FailLocal)); !ok || res[0].Source != floodgate.SourceLocalFallback {
 		t.Fatalf("take: %v %+v, want admitted locally", ok, res[0])
+	}
+}
+
+// TestLeaseDecidedLocallyChargesTheRequestOnly: a leased key's request that
+// asks the store for a lease while the store stalls is decided by the
+// fallback on its local share, cost and extra units together; no lease is
+// granted, so the extra units are given back and only the request's cost
+// is charged to the store when it answers.
+func TestLeaseDecidedLocallyChargesTheRequestOnly(t *testing.T) {
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	mem := newMemStore(t, clk).(quota.Reporter)
+	led := &stalling{inner: mem}
+	fb, err := fallback.New(led, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := localfirst.New(fb, mem, localfirst.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lf.Close(context.Background()) })
+	b := tokenBucket("lease:key", 1, 100, time.Hour, quota.FailLocal)
+	b.Consistency = quota.Leased
+	if ok, res := take(t, lf, b); !ok || res[0].Source.Degraded() {
+		t.Fatalf("first take: %v %+v", ok, res[0])
+	}
+	clk.Advance(10 * time.Millisecond)
+	led.stall.Store(true)
+	ok, res := take(t, lf, b)
+	if !ok || res[0].Source != floodgate.SourceLocalFallback {
+		t.Fatalf("second take: %v %+v, want admitted by the fallback", ok, res[0])
+	}
+	if st := fb.Stats(); st.Owed != 1 {
+		t.Fatalf("the fallback owes %d units for one request of cost 1", st.Owed)
+	}
+	led.stall.Store(false)
+	if err := fb.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, mem, b); got != 98 {
+		t.Fatalf("store holds %d, want 98 (two requests of cost 1)", got)
 	}
 }
