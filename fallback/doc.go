@@ -86,7 +86,13 @@
 //     algorithms) ÷ instances, rounded down, at least 1. A limiter starts
 //     from what the primary last answered for the key, not full: the
 //     remaining units then, refilled at the bucket's rate since, capped at
-//     the capacity, ÷ instances. So one slow call, or the first calls of an
+//     the capacity, ÷ instances, less what this instance admitted locally
+//     and has not charged to the primary yet (see Charging), unrounded (a
+//     fraction of a unit is kept, so n instances seeded from one answer
+//     hold exactly what the store had). A key the primary never answered
+//     for starts from the capacity ÷ instances. A limiter that decided
+//     before, and whose key the primary has answered for since, starts
+//     again from that answer. So one slow call, or the first calls of an
 //     outage, cannot hand a key that was at its limit a fresh bucket. The window
 //     algorithms are approximated by this token bucket, which can admit up
 //     to twice the window's share across one window; the store's exact
@@ -113,6 +119,92 @@
 // (floodgate.SourceLocalFallback, SourceFailOpen or SourceFailClosed);
 // results the primary produced keep the primary's Source, so the Observer
 // and the transports can tell degraded decisions apart.
+//
+// Charging. Every unit admitted locally under quota.FailLocal (a call
+// slower than its budget while the primary answers others, a failed
+// call, an open breaker) is charged to the primary once it answers, on
+// the path package tiers/localfirst's async consistency already uses for
+// the units its instances admit on their own: quota.Reporter report
+// calls, each named by this Store's instance (random) and a sequence
+// number, recorded by the store. The primary is the ledger, as it is for
+// localfirst: there is one ledger and one way to charge it after the
+// fact, so a unit admitted locally and reported reads in Redis exactly as
+// one localfirst reported, and a report whose reply was lost (Redis
+// paused mid-call) is resolved (quota.Reporter.Resolve) before anything
+// is sent again, never charged twice. The bookkeeping lives here, beside
+// the local limiters that admitted the units, rather than being handed to
+// a localfirst Store above: a fallback Store is often used without one
+// (tiers.NewLimiter(fallback.New(redisStore))), and a Store knows which
+// of its own decisions were local. It finds the ledger beneath it with
+// quota.Layers: the primary, and every store beneath it, must be a
+// quota.Reporter (redisstore, memstore and package otel's wrapper of
+// either are). Over a primary that is not, New logs a warning and
+// ChargesLocal reports false: the fallback still decides, its local
+// admits are never charged (as a Limiter warns of a "local" rule over a
+// store with no fallback, rather than refusing it).
+//
+// What one instance owes a key is capped at its share of the capacity,
+// s = C/n (at least 1), as async's unreported units and debts are:
+// beyond it this instance admitted at its share of the rate while the
+// store could not be told, the store's bucket refilled meanwhile, and
+// charging more would make the key pay twice for that refill. A report
+// charges what the store's bucket holds; the rest is debt, owed again
+// (within the cap) and reported with the next. A Settle of a bucket
+// decided locally moves what is owed by the same amount. The reports go
+// out in the background, at most one Sync at a time, started by the first
+// Take the primary answers while something is owed (the healthy path
+// reads one atomic word for it); Sync sends them at once. Only token
+// bucket and GCRA buckets can be reported (quota.Reporter); units that
+// window algorithms admit locally are counted (Stats.ChargeUnsupported),
+// not charged. Owed units of at most WithLocalCapacity keys are kept;
+// units of further keys are counted (Stats.ChargeDropped), not charged.
+// Stats counts what was charged (Charged, Debt, GivenBack,
+// ReportFailures, Owed).
+//
+// Late answers. A take that ran out of its budget was sent, and the store
+// usually applies it later (a paused Redis runs the commands queued on
+// its sockets when it resumes; a loaded one answers late): charged by the
+// store as it decides it, whatever was decided locally meanwhile. So,
+// over a primary that takes reports and has a backend to be late with
+// (no layer of it answers for its own failures: memstore, which has no
+// backend, never is late), a take with local buckets does not
+// abandon its call while the store is slow (from New, and for 10s after
+// any call ran out of its budget): the call runs in the background, for
+// the closed budget or the slow grace, whichever is longer, and the
+// caller waits its own budget for it, as before. When the answer comes
+// after the local decision, the two are matched: a local admit the store
+// also allowed is paid for (not reported again); a take denied locally
+// that the store allowed had its units charged without being admitted,
+// and they are given back by a report of a negative charge (the same
+// recorded calls). And a take the local limiters deny waits for the
+// store's answer up to the closed budget from its start: a short stall
+// then costs denied requests some latency, not the requests themselves,
+// while a local admit never waits. The healthy path never runs a call in
+// the background (a store fast for 10s leaves the mode); at most 256
+// calls of one Store run so at a time, and the rest as on the healthy
+// path, their outcome unknown. Stats counts the late answers (Late,
+// LateApplied, LateAnswered).
+//
+// The bound. Let n be the live instances, C a bucket's capacity, r its
+// rate (units per second), s = C/n the local share, and T the length of a
+// slow period (every call of the period decided locally). Instance i last
+// heard from the store that R_i units were left, a_i before the period
+// began. During the period the fleet admits locally at most
+//
+//	Σ_i min(C, R_i + r·a_i) / n + r·T  ≤  n·s + r·T  =  C + r·T
+//
+// units (each instance starts from its seed and refills at r/n), where
+// the store itself would have admitted R + r·T (R: what it held when the
+// period began). The excess is at most Σ_i min(C, R_i + r·a_i)/n − R ≤ C
+// − R: it comes only from stale views (units others spent after instance
+// i last heard), and is 0 when every instance's last answer is current.
+// When the store answers, every unit admitted locally is charged, up to s
+// per instance per key, so a period in which no instance admits more than
+// s locally (r·T ≤ C for a key at its limit) leaves the store charged for
+// all of it: the excess is then paid back from the bucket's refill, and
+// over any window that covers the period and the next report the fleet
+// stays within the limit plus the units above the caps (at most r·T).
+// TestStallBound holds the bound on a fake clock.
 //
 // Replicas. The number of instances sharing a quota comes from
 // WithInstances (default 1), read on every local decision: pass

@@ -37,8 +37,9 @@ type Store struct {
 	name         string
 	userOnChange func(name string, from, to gobreaker.State)
 
-	mu    sync.Mutex // guards local; held across a local decision
+	mu    sync.Mutex // guards local and ch.owed; held across a local decision
 	local *localLimiters
+	ch    *charges
 	// localFn is decideLocal as a func value, made once.
 	localFn func(buckets []quota.Bucket, res []quota.Result, allowed bool) bool
 
@@ -58,6 +59,14 @@ type Store struct {
 	// halfOpen is set while the breaker lets its probes through: a probe
 	// waits the closed budget (see callPrimary).
 	halfOpen atomic.Bool
+	// lateFrom is when a call last ran out of its budget (unix
+	// nanoseconds; 0: never): for lateFor after it, calls run late (see
+	// callLate).
+	lateFrom atomic.Int64
+	lateN    atomic.Int64 // late calls in flight
+	// lateOK: calls may run late (see callLate): the primary takes
+	// reports and has a backend to be late with.
+	lateOK bool
 
 	c counters
 }
@@ -114,8 +123,15 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 		name:         c.name,
 		userOnChange: c.onStateChange,
 		local:        newLocalLimiters(c.localCapacity),
+		ch:           newCharges(primary, c.localCapacity),
+	}
+	s.ch.manual = c.manualSync
+	if s.ch.rep == nil {
+		s.logger.Warn("floodgate: the primary store takes no report calls (not a quota.Reporter): units admitted locally under on_store_error local will not be charged to it when it answers again",
+			"breaker", c.name, "primary", fmt.Sprintf("%T", primary))
 	}
 	s.localFn = s.decideLocal
+	s.lateOK = s.ch.rep != nil && !decidesItself(primary)
 	s.closed.Store(true)
 	s.health.Store(healthClean)
 	// A store not heard from yet gets the grace from now: the first calls
@@ -123,6 +139,10 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 	// of their budget are slow, not an outage; one that times out for
 	// longer than the grace from the start is down.
 	s.lastOK.Store(s.clock.Now().UnixNano())
+	// Likewise, calls run late (see callLate) until the store has
+	// answered within its budget for lateFor: a store not heard from yet
+	// has not shown it is fast.
+	s.lateFrom.Store(s.clock.Now().UnixNano())
 	failures := c.failures
 	s.cb = gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
 		Name:        c.name,
@@ -135,6 +155,19 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 		OnStateChange: s.stateChanged,
 	})
 	return s, nil
+}
+
+// decidesItself reports whether a layer of primary answers for its own
+// backend's failures (DecidesOnStoreError: memstore, which has none, or
+// another fallback Store): such a store is never late, so its calls never
+// run in the background.
+func decidesItself(primary quota.Store) bool {
+	for l := range quota.Layers(primary) {
+		if d, ok := l.(interface{ DecidesOnStoreError() bool }); ok && d.DecidesOnStoreError() {
+			return true
+		}
+	}
+	return false
 }
 
 // stateChanged logs a breaker transition, counts it and tells the user's
@@ -258,6 +291,18 @@ func excluded(err error) bool {
 	return err == errCallerGone
 }
 
+// lateOf returns the late call err carries, if any (the breaker returns
+// a call's error as the call returned it).
+func lateOf(err error) *lateCall {
+	switch e := err.(type) {
+	case slowError:
+		return e.late
+	case lateError:
+		return e.late
+	}
+	return nil
+}
+
 // failed handles a Take the primary did not answer: err is what the
 // breaker returned.
 func (s *Store) failed(ctx context.Context, buckets []quota.Bucket, res []quota.Result, err error) (bool, error) {
@@ -294,12 +339,22 @@ func (s *Store) failed(ctx context.Context, buckets []quota.Bucket, res []quota.
 		}
 		s.noteFailure(err)
 	}
-	return s.decide(buckets, res), nil
+	allowed := s.decide(buckets, res)
+	if l := lateOf(err); l != nil {
+		if !allowed && s.awaitLate(ctx, l, buckets, res) {
+			return l.allowed, nil
+		}
+		s.decidedLate(l, allowed)
+	}
+	return allowed, nil
 }
 
 // slowError carries a call that ran out of its budget while the primary
 // kept answering others; the breaker excludes it.
-type slowError struct{ err error }
+type slowError struct {
+	err  error
+	late *lateCall // nil: the call was abandoned (see callLate)
+}
 
 func (e slowError) Error() string { return "slow call: " + e.err.Error() }
 
@@ -328,6 +383,12 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 			break
 		}
 	}
+	if s.lateOK && s.lateFrom.Load() != 0 && hasLocal(buckets) {
+		if s.lateN.Add(1) <= maxLate {
+			return s.callLate(ctx, buckets, res, budget)
+		}
+		s.lateN.Add(-1) // too many in flight: as on the healthy path
+	}
 	cctx := acquireCallCtx(ctx, budget)
 	allowed, err := s.primary.Take(cctx, buckets, res)
 	if err == nil {
@@ -335,27 +396,56 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 		now := s.clock.Now()
 		s.lastOK.Store(now.UnixNano())
 		s.seen.record(buckets, res, now)
+		if s.ch.work.Load() != 0 {
+			s.kick()
+		}
 		return allowed, nil
 	}
 	gone := ctx.Err() != nil || cctx.callerGone()
 	releaseCallCtx(cctx)
+	return false, s.classify(buckets, res, err, gone, nil)
+}
+
+// answered records an answer of the primary to a take.
+func (s *Store) answered(buckets []quota.Bucket, res []quota.Result) {
+	now := s.clock.Now()
+	s.lastOK.Store(now.UnixNano())
+	s.seen.record(buckets, res, now)
+	if s.ch.work.Load() != 0 {
+		s.kick()
+	}
+}
+
+// classify turns a failed call's error into what the breaker sees: the
+// caller leaving, or bad input, is excluded from its counts, and so is a
+// call that ran out of its budget while the primary answers others
+// (slow). A call still running in the background (late, see callLate)
+// rides along, so that the local decision can be matched with what the
+// primary did.
+func (s *Store) classify(buckets []quota.Bucket, res []quota.Result, err error, gone bool, late *lateCall) error {
 	if gone {
-		return false, errCallerGone
+		return errCallerGone
 	}
 	if bad := quota.ValidateTake(buckets, res); bad != nil {
-		return false, badInputError{bad}
+		return badInputError{bad}
 	}
-	if cause.IsTimeout(err) && s.clock.Now().UnixNano()-s.lastOK.Load() < int64(s.slowGrace) {
-		// The primary answered another call within the grace: it is
-		// busy, not down. Decide this one locally, but do not count it.
-		return false, slowError{err}
+	if cause.IsTimeout(err) {
+		s.lateFrom.Store(s.clock.Now().UnixNano())
+		if s.clock.Now().UnixNano()-s.lastOK.Load() < int64(s.slowGrace) {
+			// The primary answered another call within the grace: it is
+			// busy, not down. Decide this one locally, but do not count it.
+			return slowError{err: err, late: late}
+		}
 	}
 	// Remembered before the breaker counts it, so the log line of the
 	// transition it causes names it.
 	s.lastErrMu.Lock()
 	s.lastErr = err
 	s.lastErrMu.Unlock()
-	return false, err
+	if late != nil {
+		return lateError{err: err, late: late}
+	}
+	return err
 }
 
 // noteFailure logs store failures at most once per second, with the number suppressed since.
@@ -439,7 +529,7 @@ func (s *Store) decideLocal(buckets []quota.Bucket, res []quota.Result, allowed 
 		if b.OnStoreError != quota.FailLocal || b.Cost > b.Limit.Capacity() {
 			continue
 		}
-		e := s.local.get(b.Key, b.Limit, inst, now, s.seen.lookup, buckets)
+		e := s.local.get(b.Key, b.Limit, inst, now, s.seen.lookup, s.ch.owedLocked(b.Key), buckets)
 		r := &res[i]
 		r.Limit = e.burst
 		if b.Cost > e.burst {
@@ -467,6 +557,12 @@ func (s *Store) decideLocal(buckets []quota.Bucket, res []quota.Result, allowed 
 		for j := len(hs) - 1; j >= 0; j-- {
 			hs[j].r.CancelAt(now)
 			res[hs[j].i].Wait = 0 // nothing booked
+		}
+	} else {
+		// Admitted without the store: owed to it, charged when it
+		// answers again (see Sync).
+		for _, h := range hs {
+			s.ch.addLocked(&buckets[h.i], buckets[h.i].Cost, inst)
 		}
 	}
 	for _, h := range hs {

@@ -57,9 +57,11 @@ func share(limit quota.Limit, n int) (rate.Limit, int64) {
 // (keeping its consumption), and marks it most recently used. A new
 // limiter starts from what the primary last said of the key, when known
 // (seen: the remaining units and when), refilled at the key's rate since
-// and divided among the n instances; else full. Creating an entry when the
-// LRU is full evicts the least recently used one.
-func (l *localLimiters) get(key string, limit quota.Limit, n int, now time.Time, seen func(string, time.Time) (int64, time.Time, bool), take []quota.Bucket) *localEntry {
+// and divided among the n instances, less what this instance admitted
+// locally and has not charged to the store yet (owed); else from the
+// capacity divided among them. Creating an entry when the LRU is full
+// evicts the least recently used one.
+func (l *localLimiters) get(key string, limit quota.Limit, n int, now time.Time, seen func(string, time.Time) (int64, time.Time, bool), owed int64, take []quota.Bucket) *localEntry {
 	if el, ok := l.byKey[key]; ok {
 		l.ll.MoveToFront(el)
 		e := el.Value.(*localEntry)
@@ -71,9 +73,8 @@ func (l *localLimiters) get(key string, limit quota.Limit, n int, now time.Time,
 		}
 		if rem, at, ok := seen(key, now); ok && at.After(e.used) {
 			// The primary answered for the key since the limiter last
-			// decided: it refilled meanwhile, the store's bucket maybe
-			// not. Start again from what the store said.
-			e.seed(rem, at, now)
+			// decided: start again from what the store said.
+			e.seed(rem, at, now, owed)
 		}
 		e.used = now
 		return e
@@ -93,7 +94,9 @@ func (l *localLimiters) get(key string, limit quota.Limit, n int, now time.Time,
 	r, b := share(limit, n)
 	e := &localEntry{key: strings.Clone(key), limit: limit, n: n, lim: rate.NewLimiter(r, int(b)), burst: b}
 	if rem, at, ok := seen(key, now); ok {
-		e.seed(rem, at, now)
+		e.seed(rem, at, now, owed)
+	} else {
+		e.seed(limit.Capacity(), now, now, owed)
 	}
 	e.used = now
 	l.byKey[e.key] = l.ll.PushFront(e)
@@ -102,19 +105,42 @@ func (l *localLimiters) get(key string, limit quota.Limit, n int, now time.Time,
 
 func (l *localLimiters) len() int { return l.ll.Len() }
 
-// seed lowers the limiter's tokens to this instance's share of what the
-// primary said was left at at (rem units), refilled since: the fleet's
-// remaining divided among the instances. It never adds tokens.
-func (e *localEntry) seed(rem int64, at, now time.Time) {
+// seed sets the limiter's tokens to this instance's share of what the
+// primary said was left at at (rem units), refilled at the key's rate
+// since and capped at the capacity, divided among the instances, less
+// owed (units this instance admitted locally that the store has not been
+// charged): the fleet's remaining divided among the instances, as package
+// tiers/localfirst's async shares are. The share is not rounded, so n
+// instances seeded from one answer hold together exactly what the store
+// had; the tokens never exceed the local burst.
+func (e *localEntry) seed(rem int64, at, now time.Time, owed int64) {
 	elapsed := max(0, now.Sub(at).Seconds())
 	fleet := math.Min(float64(e.limit.Capacity()), float64(rem)+elapsed*float64(e.limit.Rate)/e.limit.Period.Seconds())
-	share := math.Floor(fleet / float64(e.n))
-	if share == 0 && fleet >= 1 {
-		share = 1 // a share is at least 1 while the fleet has a unit (as the burst is)
+	e.setTokens(fleet/float64(e.n)-float64(owed), now)
+}
+
+// setTokens replaces the limiter by one of the same rate and burst that
+// holds tokens at now (capped at the burst). x/time/rate sets tokens only
+// through reservations, of whole units: a limiter emptied at
+// now − tokens ÷ rate holds exactly tokens at now; a debt (tokens below
+// 0) is booked in whole units, rounded up.
+func (e *localEntry) setTokens(tokens float64, now time.Time) {
+	r, b := e.lim.Limit(), int(e.burst)
+	lim := rate.NewLimiter(r, b)
+	switch {
+	case tokens >= float64(b):
+		lim.ReserveN(now, 0) // full at now
+	case tokens >= 0 && r > 0:
+		lim.ReserveN(now.Add(-time.Duration(math.Ceil(tokens/float64(r)*float64(time.Second)))), b)
+	default:
+		lim.ReserveN(now, b)
+		for d := int64(math.Ceil(-tokens)); d > 0; {
+			k := min(d, int64(b))
+			lim.ReserveN(now, int(k))
+			d -= k
+		}
 	}
-	if excess := e.lim.TokensAt(now) - share; excess >= 1 {
-		e.lim.ReserveN(now, int(excess))
-	}
+	e.lim = lim
 }
 
 // durationFor is how long the entry's limiter takes to gain tokens, rounded

@@ -40,6 +40,7 @@ type config struct {
 	clock         floodgate.Clock
 	logger        *slog.Logger
 	onStateChange func(name string, from, to gobreaker.State)
+	manualSync    bool
 	errs          []error
 }
 

@@ -78,3 +78,14 @@ func (l *lastKnown) lookup(key string, now time.Time) (remaining int64, at time.
 	age := (nowMs - v&seedTimeMask) & seedTimeMask
 	return int64(v >> seedTimeBits), l.base.Add(time.Duration(int64(nowMs)-int64(age)) * time.Millisecond), true
 }
+
+// recordOne notes that the primary said key had remaining units at now
+// (a report's reply).
+func (l *lastKnown) recordOne(key string, remaining int64, now time.Time) {
+	ms := uint64(max(0, now.Sub(l.base).Milliseconds())) & seedTimeMask
+	h := maphash.String(l.seed, key) | 1
+	rem := uint64(max(0, min(remaining, seedMaxRem)))
+	sl := &l.slots[h&l.mask]
+	sl.v.Store(rem<<seedTimeBits | ms)
+	sl.h.Store(h)
+}

@@ -119,6 +119,8 @@ func (s *Store) settleLocal(b *quota.Bucket) {
 	e := el.Value.(*localEntry)
 	now := s.clock.Now()
 	d := b.Cost
+	// What the store is owed for the key follows the settlement.
+	s.ch.addLocked(b, d, e.n)
 	if d < 0 {
 		// x/time/rate has no method that adds tokens: a reservation of a
 		// negative count does (tokens - n), and the next read caps them at

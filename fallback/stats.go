@@ -22,6 +22,7 @@ type counters struct {
 	rules                                         atomic.Int64     // entries in byRule
 	settled, settleFailed, settleDropped          atomic.Uint64
 	localSettled                                  atomic.Uint64
+	late, lateApplied, lateAnswered               atomic.Uint64
 }
 
 // modeCounts counts bucket decisions by [FailMode][allowed].
@@ -101,6 +102,28 @@ type Stats struct {
 	// cannot settle); SettleDropped those not sent because the breaker
 	// was open; LocalSettled the buckets settled on their local limiter.
 	Settled, SettleFailed, SettleDropped, LocalSettled uint64
+	// Charged counts the units admitted locally that reports charged to
+	// the primary (see Sync); Debt the part of them the primary's bucket
+	// had no room for when reported (owed again, up to the share);
+	// ReportFailures the report calls whose reply never came (resolved
+	// later); GivenBack the units reports gave back (charges the primary
+	// made for takes denied locally, see Late). Owed is the units not
+	// charged or given back yet.
+	// ChargeDropped counts units not recorded because as many keys as
+	// WithLocalCapacity already owed, ChargeUnsupported units of window
+	// algorithms, which a quota.Reporter cannot take. Units admitted
+	// over a primary that takes no report calls (ChargesLocal false) are
+	// counted nowhere here.
+	Charged, Debt, ReportFailures, GivenBack, Owed, ChargeDropped, ChargeUnsupported uint64
+	// Late counts takes decided locally whose call to the primary, run
+	// in the background (see "Late answers" in the package
+	// documentation), answered after the decision; LateApplied the part
+	// of them the primary allowed, and so charged: matched with the local
+	// decision so that the store ends charged once for what was admitted.
+	// LateAnswered counts takes the local limiters denied that waited
+	// for the primary's late answer and got it: the store decided them
+	// (they are also counted in Fallback as denied locally).
+	Late, LateApplied, LateAnswered uint64
 }
 
 func (mc *modeCounts) snapshot() (out [3]ModeCount) {
@@ -163,6 +186,17 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	st.LocalBuckets = s.local.len()
 	st.Evictions = s.local.evicted
+	for _, o := range s.ch.owed {
+		if o.u > 0 {
+			st.Owed += uint64(o.u)
+		} else {
+			st.Owed += uint64(-o.u)
+		}
+	}
 	s.mu.Unlock()
+	st.Charged, st.Debt, st.ReportFailures = s.ch.charged.Load(), s.ch.debt.Load(), s.ch.failures.Load()
+	st.ChargeDropped, st.ChargeUnsupported = s.ch.dropped.Load(), s.ch.unsupported.Load()
+	st.Late, st.LateApplied, st.LateAnswered = s.c.late.Load(), s.c.lateApplied.Load(), s.c.lateAnswered.Load()
+	st.GivenBack = s.ch.givenBack.Load()
 	return st
 }

@@ -107,7 +107,9 @@
 //
 // When the store is slow or gone, Leased buckets keep spending their lease
 // and then go to the exact store, whose own fallback (package fallback)
-// decides; Async buckets keep deciding on their last known state, whose
+// decides (a request that asked for a lease then gets none: the extra
+// units the fallback admitted with it are settled back, so the fallback
+// charges the store only the request's cost when it answers again); Async buckets keep deciding on their last known state, whose
 // refill estimate grows to the capacity ÷ n, so the fleet as a whole keeps
 // close to the rule's rate. Reports resume when the store answers: the
 // calls that failed are resolved first, and what was not applied is sent

@@ -437,12 +437,40 @@ func (s *Store) takeStore(ctx context.Context, buckets []quota.Bucket, res []quo
 		res[i] = subRes[k]
 	}
 	s.settle(buckets, hl, res, ok, now, n)
+	if ok && extras {
+		s.unlease(ctx, buckets, hl, res)
+	}
 	if !ok {
 		s.undoRes(hl, buckets, res)
 		return false, nil
 	}
 	s.st.storeAllowed.Add(1)
 	return true, nil
+}
+
+// unlease gives back the extra units of leases a take asked for but that
+// the exact store's fallback decided without the store (the store was
+// slow or down): it admitted, and charged, the request's cost plus the
+// extra units on its local share, but no lease was granted (settle learns
+// nothing from a fallback's answer), so the extra units would be spent
+// nowhere while the fallback charges them to the store when it answers
+// again. They are settled back where they were charged (quota.Settler,
+// Source local_fallback), best effort: an exact store that cannot settle
+// keeps them.
+func (s *Store) unlease(ctx context.Context, buckets []quota.Bucket, hl []held, res []quota.Result) {
+	st, ok := s.exact.(quota.Settler)
+	if !ok {
+		return
+	}
+	for k := range hl {
+		h := &hl[k]
+		if h.local || h.extra <= 0 || res[h.i].Source != floodgate.SourceLocalFallback {
+			continue
+		}
+		b := buckets[h.i]
+		b.Cost = -h.extra
+		_ = st.Settle(ctx, []quota.Bucket{b}, []quota.Result{res[h.i]})
+	}
 }
 
 // shrinkLeases lowers the extra units of lease buckets the store denied

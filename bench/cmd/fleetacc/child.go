@@ -58,6 +58,7 @@ type childConfig struct {
 	// process 0's store ("off", "skip" or "split").
 	HistoryFile string `json:",omitempty"`
 	Broken      string `json:",omitempty"`
+	Count       bool
 }
 
 // childResult is the line a process prints when it is done.
@@ -91,10 +92,20 @@ type childResult struct {
 	Stats     localfirst.Stats
 	// HistoryTakes is the number of takes recorded (-history),
 	// HistorySkipped those passed on unrecorded.
-	HistoryTakes   int    `json:",omitempty"`
-	HistorySkipped int64  `json:",omitempty"`
-	FirstErr       string `json:",omitempty"`
-	CloseErr       string `json:",omitempty"`
+	HistoryTakes   int   `json:",omitempty"`
+	HistorySkipped int64 `json:",omitempty"`
+	// Fallback is the fallback store's Stats after the run (and after
+	// its last Sync): the local units it charged to Redis.
+	Fallback fallbackCharges
+	FirstErr string `json:",omitempty"`
+	CloseErr string `json:",omitempty"`
+}
+
+// fallbackCharges is what a process's fallback store charged to Redis for
+// the units it admitted locally (fallback.Stats).
+type fallbackCharges struct {
+	Charged, Debt, ReportFailures, GivenBack, Owed, Late, LateApplied, LateAnswered uint64
+	SyncErr                                                                         string `json:",omitempty"`
 }
 
 // readyLine and resultLine start the lines a process writes on standard
@@ -226,14 +237,14 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	ls := levelsFor(cfg.Levels, cfg.Rate, cfg.Burst, cfg.Keys)
-	limits, err := tiers.NewLimiter(lf, policyFor(ls, mode, cfg.Sync, onErr), tiers.WithKeyPrefix(cfg.Prefix))
+	limits, err := tiers.NewLimiter(lf, policyFor(ls, mode, cfg.Sync, onErr, cfg.Count), tiers.WithKeyPrefix(cfg.Prefix))
 	if err != nil {
 		_ = lf.Close(context.Background())
 		return err
 	}
 	// Warm up on keys of their own (scripts loaded, connections dialled),
 	// so the measured keys start full.
-	warm, err := tiers.NewLimiter(lf, policyFor(ls, mode, cfg.Sync, onErr), tiers.WithKeyPrefix(cfg.Prefix+"warm:"))
+	warm, err := tiers.NewLimiter(lf, policyFor(ls, mode, cfg.Sync, onErr, cfg.Count), tiers.WithKeyPrefix(cfg.Prefix+"warm:"))
 	if err != nil {
 		_ = lf.Close(context.Background())
 		return err
@@ -311,7 +322,22 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err := lf.Close(cctx); err != nil {
 		res.CloseErr = err.Error()
 	}
+	// Charge Redis for what the fallback admitted locally and has not
+	// reported yet (a background Sync may be under way: ask until none
+	// is owed, bounded).
+	for i := 0; i < 50; i++ {
+		if err := exact.Sync(cctx); err != nil {
+			res.Fallback.SyncErr = err.Error()
+		}
+		if st := exact.Stats(); st.Owed == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	cancel()
+	fst := exact.Stats()
+	res.Fallback = fallbackCharges{Charged: fst.Charged, Debt: fst.Debt, ReportFailures: fst.ReportFailures, GivenBack: fst.GivenBack, Owed: fst.Owed,
+		Late: fst.Late, LateApplied: fst.LateApplied, LateAnswered: fst.LateAnswered, SyncErr: res.Fallback.SyncErr}
 	res.Stats = lf.Stats()
 	res.RoundTrips, res.Commands = cnt.RoundTrips()-rt0, cnt.Commands()-cmd0
 	stopRun()
@@ -384,12 +410,22 @@ func hammer(limits *tiers.Limiter, cfg *childConfig, res *childResult) {
 			for k := range reqs {
 				reqs[k] = request(k)
 			}
+			// The fleet's goroutines are spread evenly over one period,
+			// not in phase: -offered is a steady rate, not a burst of
+			// every goroutine at once each period.
 			next := time.Now()
+			if every > 0 {
+				slot := int64(i*max(1, cfg.Procs) + cfg.Index)
+				next = next.Add(time.Duration(int64(every) * slot / int64(g*max(1, cfg.Procs))))
+			}
 			for n := uint64(0); n < perWorker && !stop.Load(); n++ {
 				if every > 0 {
 					now := time.Now()
 					if d := next.Sub(now); d > 0 {
 						time.Sleep(d)
+						if stop.Load() {
+							break // the run ended while this goroutine waited for its slot
+						}
 					} else if -d > 10*every {
 						next = now // do not make up for more than a few late starts
 					}

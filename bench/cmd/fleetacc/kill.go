@@ -131,3 +131,15 @@ func (r *row) lastLocal() time.Duration {
 	}
 	return time.Duration(r.lastDegraded - r.restartedAt)
 }
+
+// localSlack is what a paused run of exact rules with on_store_error
+// local may admit over a bucket's bound: the fallback's bound for one
+// slow period of length T = -pause-for, C − R + r·T ≤ C + r·T (package
+// fallback's documentation: stale views of the bucket, plus the refill of
+// the period above what each process may owe). What the processes
+// admitted locally is charged to Redis when it answers, so the excess of
+// earlier pauses is paid back from the bucket's refill and one period's
+// excess is what may remain at the end of the window.
+func localSlack(cfg config, l level) float64 {
+	return float64(l.burst) + float64(l.rate)*cfg.pauseFor.Seconds()
+}

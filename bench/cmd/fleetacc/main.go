@@ -27,7 +27,12 @@
 // the fallback's open interval plus one probe plus go-redis's one-second
 // dial backoff (recoveryBound); either miss also exits 1. So does a paused
 // run in which a breaker opened, or (rules on_store_error closed) any
-// decision was made without Redis.
+// decision was made without Redis. A paused exact run with rules
+// on_store_error local prints its own targets: over within the fallback's
+// bound for one slow period (localSlack), under at most 5%, and, with
+// -count, Redis's count of the units it was charged (a rule per principal
+// that never binds, read after the processes have reported what they
+// admitted locally) equal to what the fleet admitted.
 //
 // With -history, every process of an exact run also records each take its
 // Redis store makes (package bench/internal/history; the store's batching
@@ -94,6 +99,7 @@ type config struct {
 	onErr                string
 	fbTimeout            time.Duration
 	batch                bool
+	count                bool
 	seed                 uint64
 	timeout              time.Duration
 	history              bool
@@ -124,6 +130,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.onErr, "on-store-error", "closed", "on_store_error of every rule: closed, local or open (local and open admit without Redis, so they can go over during pauses)")
 	fs.DurationVar(&c.fbTimeout, "fallback-timeout", fallback.DefaultTimeout, "fallback.WithTimeout of every process (rules with on_store_error closed wait fallback.DefaultClosedTimeout, or this if longer)")
 	fs.BoolVar(&c.batch, "batch", true, "redisstore's client-side batching (its default); -batch=false sends every take alone (WithBatching(0, 0))")
+	fs.BoolVar(&c.count, "count", false, "add a rule per principal that never binds (capacity 1e9) and, after each run but a killed one, read from Redis every unit charged to it: the ledger's count beside what the fleet admitted")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the principal streams")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "bound on the whole program")
 	fs.BoolVar(&c.history, "history", false, "exact runs: every process records its takes (batching off, so each take's Redis time is read from its reply) and the merged history is checked for linearizability against the bucket model (bench/internal/history)")
@@ -261,17 +268,22 @@ type row struct {
 	errors                                        uint64
 	degraded                                      uint64
 	local                                         uint64
-	rts                                           uint64
-	leases                                        uint64
-	returned                                      uint64
-	reports                                       uint64
-	debt                                          uint64
-	repFail                                       uint64
-	retFail                                       uint64
-	firstErr                                      string
-	closeErr                                      string
-	minInst                                       int
-	sources                                       map[string]uint64 // admitted decisions by Source
+	// counted: what Redis's counting rule was charged (-count), and
+	// whether it was read; fbCharged: the units the processes' fallback
+	// stores admitted locally and reported.
+	counted, fbCharged, fbDebt, fbOwed uint64
+	countKnown                         bool
+	rts                                uint64
+	leases                             uint64
+	returned                           uint64
+	reports                            uint64
+	debt                               uint64
+	repFail                            uint64
+	retFail                            uint64
+	firstErr                           string
+	closeErr                           string
+	minInst                            int
+	sources                            map[string]uint64 // admitted decisions by Source
 	// hist is the check of the run's history (-history, exact runs).
 	hist *history.Result
 }
@@ -434,7 +446,7 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 			Index: i, Procs: cfg.procs, Addr: admin.Options().Addr, Prefix: prefix, FleetKey: prefix + "{fleet}",
 			Mode: s.mode, Levels: s.levels, Keys: cfg.keys, Rate: cfg.rate, Burst: cfg.burst, Sync: cfg.sync,
 			Goroutines: cfg.g, Dur: cfg.dur, MaxOps: cfg.maxOps, Offered: offered, Instances: cfg.instances,
-			OnStoreError: cfg.onErr, FBTimeout: cfg.fbTimeout, Batch: cfg.batch, Seed: cfg.seed,
+			OnStoreError: cfg.onErr, FBTimeout: cfg.fbTimeout, Batch: cfg.batch, Seed: cfg.seed, Count: cfg.count,
 		}
 		if histDir != "" {
 			cc.HistoryFile = filepath.Join(histDir, fmt.Sprintf("proc-%d.jsonl", i))
@@ -582,6 +594,13 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 		}
 		r.hist = &res
 	}
+	if cfg.count && s.cond != killed {
+		n, err := readCount(ctx, cfg, admin, prefix, s)
+		if err != nil {
+			return nil, fmt.Errorf("reading Redis's count: %w", err)
+		}
+		r.counted, r.countKnown = n, true
+	}
 	return r, nil
 }
 
@@ -653,6 +672,9 @@ func (r *row) compute(cfg config) {
 		r.debt += st.DebtUnits
 		r.repFail += st.ReportFailures
 		r.retFail += st.ReturnFailures
+		r.fbCharged += c.Fallback.Charged
+		r.fbDebt += c.Fallback.Debt
+		r.fbOwed += c.Fallback.Owed
 		for k, n := range c.PerKey {
 			perKey[k] += n
 		}
@@ -686,12 +708,15 @@ func (r *row) compute(cfg config) {
 	if r.cond == killed {
 		slack = func(l level) float64 { return killSlack(cfg, r.mode, l) }
 	}
+	if r.cond == paused && r.mode == "exact" && cfg.onErr == "local" {
+		slack = func(l level) float64 { return localSlack(cfg, l) }
+	}
 	r.acc = measureAccuracy(levelsFor(r.levels, cfg.rate, cfg.burst, cfg.keys), perKey, demand, r.window, slack)
 }
 
 func writeTable(w io.Writer, cfg config, rows []*row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode  \tlevels\tredis\tdecisions/s\tadmitted\tallowed\tover\tover %\tunder %\tbucket over\tlocal %\tRT/decision\tredis CPU µs/decision\tleases\treturned\treports\tdebt\terrors\tdegraded\topens\t")
+	fmt.Fprintln(tw, "mode  \tlevels\tredis\tdecisions/s\tadmitted\tallowed\tover\tover %\tunder %\tbucket over\tlocal %\tRT/decision\tredis CPU µs/decision\tleases\treturned\treports\tdebt\terrors\tdegraded\topens\tcharged local\tredis count\tcount - admitted\t")
 	for _, r := range rows {
 		cond := r.cond.String()
 		switch r.cond {
@@ -710,10 +735,15 @@ func writeTable(w io.Writer, cfg config, rows []*row) error {
 		if r.cpuKnown && r.cond != killed { // a restarted Redis counts from 0
 			rcpu = strconv.FormatFloat(per(float64(r.redisCPU)/float64(time.Microsecond)), 'f', 2, 64)
 		}
-		fmt.Fprintf(tw, "%-6s\t%d\t%s\t%.0f\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%.3f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+		count, diff := "n/a", "n/a"
+		if r.countKnown {
+			count, diff = strconv.FormatUint(r.counted, 10), strconv.FormatInt(int64(r.counted)-int64(r.admitted), 10)
+		}
+		fmt.Fprintf(tw, "%-6s\t%d\t%s\t%.0f\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%.3f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n",
 			r.mode, r.levels, cond, float64(r.decisions)/r.window.Seconds(), r.admitted, r.acc.Allowed,
 			max(0, r.over()), r.overPct(), r.underPct(), r.acc.Excess, 100*per(float64(r.local)),
-			per(float64(r.rts)), rcpu, r.leases, r.returned, r.reports, r.debt, r.errors, r.degraded, r.opens)
+			per(float64(r.rts)), rcpu, r.leases, r.returned, r.reports, r.debt, r.errors, r.degraded, r.opens,
+			r.fbCharged, count, diff)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -789,6 +819,18 @@ func writeTargets(w io.Writer, cfg config, rows []*row) []string {
 			if !ok {
 				failed = append(failed, r.spec.String())
 			}
+		}
+		if r.cond == paused && r.mode == "exact" && cfg.onErr == "local" {
+			// Local decisions during the pauses may go over, within the
+			// fallback's bound; what they admitted is charged to Redis
+			// once it answers.
+			checks = append(checks, fmt.Sprintf("over within the fallback's bound (%.0f allowed): %s", r.acc.Formula, metStr(r.acc.FormulaExcess == 0)))
+			checks = append(checks, fmt.Sprintf("under %.2f%% <= 5%%: %s", r.underPct(), metStr(r.underPct() <= 5)))
+			if r.countKnown {
+				checks = append(checks, fmt.Sprintf("Redis's count %d = admitted %d: %s", r.counted, r.admitted, metStr(r.counted == r.admitted)))
+			}
+			fmt.Fprintf(w, "  %-24s %s\n", r.spec, strings.Join(checks, ", "))
+			continue
 		}
 		switch r.mode {
 		case "exact", "leased":

@@ -177,7 +177,8 @@ func TestKilled(t *testing.T) {
 	}
 }
 
-// TestSlowIsNotDown checks across processes that a slow Redis is not a down one: 4 and 8
+// TestSlowIsNotDown checks across processes that a slow Redis is not a down one (for
+// rules with on_store_error local, see TestSlowIsNotDownLocal): 4 and 8
 // processes, exact and async, one key at several times its limit, Redis
 // stopped 30 ms every 300 ms, rules on_store_error closed. runFleet fails
 // the run if anything was admitted over a bucket's bound (exact), a
@@ -273,5 +274,53 @@ func TestHistoryBrokenStore(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "counterexample: after") {
 		t.Error("no counterexample printed")
+	}
+}
+
+// TestSlowIsNotDownLocal is TestSlowIsNotDown with the default rules
+// (on_store_error local, the fallback's default 5 ms budget), so that
+// calls outlive their budget in every pause and the local path runs: 4
+// and 8 processes, exact, one key offered several times its limit and
+// one offered 1.2 times it, Redis stopped 30 ms every 300 ms, with the
+// counting rule. runFleet fails the run if a breaker opened; the test
+// also checks the fleetacc targets of local rules: over within the
+// fallback's bound, under at most 5 %, and Redis's count of what it was
+// charged equal to what the fleet admitted, once every process has
+// reported what it admitted locally.
+func TestSlowIsNotDownLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and 24 processes")
+	}
+	for _, procs := range []string{"4", "8"} {
+		for _, offered := range []string{"8000", "240"} {
+			t.Run(procs+"/"+offered, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				var out bytes.Buffer
+				rows, err := runFleet(ctx, []string{"fleetacc", "-procs", procs, "-dur", "2s", "-modes", "exact", "-levels", "1",
+					"-keys", "1", "-offered", offered, "-pause", "on", "-pause-every", "300ms", "-on-store-error", "local", "-count"}, &out)
+				t.Log("\n" + out.String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range rows {
+					if r.pauses == 0 {
+						t.Errorf("%s: Redis was never paused", r.spec)
+					}
+					if r.opens != 0 {
+						t.Errorf("%s: %d breaker opens", r.spec, r.opens)
+					}
+					if r.acc.FormulaExcess != 0 {
+						t.Errorf("%s: %.0f units over the fallback's bound (%.0f allowed)", r.spec, r.acc.FormulaExcess, r.acc.Formula)
+					}
+					if u := r.underPct(); u > 5 {
+						t.Errorf("%s: under by %.2f%%, want at most 5%%", r.spec, u)
+					}
+					if !r.countKnown || r.counted != r.admitted {
+						t.Errorf("%s: Redis's count %d (read: %v), admitted %d: every unit admitted must be charged once", r.spec, r.counted, r.countKnown, r.admitted)
+					}
+				}
+			})
+		}
 	}
 }

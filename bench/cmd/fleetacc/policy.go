@@ -39,9 +39,19 @@ func levelsFor(n int, rate, burst int64, keys int) []level {
 	}
 }
 
+// countRule names the rule -count adds: per principal, a capacity of
+// countCapacity refilling 1 unit an hour, so it never binds and what
+// Redis's bucket lacks of its capacity after a run is every unit charged
+// to the principal (by takes, reports and settlements), within a unit.
+const (
+	countRule     = "count"
+	countCapacity = 1_000_000_000
+)
+
 // policyFor returns the policy of a run: every rule token bucket, in the
-// run's consistency, deciding by onErr when the store cannot answer.
-func policyFor(ls []level, mode quota.Consistency, sync time.Duration, onErr quota.FailMode) *tiers.Policy {
+// run's consistency, deciding by onErr when the store cannot answer; with
+// count, the counting rule (countRule) too.
+func policyFor(ls []level, mode quota.Consistency, sync time.Duration, onErr quota.FailMode, count bool) *tiers.Policy {
 	p := &tiers.Policy{}
 	for _, l := range ls {
 		r := tiers.Rule{
@@ -49,6 +59,21 @@ func policyFor(ls []level, mode quota.Consistency, sync time.Duration, onErr quo
 			Key:          []tiers.Scope{l.scope},
 			Rate:         tiers.Rate{N: l.rate, Period: time.Second},
 			Burst:        l.burst,
+			Algorithm:    quota.TokenBucket,
+			OnStoreError: onErr,
+			Consistency:  mode,
+		}
+		if mode == quota.Async {
+			r.SyncInterval = sync
+		}
+		p.Rules = append(p.Rules, r)
+	}
+	if count {
+		r := tiers.Rule{
+			Name:         countRule,
+			Key:          []tiers.Scope{tiers.ScopeUser},
+			Rate:         tiers.Rate{N: 1, Period: time.Hour},
+			Burst:        countCapacity,
 			Algorithm:    quota.TokenBucket,
 			OnStoreError: onErr,
 			Consistency:  mode,
