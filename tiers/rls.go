@@ -68,8 +68,10 @@ type RLSDescriptor struct {
 	NoLimit bool
 	// Deny, when set, denies the descriptor whatever its cost, charging
 	// nothing (envoyproxy/ratelimit's requests_per_unit: 0): the call is
-	// denied, all or nothing, and no store is asked. A descriptor that
-	// only peeks (a cost of 0 with Peek) is allowed. It names no rule or
+	// denied, all or nothing, and the buckets of its other descriptors
+	// are only read (a take of cost 0), so their decisions still name
+	// their limits and what they have left. A descriptor that only peeks
+	// (a cost of 0 with Peek) is allowed. It names no rule or
 	// method, and needs a Name; its entries fill nothing.
 	Deny *RLSDeny
 	// Name names the descriptor's limit for Replaces and in the
@@ -239,9 +241,14 @@ const MaxDescriptors = 64
 // A descriptor with a limit of its own (Descriptor.Limit) is decided at
 // that limit instead of its mapping's rule, in the same take. A
 // descriptor that matches a deny mapping (RLSDescriptor.Deny), or has a
-// limit of 0 of its own, denies the call before any store is asked. A
-// descriptor that gives back (Descriptor.GiveBack) is settled first, in
-// one Settle, and decides nothing.
+// limit of 0 of its own, denies the call before anything is charged: the
+// other descriptors' buckets are then only read, in a take of cost 0, and
+// each is decided by whether what it has left covers its cost. When the
+// take denies, the shadow rules' buckets (which a call that is allowed
+// charges in a second take) are read the same way, so a shadow
+// descriptor that would deny says so. A descriptor that gives back
+// (Descriptor.GiveBack) is settled first, in one Settle, and decides
+// nothing.
 //
 // out (len(out) >= len(ds)) receives each descriptor's decision. A
 // descriptor no mapping matches, an unlimited one, a no_limit one and one
@@ -290,7 +297,17 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	}
 	if sc.denies {
 		if k := l.denyDescriptors(sc, ds, out); k >= 0 {
-			return out[k].Decision, giveErr // charging nothing
+			// Charging nothing, the other descriptors' buckets are only
+			// read, so their answers show their limits and what is left.
+			sc.descriptorItems(ds, out, false)
+			if len(sc.items) > 0 {
+				sc.dec = grow(sc.dec, len(sc.items))
+				var d floodgate.Decision
+				if _, err := l.run(ctx, c, sc, sc.dec, &d, call{read: true}); err == nil {
+					sc.decided(ds, out)
+				}
+			}
+			return out[k].Decision, giveErr
 		}
 	}
 	sc.descriptorItems(ds, out, false)
@@ -299,7 +316,17 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	}
 	sc.dec = grow(sc.dec, len(sc.items))
 	var d floodgate.Decision
-	_, err := l.run(ctx, c, sc, sc.dec, &d, call{})
+	_, err := l.run(ctx, c, sc, sc.dec, &d, call{peekShadows: true})
+	sc.decided(ds, out)
+	if giveErr != nil {
+		err = errors.Join(giveErr, err)
+	}
+	return d, err
+}
+
+// decided writes into out the decision of each descriptor a take decided
+// (sc.dec, by its item).
+func (sc *scratch) decided(ds []Descriptor, out []DescriptorDecision) {
 	for i := range ds {
 		if !sc.byTake(i, ds, out) || ds[i].GiveBack {
 			continue
@@ -312,10 +339,6 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 			out[i].Bucket = sc.all[b].Limit
 		}
 	}
-	if giveErr != nil {
-		err = errors.Join(giveErr, err)
-	}
-	return d, err
 }
 
 // byTake reports whether descriptor i is decided by a take (or given back):
