@@ -201,9 +201,14 @@ func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how ca
 		lo, hi = int(it.rule), int(it.rule)+1
 	}
 	from := len(sc.all)
-	if it.own != nil {
+	switch {
+	case it.own != nil && it.rule >= 0:
+		sc.kb.empty = it.empty
+		sc.resolveShared(c, it, from)
+		sc.kb.empty = 0
+	case it.own != nil:
 		sc.resolveOwn(c, it)
-	} else {
+	default:
 		sc.kb.empty = it.empty
 		sc.resolve(c, it.req, lo, hi)
 		sc.kb.empty = 0

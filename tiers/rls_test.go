@@ -564,3 +564,44 @@ rls:
 		}
 	}
 }
+
+// A descriptor's limit of its own whose entries and period match a
+// mapping's fixed-window rule counts in that rule's bucket, as
+// envoyproxy/ratelimit counts an override in the configured limit's
+// counter, each judged at its own rate; another period, or a rule of
+// another algorithm, keeps its own bucket.
+func TestRLSOverrideSharesRuleBucket(t *testing.T) {
+	l, _ := newRLS(t, `
+rules:
+  - {name: per-ip, key: [ip], rate: 6/1m, algorithm: fixed_window}
+  - {name: per-user, key: [user], rate: 6/1m}
+rls:
+  - domain: edge
+    descriptors:
+      - {entries: [{key: remote_address, as: ip}], rule: per-ip}
+      - {entries: [{key: user, as: user}], rule: per-user}
+`)
+	override := func(d tiers.Descriptor, rate int64, period time.Duration) tiers.Descriptor {
+		d.Limit = &quota.Limit{Rate: rate, Period: period}
+		return d
+	}
+	ip := desc("remote_address", "192.0.2.30")
+	for range 3 {
+		admitDescs(t, l, "edge", override(ip, 10, time.Minute))
+	}
+	_, out := admitDescs(t, l, "edge", override(ip, 10, time.Minute))
+	if d := out[0].Decision; !d.Allowed || d.Policy != tiers.PolicyDescriptorLimit || d.Remaining != 6 || out[0].Bucket.Rate != 10 || out[0].Name != "" {
+		t.Fatalf("4th override call: %+v; want allowed at its own limit of 10, 6 remaining", out[0])
+	}
+	if _, out := admitDescs(t, l, "edge", ip); out[0].Decision.Remaining != 1 || out[0].Decision.Policy != "per-ip" {
+		t.Fatalf("the configured limit after 4 override hits: %+v; want 1 remaining of 6", out[0])
+	}
+	if _, out := admitDescs(t, l, "edge", override(ip, 10, time.Hour)); out[0].Decision.Remaining != 9 {
+		t.Fatalf("an override of another period: %+v; want its own bucket, 9 remaining", out[0])
+	}
+	user := desc("user", "u1")
+	admitDescs(t, l, "edge", override(user, 10, time.Minute))
+	if _, out := admitDescs(t, l, "edge", user); out[0].Decision.Remaining != 5 {
+		t.Fatalf("a token-bucket rule after an override: %+v; want untouched by it, 5 remaining", out[0])
+	}
+}
