@@ -22,7 +22,9 @@ import (
 //     a rule's capacity is refused before the store is called; a shadow
 //     rule's only reports that it would deny.
 //  3. take: the enforced buckets are charged in one Store.Take and, only
-//     if they allowed, the shadow buckets in a second; when the store
+//     if they allowed, the shadow buckets in a second (AdmitDescriptors
+//     reads them, at a cost of 0, when they denied, and reads every
+//     bucket of a call a deny mapping denies: peekTake); when the store
 //     fails, the enforced buckets are decided by their rules'
 //     on_store_error and the shadow ones stay undecided.
 //  4. bindItems, bindCall: each request's binding bucket, and the call's;
