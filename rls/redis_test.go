@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/testing/clock"
@@ -124,5 +126,60 @@ rls:
 	resp = e.call(t, "edge", 0, d("remote_address", "192.0.2.1"), d("tenant", "acme"))
 	if resp.OverallCode != over || resp.Statuses[1].Code != over {
 		t.Fatalf("closed rule without Redis: %v", resp)
+	}
+}
+
+// On Redis: a descriptor's limit override with the entries and unit of a
+// mapped fixed-window rule counts in that rule's key; a call a deny
+// descriptor denies, and one an enforced rule denies, read the other
+// descriptors' and the shadow rules' keys without charging them, so
+// their answers show their limits.
+func TestRedisOverrideDenyAndShadowReads(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	e := newEnvStore(t, `
+rules:
+  - {name: per-ip, key: [ip], rate: 6/1m, algorithm: fixed_window}
+  - {name: per-user, key: [user], rate: 1/1m, algorithm: fixed_window}
+  - {name: watch, key: [tenant], rate: 1/1m, algorithm: fixed_window, shadow: true}
+rls:
+  - domain: edge
+    descriptors:
+      - {entries: [{key: remote_address, as: ip}], rule: per-ip}
+      - {entries: [{key: user, as: user}], rule: per-user}
+      - {entries: [{key: tenant, as: tenant}], rule: watch}
+      - {entries: [{key: blocked}], deny: {window: 1m}, name: blocked}
+`, redisStore(t, srv, clk), clk)
+	ctx := ctxT(t)
+	for range 3 {
+		e.call(t, "edge", 0, overridden(d("remote_address", "192.0.2.30"), 10, typev3.RateLimitUnit_MINUTE))
+	}
+	resp := e.call(t, "edge", 0, d("remote_address", "192.0.2.30"))
+	if got := remaining(t, resp, 0, ok); got != 2 || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 6 {
+		t.Fatalf("the configured limit after 3 override hits: %v; want 2 remaining of 6", resp.Statuses[0])
+	}
+	keys, err := srv.Client().Keys(ctx, "*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("redis keys %v, %v; want one, shared by the override and the rule", keys, err)
+	}
+
+	resp = e.call(t, "edge", 0, d("blocked", "x"), d("remote_address", "192.0.2.30"), d("tenant", "acme"))
+	if resp.OverallCode != over || resp.Statuses[0].Code != over {
+		t.Fatalf("blocked: %v", resp)
+	}
+	if st := resp.Statuses[1]; st.Code != ok || st.LimitRemaining != 2 || st.CurrentLimit.GetRequestsPerUnit() != 6 {
+		t.Fatalf("beside the deny: %v; want OK, 6 per minute, 2 remaining", st)
+	}
+	if got := remaining(t, e.call(t, "edge", 0, hits(d("remote_address", "192.0.2.30"), 0)), 0, ok); got != 2 {
+		t.Fatalf("after the denied call: %d remaining, want 2: nothing charged", got)
+	}
+
+	e.call(t, "edge", 0, d("user", "u1"), d("tenant", "acme"))
+	resp = e.call(t, "edge", 0, d("user", "u1"), d("tenant", "acme"))
+	if resp.OverallCode != over || resp.Statuses[0].Code != over {
+		t.Fatalf("user over its limit: %v", resp)
+	}
+	if st := resp.Statuses[1]; st.Code != ok || st.CurrentLimit.GetRequestsPerUnit() != 1 {
+		t.Fatalf("shadow over its limit beside a deny: %v; want OK naming 1 per minute", st)
 	}
 }

@@ -22,7 +22,9 @@ import (
 //     a rule's capacity is refused before the store is called; a shadow
 //     rule's only reports that it would deny.
 //  3. take: the enforced buckets are charged in one Store.Take and, only
-//     if they allowed, the shadow buckets in a second; when the store
+//     if they allowed, the shadow buckets in a second (AdmitDescriptors
+//     reads them, at a cost of 0, when they denied, and reads every
+//     bucket of a call a deny mapping denies: peekTake); when the store
 //     fails, the enforced buckets are decided by their rules'
 //     on_store_error and the shadow ones stay undecided.
 //  4. bindItems, bindCall: each request's binding bucket, and the call's;
@@ -45,6 +47,14 @@ type call struct {
 	// that settle. Otherwise every bucket is decided at once (MaxWait 0)
 	// and its charge at admission stands.
 	hold bool
+	// read: every bucket is read (taken at a cost of 0, charging nothing)
+	// and judged by the cost it would be charged (AdmitDescriptors, for
+	// the other descriptors of a call a deny mapping denies).
+	read bool
+	// peekShadows: when the enforced take denies, the shadow buckets are
+	// read and judged as with read, so a shadow rule that would deny
+	// still says so (AdmitDescriptors).
+	peekShadows bool
 }
 
 // callItem is one request of a call: the request, the one rule it is
@@ -85,10 +95,20 @@ func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []flood
 	if hold {
 		sc.charged.reset()
 	}
-	allowed, realErr := l.take(ctx, c, sc, false, hold)
+	var allowed bool
+	var realErr error
+	if how.read {
+		allowed, realErr = l.peekTake(ctx, c, sc, false)
+	} else {
+		allowed, realErr = l.take(ctx, c, sc, false, hold)
+	}
 	shadowAllowed, shadowErr := !sc.over, error(nil)
-	if allowed && sc.shadows && !sc.over { // a shadow bucket over its capacity denies already
+	switch {
+	case sc.over || !sc.shadows: // a shadow bucket over its capacity denies already
+	case allowed && !how.read:
 		shadowAllowed, shadowErr = l.take(ctx, c, sc, true, hold)
+	case how.read || how.peekShadows && realErr == nil:
+		shadowAllowed, shadowErr = l.peekTake(ctx, c, sc, true)
 	}
 	sc.bindItems(c, out, allowed, shadowAllowed, how)
 	var err error
@@ -183,9 +203,14 @@ func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how ca
 		lo, hi = int(it.rule), int(it.rule)+1
 	}
 	from := len(sc.all)
-	if it.own != nil {
+	switch {
+	case it.own != nil && it.rule >= 0:
+		sc.kb.empty = it.empty
+		sc.resolveShared(c, it, from)
+		sc.kb.empty = 0
+	case it.own != nil:
 		sc.resolveOwn(c, it)
-	} else {
+	default:
 		sc.kb.empty = it.empty
 		sc.resolve(c, it.req, lo, hi)
 		sc.kb.empty = 0
@@ -344,6 +369,37 @@ func (l *Limiter) take(ctx context.Context, c *compiled, sc *scratch, shadow, ho
 	}
 	for j, i := range idx {
 		sc.res[i], sc.taken[i] = res[j], true
+	}
+	return allowed, err
+}
+
+// peekTake reads the enforced (shadow false) or shadow buckets of the
+// call in one take at a cost of 0, which charges nothing, then judges
+// each by the cost it was to be charged: a bucket with less Remaining
+// denies, with RetryAfter its Reset (Never when the cost is above its
+// capacity). It reports whether every bucket read would allow.
+func (l *Limiter) peekTake(ctx context.Context, c *compiled, sc *scratch, shadow bool) (bool, error) {
+	sc.want = grow(sc.want, len(sc.all))
+	for i := range sc.all {
+		sc.want[i] = sc.all[i].Cost
+		if sc.metas[i].shadow == shadow {
+			sc.all[i].Cost = 0
+		}
+	}
+	allowed, err := l.take(ctx, c, sc, shadow, false)
+	for i := range sc.all {
+		if sc.metas[i].shadow != shadow {
+			continue
+		}
+		sc.all[i].Cost = sc.want[i]
+		r := &sc.res[i]
+		if err != nil || !sc.taken[i] || !r.Allowed || r.Remaining >= sc.want[i] {
+			continue
+		}
+		r.Allowed, r.RetryAfter, allowed = false, r.Reset, false
+		if sc.want[i] > sc.all[i].Limit.Capacity() {
+			r.RetryAfter = quota.Never
+		}
 	}
 	return allowed, err
 }

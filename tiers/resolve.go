@@ -56,6 +56,8 @@ type scratch struct {
 	part    []quota.Bucket
 	partIdx []int32
 	partRes []quota.Result
+	// want is each bucket's cost while a take reads it at 0 (peekTake).
+	want []int64
 	// charged is what the takes charged, kept for rules that settle or
 	// wait.
 	charged charges

@@ -68,8 +68,10 @@ type RLSDescriptor struct {
 	NoLimit bool
 	// Deny, when set, denies the descriptor whatever its cost, charging
 	// nothing (envoyproxy/ratelimit's requests_per_unit: 0): the call is
-	// denied, all or nothing, and no store is asked. A descriptor that
-	// only peeks (a cost of 0 with Peek) is allowed. It names no rule or
+	// denied, all or nothing, and the buckets of its other descriptors
+	// are only read (a take of cost 0), so their decisions still name
+	// their limits and what they have left. A descriptor that only peeks
+	// (a cost of 0 with Peek) is allowed. It names no rule or
 	// method, and needs a Name; its entries fill nothing.
 	Deny *RLSDeny
 	// Name names the descriptor's limit for Replaces and in the
@@ -150,10 +152,17 @@ type Descriptor struct {
 	// Limit, when not nil, is the descriptor's own limit (Envoy's limit
 	// override, RateLimitDescriptor.limit): Rate per Period, in a fixed
 	// window aligned on the Unix epoch, instead of what the mapping says.
-	// Its bucket is keyed, as envoyproxy/ratelimit keys its counter, by
-	// the domain, every entry's key and value, and the Period (two
-	// overrides that differ only in Rate count in one bucket, each
-	// judging it by its own Rate); it is not named (Name is empty), and
+	// It counts where envoyproxy/ratelimit counts it, in the counter of
+	// the domain, its entries and the Period: when the mapping's
+	// descriptor for these entries has a rule of one fixed window of
+	// that Period (no tier rate, cost of its own, roll-out or shaping,
+	// and shadow only as the whole policy is) and every entry's value is
+	// fixed or keys the rule's bucket, in that rule's bucket; otherwise
+	// in a bucket of its own, keyed by the domain, every entry's key and
+	// value, and the Period. Whoever counts in a bucket judges it by its
+	// own Rate (two overrides that differ only in Rate share it). It is
+	// decided as its own limit (Policy PolicyDescriptorLimit), is not
+	// named (Name is empty), and
 	// replaces and is replaced by nothing. The domain must be in the
 	// rls: section. A Rate of 0 always denies, charging nothing. Only
 	// Rate and Period are read: Period in [quota.MinPeriod,
@@ -239,9 +248,14 @@ const MaxDescriptors = 64
 // A descriptor with a limit of its own (Descriptor.Limit) is decided at
 // that limit instead of its mapping's rule, in the same take. A
 // descriptor that matches a deny mapping (RLSDescriptor.Deny), or has a
-// limit of 0 of its own, denies the call before any store is asked. A
-// descriptor that gives back (Descriptor.GiveBack) is settled first, in
-// one Settle, and decides nothing.
+// limit of 0 of its own, denies the call before anything is charged: the
+// other descriptors' buckets are then only read, in a take of cost 0, and
+// each is decided by whether what it has left covers its cost. When the
+// take denies, the shadow rules' buckets (which a call that is allowed
+// charges in a second take) are read the same way, so a shadow
+// descriptor that would deny says so. A descriptor that gives back
+// (Descriptor.GiveBack) is settled first, in one Settle, and decides
+// nothing.
 //
 // out (len(out) >= len(ds)) receives each descriptor's decision. A
 // descriptor no mapping matches, an unlimited one, a no_limit one and one
@@ -290,7 +304,17 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	}
 	if sc.denies {
 		if k := l.denyDescriptors(sc, ds, out); k >= 0 {
-			return out[k].Decision, giveErr // charging nothing
+			// Charging nothing, the other descriptors' buckets are only
+			// read, so their answers show their limits and what is left.
+			sc.descriptorItems(ds, out, false)
+			if len(sc.items) > 0 {
+				sc.dec = grow(sc.dec, len(sc.items))
+				var d floodgate.Decision
+				if _, err := l.run(ctx, c, sc, sc.dec, &d, call{read: true}); err == nil {
+					sc.decided(ds, out)
+				}
+			}
+			return out[k].Decision, giveErr
 		}
 	}
 	sc.descriptorItems(ds, out, false)
@@ -299,7 +323,17 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	}
 	sc.dec = grow(sc.dec, len(sc.items))
 	var d floodgate.Decision
-	_, err := l.run(ctx, c, sc, sc.dec, &d, call{})
+	_, err := l.run(ctx, c, sc, sc.dec, &d, call{peekShadows: true})
+	sc.decided(ds, out)
+	if giveErr != nil {
+		err = errors.Join(giveErr, err)
+	}
+	return d, err
+}
+
+// decided writes into out the decision of each descriptor a take decided
+// (sc.dec, by its item).
+func (sc *scratch) decided(ds []Descriptor, out []DescriptorDecision) {
 	for i := range ds {
 		if !sc.byTake(i, ds, out) || ds[i].GiveBack {
 			continue
@@ -312,10 +346,6 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 			out[i].Bucket = sc.all[b].Limit
 		}
 	}
-	if giveErr != nil {
-		err = errors.Join(giveErr, err)
-	}
-	return d, err
 }
 
 // byTake reports whether descriptor i is decided by a take (or given back):
@@ -379,8 +409,11 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 	targets := sc.targets
 	replacing := false
 	for i := range ds {
-		if ds[i].Limit != nil { // its own limit, whatever the mapping says
+		if lim := ds[i].Limit; lim != nil { // its own limit, whatever the mapping says
 			targets[i] = nil
+			if t := root.lookup(ds[i].Entries); t != nil && t.share != 0 && t.share == lim.Period && lim.Rate > 0 {
+				targets[i] = t // charged at t's rule's bucket, at its own rate
+			}
 			out[i].Match = DescriptorLimited
 			continue
 		}
@@ -407,7 +440,7 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 		if out[i].Match != DescriptorLimited {
 			continue
 		}
-		if t == nil { // its own limit
+		if ds[i].Limit != nil { // its own limit
 			limited = true
 			sc.denies = sc.denies || ds[i].Limit.Rate == 0
 			sc.gives = sc.gives || ds[i].GiveBack && ds[i].Limit.Rate > 0
@@ -417,7 +450,7 @@ func (sc *scratch) matchDescriptors(root *rlsNode, ds []Descriptor, out []Descri
 			if !replacing {
 				break
 			}
-			if tj := targets[j]; tj != nil && slices.Contains(tj.replaces, t.name) {
+			if tj := targets[j]; tj != nil && ds[j].Limit == nil && slices.Contains(tj.replaces, t.name) {
 				out[i].Match = DescriptorReplaced
 				break
 			}
@@ -441,7 +474,7 @@ func (l *Limiter) denyDescriptors(sc *scratch, ds []Descriptor, out []Descriptor
 		}
 		t := sc.targets[i]
 		deny, name, method := RLSDeny{}, PolicyDescriptorLimit, ""
-		if t != nil {
+		if ds[i].Limit == nil {
 			deny, name, method = *t.deny, t.name, t.method
 		} else { // its own limit of 0
 			deny.Window = ds[i].Limit.Period
@@ -495,6 +528,10 @@ func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision, gi
 			sc.items = append(sc.items, callItem{req: r, rule: -1, peek: ds[i].Peek, own: &ds[i]})
 			continue
 		}
+		var own *Descriptor
+		if ds[i].Limit != nil { // its own limit, at t's rule's bucket
+			own = &ds[i]
+		}
 		*r = floodgate.Request{Method: t.method, Cost: ds[i].Cost}
 		h0 := len(sc.hdrs)
 		var empty uint8
@@ -518,7 +555,7 @@ func (sc *scratch) descriptorItems(ds []Descriptor, out []DescriptorDecision, gi
 			r.Headers = sc.hdrs[h0:len(sc.hdrs):len(sc.hdrs)]
 		}
 		sc.idx[i] = int32(len(sc.items))
-		sc.items = append(sc.items, callItem{req: r, rule: t.ruleIdx, peek: ds[i].Peek, empty: empty})
+		sc.items = append(sc.items, callItem{req: r, rule: t.ruleIdx, peek: ds[i].Peek, empty: empty, own: own})
 	}
 }
 
@@ -603,4 +640,22 @@ func (sc *scratch) resolveOwn(c *compiled, it *callItem) {
 	}
 	sc.metas = append(sc.metas, meta{rule: -1, start: int32(start), end: int32(len(sc.buf)), fromRequest: fromRequest, shadow: cr.shadow})
 	sc.addBucket("", quota.Limit{Algorithm: quota.FixedWindow, Rate: d.Limit.Rate, Period: d.Limit.Period}, cost, cr)
+}
+
+// resolveShared resolves item it, a descriptor with a limit of its own
+// whose entries key the bucket of the rule it.rule (rlsTarget.share): that
+// bucket, at the descriptor's rate, decided as its own limit is; when the
+// rule does not resolve to that one bucket, the descriptor's own bucket
+// (resolveOwn).
+func (sc *scratch) resolveShared(c *compiled, it *callItem, from int) {
+	sc.resolve(c, it.req, int(it.rule), int(it.rule)+1)
+	if len(sc.all) == from+1 && sc.all[from].Limit.Algorithm == quota.FixedWindow && sc.all[from].Limit.Period == it.own.Limit.Period {
+		sc.all[from].Limit = quota.Limit{Algorithm: quota.FixedWindow, Rate: it.own.Limit.Rate, Period: it.own.Limit.Period}
+		m := &sc.metas[from]
+		m.rule, m.multi, m.shadow = -1, false, c.rls.own.shadow
+		return
+	}
+	clear(sc.all[from:])
+	sc.all, sc.metas = sc.all[:from], sc.metas[:from]
+	sc.resolveOwn(c, it)
 }

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // fillKind is what a descriptor entry's value fills in its request.
@@ -36,6 +39,15 @@ type rlsTarget struct {
 	deny      *RLSDeny
 	replaces  []string
 	fills     []rlsFill
+	// valued: every entry's value is fixed (no wildcard) or fills
+	// something.
+	valued bool
+	// share, when not 0, is the period of the rule's one fixed window,
+	// set by bind when every entry's value keys the rule's bucket: a
+	// descriptor with these entries and a limit of its own of this
+	// period is charged at the rule's bucket, as envoyproxy/ratelimit
+	// counts an override in the configured limit's counter.
+	share time.Duration
 	// ip4, ip6 are the rule's ip prefix lengths: a network value no
 	// wider than them keys the bucket of its address.
 	ip4, ip6 int
@@ -128,7 +140,36 @@ func (rc *rlsCompiled) bind(rules []cRule) {
 		if !t.unlimited && !t.noLimit {
 			t.ruleIdx = rc.ruleIndex[t.rule]
 		}
+		if t.unlimited || t.noLimit || t.deny != nil {
+			continue
+		}
+		if r := &rules[t.ruleIdx]; t.sharable(r, &rc.own) {
+			t.share = r.limit.limit.Period
+		}
 	}
+}
+
+// sharable reports whether a descriptor of t's entries with a limit of
+// its own may be charged at the bucket of t's rule r: r has one fixed
+// window and no tier rate, cost, shadow, roll-out, shaping or consistency
+// that an own limit lacks, and every entry's value is fixed or keys r's bucket.
+func (t *rlsTarget) sharable(r, own *cRule) bool {
+	l := &r.limit
+	if !t.valued || r.byTier || l.more != nil || l.limit.Algorithm != quota.FixedWindow || r.cost != 0 ||
+		r.shadow != own.shadow || r.rollout != 0 || r.shape.settle || r.shape.maxWait != 0 || r.mode != own.mode {
+		return false
+	}
+	for _, f := range t.fills {
+		switch {
+		case f.kind != fillScope:
+			return false
+		case f.scope == ScopeHeader && !slices.Contains(r.keyHeaders, f.header):
+			return false
+		case f.scope != ScopeHeader && !slices.Contains(r.key, f.scope):
+			return false
+		}
+	}
+	return true
 }
 
 // insert adds a descriptor shape ending at t; it returns the target
@@ -231,6 +272,7 @@ func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName
 		t.deny = &deny
 	}
 	free := d.Unlimited || d.NoLimit || d.Deny != nil // charges nothing: its values fill nothing
+	t.valued = true
 	switch {
 	case len(d.Entries) == 0:
 		rep.add(dp+".entries", "list at least one entry")
@@ -246,6 +288,7 @@ func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName
 			ok = false
 		}
 		_, wild := wildcard(e.Value)
+		t.valued = t.valued && (e.As != "" || e.Value != "" && !wild)
 		switch {
 		case e.Value != "" && e.As != "" && !wild:
 			rep.add(ep, "set value (the value it must have) or as (what its value fills), not both; a wildcard value (foo*) may have both")

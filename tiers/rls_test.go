@@ -476,3 +476,132 @@ rls: [{domain: edge, descriptors: [{entries: [{key: user, as: user}], rule: per-
 		t.Fatalf("%+v, %v", d, err)
 	}
 }
+
+// A call a deny mapping denies charges nothing, and its other descriptors
+// are only read: each answers with its limit and what it has left, and
+// denies when what it has left is below its cost.
+func TestRLSDenyReadsOthers(t *testing.T) {
+	l, rs := newRLS(t, `
+rules:
+  - {name: per-user, key: [user], rate: 3/1m, algorithm: fixed_window}
+  - {name: watch, key: [ip], rate: 1/1m, algorithm: fixed_window, shadow: true}
+rls:
+  - domain: edge
+    descriptors:
+      - {entries: [{key: blocked}], deny: {window: 1m}, name: blocked}
+      - {entries: [{key: user, as: user}], rule: per-user}
+      - {entries: [{key: remote_address, as: ip}], rule: watch}
+`)
+	user, ip, blocked := desc("user", "u1"), desc("remote_address", "10.0.0.1"), desc("blocked", "x")
+	if d, _ := admitDescs(t, l, "edge", user, ip); !d.Allowed {
+		t.Fatalf("first call denied: %+v", d)
+	}
+	rs.reset()
+	d, out := admitDescs(t, l, "edge", blocked, user, ip)
+	if d.Allowed || d.Policy != "blocked" {
+		t.Fatalf("call: %+v; want denied by blocked", d)
+	}
+	if u := out[1]; !u.Decision.Allowed || u.Decision.Policy != "per-user" || u.Decision.Remaining != 2 || u.Bucket.Rate != 3 || u.Bucket.Period != time.Minute {
+		t.Fatalf("user: %+v; want allowed by per-user, 2 remaining of 3/1m", u)
+	}
+	if w := out[2]; !w.Decision.Allowed || !w.Decision.Shadow || w.Decision.Policy != "watch" || w.Bucket.Rate != 1 {
+		t.Fatalf("shadow: %+v; want a shadow would-be denial by watch", w)
+	}
+	for _, take := range rs.costs() {
+		for k, c := range take {
+			if c != 0 {
+				t.Fatalf("a denied call charged %s %d", k, c)
+			}
+		}
+	}
+	over := user
+	over.Cost = 3
+	if _, out := admitDescs(t, l, "edge", blocked, over); out[1].Decision.Allowed || out[1].Decision.Policy != "per-user" {
+		t.Fatalf("user of cost 3 with 2 left: %+v; want denied by per-user", out[1])
+	}
+	if _, out := admitDescs(t, l, "edge", user); !out[0].Decision.Allowed || out[0].Decision.Remaining != 1 {
+		t.Fatalf("after the denied calls: %+v; want 1 remaining", out[0])
+	}
+}
+
+// When an enforced rule denies a call, its shadow descriptors are read,
+// charging nothing, so one that would deny says so.
+func TestRLSShadowBesideDeny(t *testing.T) {
+	l, rs := newRLS(t, `
+rules:
+  - {name: per-user, key: [user], rate: 1/1m, algorithm: fixed_window}
+  - {name: watch, key: [ip], rate: 1/1m, algorithm: fixed_window, shadow: true}
+  - {name: roomy, key: [tenant], rate: 5/1m, algorithm: fixed_window, shadow: true}
+rls:
+  - domain: edge
+    descriptors:
+      - {entries: [{key: user, as: user}], rule: per-user}
+      - {entries: [{key: remote_address, as: ip}], rule: watch}
+      - {entries: [{key: tenant, as: tenant}], rule: roomy}
+`)
+	user, ip, tenant := desc("user", "u1"), desc("remote_address", "10.0.0.1"), desc("tenant", "t")
+	if d, _ := admitDescs(t, l, "edge", user, ip, tenant); !d.Allowed {
+		t.Fatalf("first call denied: %+v", d)
+	}
+	rs.reset()
+	d, out := admitDescs(t, l, "edge", user, ip, tenant)
+	if d.Allowed || out[0].Decision.Allowed || out[0].Decision.Policy != "per-user" {
+		t.Fatalf("second call: %+v, user %+v; want denied by per-user", d, out[0])
+	}
+	if w := out[1]; !w.Decision.Allowed || !w.Decision.Shadow || w.Decision.Policy != "watch" || w.Bucket.Rate != 1 {
+		t.Fatalf("shadow over its limit: %+v; want a shadow would-be denial by watch", w)
+	}
+	if r := out[2]; !r.Decision.Allowed || r.Decision.Shadow || r.Decision.Policy != "" {
+		t.Fatalf("shadow within its limit: %+v; want no policy", r)
+	}
+	for _, take := range rs.costs() {
+		for k, c := range take {
+			if strings.Contains(k, "watch") || strings.Contains(k, "roomy") {
+				if c != 0 {
+					t.Fatalf("a denied call charged the shadow bucket %s %d", k, c)
+				}
+			}
+		}
+	}
+}
+
+// A descriptor's limit of its own whose entries and period match a
+// mapping's fixed-window rule counts in that rule's bucket, as
+// envoyproxy/ratelimit counts an override in the configured limit's
+// counter, each judged at its own rate; another period, or a rule of
+// another algorithm, keeps its own bucket.
+func TestRLSOverrideSharesRuleBucket(t *testing.T) {
+	l, _ := newRLS(t, `
+rules:
+  - {name: per-ip, key: [ip], rate: 6/1m, algorithm: fixed_window}
+  - {name: per-user, key: [user], rate: 6/1m}
+rls:
+  - domain: edge
+    descriptors:
+      - {entries: [{key: remote_address, as: ip}], rule: per-ip}
+      - {entries: [{key: user, as: user}], rule: per-user}
+`)
+	override := func(d tiers.Descriptor, rate int64, period time.Duration) tiers.Descriptor {
+		d.Limit = &quota.Limit{Rate: rate, Period: period}
+		return d
+	}
+	ip := desc("remote_address", "192.0.2.30")
+	for range 3 {
+		admitDescs(t, l, "edge", override(ip, 10, time.Minute))
+	}
+	_, out := admitDescs(t, l, "edge", override(ip, 10, time.Minute))
+	if d := out[0].Decision; !d.Allowed || d.Policy != tiers.PolicyDescriptorLimit || d.Remaining != 6 || out[0].Bucket.Rate != 10 || out[0].Name != "" {
+		t.Fatalf("4th override call: %+v; want allowed at its own limit of 10, 6 remaining", out[0])
+	}
+	if _, out := admitDescs(t, l, "edge", ip); out[0].Decision.Remaining != 1 || out[0].Decision.Policy != "per-ip" {
+		t.Fatalf("the configured limit after 4 override hits: %+v; want 1 remaining of 6", out[0])
+	}
+	if _, out := admitDescs(t, l, "edge", override(ip, 10, time.Hour)); out[0].Decision.Remaining != 9 {
+		t.Fatalf("an override of another period: %+v; want its own bucket, 9 remaining", out[0])
+	}
+	user := desc("user", "u1")
+	admitDescs(t, l, "edge", override(user, 10, time.Minute))
+	if _, out := admitDescs(t, l, "edge", user); out[0].Decision.Remaining != 5 {
+		t.Fatalf("a token-bucket rule after an override: %+v; want untouched by it, 5 remaining", out[0])
+	}
+}
