@@ -281,34 +281,8 @@ func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName
 		rep.addf(dp+".entries", "%d entries; at most %d", len(d.Entries), maxRLSEntries)
 		ok = false
 	}
-	for k, e := range d.Entries {
-		ep := dp + ".entries[" + strconv.Itoa(k) + "]"
-		if e.Key == "" {
-			rep.add(ep+".key", "required")
-			ok = false
-		}
-		_, wild := wildcard(e.Value)
-		t.valued = t.valued && (e.As != "" || e.Value != "" && !wild)
-		switch {
-		case e.Value != "" && e.As != "" && !wild:
-			rep.add(ep, "set value (the value it must have) or as (what its value fills), not both; a wildcard value (foo*) may have both")
-			ok = false
-		case e.Value == "" && e.As == "" && !free:
-			rep.add(ep, "matches any value but keys none: envoyproxy/ratelimit counts each value apart; say what the value fills with as (ip, user, tenant, api_key, endpoint, header:<name>, tier), or match a fixed value")
-			ok = false
-		case e.As != "" && free:
-			rep.add(ep+".as", "an unlimited, no_limit or deny descriptor charges nothing, so its values fill nothing: remove as")
-			ok = false
-		case e.As != "":
-			f, err := parseAs(e.As)
-			if err != nil {
-				rep.add(ep+".as", err.Error())
-				ok = false
-				continue
-			}
-			f.entry = int32(k)
-			t.fills = append(t.fills, f)
-		}
+	if !compileEntries(rep, dp, d, t, free) {
+		ok = false
 	}
 	for k, r := range d.Replaces {
 		if r == "" {
@@ -391,6 +365,44 @@ func compileTarget(rep *reporter, dp string, d *RLSDescriptor, p *Policy, byName
 		return nil
 	}
 	return t
+}
+
+// compileEntries checks a descriptor's entries and records in t what
+// their values fill; free is a descriptor that charges nothing (unlimited,
+// no_limit, deny), whose values fill nothing. It reports whether every
+// entry is usable (its errors are reported).
+func compileEntries(rep *reporter, dp string, d *RLSDescriptor, t *rlsTarget, free bool) bool {
+	ok := true
+	for k, e := range d.Entries {
+		ep := dp + ".entries[" + strconv.Itoa(k) + "]"
+		if e.Key == "" {
+			rep.add(ep+".key", "required")
+			ok = false
+		}
+		_, wild := wildcard(e.Value)
+		t.valued = t.valued && (e.As != "" || e.Value != "" && !wild)
+		switch {
+		case e.Value != "" && e.As != "" && !wild:
+			rep.add(ep, "set value (the value it must have) or as (what its value fills), not both; a wildcard value (foo*) may have both")
+			ok = false
+		case e.Value == "" && e.As == "" && !free:
+			rep.add(ep, "matches any value but keys none: envoyproxy/ratelimit counts each value apart; say what the value fills with as (ip, user, tenant, api_key, endpoint, header:<name>, tier), or match a fixed value")
+			ok = false
+		case e.As != "" && free:
+			rep.add(ep+".as", "an unlimited, no_limit or deny descriptor charges nothing, so its values fill nothing: remove as")
+			ok = false
+		case e.As != "":
+			f, err := parseAs(e.As)
+			if err != nil {
+				rep.add(ep+".as", err.Error())
+				ok = false
+				continue
+			}
+			f.entry = int32(k)
+			t.fills = append(t.fills, f)
+		}
+	}
+	return ok
 }
 
 // checkFills checks what a descriptor's entries fill against its rule:
