@@ -149,7 +149,7 @@ func (s *Shedder) Check(c Config) error {
 		m := s.meter
 		s.capMu.Unlock()
 		if m == nil {
-			return core.Wrap("fleetshed", "Config", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Shedder has none (build it WithCPU)", c.Adaptive.CPUTarget)})[0]
+			return core.NoMeterError("fleetshed", c.Adaptive.CPUTarget)
 		}
 	}
 	return nil

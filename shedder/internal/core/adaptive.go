@@ -164,6 +164,12 @@ func (a Adaptive) Check(pkg, option, parent string) []error {
 	return Wrap(pkg, option, parent, errs)
 }
 
+// NoMeterError is Check's error, from pkg's Config, for a CPU target with
+// no CPU meter to check it against.
+func NoMeterError(pkg string, target float64) error {
+	return Wrap(pkg, "Config", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Shedder has none (build it WithCPU)", target)})[0]
+}
+
 // Wrap returns each of errs as an error of pkg's option ("shedder: Config:
 // adaptive.max: 5 must be >= min 10"), with parent, when not empty, put
 // before its path. The field error stays reachable with errors.As, so the
