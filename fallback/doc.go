@@ -168,9 +168,8 @@
 // over a primary that takes reports and has a backend to be late with
 // (no layer of it answers for its own failures: memstore, which has no
 // backend, never is late), a take with local buckets does not
-// abandon its call while the store is slow (for the first second after
-// New, before it has shown it is fast, and for 10s after any call ran out
-// of its budget): the call runs in the background, for
+// abandon its call while the store is slow (from New, and for 10s after
+// any call ran out of its budget): the call runs in the background, for
 // the closed budget or the slow grace, whichever is longer, and the
 // caller waits its own budget for it, as before. When the answer comes
 // after the local decision, the two are matched: a local admit the store

@@ -139,11 +139,10 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 	// of their budget are slow, not an outage; one that times out for
 	// longer than the grace from the start is down.
 	s.lastOK.Store(s.clock.Now().UnixNano())
-	// Likewise, calls run late (see callLate) for the first lateAtStart
-	// of the store: a store not heard from yet has not shown it is fast
-	// (dialing, loading scripts). After that, a call that runs out of its
-	// budget starts lateFor of late calls.
-	s.lateFrom.Store(s.clock.Now().Add(lateAtStart - lateFor).UnixNano())
+	// Likewise, calls run late (see callLate) until the store has
+	// answered within its budget for lateFor: a store not heard from yet
+	// has not shown it is fast.
+	s.lateFrom.Store(s.clock.Now().UnixNano())
 	failures := c.failures
 	s.cb = gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
 		Name:        c.name,

@@ -17,12 +17,6 @@ const maxLate = 256
 // takes with local buckets run late (see callLate).
 const lateFor = 10 * time.Second
 
-// lateAtStart is how long a new store runs its calls late before it has
-// answered anything: long enough for a process's first calls (dialing,
-// loading scripts) and short, since a late call costs a goroutine, a
-// timer and a copy of the take.
-const lateAtStart = time.Second
-
 // lateError carries a failed call that still runs (see callLate); it
 // unwraps to the call's error.
 type lateError struct {
