@@ -48,16 +48,6 @@ type lateCall struct {
 	local     bool // the local decision allowed the take
 }
 
-// hasLocal reports whether a take has a FailLocal bucket.
-func hasLocal(buckets []quota.Bucket) bool {
-	for i := range buckets {
-		if buckets[i].OnStoreError == quota.FailLocal {
-			return true
-		}
-	}
-	return false
-}
-
 // callLate (with s.lateN counting it) is callPrimary for a take with local buckets while the primary
 // is slow (a call ran out of its budget within lateFor): the call runs in
 // the background with the closed budget, and the caller waits its own
@@ -114,6 +104,28 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 		return false, s.classify(buckets, res, l.err, ctx.Err() != nil, nil)
 	}
 	if ctx.Err() != nil {
+		s.decidedLate(l, false) // the caller left: nothing admitted
+		return false, errCallerGone
+	}
+	return false, s.classify(buckets, res, err, false, l)
+}
+
+// abandonedLate is callPrimary's end for a take the primary gave up on
+// after sending it, and whose answer it will hand to l (quota.LateAnswers;
+// see callCtx.Late). It is callLate's end without the goroutine: an
+// answer that came in the meantime is the take's after all; otherwise
+// the call rides along with the error, so the local decision can be
+// matched with what the primary did.
+func (s *Store) abandonedLate(ctx context.Context, buckets []quota.Bucket, res []quota.Result, err error, gone bool, l *lateCall) (bool, error) {
+	l.mu.Lock()
+	fin := l.finished
+	l.mu.Unlock()
+	if fin && l.err == nil && !gone {
+		// It answered just now (finishLate recorded the answer).
+		copy(res, l.res[:len(buckets)])
+		return l.allowed, nil
+	}
+	if gone {
 		s.decidedLate(l, false) // the caller left: nothing admitted
 		return false, errCallerGone
 	}

@@ -41,6 +41,9 @@ type call struct {
 	// abandoned is set when a batched take's caller gave up while the
 	// batcher still held the call; it must then not return to the pool.
 	abandoned bool
+	// sent is the batched take of an abandoned call that was queued, and
+	// so will be sent: its answer still comes (see answerLate).
+	sent *pending
 }
 
 func (c *call) reset() {
@@ -52,7 +55,7 @@ func (c *call) reset() {
 	}
 	clear(c.states)
 	c.args, c.offs, c.arena, c.pre, c.states = c.args[:0], c.offs[:0], c.arena[:0], c.pre[:0], c.states[:0]
-	c.n, c.lim, c.now, c.fixed, c.log, c.slot = 0, 0, 0, false, false, 0
+	c.n, c.lim, c.now, c.fixed, c.log, c.slot, c.sent = 0, 0, 0, false, false, 0, nil
 }
 
 // put appends what f writes to the arena as the next buffered argument.
