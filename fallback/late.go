@@ -90,6 +90,16 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 	case <-t.C:
 		err = context.DeadlineExceeded
 	}
+	return s.abandonedLate(ctx, buckets, res, err, ctx.Err() != nil, l)
+}
+
+// abandonedLate ends a call its caller stopped waiting for while it still
+// runs (callLate's goroutine, or the primary itself, which hands its
+// answer over through quota.LateAnswers; see callCtx.Late): an answer
+// that came in the meantime is the take's after all; otherwise the call
+// rides along with the error, so that the local decision can be matched
+// with what the primary did.
+func (s *Store) abandonedLate(ctx context.Context, buckets []quota.Bucket, res []quota.Result, err error, gone bool, l *lateCall) (bool, error) {
 	l.mu.Lock()
 	l.abandoned = true
 	fin := l.finished
@@ -97,33 +107,11 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 	if fin {
 		// It answered just now: take the answer after all.
 		if l.err == nil {
-			copy(res, l.res[:n])
+			copy(res, l.res[:len(buckets)])
 			s.answered(buckets, res)
 			return l.allowed, nil
 		}
-		return false, s.classify(buckets, res, l.err, ctx.Err() != nil, nil)
-	}
-	if ctx.Err() != nil {
-		s.decidedLate(l, false) // the caller left: nothing admitted
-		return false, errCallerGone
-	}
-	return false, s.classify(buckets, res, err, false, l)
-}
-
-// abandonedLate is callPrimary's end for a take the primary gave up on
-// after sending it, and whose answer it will hand to l (quota.LateAnswers;
-// see callCtx.Late). It is callLate's end without the goroutine: an
-// answer that came in the meantime is the take's after all; otherwise
-// the call rides along with the error, so the local decision can be
-// matched with what the primary did.
-func (s *Store) abandonedLate(ctx context.Context, buckets []quota.Bucket, res []quota.Result, err error, gone bool, l *lateCall) (bool, error) {
-	l.mu.Lock()
-	fin := l.finished
-	l.mu.Unlock()
-	if fin && l.err == nil && !gone {
-		// It answered just now (finishLate recorded the answer).
-		copy(res, l.res[:len(buckets)])
-		return l.allowed, nil
+		return false, s.classify(buckets, res, l.err, gone, nil)
 	}
 	if gone {
 		s.decidedLate(l, false) // the caller left: nothing admitted
