@@ -127,6 +127,16 @@ func (c *callCtx) Done() <-chan struct{} {
 	return c.done
 }
 
+// elapsed returns how long the call has run, when its start is known:
+// the primary consulted the context, and the deadline is the budget's,
+// not the caller's.
+func (c *callCtx) elapsed() (time.Duration, bool) {
+	if !c.started.Load() || c.callerDeadline {
+		return 0, false
+	}
+	return time.Since(c.deadline.Add(-c.budget)), true
+}
+
 // callerGone reports whether the caller's own deadline, which this context
 // inherited, has passed.
 func (c *callCtx) callerGone() bool {
@@ -188,7 +198,16 @@ func (c *callCtx) Late(buckets []quota.Bucket) func(allowed bool, res []quota.Re
 	l := &lateCall{buckets: buckets, done: make(chan struct{}), abandoned: true,
 		deadline: time.Now().Add(max(0, s.closedTO-c.budget))}
 	c.late = l
+	start, known, had := time.Time{}, false, c.budget
+	if d, ok := c.elapsed(); ok {
+		start, known = time.Now().Add(-d), true
+	}
 	return func(allowed bool, res []quota.Result, err error) {
+		if err == nil && known {
+			// How long a call that outlived its budget took: the
+			// sample the calls answered in time cannot give.
+			s.budget.sampleLate(time.Since(start), had)
+		}
 		l.allowed, l.res, l.err = allowed, res, err
 		s.finishLate(l)
 	}

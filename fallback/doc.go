@@ -16,6 +16,12 @@
 // When a call fails. Each Take gets a budget (WithTimeout, default 5ms; a
 // Take with a rule whose on_store_error is "closed" gets WithClosedTimeout,
 // default 250ms, since such a rule would deny rather than decide locally).
+// WithTimeout's budget is a floor: on a host so loaded that the store's
+// healthy answers take longer, the budget follows their latency (the
+// smoothed latency plus four times its variation, as TCP's retransmission
+// timer, RFC 6298), up to the closed budget, so a call answered in the
+// store's usual time is not decided locally; it comes back to the floor
+// as the answers speed up (Stats.Budget).
 // A deny is a success (the store answered). An error from the primary is a
 // failure. The budget running out is a failure only when the primary has
 // answered nothing for WithSlowGrace (default 1s; a store not heard from

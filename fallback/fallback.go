@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,7 @@ type Store struct {
 	seen         *lastKnown
 	lastOK       atomic.Int64 // unix nanoseconds of the last answer from the primary (at first: New)
 	cb           *gobreaker.CircuitBreaker[bool]
-	timeout      time.Duration
+	budget       *budget // of a call with no fail-closed bucket
 	clock        floodgate.Clock
 	logger       *slog.Logger
 	name         string
@@ -116,7 +117,7 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		primary:      primary,
-		timeout:      c.timeout,
+		budget:       newBudget(c.timeout, c.closedTimeout),
 		closedTO:     c.closedTimeout,
 		slowGrace:    c.slowGrace,
 		instances:    c.instances,
@@ -384,7 +385,7 @@ func (e badInputError) Error() string { return e.err.Error() }
 // failure is classified here, inside the breaker: the caller leaving, or
 // bad input, is excluded from the breaker's counts.
 func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
-	budget := s.timeout
+	budget := s.budget.get()
 	if s.halfOpen.Load() {
 		// A probe decides whether the whole instance goes back to the
 		// store; it is one call per open interval, so it may wait the
@@ -414,6 +415,11 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 	}
 	allowed, err := s.primary.Take(cctx, buckets, res)
 	if err == nil {
+		if rand.Uint32N(sampleEvery) == 0 {
+			if d, ok := cctx.elapsed(); ok {
+				s.budget.sample(d)
+			}
+		}
 		releaseCallCtx(cctx)
 		now := s.clock.Now()
 		s.lastOK.Store(now.UnixNano())

@@ -67,8 +67,12 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 	go func() {
 		defer s.lateN.Add(-1)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, s.closedTO, s.slowGrace))
+		start := time.Now()
 		l.allowed, l.err = s.primary.Take(cctx, l.buckets, l.res)
 		cancel()
+		if l.err == nil {
+			s.budget.sampleLate(time.Since(start), budget)
+		}
 		s.finishLate(l)
 	}()
 	t := time.NewTimer(budget)
