@@ -19,9 +19,11 @@ import (
 // server said when (the grpc-retry-pushback-ms field first, then the
 // RetryInfo detail), waiting at least that long plus jitter, for at most
 // interceptor.WithMaxAttempts attempts, and never past the context's
-// deadline. interceptor.WithThrottle adds client-side adaptive throttling
-// of unary calls (IsClientThrottled tells a call it did not send). Streams
-// pass through: read their errors with RetryDelay. The error names every
+// deadline. Server streams are retried as interceptor.StreamClient
+// retries them, when their first answer is such a denial; client and bidi
+// streams are not (see WrapStreamingClient). interceptor.WithThrottle adds
+// client-side adaptive throttling of every call and stream
+// (IsClientThrottled tells a call it did not send). The error names every
 // invalid option. On a handler it lets every call through.
 func NewClient(opts ...interceptor.ClientOption) (connect.Interceptor, error) {
 	r, err := interceptor.NewRetrier(opts...)
@@ -63,11 +65,6 @@ func (c *client) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		return nil, err
 	}
-}
-
-// WrapStreamingClient leaves a client's streams as they are.
-func (c *client) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
 }
 
 // WrapStreamingHandler leaves a handler's streams as they are.

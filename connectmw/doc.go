@@ -38,10 +38,12 @@
 //
 // # Clients
 //
-// NewClient retries a Connect client's unary calls as interceptor.UnaryClient
-// retries gRPC calls: only RESOURCE_EXHAUSTED and UNAVAILABLE, only when
-// the server said when (pushback first, then RetryInfo), bounded, with
-// jitter and within the deadline; with interceptor.WithThrottle it also
-// throttles itself while the server rejects most calls. RetryDelay reads
-// the server's delay from any Connect error.
+// NewClient retries a Connect client's calls as interceptor.UnaryClient
+// and StreamClient retry gRPC calls: only RESOURCE_EXHAUSTED and
+// UNAVAILABLE, only when the server said when (pushback first, then
+// RetryInfo), bounded, with jitter and within the deadline; unary calls
+// and server streams (whose first answer is the denial) are retried,
+// client and bidi streams are not. With interceptor.WithThrottle it also
+// throttles itself, calls and streams, while the server rejects most of
+// them. RetryDelay reads the server's delay from any Connect error.
 package connectmw

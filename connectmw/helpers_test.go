@@ -131,13 +131,15 @@ type script struct {
 	deny    int
 	retry   time.Duration
 	calls   int
+	users   []string // the Identity.User of every admission
 	results []floodgate.Result
 }
 
-func (s *script) Admit(_ context.Context, _ *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+func (s *script) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
+	s.users = append(s.users, r.Identity.User)
 	if s.calls <= s.deny {
 		return floodgate.Decision{Stage: floodgate.StageShedder, Source: floodgate.SourceShedder, RetryAfter: s.retry}, nil, nil
 	}

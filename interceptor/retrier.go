@@ -44,3 +44,31 @@ func (r *Retrier) Do(ctx context.Context, attempt func() (metadata.MD, error)) e
 		}
 	}
 }
+
+// Open asks the throttle (WithThrottle) whether to send one attempt of a
+// stream: nil to send it, then Answered with its first answer; or the
+// throttle's error (IsClientThrottled) for an attempt not to send. Without
+// a throttle it always returns nil.
+func (r *Retrier) Open() error {
+	if r.c.throttler != nil && !r.c.throttler.admit() {
+		return throttledError(DefaultDomain)
+	}
+	return nil
+}
+
+// Answered tells the throttle how an attempt Open let through was first
+// answered (its first message, nil; or the error it ended with), as
+// StreamClient does; without a throttle it does nothing.
+func (r *Retrier) Answered(err error) {
+	if r.c.throttler != nil {
+		r.c.throttler.done(err)
+	}
+}
+
+// Wait decides, as Do does, whether attempt n (1 for the first) of a call
+// that failed with err and trailer is retried, and waits the server's
+// delay plus jitter: false means the call ends with err. err must carry
+// its gRPC status, as in Do.
+func (r *Retrier) Wait(ctx context.Context, n int, err error, trailer metadata.MD) bool {
+	return r.c.wait(ctx, n, err, trailer)
+}
