@@ -49,7 +49,7 @@ func (h *handler) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		ctx, done, den := h.gate.Admit(ctx, call(req.Spec(), req.Peer(), req.Header(), req.Any()))
 		if den != nil {
-			return nil, denyError(den)
+			return nil, &stageDenial{err: denyError(den)}
 		}
 		if done == nil {
 			return next(ctx, req)
@@ -74,7 +74,7 @@ func (h *handler) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		ctx, done, den := h.gate.Admit(ctx, call(conn.Spec(), conn.Peer(), conn.RequestHeader(), nil))
 		if den != nil {
-			return denyError(den)
+			return &stageDenial{err: denyError(den)}
 		}
 		conn = &messageConn{StreamingHandlerConn: conn, gate: h.gate, ctx: ctx}
 		if done == nil {
@@ -102,6 +102,8 @@ func (c *messageConn) Receive(m any) error {
 		return err
 	}
 	if den := c.gate.AdmitMessage(c.ctx); den != nil {
+		// Not a stageDenial: the stream's own stages see it end with
+		// RESOURCE_EXHAUSTED (dropped), as with fg.StreamServer.
 		return denyError(den)
 	}
 	return nil
@@ -146,7 +148,7 @@ func (e *stageDenial) Unwrap() error { return e.err }
 // metadata the denial's HTTP fields and the pushback trailer, which every
 // protocol sends (the gRPC protocol in its trailers, where grpc-go's
 // retry policy reads it).
-func denyError(den *interceptor.Denial) error {
+func denyError(den *interceptor.Denial) *connect.Error {
 	e := connect.NewError(connect.Code(den.Status.Code()), errors.New(den.Status.Message()))
 	for _, a := range den.Status.Proto().GetDetails() {
 		if d, err := connect.NewErrorDetail(a); err == nil {
@@ -160,7 +162,7 @@ func denyError(den *interceptor.Denial) error {
 		}
 	}
 	meta.Set(interceptor.PushbackTrailer, den.Pushback)
-	return &stageDenial{err: e}
+	return e
 }
 
 // grpcStatus is the gRPC status of a Connect error: its code, message and

@@ -262,6 +262,36 @@ func TestPerMessage(t *testing.T) {
 	}
 }
 
+// TestPerMessageOutcome: a stream whose message its own stage denied ends
+// as an overload signal for that stage (dropped), not as a later stage's
+// denial (ignored), as with fg.StreamServer.
+func TestPerMessageOutcome(t *testing.T) {
+	s := &script{from: 2} // the stream opens, its first message is shed
+	guard, err := connectmw.NewHandler(interceptor.MustNew(interceptor.WithPerMessage()), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, connect.WithInterceptors(guard))
+	bidi := connect.NewClient[testpb.EchoRequest, testpb.EchoResponse](srv.Client(), srv.URL+bidiProc)
+	bs := bidi.CallBidiStream(testCtx(t))
+	_ = bs.Send(&testpb.EchoRequest{Message: "1"})
+	if _, err := bs.Receive(); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("first message: %v", err)
+	}
+	_ = bs.CloseRequest()
+	_ = bs.CloseResponse()
+	var res []floodgate.Result
+	for range 100 { // the handler's Done runs after the client saw the end
+		if _, res = s.snapshot(); len(res) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(res) != 1 || res[0].Outcome != floodgate.OutcomeDropped {
+		t.Fatalf("results = %+v, want one dropped", res)
+	}
+}
+
 // TestDenyResponseMessage: WithDenyResponse's Message replaces a Connect
 // denial's message; its code, details and metadata stay.
 func TestDenyResponseMessage(t *testing.T) {

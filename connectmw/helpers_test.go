@@ -124,11 +124,13 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// script is a stage that denies its first deny calls with retry, then
-// admits, recording every admission's result.
+// script is a stage that denies its first deny admissions (and those from
+// from on) as the shedder would, with retry, and admits the others,
+// recording every admission's user and result.
 type script struct {
 	mu      sync.Mutex
 	deny    int
+	from    int // when > 0, also deny every admission from this one on
 	retry   time.Duration
 	calls   int
 	users   []string // the Identity.User of every admission
@@ -140,7 +142,7 @@ func (s *script) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decis
 	defer s.mu.Unlock()
 	s.calls++
 	s.users = append(s.users, r.Identity.User)
-	if s.calls <= s.deny {
+	if s.calls <= s.deny || (s.from > 0 && s.calls >= s.from) {
 		return floodgate.Decision{Stage: floodgate.StageShedder, Source: floodgate.SourceShedder, RetryAfter: s.retry}, nil, nil
 	}
 	return floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency}, func(r floodgate.Result) {
