@@ -3,6 +3,7 @@ package connectmw
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"time"
 
@@ -37,8 +38,19 @@ func NewHandler(fg *interceptor.Interceptor, a floodgate.Admitter) (connect.Inte
 // handler is the Interceptor of NewHandler.
 type handler struct{ gate *interceptor.Gate }
 
-func call(spec connect.Spec, peer connect.Peer, h map[string][]string, msg any) interceptor.Call {
-	return interceptor.Call{Method: spec.Procedure, Header: h, RemoteAddr: peer.Addr, Message: msg}
+func call(spec connect.Spec, peer connect.Peer, h map[string][]string, msg any, response func() http.Header) interceptor.Call {
+	return interceptor.Call{Method: spec.Procedure, Header: h, RemoteAddr: peer.Addr, Message: msg, ResponseHeader: response}
+}
+
+// unaryResponseHeader returns the header of a unary handler call's
+// response (connect.CallInfoForHandlerContext), or nil.
+func unaryResponseHeader(ctx context.Context) func() http.Header {
+	return func() http.Header {
+		if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
+			return info.ResponseHeader()
+		}
+		return http.Header{} // nowhere to send it
+	}
 }
 
 // WrapUnary admits a unary handler call before the handler runs.
@@ -47,7 +59,7 @@ func (h *handler) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, done, den := h.gate.Admit(ctx, call(req.Spec(), req.Peer(), req.Header(), req.Any()))
+		ctx, done, den := h.gate.Admit(ctx, call(req.Spec(), req.Peer(), req.Header(), req.Any(), unaryResponseHeader(ctx)))
 		if den != nil {
 			return nil, &stageDenial{err: denyError(den)}
 		}
@@ -72,7 +84,7 @@ func (h *handler) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 // received message with interceptor.WithPerMessage).
 func (h *handler) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, done, den := h.gate.Admit(ctx, call(conn.Spec(), conn.Peer(), conn.RequestHeader(), nil))
+		ctx, done, den := h.gate.Admit(ctx, call(conn.Spec(), conn.Peer(), conn.RequestHeader(), nil, conn.ResponseHeader))
 		if den != nil {
 			return &stageDenial{err: denyError(den)}
 		}

@@ -292,6 +292,37 @@ func TestPerMessageOutcome(t *testing.T) {
 	}
 }
 
+// TestServerTiming: a call a rule held before letting it proceed
+// (max_wait) tells how long in its response's Server-Timing header, unary
+// calls and streams, in every protocol.
+func TestServerTiming(t *testing.T) {
+	guard, err := connectmw.NewHandler(interceptor.MustNew(), &script{waited: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, connect.WithInterceptors(guard))
+	for _, p := range protocols {
+		resp, err := unaryClient(srv, plainProc, p.opt...).CallUnary(testCtx(t), connect.NewRequest(&testpb.EchoRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Header().Values("Server-Timing"); len(got) != 1 || got[0] != "floodgate-wait;dur=250" {
+			t.Errorf("%s unary: Server-Timing %q", p.name, got)
+		}
+		stream := connect.NewClient[testpb.EchoRequest, testpb.EchoResponse](srv.Client(), srv.URL+streamProc, p.opt...)
+		ss, err := stream.CallServerStream(testCtx(t), connect.NewRequest(&testpb.EchoRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ss.Receive() {
+		}
+		if got := ss.ResponseHeader().Values("Server-Timing"); ss.Err() != nil || len(got) != 1 || got[0] != "floodgate-wait;dur=250" {
+			t.Errorf("%s stream: Server-Timing %q, %v", p.name, got, ss.Err())
+		}
+		_ = ss.Close()
+	}
+}
+
 // TestDenyResponseMessage: WithDenyResponse's Message replaces a Connect
 // denial's message; its code, details and metadata stay.
 func TestDenyResponseMessage(t *testing.T) {

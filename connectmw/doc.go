@@ -23,7 +23,9 @@
 // trusted proxies as configured) and, for unary calls, the request
 // message. A stream is admitted once when it opens (and each received
 // message with interceptor.WithPerMessage); its stages' Done run when the
-// handler returns. Health checks and WithSkip's methods are not limited.
+// handler returns. A call a rate-limit rule held before letting it
+// proceed (max_wait) says how long in its Server-Timing response header.
+// Health checks and WithSkip's methods are not limited.
 //
 // A denial is the *connect.Error of the deciding stage's semantics:
 // RESOURCE_EXHAUSTED for a rate or concurrency limit, UNAVAILABLE for the

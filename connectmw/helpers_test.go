@@ -132,6 +132,7 @@ type script struct {
 	deny    int
 	from    int // when > 0, also deny every admission from this one on
 	retry   time.Duration
+	waited  time.Duration // Decision.Waited of an admission (max_wait)
 	calls   int
 	users   []string // the Identity.User of every admission
 	results []floodgate.Result
@@ -145,7 +146,7 @@ func (s *script) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decis
 	if s.calls <= s.deny || (s.from > 0 && s.calls >= s.from) {
 		return floodgate.Decision{Stage: floodgate.StageShedder, Source: floodgate.SourceShedder, RetryAfter: s.retry}, nil, nil
 	}
-	return floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency}, func(r floodgate.Result) {
+	return floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency, Waited: s.waited}, func(r floodgate.Result) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.results = append(s.results, r)
