@@ -3,6 +3,7 @@ package connectmw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -22,16 +23,28 @@ import (
 // Connect handler (connect.WithInterceptors) through a: one stage, or a
 // floodgate.Chain. fg's options (identity, trusted proxies, methods, the
 // observers, WithDenyResponse's message, WithPerMessage) apply as they do
-// to fg.UnaryServer. It returns an error when fg or a is nil, and panics
-// as fg.UnaryServer does with WithStrictIdentity when a rule of a stage's
-// policy can never apply. On a client it lets every call through.
-func NewHandler(fg *interceptor.Interceptor, a floodgate.Admitter) (connect.Interceptor, error) {
-	switch {
-	case fg == nil:
-		return nil, errors.New("connectmw: NewHandler: nil Interceptor")
-	case a == nil:
-		return nil, errors.New("connectmw: NewHandler: nil Admitter")
+// to fg.UnaryServer. The error names a nil fg or a, and, with
+// interceptor.WithStrictIdentity, a rule of a stage's policy that can
+// never apply (where fg.UnaryServer panics). On a client it lets every
+// call through.
+func NewHandler(fg *interceptor.Interceptor, a floodgate.Admitter) (i connect.Interceptor, err error) {
+	var errs []error
+	if fg == nil {
+		errs = append(errs, errors.New("connectmw: NewHandler: nil Interceptor"))
 	}
+	if a == nil {
+		errs = append(errs, errors.New("connectmw: NewHandler: nil Admitter"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	defer func() {
+		// Gate panics on a configuration mistake it finds while wrapping a
+		// (interceptor.WithStrictIdentity); return it instead.
+		if r := recover(); r != nil {
+			i, err = nil, fmt.Errorf("connectmw: NewHandler: %v", r)
+		}
+	}()
 	return &handler{gate: fg.Gate(a)}, nil
 }
 

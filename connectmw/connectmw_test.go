@@ -3,6 +3,7 @@ package connectmw_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -353,6 +354,15 @@ func TestNewHandlerRefusesNil(t *testing.T) {
 	}
 	if _, err := connectmw.NewHandler(interceptor.MustNew(), nil); err == nil || err.Error() != "connectmw: NewHandler: nil Admitter" {
 		t.Errorf("nil Admitter: %v", err)
+	}
+	if _, err := connectmw.NewHandler(nil, nil); err == nil || err.Error() != "connectmw: NewHandler: nil Interceptor\nconnectmw: NewHandler: nil Admitter" {
+		t.Errorf("both nil: %v", err)
+	}
+	// A rule keyed on the user, and no user extractor: refused under
+	// WithStrictIdentity.
+	_, err := connectmw.NewHandler(interceptor.MustNew(interceptor.WithStrictIdentity()), perUser(t))
+	if err == nil || !strings.HasPrefix(err.Error(), "connectmw: NewHandler: interceptor: WithStrictIdentity: ") || !strings.Contains(err.Error(), "per-user") {
+		t.Errorf("strict identity: %v", err)
 	}
 	if _, err := connectmw.NewClient(interceptor.WithMaxAttempts(0)); err == nil || err.Error() != "interceptor: WithMaxAttempts(0): want at least 1" {
 		t.Errorf("bad client option: %v", err)
