@@ -7,7 +7,7 @@ replace github.com/floodgate-go/floodgate => ../
 require (
 	connectrpc.com/connect v1.19.1
 	github.com/floodgate-go/floodgate v0.0.0-00010101000000-000000000000
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
