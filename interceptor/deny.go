@@ -32,12 +32,14 @@ type DenyResponse struct {
 	// context: floodgate.FromContext finds the Request, and whatever
 	// earlier middleware stored there (a request ID) is there. nil keeps
 	// the application/problem+json body; a nil or empty result sends no
-	// body.
+	// body. d is the whole Decision: a body that names the policy, limit
+	// or remaining units leaves them out when d.HideQuota is set, as the
+	// standard answers do.
 	Body func(ctx context.Context, d floodgate.Decision) []byte
 	// Message returns the message of a gRPC denial's status (also that of
 	// connectmw's Connect errors) for the denial d of the call of ctx. nil
 	// keeps the standard message, such as `rate limit exceeded (policy
-	// "per-user"); retry after 2s`.
+	// "per-user"); retry after 2s`. As for Body, mind d.HideQuota.
 	Message func(ctx context.Context, d floodgate.Decision) string
 }
 
