@@ -51,19 +51,18 @@ func NewHandler(fg *interceptor.Interceptor, a floodgate.Admitter) (i connect.In
 // handler is the Interceptor of NewHandler.
 type handler struct{ gate *interceptor.Gate }
 
-func call(spec connect.Spec, peer connect.Peer, h map[string][]string, msg any, response func() http.Header) interceptor.Call {
+func call(spec connect.Spec, peer connect.Peer, h map[string][]string, msg any, response func(context.Context) http.Header) interceptor.Call {
 	return interceptor.Call{Method: spec.Procedure, Header: h, RemoteAddr: peer.Addr, Message: msg, ResponseHeader: response}
 }
 
-// unaryResponseHeader returns the header of a unary handler call's
-// response (connect.CallInfoForHandlerContext), or nil.
-func unaryResponseHeader(ctx context.Context) func() http.Header {
-	return func() http.Header {
-		if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
-			return info.ResponseHeader()
-		}
-		return http.Header{} // nowhere to send it
+// unaryHeader returns the header of the response of a unary handler call
+// (connect.CallInfoForHandlerContext; a function, not a closure, so the
+// allowed path allocates nothing for it).
+func unaryHeader(ctx context.Context) http.Header {
+	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
+		return info.ResponseHeader()
 	}
+	return http.Header{} // nowhere to send it
 }
 
 // WrapUnary admits a unary handler call before the handler runs.
@@ -72,7 +71,7 @@ func (h *handler) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, done, den := h.gate.Admit(ctx, call(req.Spec(), req.Peer(), req.Header(), req.Any(), unaryResponseHeader(ctx)))
+		ctx, done, den := h.gate.Admit(ctx, call(req.Spec(), req.Peer(), req.Header(), req.Any(), unaryHeader))
 		if den != nil {
 			return nil, &stageDenial{err: denyError(den)}
 		}
@@ -97,7 +96,7 @@ func (h *handler) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 // received message with interceptor.WithPerMessage).
 func (h *handler) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, done, den := h.gate.Admit(ctx, call(conn.Spec(), conn.Peer(), conn.RequestHeader(), nil, conn.ResponseHeader))
+		ctx, done, den := h.gate.Admit(ctx, call(conn.Spec(), conn.Peer(), conn.RequestHeader(), nil, func(context.Context) http.Header { return conn.ResponseHeader() }))
 		if den != nil {
 			return &stageDenial{err: denyError(den)}
 		}

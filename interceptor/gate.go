@@ -25,12 +25,13 @@ type Call struct {
 	// Message is a unary call's decoded request, for FromMessage and
 	// FromProtoField; nil for a stream, which is admitted as it opens.
 	Message any
-	// ResponseHeader, when set, returns the header of the call's response,
-	// where Admit adds what an admitted call's response carries: the
-	// Server-Timing metric "floodgate-wait;dur=<ms>" of a call a
-	// rate-limit rule held before letting it proceed (max_wait), as
-	// UnaryServer sends it. It is called only then.
-	ResponseHeader func() http.Header
+	// ResponseHeader, when set, returns the header of the response of the
+	// call whose context it is given, where Admit adds what an admitted
+	// call's response carries: the Server-Timing metric
+	// "floodgate-wait;dur=<ms>" of a call a rate-limit rule held before
+	// letting it proceed (max_wait), as UnaryServer sends it. It is called
+	// only then.
+	ResponseHeader func(ctx context.Context) http.Header
 }
 
 // Gate admits the calls of a transport this package does not serve itself
@@ -69,7 +70,7 @@ func (g *Gate) Admit(ctx context.Context, c Call) (context.Context, floodgate.Do
 		return ctx, nil, i.denial(ctx, d)
 	}
 	if d.Waited > 0 && c.ResponseHeader != nil {
-		c.ResponseHeader().Add(serverTimingHeader, serverTiming(d.Waited))
+		c.ResponseHeader(ctx).Add(serverTimingHeader, serverTiming(d.Waited))
 	}
 	return ctx, done, nil
 }
