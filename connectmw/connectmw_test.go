@@ -3,6 +3,8 @@ package connectmw_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -366,5 +368,47 @@ func TestNewHandlerRefusesNil(t *testing.T) {
 	}
 	if _, err := connectmw.NewClient(interceptor.WithMaxAttempts(0)); err == nil || err.Error() != "interceptor: WithMaxAttempts(0): want at least 1" {
 		t.Errorf("bad client option: %v", err)
+	}
+}
+
+// TestConnectProtocolOverPlainHTTP: a plain HTTP client of the Connect
+// protocol (curl, a browser's fetch) gets a denial as 429 with
+// Retry-After and the RateLimit fields, and the error's code in the JSON
+// body.
+func TestConnectProtocolOverPlainHTTP(t *testing.T) {
+	fg := interceptor.MustNew(interceptor.WithUser(interceptor.FromHeader("x-user")))
+	guard, err := connectmw.NewHandler(fg, perUser(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, connect.WithInterceptors(guard))
+	post := func() (*http.Response, string) {
+		req, err := http.NewRequestWithContext(testCtx(t), "POST", srv.URL+plainProc, strings.NewReader(`{"message":"hi"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-User", "gina")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	for range 2 {
+		if resp, body := post(); resp.StatusCode != 200 || body != `{"message":"hi"}` {
+			t.Fatalf("allowed: %d %s", resp.StatusCode, body)
+		}
+	}
+	resp, body := post()
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(body, `{"code":"resource_exhausted","message":"rate limit exceeded (policy \"per-user\"); retry after 30s","details":[`) {
+		t.Fatalf("denied: %d %s", resp.StatusCode, body)
+	}
+	for k, v := range map[string]string{"Retry-After": "30", "RateLimit-Policy": `"per-user";q=2;w=60`, "RateLimit": `"per-user";r=0;t=30`, interceptor.PushbackTrailer: "30000"} {
+		if got := resp.Header.Values(k); len(got) != 1 || got[0] != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
 	}
 }
