@@ -36,7 +36,8 @@
 // policy honours (in the gRPC protocol's trailers) and the denial's HTTP
 // fields (Retry-After, RateLimit-Policy, RateLimit).
 // interceptor.WithDenyResponse's Message replaces the message; code,
-// details and metadata stay.
+// details and metadata stay (its Status and Body are the net/http
+// middleware's: every Connect protocol writes errors in its own format).
 //
 // # Clients
 //
