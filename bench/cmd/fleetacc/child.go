@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/floodgate-go/floodgate"
@@ -36,7 +35,8 @@ const childFlag = "-child"
 type childConfig struct {
 	Index        int
 	Procs        int
-	Addr         string
+	Addrs        []string // the server's address, or the cluster's masters
+	Cluster      bool
 	Prefix       string // key prefix of the run's buckets
 	FleetKey     string
 	Mode         string // exact, leased or async
@@ -97,8 +97,12 @@ type childResult struct {
 	// Fallback is the fallback store's Stats after the run (and after
 	// its last Sync): the local units it charged to Redis.
 	Fallback fallbackCharges
-	FirstErr string `json:",omitempty"`
-	CloseErr string `json:",omitempty"`
+	// Uncharged is true when the fallback store cannot charge its local
+	// admits to Redis (fallback.Store.ChargesLocal false: -history's
+	// recorder is not a quota.Reporter).
+	Uncharged bool   `json:",omitempty"`
+	FirstErr  string `json:",omitempty"`
+	CloseErr  string `json:",omitempty"`
 }
 
 // fallbackCharges is what a process's fallback store charged to Redis for
@@ -143,20 +147,19 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	// process fails.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	opt := &redis.Options{
-		Addr:                  cfg.Addr,
-		PoolSize:              cfg.Goroutines + 8,
-		ContextTimeoutEnabled: true, // honour the fallback's per-call budget
-		DialerRetries:         1,    // a dead server fails fast; the breaker decides
+	if len(cfg.Addrs) == 0 {
+		return errors.New("-child: no Redis address")
 	}
+	// The context's deadline honoured (the fallback's per-call budget); a
+	// dead server fails fast (DialerRetries 1) and the breaker decides.
 	cnt := &harness.Counter{}
-	client := redis.NewClient(opt)
+	client := newFleetClient(cfg.Cluster, cfg.Addrs, cfg.Goroutines+8)
 	client.AddHook(cnt)
 	if cfg.HistoryFile != "" {
 		client.AddHook(history.NowHook{})
 	}
 	defer client.Close()
-	fleetClient := redis.NewClient(&redis.Options{Addr: cfg.Addr, ContextTimeoutEnabled: true})
+	fleetClient := newFleetClient(cfg.Cluster, cfg.Addrs, 10)
 	defer fleetClient.Close()
 
 	var ropts []redisstore.Option
@@ -339,6 +342,7 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	res.Fallback = fallbackCharges{Charged: fst.Charged, Debt: fst.Debt, ReportFailures: fst.ReportFailures, GivenBack: fst.GivenBack, Owed: fst.Owed,
 		Late: fst.Late, LateApplied: fst.LateApplied, LateAnswered: fst.LateAnswered, SyncErr: res.Fallback.SyncErr}
 	res.Stats = lf.Stats()
+	res.Uncharged = !exact.ChargesLocal()
 	res.RoundTrips, res.Commands = cnt.RoundTrips()-rt0, cnt.Commands()-cmd0
 	stopRun()
 	if fleetDone != nil {

@@ -347,6 +347,9 @@ func (m *model) counterexample(i int, placed []int) string {
 func (m *model) name(i int) string {
 	if i >= len(m.ops) {
 		r := m.reset[i-len(m.ops)]
+		if len(r.Keys) > 0 {
+			return fmt.Sprintf("failover %d (%d buckets may have lost charges, from between %s and %s)", i-len(m.ops), len(r.Keys), stamp(r.From), stamp(r.To))
+		}
 		return fmt.Sprintf("restart %d (Redis empty from between %s and %s)", i-len(m.ops), stamp(r.From), stamp(r.To))
 	}
 	return fmt.Sprintf("take %d [%s]", i, m.ops[i].String())

@@ -236,3 +236,35 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("%v, %v: want inconclusive", r, err)
 	}
 }
+
+// TestFailover: a failover (a Reset with Keys) lets the named buckets
+// lose charges, any number up to full, and nothing else: the same
+// history fails without it, fails when the lost charges are on a bucket
+// it does not name, and a bucket cannot gain charges through it.
+func TestFailover(t *testing.T) {
+	l := tb(1, time.Hour, 3)
+	ms := func(n int64) int64 { return t0 + n*int64(time.Millisecond) }
+	// Two charges on k, then (after the failover) k holds 2 again: one
+	// charge was not replicated.
+	ops := []Op{
+		at(0, "k", l, Allowed, 2),
+		at(10, "k", l, Allowed, 1),
+		at(100, "k", l, Allowed, 1),
+	}
+	fo := Reset{From: ms(20), To: ms(80), Keys: []string{"k"}}
+	want(t, History{Ops: ops}, NotLinearizable)
+	r := want(t, History{Ops: ops, Resets: []Reset{fo}}, Linearizable)
+	if r.Resets != 1 {
+		t.Errorf("%d resets counted, want 1", r.Resets)
+	}
+	other := fo
+	other.Keys = []string{"j"}
+	want(t, History{Ops: ops, Resets: []Reset{other}}, NotLinearizable)
+	// Every charge lost: full again.
+	want(t, History{Ops: append(ops[:2:2], at(100, "k", l, Allowed, 2)), Resets: []Reset{fo}}, Linearizable)
+	// A failover never adds charges: k cannot hold fewer than 1.
+	want(t, History{Ops: append(ops[:2:2], at(100, "k", l, Denied, 0)), Resets: []Reset{fo}}, NotLinearizable)
+	// A bucket the failover does not name keeps its state.
+	two := []Op{at(0, "j", l, Allowed, 2), at(10, "j", l, Allowed, 1), at(100, "j", l, Allowed, 1)}
+	want(t, History{Ops: two, Resets: []Reset{fo}}, NotLinearizable)
+}

@@ -39,7 +39,13 @@
 // which over-approximates every place and outcome it could have had. A
 // Redis restart (Reset, the data lost) empties every bucket at some point
 // of its interval, and takes of unknown outcome sent before it stop
-// counting.
+// counting. A Cluster failover (a Reset with Keys: the dead master's
+// buckets) lets each of those buckets lose any number of the charges it
+// had, at some point of its interval, and changes nothing else: the
+// promoted replica lacks what the master had not replicated, an amount
+// the history cannot know, so the check of the first answer after it on
+// each such bucket is that weak, and every answer after that as strong as
+// anywhere (the model resynchronizes on each answer).
 //
 // So the check is sound for failures: a NotLinearizable verdict means no
 // order and no outcome of the unknown takes explains the answers, within

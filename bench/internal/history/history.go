@@ -66,8 +66,18 @@ type Op struct {
 // Reset is a restart of Redis that lost its data: every bucket is empty
 // (full) after some point between From and To (Unix nanoseconds: when it
 // was killed, and when the new server answered).
+//
+// With Keys set it is a failover instead (a Redis Cluster master killed
+// and its replica promoted, From the kill and To the promotion): only the
+// buckets named (the dead master's) changed, at some point between From
+// and To, each to any state between the one it had and empty (full). The
+// replica lacked some of the charges the dead master had applied (it
+// replicates asynchronously) and none it had not; how many is not known,
+// so the model allows any number of them lost. Takes of unknown outcome
+// sent before it keep counting as possibly applied.
 type Reset struct {
 	From, To int64
+	Keys     []string `json:",omitempty"`
 }
 
 // History is the merged record of a run.

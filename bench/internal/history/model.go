@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
 	"slices"
 
@@ -162,14 +163,28 @@ func (m *model) apply(i, choice int, explain bool) (ok bool, n int, u undo, why 
 		return false, 1, u, why
 	}
 	u = undo{tclk: m.tclk, cut: m.cut, hash: m.hash, choice: choice, op: i}
-	if i >= len(m.ops) { // a restart
+	if i >= len(m.ops) { // a restart or a failover
 		if choice > 0 {
 			return false, 1, u, ""
 		}
 		u.snap = m.keys
+		m.tclk = t1
+		if r := &m.reset[i-len(m.ops)]; len(r.Keys) > 0 {
+			m.keys = maps.Clone(m.keys)
+			for _, k := range r.Keys {
+				st, ok := m.keys[k]
+				if !ok || !st.set {
+					continue
+				}
+				m.hash ^= m.keyHash(k, st)
+				st.lo, st.clo = math.Inf(-1), 0 // any charge may be lost: up to full
+				m.keys[k] = st
+				m.hash ^= m.keyHash(k, st)
+			}
+			return true, 1, u, ""
+		}
 		m.keys = make(map[string]keyState)
 		m.hash = 0
-		m.tclk = t1
 		m.cut = floorDiv(m.reset[i-len(m.ops)].From, 1000)
 		return true, 1, u, ""
 	}
