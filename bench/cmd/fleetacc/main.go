@@ -43,6 +43,17 @@
 // when it fails, which fails the run. -broken breaks process 0's store on
 // purpose (skip: some takes answer allowed without Redis; split: some
 // takes charge their levels one at a time), to show the check failing.
+//
+// With -cluster the Redis is a Redis Cluster of three masters
+// (testing/redistest), which every process reaches with a cluster client;
+// a pause stops every master together (-pause-nodes all, a stalled host)
+// or one master a pause in turn (rotate). With -failover each mode and
+// level also gets a run on a cluster with a replica per master, in which
+// the master holding principal 0's buckets is killed (SIGKILL) -kill-at
+// into the run and the cluster promotes its replica: the run must fail no
+// request, stay within the fallback's bound for the outage plus what the
+// promoted replica lacks of what was admitted (Redis's count, -count),
+// and be back on Redis within recoveryBound of the promotion.
 package main
 
 import (
@@ -121,7 +132,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.dur, "dur", 5*time.Second, "how long every process decides, per run")
 	modes := fs.String("modes", "exact,leased,async", "consistencies to run, comma separated")
 	levels := fs.String("levels", "1,4", "policy levels to run, comma separated: 1 (user) and/or 4 (tenant, user, api_key, ip)")
-	pause := fs.String("pause", "both", "Redis latency spikes: off, on, or both (a healthy and a paused run of each)")
+	pause := fs.String("pause", "both", "Redis latency spikes: off, on, or both (a healthy and a paused run of each); none runs only the -kill or -failover runs")
 	fs.DurationVar(&c.pauseEvery, "pause-every", 500*time.Millisecond, "with -pause: stop Redis this often")
 	fs.DurationVar(&c.pauseFor, "pause-for", 30*time.Millisecond, "with -pause: for this long (SIGSTOP, then SIGCONT)")
 	fs.DurationVar(&c.kill, "kill", 0, "also run each mode and level with Redis killed (SIGKILL) for this long, then restarted empty on the same port (0: no killed runs)")
@@ -181,8 +192,10 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		c.pauses = []bool{true}
 	case "both":
 		c.pauses = []bool{false, true}
+	case "none":
+		c.pauses = nil
 	default:
-		bad("-pause: %q is not off, on or both", *pause)
+		bad("-pause: %q is not off, on, both or none", *pause)
 	}
 	if c.procs < 1 || c.procs > 64 {
 		bad("-procs: %d is out of range [1, 64]", c.procs)
@@ -225,6 +238,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if c.timeout <= 0 {
 		bad("-timeout: %s is not positive", c.timeout)
+	}
+	if *pause == "none" && c.kill <= 0 && !c.failover {
+		bad("-pause none leaves no run without -kill or -failover")
 	}
 	if c.pauseNodes != "all" && c.pauseNodes != "rotate" {
 		bad("-pause-nodes: %q is not all or rotate", c.pauseNodes)

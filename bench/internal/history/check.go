@@ -46,7 +46,7 @@ type Options struct {
 // Result is what Check found.
 type Result struct {
 	// Takes is the number of answered takes placed; Unknown the takes of
-	// unknown outcome, Resets the restarts.
+	// unknown outcome, Resets the restarts and failovers.
 	Takes, Unknown, Resets int
 	// WithTime is the number of answered takes whose Redis time was known.
 	WithTime int
@@ -61,7 +61,7 @@ type Result struct {
 
 // String is the one-line summary of r.
 func (r Result) String() string {
-	return fmt.Sprintf("%d takes checked (%d with Redis time, %d of unknown outcome, %d restarts): %s in %s (%d steps)",
+	return fmt.Sprintf("%d takes checked (%d with Redis time, %d of unknown outcome, %d restarts or failovers): %s in %s (%d steps)",
 		r.Takes, r.WithTime, r.Unknown, r.Resets, r.Verdict, r.Elapsed.Round(time.Millisecond), r.Steps)
 }
 
