@@ -98,8 +98,8 @@ type childResult struct {
 	// its last Sync): the local units it charged to Redis.
 	Fallback fallbackCharges
 	// Uncharged is true when the fallback store cannot charge its local
-	// admits to Redis (fallback.Store.ChargesLocal false: -history's
-	// recorder is not a quota.Reporter).
+	// admits to Redis (fallback.Store.ChargesLocal false: -broken's
+	// store is not a quota.Reporter).
 	Uncharged bool   `json:",omitempty"`
 	FirstErr  string `json:",omitempty"`
 	CloseErr  string `json:",omitempty"`
@@ -153,13 +153,13 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	// The context's deadline honoured (the fallback's per-call budget); a
 	// dead server fails fast (DialerRetries 1) and the breaker decides.
 	cnt := &harness.Counter{}
-	client := newFleetClient(cfg.Cluster, cfg.Addrs, cfg.Goroutines+8)
+	client := newFleetClient(cfg.Cluster, cfg.Addrs, cfg.Goroutines+8, 1)
 	client.AddHook(cnt)
 	if cfg.HistoryFile != "" {
 		client.AddHook(history.NowHook{})
 	}
 	defer client.Close()
-	fleetClient := newFleetClient(cfg.Cluster, cfg.Addrs, 10)
+	fleetClient := newFleetClient(cfg.Cluster, cfg.Addrs, 0, 0)
 	defer fleetClient.Close()
 
 	var ropts []redisstore.Option

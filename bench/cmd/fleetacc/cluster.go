@@ -83,20 +83,23 @@ func openCluster(cfg config, withReplicas bool) (*fleetTarget, error) {
 // every master, or a standalone one. Options are the processes' (a dead
 // server fails a call at once, the context's deadline is honoured).
 func (t *fleetTarget) newClient() redis.UniversalClient {
-	return newFleetClient(t.cluster, t.addrs, 8)
+	return newFleetClient(t.cluster, t.addrs, 8, 1)
 }
 
-func newFleetClient(cluster bool, addrs []string, pool int) redis.UniversalClient {
+// newFleetClient returns a cluster client seeded with addrs, or a client
+// of addrs[0], honouring the context's deadline; pool and dialerRetries
+// 0 are go-redis's defaults.
+func newFleetClient(cluster bool, addrs []string, pool, dialerRetries int) redis.UniversalClient {
 	if cluster {
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                 addrs,
 			PoolSize:              pool,
 			ContextTimeoutEnabled: true,
-			DialerRetries:         1,
+			DialerRetries:         dialerRetries,
 			MaxRedirects:          3,
 		})
 	}
-	return redis.NewClient(&redis.Options{Addr: addrs[0], PoolSize: pool, ContextTimeoutEnabled: true, DialerRetries: 1})
+	return redis.NewClient(&redis.Options{Addr: addrs[0], PoolSize: pool, ContextTimeoutEnabled: true, DialerRetries: dialerRetries})
 }
 
 // nodeClient is a client of one node, for INFO.
@@ -232,7 +235,7 @@ func (r *row) outage() time.Duration {
 
 // lost is what the promoted replica lacks of what the fleet admitted:
 // admitted − Redis's count (-count), at least 0; ok is false without a
-// count, or when local admits were not charged (-history), which the
+// count, or when local admits were not charged (-broken), which the
 // count then lacks too.
 func (r *row) lost() (n uint64, ok bool) {
 	if !r.countKnown || r.uncharged {
@@ -248,7 +251,7 @@ func (r *row) lost() (n uint64, ok bool) {
 func failoverNote(cfg config, r *row) string {
 	lost := "n/a (run with -count)"
 	if r.uncharged {
-		lost = "n/a (local admits not charged: -history)"
+		lost = "n/a (local admits not charged: -broken)"
 	}
 	if n, ok := r.lost(); ok {
 		lost = strconv.FormatUint(n, 10)

@@ -314,7 +314,7 @@ type row struct {
 	counted, fbCharged, fbDebt, fbOwed uint64
 	countKnown                         bool
 	// uncharged: some process's fallback could not charge its local
-	// admits (-history).
+	// admits (-broken).
 	uncharged bool
 	rts       uint64
 	leases    uint64

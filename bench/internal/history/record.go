@@ -15,7 +15,11 @@ import (
 
 // Recorder is a quota.Store that records every take it passes to the store
 // it wraps. Only takes whose buckets are all Exact are recorded (the
-// others are passed on unrecorded), and only while it is started.
+// others are passed on unrecorded), and only while it is started. It is a
+// quota.Reporter too, over a store that is one (redisstore): the report
+// calls with which package fallback charges what it admitted locally are
+// recorded as well (see Report), so that the fallback charges, and runs
+// its late calls, under a Recorder as it does without one.
 type Recorder struct {
 	inner   quota.Store
 	proc    int
@@ -23,6 +27,9 @@ type Recorder struct {
 	mu      sync.Mutex
 	ops     []Op
 	skipped atomic.Int64
+	// unresolved are the buckets of report calls whose reply never came
+	// and that Resolve has not resolved yet.
+	unresolved map[reportKey]pendingReport
 }
 
 // NewRecorder returns a Recorder of the takes process proc passes to inner.
@@ -40,11 +47,12 @@ func (r *Recorder) Stop() { r.on.Store(false) }
 // Unwrap returns the wrapped store (see quota.Layers).
 func (r *Recorder) Unwrap() quota.Store { return r.inner }
 
-// Ops returns a copy of the recorded takes.
+// Ops returns a copy of the recorded takes and report calls (a report
+// bucket still unresolved as one of unknown outcome).
 func (r *Recorder) Ops() []Op {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Op(nil), r.ops...)
+	return append(append([]Op(nil), r.ops...), r.unresolvedOps()...)
 }
 
 // Skipped returns how many takes were passed on unrecorded while
