@@ -30,6 +30,10 @@ type Recorder struct {
 	// unresolved are the buckets of report calls whose reply never came
 	// and that Resolve has not resolved yet.
 	unresolved map[reportKey]pendingReport
+	// taken are the keys of the takes recorded: a report is recorded
+	// only on them (a key whose takes were not recorded, a warm-up's,
+	// has a state the history cannot start from).
+	taken map[string]bool
 }
 
 // NewRecorder returns a Recorder of the takes process proc passes to inner.
@@ -56,7 +60,8 @@ func (r *Recorder) Ops() []Op {
 }
 
 // Skipped returns how many takes were passed on unrecorded while
-// recording: not all Exact, or answered by a local cache without Redis.
+// recording (not all Exact, or answered by a local cache without Redis),
+// and report buckets of keys no recorded take touched.
 func (r *Recorder) Skipped() int64 { return r.skipped.Load() }
 
 type nowKey struct{}
@@ -72,6 +77,14 @@ func (r *Recorder) Take(ctx context.Context, buckets []quota.Bucket, res []quota
 			return r.inner.Take(ctx, buckets, res)
 		}
 	}
+	r.mu.Lock()
+	if r.taken == nil {
+		r.taken = make(map[string]bool)
+	}
+	for i := range buckets {
+		r.taken[buckets[i].Key] = true
+	}
+	r.mu.Unlock()
 	now := new(int64)
 	ctx = context.WithValue(ctx, nowKey{}, now)
 	sent := time.Now().UnixNano()

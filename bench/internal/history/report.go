@@ -32,7 +32,9 @@ type reportKey struct {
 // the call charged as a report Op of its own: the units charged (negative:
 // given back), at some time between the call's sending and its reply,
 // with the remaining count after it. A bucket the call left unknown (it
-// failed) is kept until Resolve says whether it was applied.
+// failed) is kept until Resolve says whether it was applied. Only keys
+// with a recorded take are recorded (not a warm-up's keys, taken before
+// Start); the others count as skipped.
 func (r *Recorder) Report(ctx context.Context, instance, seq uint64, buckets []quota.Bucket, res []quota.ReportResult) error {
 	rep, ok := r.inner.(quota.Reporter)
 	if !ok {
@@ -49,6 +51,8 @@ func (r *Recorder) Report(ctx context.Context, instance, seq uint64, buckets []q
 	for i := range buckets {
 		b := &buckets[i]
 		switch {
+		case !r.taken[b.Key]:
+			r.skipped.Add(1) // no recorded take: not a key of the history
 		case i < len(res) && res[i].Applied:
 			r.ops = append(r.ops, Op{Proc: r.proc, Sent: sent, Answered: answered, Outcome: Allowed, Report: true,
 				Buckets: []Bucket{{Key: b.Key, Limit: b.Limit, Cost: res[i].Charged, Allowed: true, Remaining: res[i].Remaining}}})
