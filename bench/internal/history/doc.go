@@ -15,7 +15,14 @@
 // keeps the Redis time the take's script used (the first integer of
 // take.lua's reply), read from the reply without touching the store. A
 // take that returned an error has an unknown outcome: it may or may not
-// have been applied, at any time after it was sent.
+// have been applied, at any time after it was sent. Over a store that
+// takes report calls the Recorder is a quota.Reporter too, so package
+// fallback charges its local admits through it as it would without it;
+// each charged bucket of a report call on a key with a recorded take is
+// recorded as a report Op (the units charged, negative when given back,
+// at an unknown time in the call's interval, and the remaining count),
+// a call whose reply was lost as Resolve later found it, or else as a
+// report of unknown outcome.
 //
 // # The model and what a verdict proves
 //
