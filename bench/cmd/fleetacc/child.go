@@ -308,6 +308,18 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 	}()
 	hammer(limits, &cfg, &res)
+	if onErr == quota.FailLocal {
+		// A take decided locally may still have its call running in the
+		// background (fallback's late calls, for at most the slow grace
+		// or the closed budget): let every one answer or give up, so that
+		// what Redis charged for it is matched with the local decision
+		// (and given back when that was a deny) and in the history,
+		// before this process reports. Without the wait a run at 03:18
+		// UTC (2026-11-27) left Redis's count at 549 for 548 admitted
+		// while every process's recorded takes and reports matched what
+		// it admitted: the extra unit was charged after the record ended.
+		time.Sleep(max(fallback.DefaultSlowGrace, fallback.DefaultClosedTimeout, cfg.FBTimeout) + 100*time.Millisecond)
+	}
 	if rec != nil {
 		rec.Stop()
 		ops := rec.Ops()
