@@ -9,7 +9,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 SUBMODULES  := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
 FUZZTIME    ?= 20s
 
-.PHONY: all deps test vet lint unit bench bench-peers bench-grpc rls-diff fuzz demo demo-screenshot proto clean
+.PHONY: all deps test vet lint unit bench bench-peers bench-grpc rls-diff fuzz demo demo-screenshot demo-busy proto clean
 
 all: test
 
@@ -81,6 +81,15 @@ demo:
 SCREENSHOT  ?= $(DEMO_REPORT:.html=.png)
 demo-screenshot:
 	./scripts/screenshot-report.sh $(DEMO_REPORT) $(SCREENSHOT)
+
+## demo-busy: the demo on a healthy redis-server of its own while BUSY
+## CPU-bound processes (busy loops) compete for the cores; prints the
+## rate-limit decisions made without Redis, the fail-closed ones and the
+## breaker's state. DEMO_ARGS as for demo (bench/README.md, "The demo
+## beside CPU-bound processes").
+BUSY ?= 2
+demo-busy: deps
+	BUSY=$(BUSY) GO=$(GO) ./scripts/demo-busy.sh -report $(DEMO_REPORT) $(DEMO_ARGS)
 
 ## proto: regenerate the Go code of proto/floodgate/v1 and internal/**/*.proto.
 proto:

@@ -20,12 +20,14 @@ const ClusterSize = 3
 // (StartCluster) or one replica each (StartClusterWithReplicas), owned by
 // a test.
 type Cluster struct {
-	t        testing.TB
+	t        testing.TB // nil for StartClusterProcess
 	cfg      config
+	bin, cli string // redis-server and redis-cli
 	nodes    []*Server
 	replicas []*Server
 
 	mu      sync.Mutex
+	started []*Server // every node started, stopped by stop
 	clients []*redis.ClusterClient
 }
 
@@ -59,43 +61,64 @@ func StartClusterWithReplicas(t testing.TB, opts ...Option) *Cluster {
 
 func startCluster(t testing.TB, withReplicas bool, opts []Option) *Cluster {
 	t.Helper()
+	cfg, err := clusterConfig(withReplicas, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{t: t, cfg: cfg, bin: lookBinary(t, "redis-server"), cli: lookBinary(t, "redis-cli")}
+	t.Cleanup(c.stop)
+	if err := c.form(withReplicas); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return c
+}
+
+// clusterConfig is the configuration of a cluster's nodes: opts, after
+// the defaults of a cluster with replicas.
+func clusterConfig(withReplicas bool, opts []Option) (config, error) {
 	if withReplicas {
 		// Before the caller's arguments, so that WithArgs overrides it.
 		opts = append([]Option{WithArgs("--repl-diskless-sync-delay", "0")}, opts...)
 	}
-	cfg, err := newConfig(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli := lookBinary(t, "redis-cli")
-	c := &Cluster{t: t, cfg: cfg}
+	return newConfig(opts)
+}
+
+// newNode starts one cluster node (not yet part of the cluster); c.stop
+// stops it.
+func (c *Cluster) newNode() (*Server, error) {
+	s := &Server{t: c.t, cfg: c.cfg, bin: c.bin, cluster: true}
+	c.mu.Lock()
+	c.started = append(c.started, s)
+	c.mu.Unlock()
+	return s, s.startFresh()
+}
+
+// form starts the masters, joins them with redis-cli and, withReplicas,
+// adds a replica to each; it returns once the cluster is ok.
+func (c *Cluster) form(withReplicas bool) error {
 	for i := 0; i < ClusterSize; i++ {
-		s := newServer(t, cfg, true)
-		if err := s.startFresh(); err != nil {
-			t.Fatalf("redistest: cluster node %d: %v", i, err)
+		s, err := c.newNode()
+		if err != nil {
+			return fmt.Errorf("cluster node %d: %w", i, err)
 		}
 		c.nodes = append(c.nodes, s)
 	}
-	t.Cleanup(c.closeClients) // LIFO: clients close before the nodes die
-
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*cfg.startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*c.cfg.startTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, c.cli, args...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	if err := c.waitOK(3 * cfg.startTimeout); err != nil {
-		t.Fatalf("redistest: %v\nredis-cli output:\n%s", err, out)
+	if err := c.waitOK(3 * c.cfg.startTimeout); err != nil {
+		return fmt.Errorf("%v\nredis-cli output:\n%s", err, out)
 	}
 	if withReplicas {
-		if err := c.addReplicas(); err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
+		return c.addReplicas()
 	}
-	return c
+	return nil
 }
 
 // addReplicas starts one node per master, introduces it to the cluster,
@@ -114,8 +137,8 @@ func (c *Cluster) addReplicas() error {
 	}
 	mhost, mport, _ := net.SplitHostPort(c.nodes[0].Addr())
 	for i := range c.nodes {
-		r := newServer(c.t, c.cfg, true)
-		if err := r.startFresh(); err != nil {
+		r, err := c.newNode()
+		if err != nil {
 			return fmt.Errorf("cluster replica %d: %w", i, err)
 		}
 		c.replicas = append(c.replicas, r)
@@ -281,12 +304,16 @@ func (c *Cluster) ScriptFlush() {
 	}
 }
 
-func (c *Cluster) closeClients() {
+// stop closes the clients, then kills and reaps every node started.
+func (c *Cluster) stop() {
 	c.mu.Lock()
-	cls := c.clients
-	c.clients = nil
+	cls, nodes := c.clients, c.started
+	c.clients, c.started = nil, nil
 	c.mu.Unlock()
 	for _, cl := range cls {
 		_ = cl.Close()
+	}
+	for _, s := range nodes {
+		s.cleanup()
 	}
 }

@@ -8,7 +8,9 @@
 // directory, and is stopped and reaped when the test ends; StartProcess
 // starts a standalone server for a program that is not a test, and
 // StartProcessHandle one that program can also kill, pause and restart (the
-// demo's -redis-fault).
+// demo's -redis-fault); StartClusterProcess and
+// StartClusterProcessWithReplicas start a cluster for such a program
+// (bench/cmd/fleetacc's -cluster), its nodes Processes.
 //
 // # Faults
 //

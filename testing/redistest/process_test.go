@@ -59,3 +59,40 @@ func TestProcessHandleFaults(t *testing.T) {
 		t.Error("Resume after Stop: no error")
 	}
 }
+
+// TestClusterProcess: a cluster started outside a test forms (every
+// master answers, the cluster is ok), a master paused by its Process
+// stops answering until resumed, and Stop leaves no node answering.
+func TestClusterProcess(t *testing.T) {
+	p, err := StartClusterProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	if len(p.Masters()) != ClusterSize || len(p.Replicas()) != 0 || len(p.Addrs()) != ClusterSize {
+		t.Fatalf("%d masters, %d replicas, %d addrs: want %d, 0, %d", len(p.Masters()), len(p.Replicas()), len(p.Addrs()), ClusterSize, ClusterSize)
+	}
+	if err := p.WaitOK(); err != nil {
+		t.Fatal(err)
+	}
+	m := p.Masters()[1]
+	if err := m.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if ping(m.Addr()) == nil {
+		t.Error("a paused master answers PING")
+	}
+	if err := m.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(m.Addr()); err != nil {
+		t.Errorf("a resumed master: %v", err)
+	}
+	p.Stop()
+	for _, a := range p.Addrs() {
+		if ping(a) == nil {
+			t.Errorf("%s answers PING after Stop", a)
+		}
+	}
+	p.Stop() // a second Stop does nothing
+}

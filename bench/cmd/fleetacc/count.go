@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
@@ -15,8 +13,8 @@ import (
 // charged over every principal: its capacity less what its bucket holds,
 // read by a take of cost 0 (which charges nothing). The rule refills 1 unit
 // an hour, less than one unit over any run, so the count is exact.
-func readCount(ctx context.Context, cfg config, admin *redis.Client, prefix string, s spec) (uint64, error) {
-	c := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, ContextTimeoutEnabled: true, DialerRetries: 1})
+func readCount(ctx context.Context, cfg config, t *fleetTarget, prefix string, s spec) (uint64, error) {
+	c := t.newClient()
 	defer c.Close()
 	rs, err := redisstore.New(c, redisstore.WithBatching(0, 0))
 	if err != nil {

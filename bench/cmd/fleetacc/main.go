@@ -43,6 +43,17 @@
 // when it fails, which fails the run. -broken breaks process 0's store on
 // purpose (skip: some takes answer allowed without Redis; split: some
 // takes charge their levels one at a time), to show the check failing.
+//
+// With -cluster the Redis is a Redis Cluster of three masters
+// (testing/redistest), which every process reaches with a cluster client;
+// a pause stops every master together (-pause-nodes all, a stalled host)
+// or one master a pause in turn (rotate). With -failover each mode and
+// level also gets a run on a cluster with a replica per master, in which
+// the master holding principal 0's buckets is killed (SIGKILL) -kill-at
+// into the run and the cluster promotes its replica: the run must fail no
+// request, stay within the fallback's bound for the outage plus what the
+// promoted replica lacks of what was admitted (Redis's count, -count),
+// and be back on Redis within recoveryBound of the promotion.
 package main
 
 import (
@@ -104,6 +115,13 @@ type config struct {
 	timeout              time.Duration
 	history              bool
 	broken               string
+	// cluster runs on a Redis Cluster; pauseNodes says which masters a
+	// pause stops; failover adds failover runs, on a cluster with
+	// replicas whose cluster-node-timeout is nodeTimeout.
+	cluster     bool
+	pauseNodes  string
+	failover    bool
+	nodeTimeout time.Duration
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -114,7 +132,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.dur, "dur", 5*time.Second, "how long every process decides, per run")
 	modes := fs.String("modes", "exact,leased,async", "consistencies to run, comma separated")
 	levels := fs.String("levels", "1,4", "policy levels to run, comma separated: 1 (user) and/or 4 (tenant, user, api_key, ip)")
-	pause := fs.String("pause", "both", "Redis latency spikes: off, on, or both (a healthy and a paused run of each)")
+	pause := fs.String("pause", "both", "Redis latency spikes: off, on, or both (a healthy and a paused run of each); none runs only the -kill or -failover runs")
 	fs.DurationVar(&c.pauseEvery, "pause-every", 500*time.Millisecond, "with -pause: stop Redis this often")
 	fs.DurationVar(&c.pauseFor, "pause-for", 30*time.Millisecond, "with -pause: for this long (SIGSTOP, then SIGCONT)")
 	fs.DurationVar(&c.kill, "kill", 0, "also run each mode and level with Redis killed (SIGKILL) for this long, then restarted empty on the same port (0: no killed runs)")
@@ -135,6 +153,10 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "bound on the whole program")
 	fs.BoolVar(&c.history, "history", false, "exact runs: every process records its takes (batching off, so each take's Redis time is read from its reply) and the merged history is checked for linearizability against the bucket model (bench/internal/history)")
 	fs.StringVar(&c.broken, "broken", "off", "with -history, to show the checker catches it: off, skip (every 7th take of process 0 answers allowed without Redis) or split (every 7th take of process 0 charges its levels one at a time, not all or nothing)")
+	fs.BoolVar(&c.cluster, "cluster", false, "run on a Redis Cluster of 3 masters (testing/redistest) instead of one redis-server; every process uses a cluster client")
+	fs.StringVar(&c.pauseNodes, "pause-nodes", "all", "with -cluster and -pause: all (every master stopped together, as a stalled host would) or rotate (one master a pause, in turn)")
+	fs.BoolVar(&c.failover, "failover", false, "with -cluster: also run each mode and level on a cluster with a replica per master, with the master of principal 0's buckets killed (SIGKILL) -kill-at into the run; the cluster promotes its replica")
+	fs.DurationVar(&c.nodeTimeout, "node-timeout", time.Second, "with -failover: cluster-node-timeout of the cluster with replicas (failure detection; the promotion follows about a second later)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return c, err
 	}
@@ -170,8 +192,10 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		c.pauses = []bool{true}
 	case "both":
 		c.pauses = []bool{false, true}
+	case "none":
+		c.pauses = nil
 	default:
-		bad("-pause: %q is not off, on or both", *pause)
+		bad("-pause: %q is not off, on, both or none", *pause)
 	}
 	if c.procs < 1 || c.procs > 64 {
 		bad("-procs: %d is out of range [1, 64]", c.procs)
@@ -215,6 +239,21 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if c.timeout <= 0 {
 		bad("-timeout: %s is not positive", c.timeout)
 	}
+	if *pause == "none" && c.kill <= 0 && !c.failover {
+		bad("-pause none leaves no run without -kill or -failover")
+	}
+	if c.pauseNodes != "all" && c.pauseNodes != "rotate" {
+		bad("-pause-nodes: %q is not all or rotate", c.pauseNodes)
+	}
+	if c.cluster && c.kill > 0 {
+		bad("-kill restarts a standalone server empty; on a cluster use -failover")
+	}
+	if c.failover && !c.cluster {
+		bad("-failover needs -cluster")
+	}
+	if c.failover && (c.nodeTimeout < 100*time.Millisecond || c.killAt+c.nodeTimeout+5*time.Second > c.dur) {
+		bad("-failover: -node-timeout %s must be at least 100ms, and -kill-at %s + -node-timeout + 5s within -dur %s (the promotion and the way back)", c.nodeTimeout, c.killAt, c.dur)
+	}
 	if c.broken != "off" {
 		if _, err := history.ParseFault(c.broken); err != nil {
 			bad("-broken: %v", err)
@@ -232,12 +271,13 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 type condition uint8
 
 const (
-	healthy condition = iota
-	paused            // SIGSTOP -pause-for every -pause-every
-	killed            // SIGKILL at -kill-at, restarted -kill later
+	healthy  condition = iota
+	paused             // SIGSTOP -pause-for every -pause-every
+	killed             // SIGKILL at -kill-at, restarted -kill later
+	failover           // a cluster master SIGKILLed at -kill-at, its replica promoted
 )
 
-func (c condition) String() string { return [...]string{"healthy", "paused", "killed"}[c] }
+func (c condition) String() string { return [...]string{"healthy", "paused", "killed", "failover"}[c] }
 
 // spec is one run.
 type spec struct {
@@ -273,17 +313,20 @@ type row struct {
 	// stores admitted locally and reported.
 	counted, fbCharged, fbDebt, fbOwed uint64
 	countKnown                         bool
-	rts                                uint64
-	leases                             uint64
-	returned                           uint64
-	reports                            uint64
-	debt                               uint64
-	repFail                            uint64
-	retFail                            uint64
-	firstErr                           string
-	closeErr                           string
-	minInst                            int
-	sources                            map[string]uint64 // admitted decisions by Source
+	// uncharged: some process's fallback could not charge its local
+	// admits (-broken).
+	uncharged bool
+	rts       uint64
+	leases    uint64
+	returned  uint64
+	reports   uint64
+	debt      uint64
+	repFail   uint64
+	retFail   uint64
+	firstErr  string
+	closeErr  string
+	minInst   int
+	sources   map[string]uint64 // admitted decisions by Source
 	// hist is the check of the run's history (-history, exact runs).
 	hist *history.Result
 }
@@ -312,23 +355,25 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 	if err != nil {
 		return nil, fmt.Errorf("finding this program to run it as the fleet: %w", err)
 	}
-	target, err := harness.OpenRedis(ctx, "")
+	target, err := openTarget(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer target.Close()
-	pidStr := strconv.Itoa(target.Proc.Pid())
+	defer target.close()
 
 	pauseDesc := "off"
 	if slices.Contains(cfg.pauses, true) {
 		pauseDesc = fmt.Sprintf("SIGSTOP %s every %s in paused runs", cfg.pauseFor, cfg.pauseEvery)
+		if cfg.cluster {
+			pauseDesc += map[string]string{"all": ", every master at once", "rotate": ", one master a pause in turn"}[cfg.pauseNodes]
+		}
 	}
 	offered := "closed loop"
 	if cfg.offered > 0 {
 		offered = fmt.Sprintf("%.0f decisions/s offered by the fleet", cfg.offered)
 	}
 	harness.WriteHeader(out, args, []string{
-		"redis:   " + target.Where + ", pid " + pidStr,
+		"redis:   " + target.where,
 		fmt.Sprintf("fleet:   %d processes x %d goroutines, %s, %d shared principals, %s per process per run (max %d decisions), instances %s",
 			cfg.procs, cfg.g, offered, cfg.keys, cfg.dur, cfg.maxOps, cfg.instances),
 		fmt.Sprintf("stack:   redisstore%s -> fallback (timeout %s, closed timeout %s, instances as counted) -> localfirst -> tiers.Limiter; token bucket, on_store_error %s, async sync_interval %s",
@@ -336,6 +381,7 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		"policy:  " + describeLevels(levelsFor(1, cfg.rate, cfg.burst, cfg.keys)) + " | " + describeLevels(levelsFor(4, cfg.rate, cfg.burst, cfg.keys)),
 		"pause:   " + pauseDesc,
 		"kill:    " + killDesc(cfg),
+		"failover: " + failoverDesc(cfg),
 		"history: " + historyDesc(cfg),
 	}, []string{"github.com/redis/go-redis/v9"})
 
@@ -347,6 +393,9 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 			}
 			if cfg.kill > 0 {
 				specs = append(specs, spec{m, l, killed})
+			}
+			if cfg.failover {
+				specs = append(specs, spec{m, l, failover})
 			}
 		}
 	}
@@ -410,8 +459,17 @@ type event struct {
 // measure runs one fleet: starts the processes, waits until all are
 // ready, starts them together (and the pause injector), collects their
 // results and computes the row.
-func measure(ctx context.Context, cfg config, exe string, target *harness.Target, s spec, prefix string) (*row, error) {
-	admin := target.Admin
+func measure(ctx context.Context, cfg config, exe string, target *fleetTarget, s spec, prefix string) (*row, error) {
+	if s.cond == failover {
+		// A failover uses up a replica: every failover run has a
+		// cluster of its own.
+		t, err := openCluster(cfg, true)
+		if err != nil {
+			return nil, err
+		}
+		defer t.close()
+		target = t
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.dur+90*time.Second)
 	defer cancel()
 	events := make(chan event, 4*cfg.procs)
@@ -443,7 +501,7 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 	}
 	for i := range procs {
 		cc := childConfig{
-			Index: i, Procs: cfg.procs, Addr: admin.Options().Addr, Prefix: prefix, FleetKey: prefix + "{fleet}",
+			Index: i, Procs: cfg.procs, Addrs: target.addrs, Cluster: target.cluster, Prefix: prefix, FleetKey: prefix + "{fleet}",
 			Mode: s.mode, Levels: s.levels, Keys: cfg.keys, Rate: cfg.rate, Burst: cfg.burst, Sync: cfg.sync,
 			Goroutines: cfg.g, Dur: cfg.dur, MaxOps: cfg.maxOps, Offered: offered, Instances: cfg.instances,
 			OnStoreError: cfg.onErr, FBTimeout: cfg.fbTimeout, Batch: cfg.batch, Seed: cfg.seed, Count: cfg.count,
@@ -532,16 +590,26 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 	if _, err := wait(readyLine, 30*time.Second); err != nil {
 		return nil, err
 	}
-	cpu0, cpuErr := harness.RedisCPU(ctx, admin)
+	cpu0, cpuErr := target.redisCPU(ctx)
 	var inj *injector
 	var k *killer
+	var fo *failer
 	switch s.cond {
 	case paused:
-		inj = startInjector(target.Proc.Pid(), cfg.pauseEvery, cfg.pauseFor, cfg.dur)
+		inj = startInjector(target.nodes, cfg.pauseNodes == "rotate", cfg.pauseEvery, cfg.pauseFor, cfg.dur)
 		defer inj.stop() // on an early return: Redis is left running
 	case killed:
-		k = startKiller(target.Proc, cfg.killAt, cfg.kill)
+		k = startKiller(target.proc, cfg.killAt, cfg.kill)
 		defer k.wait() // on an early return: Redis is restarted
+	case failover:
+		key, err := principalKey(cfg, s, prefix)
+		if err == nil {
+			fo, err = startFailer(ctx, target, key, cfg.killAt)
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer fo.wait() //nolint:errcheck // on an early return
 	}
 	for i, p := range procs {
 		if _, err := io.WriteString(p.stdin, goLine+"\n"); err != nil {
@@ -558,10 +626,14 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 		err = errors.Join(err, k.wait())
 		r.killedAt, r.restartedAt = k.killedAt, k.restartedAt
 	}
+	if fo != nil {
+		err = errors.Join(err, fo.wait())
+		r.killedAt, r.restartedAt = fo.killedAt, fo.promotedAt
+	}
 	if err != nil {
 		return nil, err
 	}
-	cpu1, cpuErr1 := harness.RedisCPU(ctx, admin)
+	cpu1, cpuErr1 := target.redisCPU(ctx)
 	r.redisCPU, r.cpuKnown = cpu1-cpu0, cpuErr == nil && cpuErr1 == nil
 	for i, p := range procs {
 		if err := p.cmd.Wait(); err != nil {
@@ -588,6 +660,13 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 		if k != nil {
 			h.Resets = append(h.Resets, history.Reset{From: k.killedAt, To: k.restartedAt})
 		}
+		if fo != nil {
+			keys, err := fo.keysOnVictim(ctx, target, h)
+			if err != nil {
+				return nil, err
+			}
+			h.Resets = append(h.Resets, history.Reset{From: fo.killedAt, To: fo.promotedAt, Keys: keys})
+		}
 		res, err := history.Check(h, history.Options{Timeout: 5 * time.Minute})
 		if err != nil {
 			return nil, fmt.Errorf("checking the history: %w", err)
@@ -595,7 +674,7 @@ func measure(ctx context.Context, cfg config, exe string, target *harness.Target
 		r.hist = &res
 	}
 	if cfg.count && s.cond != killed {
-		n, err := readCount(ctx, cfg, admin, prefix, s)
+		n, err := readCount(ctx, cfg, target, prefix, s)
 		if err != nil {
 			return nil, fmt.Errorf("reading Redis's count: %w", err)
 		}
@@ -675,6 +754,7 @@ func (r *row) compute(cfg config) {
 		r.fbCharged += c.Fallback.Charged
 		r.fbDebt += c.Fallback.Debt
 		r.fbOwed += c.Fallback.Owed
+		r.uncharged = r.uncharged || c.Uncharged
 		for k, n := range c.PerKey {
 			perKey[k] += n
 		}
@@ -708,6 +788,9 @@ func (r *row) compute(cfg config) {
 	if r.cond == killed {
 		slack = func(l level) float64 { return killSlack(cfg, r.mode, l) }
 	}
+	if r.cond == failover {
+		slack = func(l level) float64 { return failoverSlack(l, r.outage()) }
+	}
 	if r.cond == paused && r.mode == "exact" && cfg.onErr == "local" {
 		slack = func(l level) float64 { return localSlack(cfg, l) }
 	}
@@ -724,6 +807,8 @@ func writeTable(w io.Writer, cfg config, rows []*row) error {
 			cond = fmt.Sprintf("paused x%d", r.pauses)
 		case killed:
 			cond = fmt.Sprintf("killed %s", cfg.kill)
+		case failover:
+			cond = "master failover"
 		}
 		per := func(v float64) float64 {
 			if r.decisions == 0 {
@@ -732,7 +817,7 @@ func writeTable(w io.Writer, cfg config, rows []*row) error {
 			return v / float64(r.decisions)
 		}
 		rcpu := "n/a"
-		if r.cpuKnown && r.cond != killed { // a restarted Redis counts from 0
+		if r.cpuKnown && r.cond != killed && r.cond != failover { // a restarted Redis counts from 0; a dead master cannot say
 			rcpu = strconv.FormatFloat(per(float64(r.redisCPU)/float64(time.Microsecond)), 'f', 2, 64)
 		}
 		count, diff := "n/a", "n/a"
@@ -769,6 +854,9 @@ func writeTable(w io.Writer, cfg config, rows []*row) error {
 			notes = append(notes, fmt.Sprintf("Redis killed for %s: %d decisions without it; every process back on Redis %s after it answered again (promised within %s), the last decision without it %s after; outage bound %.0f allowed",
 				time.Duration(r.restartedAt-r.killedAt).Round(time.Millisecond), r.degraded, r.recovery().Round(time.Millisecond), recoveryBound(cfg), r.lastLocal().Round(time.Millisecond), r.acc.Formula))
 		}
+		if r.cond == failover {
+			notes = append(notes, failoverNote(cfg, r))
+		}
 		if r.degraded > 0 || r.acc.Excess > 0 {
 			notes = append(notes, "admitted by source: "+formatSources(r.sources))
 		}
@@ -804,6 +892,15 @@ func writeTargets(w io.Writer, cfg config, rows []*row) []string {
 			rok := r.recovery() <= recoveryBound(cfg)
 			checks = append(checks, fmt.Sprintf("back on Redis %s after restart <= %s: %s", r.recovery().Round(time.Millisecond), recoveryBound(cfg), metStr(rok)))
 			if !ok || !rok {
+				failed = append(failed, r.spec.String())
+			}
+			fmt.Fprintf(w, "  %-24s %s\n", r.spec, strings.Join(checks, ", "))
+			continue
+		}
+		if r.cond == failover {
+			fc, ok := failoverChecks(cfg, r)
+			checks = append(checks, fc...)
+			if !ok {
 				failed = append(failed, r.spec.String())
 			}
 			fmt.Fprintf(w, "  %-24s %s\n", r.spec, strings.Join(checks, ", "))

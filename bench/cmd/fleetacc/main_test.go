@@ -90,6 +90,10 @@ func TestBadFlags(t *testing.T) {
 		{"-kill", "9s"},     // ends after -dur 5s
 		{"-broken", "skip"}, // without -history
 		{"-broken", "sometimes", "-history"},
+		{"-pause-nodes", "some"},
+		{"-failover"},                           // without -cluster
+		{"-kill", "1s", "-cluster"},             // a cluster fails over instead
+		{"-failover", "-cluster", "-dur", "3s"}, // no room for the promotion
 	} {
 		var out bytes.Buffer
 		_, err := runFleet(context.Background(), append([]string{"fleetacc"}, args...), &out)
@@ -322,5 +326,50 @@ func TestSlowIsNotDownLocal(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestClusterLocal is TestSlowIsNotDownLocal on a 3-master Redis Cluster
+// (-cluster), CI-sized: 2 processes for 2 s on one key offered 1.2 times
+// its limit (60/s against 50/s burst 50), every master stopped 30 ms
+// every 300 ms, on_store_error local at the default budget, with the
+// counting rule: no breaker opens, no decision fails, over within the
+// fallback's bound, under at most 5 %, and Redis's count (read through a
+// cluster client) equal to what the fleet admitted.
+func TestClusterLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster and 2 processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := runFleet(ctx, []string{"fleetacc", "-cluster", "-procs", "2", "-dur", "2s", "-modes", "exact", "-levels", "1",
+		"-keys", "1", "-rate", "50", "-burst", "50", "-offered", "60", "-pause", "on", "-pause-every", "300ms", "-pause-for", "30ms",
+		"-on-store-error", "local", "-count"}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Redis Cluster of 3 masters") || !strings.Contains(out.String(), "every master at once") {
+		t.Error("the header does not say the run was on a cluster, every master paused")
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	r := rows[0]
+	if r.pauses == 0 || r.decisions == 0 {
+		t.Errorf("%s: %d pauses, %d decisions", r.spec, r.pauses, r.decisions)
+	}
+	if r.opens != 0 || r.errors != 0 {
+		t.Errorf("%s: %d breaker opens, %d errors", r.spec, r.opens, r.errors)
+	}
+	if r.acc.FormulaExcess != 0 {
+		t.Errorf("%s: %.0f units over the fallback's bound (%.0f allowed)", r.spec, r.acc.FormulaExcess, r.acc.Formula)
+	}
+	if u := r.underPct(); u > 5 {
+		t.Errorf("%s: under by %.2f%%, want at most 5%%", r.spec, u)
+	}
+	if !r.countKnown || r.counted != r.admitted {
+		t.Errorf("%s: Redis's count %d (read: %v), admitted %d: every unit admitted must be charged once", r.spec, r.counted, r.countKnown, r.admitted)
 	}
 }

@@ -5,6 +5,8 @@ package main
 import (
 	"errors"
 	"time"
+
+	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
 // injector is not available here: stopping a process needs SIGSTOP.
@@ -12,7 +14,7 @@ type injector struct {
 	err error
 }
 
-func startInjector(int, time.Duration, time.Duration, time.Duration) *injector {
+func startInjector([]*redistest.Process, bool, time.Duration, time.Duration, time.Duration) *injector {
 	return &injector{err: errors.New("pausing redis-server needs SIGSTOP (unix only); run with -pause off")}
 }
 

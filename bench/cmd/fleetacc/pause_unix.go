@@ -3,15 +3,18 @@
 package main
 
 import (
-	"fmt"
+	"errors"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
-// injector stops the redis-server process (SIGSTOP) for a while at a fixed
-// interval and continues it (SIGCONT): latency spikes every client sees at
-// once, as a slow fork, a long command or a stalled VM would cause.
+// injector stops redis-server processes (SIGSTOP) for a while at a fixed
+// interval and continues them (SIGCONT): latency spikes every client sees
+// at once, as a slow fork, a long command or a stalled VM would cause. On
+// a cluster it stops every master together (a stalled host), or with
+// rotate one master a pause, in turn.
 type injector struct {
 	stopc chan struct{}
 	wg    sync.WaitGroup
@@ -19,9 +22,10 @@ type injector struct {
 	err   error
 }
 
-// startInjector pauses pid for pauseFor every `every`, the first pause
-// after one interval, until stop is called or `total` has passed.
-func startInjector(pid int, every, pauseFor, total time.Duration) *injector {
+// startInjector pauses nodes (all of them, or with rotate one at a time)
+// for pauseFor every `every`, the first pause after one interval, until
+// stop is called or `total` has passed.
+func startInjector(nodes []*redistest.Process, rotate bool, every, pauseFor, total time.Duration) *injector {
 	inj := &injector{stopc: make(chan struct{})}
 	inj.wg.Go(func() {
 		t := time.NewTicker(every)
@@ -35,13 +39,20 @@ func startInjector(pid int, every, pauseFor, total time.Duration) *injector {
 				return
 			case <-t.C:
 			}
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				inj.err = fmt.Errorf("pausing redis-server (pid %d): %w", pid, err)
-				return
+			these := nodes
+			if rotate {
+				these = nodes[inj.n%len(nodes) : inj.n%len(nodes)+1]
+			}
+			var errs []error
+			for _, n := range these {
+				errs = append(errs, n.Pause())
 			}
 			time.Sleep(pauseFor)
-			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-				inj.err = fmt.Errorf("continuing redis-server (pid %d): %w", pid, err)
+			for _, n := range these {
+				errs = append(errs, n.Resume())
+			}
+			if err := errors.Join(errs...); err != nil {
+				inj.err = err
 				return
 			}
 			inj.n++

@@ -46,7 +46,7 @@ type Options struct {
 // Result is what Check found.
 type Result struct {
 	// Takes is the number of answered takes placed; Unknown the takes of
-	// unknown outcome, Resets the restarts.
+	// unknown outcome, Resets the restarts and failovers.
 	Takes, Unknown, Resets int
 	// WithTime is the number of answered takes whose Redis time was known.
 	WithTime int
@@ -61,7 +61,7 @@ type Result struct {
 
 // String is the one-line summary of r.
 func (r Result) String() string {
-	return fmt.Sprintf("%d takes checked (%d with Redis time, %d of unknown outcome, %d restarts): %s in %s (%d steps)",
+	return fmt.Sprintf("%d takes checked (%d with Redis time, %d of unknown outcome, %d restarts or failovers): %s in %s (%d steps)",
 		r.Takes, r.WithTime, r.Unknown, r.Resets, r.Verdict, r.Elapsed.Round(time.Millisecond), r.Steps)
 }
 
@@ -90,6 +90,7 @@ func Check(h History, opt Options) (Result, error) {
 	m.tclk, m.cut = -1<<62, -1<<62
 	var errs []error
 	var base int64 = 1 << 62
+	var last int64
 	for i := range h.Ops {
 		o := &h.Ops[i]
 		for _, b := range o.Buckets {
@@ -98,14 +99,21 @@ func Check(h History, opt Options) (Result, error) {
 			} else if a := b.Limit.Algorithm; a != quota.TokenBucket && a != quota.FixedWindow {
 				errs = append(errs, fmt.Errorf("take %d bucket %s: the model has no %s", i, b.Key, a))
 			}
-			if b.Cost < 0 {
+			if b.Cost < 0 && !o.Report {
 				errs = append(errs, fmt.Errorf("take %d bucket %s: cost %d is negative", i, b.Key, b.Cost))
+			}
+			if o.Report && b.Limit.Algorithm != quota.TokenBucket {
+				errs = append(errs, fmt.Errorf("report %d bucket %s: the model reports token buckets only, not %s", i, b.Key, b.Limit.Algorithm))
 			}
 		}
 		if o.Answered < o.Sent {
 			errs = append(errs, fmt.Errorf("take %d: answered before it was sent", i))
 		}
+		if o.Report && len(o.Buckets) != 1 {
+			errs = append(errs, fmt.Errorf("report %d: %d buckets, want 1 (a report call is recorded bucket by bucket)", i, len(o.Buckets)))
+		}
 		base = min(base, floorDiv(o.Sent, 1000))
+		last = max(last, o.Answered)
 	}
 	if len(errs) > 0 {
 		return res, errors.Join(errs...)
@@ -114,6 +122,7 @@ func Check(h History, opt Options) (Result, error) {
 	// Takes of unknown outcome are never placed (see the package doc);
 	// the others, and the restarts, are.
 	var placed []int
+	resets := append([]Reset(nil), h.Resets...)
 	type unk struct{ sent, cost int64 }
 	byKey := map[string][]unk{}
 	skewNs := opt.Skew.Nanoseconds()
@@ -122,6 +131,13 @@ func Check(h History, opt Options) (Result, error) {
 		if o.Outcome == Unknown {
 			res.Unknown++
 			for _, b := range o.Buckets {
+				if b.Cost < 0 {
+					// Units given back, perhaps: the bucket may hold
+					// more, any amount up to full, from some time after
+					// the call was sent.
+					resets = append(resets, Reset{From: o.Sent, To: last, Keys: []string{b.Key}})
+					continue
+				}
 				byKey[b.Key] = append(byKey[b.Key], unk{floorDiv(o.Sent, 1000) - m.skew, b.Cost})
 			}
 			continue
@@ -146,9 +162,9 @@ func Check(h History, opt Options) (Result, error) {
 		}
 		m.pend[k] = p
 	}
-	m.ops, m.reset = h.Ops, h.Resets
+	m.ops, m.reset = h.Ops, resets
 	res.Resets = len(h.Resets)
-	for j := range h.Resets {
+	for j := range resets {
 		placed = append(placed, len(h.Ops)+j)
 	}
 
@@ -206,7 +222,7 @@ func Check(h History, opt Options) (Result, error) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	zob := make([]uint64, len(h.Ops)+len(h.Resets))
+	zob := make([]uint64, len(h.Ops)+len(resets))
 	for i := range zob {
 		zob[i] = rng.Uint64()
 	}
@@ -347,6 +363,9 @@ func (m *model) counterexample(i int, placed []int) string {
 func (m *model) name(i int) string {
 	if i >= len(m.ops) {
 		r := m.reset[i-len(m.ops)]
+		if len(r.Keys) > 0 {
+			return fmt.Sprintf("failover %d (%d buckets may have lost charges, from between %s and %s)", i-len(m.ops), len(r.Keys), stamp(r.From), stamp(r.To))
+		}
 		return fmt.Sprintf("restart %d (Redis empty from between %s and %s)", i-len(m.ops), stamp(r.From), stamp(r.To))
 	}
 	return fmt.Sprintf("take %d [%s]", i, m.ops[i].String())

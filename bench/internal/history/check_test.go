@@ -236,3 +236,86 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("%v, %v: want inconclusive", r, err)
 	}
 }
+
+// TestFailover: a failover (a Reset with Keys) lets the named buckets
+// lose charges, any number up to full, and nothing else: the same
+// history fails without it, fails when the lost charges are on a bucket
+// it does not name, and a bucket cannot gain charges through it.
+func TestFailover(t *testing.T) {
+	l := tb(1, time.Hour, 3)
+	ms := func(n int64) int64 { return t0 + n*int64(time.Millisecond) }
+	// Two charges on k, then (after the failover) k holds 2 again: one
+	// charge was not replicated.
+	ops := []Op{
+		at(0, "k", l, Allowed, 2),
+		at(10, "k", l, Allowed, 1),
+		at(100, "k", l, Allowed, 1),
+	}
+	fo := Reset{From: ms(20), To: ms(80), Keys: []string{"k"}}
+	want(t, History{Ops: ops}, NotLinearizable)
+	r := want(t, History{Ops: ops, Resets: []Reset{fo}}, Linearizable)
+	if r.Resets != 1 {
+		t.Errorf("%d resets counted, want 1", r.Resets)
+	}
+	other := fo
+	other.Keys = []string{"j"}
+	want(t, History{Ops: ops, Resets: []Reset{other}}, NotLinearizable)
+	// Every charge lost: full again.
+	want(t, History{Ops: append(ops[:2:2], at(100, "k", l, Allowed, 2)), Resets: []Reset{fo}}, Linearizable)
+	// A failover never adds charges: k cannot hold fewer than 1.
+	want(t, History{Ops: append(ops[:2:2], at(100, "k", l, Denied, 0)), Resets: []Reset{fo}}, NotLinearizable)
+	// A bucket the failover does not name keeps its state.
+	two := []Op{at(0, "j", l, Allowed, 2), at(10, "j", l, Allowed, 1), at(100, "j", l, Allowed, 1)}
+	want(t, History{Ops: two, Resets: []Reset{fo}}, NotLinearizable)
+}
+
+// rep is a report call's charge of cost units to key, sent at from and
+// answered at to (ms), leaving rem.
+func rep(from, to int64, key string, l quota.Limit, cost, rem int64) Op {
+	return Op{Sent: t0 + from*int64(time.Millisecond), Answered: t0 + to*int64(time.Millisecond), Outcome: Allowed, Report: true,
+		Buckets: []Bucket{{Key: key, Limit: l, Cost: cost, Allowed: true, Remaining: rem}}}
+}
+
+// TestReports: the charges of report calls (package fallback's local
+// admits) are part of the model: a take that only a report explains
+// passes with it and fails without it; a report cannot charge units the
+// bucket does not hold, a give-back fills up to the capacity only, a
+// resolved charge (no remaining count) counts, and one of unknown outcome
+// may or may not have been applied.
+func TestReports(t *testing.T) {
+	l := tb(1, time.Hour, 3) // no refill to speak of
+	takes := []Op{at(0, "k", l, Allowed, 2), at(100, "k", l, Allowed, 0)}
+	want(t, History{Ops: takes}, NotLinearizable) // 2 then 0: a unit missing
+	want(t, History{Ops: append(takes[:1:1], rep(10, 50, "k", l, 1, 1), takes[1])}, Linearizable)
+	// A report that charged 2 of a bucket holding 2 leaves 0, not 1.
+	want(t, History{Ops: append(takes[:1:1], rep(10, 50, "k", l, 2, 1), takes[1])}, NotLinearizable)
+	// A report cannot charge 3 of a bucket holding 2.
+	want(t, History{Ops: append(takes[:1:1], rep(10, 50, "k", l, 3, 0))}, NotLinearizable)
+	// A give-back of 5 fills to the capacity, 3: a take then leaves 2.
+	want(t, History{Ops: append(takes[:1:1], rep(10, 50, "k", l, -5, 3), at(100, "k", l, Allowed, 2))}, Linearizable)
+	want(t, History{Ops: append(takes[:1:1], rep(10, 50, "k", l, -5, 3), at(100, "k", l, Allowed, 3))}, NotLinearizable)
+	// Resolved: the charge is known, its remaining count is not.
+	res := rep(10, 50, "k", l, 1, 0)
+	res.Resolved = true
+	want(t, History{Ops: append(takes[:1:1], res, takes[1])}, Linearizable)
+	// Unknown: it may have charged (the take after holds 0), or not.
+	unk := rep(10, 50, "k", l, 1, 0)
+	unk.Outcome = Unknown
+	want(t, History{Ops: append(takes[:1:1], unk, takes[1])}, Linearizable)
+	want(t, History{Ops: append(takes[:1:1], unk, at(100, "k", l, Allowed, 1))}, Linearizable)
+	// An unknown give-back may have filled the bucket, or not.
+	back := rep(10, 50, "k", l, -2, 0)
+	back.Outcome = Unknown
+	want(t, History{Ops: append(takes[:1:1], back, at(100, "k", l, Allowed, 2))}, Linearizable)
+	want(t, History{Ops: append(takes[:1:1], back, at(100, "k", l, Allowed, 1))}, Linearizable)
+	// A report is one bucket; a negative cost is a report's only.
+	two := rep(10, 50, "k", l, 1, 1)
+	two.Buckets = append(two.Buckets, Bucket{Key: "j", Limit: l, Cost: 1})
+	neg := at(0, "k", l, Allowed, 2)
+	neg.Buckets[0].Cost = -1
+	for _, h := range []History{{Ops: []Op{two}}, {Ops: []Op{neg}}} {
+		if _, err := Check(h, Options{}); err == nil {
+			t.Errorf("%s: no error", h.Ops[0].String())
+		}
+	}
+}

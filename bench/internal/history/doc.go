@@ -15,7 +15,14 @@
 // keeps the Redis time the take's script used (the first integer of
 // take.lua's reply), read from the reply without touching the store. A
 // take that returned an error has an unknown outcome: it may or may not
-// have been applied, at any time after it was sent.
+// have been applied, at any time after it was sent. Over a store that
+// takes report calls the Recorder is a quota.Reporter too, so package
+// fallback charges its local admits through it as it would without it;
+// each charged bucket of a report call on a key with a recorded take is
+// recorded as a report Op (the units charged, negative when given back,
+// at an unknown time in the call's interval, and the remaining count),
+// a call whose reply was lost as Resolve later found it, or else as a
+// report of unknown outcome.
 //
 // # The model and what a verdict proves
 //
@@ -39,7 +46,13 @@
 // which over-approximates every place and outcome it could have had. A
 // Redis restart (Reset, the data lost) empties every bucket at some point
 // of its interval, and takes of unknown outcome sent before it stop
-// counting.
+// counting. A Cluster failover (a Reset with Keys: the dead master's
+// buckets) lets each of those buckets lose any number of the charges it
+// had, at some point of its interval, and changes nothing else: the
+// promoted replica lacks what the master had not replicated, an amount
+// the history cannot know, so the check of the first answer after it on
+// each such bucket is that weak, and every answer after that as strong as
+// anywhere (the model resynchronizes on each answer).
 //
 // So the check is sound for failures: a NotLinearizable verdict means no
 // order and no outcome of the unknown takes explains the answers, within

@@ -61,13 +61,34 @@ type Op struct {
 	Buckets []Bucket
 	// Err is the error of a take of unknown outcome.
 	Err string `json:",omitempty"`
+	// Report makes the op a report call's charge to its one bucket
+	// (quota.Reporter, the path package fallback charges its local admits
+	// on), not a take: Cost units charged (negative: given back, up to the
+	// capacity), at some time in [Sent, Answered], which never denies.
+	// With Outcome Allowed the charge was applied and, unless Resolved,
+	// Remaining is what the bucket held after it; with Unknown it may have
+	// been applied, once, at any time after Sent.
+	Report bool `json:",omitempty"`
+	// Resolved: the charge was learned from a Resolve call (the report's
+	// reply never came): no remaining count.
+	Resolved bool `json:",omitempty"`
 }
 
 // Reset is a restart of Redis that lost its data: every bucket is empty
 // (full) after some point between From and To (Unix nanoseconds: when it
 // was killed, and when the new server answered).
+//
+// With Keys set it is a failover instead (a Redis Cluster master killed
+// and its replica promoted, From the kill and To the promotion): only the
+// buckets named (the dead master's) changed, at some point between From
+// and To, each to any state between the one it had and empty (full). The
+// replica lacked some of the charges the dead master had applied (it
+// replicates asynchronously) and none it had not; how many is not known,
+// so the model allows any number of them lost. Takes of unknown outcome
+// sent before it keep counting as possibly applied.
 type Reset struct {
 	From, To int64
+	Keys     []string `json:",omitempty"`
 }
 
 // History is the merged record of a run.
@@ -79,6 +100,9 @@ type History struct {
 // String describes o on one line.
 func (o *Op) String() string {
 	var b strings.Builder
+	if o.Report {
+		b.WriteString("report ")
+	}
 	fmt.Fprintf(&b, "proc %d %s sent %s answered %s (+%s)", o.Proc, o.Outcome, stamp(o.Sent), stamp(o.Answered), time.Duration(o.Answered-o.Sent))
 	if o.Now != 0 {
 		fmt.Fprintf(&b, " redis time %s", stamp(o.Now*1000))

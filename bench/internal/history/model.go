@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
 	"slices"
 
@@ -162,14 +163,28 @@ func (m *model) apply(i, choice int, explain bool) (ok bool, n int, u undo, why 
 		return false, 1, u, why
 	}
 	u = undo{tclk: m.tclk, cut: m.cut, hash: m.hash, choice: choice, op: i}
-	if i >= len(m.ops) { // a restart
+	if i >= len(m.ops) { // a restart or a failover
 		if choice > 0 {
 			return false, 1, u, ""
 		}
 		u.snap = m.keys
+		m.tclk = t1
+		if r := &m.reset[i-len(m.ops)]; len(r.Keys) > 0 {
+			m.keys = maps.Clone(m.keys)
+			for _, k := range r.Keys {
+				st, ok := m.keys[k]
+				if !ok || !st.set {
+					continue
+				}
+				m.hash ^= m.keyHash(k, st)
+				st.lo, st.clo = math.Inf(-1), 0 // any charge may be lost: up to full
+				m.keys[k] = st
+				m.hash ^= m.keyHash(k, st)
+			}
+			return true, 1, u, ""
+		}
 		m.keys = make(map[string]keyState)
 		m.hash = 0
-		m.tclk = t1
 		m.cut = floorDiv(m.reset[i-len(m.ops)].From, 1000)
 		return true, 1, u, ""
 	}
@@ -187,10 +202,12 @@ func (m *model) apply(i, choice int, explain bool) (ok bool, n int, u undo, why 
 		d := m.pend[bk.Key].between(m.cut, b)
 		var ns keyState
 		var w string
-		switch bk.Limit.Algorithm {
-		case quota.TokenBucket:
+		switch {
+		case o.Report && bk.Limit.Algorithm == quota.TokenBucket:
+			ns, w = m.reportCharge(st, bk, !o.Resolved, a, b, d)
+		case bk.Limit.Algorithm == quota.TokenBucket:
 			ns, w = m.tokenBucket(st, bk, o.Outcome, a, b, d, explain)
-		case quota.FixedWindow:
+		case bk.Limit.Algorithm == quota.FixedWindow:
 			ns, w = fixedWindow(st, bk, o.Outcome, a, d, explain)
 		default:
 			w = "unsupported algorithm " + bk.Limit.Algorithm.String()
@@ -300,6 +317,46 @@ func (m *model) tokenBucket(st keyState, bk *Bucket, out Outcome, t1, t2, d int6
 			return st, "x"
 		}
 		return st, fmt.Sprintf("after charging %d it holds %s tokens, but the store reported remaining %d", bk.Cost, m.tokens(bk, keyState{set: true, lo: math.Max(zl, f1-B/r) + c/r, hi: math.Max(zh, f2-B/r) + c/r}, t1), bk.Remaining)
+	}
+	return keyState{set: true, lo: nl, hi: nh}, ""
+}
+
+// reportCharge steps one token bucket through a report call's charge of
+// bk.Cost units (negative: given back, up to the capacity) at some time in
+// [t1, t2] (µs), with up to d units of unknown takes possibly applied
+// before; with remaining, bk.Remaining is what it held after. A report
+// never denies: it charges what the bucket holds, so a positive charge
+// says the bucket held at least that many units.
+func (m *model) reportCharge(st keyState, bk *Bucket, remaining bool, t1, t2, d int64) (keyState, string) {
+	r := float64(bk.Limit.Rate) / float64(bk.Limit.Period.Microseconds())
+	B, c := float64(bk.Limit.Burst), float64(bk.Cost)
+	e := eps / r
+	f1, f2 := float64(t1-m.base), float64(t2-m.base)
+	zl, zh := math.Inf(-1), math.Inf(-1)
+	if st.set {
+		zl, zh = st.lo, st.hi
+	}
+	if d > 0 {
+		zh = math.Max(zh, f2-B/r) + float64(d)/r
+	}
+	if c > 0 {
+		zh = math.Min(zh, f2-c/r+e)
+		if zl > zh {
+			return st, fmt.Sprintf("a report charged %d units, more than the model's tokens", bk.Cost)
+		}
+	}
+	// The charge, then the cap at the capacity (a give-back fills at most
+	// to full): z' = max(max(z, t−B/r) + c/r, t−B/r).
+	nl := math.Max(math.Max(zl, f1-B/r)+c/r, f1-B/r)
+	nh := math.Max(math.Max(zh, f2-B/r)+c/r, f2-B/r)
+	if remaining {
+		rem := float64(bk.Remaining)
+		nh = math.Min(nh, f2-rem/r+e)
+		nl = math.Max(nl, f1-(rem+1)/r-e)
+		if nl > nh {
+			return st, fmt.Sprintf("after a report of %d units it holds %s tokens, but the store reported remaining %d",
+				bk.Cost, m.tokens(bk, keyState{set: true, lo: math.Max(math.Max(zl, f1-B/r)+c/r, f1-B/r), hi: math.Max(math.Max(zh, f2-B/r)+c/r, f2-B/r)}, t1), bk.Remaining)
+		}
 	}
 	return keyState{set: true, lo: nl, hi: nh}, ""
 }

@@ -15,7 +15,11 @@ import (
 
 // Recorder is a quota.Store that records every take it passes to the store
 // it wraps. Only takes whose buckets are all Exact are recorded (the
-// others are passed on unrecorded), and only while it is started.
+// others are passed on unrecorded), and only while it is started. It is a
+// quota.Reporter too, over a store that is one (redisstore): the report
+// calls with which package fallback charges what it admitted locally are
+// recorded as well (see Report), so that the fallback charges, and runs
+// its late calls, under a Recorder as it does without one.
 type Recorder struct {
 	inner   quota.Store
 	proc    int
@@ -23,6 +27,13 @@ type Recorder struct {
 	mu      sync.Mutex
 	ops     []Op
 	skipped atomic.Int64
+	// unresolved are the buckets of report calls whose reply never came
+	// and that Resolve has not resolved yet.
+	unresolved map[reportKey]pendingReport
+	// taken are the keys of the takes recorded: a report is recorded
+	// only on them (a key whose takes were not recorded, a warm-up's,
+	// has a state the history cannot start from).
+	taken map[string]bool
 }
 
 // NewRecorder returns a Recorder of the takes process proc passes to inner.
@@ -40,15 +51,17 @@ func (r *Recorder) Stop() { r.on.Store(false) }
 // Unwrap returns the wrapped store (see quota.Layers).
 func (r *Recorder) Unwrap() quota.Store { return r.inner }
 
-// Ops returns a copy of the recorded takes.
+// Ops returns a copy of the recorded takes and report calls (a report
+// bucket still unresolved as one of unknown outcome).
 func (r *Recorder) Ops() []Op {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Op(nil), r.ops...)
+	return append(append([]Op(nil), r.ops...), r.unresolvedOps()...)
 }
 
 // Skipped returns how many takes were passed on unrecorded while
-// recording: not all Exact, or answered by a local cache without Redis.
+// recording (not all Exact, or answered by a local cache without Redis),
+// and report buckets of keys no recorded take touched.
 func (r *Recorder) Skipped() int64 { return r.skipped.Load() }
 
 type nowKey struct{}
@@ -64,6 +77,14 @@ func (r *Recorder) Take(ctx context.Context, buckets []quota.Bucket, res []quota
 			return r.inner.Take(ctx, buckets, res)
 		}
 	}
+	r.mu.Lock()
+	if r.taken == nil {
+		r.taken = make(map[string]bool)
+	}
+	for i := range buckets {
+		r.taken[buckets[i].Key] = true
+	}
+	r.mu.Unlock()
 	now := new(int64)
 	ctx = context.WithValue(ctx, nowKey{}, now)
 	sent := time.Now().UnixNano()
