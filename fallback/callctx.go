@@ -198,6 +198,7 @@ func (c *callCtx) Late(buckets []quota.Bucket) func(allowed bool, res []quota.Re
 	l := &lateCall{buckets: buckets, done: make(chan struct{}), abandoned: true,
 		deadline: time.Now().Add(max(0, s.closedTO-c.budget))}
 	c.late = l
+	s.lateOpen.Add(1) // abandoned from the start; finishLate ends it
 	start, known, had := time.Time{}, false, c.budget
 	if d, ok := c.elapsed(); ok {
 		start, known = time.Now().Add(-d), true

@@ -141,7 +141,7 @@ func (s *Store) kick() {
 		defer c.running.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), 4*s.closedTO)
 		defer cancel()
-		if err := s.Sync(ctx); err != nil {
+		if err := s.sync(ctx); err != nil {
 			now := time.Now().UnixNano()
 			prev := c.failedAt.Swap(now)
 			if now-prev < int64(time.Second) {
@@ -163,11 +163,24 @@ func (s *Store) ChargesLocal() bool { return s.ch.rep != nil }
 // has not been charged, after asking it (Resolve) about the report calls
 // whose reply never came. The Store runs it in the background whenever the
 // primary answers a Take while something is owed; it is exported for a
-// measurement or a planned hand-over that wants the ledger up to date. It
-// sends nothing while the breaker is open, and its calls never count
+// measurement or a planned hand-over (a process about to exit) that wants
+// the ledger up to date, so it first waits, until ctx ends, for the calls
+// still running late (see Late answers in the package doc) to be
+// answered and matched with their local decisions: a take denied locally
+// that the primary applies after the process is gone would stay charged.
+// It sends nothing while the breaker is open, and its calls never count
 // against the breaker. It returns the calls' errors; what they did not
 // charge stays owed.
 func (s *Store) Sync(ctx context.Context) error {
+	for s.lateOpen.Load() > 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	return s.sync(ctx)
+}
+
+// sync is Sync without the wait for late calls: the background charge
+// after an answer does not hold the reports of other units for them.
+func (s *Store) sync(ctx context.Context) error {
 	c := s.ch
 	if c.rep == nil {
 		return nil

@@ -64,7 +64,10 @@ type Store struct {
 	// nanoseconds; 0: never): for lateFor after it, calls run late (see
 	// callLate).
 	lateFrom atomic.Int64
-	lateN    atomic.Int64 // late calls in flight
+	lateN    atomic.Int64 // late calls in flight (callLate's goroutines)
+	// lateOpen counts the late calls abandoned by their callers and not
+	// answered yet, which Sync waits for.
+	lateOpen atomic.Int64
 	// lateOK: calls may run late (see callLate): the primary takes
 	// reports and has a backend to be late with. lateNative: the primary
 	// answers every abandoned take late itself (quota.LateAnswers), so

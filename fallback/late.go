@@ -105,6 +105,9 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 // with what the primary did.
 func (s *Store) abandonedLate(ctx context.Context, buckets []quota.Bucket, res []quota.Result, err error, gone bool, l *lateCall) (bool, error) {
 	l.mu.Lock()
+	if !l.abandoned && !l.finished {
+		s.lateOpen.Add(1) // finishLate ends it
+	}
 	l.abandoned = true
 	fin := l.finished
 	l.mu.Unlock()
@@ -134,6 +137,7 @@ func (s *Store) finishLate(l *lateCall) {
 	if !ab {
 		return // the caller took the answer
 	}
+	defer s.lateOpen.Add(-1)
 	if l.err == nil {
 		s.answered(l.buckets, l.res)
 	}

@@ -117,3 +117,39 @@ func TestLiveLoadedStoreStaysOnStore(t *testing.T) {
 		t.Errorf("budget %s after 250 takes that waited up to 8ms, want more than 8ms", st.Budget)
 	}
 }
+
+// TestSyncWaitsForLateCalls: a take denied locally during a pause, whose
+// call Redis applies when it resumes, is given back by the time Sync
+// returns: Sync, the hand-over before a process exits, waits for the late
+// calls still running, so a process that syncs and leaves does not leave
+// Redis charged for a take it denied.
+func TestSyncWaitsForLateCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	s, _ := liveStore(t, srv, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithInstances(func() int { return 2 }),
+		fallback.WithTimeout(20*time.Millisecond), fallback.WithClosedTimeout(20*time.Millisecond))
+	b := tokenBucket("late:sync", 1, 10, time.Hour, quota.FailLocal)
+	b.Cost = 0
+	take(t, s, b) // Redis has said 10 are left
+	b.Cost = 8    // above this instance's local share, 10/2
+
+	srv.Pause()
+	if ok, res := take(t, s, b); ok || res[0].Source != floodgate.SourceLocalFallback {
+		t.Fatalf("take during the pause: %v %+v, want denied locally", ok, res[0])
+	}
+	time.AfterFunc(100*time.Millisecond, func() { srv.Resume() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.LateApplied != 1 || st.GivenBack != 8 {
+		t.Fatalf("after Sync: late applied %d, given back %d; want 1, 8 (Sync returned before the late call was matched)", st.LateApplied, st.GivenBack)
+	}
+	if got := remaining(t, s, b); got != 10 {
+		t.Fatalf("Redis holds %d after Sync, want 10: the take denied locally must not stay charged", got)
+	}
+}
