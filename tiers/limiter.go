@@ -101,7 +101,7 @@ func (l *Limiter) SetPolicy(p *Policy) error {
 	if err != nil {
 		return err
 	}
-	c.setClock(l.sh.clock) // calendar windows
+	c.setClock(l.sh.clock)                // calendar windows
 	if err := l.sh.check(c); err != nil { // settle and max_wait need a Settler
 		return err
 	}
