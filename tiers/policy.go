@@ -162,7 +162,7 @@ func parseRate(s string) (Rate, error) {
 	}
 	d, err := time.ParseDuration(dur)
 	if err != nil {
-		return Rate{}, fmt.Errorf("%q is not N/duration or N/day, N/week, N/month, N/year", s)
+		return Rate{}, fmt.Errorf("%q is not N/duration", s)
 	}
 	return Rate{N: n, Period: d}, nil
 }
