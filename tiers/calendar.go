@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/quota"
 )
@@ -196,5 +198,24 @@ func (c *compiled) setClock(clk floodgate.Clock) {
 		if cal := c.rules[i].cal; cal != nil {
 			cal.clock = clk
 		}
+	}
+}
+
+// calendarField decodes a rule's time_zone or week_starts (key).
+func (d *decoder) calendarField(key string, v *yaml.Node, fp string, r *Rule) {
+	if key == "time_zone" {
+		tz, ok := d.str(v, fp)
+		r.TimeZone = tz
+		if ok && tz == "" {
+			d.fail(fp, v, "must not be empty (omit time_zone for UTC)")
+		}
+		return
+	}
+	if s, ok := d.str(v, fp); ok {
+		wd, err := parseWeekday(s)
+		if err != nil {
+			d.fail(fp, v, "%s", err.Error())
+		}
+		r.WeekStarts = wd
 	}
 }

@@ -400,19 +400,8 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 			r.IPv6Prefix = int(min(n, 1<<16))
 		case "settle", "max_wait", "max_waiters":
 			d.shaping(key, v, fp, r)
-		case "time_zone":
-			r.TimeZone, _ = d.str(v, fp)
-			if r.TimeZone == "" {
-				d.fail(fp, v, "must not be empty (omit time_zone for UTC)")
-			}
-		case "week_starts":
-			if s, ok := d.str(v, fp); ok {
-				wd, err := parseWeekday(s)
-				if err != nil {
-					d.fail(fp, v, "%s", err.Error())
-				}
-				r.WeekStarts = wd
-			}
+		case "time_zone", "week_starts":
+			d.calendarField(key, v, fp, r)
 		default:
 			return false
 		}
