@@ -44,11 +44,24 @@ func (l *Limiter) AdmitAtMost(ctx context.Context, r *floodgate.Request) (grante
 }
 
 // markAtMost makes the buckets charged the request's cost share one
-// grant (quota.Bucket.AtMost), and no bucket wait.
+// grant (quota.Bucket.AtMost), the enforced ones at most the least of
+// their capacities (no
+// more is ever granted, and a store decided without, by on_store_error,
+// then decides what could be), and no bucket wait.
 func (sc *scratch) markAtMost() {
+	most := int64(-1)
 	for i := range sc.all {
-		sc.all[i].MaxWait = 0
-		sc.all[i].AtMost = sc.metas[i].fromRequest
+		b := &sc.all[i]
+		b.MaxWait = 0
+		b.AtMost = sc.metas[i].fromRequest
+		if b.AtMost && !sc.metas[i].shadow && (most < 0 || b.Limit.Capacity() < most) {
+			most = b.Limit.Capacity()
+		}
+	}
+	for i := range sc.all {
+		if b := &sc.all[i]; b.AtMost && !sc.metas[i].shadow && most >= 0 {
+			b.Cost = min(b.Cost, most)
+		}
 	}
 }
 
