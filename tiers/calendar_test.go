@@ -6,9 +6,12 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
+	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
 // calendarLimiter returns a Limiter with policy over a memstore, both on
@@ -18,6 +21,20 @@ func calendarLimiter(t *testing.T, start time.Time, policy string) (*tiers.Limit
 	clk := clock.New(start)
 	s := newMemstore(t, memstore.WithClock(clk))
 	return mustLimiter(t, s, policy, tiers.WithClock(clk)), clk
+}
+
+// calendarStores are the stores the month-end test runs on: memstore, and
+// Redis, whose take.lua counts the window the Limiter computed.
+var calendarStores = map[string]func(t *testing.T, clk *clock.Fake) quota.Store{
+	"memstore": func(t *testing.T, clk *clock.Fake) quota.Store { return newMemstore(t, memstore.WithClock(clk)) },
+	"redisstore": func(t *testing.T, clk *clock.Fake) quota.Store {
+		s, err := redisstore.New(redistest.Start(t).Client(), redisstore.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	},
 }
 
 // drain admits r until the first deny and returns how many were admitted
@@ -36,17 +53,24 @@ func drain(t *testing.T, l *tiers.Limiter, r *floodgate.Request, most int) (int,
 // A monthly quota counts to the last instant of the month and starts
 // again at midnight on the first, in the rule's zone; the deny's
 // RetryAfter and Reset are the time left to that midnight, and the
-// decision's window is the month's true length.
+// decision's window is the month's true length. On memstore and on Redis.
 func TestCalendarMonthEnd(t *testing.T) {
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
 		t.Skipf("no tz data: %v", err)
 	}
+	for name, newStore := range calendarStores {
+		t.Run(name, func(t *testing.T) { monthEnd(t, berlin, newStore) })
+	}
+}
+
+func monthEnd(t *testing.T, berlin *time.Location, newStore func(t *testing.T, clk *clock.Fake) quota.Store) {
 	// 2026-01-31 23:00 in Berlin (UTC+1): one hour of January left.
-	l, clk := calendarLimiter(t, time.Date(2026, 1, 31, 23, 0, 0, 0, berlin), `
+	clk := clock.New(time.Date(2026, 1, 31, 23, 0, 0, 0, berlin))
+	l := mustLimiter(t, newStore(t, clk), `
 rules:
   - {name: plan, key: [tenant], rate: 5/month, time_zone: Europe/Berlin}
-`)
+`, tiers.WithClock(clk))
 	r := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{Tenant: "acme"}}
 	n, d := drain(t, l, r, 10)
 	if n != 5 {
