@@ -101,3 +101,31 @@ func TestAdmitAtMostBadCost(t *testing.T) {
 		t.Fatal("nil request: no error")
 	}
 }
+
+// A shadow rule is charged the grant the enforced rules gave, not the
+// most asked: after a grant of 3, the shadow bucket holds 97 of 100.
+func TestAdmitAtMostShadowChargedTheGrant(t *testing.T) {
+	clk := clock.New(time.Unix(1_800_000_000, 0))
+	s := newMemstore(t, memstore.WithClock(clk))
+	l := mustLimiter(t, s, `
+rules:
+  - {name: user, key: [user], rate: 3/1m, algorithm: fixed_window}
+  - {name: tenant, key: [tenant], rate: 100/1m, algorithm: fixed_window, shadow: true}
+`, tiers.WithClock(clk))
+	r := &floodgate.Request{Method: "/a.B/C", Cost: 8, Identity: floodgate.Identity{Tenant: "acme", User: "ann"}}
+	g, d, err := l.AdmitAtMost(context.Background(), r)
+	if err != nil || g != 3 || !d.Allowed {
+		t.Fatalf("granted %d, %+v, %v; want 3", g, d, err)
+	}
+	bs := l.Buckets(nil, r)
+	for i := range bs {
+		bs[i].Cost = 0
+	}
+	res := make([]quota.Result, len(bs))
+	if _, err := s.Take(context.Background(), bs, res); err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Remaining != 0 || res[1].Remaining != 97 {
+		t.Fatalf("remaining user %d, tenant (shadow) %d; want 0 and 97", res[0].Remaining, res[1].Remaining)
+	}
+}
