@@ -130,8 +130,9 @@ func (c *calendar) midnight(y int, m time.Month, d int) time.Time {
 // compileCalendar checks a rule's calendar rate and its time zone and
 // first weekday, and returns the compiled calendar (nil: the rule has no
 // calendar rate) and whether the rule is fine. A calendar rate is the
-// rule's own single rate, counted by fixed_window, without overrides or
-// settle; time_zone and week_starts need one.
+// rule's own single rate, counted by fixed_window, without settle (its
+// overrides count per the same unit: overrideCalendar); time_zone and
+// week_starts need one.
 func (rc *ruleCompiler) compileCalendar(rp string, r *Rule) (*calendar, bool) {
 	u := r.Rate.Calendar
 	if u == NoCalendar {
@@ -166,12 +167,6 @@ func (rc *ruleCompiler) compileCalendar(rp string, r *Rule) (*calendar, bool) {
 	if r.Settle {
 		rc.rep.add(rp+".settle", "a calendar rate cannot settle")
 		ok = false
-	}
-	for j := range rc.p.Overrides {
-		if rc.p.Overrides[j].Rule == r.Name && r.Name != "" {
-			rc.rep.addf(fmt.Sprintf("overrides[%d].rule", j), "rule %q has a calendar rate (%s), which overrides cannot change yet", r.Name, r.Rate)
-			ok = false
-		}
 	}
 	loc := time.UTC
 	if r.TimeZone != "" {
@@ -218,4 +213,25 @@ func (d *decoder) calendarField(key string, v *yaml.Node, fp string, r *Rule) {
 		}
 		r.WeekStarts = wd
 	}
+}
+
+// overrideCalendar returns the rate of override o of rule r as limitsOf
+// compiles it: a calendar rule's override counts per the rule's unit
+// ("100000/month" for a rule of "50000/month"), in the rule's zone, and
+// is compiled as one window of the unit's nominal length.
+func (rc *ruleCompiler) overrideCalendar(op string, o *Override, r *cRule) (Rate, bool) {
+	rate := o.Rate
+	if r.cal == nil {
+		return rate, true // limitsOf refuses a calendar rate
+	}
+	switch {
+	case len(o.Windows) > 0 || rate.Calendar != r.cal.unit:
+		rc.rep.addf(op+".rate", "rule %q counts per %s: its override's rate must too (N/%s)", o.Rule, r.cal.unit, r.cal.unit)
+		return rate, false
+	case o.Algorithm != nil && *o.Algorithm != quota.FixedWindow:
+		rc.rep.addf(op+".algorithm", "rule %q has a calendar rate, counted in fixed windows: not %s", o.Rule, *o.Algorithm)
+		return rate, false
+	}
+	rate.Calendar = NoCalendar
+	return rate, true
 }

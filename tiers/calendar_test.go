@@ -177,3 +177,35 @@ func TestCalendarBadInput(t *testing.T) {
 		}
 	}
 }
+
+// An override of a calendar rule counts per the same unit, in the rule's
+// zone: the big tenant gets 4 a day, the others 2, all reset at midnight.
+func TestCalendarOverride(t *testing.T) {
+	l, clk := calendarLimiter(t, time.Date(2026, 5, 4, 20, 0, 0, 0, time.UTC), `
+rules:
+  - {name: daily, key: [tenant], rate: 2/day}
+overrides:
+  - {rule: daily, key: {tenant: big}, rate: 4/day}
+`)
+	for tenant, want := range map[string]int{"big": 4, "small": 2} {
+		r := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{Tenant: tenant}}
+		if n, d := drain(t, l, r, 10); n != want || d.RetryAfter != 4*time.Hour || d.Limit != int64(want) {
+			t.Fatalf("%s: admitted %d, %+v; want %d and a reset at midnight, 4h away", tenant, n, d, want)
+		}
+	}
+	clk.Advance(4 * time.Hour)
+	r := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{Tenant: "big"}}
+	if n, _ := drain(t, l, r, 10); n != 4 {
+		t.Fatalf("big, next day: admitted %d, want 4", n)
+	}
+	for _, c := range []struct{ override, want string }{
+		{"rate: 4/1h", `overrides[0].rate: rule "daily" counts per day: its override's rate must too (N/day)`},
+		{"rate: 4/week", `overrides[0].rate: rule "daily" counts per day`},
+		{"rate: 4/day, algorithm: gcra", `overrides[0].algorithm: rule "daily" has a calendar rate, counted in fixed windows: not gcra`},
+	} {
+		_, err := tiers.Load([]byte("rules:\n  - {name: daily, key: [tenant], rate: 2/day}\noverrides:\n  - {rule: daily, key: {tenant: big}, " + c.override + "}\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "at line 4") {
+			t.Errorf("%s: error %v, want %q at line 4", c.override, err, c.want)
+		}
+	}
+}

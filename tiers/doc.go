@@ -207,9 +207,10 @@
 // the bucket's period as the window's true length: the store counts
 // windows of unequal length exactly and reports their end, so
 // Decision.Reset, RetryAfter and Window (and the transports' headers) are
-// the calendar's. An unknown unit, zone or weekday, a calendar rate on a
-// tier, an override, a rule with overrides or one of several windows, or
-// with settle, is refused at load, naming the line.
+// the calendar's. The rule's overrides count per the same unit. An
+// unknown unit, zone or weekday, a calendar rate on a tier or among
+// several windows, an override per another unit, or settle on such a
+// rule, is refused at load, naming the line.
 //
 // # Partial grants (AdmitAtMost)
 //

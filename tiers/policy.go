@@ -136,7 +136,8 @@ type Rate struct {
 	// ("50000/month"), in fixed windows that start at midnight in the
 	// rule's TimeZone; Period is then the unit's nominal length (24h, 7
 	// days, 31 days, 366 days) and the windows' true lengths are counted.
-	// Only a rule's own rate may be a calendar rate.
+	// Only a rule's own rate, and its overrides' (per the same unit), may
+	// be a calendar rate.
 	Calendar Calendar
 }
 
