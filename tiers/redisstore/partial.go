@@ -12,15 +12,19 @@ import (
 // slots, takePartialSpread decides it in two steps.
 func (s *Store) spreadPartial(buckets []quota.Bucket) bool {
 	partial := false
-	first := s.slotOf(buckets[0].Key)
-	same := true
 	for i := range buckets {
 		partial = partial || buckets[i].AtMost
-		if same && s.slotOf(buckets[i].Key) != first {
-			same = false
+	}
+	if !partial { // every other take: no slot to compute here
+		return false
+	}
+	first := s.slotOf(buckets[0].Key)
+	for i := range buckets {
+		if s.slotOf(buckets[i].Key) != first {
+			return true
 		}
 	}
-	return partial && !same
+	return false
 }
 
 // takePartialSpread decides a partial grant over buckets in several
