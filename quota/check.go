@@ -3,6 +3,7 @@ package quota
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ValidateTake reports the first thing wrong with the arguments of a
@@ -15,7 +16,10 @@ import (
 // each bucket in turn: its Key is not empty, no earlier bucket has the
 // same Key, its Limit passes Limit.Validate, its Cost is not negative, and
 // its OnStoreError is a known FailMode, and its MaxWait, if set, is in
-// [0, MaxMaxWait] on a TokenBucket or GCRA limit. Errors read, for example:
+// [0, MaxMaxWait] on a TokenBucket or GCRA limit; an AtMost bucket is in a
+// take without MaxWait and has the Cost of every other AtMost bucket; a Span is on a
+// FixedWindow limit, ends after it starts, within MaxSpan, in whole
+// microseconds. Errors read, for example:
 //
 //	quota: bucket 2 ("fg:x"): cost -1 is negative
 //
@@ -49,6 +53,44 @@ func ValidateTake(buckets []Bucket, res []Result) error {
 				return bucketError(i, b, err)
 			}
 		}
+		if b.AtMost || !b.Span.IsZero() {
+			if err := checkPartialSpan(buckets, i); err != nil {
+				return bucketError(i, b, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkPartialSpan reports what is wrong with bucket i's AtMost and Span.
+func checkPartialSpan(buckets []Bucket, i int) error {
+	b := &buckets[i]
+	if b.AtMost {
+		for j := range buckets {
+			o := &buckets[j]
+			if o.MaxWait != 0 {
+				return fmt.Errorf("AtMost cannot wait: bucket %d of the take has MaxWait %s", j, o.MaxWait)
+			}
+			if j < i && o.AtMost && o.Cost != b.Cost {
+				return fmt.Errorf("AtMost cost %d differs from bucket %d's %d: the AtMost buckets of a take share one grant", b.Cost, j, o.Cost)
+			}
+		}
+	}
+	if b.Span.IsZero() {
+		return nil
+	}
+	sp := &b.Span
+	switch d := sp.End.Sub(sp.Start); {
+	case b.Limit.Algorithm != FixedWindow:
+		return fmt.Errorf("Span needs fixed_window, not %s", b.Limit.Algorithm)
+	case sp.Start.IsZero() || sp.End.IsZero():
+		return errors.New("Span needs both Start and End")
+	case d <= 0:
+		return fmt.Errorf("Span ends (%s) before it starts (%s)", sp.End.Format(time.RFC3339Nano), sp.Start.Format(time.RFC3339Nano))
+	case d > MaxSpan:
+		return fmt.Errorf("Span of %s is above %s", d, MaxSpan)
+	case sp.Start.Nanosecond()%1000 != 0 || sp.End.Nanosecond()%1000 != 0:
+		return errors.New("Span is not in whole microseconds")
 	}
 	return nil
 }

@@ -108,8 +108,13 @@ func ValidateSettle(buckets []Bucket, took []Result) error {
 		if int(b.OnStoreError) >= len(failModeNames) {
 			return bucketError(i, b, fmt.Errorf("OnStoreError %d is unknown", uint8(b.OnStoreError)))
 		}
+		if !b.Span.IsZero() {
+			return bucketError(i, b, errSettleSpan)
+		}
 	}
 	return nil
 }
+
+var errSettleSpan = fmt.Errorf("a calendar window (Span) cannot be settled")
 
 var errSettleEmptyKey = fmt.Errorf("key is empty")

@@ -106,6 +106,33 @@ import (
 //	GCRA:        wait = tat1 - t <= B * T + S ? 0 : ceil(tat1 - t - B * T - S)
 //	             allow iff c <= B and wait <= M; then tat = tat1
 //
+// Partial grants (Bucket.AtMost; c is then the most to charge). Before
+// deciding, each AtMost bucket's remaining as it stands (R, the remaining
+// of a take of cost 0 at now, above) is read, and every AtMost bucket of
+// the take is decided by the arithmetic above at one cost, the grant:
+//
+//	g = min(c, min over the take's AtMost buckets of R)
+//	cost of every AtMost bucket = c == 0 ? 0 : max(1, g)
+//	Result.Granted = the take charged ? that cost : 0
+//
+// so the take charges the largest amount every level can give, all or
+// nothing at that amount (the buckets without AtMost are charged their own
+// Cost), and when no unit can be given it denies as a take of one unit
+// would, with that unit's RetryAfter. Every AtMost bucket of a take has
+// the same Cost, and no bucket of such a take has MaxWait (ValidateTake).
+//
+// Calendar windows (Bucket.Span, FixedWindow only; s and z its start and
+// end in µs). The window is the one given, not floor(now / W), so windows
+// of unequal length (a month, a day with a DST change) count exactly; the
+// caller computes them, the store needs no time zone:
+//
+//	count = stored win == s ? stored count : 0   (win stores s)
+//	allow iff count + c <= L; then count = count + c
+//	remaining   = max(0, L - count)
+//	retry_after = deny ? max(1, z - now) : 0
+//	reset       = max(1, z - now)
+//	TTL         = max(1, z - now)
+//
 // An allowed bucket reports its wait in Result.Wait (remaining and reset
 // as after the charge); a denied one reports RetryAfter as without M (the
 // wait until it would admit at once). The window algorithms cannot book
@@ -388,7 +415,32 @@ type Bucket struct {
 	// proceeds. 0 means no waiting. It is rounded down to whole
 	// microseconds.
 	MaxWait time.Duration
+	// AtMost makes Cost the most to charge, not the amount: the take
+	// grants the largest amount up to Cost that every AtMost bucket of it
+	// can give, and charges that (a partial grant; see Algorithm). Every
+	// AtMost bucket of a take has the same Cost, and no bucket of the take
+	// has MaxWait.
+	// Result.Granted reports the amount charged.
+	AtMost bool
+	// Span, when not zero, is the calendar window a FixedWindow bucket
+	// counts in, instead of the window of length Limit.Period that holds
+	// now (see Algorithm): its start and its end, which Reset and
+	// RetryAfter report. The caller computes it (in a time zone, on a
+	// month's first day), so stores need no time-zone data. Both are
+	// whole microseconds, End after Start, at most MaxSpan apart.
+	Span Span
 }
+
+// Span is a window of time: [Start, End).
+type Span struct {
+	Start, End time.Time
+}
+
+// IsZero reports whether s is the zero Span (no calendar window).
+func (s Span) IsZero() bool { return s.Start.IsZero() && s.End.IsZero() }
+
+// MaxSpan is the longest Bucket.Span: a leap year and an hour.
+const MaxSpan = 366*24*time.Hour + time.Hour
 
 // GCRAEpoch is the origin, in Unix microseconds, of GCRA's stored times:
 // 2026-01-01T00:00:00Z.
@@ -421,6 +473,9 @@ type Result struct {
 	// (Bucket.MaxWait) in a Take that charged, how long until those units
 	// are there: the request must not proceed before. 0 otherwise.
 	Wait time.Duration
+	// Granted is, for a bucket with AtMost of a Take that charged, the
+	// amount charged (from 1 to its Cost); 0 otherwise.
+	Granted int64
 	// Source is what decided this bucket; the zero value means
 	// floodgate.SourceStore.
 	Source floodgate.Source

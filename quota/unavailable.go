@@ -29,6 +29,9 @@ const StoreErrorRetryAfter = time.Second
 //     (Source fail_open): a store without a local fallback cannot honour
 //     "local" (a Limiter warns about it at construction).
 //
+// An AtMost bucket is decided at its full Cost (no partial grant without
+// the store); its Granted is that Cost when the Take is allowed.
+//
 // Each Result's Source names what decided it.
 func DecideUnavailable(buckets []Bucket, res []Result, local func(buckets []Bucket, res []Result, allowed bool) bool) bool {
 	allowed := true
@@ -59,6 +62,13 @@ func DecideUnavailable(buckets []Bucket, res []Result, local func(buckets []Buck
 	}
 	if locals > 0 {
 		allowed = local(buckets, res, allowed)
+	}
+	if allowed {
+		for i := range buckets {
+			if buckets[i].AtMost {
+				res[i].Granted = buckets[i].Cost
+			}
+		}
 	}
 	return allowed
 }

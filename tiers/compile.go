@@ -87,6 +87,8 @@ type cRule struct {
 	winNames []windowName
 	// rollout is Rule.EnforcePercent when in [1, 99]; 0: always enforced.
 	rollout uint8
+	// cal is the rule's calendar rate (its windows' spans); nil: none.
+	cal *calendar
 }
 
 // cidrOverride is an override that applies to every bucket whose address

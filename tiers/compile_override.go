@@ -77,7 +77,11 @@ func (rc *ruleCompiler) overrideLimit(op string, o *Override, r *cRule) (tierLim
 	case !r.byTier:
 		alg = r.limit.limit.Algorithm
 	}
-	otl, ok := limitsOf(rc.rep, op, o.Rate, o.Burst, o.Windows, alg)
+	rate, ok := rc.overrideCalendar(op, o, r)
+	if !ok {
+		return tierLimit{}, false
+	}
+	otl, ok := limitsOf(rc.rep, op, rate, o.Burst, o.Windows, alg)
 	if !ok {
 		return tierLimit{}, false
 	}

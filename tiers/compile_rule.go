@@ -59,6 +59,13 @@ func (rc *ruleCompiler) rule(i int) (cRule, bool) {
 		rc.rep.addf(rp+".cost", "%d must be at least 1", r.Cost)
 		ok = false
 	}
+	cal, cok := rc.compileCalendar(rp, r)
+	cr.cal, ok = cal, cok && ok
+	if r.Rate.Calendar != NoCalendar {
+		plain := *r // the limit of one window; the calendar picks which
+		plain.Rate.Calendar = NoCalendar
+		r = &plain
+	}
 	ok = rc.limit(rp, r, i, &cr) && ok
 	if !ok {
 		return cRule{}, false

@@ -195,6 +195,31 @@
 // that does not wait (admitted at once, or denied) costs a lookup of the
 // bucket's waiter count (BenchmarkShaping).
 //
+// # Calendar quotas (rate: N/month)
+//
+// A rule's rate may be per calendar unit: "N/day", "N/week", "N/month" or
+// "N/year" (Rate.Calendar). It counts in fixed windows that start at
+// midnight in the rule's time_zone (an IANA name, UTC when unset): every
+// day, on week_starts (a weekday, Sunday when unset), on the first of the
+// month, on January 1st; the algorithm is fixed_window (any other is
+// refused). The Limiter computes the window that holds its clock's now
+// (WithClock) and passes it to the store as the bucket's quota.Span, and
+// the bucket's period as the window's true length: the store counts
+// windows of unequal length exactly and reports their end, so
+// Decision.Reset, RetryAfter and Window (and the transports' headers) are
+// the calendar's. The rule's overrides count per the same unit. An
+// unknown unit, zone or weekday, a calendar rate on a tier or among
+// several windows, an override per another unit, or settle on such a
+// rule, is refused at load, naming the line.
+//
+// # Partial grants (AdmitAtMost)
+//
+// AdmitAtMost admits up to Request.Cost units and reports how many: the
+// buckets charged the request's cost are quota.Bucket.AtMost, and the
+// store grants them the largest amount every one can give, all or nothing
+// at that amount, in the same take as the other levels (see
+// quota.Algorithm).
+//
 // # What the store must do
 //
 // A Limiter asks its store for more than Take only where the policy needs

@@ -55,6 +55,10 @@ type call struct {
 	// read and judged as with read, so a shadow rule that would deny
 	// still says so (AdmitDescriptors).
 	peekShadows bool
+	// atMost: the single request asks for at most its cost (AdmitAtMost):
+	// the buckets charged the request's cost are AtMost, share one grant,
+	// and are never held; the shadow ones are charged the grant.
+	atMost bool
 }
 
 // callItem is one request of a call: the request, the one rule it is
@@ -86,7 +90,10 @@ func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []flood
 	sc.taken = grow(sc.taken, len(sc.all))
 	clear(sc.res)
 	clear(sc.taken)
-	if how.single && sc.costs {
+	if how.atMost {
+		sc.markAtMost()
+	}
+	if how.single && sc.costs && !how.atMost {
 		if err := sc.overCapacity(c, &out[0]); err != nil {
 			return nil, err // out[0], the call's decision, is the refusal
 		}
@@ -106,6 +113,9 @@ func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []flood
 	switch {
 	case sc.over || !sc.shadows: // a shadow bucket over its capacity denies already
 	case allowed && !how.read:
+		if how.atMost {
+			sc.grantShadows()
+		}
 		shadowAllowed, shadowErr = l.take(ctx, c, sc, true, hold)
 	case how.read || how.peekShadows && realErr == nil:
 		shadowAllowed, shadowErr = l.peekTake(ctx, c, sc, true)

@@ -101,6 +101,8 @@ func (l *Limiter) SetPolicy(p *Policy) error {
 	if err != nil {
 		return err
 	}
+	// Calendar windows are computed on the Limiter's clock.
+	c.setClock(l.sh.clock)
 	if err := l.sh.check(c); err != nil { // settle and max_wait need a Settler
 		return err
 	}

@@ -400,11 +400,16 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 			r.IPv6Prefix = int(min(n, 1<<16))
 		case "settle", "max_wait", "max_waiters":
 			d.shaping(key, v, fp, r)
+		case "time_zone", "week_starts":
+			d.calendarField(key, v, fp, r)
 		default:
 			return false
 		}
 		return true
 	})
+	if algNode == nil && rs.rate.Calendar != NoCalendar {
+		r.Algorithm = quota.FixedWindow // a calendar rate counts in fixed windows
+	}
 	if algNode != nil && rs.rate.Tier && r.Algorithm == quota.TokenBucket {
 		// Go's zero value cannot tell an explicit token_bucket from none:
 		// catch it here so a tier's algorithm is never silently contradicted.

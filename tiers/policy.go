@@ -132,10 +132,18 @@ type Rate struct {
 	// Tier means the rate of the caller's plan tier; N and Period are
 	// then zero.
 	Tier bool
+	// Calendar, when set, counts N per calendar day, week, month or year
+	// ("50000/month"), in fixed windows that start at midnight in the
+	// rule's TimeZone; Period is then the unit's nominal length (24h, 7
+	// days, 31 days, 366 days) and the windows' true lengths are counted.
+	// Only a rule's own rate, and its overrides' (per the same unit), may
+	// be a calendar rate.
+	Calendar Calendar
 }
 
 // parseRate parses "N/duration" (N a decimal integer, duration as accepted
-// by time.ParseDuration) or "tier". It checks syntax only; Policy
+// by time.ParseDuration), "N/day", "N/week", "N/month", "N/year" (a
+// calendar rate) or "tier". It checks syntax only; Policy
 // validation checks the ranges (N >= 1, quota.MinPeriod <= period <=
 // quota.MaxPeriod, whole microseconds).
 func parseRate(s string) (Rate, error) {
@@ -149,6 +157,9 @@ func parseRate(s string) (Rate, error) {
 	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil {
 		return Rate{}, fmt.Errorf("%q is not N/duration", s)
+	}
+	if u, ok := parseCalendar(dur); ok {
+		return Rate{N: n, Period: nominal[u], Calendar: u}, nil
 	}
 	d, err := time.ParseDuration(dur)
 	if err != nil {
@@ -166,11 +177,14 @@ func allDigits(s string) bool {
 	return true
 }
 
-// String returns the rate as written in a policy file: "tier" or
-// "N/duration".
+// String returns the rate as written in a policy file: "tier",
+// "N/duration" or "N/<calendar unit>".
 func (r Rate) String() string {
 	if r.Tier {
 		return "tier"
+	}
+	if r.Calendar != NoCalendar {
+		return strconv.FormatInt(r.N, 10) + "/" + r.Calendar.String()
 	}
 	return strconv.FormatInt(r.N, 10) + "/" + shortDuration(r.Period)
 }
@@ -339,6 +353,14 @@ type Rule struct {
 	// store: 0 means DefaultSyncInterval; at least MinSyncInterval and at
 	// most MaxSyncInterval. It must be 0 unless Consistency is Async.
 	SyncInterval time.Duration
+	// TimeZone is the IANA time zone ("Europe/Berlin") whose midnight
+	// starts the windows of a calendar rate (Rate.Calendar); "" means
+	// UTC. Only with a calendar rate.
+	TimeZone string
+	// WeekStarts is the weekday a weekly calendar rate ("N/week")
+	// resets on, at midnight; the zero value is Sunday. In YAML:
+	// week_starts: monday.
+	WeekStarts time.Weekday
 	// IPv4Prefix and IPv6Prefix are how many leading bits of the client
 	// address name its bucket at the rule's ip scope: every address of
 	// one such prefix shares one bucket. 0 means 32 for IPv4 and 64 for

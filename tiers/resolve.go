@@ -219,6 +219,12 @@ func (sc *scratch) addBucket(key string, l quota.Limit, cost int64, cr *cRule) {
 	b.Consistency = cr.mode
 	b.SyncInterval = cr.sync
 	b.MaxWait = cr.shape.maxWait
+	b.AtMost = false
+	b.Span = quota.Span{}
+	if cr.cal != nil { // a calendar window: its span and true length
+		b.Span = cr.cal.span()
+		b.Limit.Period = min(b.Span.End.Sub(b.Span.Start), quota.MaxPeriod)
+	}
 }
 
 // setKeys sets the keys built in sc.buf into sc.all[from:], with at most

@@ -69,6 +69,10 @@ func limitOf(rep *reporter, ratePath, burstPath string, rate Rate, burst int64, 
 		rep.addf(parentPath(ratePath)+".algorithm", "unknown algorithm %d", alg)
 		return quota.Limit{}, false
 	}
+	if rate.Calendar != NoCalendar {
+		rep.addf(ratePath, "a calendar rate (%s) is only for a rule's own rate and its overrides, not a tier's or one of several windows", rate)
+		return quota.Limit{}, false
+	}
 	l := quota.Limit{Algorithm: alg, Rate: rate.N, Period: rate.Period, Burst: 1}
 	if err := l.Validate(); err != nil {
 		rep.add(ratePath, err.Error())

@@ -29,6 +29,14 @@
 //     later takes queue behind it; beyond MaxWait it denies as without
 //     it; a take another bucket denies books nothing), and refuses
 //     MaxWait on the window algorithms with ValidateTake's error;
+//   - grants partial takes (quota.Bucket.AtMost) exactly as PartialVectors
+//     say: every AtMost bucket of a take is charged one grant, the least of
+//     the cost and their remainings as they stand, all or nothing; with
+//     nothing to give the take denies as a take of one unit would, and
+//     Result.Granted reports the amount charged;
+//   - counts a fixed window given as a calendar span (quota.Bucket.Span)
+//     exactly as CalendarVectors say: by the span's start, with Reset and
+//     RetryAfter its end (a month's end, a 23-hour day's);
 //   - if it is a quota.Settler, settles exactly as SettleVectors say
 //     (signed adjustments; token bucket and GCRA carry debt, the window
 //     algorithms settle in the current window and never count below 0;

@@ -54,6 +54,25 @@ func Run(t *testing.T, newStore Factory) {
 		st, clk, prefix := fresh(t)
 		gcraTrace(t, st, clk, prefix)
 	})
+	for _, group := range []struct {
+		name string
+		vs   []Vector
+	}{{"Partial", PartialVectors}, {"Calendar", CalendarVectors}} {
+		t.Run(group.name, func(t *testing.T) {
+			for _, v := range group.vs {
+				t.Run(v.Name, func(t *testing.T) {
+					st, clk, prefix := fresh(t)
+					Check(t, st, clk, v, prefix)
+				})
+				if multiBucket(v) {
+					t.Run(v.Name+"/same_hash_tag", func(t *testing.T) {
+						st, clk, prefix := fresh(t)
+						Check(t, st, clk, v, "{"+prefix+"}:")
+					})
+				}
+			}
+		})
+	}
 	t.Run("ConcurrentExactCapacity", func(t *testing.T) {
 		for _, l := range concurrencyLimits {
 			t.Run(l.Algorithm.String(), func(t *testing.T) {
@@ -174,7 +193,7 @@ func check(t reporter, st quota.Store, clk *clock.Fake, v Vector, prefix string)
 		clk.Set(clock.Epoch.Add(step.At))
 		bs := make([]quota.Bucket, len(step.Charges))
 		for j, c := range step.Charges {
-			bs[j] = quota.Bucket{Key: prefix + c.Key, Limit: c.Limit, Cost: c.Cost, MaxWait: c.MaxWait}
+			bs[j] = quota.Bucket{Key: prefix + c.Key, Limit: c.Limit, Cost: c.Cost, MaxWait: c.MaxWait, AtMost: c.AtMost, Span: c.Span}
 		}
 		if step.Settle {
 			se, ok := st.(quota.Settler)
@@ -197,7 +216,7 @@ func check(t reporter, st quota.Store, clk *clock.Fake, v Vector, prefix string)
 		for j, c := range step.Charges {
 			w := step.Want[j]
 			got := res[j]
-			want := quota.Result{Allowed: w.Allowed, Limit: c.Limit.Capacity(), Remaining: w.Remaining, Reset: w.Reset, RetryAfter: w.RetryAfter, Wait: w.Wait}
+			want := quota.Result{Allowed: w.Allowed, Limit: c.Limit.Capacity(), Remaining: w.Remaining, Reset: w.Reset, RetryAfter: w.RetryAfter, Wait: w.Wait, Granted: w.Granted}
 			got = normSource(got)
 			if got != want {
 				t.Errorf("step %d (at %v) bucket %q cost %d:\n got  %s\n want %s", i, step.At, c.Key, c.Cost, fmtResult(got), fmtResult(want))
@@ -216,7 +235,7 @@ func normSource(r quota.Result) quota.Result {
 }
 
 func fmtResult(r quota.Result) string {
-	return fmt.Sprintf("allowed=%v limit=%d remaining=%d reset=%v retry_after=%v wait=%v source=%q", r.Allowed, r.Limit, r.Remaining, r.Reset, r.RetryAfter, r.Wait, r.Source)
+	return fmt.Sprintf("allowed=%v limit=%d remaining=%d reset=%v retry_after=%v wait=%v granted=%d source=%q", r.Allowed, r.Limit, r.Remaining, r.Reset, r.RetryAfter, r.Wait, r.Granted, r.Source)
 }
 
 // untilSettle returns v up to its first Settle step: what a Store that is
@@ -529,6 +548,7 @@ func concurrentOppositeOrder(t *testing.T, st quota.Store, _ *clock.Fake, prefix
 func badInput(t reporter, st quota.Store, prefix string) {
 	ctx := context.Background()
 	ok := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
+	fixed := quota.Limit{Algorithm: quota.FixedWindow, Rate: 10, Period: time.Hour}
 	if allowed, err := st.Take(ctx, nil, nil); err != nil || !allowed {
 		t.Errorf("empty Take = (%v, %v), want (true, nil)", allowed, err)
 	}
@@ -549,6 +569,13 @@ func badInput(t reporter, st quota.Store, prefix string) {
 		{"max wait on a window", []quota.Bucket{{Key: prefix + "a", Limit: ok, Cost: 1, MaxWait: time.Second}, {Key: prefix + "j", Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 1, Period: time.Second}, Cost: 1, MaxWait: time.Second}}, 2},
 		{"negative max wait", []quota.Bucket{{Key: prefix + "k", Limit: ok, Cost: 1, MaxWait: -time.Second}}, 1},
 		{"max wait too long", []quota.Bucket{{Key: prefix + "l", Limit: ok, Cost: 1, MaxWait: quota.MaxMaxWait + time.Microsecond}}, 1},
+		{"at most with a wait", []quota.Bucket{{Key: prefix + "m", Limit: ok, Cost: 1, MaxWait: time.Second}, {Key: prefix + "n", Limit: ok, Cost: 1, AtMost: true}}, 2},
+		{"at most costs differ", []quota.Bucket{{Key: prefix + "o", Limit: ok, Cost: 2, AtMost: true}, {Key: prefix + "p", Limit: ok, Cost: 3, AtMost: true}}, 2},
+		{"span on a token bucket", []quota.Bucket{{Key: prefix + "q", Limit: ok, Cost: 1, Span: quota.Span{Start: clock.Epoch, End: clock.Epoch.Add(time.Hour)}}}, 1},
+		{"span ends before it starts", []quota.Bucket{{Key: prefix + "r", Limit: fixed, Cost: 1, Span: quota.Span{Start: clock.Epoch, End: clock.Epoch.Add(-time.Hour)}}}, 1},
+		{"span without end", []quota.Bucket{{Key: prefix + "s", Limit: fixed, Cost: 1, Span: quota.Span{Start: clock.Epoch}}}, 1},
+		{"span too long", []quota.Bucket{{Key: prefix + "t", Limit: fixed, Cost: 1, Span: quota.Span{Start: clock.Epoch, End: clock.Epoch.Add(quota.MaxSpan + time.Second)}}}, 1},
+		{"span in nanoseconds", []quota.Bucket{{Key: prefix + "u", Limit: fixed, Cost: 1, Span: quota.Span{Start: clock.Epoch, End: clock.Epoch.Add(time.Hour + time.Nanosecond)}}}, 1},
 	}
 	for _, c := range cases {
 		res := make([]quota.Result, c.res)

@@ -149,8 +149,8 @@ func TestCheckCatchesWrongRetryAfter(t *testing.T) {
 func TestBadInputCatchesLenientStore(t *testing.T) {
 	st := lenient{mem(t, nil)}
 	msgs := runRecorded(func(r reporter) { badInput(r, st, "l:") })
-	if len(msgs) != 12 {
-		t.Fatalf("got %d reports, want one per malformed case (12):\n%s", len(msgs), strings.Join(msgs, "\n"))
+	if len(msgs) != 19 {
+		t.Fatalf("got %d reports, want one per malformed case (19):\n%s", len(msgs), strings.Join(msgs, "\n"))
 	}
 }
 
@@ -158,8 +158,8 @@ func TestBadInputCatchesLenientStore(t *testing.T) {
 // store must give quota.ValidateTake's text.
 func TestBadInputCatchesRewordedErrors(t *testing.T) {
 	msgs := runRecorded(func(r reporter) { badInput(r, reworded{mem(t, nil)}, "w:") })
-	if len(msgs) != 12 {
-		t.Fatalf("got %d reports, want one per malformed case (12):\n%s", len(msgs), strings.Join(msgs, "\n"))
+	if len(msgs) != 19 {
+		t.Fatalf("got %d reports, want one per malformed case (19):\n%s", len(msgs), strings.Join(msgs, "\n"))
 	}
 	if want := `negative cost: Take error:
  got  reworded: quota: bucket 0 ("w:c"): cost -1 is negative
@@ -293,5 +293,32 @@ func TestRecorderPassesMemstoreSettleAndWait(t *testing.T) {
 	}
 	if msgs := runRecorded(func(r reporter) { settleBadInput(r, mem(t, nil), "m:") }); len(msgs) != 0 {
 		t.Errorf("settleBadInput: %s", strings.Join(msgs, "\n"))
+	}
+}
+
+// stripped forgets the partial grants and calendar windows of every take:
+// it charges the whole cost and counts in windows of Limit.Period.
+type stripped struct{ inner quota.Store }
+
+func (s stripped) Take(ctx context.Context, bs []quota.Bucket, res []quota.Result) (bool, error) {
+	cp := append([]quota.Bucket(nil), bs...)
+	for i := range cp {
+		cp[i].AtMost, cp[i].Span = false, quota.Span{}
+	}
+	return s.inner.Take(ctx, cp, res)
+}
+
+// Every partial and calendar vector fails a store that ignores AtMost and
+// Span, and passes memstore through the same recorder.
+func TestPartialAndCalendarVectorsCatchStoresThatIgnoreThem(t *testing.T) {
+	for _, v := range append(append([]Vector(nil), PartialVectors...), CalendarVectors...) {
+		clk := clock.New(time.Time{})
+		if msgs := runRecorded(func(r reporter) { check(r, stripped{mem(t, clk)}, clk, v, "x:") }); len(msgs) == 0 {
+			t.Errorf("%s: a store that ignores AtMost and Span passed", v.Name)
+		}
+		clk = clock.New(time.Time{})
+		if msgs := runRecorded(func(r reporter) { check(r, mem(t, clk), clk, v, "m:") }); len(msgs) != 0 {
+			t.Errorf("%s: memstore failed:\n%s", v.Name, strings.Join(msgs, "\n"))
+		}
 	}
 }

@@ -18,6 +18,10 @@ type Charge struct {
 	Cost int64
 	// MaxWait is the bucket's quota.Bucket.MaxWait (WaitVectors).
 	MaxWait time.Duration
+	// AtMost is the bucket's quota.Bucket.AtMost (PartialVectors).
+	AtMost bool
+	// Span is the bucket's quota.Bucket.Span (CalendarVectors).
+	Span quota.Span
 }
 
 // Want is the expected Result for one Charge.
@@ -34,6 +38,9 @@ type Want struct {
 	// Wait is, for a bucket with MaxWait of a Take that charged, how long
 	// until the units it booked are there (0: at once).
 	Wait time.Duration
+	// Granted is, for a bucket with AtMost of a Take that charged, the
+	// amount charged (PartialVectors).
+	Granted int64
 }
 
 // Step is one Take, or one Settle, at a point in fake time.

@@ -189,6 +189,9 @@ func (s *Store) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Re
 	if err := quota.ValidateTake(buckets, res); err != nil {
 		return false, err
 	}
+	if localAtMost(buckets) {
+		return s.takeAtMost(ctx, buckets, res)
+	}
 	now := s.cfg.clock.Now()
 	n := max(1, s.cfg.instances())
 	var hs [maxStack]held

@@ -232,20 +232,24 @@ func decideFixedWindow(p *pending, b *quota.Bucket, now int64) {
 	per, over := int64(lim.Period/time.Microsecond), c > lim.Rate
 	W, L := per, lim.Rate
 	w := floorDiv(now, W)
+	end := (w + 1) * W
+	if !b.Span.IsZero() { // a calendar window: identified by its start
+		w, end = b.Span.Start.UnixMicro(), max(b.Span.End.UnixMicro(), now+1)
+	}
 	var count int64
 	if !p.fresh && p.e.win == w {
 		count = p.e.curr
 	}
 	p.allow = count+c <= L
 	p.remNo = max(0, L-count) // a lowered limit can leave count > L
-	p.resetNo = (w+1)*W - now
+	p.resetNo = end - now
 	if p.allow {
 		p.win, p.curr = w, count+c
 		p.remCh = max(0, L-count-c)
 		p.resetCh = p.resetNo
-		p.expires = (w + 1) * W
+		p.expires = end
 	} else if !over {
-		p.retry = (w+1)*W - now
+		p.retry = end - now
 	}
 	if over {
 		denyOver(p)

@@ -273,6 +273,9 @@ func (s *Store) Take(_ context.Context, buckets []quota.Bucket, res []quota.Resu
 		}
 	}
 	now := s.clock.Now().UnixMicro()
+	if hasAtMost(buckets) {
+		buckets = grant(ps, buckets, now)
+	}
 	allowed := true
 	for i := range buckets {
 		p := &ps[i]
@@ -306,6 +309,9 @@ func (s *Store) Take(_ context.Context, buckets []quota.Bucket, res []quota.Resu
 		*r = quota.Result{Allowed: p.allow, Limit: buckets[i].Limit.Capacity()}
 		if allowed {
 			r.Remaining, r.Reset, r.Wait = p.remCh, µs(p.resetCh), µs(p.wait)
+			if buckets[i].AtMost {
+				r.Granted = buckets[i].Cost
+			}
 		} else {
 			r.Remaining, r.Reset = p.remNo, µs(p.resetNo)
 		}
@@ -318,6 +324,46 @@ func (s *Store) Take(_ context.Context, buckets []quota.Bucket, res []quota.Resu
 		}
 	}
 	return allowed, nil
+}
+
+// hasAtMost reports whether a bucket of the take asks for a partial grant.
+func hasAtMost(buckets []quota.Bucket) bool {
+	for i := range buckets {
+		if buckets[i].AtMost {
+			return true
+		}
+	}
+	return false
+}
+
+// grant decides a partial grant (quota.Bucket.AtMost): it reads each
+// AtMost bucket's remaining as it stands and returns a copy of buckets
+// whose AtMost buckets cost the grant, the least of their Cost and those
+// remainings, and at least 1 unless the Cost is 0 (then the take denies
+// as a take of one unit would). Called with the take's shards locked, so
+// the grant and the charge see the same state.
+func grant(ps []pending, buckets []quota.Bucket, now int64) []quota.Bucket {
+	g := int64(-1)
+	for i := range buckets {
+		b := &buckets[i]
+		if !b.AtMost {
+			continue
+		}
+		p := &ps[i]
+		p.fresh = p.e == nil || p.e.alg != b.Limit.Algorithm || now >= p.e.expires
+		decide(p, b, now)
+		if g < 0 || p.remNo < g {
+			g = p.remNo
+		}
+		g = min(g, b.Cost)
+	}
+	bs := append([]quota.Bucket(nil), buckets...)
+	for i := range bs {
+		if b := &bs[i]; b.AtMost && b.Cost > 0 {
+			b.Cost = max(1, g)
+		}
+	}
+	return bs
 }
 
 // insertSorted adds v to the ascending, duplicate-free list l, whose

@@ -76,7 +76,7 @@ func (d *denialCache) answer(now time.Time, buckets []quota.Bucket, res []quota.
 		}
 		// A bucket that may wait is still denied only while its units
 		// are further away than it may wait.
-		if b.Cost >= ce.cost && ce.until.Sub(now) > b.MaxWait {
+		if cachedCost(b) >= ce.cost && ce.until.Sub(now) > b.MaxWait {
 			hit, e = i, ce
 			break
 		}
@@ -123,9 +123,20 @@ func (d *denialCache) record(sent time.Time, gen uint64, buckets []quota.Bucket,
 		if !b.CacheDenials || r.Allowed || r.RetryAfter <= 0 {
 			continue
 		}
-		e := cacheEntry{until: now.Add(r.RetryAfter), resetAt: now.Add(r.Reset), cost: b.Cost, remaining: r.Remaining, gen: gen}
+		e := cacheEntry{until: now.Add(r.RetryAfter), resetAt: now.Add(r.Reset), cost: cachedCost(b), remaining: r.Remaining, gen: gen}
 		d.put(cacheKey{key: b.Key, lim: b.Limit}, e, now)
 	}
+}
+
+// cachedCost is the cost a denial of b is cached for, and a cached denial
+// is compared with: b's Cost, and for a partial grant (AtMost) the one
+// unit it needs at least (its denial means not even one was there; a
+// bucket denied a larger cost may still grant fewer units).
+func cachedCost(b *quota.Bucket) int64 {
+	if b.AtMost {
+		return min(b.Cost, 1)
+	}
+	return b.Cost
 }
 
 // evictSample is how many denials a full cache looks at to make room.

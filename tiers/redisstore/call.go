@@ -219,16 +219,38 @@ func appendLimit(dst []byte, b *quota.Bucket) []byte {
 // them: as appendLimit does, and for a bucket that may wait (MaxWait > 0)
 // the algorithm byte plus waitFlag and then its longest wait in microseconds as
 // one more double.
+//
+// A partial grant (AtMost) adds atMostFlag to the byte; a calendar window
+// (Span) adds spanFlag and two more doubles, after the longest wait: the
+// window's start and end in microseconds.
 func appendTakeLimit(dst []byte, b *quota.Bucket) []byte {
-	if b.MaxWait <= 0 {
+	wait, span := b.MaxWait > 0, !b.Span.IsZero()
+	if !wait && !span && !b.AtMost {
 		return appendLimit(dst, b)
 	}
-	dst = append(dst, byte(b.Limit.Algorithm)|waitFlag)
+	a := byte(b.Limit.Algorithm)
+	if wait {
+		a |= waitFlag
+	}
+	if b.AtMost {
+		a |= atMostFlag
+	}
+	if span {
+		a |= spanFlag
+	}
+	dst = append(dst, a)
 	dst = appendF64(dst, b.Limit.Rate)
 	dst = appendF64(dst, b.Limit.Period.Microseconds())
 	dst = appendF64(dst, b.Limit.Burst)
 	dst = appendF64(dst, b.Cost)
-	return appendF64(dst, b.MaxWait.Microseconds())
+	if wait {
+		dst = appendF64(dst, b.MaxWait.Microseconds())
+	}
+	if span {
+		dst = appendF64(dst, b.Span.Start.UnixMicro())
+		dst = appendF64(dst, b.Span.End.UnixMicro())
+	}
+	return dst
 }
 
 // appendF64 appends v as a little-endian double.

@@ -17,11 +17,15 @@ import (
 )
 
 // differential runs the same random trace of multi-bucket takes (random
-// subsets of 5 buckets, one per algorithm, random costs 0..3 including
-// costs above capacity, random time steps) against memstore and the Redis
+// subsets of 5 buckets, one per algorithm, and a sixth, a fixed window
+// over calendar spans of unequal lengths (quota.Bucket.Span); random costs
+// 0..3 including costs above capacity; in about a third of the takes a
+// partial grant (quota.Bucket.AtMost) of at most 0..6 on a random subset
+// of the buckets; random time steps) against memstore and the Redis
 // store, and requires identical decisions and results at every step. On a
 // cluster the buckets sit in different slots, so every denied take
-// exercises refund.lua for each algorithm.
+// exercises refund.lua for each algorithm, and a partial grant is decided
+// in two steps (read, then charge).
 func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 	clk := clock.New(time.Time{})
 	rs := fakeTimeStore(t, client, clk, redisstore.WithDenialCache(0))
@@ -31,12 +35,16 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 42))
 	prefix := fmt.Sprintf("diff%d:", seed)
-	keys := []string{"{a}tb", "{b}gcra", "{c}swc", "{d}swl", "{e}fw"}
+	keys := []string{"{a}tb", "{b}gcra", "{c}swc", "{d}swl", "{e}fw", "{f}cal"}
 	ctx := context.Background()
-	allowed, denied := 0, 0
+	allowed, denied, partial := 0, 0, 0
 	for step := 0; step < 400; step++ {
 		clk.Advance(time.Duration(rng.IntN(120_000)) * time.Microsecond)
 		var bs []quota.Bucket
+		most, atMost := int64(-1), false
+		if rng.IntN(3) == 0 {
+			most = int64(rng.IntN(7))
+		}
 		for i, k := range keys {
 			if rng.IntN(3) == 0 {
 				continue
@@ -45,10 +53,22 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 			if rng.IntN(40) == 0 {
 				cost = 50 // above every capacity
 			}
-			bs = append(bs, quota.Bucket{Key: prefix + k, Limit: redisstore.SmallLimits[i], Cost: cost})
+			b := quota.Bucket{Key: prefix + k, Cost: cost}
+			if i < len(redisstore.SmallLimits) {
+				b.Limit = redisstore.SmallLimits[i]
+			} else {
+				b.Limit, b.Span = redisstore.SmallLimits[4], calendarSpan(clk.Now())
+			}
+			if most >= 0 && rng.IntN(2) == 0 {
+				b.Cost, b.AtMost, atMost = most, true, true
+			}
+			bs = append(bs, b)
 		}
 		if len(bs) == 0 {
 			continue
+		}
+		if atMost {
+			partial++
 		}
 		want := make([]quota.Result, len(bs))
 		got := make([]quota.Result, len(bs))
@@ -76,9 +96,26 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 			denied++
 		}
 	}
-	if allowed < 20 || denied < 20 {
-		t.Fatalf("trace too one-sided to prove much: %d allowed, %d denied", allowed, denied)
+	if allowed < 20 || denied < 20 || partial < 40 {
+		t.Fatalf("trace too one-sided to prove much: %d allowed, %d denied, %d partial grants", allowed, denied, partial)
 	}
+}
+
+// calendarSpan is the calendar window holding now in a made-up calendar
+// whose windows last 700, 500, 900 and 1300 ms in turn (a cycle of 3.4 s
+// from the Unix epoch): windows of unequal length, as months are.
+func calendarSpan(now time.Time) quota.Span {
+	lens := [...]int64{700_000, 500_000, 900_000, 1_300_000}
+	const cycle = 3_400_000
+	t := now.UnixMicro()
+	start := t - t%cycle
+	for _, l := range lens {
+		if t < start+l {
+			return quota.Span{Start: time.UnixMicro(start), End: time.UnixMicro(start + l)}
+		}
+		start += l
+	}
+	panic("unreachable")
 }
 
 func TestDifferentialStandalone(t *testing.T) {

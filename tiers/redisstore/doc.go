@@ -59,7 +59,12 @@
 //     TRYAGAIN, each answered before the script runs), batched takes
 //     included: none fails and none is charged twice
 //     (TestClusterSlotMigration moves a 4-level take's slot, key by key,
-//     under concurrent takes).
+//     under concurrent takes). A partial grant (quota.Bucket.AtMost) is
+//     decided inside the script when its buckets share a slot; across
+//     slots it takes two steps: a read of every bucket (a take that
+//     denies, so it writes nothing), then the charge of the grant as
+//     above. A take in between may spend what was read: the charge then
+//     denies, it never grants more than a bucket holds.
 //
 //   - Cluster failover. When a master of a Redis Cluster dies, the
 //     cluster promotes its replica by itself: the other masters mark it

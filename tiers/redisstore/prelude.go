@@ -14,11 +14,20 @@ import (
 // longest wait. It reaches the scripts as WAITS, through the prelude.
 const waitFlag = 128
 
+// atMostFlag is added to a bucket's algorithm byte for a partial grant
+// (quota.Bucket.AtMost); spanFlag for a calendar window (quota.Bucket.Span),
+// after which take.lua reads two more doubles, the window's start and end
+// in microseconds. They reach the scripts as AT_MOST and SPAN.
+const (
+	atMostFlag = 64
+	spanFlag   = 32
+)
+
 // prelude starts every script: the numbers the Go side and the Lua side
 // must agree on, as Lua locals generated from the Go values, so that no
 // script holds a copy of them. Each algorithm of package quota is named
 // in upper case (TOKEN_BUCKET = 0, GCRA = 1, and so on, in quota's order);
-// WAITS is waitFlag; EPOCH and SLACK are quota.GCRAEpoch and
+// WAITS, AT_MOST and SPAN are waitFlag, atMostFlag and spanFlag; EPOCH and SLACK are quota.GCRAEpoch and
 // quota.GCRASlack. A script compares an algorithm byte only with these
 // names (TestScriptsUseThePrelude), so adding, removing or reordering
 // an algorithm in package quota changes the scripts with it.
@@ -39,6 +48,8 @@ func makePrelude() string {
 		b.WriteByte('\n')
 	}
 	b.WriteString("local WAITS = " + strconv.Itoa(waitFlag) + "\n")
+	b.WriteString("local AT_MOST = " + strconv.Itoa(atMostFlag) + "\n")
+	b.WriteString("local SPAN = " + strconv.Itoa(spanFlag) + "\n")
 	b.WriteString("local EPOCH = " + strconv.FormatInt(quota.GCRAEpoch, 10) + "\n")
 	b.WriteString("local SLACK = " + strconv.FormatFloat(quota.GCRASlack, 'g', -1, 64) + "\n")
 	return b.String()

@@ -11,7 +11,7 @@ import (
 )
 
 // TestPreludeFromQuota: the prelude names every algorithm of package quota
-// with its id, and the wait flag, epoch and slack with the Go values; and
+// with its id, and the wait, partial-grant and span flags, epoch and slack with the Go values; and
 // every script starts with it.
 func TestPreludeFromQuota(t *testing.T) {
 	defs := map[string]string{}
@@ -21,9 +21,11 @@ func TestPreludeFromQuota(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		"WAITS": strconv.Itoa(waitFlag),
-		"EPOCH": strconv.FormatInt(quota.GCRAEpoch, 10),
-		"SLACK": fmt.Sprint(quota.GCRASlack),
+		"WAITS":   strconv.Itoa(waitFlag),
+		"AT_MOST": strconv.Itoa(atMostFlag),
+		"SPAN":    strconv.Itoa(spanFlag),
+		"EPOCH":   strconv.FormatInt(quota.GCRAEpoch, 10),
+		"SLACK":   fmt.Sprint(quota.GCRASlack),
 	}
 	n := 0
 	for a := quota.Algorithm(0); a.Known(); a++ {
@@ -49,7 +51,7 @@ func TestPreludeFromQuota(t *testing.T) {
 // them behind.
 func TestScriptsUseThePrelude(t *testing.T) {
 	numeric := regexp.MustCompile(`(\balg\b|\ba\b|TL\[6 \* q - 4\])\s*(==|~=|>=|<=|<|>)\s*[0-9]`)
-	copies := regexp.MustCompile(`1767225600000000|local (EPOCH|SLACK|WAITS)\b|\b128\b`)
+	copies := regexp.MustCompile(`1767225600000000|local (EPOCH|SLACK|WAITS|AT_MOST|SPAN)\b|\b128\b`)
 	for name, src := range map[string]string{
 		"take.lua": takeSrc, "refund.lua": refundSrc, "settle.lua": settleSrc,
 		"report.lua": reportSrc, "state.lua": stateSrc,

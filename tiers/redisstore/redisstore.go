@@ -320,9 +320,12 @@ func (s *Store) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Re
 			return false, nil
 		}
 	}
-	if s.cluster == nil {
+	switch {
+	case s.cluster == nil:
 		allowed, err = s.takeOne(ctx, buckets, 0, res)
-	} else {
+	case s.spreadPartial(buckets):
+		allowed, err = s.takePartialSpread(ctx, buckets, res)
+	default:
 		allowed, err = s.takeCluster(ctx, buckets, res)
 	}
 	if err != nil {
@@ -554,6 +557,13 @@ func decodeTake(seg []int64, n int, buckets []quota.Bucket, idx []int, res []quo
 		r.Remaining = b.remaining
 		r.Reset = usec(b.reset)
 		r.Wait = usec(b.wait)
+		r.Granted = 0
+		if buckets[i].AtMost && seg[0] != 0 {
+			r.Granted = buckets[i].Cost // a cost of 0 replies flag 1
+			if seg[0] < 0 {
+				r.Granted = -seg[0]
+			}
+		}
 		switch {
 		case pre && b.allowed:
 			// Mode "p" reports an allowed bucket's wait where a denied

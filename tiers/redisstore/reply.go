@@ -8,7 +8,8 @@ import (
 // take.lua replies with integers (see its header): the time it used, then
 // per take a charged flag and, per bucket, remaining and reset when the
 // take charged (flag 1; flag 2, a take with a bucket that may wait: and
-// the wait), or allowed, remaining, reset and retry-after when it denied.
+// the wait; flag -g, a take that granted its partial-grant buckets g
+// units), or allowed, remaining, reset and retry-after when it denied.
 // Mode "p" has six integers per bucket: allowed, remaining, reset,
 // retry-after (an allowed bucket's wait), then remaining and reset before
 // the charge.
@@ -19,7 +20,7 @@ func takeLen(flag int64, n int, pre bool) (total, per int) {
 	switch {
 	case pre:
 		per = 6
-	case flag == 1:
+	case flag == 1, flag < 0: // charged; < 0: a partial grant of -flag units
 		per = 2
 	case flag == 2:
 		per = 3

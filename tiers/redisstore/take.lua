@@ -25,7 +25,11 @@
 --           microseconds, burst B and cost c; a bucket that may wait (token
 --           bucket and GCRA, quota.Bucket.MaxWait) has WAITS added to its
 --           algorithm and
---           one more double ("<d"), its longest wait in microseconds. One
+--           one more double ("<d"), its longest wait in microseconds; a
+--           bucket with a partial grant (quota.Bucket.AtMost) has AT_MOST
+--           added, its cost then the most to charge; a calendar fixed
+--           window (quota.Bucket.Span) has SPAN added and two more doubles,
+--           the window's start and end in microseconds. One
 --           argument per take, not five per
 --           bucket: every argument costs Redis a parse, an object and a
 --           Lua string, and takes of the same rules and costs repeat it,
@@ -34,7 +38,8 @@
 -- Reply: array of integers
 --   [1] now used, in microseconds
 --   then per take: 1 if every bucket allowed and all were charged (2 if
---   the take has a bucket that may wait), else 0,
+--   the take has a bucket that may wait; -g if it has a partial-grant
+--   bucket and charged them g units, g >= 1), else 0,
 --   then per bucket of a take that charged: remaining and reset in
 --   microseconds, and with flag 2 its wait in microseconds (every bucket
 --   allowed, retry-after 0); of a take that
@@ -134,7 +139,11 @@ local MAXUS = 2 ^ 62
 -- takes' limits unpacked so far, by their argument: {m, then per bucket
 -- q alg, N, P, B, c, longest wait (-1: none) at 6q-4 .. 6q+1}; the takes
 -- with a bucket that may wait (hasw); and TTLs formatted so far, by value
-local lims, hasw, tstr = {}, {}, {}
+-- takes with a partial-grant bucket (part[x][q] = true: AT_MOST on its
+-- algorithm) and with a calendar window (spn[x][2q-1], spn[x][2q]: its
+-- start and end in µs, SPAN on its algorithm, two more doubles after the
+-- longest wait)
+local lims, hasw, tstr, part, spn = {}, {}, {}, {}, {}
 local function limits(x)
   local m, pos = sunpack('<d', x)
   local TL
@@ -149,6 +158,18 @@ local function limits(x)
       mw, pos = sunpack('<d', x, pos)
       hasw[x] = true
     else mw = -1 end
+    if a >= AT_MOST then
+      a = a - AT_MOST
+      local pt = part[x]
+      if not pt then pt = {}; part[x] = pt end
+      pt[q] = true
+    end
+    if a >= SPAN then
+      a = a - SPAN
+      local sp = spn[x]
+      if not sp then sp = {}; spn[x] = sp end
+      sp[2 * q - 1], sp[2 * q], pos = sunpack('<dd', x, pos)
+    end
     local b = 6 * q - 4
     TL[b], TL[b + 1], TL[b + 2], TL[b + 3], TL[b + 4], TL[b + 5] = a, N, P, B, c, mw
   end
@@ -160,6 +181,63 @@ local function ttext(ms)
   local t = tstr[ms]
   if not t then t = fmt('%d', ms); tstr[ms] = t end
   return t
+end
+
+-- avail is a bucket's remaining as it stands (state v, key k; ss: a
+-- fixed window's calendar start), for a partial grant: the arithmetic of
+-- rem0 in the take loop below, written the same way
+local function avail(alg, N, P, B, v, k, ss)
+  local x
+  if alg == TOKEN_BUCKET then
+    local tokens, ts = B, now
+    if v and #v == 24 then local _; _, tokens, ts = sunpack('<ddd', v) end
+    local elapsed = now - ts
+    if elapsed < 0 then elapsed = 0 end
+    local t = tokens + (elapsed * N) / P
+    if t < B then x = t else x = B end
+  elseif alg == GCRA then
+    local em = P / N
+    local BT = B * em
+    local sl = SLACK
+    if em / 2 < sl then sl = em / 2 end
+    local tol = BT + sl
+    local t = now - EPOCH
+    local tat = t
+    if v and #v == 16 then local _; _, tat = sunpack('<dd', v) end
+    if t > tat then tat = t end
+    x = (tol - (tat - t)) / em
+  elseif alg == SLIDING_WINDOW_COUNTER then
+    local W, L = P, N
+    local w = now / W
+    w = w - w % 1
+    if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
+    local e = now - w * W
+    local curr, prev = 0, 0
+    if v and #v == 32 then
+      local _, sw, sc, sp = sunpack('<dddd', v)
+      if sw == w then curr, prev = sc, sp
+      elseif sw == w - 1 then prev = sc end
+    end
+    x = L - ((prev * (W - e)) / W + curr)
+  elseif alg == SLIDING_WINDOW_LOG then
+    call('ZREMRANGEBYSCORE', k, '-inf', fmt('%.17g', now - P))
+    x = N - call('ZCARD', k)
+  else -- FIXED_WINDOW
+    local w = ss
+    if not w then
+      w = now / P
+      w = w - w % 1
+      if w * P > now then w = w - 1 elseif (w + 1) * P <= now then w = w + 1 end
+    end
+    local count = 0
+    if v and #v == 24 then
+      local _, sw, sc = sunpack('<ddd', v)
+      if sw == w then count = sc end
+    end
+    x = N - count
+  end
+  if x > 0 then return x - x % 1 end
+  return 0
 end
 
 local n = #KEYS
@@ -221,11 +299,31 @@ for j = 1, T do
   local last = i + TL[1]
   local all = true
   local tw = hasw[ls] -- the take has a bucket that may wait
+  local pt, sp = part[ls], spn[ls] -- its partial-grant and calendar buckets
+  -- a partial grant: every AT_MOST bucket costs g, the least of its cost
+  -- and their remainings, at least 1 (a cost of 0 stays 0)
+  local g
+  if pt then
+    for i = first, last do
+      local q = i - first + 1
+      if pt[q] then
+        local b = 6 * q - 4
+        local v = vals[i]
+        if T > 1 then local ci = cur[KEYS[i]]; if ci then v = st[ci] end end
+        local r = avail(TL[b], TL[b + 1], TL[b + 2], TL[b + 3], v, KEYS[i], sp and sp[2 * q - 1])
+        local c = TL[b + 4]
+        if r > c then r = c end
+        if not g or r < g then g = r end
+        if c == 0 then g = 0 elseif g < 1 then g = 1 end
+      end
+    end
+  end
   on = on + 1
   local oc = on -- this take's charged flag
   for i = first, last do
     local b = 6 * (i - first) + 2
     local alg, N, P, B, c, mw = TL[b], TL[b + 1], TL[b + 2], TL[b + 3], TL[b + 4], TL[b + 5]
+    if pt and pt[i - first + 1] then c = g end
     local k = KEYS[i]
     -- allowed, retry, remaining and reset before (0) and after (1) the
     -- charge, state before, state to write and its TTL in µs, and the
@@ -366,10 +464,20 @@ for j = 1, T do
 
     else -- FIXED_WINDOW
       local W, L = P, N
-      -- window index of now, exact for now < 2^53
-      local w = now / W
-      w = w - w % 1
-      if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
+      -- window index of now, exact for now < 2^53, or a calendar window's
+      -- start; r: the time to the window's end (a calendar window's: at
+      -- least 1)
+      local w, r
+      local q = 2 * (i - first) + 1
+      if sp and sp[q] then
+        w, r = sp[q], sp[q + 1] - now
+        if r < 1 then r = 1 end
+      else
+        w = now / W
+        w = w - w % 1
+        if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
+        r = (w + 1) * W - now
+      end
       local count = 0
       if v and #v == 24 then
         local sw, sc
@@ -381,7 +489,6 @@ for j = 1, T do
       if rem0 < 0 then rem0 = 0 end
       rem1 = L - count - c
       if rem1 < 0 then rem1 = 0 end
-      local r = (w + 1) * W - now
       rst0, rst1 = r, r
       if allow then ra = 0 elseif c > L then ra = -1 else ra = r end
       if pre or (all and allow) then sf, x1, x2 = '<ddd', w, count + c end
@@ -440,11 +547,11 @@ for j = 1, T do
   end
 
   if all then -- charge: the states become what later takes see
-    if tw then out[oc] = 2 else out[oc] = 1 end
+    if tw then out[oc] = 2 elseif pt and g > 0 then out[oc] = -g else out[oc] = 1 end
     for i = first, last do
       if not st[i] then
         if logs then logs[#logs + 1] = i else logs, lc = {i}, {} end
-        lc[i] = TL[6 * (i - first) + 6]
+        if pt and pt[i - first + 1] then lc[i] = g else lc[i] = TL[6 * (i - first) + 6] end
       elseif T == 1 then wn = wn + 1; wk[wn] = i
       else
         local k = KEYS[i]

@@ -1,0 +1,70 @@
+package tiers_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/testing/clock"
+	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
+)
+
+// readmeYAML returns the first yaml block of the README section under
+// heading.
+func readmeYAML(t *testing.T, heading string) string {
+	t.Helper()
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("README.md has no section %q", heading)
+	}
+	if i := strings.Index(section, "\n#"); i >= 0 {
+		section = section[:i]
+	}
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	y, _, closed := strings.Cut(block, "```")
+	if !ok || !closed {
+		t.Fatalf("section %q has no yaml block", heading)
+	}
+	return y
+}
+
+// The README's calendar policy loads with what the section says: a
+// monthly rule in Europe/Berlin and a weekly one starting Monday, both
+// fixed windows.
+func TestReadmeCalendarPolicy(t *testing.T) {
+	p, err := tiers.Load([]byte(readmeYAML(t, "### Plan quotas: calendar windows")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, w := p.Rules[0], p.Rules[1]
+	if m.Rate.Calendar != tiers.CalendarMonth || m.Rate.N != 50000 || m.TimeZone != "Europe/Berlin" || m.Algorithm.String() != "fixed_window" ||
+		w.Rate.Calendar != tiers.CalendarWeek || w.WeekStarts != time.Monday {
+		t.Fatalf("rules %+v", p.Rules)
+	}
+}
+
+// The README's partial-grant policy and snippet: a batch of 150 events
+// from a user is granted the user's 100; the user's next batch, nothing.
+func TestReadmePartialPolicy(t *testing.T) {
+	clk := clock.New(time.Unix(1_800_000_000, 0))
+	limits := mustLimiter(t, newMemstore(t, memstore.WithClock(clk)), readmeYAML(t, "### Partial grants for batch endpoints"), tiers.WithClock(clk))
+	batch := make([]string, 150)
+	id := floodgate.Identity{Tenant: "acme", User: "ann"}
+	r := &floodgate.Request{Method: "/events.v1.Ingest/Batch", Cost: int64(len(batch)), Identity: id}
+	granted, d, err := limits.AdmitAtMost(context.Background(), r)
+	if err != nil || granted != 100 || !d.Allowed || len(batch[:granted]) != 100 {
+		t.Fatalf("first batch: %d, %+v, %v; want 100 granted", granted, d, err)
+	}
+	granted, d, err = limits.AdmitAtMost(context.Background(), r)
+	if err != nil || granted != 0 || d.Allowed || d.RetryAfter != 10*time.Millisecond {
+		t.Fatalf("second batch: %d, %+v, %v; want nothing, one unit in 10ms", granted, d, err)
+	}
+}
