@@ -58,9 +58,9 @@ type BucketState struct {
 // so when r's address is in the policy's exempt or deny list, which no
 // bucket decides.
 func (l *Limiter) Inspect(ctx context.Context, r *floodgate.Request) ([]BucketState, error) {
-	bs, shadow, err := l.operatorBuckets(r, nil)
+	bs, shadow, err := l.operatorBuckets("Inspect", r, nil)
 	if err != nil {
-		return nil, fmt.Errorf("tiers: Inspect: %w", err)
+		return nil, err
 	}
 	res := make([]quota.Result, len(bs))
 	want := make([]int64, len(bs))
@@ -95,9 +95,9 @@ func (l *Limiter) Reset(ctx context.Context, r *floodgate.Request, rules ...stri
 	if !ok || !quota.Resets(l.store) {
 		return nil, fmt.Errorf("tiers: Reset: the store %T cannot reset buckets (it is not a quota.Resetter, or what it wraps is not)", l.store)
 	}
-	bs, shadow, err := l.operatorBuckets(r, rules)
+	bs, shadow, err := l.operatorBuckets("Reset", r, rules)
 	if err != nil {
-		return nil, fmt.Errorf("tiers: Reset: %w", err)
+		return nil, err
 	}
 	if err := rs.Reset(ctx, bs); err != nil {
 		return nil, fmt.Errorf("tiers: Reset: %w", err)
@@ -113,10 +113,11 @@ func (l *Limiter) Reset(ctx context.Context, r *floodgate.Request, rules ...stri
 // operatorBuckets resolves r under the policy in force into the buckets
 // of the rules that apply to it, those named in only when only is not
 // empty, read at exact consistency and never waiting, with whether each
-// is a shadow rule's.
-func (l *Limiter) operatorBuckets(r *floodgate.Request, only []string) ([]quota.Bucket, []bool, error) {
+// is a shadow rule's. who names the caller in errors that are not
+// ErrNoRule's.
+func (l *Limiter) operatorBuckets(who string, r *floodgate.Request, only []string) ([]quota.Bucket, []bool, error) {
 	if r == nil {
-		return nil, nil, errors.New("request is nil")
+		return nil, nil, fmt.Errorf("tiers: %s: request is nil", who)
 	}
 	c := l.state.Load()
 	if denied, listed := c.listed(r); listed {

@@ -122,7 +122,7 @@ func testInspectReset(t *testing.T, s quota.Store, clk *clock.Fake) {
 	// Refusals: an identity no rule applies to, a rule that does not
 	// apply, an exempt address.
 	_, err = l.Inspect(t.Context(), &floodgate.Request{Method: "/x.Y/Z"})
-	if want := "tiers: Inspect: tiers: no rule applies to method=/x.Y/Z (rules per-user, per-tenant, shadow-ip match but are keyed on an identity component it lacks)"; !errors.Is(err, tiers.ErrNoRule) || err.Error() != want {
+	if want := "tiers: no rule applies to method=/x.Y/Z (rules per-user, per-tenant, shadow-ip match but are keyed on an identity component it lacks)"; !errors.Is(err, tiers.ErrNoRule) || err.Error() != want {
 		t.Fatalf("empty identity: %v", err)
 	}
 	exempt := mustLimiter(t, s, "exempt: [203.0.113.0/24]\n"+inspectPolicy)
@@ -130,7 +130,7 @@ func testInspectReset(t *testing.T, s quota.Store, clk *clock.Fake) {
 		t.Fatalf("exempt address: %v", err)
 	}
 	_, err = l.Reset(t.Context(), noMethod, "login", "nope")
-	if !errors.Is(err, tiers.ErrNoRule) || err.Error() != `tiers: Reset: tiers: no rule applies: rules "login", "nope" to user=alice tenant=acme ip=203.0.113.7` {
+	if !errors.Is(err, tiers.ErrNoRule) || err.Error() != `tiers: no rule applies: rules "login", "nope" to user=alice tenant=acme ip=203.0.113.7` {
 		t.Fatalf("Reset of rules that do not apply: %v", err)
 	}
 }
