@@ -169,3 +169,48 @@ func TestResetNeedsResetter(t *testing.T) {
 		t.Fatalf("Reset over a plain store: %v", err)
 	}
 }
+
+// On a Redis Cluster, the buckets of one caller live in several slots
+// (user, tenant, ip tags): Inspect reads them all and Reset deletes them
+// all, one pipeline split by slot.
+func TestInspectResetRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t)
+	clk := clock.New(time.Unix(1_800_000_000, 0))
+	s, err := redisstore.New(cl.Client(), redisstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	testInspectReset(t, s, clk)
+}
+
+// A denial the Redis store cached for a bucket (cache_denials) does not
+// outlive a Reset of the bucket through that store.
+func TestResetDropsCachedDenial(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Unix(1_800_000_000, 0))
+	s, err := redisstore.New(srv.Client(), redisstore.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	l := mustLimiter(t, s, "rules:\n  - {name: u, key: [user], rate: 2/1h, algorithm: fixed_window, cache_denials: true}\n")
+	r := &floodgate.Request{Identity: floodgate.Identity{User: "bob"}}
+	for i := range 3 {
+		if d, _, _ := l.Admit(t.Context(), r); d.Allowed != (i < 2) {
+			t.Fatalf("request %d: allowed %v", i+1, d.Allowed)
+		}
+	}
+	if d, _, _ := l.Admit(t.Context(), r); d.Allowed || d.Source != floodgate.SourceCache {
+		t.Fatalf("4th request: %+v, want denied from the cache", d)
+	}
+	if _, err := l.Reset(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	if d, _, _ := l.Admit(t.Context(), r); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("after Reset: %+v, want admitted with 1 left", d)
+	}
+}
