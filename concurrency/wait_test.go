@@ -3,7 +3,10 @@ package concurrency_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,4 +334,68 @@ func TestWaitOptionErrors(t *testing.T) {
 	if err := o.UnmarshalText([]byte("random")); err == nil {
 		t.Fatal("UnmarshalText(random) accepted")
 	}
+}
+
+// TestWaitStorm: 8 goroutines of mixed priorities and keys, some of them
+// cancelling while they wait, against a global cap of 3 and a per-user
+// cap of 2 that wait up to 20ms, LIFO. The caps are never exceeded, every
+// slot and queue place is given back, and an error comes only with a
+// cancelled context.
+func TestWaitStorm(t *testing.T) {
+	l := mustNew(t, concurrency.WithGlobal(3),
+		concurrency.WithPerKey(concurrency.PerKey{Name: "user", Cap: 2, Key: byUser}),
+		concurrency.WithWait(concurrency.Wait{Max: 20 * time.Millisecond, Queue: 6, Order: concurrency.LIFO}))
+	var (
+		mu               sync.Mutex
+		inflight, peak   int
+		perUser          = map[string]int{}
+		admitted, denied atomic.Int64
+	)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 150 {
+				r := preq("u"+strconv.Itoa((w+i)%3), floodgate.Priority(1+(w+i)%4))
+				c, cancel := context.WithCancel(ctx)
+				if i%7 == 0 {
+					go func() { time.Sleep(time.Millisecond); cancel() }()
+				}
+				d, done, err := l.Admit(c, r)
+				if err != nil && c.Err() == nil {
+					t.Errorf("error with a live context: %v", err)
+				}
+				if !d.Allowed {
+					denied.Add(1)
+					cancel()
+					continue
+				}
+				admitted.Add(1)
+				mu.Lock()
+				inflight++
+				perUser[r.Identity.User]++
+				peak = max(peak, inflight)
+				if perUser[r.Identity.User] > 2 {
+					t.Errorf("user %s has %d in flight", r.Identity.User, perUser[r.Identity.User])
+				}
+				mu.Unlock()
+				time.Sleep(200 * time.Microsecond)
+				mu.Lock()
+				inflight--
+				perUser[r.Identity.User]--
+				mu.Unlock()
+				done(floodgate.Result{})
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if peak > 3 || l.InFlight() != 0 || l.Waiting() != 0 {
+		t.Fatalf("peak %d in flight (cap 3), %d in flight and %d waiting at the end", peak, l.InFlight(), l.Waiting())
+	}
+	for _, u := range []string{"u0", "u1", "u2"} {
+		if n, _ := l.KeyInFlight("user", u); n != 0 {
+			t.Fatalf("%s: %d in flight at the end", u, n)
+		}
+	}
+	t.Logf("admitted %d, denied %d", admitted.Load(), denied.Load())
 }

@@ -3,7 +3,9 @@ package fleetconc_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,4 +206,71 @@ func TestFleetWithWaitErrors(t *testing.T) {
 	if want := "fleetconc: WithWait: concurrency: Wait: max: -1s is negative"; err == nil || err.Error() != want {
 		t.Fatalf("New = %v, want %s", err, want)
 	}
+}
+
+// TestFleetWaitStorm: two instances on one Redis, 6 goroutines, a fleet
+// cap of 2 per user that waits up to 30ms (real time, polling), some
+// callers cancelling while they wait: the cap holds across the fleet,
+// and every slot and queue place is given back.
+func TestFleetWaitStorm(t *testing.T) {
+	srv := redistest.Start(t)
+	inst := func() *fleetconc.Limiter {
+		l, err := fleetconc.New(fleetconc.WithPerKey(fleetconc.PerKey{Name: "fleet-user", Cap: 2, Key: byUser, Client: srv.NewClient(), Lease: lease}),
+			fleetconc.WithWait(concurrency.Wait{Max: 30 * time.Millisecond, Queue: 4}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	ls := []*fleetconc.Limiter{inst(), inst()}
+	var (
+		mu       sync.Mutex
+		perUser  = map[string]int{}
+		admitted int
+	)
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			for i := range 40 {
+				l := ls[(w+i)%2]
+				r := req("/m", "acme", "u"+strconv.Itoa(i%2))
+				r.Priority = floodgate.Priority(1 + (w+i)%4)
+				c, cancel := context.WithCancel(ctx)
+				if i%9 == 0 {
+					go func() { time.Sleep(2 * time.Millisecond); cancel() }()
+				}
+				d, done, err := l.Admit(c, r)
+				if err != nil && c.Err() == nil {
+					t.Errorf("error with a live context: %v", err)
+				}
+				if d.Allowed {
+					mu.Lock()
+					admitted++
+					perUser[r.Identity.User]++
+					if perUser[r.Identity.User] > 2 {
+						t.Errorf("user %s: %d in flight across the fleet", r.Identity.User, perUser[r.Identity.User])
+					}
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					perUser[r.Identity.User]--
+					mu.Unlock()
+					done(floodgate.Result{})
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	for _, l := range ls {
+		if l.Waiting() != 0 {
+			t.Fatalf("%d waiting at the end", l.Waiting())
+		}
+	}
+	for _, u := range []string{"u0", "u1"} {
+		if n, err := ls[0].FleetInFlight(ctx, "fleet-user", u); err != nil || n != 0 {
+			t.Fatalf("%s: %d in the fleet at the end, %v", u, n, err)
+		}
+	}
+	t.Logf("admitted %d of 240", admitted)
 }
