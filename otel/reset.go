@@ -6,6 +6,9 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 )
 
+// The instrumented store (Observer.Store) also forwards quota.Resetter:
+// Reset and CanReset, like the capabilities listed at Store.
+
 // CanReset reports whether the wrapped store can reset (quota.Resets).
 func (w instrumentedStore) CanReset() bool { return quota.Resets(w.s) }
 

@@ -20,8 +20,7 @@ import (
 // The returned store forwards every capability of s, untimed, so wrapping
 // a store never changes what a Limiter or a local-first store can do with
 // it: it implements quota.Settler (Settle, CanSettle), quota.Reporter
-// (Report, Resolve), quota.Resetter (Reset, CanReset), DecidesOnStoreError,
-// Close and Unwrap
+// (Report, Resolve), DecidesOnStoreError, Close and Unwrap
 // whatever s is. A method s lacks returns an error naming s's type, and
 // the capability checks report the capability missing (quota.Settles and
 // the checks of packages tiers and tiers/localfirst follow Unwrap to s),
