@@ -100,6 +100,7 @@ type Adaptive struct {
 	rng      *rand.Rand
 	windows  int64 // windows closed so far
 	lastSeen windowStats
+	wait     waiters // requests waiting for a slot (cfg.Wait)
 }
 
 var _ floodgate.Admitter = (*Adaptive)(nil)
@@ -160,6 +161,11 @@ type AdaptiveConfig struct {
 	// floodgate.PriorityUnspecified, bypasses nothing.
 	Bypass floodgate.Priority
 
+	// Wait lets a request that finds the limit reached wait up to
+	// Wait.Max for a slot instead of being denied at once; the zero value
+	// denies at once. Its keys are wait.max, wait.queue, wait.order.
+	Wait Wait
+
 	// Gradient2.
 
 	// Smoothing weighs each new target against the current limit; 0 means
@@ -217,6 +223,7 @@ func (cfg AdaptiveConfig) withDefaults() AdaptiveConfig {
 	if cfg.Clock == nil {
 		cfg.Clock = floodgate.SystemClock()
 	}
+	cfg.Wait = cfg.Wait.withDefaults()
 	return cfg
 }
 
@@ -294,6 +301,9 @@ func (cfg AdaptiveConfig) check(who string, initial bool) error {
 	if cfg.Timeout < 0 {
 		bad("timeout", "%s is negative", cfg.Timeout)
 	}
+	for _, e := range cfg.Wait.fieldErrors("wait") {
+		errs = append(errs, fmt.Errorf("concurrency: %s: %w", who, e))
+	}
 	return errors.Join(errs...)
 }
 
@@ -306,6 +316,7 @@ func NewAdaptive(cfg AdaptiveConfig) (*Adaptive, error) {
 		return nil, err
 	}
 	a := &Adaptive{clock: cfg.Clock, est: float64(cfg.Initial), rng: rand.New(rand.NewPCG(1, 2))}
+	a.wait.init(cfg.Wait, cfg.Clock, a.try)
 	a.setConfig(cfg)
 	a.limit.Store(cfg.Initial)
 	a.win.start = cfg.Clock.Now()
@@ -323,6 +334,7 @@ func (a *Adaptive) setConfig(cfg AdaptiveConfig) {
 	a.cfgName.Store(&name)
 	a.retry.Store(int64(cfg.RetryAfter))
 	a.bypass.Store(uint32(cfg.Bypass))
+	a.wait.set(cfg.Wait)
 }
 
 // Reconfigure replaces the limiter's settings at run time (a policy
@@ -337,7 +349,6 @@ func (a *Adaptive) Reconfigure(cfg AdaptiveConfig) error {
 		return err
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	cfg.Initial = a.cfg.Initial
 	if cfg.Initial < cfg.Min || cfg.Initial > cfg.Max {
 		cfg.Initial = min(max(cfg.Initial, cfg.Min), cfg.Max)
@@ -347,6 +358,8 @@ func (a *Adaptive) Reconfigure(cfg AdaptiveConfig) error {
 		a.win.samples = a.win.samples[:cfg.MaxSamples]
 	}
 	a.setEstimate(a.est)
+	a.mu.Unlock()
+	a.wait.wake() // a higher limit lets waiting requests in
 	return nil
 }
 
@@ -363,17 +376,37 @@ func (a *Adaptive) Limit() int64 { return a.limit.Load() }
 // InFlight returns the requests in flight.
 func (a *Adaptive) InFlight() int64 { return a.inflight.Load() }
 
-// Admit implements floodgate.Admitter.
-func (a *Adaptive) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+// Admit implements floodgate.Admitter. With AdaptiveConfig.Wait, a
+// request that finds the limit reached waits for a slot (see the package
+// documentation, "Waiting for a slot").
+func (a *Adaptive) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+	if a.wait.enabled() && a.wait.n.Load() > 0 && !a.bypasses(r) {
+		return a.wait.wait(ctx, r, nil)
+	}
+	d, done, _, _ := a.try(r)
+	if d.Allowed || !a.wait.enabled() {
+		return d, done, nil
+	}
+	return a.wait.wait(ctx, r, &d)
+}
+
+// bypasses reports whether r's priority is admitted whatever the limit.
+func (a *Adaptive) bypasses(r *floodgate.Request) bool {
 	bypass := floodgate.Priority(a.bypass.Load())
+	return bypass != floodgate.PriorityUnspecified && r.Priority >= bypass
+}
+
+// try admits r if fewer than Limit() requests are in flight (or r
+// bypasses the limit); a deny refuses every request (all).
+func (a *Adaptive) try(r *floodgate.Request) (floodgate.Decision, floodgate.Done, bool, error) {
 	for {
 		n := a.inflight.Load()
 		limit := a.limit.Load()
-		if n >= limit && (bypass == floodgate.PriorityUnspecified || r.Priority < bypass) {
+		if n >= limit && !a.bypasses(r) {
 			return floodgate.Decision{
 				Allowed: false, Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency,
 				Policy: *a.cfgName.Load(), Limit: limit, RetryAfter: time.Duration(a.retry.Load()), Priority: r.Priority,
-			}, nil, nil
+			}, nil, true, nil
 		}
 		if a.inflight.CompareAndSwap(n, n+1) {
 			start := a.clock.Now()
@@ -382,15 +415,19 @@ func (a *Adaptive) Admit(_ context.Context, r *floodgate.Request) (floodgate.Dec
 				if once.CompareAndSwap(false, true) {
 					a.finish(res.Outcome, start, n+1)
 					a.inflight.Add(-1)
+					a.wait.wake()
 				}
 			}
 			return floodgate.Decision{
 				Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency,
 				Policy: *a.cfgName.Load(), Limit: limit, Remaining: max(limit-n-1, 0), Priority: r.Priority,
-			}, done, nil
+			}, done, false, nil
 		}
 	}
 }
+
+// Waiting returns the requests waiting for a slot now.
+func (a *Adaptive) Waiting() int { return int(a.wait.n.Load()) }
 
 // finish records how one admitted request ended: a latency sample on
 // success, a drop on OutcomeDropped, nothing on OutcomeFailed and

@@ -48,6 +48,7 @@ type Limiter struct {
 	retryAfter    time.Duration
 	releaseGlobal floodgate.Done
 	tickets       sync.Pool // *ticket for local multi-key releases
+	wait          waiters   // requests waiting for a slot (WithWait)
 }
 
 var _ floodgate.Admitter = (*Limiter)(nil)
@@ -55,7 +56,7 @@ var _ floodgate.Admitter = (*Limiter)(nil)
 // New returns a Limiter with the given caps; at least one is required. It
 // returns an error naming every bad option.
 func New(opts ...Option) (*Limiter, error) {
-	o := config{retryAfter: DefaultRetryAfter, globalName: DefaultPolicy}
+	o := config{retryAfter: DefaultRetryAfter, globalName: DefaultPolicy, clock: floodgate.SystemClock()}
 	for _, opt := range opts {
 		if opt == nil {
 			o.errs = append(o.errs, errors.New("concurrency: nil Option"))
@@ -73,8 +74,12 @@ func New(opts ...Option) (*Limiter, error) {
 		l.keys = append(l.keys, newKeyLimit(l, c))
 	}
 	if l.hasGlobal {
-		l.releaseGlobal = func(floodgate.Result) { l.inflight.Add(-1) }
+		l.releaseGlobal = func(floodgate.Result) {
+			l.inflight.Add(-1)
+			l.wait.wake()
+		}
 	}
+	l.wait.init(o.wait, o.clock, l.try)
 	l.tickets.New = func() any {
 		t := &ticket{l: l}
 		t.done = t.releaseLocal
@@ -105,8 +110,28 @@ func (l *Limiter) SetGlobal(limit int64) error {
 		return fmt.Errorf("concurrency: SetGlobal: limit %d must be >= 1", limit)
 	}
 	l.global.Store(limit)
+	l.wait.wake() // a higher cap lets waiting requests in
 	return nil
 }
+
+// SetWait changes how long a request may wait for a slot at run time (a
+// policy reload, see package policyfile); Wait{} stops new requests from
+// waiting. Requests already waiting keep their bound; a smaller Queue
+// applies as new requests join. A bad w is reported by field and changes
+// nothing.
+func (l *Limiter) SetWait(w Wait) error {
+	if err := w.Validate(); err != nil {
+		return err
+	}
+	l.wait.set(w)
+	return nil
+}
+
+// Wait returns how long a request may wait for a slot (defaults applied).
+func (l *Limiter) Wait() Wait { return *l.wait.cfg.Load() }
+
+// Waiting returns the requests waiting for a slot now.
+func (l *Limiter) Waiting() int { return int(l.wait.n.Load()) }
 
 // binding tracks the cap with the least room left among those taken.
 type binding struct {
@@ -122,15 +147,35 @@ func (b *binding) offer(policy string, limit, remaining int64) {
 	}
 }
 
-// Admit implements floodgate.Admitter.
-func (l *Limiter) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+// Admit implements floodgate.Admitter. With WithWait, a request that
+// finds a cap full waits for a slot (see the package documentation,
+// "Waiting for a slot"); while requests wait, a new one joins them rather
+// than take a slot that frees ahead of them.
+func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+	if l.wait.enabled() && l.wait.n.Load() > 0 {
+		return l.wait.wait(ctx, r, nil)
+	}
+	d, done, _, err := l.try(r)
+	if d.Allowed || !l.wait.enabled() {
+		return d, done, err
+	}
+	if err != nil { // not a full cap (too many keys): no wait
+		l.wait.wake() // r may have held a slot for a moment
+		return d, done, err
+	}
+	return l.wait.wait(ctx, r, &d)
+}
+
+// try admits r if every cap has room now; all reports that the global
+// cap, which refuses every request, denied it.
+func (l *Limiter) try(r *floodgate.Request) (floodgate.Decision, floodgate.Done, bool, error) {
 	var b binding
 	if l.hasGlobal {
 		for {
 			n := l.inflight.Load()
 			g := l.global.Load()
 			if n >= g {
-				return l.deny(r, l.globalName, g, floodgate.SourceConcurrency), nil, nil
+				return l.deny(r, l.globalName, g, floodgate.SourceConcurrency), nil, true, nil
 			}
 			if l.inflight.CompareAndSwap(n, n+1) {
 				b.offer(l.globalName, g, g-n-1)
@@ -149,14 +194,14 @@ func (l *Limiter) Admit(_ context.Context, r *floodgate.Request) (floodgate.Deci
 		}
 		e, n, err := k.acquire(key)
 		if e == nil {
-			l.releaseLocal(held[:nheld])
-			return l.deny(r, k.name, k.cap, floodgate.SourceConcurrency), nil, err
+			l.releaseHeld(held[:nheld])
+			return l.deny(r, k.name, k.cap, floodgate.SourceConcurrency), nil, false, err
 		}
 		held[nheld] = e
 		nheld++
 		b.offer(k.name, k.cap, k.cap-n)
 	}
-	return l.allow(r, &b, floodgate.SourceConcurrency), l.localDone(held[:nheld]), nil
+	return l.allow(r, &b, floodgate.SourceConcurrency), l.localDone(held[:nheld]), false, nil
 }
 
 // localDone returns the Done releasing held and the global slot: a
@@ -173,8 +218,17 @@ func (l *Limiter) localDone(held []*entry) floodgate.Done {
 	return t.done
 }
 
-// releaseLocal releases local entries and the global slot.
+// releaseLocal releases local entries and the global slot, and hands
+// what it freed to requests waiting for a slot.
 func (l *Limiter) releaseLocal(held []*entry) {
+	l.releaseHeld(held)
+	l.wait.wake()
+}
+
+// releaseHeld releases local entries and the global slot a try took; a
+// failed try of a request that waits is followed by a scan of the
+// waiting requests, which sees what it freed.
+func (l *Limiter) releaseHeld(held []*entry) {
 	for i := len(held) - 1; i >= 0; i-- {
 		held[i].kl.release(held[i])
 	}
@@ -321,6 +375,7 @@ func (k *keyLimit) newEntry() *entry {
 		if l.hasGlobal {
 			l.inflight.Add(-1)
 		}
+		l.wait.wake()
 	}
 	return e
 }

@@ -46,6 +46,49 @@
 // (floodgate.Chain{local, fleet}): a fleet deny then releases this
 // Limiter's slots as ignored, as the Chain does for every earlier stage.
 //
+// # Waiting for a slot
+//
+// By default a full cap denies at once. WithWait (for a Limiter) and
+// AdaptiveConfig.Wait (for Adaptive) let a request wait up to Wait.Max
+// for a slot instead, as Netflix concurrency-limits' blocking limiter
+// does:
+//
+//   - A freed slot goes to the waiting request of the highest priority
+//     (critical, write, read, test; unspecified ranks as write, the
+//     shedder's default), and among those of one priority to the oldest
+//     (FIFO, the default) or the newest (LIFO). It is handed over when the
+//     slot is released, so a request arriving meanwhile does not take it:
+//     while requests wait, a new one joins them.
+//   - Under a Limiter's per-key caps a freed slot goes to the first
+//     waiting request in that order that every cap now admits: one
+//     waiting for a key that is still full does not hold up one whose key
+//     has room.
+//   - At most Wait.Queue requests wait (DefaultQueue). When the queue is
+//     full, a request of a higher priority than the least important one
+//     waiting takes the place of the one a slot would reach last (the
+//     newest of that priority under FIFO, the oldest under LIFO), which is
+//     denied at once; any other request is denied at once.
+//   - When Max passes the request is denied as it would have been without
+//     waiting (same Policy, Limit, RetryAfter, no error). When its context
+//     ends first it is denied with RetryAfter 0 and an error wrapping the
+//     context's, and its place in the queue is free again. A slot handed
+//     over just as the context ended is released (OutcomeIgnored).
+//   - Waits are timed on the Clock (WithClock, AdaptiveConfig.Clock): one
+//     with an After method, as package testing/clock's fake has, times
+//     them itself, so tests run on fake time.
+//
+// FIFO is fair, but under sustained overload every request that runs has
+// waited about Max. LIFO serves the newest first: those that run waited
+// little, and the ones left waiting longest are the ones denied when Max
+// passes, so latency stays low under overload. BenchmarkWaitOverload
+// measures the p99 of both against denying at once; bench/README.md has
+// the figures and the command.
+//
+// A waiting request costs a goroutine (its own, blocked in Admit) and one
+// small allocation; a release takes a mutex only while requests wait. The
+// fleet-wide caps of package concurrency/fleetconc wait too (polling
+// Redis); see its documentation.
+//
 // # Adaptive limit
 //
 // Adaptive is an in-flight cap that needs no hand-tuned number: it learns
@@ -119,7 +162,7 @@
 // or a Timeout to find the limit and then saw-tooths under it.
 //
 // Reconfigure changes every setting at run time (a policy reload, see
-// package policyfile) except the Clock, keeping the limit learnt so far
+// package policyfile) except the Clock, the Wait included, keeping the limit learnt so far
 // clamped to the new [Min, Max]; Limiter.SetGlobal does the same for a
 // Limiter's global cap. The policy file's concurrency: section carries
 // these settings (adaptive:, global:) and policyfile.Watch applies them on

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // Option configures New.
@@ -17,6 +19,8 @@ type config struct {
 	perKey     []PerKey
 	names      []capName // every cap's name, in option order
 	retryAfter time.Duration
+	wait       Wait
+	clock      floodgate.Clock
 	errs       []error
 }
 
@@ -91,6 +95,34 @@ func WithRetryAfter(d time.Duration) Option {
 			o.fail("WithRetryAfter", "retry-after %s must be positive", d)
 		}
 		o.retryAfter = d
+	}
+}
+
+// WithWait lets a request that finds a cap full wait up to w.Max for a
+// slot instead of being denied at once (see the package documentation,
+// "Waiting for a slot"); SetWait changes it at run time.
+func WithWait(w Wait) Option {
+	return func(o *config) {
+		for _, e := range w.fieldErrors("") {
+			o.fail("WithWait", "Wait.%s %s", waitFieldNames[e.Path], e.Err)
+		}
+		o.wait = w
+	}
+}
+
+// waitFieldNames maps Wait's policy file keys to its Go field names.
+var waitFieldNames = map[string]string{"max": "Max", "queue": "Queue", "order": "Order"}
+
+// WithClock sets the Clock a wait for a slot is timed on (default
+// floodgate.SystemClock(); a Clock with an After method, as package
+// testing/clock's fake has, times the wait itself).
+func WithClock(c floodgate.Clock) Option {
+	return func(o *config) {
+		if c == nil {
+			o.fail("WithClock", "clock is nil")
+			return
+		}
+		o.clock = c
 	}
 }
 

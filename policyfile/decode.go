@@ -17,6 +17,9 @@ import (
 // adaptiveCapacityKeys are the keys of a shedder.AdaptiveCapacity.
 var adaptiveCapacityKeys = []string{"min", "max", "window", "min_samples", "history", "probe", "tolerance", "headroom", "growth", "backoff", "cpu_target"}
 
+// waitKeys are the keys of a concurrency.Wait.
+var waitKeys = []string{"max", "queue", "order"}
+
 // schema lists the keys of every mapping of the shedder: and concurrency:
 // sections, by path. The decoder accepts exactly these keys, and a test
 // holds the package documentation to them.
@@ -26,10 +29,12 @@ var schema = map[string][]string{
 	"shedder.adaptive":       adaptiveCapacityKeys,
 	"shedder.fleet":          {"capacity", "reserve", "adaptive"},
 	"shedder.fleet.adaptive": adaptiveCapacityKeys,
-	"concurrency":            {"global", "adaptive"},
+	"concurrency":            {"global", "wait", "adaptive"},
+	"concurrency.wait":       waitKeys,
 	"concurrency.adaptive": {"name", "algorithm", "initial", "min", "max", "window", "min_samples", "max_samples",
 		"percentile", "backoff", "retry_after", "bypass", "smoothing", "tolerance", "long_window", "alpha", "beta",
-		"probe_every", "timeout"},
+		"probe_every", "timeout", "wait"},
+	"concurrency.adaptive.wait": waitKeys,
 }
 
 // reporter collects the errors of the sections, with the line of every
@@ -320,6 +325,8 @@ func (d *decoder) concurrency(n *yaml.Node, f *File) {
 		switch k {
 		case "global":
 			f.Global = d.integer(v, fp)
+		case "wait":
+			f.Wait = d.wait(v, fp)
 		case "adaptive":
 			f.Adaptive = d.adaptiveConcurrency(v, fp)
 		}
@@ -375,7 +382,31 @@ func (d *decoder) adaptiveConcurrency(n *yaml.Node, path string) *concurrency.Ad
 			a.ProbeEvery = d.count(v, fp)
 		case "timeout":
 			a.Timeout = d.duration(v, fp)
+		case "wait":
+			if w := d.wait(v, fp); w != nil {
+				a.Wait = *w
+			}
 		}
 	})
 	return a
+}
+
+// wait decodes a concurrency.Wait: max, queue, order.
+func (d *decoder) wait(n *yaml.Node, path string) *concurrency.Wait {
+	w := &concurrency.Wait{}
+	d.fields(n, path, func(k string, v *yaml.Node, fp string) {
+		switch k {
+		case "max":
+			w.Max = d.duration(v, fp)
+		case "queue":
+			w.Queue = d.count(v, fp)
+		case "order":
+			if s, ok := d.str(v, fp); ok {
+				if err := w.Order.UnmarshalText([]byte(s)); err != nil {
+					d.rep.fail(fp, v, "unknown order %q (want fifo or lifo)", s)
+				}
+			}
+		}
+	})
+	return w
 }

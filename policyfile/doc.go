@@ -29,7 +29,7 @@
 // otherwise, and leaving one out means the stage's default. The keys are
 // the snake_case names of the Go fields (shedder.Config,
 // shedder.Thresholds, shedder.AdaptiveCapacity, fleetshed.Config,
-// concurrency.AdaptiveConfig), with the same defaults and the same
+// concurrency.AdaptiveConfig, concurrency.Wait), with the same defaults and the same
 // validation. Numbers must be greater than 0 and durations are strings
 // ("100ms").
 //
@@ -55,6 +55,10 @@
 //	      tolerance: 1.5, headroom: 1.25, growth: 0.1, backoff: 0.9, cpu_target: 0.9}
 //	concurrency:
 //	  global: 500              # a *concurrency.Limiter built WithGlobal (Targets.Concurrency)
+//	  wait:                    # that Limiter's requests wait for a slot (Limiter.SetWait)
+//	    max: 50ms              # the longest wait; leave wait out to deny at once
+//	    queue: 200             # the most requests waiting
+//	    order: lifo            # or fifo (default); priority first either way
 //	  adaptive:                # a *concurrency.Adaptive (Targets.Adaptive)
 //	    name: adaptive-concurrency
 //	    algorithm: gradient2   # or vegas, aimd
@@ -75,10 +79,14 @@
 //	    beta: 6
 //	    probe_every: 60
 //	    timeout: 2s            # aimd
+//	    wait: {max: 50ms, queue: 200, order: lifo}
 //
 // shedder: sets a Shedder when it has capacity, thresholds or adaptive;
 // a section with only fleet: leaves the Shedder alone. Watch refuses a
 // file that sets a stage Targets leaves nil, and a setting the stage
 // would refuse (a cpu_target for a Shedder without a CPU meter, global
-// for a Limiter built without WithGlobal).
+// for a Limiter built without WithGlobal). wait: applies to the Limiter
+// of Targets.Concurrency whatever its caps (global or per key); a reload
+// without it sets the Limiter's wait back to what it had when Watch
+// started.
 package policyfile

@@ -31,6 +31,9 @@ type File struct {
 	// Global is the global cap of a *concurrency.Limiter built
 	// WithGlobal: concurrency: global:.
 	Global int64
+	// Wait is how long a request waits for a slot of that
+	// *concurrency.Limiter (Limiter.SetWait): concurrency: wait:.
+	Wait *concurrency.Wait
 	// Adaptive sets a *concurrency.Adaptive: concurrency: adaptive:.
 	Adaptive *concurrency.AdaptiveConfig
 
@@ -155,6 +158,9 @@ func (f *File) validate(rep *reporter) {
 	validateFleet(rep, f)
 	if f.Global < 0 {
 		rep.add("concurrency.global", fmt.Sprintf("%d must be at least 1", f.Global))
+	}
+	if f.Wait != nil {
+		stageErrors(rep, "concurrency.wait", f.Wait.Validate())
 	}
 	if f.Adaptive != nil {
 		stageErrors(rep, "concurrency.adaptive", f.Adaptive.Validate())

@@ -15,6 +15,7 @@ type base struct {
 	shedder  shedder.Config
 	fleet    *fleetshed.Config
 	global   int64
+	wait     concurrency.Wait
 	adaptive concurrency.AdaptiveConfig
 }
 
@@ -26,6 +27,7 @@ func capture(t Targets) base {
 	b.fleet = fleetBase(t)
 	if t.Concurrency != nil {
 		b.global = t.Concurrency.Global()
+		b.wait = t.Concurrency.Wait()
 	}
 	if t.Adaptive != nil {
 		b.adaptive = t.Adaptive.Config()
@@ -57,6 +59,13 @@ func check(t Targets, f *File) error {
 			missing(rep, "concurrency.global", "a concurrency Limiter's", "Concurrency")
 		case t.Concurrency.Global() == 0:
 			rep.add("concurrency.global", "the Limiter was built without WithGlobal, so it has no global cap to set")
+		}
+	}
+	if f.Wait != nil {
+		if t.Concurrency == nil {
+			missing(rep, "concurrency.wait", "a concurrency Limiter's", "Concurrency")
+		} else {
+			stageErrors(rep, "concurrency.wait", f.Wait.Validate())
 		}
 	}
 	if f.Adaptive != nil {
@@ -92,6 +101,11 @@ func apply(t Targets, f *File, b base) error {
 		if g > 0 {
 			errs = append(errs, t.Concurrency.SetGlobal(g))
 		}
+		w := b.wait
+		if f.Wait != nil {
+			w = *f.Wait
+		}
+		errs = append(errs, t.Concurrency.SetWait(w))
 	}
 	if t.Adaptive != nil {
 		c := b.adaptive

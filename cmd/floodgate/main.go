@@ -2,6 +2,8 @@
 //
 //	floodgate demo [-duration 20s] [-redis URL | -redis-fault kill@AT[:FOR] | -redis-fault pause@AT[:FOR]] [-compare 4s|off] [-report FILE]
 //	floodgate validate POLICY.yaml...
+//	floodgate inspect -policy POLICY.yaml [-redis URL] [-method M] [-user U] [-tenant T] [-api-key K] [-ip IP] [-tier T]
+//	floodgate reset -policy POLICY.yaml [-redis URL] [-method M] [-user U] ... [-rule NAME]... [-yes]
 //
 // demo starts an HTTP and a gRPC service in-process, protected by the whole
 // floodgate chain (priority load shedder, in-flight caps, hierarchical rate
@@ -25,6 +27,19 @@
 // policy (denies nothing), rules enforced for a share of their keys
 // (enforce_percent) or in shadow, the headers the policy reads, and the
 // stages its other sections set.
+//
+// inspect and reset are for a support engineer whose customer is wrongly
+// blocked. inspect shows every rule of the policy that applies to a
+// caller (an identity: -user, -tenant, -api-key, -ip, and -tier; and
+// optionally a -method: without one, only rules that match every method
+// apply), with its bucket's key, remaining units and time until full,
+// read from Redis (-redis or REDIS_URL, in any of its three forms:
+// redis://, redis+sentinel://, redis+cluster://) without charging
+// anything (tiers.Limiter.Inspect). reset shows the same, asks before
+// restoring them to full unless -yes, and logs each bucket it reset
+// (tiers.Limiter.Reset); -rule limits it to the rules named. Both exit 1,
+// naming the caller, when no rule applies, or a -rule is no rule that
+// applies.
 package main
 
 import (
@@ -54,6 +69,8 @@ func main() {
 const usage = `usage:
   floodgate demo [-duration 20s] [-redis URL | -redis-fault kill@AT[:FOR] | -redis-fault pause@AT[:FOR]] [-compare 4s|off] [-report FILE]
   floodgate validate POLICY.yaml...
+  floodgate inspect -policy POLICY.yaml [-redis URL] [-method M] [-user U] [-tenant T] [-api-key K] [-ip IP] [-tier T]
+  floodgate reset -policy POLICY.yaml [-redis URL] [-method M] [-user U] ... [-rule NAME]... [-yes]
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -66,6 +83,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runDemo(args[1:], stdout, stderr)
 	case "validate":
 		return runValidate(args[1:], stdout, stderr)
+	case "inspect":
+		return runInspect(args[1:], stdout, stderr)
+	case "reset":
+		return runReset(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -186,6 +207,7 @@ func stageNotes(f *policyfile.File) []string {
 		{f.Shedder != nil, "shedder: sets a shedder.Shedder's capacity and thresholds (policyfile.Targets.Shedder)"},
 		{f.Fleet != nil, "shedder.fleet: sets a fleetshed.Shedder's capacity (policyfile.Targets.Fleet)"},
 		{f.Global > 0, "concurrency.global: sets a concurrency.Limiter's global cap (policyfile.Targets.Concurrency)"},
+		{f.Wait != nil, "concurrency.wait: sets how long a concurrency.Limiter's requests wait for a slot (policyfile.Targets.Concurrency)"},
 		{f.Adaptive != nil, "concurrency.adaptive: sets a concurrency.Adaptive's limit (policyfile.Targets.Adaptive)"},
 	} {
 		if s.set {

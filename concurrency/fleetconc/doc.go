@@ -53,6 +53,44 @@
 // out, the connection failed) is Redis failing to answer, and takes the
 // cap's fail mode.
 //
+// # Waiting for a slot
+//
+// WithWait (a concurrency.Wait: Max, Queue, Order) lets a request that
+// finds a fleet cap full wait up to Max for a slot of that cap and key
+// instead of being denied at once. Redis does not tell an instance when
+// another frees a slot, so the wait is a local queue in front of the
+// fleet check, and polling:
+//
+//   - The requests waiting on this instance for one key form a queue,
+//     ordered as package concurrency orders its own (priority first,
+//     unspecified ranking as write, then FIFO or LIFO). Only its head,
+//     the request the order picks next, asks Redis; the others wait their
+//     turn, so this instance sends at most one acquire per waiting key at
+//     a time.
+//   - The head asks again 5ms after it became head or last asked,
+//     doubling to 50ms between asks, within what is left of Max; and at
+//     once when a request on this instance releases a slot of the key
+//     (Done, or a deny releasing slots it took), so a slot freed here
+//     goes to the request the order picks.
+//   - A slot freed by another instance goes to whichever instance's head
+//     asks first: the order holds among the requests of one instance,
+//     not across the fleet, and such a slot is found up to one poll
+//     interval late.
+//   - At most Queue requests wait on this instance (all keys); when it is
+//     full, a request of a higher priority than the least important one
+//     waiting takes that one's place (which is denied at once), any other
+//     is denied at once.
+//   - A request with several caps waits at each full one in turn, holding
+//     the slots it already took, within one Max for all of them.
+//   - When the request's context ends while it waits, it is denied as
+//     described above for a caller that has gone (RetryAfter 0, the
+//     context's error); when Max passes it is denied by the full cap as
+//     if it had not waited.
+//
+// Polls are timed on the WithClock clock when it has an After method (the
+// fake clock of package testing/clock), so tests run the wait on fake
+// time.
+//
 // # Decisions and Done
 //
 // A request is admitted only if every cap whose Key applies has room;

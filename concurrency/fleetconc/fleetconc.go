@@ -76,6 +76,7 @@ type Option func(*config)
 type config struct {
 	caps  []*fleetLimit
 	clock floodgate.Clock // nil: the scripts read Redis TIME
+	wait  concurrency.Wait
 	errs  []error
 }
 
@@ -156,6 +157,7 @@ func WithClock(c floodgate.Clock) Option {
 type Limiter struct {
 	fleet []*fleetLimit
 	fleetState
+	wait waitQueue // requests waiting for a fleet slot (WithWait)
 }
 
 var _ floodgate.Admitter = (*Limiter)(nil)
@@ -187,7 +189,7 @@ func New(opts ...Option) (*Limiter, error) {
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)
 	}
-	l := &Limiter{fleet: o.caps}
+	l := &Limiter{fleet: o.caps, wait: waitQueue{cfg: o.wait, clock: o.clock}}
 	if err := l.fleetState.init(&o); err != nil {
 		return nil, err
 	}
@@ -351,7 +353,8 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		errs   []error
 		src    = floodgate.SourceConcurrency
 	)
-	var unsure []slot // acquires that failed without an answer (failing open)
+	var unsure []slot             // acquires that failed without an answer (failing open)
+	var deadline <-chan time.Time // the end of the request's wait for slots (WithWait)
 	for _, fl := range l.fleet {
 		key, ok := fl.key(r)
 		if !ok {
@@ -363,6 +366,17 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		}
 		s := slot{fl: fl, key: fl.prefix + key, id: l.instance + ":" + strconv.FormatUint(l.seq.Add(1), 36)}
 		n, got, gone, err := l.acquire(ctx, s)
+		if !got && gone == nil && err == nil && l.wait.enabled() {
+			if deadline == nil { // one wait for all the request's caps
+				var stop func()
+				deadline, stop = l.wait.after(l.wait.cfg.Max)
+				defer stop()
+			}
+			var cut bool
+			if n, got, gone, err, cut = l.waitSlot(ctx, r, s, deadline); gone != nil && !cut {
+				return l.callerGone(r, fl, slots, unsure, gone, errs)
+			}
+		}
 		if gone != nil {
 			// The caller's context ended, not Redis: no fail mode
 			// applies. Redis may still run the acquire: orphan it.
@@ -508,6 +522,9 @@ func (l *Limiter) removeSlots(slots []slot) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.fl.timeout)
 		_ = s.fl.client.ZRem(ctx, s.key, s.id).Err()
 		cancel()
+		if l.wait.enabled() {
+			l.wait.freed(s.key) // a request waiting here for the key asks now
+		}
 	}
 }
 

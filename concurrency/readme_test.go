@@ -1,0 +1,73 @@
+package concurrency_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/policyfile"
+)
+
+// readmeSection returns the README's section under heading, up to the
+// next heading of its level.
+func readmeSection(t *testing.T, heading string) string {
+	t.Helper()
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("README.md has no section %q", heading)
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	return section
+}
+
+// exampleSnippet returns the lines of file between the marker comments,
+// one tab of indentation removed.
+func exampleSnippet(t *testing.T, file, marker string) string {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(src), "// "+marker+":start\n")
+	body, _, ok2 := strings.Cut(rest, "// "+marker+":end")
+	if !ok || !ok2 {
+		t.Fatalf("%s lacks the %s markers", file, marker)
+	}
+	var lines []string
+	for line := range strings.Lines(strings.TrimRight(body, "\t")) {
+		lines = append(lines, strings.TrimPrefix(line, "\t"))
+	}
+	return strings.Join(lines, "")
+}
+
+// TestReadmeWait: the README's waiting section shows ExampleWithWait's
+// code verbatim (so it compiles and runs), and its policy loads with the
+// waits it describes.
+func TestReadmeWait(t *testing.T) {
+	section := readmeSection(t, "## Waiting for a concurrency slot")
+	snippet := exampleSnippet(t, "wait_example_test.go", "readme-wait")
+	if !strings.Contains(section, "```go\n"+snippet+"```") {
+		t.Errorf("the README section does not show ExampleWithWait's snippet verbatim:\n%s", snippet)
+	}
+	_, block, _ := strings.Cut(section, "```yaml\n")
+	y, _, ok := strings.Cut(block, "```")
+	if !ok {
+		t.Fatal("no yaml block in the section")
+	}
+	f, err := policyfile.Load([]byte("rules: []\n" + y))
+	if err != nil {
+		t.Fatalf("the README policy does not load: %v\n%s", err, y)
+	}
+	if f.Wait == nil || *f.Wait != (concurrency.Wait{Max: 50 * time.Millisecond, Queue: 200, Order: concurrency.LIFO}) ||
+		f.Adaptive == nil || f.Adaptive.Wait.Max != 20*time.Millisecond {
+		t.Errorf("the README policy sets wait %+v, adaptive %+v", f.Wait, f.Adaptive)
+	}
+}
