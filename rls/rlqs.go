@@ -248,8 +248,9 @@ type qMember struct {
 	// a blanket rule (static) or not at all (assignNone).
 	b          *qBucket
 	static     assignKind
-	demand     float64       // units per second offered; -1: unknown yet
-	cadence    time.Duration // the client's reporting interval, learnt
+	demand     float64          // units per second offered; -1: unknown yet
+	elapsed    [3]time.Duration // the last reports' time_elapsed (whole seconds)
+	cadence    time.Duration    // the client's reporting interval: the longest of elapsed
 	lastReport time.Time
 	assigned   float64    // the rate it holds (units per second)
 	sent       assignment // the last assignment sent
@@ -264,11 +265,14 @@ func idKey(id map[string]string) string {
 	return b.String()
 }
 
-// ttl is the TTL of an assignment sent at now: until a little (a second)
-// after the client's next report is due, in whole seconds (Envoy reads
-// durations in whole seconds), at least 1 s.
+// ttl is the TTL of an assignment sent at now: until a second after the
+// client's next report is due, in whole seconds (Envoy reads durations
+// in whole seconds), at least 1 s. The next report is due within
+// cadence + 1 s of the last (time_elapsed is whole seconds, rounded
+// down), so an assignment sent with a report lives cadence + 2 s: for
+// Envoy's 5 s, 7 s.
 func (m *qMember) ttl(now time.Time) time.Duration {
-	due := m.lastReport.Add(m.cadence).Sub(now)
+	due := m.lastReport.Add(m.cadence + time.Second).Sub(now)
 	secs := max(0, math.Ceil(due.Seconds()))
 	return time.Duration(secs+1) * time.Second
 }
@@ -435,6 +439,7 @@ func (q *QuotaServer) member(s *qStream, id map[string]string) *qMember {
 	h := fnv.New64a()
 	h.Write([]byte(key))
 	m := &qMember{s: s, id: maps.Clone(id), idKey: key, demand: -1, cadence: defaultCadence,
+		elapsed: [3]time.Duration{defaultCadence, defaultCadence, defaultCadence},
 		boardID: fmt.Sprintf("%x.%d.%x", q.instance, s.id, h.Sum64())}
 	q.attach(m)
 	s.members[key] = m
@@ -485,8 +490,11 @@ func (m *qMember) observe(now time.Time, u *rlqsv3.RateLimitQuotaUsageReports_Bu
 	allowed := min(u.GetNumRequestsAllowed(), math.MaxInt64/4)
 	denied := min(u.GetNumRequestsDenied(), math.MaxInt64/4)
 	if secs := u.GetTimeElapsed().GetSeconds(); secs >= 1 { // whole seconds, as Envoy counts
-		el := time.Duration(secs) * time.Second
-		m.cadence = min(el, time.Hour)
+		el := time.Duration(min(secs, 3600)) * time.Second
+		// The longest of the last three: a bucket's first periodic
+		// report covers only part of an interval.
+		m.elapsed = [3]time.Duration{m.elapsed[1], m.elapsed[2], el}
+		m.cadence = max(m.elapsed[0], m.elapsed[1], m.elapsed[2])
 		m.demand = float64(allowed+denied) / el.Seconds()
 	}
 	m.lastReport = now

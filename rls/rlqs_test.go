@@ -195,30 +195,35 @@ func TestQuotaShareAssignment(t *testing.T) {
 	e := newMemQEnv(t, quotaPolicy)
 	a, b := e.open(t), e.open(t)
 	a.report(t, use(acme, 0, 1, 0)) // Envoy's first report of a bucket: alone, count 1
-	expect(t, a.next(t), "map[tenant:acme] bucket 100/1s max 25 ttl 6s")
+	expect(t, a.next(t), "map[tenant:acme] bucket 100/1s max 25 ttl 7s")
 	b.report(t, use(acme, 0, 1, 0))
-	expect(t, b.next(t), "map[tenant:acme] DENY_ALL ttl 6s") // a holds all 100 until it shrinks
+	expect(t, b.next(t), "map[tenant:acme] DENY_ALL ttl 7s") // a holds all 100 until it shrinks
 
 	e.clk.Advance(500 * time.Millisecond)
 	e.q.Tick() // a shrinks to its fair half, then b grows into it
-	expect(t, a.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 6s")
-	expect(t, b.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 6s")
+	expect(t, a.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 7s")
+	expect(t, b.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 7s")
 
 	// a offers 10/s, b 200/s: a is given what it asks (a tenth more), b
 	// the rest; the TTL follows the cadence learnt from time_elapsed.
 	e.clk.Advance(4500 * time.Millisecond)
 	a.report(t, use(acme, 5*time.Second, 50, 0))
-	expect(t, a.next(t), "map[tenant:acme] bucket 11/1s max 3 ttl 6s")
+	expect(t, a.next(t), "map[tenant:acme] bucket 11/1s max 3 ttl 7s")
 	b.report(t, use(acme, 5*time.Second, 250, 750))
-	expect(t, b.next(t), "map[tenant:acme] bucket 89/1s max 23 ttl 6s")
-	e.clk.Advance(3 * time.Second)
-	a.report(t, use(acme, 3*time.Second, 33, 0))
-	expect(t, a.next(t), "map[tenant:acme] bucket 11/1s max 3 ttl 4s")
+	expect(t, b.next(t), "map[tenant:acme] bucket 89/1s max 23 ttl 7s")
+	// A client reporting every 3 s: learnt over three reports (the longest
+	// of the last three time_elapsed, as a bucket's first periodic report
+	// covers only part of an interval).
+	for _, want := range []string{"7s", "7s", "5s"} {
+		e.clk.Advance(3 * time.Second)
+		a.report(t, use(acme, 3*time.Second, 33, 0))
+		expect(t, a.next(t), "map[tenant:acme] bucket 11/1s max 3 ttl "+want)
+	}
 
 	// A third client waits for the others to shrink.
 	c := e.open(t)
 	c.report(t, use(acme, 0, 1, 0))
-	expect(t, c.next(t), "map[tenant:acme] DENY_ALL ttl 6s")
+	expect(t, c.next(t), "map[tenant:acme] DENY_ALL ttl 7s")
 }
 
 // A share that is no whole number a second gets the whole-second fill
@@ -232,7 +237,7 @@ func TestQuotaThirds(t *testing.T) {
 	}
 	e.q.Tick()
 	for _, s := range ss {
-		expect(t, s.next(t), "map[tenant:acme] bucket 100/3s max 9 ttl 6s")
+		expect(t, s.next(t), "map[tenant:acme] bucket 100/3s max 9 ttl 7s")
 	}
 }
 
@@ -244,7 +249,7 @@ func TestQuotaDenyAllWhenExhausted(t *testing.T) {
 	e := newMemQEnv(t, quotaPolicy)
 	s := e.open(t)
 	s.report(t, use(route, 0, 1, 0))
-	expect(t, s.next(t), "map[route:/a] bucket 10/1s max 3 ttl 6s")
+	expect(t, s.next(t), "map[route:/a] bucket 10/1s max 3 ttl 7s")
 	ctx := context.Background()
 	drain := func() {
 		req := &floodgate.Request{Headers: []floodgate.Header{{Name: "x-route", Value: "/a"}}}
@@ -259,14 +264,14 @@ func TestQuotaDenyAllWhenExhausted(t *testing.T) {
 	e.clk.Advance(5 * time.Second)
 	drain()
 	s.report(t, use(route, 5*time.Second, 50, 0))
-	expect(t, s.next(t), "map[route:/a] bucket 10/1s max 3 ttl 6s")
+	expect(t, s.next(t), "map[route:/a] bucket 10/1s max 3 ttl 7s")
 	reported := e.clk.Now()
 	for {
 		e.clk.Advance(500 * time.Millisecond)
 		drain()
 		e.q.Tick()
 		if got, none := s.idle(); !none {
-			expect(t, got, "map[route:/a] DENY_ALL ttl 4s")
+			expect(t, got, "map[route:/a] DENY_ALL ttl 5s")
 			break
 		}
 		if e.clk.Now().Sub(reported) >= 5*time.Second {
@@ -295,8 +300,8 @@ func TestQuotaAbandonOnReload(t *testing.T) {
 	e := newMemQEnv(t, quotaPolicy)
 	s := e.open(t)
 	s.report(t, use(acme, 0, 1, 0), use(route, 0, 1, 0))
-	expect(t, s.next(t), "map[tenant:acme] bucket 100/1s max 25 ttl 6s")
-	expect(t, s.next(t), "map[route:/a] bucket 10/1s max 3 ttl 6s")
+	expect(t, s.next(t), "map[tenant:acme] bucket 100/1s max 25 ttl 7s")
+	expect(t, s.next(t), "map[route:/a] bucket 10/1s max 3 ttl 7s")
 	p, err := tiers.Load([]byte(`
 rules:
   - {name: per-tenant, key: [tenant], rate: 100/1s, algorithm: token_bucket}
@@ -321,7 +326,7 @@ rls:
 	}
 	// The client starts the bucket afresh: not limited any more.
 	s.report(t, use(route, 0, 1, 0))
-	expect(t, s.next(t), "map[route:/a] ALLOW_ALL ttl 6s")
+	expect(t, s.next(t), "map[route:/a] ALLOW_ALL ttl 7s")
 }
 
 // A client killed (its stream lost) leaves the board at once: the others
@@ -335,14 +340,14 @@ func TestQuotaKilledClient(t *testing.T) {
 	b.report(t, use(acme, 0, 1, 0))
 	b.next(t)
 	e.q.Tick()
-	expect(t, a.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 6s")
-	expect(t, b.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 6s")
+	expect(t, a.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 7s")
+	expect(t, b.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 7s")
 	b.cancel()
 	for range 50 { // the server sees the stream end (real time)
 		e.clk.Advance(100 * time.Millisecond)
 		e.q.Tick()
 		if got, none := a.idle(); !none {
-			expect(t, got, "map[tenant:acme] bucket 100/1s max 25 ttl 6s")
+			expect(t, got, "map[tenant:acme] bucket 100/1s max 25 ttl 7s")
 			return
 		}
 	}

@@ -322,7 +322,7 @@ func (q *QuotaServer) reassign(b *qBucket, now time.Time, out map[*qStream][]*rl
 func (q *QuotaServer) dropSilent(now time.Time, removals map[string][]boardPost) {
 	for s := range q.streams {
 		for key, m := range s.members {
-			if now.Sub(m.lastReport) <= 2*m.cadence+time.Second {
+			if now.Sub(m.lastReport) <= 2*m.cadence+2*time.Second {
 				continue
 			}
 			if m.b != nil {

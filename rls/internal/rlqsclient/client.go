@@ -71,6 +71,13 @@ type Config struct {
 // Stats counts what the client did.
 type Stats struct {
 	Reports, Actions, Abandons, StreamErrors uint64
+	// Fresh is the sum of max_tokens of the token buckets assigned that
+	// started full (a configuration the bucket did not have): what the
+	// client may admit at once beyond the assigned rates.
+	Fresh uint64
+	// Unassigned and Expired count the requests allowed by
+	// no_assignment_behavior and by the expired fallback.
+	Unassigned, Expired uint64
 }
 
 // Client is one Envoy's filter: its buckets and its stream.
@@ -259,6 +266,9 @@ func (c *Client) act(now time.Time, a *rlqsv3.RateLimitQuotaResponse_BucketActio
 	next := parse(qa.GetRateLimitStrategy(), now)
 	if !b.assigned || !b.a.sameConfig(next) {
 		b.a = next // a new token bucket starts full
+		if next.kind == kindBucket {
+			c.stats.Fresh += uint64(next.max)
+		}
 	}
 	b.assigned = true
 	b.expires = now.Add(time.Duration(qa.GetAssignmentTimeToLive().GetSeconds()) * time.Second)
@@ -369,9 +379,17 @@ func (c *Client) decide(b *bucket, now time.Time) bool {
 			f := parse(c.cfg.ExpiredFallback, now)
 			b.fallback = &f
 		}
-		return b.fallback.take(now)
+		ok := b.fallback.take(now)
+		if ok {
+			c.stats.Expired++
+		}
+		return ok
 	}
-	return !c.cfg.NoAssignmentDeny
+	if !c.cfg.NoAssignmentDeny {
+		c.stats.Unassigned++
+		return true
+	}
+	return false
 }
 
 // Report sends the periodic report: every cached bucket, with what it
