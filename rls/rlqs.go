@@ -336,13 +336,12 @@ func (q *QuotaServer) endStreams() {
 // endStream forgets a stream's members: their claims leave the board (the
 // usage they reported is still charged).
 func (q *QuotaServer) endStream(s *qStream) {
-	posts := map[string][]boardPost{}
+	posts := map[string]boardBatch{}
 	q.mu.Lock()
 	delete(q.streams, s)
 	for _, m := range s.members {
 		if m.b != nil {
-			posts[m.b.key] = append(posts[m.b.key], boardPost{member: m.boardID})
-			m.b.remove(m)
+			removeClaim(posts, m)
 		}
 	}
 	q.mu.Unlock()
@@ -377,32 +376,26 @@ func (q *QuotaServer) report(ctx context.Context, s *qStream, msg *rlqsv3.RateLi
 			touched = append(touched, m)
 		}
 	}
-	posts := map[string][]boardPost{}
-	next := make([]assignment, len(touched))
+	plans := make([]plan, len(touched))
+	posts := map[string]boardBatch{}
 	for i, m := range touched {
-		next[i] = q.assign(m, now)
-		if m.b != nil {
-			posts[m.b.key] = append(posts[m.b.key], m.post(next[i].ttl))
-		}
+		plans[i] = q.plan(m, now, posts)
 	}
 	q.mu.Unlock()
-	entries, err := q.board.sync(ctx, posts, nil)
+	states, err := q.board.sync(ctx, posts, nil)
 	if err != nil {
 		q.logf("floodgate-rls: RLQS: board", err)
 	}
 	actions := make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, len(touched))
 	q.mu.Lock()
-	for key, es := range entries {
-		if b := q.buckets[key]; b != nil {
-			b.board = es
-		}
-	}
-	for i, m := range touched {
-		if next[i].kind == assignNone {
+	q.setBoards(states)
+	for _, p := range plans {
+		a := q.settle(p, states)
+		if a.kind == assignNone {
 			continue // no assignment: the client's no_assignment_behavior decides
 		}
-		m.sent = next[i]
-		actions = append(actions, next[i].action(m.id))
+		p.m.sent = a
+		actions = append(actions, a.action(p.m.id))
 	}
 	q.mu.Unlock()
 	return s.send(actions)
@@ -503,31 +496,76 @@ func (m *qMember) observe(now time.Time, u *rlqsv3.RateLimitQuotaUsageReports_Bu
 	}
 }
 
-// post is m's claim, for the board, until ttl.
-func (m *qMember) post(ttl time.Duration) boardPost {
-	return boardPost{member: m.boardID, claim: claim{demand: m.demand, assigned: m.assigned}, ttl: ttl}
+// plan is a member's assignment under way: the rate it wants, and where
+// its post to the board sits (key, idx; key "" for none).
+type plan struct {
+	m    *qMember
+	want float64
+	ttl  time.Duration
+	key  string
+	idx  int
 }
 
-// assign computes m's assignment at now and what it holds. q.mu is held.
-func (q *QuotaServer) assign(m *qMember, now time.Time) assignment {
-	ttl := m.ttl(now)
+// plan computes what m wants at now and adds its post to posts. A
+// member of an exhausted bucket wants 0 (DENY_ALL); any other its max-min
+// fair share of the bucket's rate among the claims. q.mu is held.
+func (q *QuotaServer) plan(m *qMember, now time.Time, posts map[string]boardBatch) plan {
+	p := plan{m: m, ttl: m.ttl(now)}
 	if m.b == nil {
-		return assignment{kind: m.static, ttl: ttl}
+		return p
 	}
 	b := m.b
-	if b.exhausted {
-		m.assigned = 0
-		return assignment{kind: assignDeny, ttl: ttl}
+	if !b.exhausted {
+		claims, i := b.claims(m)
+		p.want = fairShare(b.rate, claims, i)
 	}
-	claims, i := b.claims(m)
-	r := share(b.rate, claims, i)
-	a := tokenBucket(r, ttl)
-	if p := m.sent; p.kind == assignBucket && a.kind == assignBucket && p.rate() <= r+1e-9 && p.rate() >= 0.98*r {
-		a = p // within 2% below: the client keeps its token bucket (a new one starts full)
-		a.ttl = ttl
+	batch := posts[b.key]
+	batch.rate = b.rate
+	p.key, p.idx = b.key, len(batch.posts)
+	batch.posts = append(batch.posts, boardPost{member: m.boardID, demand: m.demand, want: p.want, ttl: p.ttl})
+	posts[b.key] = batch
+	return p
+}
+
+// settle turns p into m's assignment: a blanket rule for an id with no
+// bucket, else a token bucket of what the board granted (when the board
+// did not answer, what the claims last read leave), DENY_ALL for nothing.
+// A grant at most 2% above the rate m holds keeps its configuration (a
+// new token bucket starts full). q.mu is held.
+func (q *QuotaServer) settle(p plan, states map[string]boardState) assignment {
+	m := p.m
+	if p.key == "" {
+		return assignment{kind: m.static, ttl: p.ttl}
+	}
+	var g float64
+	if st, ok := states[p.key]; ok && p.idx < len(st.granted) {
+		g = st.granted[p.idx]
+	} else {
+		claims, i := m.b.claims(m)
+		others := 0.0
+		for k, c := range claims {
+			if k != i {
+				others += c.assigned
+			}
+		}
+		g = grant(m.b.rate, p.want, others)
+	}
+	a := tokenBucket(g, p.ttl)
+	if h := m.sent; h.kind == assignBucket && a.kind == assignBucket && h.rate() <= g+1e-9 && h.rate() >= 0.98*g {
+		a = h
+		a.ttl = p.ttl
 	}
 	m.assigned = a.rate()
 	return a
+}
+
+// setBoards takes the claims a board sync returned. q.mu is held.
+func (q *QuotaServer) setBoards(states map[string]boardState) {
+	for key, st := range states {
+		if b := q.buckets[key]; b != nil {
+			b.board = st.entries
+		}
+	}
 }
 
 // logf logs err at most once a second.

@@ -139,7 +139,9 @@ func wantOf(demand float64) float64 {
 
 // fairShare is claim i's max-min fair share of rate among claims, each
 // asking wantOf its demand: those that ask less than an equal split get
-// what they ask, the rest split what remains equally.
+// what they ask, the rest split what remains equally; what is left when
+// every claim has what it asks is split equally too, so a client's
+// demand can grow before its next report.
 func fairShare(rate float64, claims []claim, i int) float64 {
 	wants := make([]float64, len(claims))
 	for k, c := range claims {
@@ -158,28 +160,13 @@ func fairShare(rate float64, claims []claim, i int) float64 {
 		}
 		return 0
 	})
-	left := rate
+	left, mine := rate, 0.0
 	for n, k := range order {
-		equal := left / float64(len(order)-n)
-		got := min(wants[k], equal)
+		got := min(wants[k], left/float64(len(order)-n))
 		if k == i {
-			return got
+			mine = got
 		}
 		left -= got
 	}
-	return 0
-}
-
-// share is what claim i is assigned of rate: its fair share, capped by
-// what the other claims do not hold, so the claims' assignments never
-// sum above rate: a share that grows waits for the others to shrink
-// (which they do at their next assignment).
-func share(rate float64, claims []claim, i int) float64 {
-	others := 0.0
-	for k, c := range claims {
-		if k != i {
-			others += c.assigned
-		}
-	}
-	return max(0, min(fairShare(rate, claims, i), rate-others))
+	return mine + max(0, left)/float64(len(claims))
 }

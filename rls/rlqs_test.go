@@ -52,7 +52,7 @@ type qenv struct {
 	conn    *grpc.ClientConn
 }
 
-func newQEnv(t *testing.T, policy string, ledger quota.Reporter, clk *clock.Fake) *qenv {
+func newQEnv(t *testing.T, policy string, ledger quota.Reporter, clk *clock.Fake, opts ...rls.QuotaOption) *qenv {
 	t.Helper()
 	p, err := tiers.Load([]byte(policy))
 	if err != nil {
@@ -62,7 +62,7 @@ func newQEnv(t *testing.T, policy string, ledger quota.Reporter, clk *clock.Fake
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := rls.NewQuota(l, ledger, rls.WithQuotaClock(clk), rls.WithQuotaLogger(quiet), rls.WithManualTicks())
+	q, err := rls.NewQuota(l, ledger, append([]rls.QuotaOption{rls.WithQuotaClock(clk), rls.WithQuotaLogger(quiet), rls.WithManualTicks()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +216,10 @@ func TestQuotaShareAssignment(t *testing.T) {
 	// covers only part of an interval).
 	for _, want := range []string{"7s", "7s", "5s"} {
 		e.clk.Advance(3 * time.Second)
-		a.report(t, use(acme, 3*time.Second, 33, 0))
+		a.report(t, use(acme, 3*time.Second, 30, 0))
 		expect(t, a.next(t), "map[tenant:acme] bucket 11/1s max 3 ttl "+want)
+		b.report(t, use(acme, 3*time.Second, 150, 450))
+		expect(t, b.next(t), "map[tenant:acme] bucket 89/1s max 23 ttl "+want)
 	}
 
 	// A third client waits for the others to shrink.
@@ -412,4 +414,35 @@ func TestQuotaReportChargedOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Two servers sharing one Redis share a bucket's rate between their
+// clients: the board in Redis grants each claim only what the others
+// leave, atomically, so a client joining on one server waits for the
+// other server's client to shrink.
+func TestQuotaTwoServersShareOneRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clock.New(time.Time{})
+	e1 := newQEnv(t, quotaPolicy, redisStore(t, srv, clk), clk, rls.WithQuotaRedis(srv.NewClient()))
+	e2 := newQEnv(t, quotaPolicy, redisStore(t, srv, clk), clk, rls.WithQuotaRedis(srv.NewClient()))
+	a, b := e1.open(t), e2.open(t)
+	a.report(t, use(acme, 0, 1, 0))
+	expect(t, a.next(t), "map[tenant:acme] bucket 100/1s max 25 ttl 7s")
+	b.report(t, use(acme, 0, 1, 0))
+	expect(t, b.next(t), "map[tenant:acme] DENY_ALL ttl 7s")
+	e1.q.Tick() // reads b's claim: a shrinks
+	expect(t, a.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 7s")
+	e2.q.Tick() // b grows into the room
+	expect(t, b.next(t), "map[tenant:acme] bucket 50/1s max 13 ttl 7s")
+	// b's client is killed: its claim leaves the board, a grows back.
+	b.cancel()
+	for range 50 {
+		time.Sleep(20 * time.Millisecond)
+		e1.q.Tick()
+		if got, none := a.idle(); !none {
+			expect(t, got, "map[tenant:acme] bucket 100/1s max 25 ttl 7s")
+			return
+		}
+	}
+	t.Fatal("a never got b's share back")
 }

@@ -218,7 +218,7 @@ func (q *QuotaServer) tick(ctx context.Context) {
 	defer q.tickMu.Unlock()
 	now := q.clock.Now()
 	out := map[*qStream][]*rlqsv3.RateLimitQuotaResponse_BucketAction{}
-	removals := map[string][]boardPost{}
+	removals := map[string]boardBatch{}
 	q.mu.Lock()
 	q.abandonUnmapped(out, removals)
 	q.dropSilent(now, removals)
@@ -257,77 +257,86 @@ func (q *QuotaServer) tick(ctx context.Context) {
 		}
 		q.mu.Unlock()
 	}
-	entries, err := q.board.sync(ctx, removals, reads)
+	states, err := q.board.sync(ctx, removals, reads)
 	if err != nil {
 		q.logf("floodgate-rls: RLQS: board", err)
 	}
-	posts := map[string][]boardPost{}
+	posts := map[string]boardBatch{}
+	var plans []plan
 	q.mu.Lock()
+	q.setBoards(states)
 	for key, b := range q.buckets {
-		if es, ok := entries[key]; ok {
-			b.board = es
-		}
 		if !b.owing() && b.inflight == 0 {
 			b.judge(now, false, 0)
 		}
-		q.reassign(b, now, out, posts)
+		plans = q.replan(b, now, posts, plans)
 		if len(b.members) == 0 && !b.owing() && b.inflight == 0 {
 			delete(q.buckets, key)
 		}
 	}
 	q.mu.Unlock()
 	if len(posts) > 0 {
-		if _, err := q.board.sync(ctx, posts, nil); err != nil {
+		states, err := q.board.sync(ctx, posts, nil)
+		if err != nil {
 			q.logf("floodgate-rls: RLQS: board", err)
 		}
+		q.mu.Lock()
+		q.setBoards(states)
+		for _, p := range plans {
+			if _, live := p.m.s.members[p.m.idKey]; !live {
+				continue
+			}
+			if a := q.settle(p, states); !a.sameStrategy(p.m.sent) {
+				p.m.sent = a
+				out[p.m.s] = append(out[p.m.s], a.action(p.m.id))
+			}
+		}
+		q.mu.Unlock()
 	}
 	for s, actions := range out {
 		_ = s.send(actions) // a stream that failed ends on its own
 	}
 }
 
-// reassign recomputes the assignments of b's members, the shrinking ones
-// first so that the growing ones see the room they leave, and queues the
-// ones that changed. q.mu is held.
-func (q *QuotaServer) reassign(b *qBucket, now time.Time, out map[*qStream][]*rlqsv3.RateLimitQuotaResponse_BucketAction, posts map[string][]boardPost) {
-	var grow []*qMember
-	push := func(m *qMember, a assignment) {
-		if a.sameStrategy(m.sent) {
-			return
-		}
-		m.sent = a
-		out[m.s] = append(out[m.s], a.action(m.id))
-		posts[b.key] = append(posts[b.key], m.post(a.ttl))
-	}
+// replan plans the members of b whose share changed (the bucket
+// exhausted or recovered, a client came or went, a demand changed):
+// shrinking ones first, so that the board grants the growing ones the
+// room they leave. q.mu is held.
+func (q *QuotaServer) replan(b *qBucket, now time.Time, posts map[string]boardBatch, plans []plan) []plan {
+	var shrink, grow []*qMember
 	for m := range b.members {
 		if m.sent.kind == assignNone {
 			continue // not answered yet: its report's reply comes
 		}
-		old := m.assigned
-		if a := q.assign(m, now); a.rate() < old {
-			push(m, a)
-			continue
+		want := 0.0
+		if !b.exhausted {
+			claims, i := b.claims(m)
+			want = fairShare(b.rate, claims, i)
 		}
-		m.assigned = old
-		grow = append(grow, m) // or stays: decided once the others shrank
+		switch tol := 1e-6 * max(1, want); {
+		case want < m.assigned-tol || b.exhausted && m.sent.kind != assignDeny:
+			shrink = append(shrink, m)
+		case want > m.assigned+tol && !(m.sent.kind == assignBucket && m.assigned >= 0.98*want):
+			grow = append(grow, m)
+		}
 	}
-	for _, m := range grow {
-		push(m, q.assign(m, now))
+	for _, m := range append(shrink, grow...) {
+		plans = append(plans, q.plan(m, now, posts))
 	}
+	return plans
 }
 
 // dropSilent forgets the members whose client has missed a report by
 // more than its TTL (a client gone without closing its stream): their
 // claims leave the board. q.mu is held.
-func (q *QuotaServer) dropSilent(now time.Time, removals map[string][]boardPost) {
+func (q *QuotaServer) dropSilent(now time.Time, removals map[string]boardBatch) {
 	for s := range q.streams {
 		for key, m := range s.members {
 			if now.Sub(m.lastReport) <= 2*m.cadence+2*time.Second {
 				continue
 			}
 			if m.b != nil {
-				removals[m.b.key] = append(removals[m.b.key], boardPost{member: m.boardID})
-				m.b.remove(m)
+				removeClaim(removals, m)
 			}
 			delete(s.members, key)
 		}
@@ -339,7 +348,7 @@ func (q *QuotaServer) dropSilent(now time.Time, removals map[string][]boardPost)
 // removed) is abandoned, so the client drops it and reports it afresh
 // under the new policy; one that maps to the same buckets takes their
 // new limits. q.mu is held.
-func (q *QuotaServer) abandonUnmapped(out map[*qStream][]*rlqsv3.RateLimitQuotaResponse_BucketAction, removals map[string][]boardPost) {
+func (q *QuotaServer) abandonUnmapped(out map[*qStream][]*rlqsv3.RateLimitQuotaResponse_BucketAction, removals map[string]boardBatch) {
 	p := q.limiter.Policy()
 	if p == q.policy {
 		return
@@ -360,10 +369,19 @@ func (q *QuotaServer) abandonUnmapped(out map[*qStream][]*rlqsv3.RateLimitQuotaR
 			}
 			out[s] = append(out[s], abandonAction(m.id))
 			if m.b != nil {
-				removals[m.b.key] = append(removals[m.b.key], boardPost{member: m.boardID})
-				m.b.remove(m)
+				removeClaim(removals, m)
 			}
 			delete(s.members, key)
 		}
 	}
+}
+
+// removeClaim adds the removal of m's claim to posts and takes m out of
+// its bucket.
+func removeClaim(posts map[string]boardBatch, m *qMember) {
+	batch := posts[m.b.key]
+	batch.rate = m.b.rate
+	batch.posts = append(batch.posts, boardPost{member: m.boardID})
+	posts[m.b.key] = batch
+	m.b.remove(m)
 }
