@@ -175,7 +175,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%d buckets, limit %g/s each (capacity %g), the fleet offering %g×, reports every %s, %s runs, floodgate-rls -rlqs-tick %s\n\n",
 		c.buckets, c.rate, c.rate, c.factor, c.report, c.duration, c.tick)
-	fmt.Fprintln(stdout, "| servers | clients | offered | admitted | allowed | over (+) / under (-) | bound | within bound | Redis cmds | reports | cmds/report | cmds/request |")
+	fmt.Fprintln(stdout, "| servers | clients | offered | admitted | allowed | over (+) / under (-) | bound | within bound | Redis calls | reports | calls/report | calls/request |")
 	fmt.Fprintln(stdout, "|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|")
 	failed := false
 	for _, s := range c.servers {

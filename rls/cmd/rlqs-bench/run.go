@@ -124,7 +124,7 @@ func runOne(c config, servers, clients int, stderr io.Writer) (result, error) {
 	}
 	r.cmds = after - before
 	r.allowed = int64(c.buckets) * int64(c.rate*c.duration.Seconds()+c.rate)
-	r.bound += r.allowed
+	r.bound += int64(c.buckets) * int64(c.rate*c.duration.Seconds()) // r·t + Σ max_tokens + U + F
 	return r, nil
 }
 
