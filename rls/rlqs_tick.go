@@ -283,7 +283,7 @@ func (q *QuotaServer) tick(ctx context.Context) {
 		q.mu.Lock()
 		q.setBoards(states)
 		for _, p := range plans {
-			if _, live := p.m.s.members[p.m.idKey]; !live {
+			if p.m.s.members[p.m.idKey] != p.m { // dropped or abandoned meanwhile
 				continue
 			}
 			if a := q.settle(p, states); !a.sameStrategy(p.m.sent) {
