@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -445,4 +447,28 @@ func TestQuotaTwoServersShareOneRedis(t *testing.T) {
 		}
 	}
 	t.Fatal("a never got b's share back")
+}
+
+// The RLQS policy README.md shows loads, with a quota domain.
+func TestReadmeQuotaPolicyLoads(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## Quota leases")
+	if !ok {
+		t.Fatal("README.md has no RLQS section")
+	}
+	_, rest, _ = strings.Cut(rest, "```yaml\n")
+	yaml, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("no YAML block in the RLQS section")
+	}
+	p, err := tiers.Load([]byte(yaml))
+	if err != nil {
+		t.Fatalf("README policy:\n%v", err)
+	}
+	if len(p.RLS) != 1 || !p.RLS[0].Quota {
+		t.Fatalf("README policy has no quota domain: %+v", p.RLS)
+	}
 }
