@@ -13,7 +13,9 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
@@ -470,5 +472,34 @@ func TestReadmeQuotaPolicyLoads(t *testing.T) {
 	}
 	if len(p.RLS) != 1 || !p.RLS[0].Quota {
 		t.Fatalf("README policy has no quota domain: %+v", p.RLS)
+	}
+}
+
+// A report the server cannot take ends the stream with INVALID_ARGUMENT,
+// naming what is wrong.
+func TestQuotaRefusesBadReports(t *testing.T) {
+	e := newMemQEnv(t, quotaPolicy)
+	for _, c := range []struct {
+		msg  *rlqsv3.RateLimitQuotaUsageReports
+		want string
+	}{
+		{&rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{use(acme, 0, 1, 0)}},
+			"the first report names no domain"},
+		{&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{use(nil, 0, 1, 0)}},
+			"bucket_quota_usages[0].bucket_id is empty"},
+		{&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{use(acme, -time.Second, 1, 0)}},
+			"bucket_quota_usages[0].time_elapsed"},
+	} {
+		s := e.open(t)
+		if err := s.st.Send(c.msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := <-s.acts; ok {
+			t.Fatalf("%v answered; want the stream ended", c.msg)
+		}
+		_, err := s.st.Recv()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v; want INVALID_ARGUMENT naming %q", c.msg, err, c.want)
+		}
 	}
 }

@@ -138,11 +138,13 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	}
 }
 
-// Serve serves the rate limit service and the gRPC health service
-// (grpc.health.v1, SERVING for "" and ServiceName) on lis until ctx is
-// done, then shuts down gracefully: health turns NOT_SERVING, new calls
-// are refused, calls in flight finish within the drain timeout (then
-// their connections are closed), and Serve returns nil. It returns the
+// Serve serves the rate limit service (and the quota service of
+// WithQuota) and the gRPC health service (grpc.health.v1, SERVING for "",
+// ServiceName and, with WithQuota, QuotaServiceName) on lis until ctx is
+// done, then shuts down gracefully: health turns NOT_SERVING, the quota
+// streams end (their clients reconnect), new calls are refused, calls in
+// flight finish within the drain timeout (then their connections are
+// closed), and Serve returns nil. It returns the
 // error of a listener that fails. opts configure the grpc.Server.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.ServerOption) error {
 	g := grpc.NewServer(opts...)

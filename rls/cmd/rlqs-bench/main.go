@@ -17,6 +17,8 @@
 // bucket that started full + what no_assignment_behavior admitted), and
 // the Redis commands the run cost per report and per request.
 // floodgate-rls is built from this module unless -rls-bin names it.
+// RLQS_BENCH_DEBUG=1 also prints each client's result and the
+// redis-server's command statistics on standard error.
 package main
 
 import (
