@@ -158,13 +158,13 @@ func (s *stream) next(t *testing.T) string {
 	return ""
 }
 
-// quiet reports whether no action came within 100 ms (what a tick that
-// changes nothing sends).
+// idle reports whether no action came within 250 ms (what a tick that
+// changes nothing sends: a tick sends before it returns), or the action.
 func (s *stream) idle() (string, bool) {
 	select {
 	case a := <-s.acts:
 		return describe(a), false
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(250 * time.Millisecond):
 		return "", true
 	}
 }
