@@ -53,6 +53,7 @@ type config struct {
 	logger  *slog.Logger
 	headers bool
 	drain   time.Duration
+	quota   *QuotaServer
 	errs    []error
 }
 
@@ -93,6 +94,20 @@ func WithDrainTimeout(d time.Duration) Option {
 	}
 }
 
+// WithQuota serves q, Envoy's rate limit quota service (RLQS), next to
+// the rate limit service: Register and Serve add it, and at shutdown Serve
+// ends its streams before it drains the calls in flight. Closing q is the
+// caller's. It must not be nil.
+func WithQuota(q *QuotaServer) Option {
+	return func(c *config) {
+		if q == nil {
+			c.errs = append(c.errs, errors.New("rls: WithQuota: quota server is nil"))
+			return
+		}
+		c.quota = q
+	}
+}
+
 // New returns a Server deciding with l. Bad options are reported together.
 func New(l *tiers.Limiter, opts ...Option) (*Server, error) {
 	c := config{logger: slog.Default(), headers: true, drain: DefaultDrainTimeout}
@@ -114,16 +129,22 @@ func New(l *tiers.Limiter, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Register adds the rate limit service to g.
+// Register adds the rate limit service to g, and the quota service of
+// WithQuota.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
+	if s.cfg.quota != nil {
+		s.cfg.quota.Register(g)
+	}
 }
 
-// Serve serves the rate limit service and the gRPC health service
-// (grpc.health.v1, SERVING for "" and ServiceName) on lis until ctx is
-// done, then shuts down gracefully: health turns NOT_SERVING, new calls
-// are refused, calls in flight finish within the drain timeout (then
-// their connections are closed), and Serve returns nil. It returns the
+// Serve serves the rate limit service (and the quota service of
+// WithQuota) and the gRPC health service (grpc.health.v1, SERVING for "",
+// ServiceName and, with WithQuota, QuotaServiceName) on lis until ctx is
+// done, then shuts down gracefully: health turns NOT_SERVING, the quota
+// streams end (their clients reconnect), new calls are refused, calls in
+// flight finish within the drain timeout (then their connections are
+// closed), and Serve returns nil. It returns the
 // error of a listener that fails. opts configure the grpc.Server.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.ServerOption) error {
 	g := grpc.NewServer(opts...)
@@ -131,6 +152,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if s.cfg.quota != nil {
+		hs.SetServingStatus(QuotaServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
 	healthpb.RegisterHealthServer(g, hs)
 
 	served := make(chan error, 1)
@@ -142,6 +166,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	case <-ctx.Done():
 	}
 	hs.Shutdown() // NOT_SERVING for every service; watchers are told
+	if s.cfg.quota != nil {
+		s.cfg.quota.endStreams() // long-lived: they would hold the drain to its timeout
+	}
 	stopped := make(chan struct{})
 	go func() {
 		g.GracefulStop()

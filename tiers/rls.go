@@ -31,6 +31,14 @@ type RLSDomain struct {
 	// Descriptors are the descriptors the domain knows. A descriptor of
 	// a call that none of them matches is not limited.
 	Descriptors []RLSDescriptor
+	// Quota also serves the domain to Envoy's rate limit quota service
+	// (RLQS, Limiter.QuotaBuckets): a bucket id, a map, matches the
+	// descriptor whose entries have its keys, in whatever order. Every
+	// descriptor of such a domain has distinct keys, descriptors with
+	// the same keys list them in the same order, and their rules are
+	// token_bucket or gcra (what an RLQS server can charge after the
+	// fact).
+	Quota bool
 }
 
 // RLSDescriptor maps one descriptor shape to a rule.

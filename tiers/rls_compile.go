@@ -85,6 +85,9 @@ type rlsCompiled struct {
 	// own is the rule, in no rule list, that the buckets of descriptors'
 	// own limits (Descriptor.Limit) are decided as.
 	own cRule
+	// quota holds, per domain with quota: true, the key order of its
+	// descriptors by key set (see QuotaBuckets).
+	quota map[string]map[string][]string
 }
 
 // compileRLS checks p.RLS against the policy's rules (byName, before the
@@ -126,6 +129,9 @@ func compileRLS(rep *reporter, p *Policy, byName map[string]*cRule, c *compiled)
 				continue
 			}
 			rc.targets = append(rc.targets, t)
+		}
+		if dom.Quota {
+			rc.compileQuota(rep, dp, dom, byName)
 		}
 	}
 }

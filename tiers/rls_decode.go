@@ -42,6 +42,8 @@ func (d *decoder) rls(n *yaml.Node, path string, p *Policy) {
 			switch key {
 			case "domain":
 				dom.Domain, _ = d.str(v, fp)
+			case "quota":
+				dom.Quota = d.boolean(v, fp)
 			case "descriptors":
 				if !d.kind(v, fp, yaml.SequenceNode, "a list") {
 					return true

@@ -4,11 +4,15 @@
 //	floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL]
 //	                        [-metrics 127.0.0.1:9464] [-watch 2s] [-instances 1]
 //	                        [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true]
+//	                        [-rlqs=true] [-rlqs-tick 500ms]
 //	floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-merge-domains] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
 //
 // serve-rls answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 // (package github.com/floodgate-go/floodgate/rls) with the policy's rules
-// and its rls: section, plus the gRPC health service, until SIGINT or
+// and its rls: section, and (unless -rlqs=false) Envoy's rate limit quota
+// service, envoy.service.rate_limit_quota.v3.RateLimitQuotaService, for
+// its domains with quota: true, whose clients' claims it shares with the
+// other serve-rls of the same Redis, plus the gRPC health service, until SIGINT or
 // SIGTERM, then drains gracefully. Buckets live in process unless -redis
 // (or REDIS_URL) names a Redis server, which is then used through the
 // circuit-breaking fallback store (package fallback), and, for rules with
@@ -47,6 +51,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	promexp "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -72,7 +77,7 @@ func main() {
 }
 
 const usage = `usage:
-  floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL] [-metrics ADDR] [-watch 2s] [-instances N] [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true]
+  floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL] [-metrics ADDR] [-watch 2s] [-instances N] [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true] [-rlqs=true] [-rlqs-tick 500ms]
   floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-merge-domains] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
 `
 
@@ -98,9 +103,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // serveConfig is what serve-rls's flags say.
 type serveConfig struct {
 	policy, listen, redis, metrics, keyPrefix string
-	watch, storeTimeout, drain                time.Duration
+	watch, storeTimeout, drain, quotaTick     time.Duration
 	instances                                 int
-	headers                                   bool
+	headers, quota                            bool
 }
 
 func serveRLS(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -117,6 +122,8 @@ func serveRLS(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 0, "budget of one Redis call before the rules decide by on_store_error; 0: package fallback's default")
 	fs.DurationVar(&c.drain, "drain", rls.DefaultDrainTimeout, "at shutdown, how long calls in flight may take")
 	fs.BoolVar(&c.headers, "headers", true, "add RateLimit-Policy, RateLimit and Retry-After to the responses")
+	fs.BoolVar(&c.quota, "rlqs", true, "also serve Envoy's rate limit quota service (RLQS) on the same port, for the rls: domains with quota: true")
+	fs.DurationVar(&c.quotaTick, "rlqs-tick", rls.DefaultQuotaTick, "how often RLQS charges reported usage, reads the other servers' claims and pushes changed assignments")
 	switch err := fs.Parse(args); {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
@@ -188,16 +195,33 @@ func serve(ctx context.Context, c serveConfig, stdout io.Writer, logger *slog.Lo
 		return fmt.Errorf("telemetry: %w", err)
 	}
 
-	store, storeName, closeStore, err := newStore(ctx, c, obs, logger)
+	st, err := newStore(ctx, c, obs, logger)
 	if err != nil {
 		return err
 	}
-	closers = append(closers, closeStore)
-	limiter, err := tiers.NewLimiter(store, policy, tiers.WithKeyPrefix(c.keyPrefix))
+	closers = append(closers, st.close)
+	limiter, err := tiers.NewLimiter(st.store, policy, tiers.WithKeyPrefix(c.keyPrefix))
 	if err != nil {
 		return err
 	}
-	srv, err := rls.New(limiter, rls.WithObserver(obs), rls.WithLogger(logger), rls.WithResponseHeaders(c.headers), rls.WithDrainTimeout(c.drain))
+	srvOpts := []rls.Option{rls.WithObserver(obs), rls.WithLogger(logger), rls.WithResponseHeaders(c.headers), rls.WithDrainTimeout(c.drain)}
+	if c.quota {
+		qopts := []rls.QuotaOption{rls.WithQuotaLogger(logger), rls.WithQuotaTick(c.quotaTick)}
+		if st.redis != nil {
+			qopts = append(qopts, rls.WithQuotaRedis(st.redis))
+		}
+		q, err := rls.NewQuota(limiter, st.ledger, qopts...)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = q.Close(cctx) // charges what was reported last
+		})
+		srvOpts = append(srvOpts, rls.WithQuota(q))
+	}
+	srv, err := rls.New(limiter, srvOpts...)
 	if err != nil {
 		return err
 	}
@@ -219,7 +243,10 @@ func serve(ctx context.Context, c serveConfig, stdout io.Writer, logger *slog.Lo
 		domains = append(domains, d.Domain)
 	}
 	fmt.Fprintf(stdout, "floodgate-rls: serving %s on %s (domains %s; %d rules; buckets in %s)\n",
-		rls.ServiceName, lis.Addr(), strings.Join(domains, ", "), len(policy.Rules), storeName)
+		rls.ServiceName, lis.Addr(), strings.Join(domains, ", "), len(policy.Rules), st.name)
+	if c.quota {
+		fmt.Fprintf(stdout, "floodgate-rls: serving %s on %s too (the domains with quota: true)\n", rls.QuotaServiceName, lis.Addr())
+	}
 	if len(domains) == 0 {
 		logger.Warn("floodgate-rls: the policy has no rls: section: every descriptor is answered OK, unlimited", "policy", c.policy)
 	}
@@ -228,12 +255,22 @@ func serve(ctx context.Context, c serveConfig, stdout io.Writer, logger *slog.Lo
 	return err
 }
 
+// stores are what newStore opened.
+type stores struct {
+	store  quota.Store    // what the limiter decides with
+	ledger quota.Reporter // where the buckets live: what RLQS charges
+	redis  redis.UniversalClient
+	name   string
+	close  func()
+}
+
 // newStore returns the store: in process, or Redis behind the fallback;
 // either way behind a local-first store for leased and async rules.
-func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *slog.Logger) (quota.Store, string, func(), error) {
+func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *slog.Logger) (stores, error) {
 	var (
 		exact  quota.Store
 		ledger quota.Reporter
+		rc     redis.UniversalClient
 		name   string
 		closes []func()
 	)
@@ -245,14 +282,15 @@ func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *
 	if c.redis == "" {
 		mem, err := memstore.New()
 		if err != nil {
-			return nil, "", nil, err
+			return stores{}, err
 		}
 		exact, ledger, name = obs.Store(mem), mem, "process memory"
 	} else {
 		client, err := redisstore.NewClient(c.redis)
 		if err != nil {
-			return nil, "", nil, err
+			return stores{}, err
 		}
+		rc = client
 		closes = append(closes, func() { _ = client.Close() })
 		redisstore.SetRedisLogger(logger, slog.LevelDebug)
 		host := c.redis
@@ -267,7 +305,7 @@ func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *
 		rs, err := redisstore.New(client)
 		if err != nil {
 			closeAll()
-			return nil, "", nil, err
+			return stores{}, err
 		}
 		closes = append(closes, func() { _ = rs.Close() })
 		fopts := []fallback.Option{fallback.WithName("redis"), fallback.WithLogger(logger),
@@ -281,21 +319,21 @@ func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *
 		fb, err := fallback.New(obs.Store(rs), fopts...)
 		if err != nil {
 			closeAll()
-			return nil, "", nil, err
+			return stores{}, err
 		}
 		exact, ledger, name = fb, rs, "Redis at "+host+" (circuit breaker, local fallback)"
 	}
 	lf, err := localfirst.New(exact, ledger, localfirst.WithLogger(logger), localfirst.WithInstances(func() int { return c.instances }))
 	if err != nil {
 		closeAll()
-		return nil, "", nil, err
+		return stores{}, err
 	}
 	closes = append(closes, func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = lf.Close(cctx) // returns unspent leases
 	})
-	return lf, name, closeAll, nil
+	return stores{store: lf, ledger: ledger, redis: rc, name: name, close: closeAll}, nil
 }
 
 // asFlags collects -as KEY=SCOPE.
