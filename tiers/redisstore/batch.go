@@ -36,14 +36,16 @@ type batcher struct {
 	quit   chan struct{}
 }
 
-// pending is one take waiting in a batch, and its answer.
+// pending is one call waiting in a batch (a take, a multi-slot take's
+// part, or a refund), and its answer.
 type pending struct {
-	c    *call
-	cmd  *redis.IntSliceCmd // its own call, when sent alone
-	now  int64
-	seg  []int64 // the take's part of the reply
-	err  error
-	done chan struct{}
+	c     *call
+	cmd   *redis.IntSliceCmd // its own call, when a take sent alone
+	other redis.Cmder        // its own call, when a part or a refund
+	now   int64
+	seg   []int64 // the take's part of the reply
+	err   error
+	done  chan struct{}
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
@@ -163,6 +165,11 @@ func (f *flusher) flush() {
 	if len(f.batch) == 1 {
 		p := f.batch[0]
 		f.merged, f.alone, f.groups = f.merged[:0], append(f.alone[:0], p), f.groups[:0]
+		if p.c.kind != kindTake {
+			f.runOwn(ctx, p)
+			p.done <- struct{}{}
+			return
+		}
 		cmd, err := runScript(ctx, f.client, p.c, takeScript, f.keyPos, redis.NewIntSliceCmd)
 		if err != nil {
 			p.err = fmt.Errorf("redisstore: %w", err)
@@ -181,6 +188,11 @@ func (f *flusher) flush() {
 		_ = pipe.Process(ctx, onceIntSlice{gr.cmd})
 	}
 	for _, p := range f.alone {
+		if p.c.kind != kindTake {
+			p.other = f.ownCmd(ctx, p)
+			_ = pipe.Process(ctx, noRetry(p.other))
+			continue
+		}
 		p.cmd = f.newCmd(ctx, p.c.args)
 		_ = pipe.Process(ctx, onceIntSlice{p.cmd})
 	}
@@ -192,19 +204,26 @@ func (f *flusher) flush() {
 	for attempt := 1; ; attempt++ {
 		var retry redis.Pipeliner
 		wait := false
-		again := func(cmd *redis.IntSliceCmd, args []any) *redis.IntSliceCmd {
-			err := cmd.Err()
+		// resend reports whether a call that failed with err goes again,
+		// by EVAL of sc's source on NOSCRIPT.
+		resend := func(err error, args []any, sc script) bool {
 			noScript := isNoScript(err)
 			if !noScript && !(refused(err) && attempt <= maxRefused) {
-				return cmd
+				return false
 			}
 			if noScript {
-				args[0], args[1] = "eval", takeScript.srcArg
+				args[0], args[1] = "eval", sc.srcArg
 			} else {
 				wait = true
 			}
 			if retry == nil {
 				retry = f.client.Pipeline()
+			}
+			return true
+		}
+		again := func(cmd *redis.IntSliceCmd, args []any) *redis.IntSliceCmd {
+			if !resend(cmd.Err(), args, takeScript) {
+				return cmd
 			}
 			cmd = f.newCmd(ctx, args)
 			_ = retry.Process(ctx, onceIntSlice{cmd})
@@ -215,7 +234,12 @@ func (f *flusher) flush() {
 			gr.cmd = again(gr.cmd, f.calls[g].args)
 		}
 		for _, p := range f.alone {
-			p.cmd = again(p.cmd, p.c.args)
+			if p.c.kind == kindTake {
+				p.cmd = again(p.cmd, p.c.args)
+			} else if resend(p.other.Err(), p.c.args, p.c.script()) {
+				p.other = f.ownCmd(ctx, p)
+				_ = retry.Process(ctx, noRetry(p.other))
+			}
 		}
 		if retry == nil {
 			break
@@ -241,6 +265,11 @@ func (f *flusher) flush() {
 		f.calls[g].reset()
 	}
 	for _, p := range f.alone {
+		if p.c.kind != kindTake {
+			follow(p.other.Err())
+			p.now, p.seg, p.err = ownResult(p)
+			continue
+		}
 		follow(p.cmd.Err())
 		p.now, p.seg, p.err = splitOne(p.cmd)
 	}
@@ -250,14 +279,15 @@ func (f *flusher) flush() {
 }
 
 // group sorts the batch into merged calls and calls of their own: the
-// takes with a sliding window log go alone; the others are ordered by slot
+// takes with a sliding window log, the parts of multi-slot takes and the
+// refunds go alone; the others are ordered by slot
 // (stably, so each slot's takes keep the order they queued in; on a
 // standalone Redis every take has slot 0) and each slot's run becomes one
 // merged call, unless it is a single take, which goes alone.
 func (f *flusher) group() {
 	f.merged, f.alone, f.groups = f.merged[:0], f.alone[:0], f.groups[:0]
 	for _, p := range f.batch {
-		if p.c.log {
+		if p.c.log || p.c.kind != kindTake {
 			f.alone = append(f.alone, p)
 			continue
 		}

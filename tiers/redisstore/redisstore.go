@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,15 @@ type Store struct {
 
 	cache *denialCache // nil when disabled
 	batch *batcher     // nil when batching is off (WithBatching(0, 0))
+
+	// retry sends failed refunds of multi-slot cluster takes again; their
+	// marker keys are named by refundBase and refundSeq.
+	retry      *retrier
+	refundBase uint64
+	refundSeq  atomic.Uint64
+	// beforeRefund, when set (tests), runs before the refunds of a denied
+	// multi-slot take are sent.
+	beforeRefund func()
 
 	pool sync.Pool // *call
 }
@@ -243,6 +253,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	s.minArg = strconv.AppendInt(nil, int64((cfg.minTTL+time.Millisecond-1)/time.Millisecond), 10)
 	s.pool.New = func() any { return new(call) }
+	s.retry, s.refundBase = newRetrier(client, s.keyPos()), newRefundBase()
 	if cfg.batchFlushers > 0 {
 		s.batch = newBatcher(client, s.keyPos(), cfg.batchFlushers, cfg.batchMax)
 		// The flushers hold the batcher, not s: if s is dropped without
@@ -289,6 +300,7 @@ var errClosed = errors.New("redisstore: store is closed")
 // batched). It does not close the Redis client, which the caller owns.
 // Close is idempotent; with batching off it does nothing.
 func (s *Store) Close() error {
+	s.retry.close()
 	if s.batch != nil {
 		s.batch.close()
 	}
@@ -500,11 +512,7 @@ func (s *Store) release(c *call) {
 // idx is nil), retrying once with EVAL on NOSCRIPT, and writes their
 // results. It returns whether the script charged, and the time it used.
 func (s *Store) runTake(ctx context.Context, c *call, buckets []quota.Bucket, idx []int, res []quota.Result, pre bool) (bool, int64, error) {
-	if s.clock != nil {
-		c.now, c.fixed = s.clock.Now().UnixMicro(), true
-	}
-	c.build(takeScript, s.prefix, buckets, idx, pre, s.minArg, s.cluster != nil)
-	n := c.n
+	s.buildTake(c, buckets, idx, pre)
 	var (
 		now int64
 		seg []int64 // the take's part of the reply
@@ -512,7 +520,7 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []quota.Bucket, id
 	)
 	switch {
 	case pre:
-		now, seg, err = s.evalPre(ctx, c, n)
+		now, seg, err = s.evalPre(ctx, c, c.n)
 	case s.batch != nil:
 		now, seg, err = s.batch.do(ctx, c)
 		// s must not be collected (which stops the batcher) while a take
@@ -526,6 +534,26 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []quota.Bucket, id
 	if err != nil {
 		return false, 0, err
 	}
+	return fillTake(c, now, seg, buckets, idx, res, pre)
+}
+
+// buildTake lays out in c the take.lua call of the buckets named by idx
+// (all when idx is nil), in mode "p" when pre.
+func (s *Store) buildTake(c *call, buckets []quota.Bucket, idx []int, pre bool) {
+	if s.clock != nil {
+		c.now, c.fixed = s.clock.Now().UnixMicro(), true
+	}
+	c.build(takeScript, s.prefix, buckets, idx, pre, s.minArg, s.cluster != nil)
+	if pre {
+		c.kind = kindPre
+	}
+}
+
+// fillTake writes the results of the buckets named by idx from seg, the
+// take's part of the reply of c, answered at now. It returns whether the
+// script charged, and now.
+func fillTake(c *call, now int64, seg []int64, buckets []quota.Bucket, idx []int, res []quota.Result, pre bool) (bool, int64, error) {
+	n := c.n
 	per, err := takePart(seg, n, pre)
 	if err != nil {
 		return false, 0, err
@@ -573,7 +601,12 @@ func (s *Store) evalPre(ctx context.Context, c *call, n int) (int64, []int64, er
 	if err != nil {
 		return 0, nil, fmt.Errorf("redisstore: %w", err)
 	}
-	raw := cmd.Val()
+	return parsePre(cmd.Val(), c, n)
+}
+
+// parsePre splits a mode "p" reply of n buckets (see evalPre), appending
+// the states to c.states.
+func parsePre(raw []any, c *call, n int) (int64, []int64, error) {
 	ints := 2 + 6*n
 	if len(raw) != ints+2*n {
 		return 0, nil, fmt.Errorf("redisstore: take.lua replied %d values for %d buckets in mode p", len(raw), n)
