@@ -119,6 +119,7 @@ var (
 	modeTake    any = "t"
 	modeTakePre any = "p"
 	oneTake     any = "1"
+	oneKey      any = "1"
 )
 
 // build lays out a take.lua call of one take:
