@@ -11,10 +11,12 @@ import (
 
 // batcher sends the takes of concurrent callers together: each flusher
 // goroutine takes the first waiting take, adds every other take already
-// waiting (up to max), and sends them in ONE pipeline, the takes of each
-// cluster slot (on a standalone or Sentinel-managed Redis: all of them) as
-// ONE take.lua call that decides them in order, each all or nothing, as
-// if each were its own call. A lone take goes out at once, as its own
+// waiting (up to max), and sends them in ONE pipeline (which a cluster
+// client splits by master), the takes of each cluster master (on a
+// standalone or Sentinel-managed Redis: all of them) as ONE take.lua call
+// that decides them in order, each all or nothing, as if each were its
+// own call. The parts of multi-slot cluster takes (mode "p") are merged
+// likewise, apart; their refunds go as calls of their own. A lone take goes out at once, as its own
 // call; under load, takes that arrive while a call is in flight share the
 // next one, so round trips, script invocations and (for a key several
 // takes charge, such as a tenant's) SETs per decision fall as concurrency
@@ -23,7 +25,7 @@ import (
 // A take with a sliding window log bucket is sent as its own take.lua
 // call, in the same pipeline: take.lua writes the log's entries last, so a
 // later take of a merged call could not see them. So is a take that is
-// the only one of its slot in the batch.
+// the only one of its master in the batch.
 //
 // The batcher holds the client, not the Store, so that a Store dropped
 // without Close can still be collected, which stops the flushers.

@@ -206,12 +206,13 @@ const (
 // WithBatching sets how the takes of concurrent callers are sent together
 // (default WithBatching(2, 64)): up to flushers pipelines
 // in flight at once, each carrying up to max takes that were waiting when
-// it left, the takes of each cluster slot (all of them, on a standalone or
+// it left, the takes of each cluster master (all of them, on a standalone or
 // Sentinel-managed Redis) as ONE take.lua call that decides them in order,
 // each all or nothing, exactly as separate calls would (a take with a
-// sliding window log bucket, or alone in its slot, goes as its own call in
-// the same pipeline; a take whose buckets span cluster slots is not
-// batched). NOSCRIPT is handled for the whole call. A lone take is sent at
+// sliding window log bucket, or alone on its master, goes as its own call
+// in the same pipeline; a take whose buckets span cluster slots sends its
+// per-slot parts, and its refunds, in the same pipelines, the parts merged
+// per master likewise). NOSCRIPT is handled for the whole call. A lone take is sent at
 // once, as its own call, so batching adds no round trip when idle; under
 // load a take waits for the call ahead of it, so leave room for that in a
 // per-call budget such as fallback.WithTimeout. The store runs flushers
@@ -233,9 +234,10 @@ func WithBatching(flushers, max int) Option {
 	}
 }
 
-// undoTimeout bounds the undoing (refund.lua) of a multi-slot cluster
-// take that was denied. The undo runs even when the caller's context is
-// already cancelled: units left charged would stay so until they expire.
+// undoTimeout bounds the first sending of the refunds (refund.lua) of a
+// multi-slot cluster take that was denied, which the caller waits for,
+// and each background retry (see retrier). The undo runs even when the
+// caller's context is already cancelled.
 const undoTimeout = time.Second
 
 // errNoContextTimeout is why New refuses a client that ignores deadlines.
@@ -344,7 +346,8 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 var errClosed = errors.New("redisstore: store is closed")
 
 // Close stops the batching goroutines (see WithBatching), after sending
-// the takes already queued; Takes after Close that would be batched fail
+// the takes already queued, and drops the refunds of multi-slot cluster
+// takes still being retried (see the package doc); Takes after Close that would be batched fail
 // with an error saying the store is closed (Settle and Report are never
 // batched). It does not close the Redis client, which the caller owns.
 // Close is idempotent; with batching off it does nothing.
