@@ -3,8 +3,8 @@ package redisstore
 import (
 	"context"
 	"crypto/sha1"
-	"encoding/hex"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
