@@ -8,7 +8,8 @@
 // directory, and is stopped and reaped when the test ends; StartProcess
 // starts a standalone server for a program that is not a test, and
 // StartProcessHandle one that program can also kill, pause and restart (the
-// demo's -redis-fault).
+// demo's -redis-fault); StartClusterProcess starts a three-master cluster
+// for such a program (bench's make bench-cluster).
 //
 // # Faults
 //
