@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-go/floodgate/quota"
 )
 
 // callCtx is the context of one call to the primary store: it carries the
@@ -31,6 +33,13 @@ type callCtx struct {
 	// callerDeadline is true when deadline is the caller's own, earlier
 	// than the budget: running out of it is the caller's doing.
 	callerDeadline bool
+
+	// s is set when the call's answer is wanted even after its budget
+	// (the take has local buckets and the primary answers late): the
+	// context then offers itself as the quota.LateAnswers, and late is
+	// the late call the primary opened with Late, if it did.
+	s    *Store
+	late *lateCall
 
 	mu      sync.Mutex // guards arming, expiry and the timer
 	done    chan struct{}
@@ -73,7 +82,7 @@ func (c *callCtx) start() {
 // releaseCallCtx disarms c and pools it again unless its Done channel was
 // closed (or is about to be, by a timer that already fired).
 func releaseCallCtx(c *callCtx) {
-	c.parent = nil
+	c.parent, c.s, c.late = nil, nil, nil
 	c.started.Store(false)
 	if !c.armed.Load() && !c.expired.Load() {
 		// Never armed, never expired: nothing else can touch c once the
@@ -118,6 +127,16 @@ func (c *callCtx) Done() <-chan struct{} {
 	return c.done
 }
 
+// elapsed returns how long the call has run, when its start is known:
+// the primary consulted the context, and the deadline is the budget's,
+// not the caller's.
+func (c *callCtx) elapsed() (time.Duration, bool) {
+	if !c.started.Load() || c.callerDeadline {
+		return 0, false
+	}
+	return time.Since(c.deadline.Add(-c.budget)), true
+}
+
 // callerGone reports whether the caller's own deadline, which this context
 // inherited, has passed.
 func (c *callCtx) callerGone() bool {
@@ -137,8 +156,17 @@ func (c *callCtx) Err() error {
 	return context.DeadlineExceeded
 }
 
-// Value implements context.Context with the caller's values.
+// Value implements context.Context with the caller's values, except
+// quota.LateAnswersKey: the context itself when the call's late answer is
+// wanted (see Late), else nothing (a LateAnswers of the caller's is not
+// the primary's business: this Store answers its caller itself).
 func (c *callCtx) Value(key any) any {
+	if key == quota.LateAnswersKey {
+		if c.s != nil {
+			return quota.LateAnswers(c)
+		}
+		return nil
+	}
 	if p := c.parent; p != nil {
 		return p.Value(key)
 	}
@@ -153,4 +181,34 @@ func (c *callCtx) expire() {
 		close(c.done)
 	}
 	c.mu.Unlock()
+}
+
+// Late implements quota.LateAnswers: the primary gave up waiting on a take
+// it sent, and will hand its answer to the returned function. It opens the
+// late call that failed's local decision is matched with (see reconcile).
+// It is called before the primary's Take returns, in the caller's
+// goroutine.
+func (c *callCtx) Late(buckets []quota.Bucket) func(allowed bool, res []quota.Result, err error) {
+	s := c.s
+	if s == nil || c.late != nil {
+		return nil
+	}
+	// A take denied locally waits for the answer up to the closed budget
+	// from the call's start (awaitLate).
+	l := &lateCall{buckets: buckets, done: make(chan struct{}), abandoned: true,
+		deadline: time.Now().Add(max(0, s.closedTO-c.budget))}
+	c.late = l
+	start, known, had := time.Time{}, false, c.budget
+	if d, ok := c.elapsed(); ok {
+		start, known = time.Now().Add(-d), true
+	}
+	return func(allowed bool, res []quota.Result, err error) {
+		if err == nil && known {
+			// How long a call that outlived its budget took: the
+			// sample the calls answered in time cannot give.
+			s.budget.sampleLate(time.Since(start), had)
+		}
+		l.allowed, l.res, l.err = allowed, res, err
+		s.finishLate(l)
+	}
 }

@@ -16,6 +16,12 @@
 // When a call fails. Each Take gets a budget (WithTimeout, default 5ms; a
 // Take with a rule whose on_store_error is "closed" gets WithClosedTimeout,
 // default 250ms, since such a rule would deny rather than decide locally).
+// WithTimeout's budget is a floor: on a host so loaded that the store's
+// healthy answers take longer, the budget follows their latency (the
+// smoothed latency plus four times its variation, as TCP's retransmission
+// timer, RFC 6298), up to the closed budget, so a call answered in the
+// store's usual time is not decided locally; it comes back to the floor
+// as the answers speed up (Stats.Budget).
 // A deny is a success (the store answered). An error from the primary is a
 // failure. The budget running out is a failure only when the primary has
 // answered nothing for WithSlowGrace (default 1s; a store not heard from
@@ -164,14 +170,24 @@
 // Late answers. A take that ran out of its budget was sent, and the store
 // usually applies it later (a paused Redis runs the commands queued on
 // its sockets when it resumes; a loaded one answers late): charged by the
-// store as it decides it, whatever was decided locally meanwhile. So,
-// over a primary that takes reports and has a backend to be late with
+// store as it decides it, whatever was decided locally meanwhile. So a
+// take with local buckets is matched with its answer in one of two ways.
+// Over a primary that answers late itself (a layer with an AnswersLate()
+// bool method reporting true: tiers/redisstore with batching, its default,
+// on a standalone or Sentinel-managed Redis), every call runs as on the
+// healthy path, and its context carries a quota.LateAnswers that the
+// primary hands the answer of a call abandoned after it was sent: a
+// call never costs more until it runs out of its budget, and every one
+// that does is matched, the first of a stall as much as the last. Over
+// any other primary that takes reports and has a backend to be late with
 // (no layer of it answers for its own failures: memstore, which has no
-// backend, never is late), a take with local buckets does not
-// abandon its call while the store is slow (from New, and for 10s after
-// any call ran out of its budget): the call runs in the background, for
-// the closed budget or the slow grace, whichever is longer, and the
-// caller waits its own budget for it, as before. When the answer comes
+// backend, never is late), a take with local buckets does not abandon its
+// call while the store is slow (from New, and for 10s after any call ran
+// out of its budget): the call runs in the background, for the closed
+// budget or the slow grace, whichever is longer, and the caller waits its
+// own budget for it; there, the first call of a stall that begins after a
+// fast period is abandoned, its outcome unknown (at most one unit per
+// instance and stall may be charged twice). When the answer comes
 // after the local decision, the two are matched: a local admit the store
 // also allowed is paid for (not reported again); a take denied locally
 // that the store allowed had its units charged without being admitted,
@@ -182,7 +198,8 @@
 // while a local admit never waits. The healthy path never runs a call in
 // the background (a store fast for 10s leaves the mode); at most 256
 // calls of one Store run so at a time, and the rest as on the healthy
-// path, their outcome unknown. Stats counts the late answers (Late,
+// path, their outcome unknown. A primary that answers late needs neither
+// the mode nor its cap. Stats counts the late answers (Late,
 // LateApplied, LateAnswered).
 //
 // The bound. Let n be the live instances, C a bucket's capacity, r its

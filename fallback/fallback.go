@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,7 @@ type Store struct {
 	seen         *lastKnown
 	lastOK       atomic.Int64 // unix nanoseconds of the last answer from the primary (at first: New)
 	cb           *gobreaker.CircuitBreaker[bool]
-	timeout      time.Duration
+	budget       *budget // of a call with no fail-closed bucket
 	clock        floodgate.Clock
 	logger       *slog.Logger
 	name         string
@@ -65,8 +66,11 @@ type Store struct {
 	lateFrom atomic.Int64
 	lateN    atomic.Int64 // late calls in flight
 	// lateOK: calls may run late (see callLate): the primary takes
-	// reports and has a backend to be late with.
-	lateOK bool
+	// reports and has a backend to be late with. lateNative: the primary
+	// answers every abandoned take late itself (quota.LateAnswers), so
+	// every call of a take with local buckets can be late at no cost
+	// until it is, and callLate is never needed.
+	lateOK, lateNative bool
 
 	c counters
 }
@@ -113,7 +117,7 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		primary:      primary,
-		timeout:      c.timeout,
+		budget:       newBudget(c.timeout, c.closedTimeout),
 		closedTO:     c.closedTimeout,
 		slowGrace:    c.slowGrace,
 		instances:    c.instances,
@@ -131,7 +135,8 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 			"breaker", c.name, "primary", fmt.Sprintf("%T", primary))
 	}
 	s.localFn = s.decideLocal
-	s.lateOK = s.ch.rep != nil && !decidesItself(primary)
+	s.lateNative = s.ch.rep != nil && !decidesItself(primary) && answersLate(primary)
+	s.lateOK = s.ch.rep != nil && !decidesItself(primary) && !s.lateNative
 	s.closed.Store(true)
 	s.health.Store(healthClean)
 	// A store not heard from yet gets the grace from now: the first calls
@@ -164,6 +169,18 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 func decidesItself(primary quota.Store) bool {
 	for l := range quota.Layers(primary) {
 		if d, ok := l.(interface{ DecidesOnStoreError() bool }); ok && d.DecidesOnStoreError() {
+			return true
+		}
+	}
+	return false
+}
+
+// answersLate reports whether a layer of primary calls
+// quota.LateAnswers.Late for every take it abandons after sending (an
+// AnswersLate() bool method reporting true).
+func answersLate(primary quota.Store) bool {
+	for l := range quota.Layers(primary) {
+		if a, ok := l.(interface{ AnswersLate() bool }); ok && a.AnswersLate() {
 			return true
 		}
 	}
@@ -368,7 +385,7 @@ func (e badInputError) Error() string { return e.err.Error() }
 // failure is classified here, inside the breaker: the caller leaving, or
 // bad input, is excluded from the breaker's counts.
 func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
-	budget := s.timeout
+	budget := s.budget.get()
 	if s.halfOpen.Load() {
 		// A probe decides whether the whole instance goes back to the
 		// store; it is one call per open interval, so it may wait the
@@ -377,21 +394,32 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 		// probe that timed out after a few milliseconds.
 		budget = s.closedTO
 	}
+	local := false
 	for i := range buckets {
-		if buckets[i].OnStoreError == quota.FailClosed {
+		switch buckets[i].OnStoreError {
+		case quota.FailClosed:
 			budget = s.closedTO
-			break
+		case quota.FailLocal:
+			local = true
 		}
 	}
-	if s.lateOK && s.lateFrom.Load() != 0 && hasLocal(buckets) {
+	if local && s.lateOK && s.lateFrom.Load() != 0 {
 		if s.lateN.Add(1) <= maxLate {
 			return s.callLate(ctx, buckets, res, budget)
 		}
 		s.lateN.Add(-1) // too many in flight: as on the healthy path
 	}
 	cctx := acquireCallCtx(ctx, budget)
+	if local && s.lateNative {
+		cctx.s = s
+	}
 	allowed, err := s.primary.Take(cctx, buckets, res)
 	if err == nil {
+		if rand.Uint32N(sampleEvery) == 0 {
+			if d, ok := cctx.elapsed(); ok {
+				s.budget.sample(d)
+			}
+		}
 		releaseCallCtx(cctx)
 		now := s.clock.Now()
 		s.lastOK.Store(now.UnixNano())
@@ -402,7 +430,11 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 		return allowed, nil
 	}
 	gone := ctx.Err() != nil || cctx.callerGone()
+	late := cctx.late
 	releaseCallCtx(cctx)
+	if late != nil {
+		return s.abandonedLate(ctx, buckets, res, err, gone, late)
+	}
 	return false, s.classify(buckets, res, err, gone, nil)
 }
 

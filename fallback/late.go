@@ -48,16 +48,6 @@ type lateCall struct {
 	local     bool // the local decision allowed the take
 }
 
-// hasLocal reports whether a take has a FailLocal bucket.
-func hasLocal(buckets []quota.Bucket) bool {
-	for i := range buckets {
-		if buckets[i].OnStoreError == quota.FailLocal {
-			return true
-		}
-	}
-	return false
-}
-
 // callLate (with s.lateN counting it) is callPrimary for a take with local buckets while the primary
 // is slow (a call ran out of its budget within lateFor): the call runs in
 // the background with the closed budget, and the caller waits its own
@@ -77,8 +67,12 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 	go func() {
 		defer s.lateN.Add(-1)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, s.closedTO, s.slowGrace))
+		start := time.Now()
 		l.allowed, l.err = s.primary.Take(cctx, l.buckets, l.res)
 		cancel()
+		if l.err == nil {
+			s.budget.sampleLate(time.Since(start), budget)
+		}
 		s.finishLate(l)
 	}()
 	t := time.NewTimer(budget)
@@ -100,6 +94,16 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 	case <-t.C:
 		err = context.DeadlineExceeded
 	}
+	return s.abandonedLate(ctx, buckets, res, err, ctx.Err() != nil, l)
+}
+
+// abandonedLate ends a call its caller stopped waiting for while it still
+// runs (callLate's goroutine, or the primary itself, which hands its
+// answer over through quota.LateAnswers; see callCtx.Late): an answer
+// that came in the meantime is the take's after all; otherwise the call
+// rides along with the error, so that the local decision can be matched
+// with what the primary did.
+func (s *Store) abandonedLate(ctx context.Context, buckets []quota.Bucket, res []quota.Result, err error, gone bool, l *lateCall) (bool, error) {
 	l.mu.Lock()
 	l.abandoned = true
 	fin := l.finished
@@ -107,13 +111,13 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 	if fin {
 		// It answered just now: take the answer after all.
 		if l.err == nil {
-			copy(res, l.res[:n])
+			copy(res, l.res[:len(buckets)])
 			s.answered(buckets, res)
 			return l.allowed, nil
 		}
-		return false, s.classify(buckets, res, l.err, ctx.Err() != nil, nil)
+		return false, s.classify(buckets, res, l.err, gone, nil)
 	}
-	if ctx.Err() != nil {
+	if gone {
 		s.decidedLate(l, false) // the caller left: nothing admitted
 		return false, errCallerGone
 	}

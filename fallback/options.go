@@ -50,6 +50,14 @@ type Option func(*config)
 // WithTimeout sets the budget of one call to the primary store (default
 // DefaultTimeout). A call still running when it passes counts as a failure
 // and the fallback decides. It must be positive.
+//
+// It is the budget's floor: while the primary's answers take longer (a
+// host so loaded that a healthy call waits for its goroutines and the
+// Redis process to be scheduled), the budget follows their latency,
+// smoothed as TCP's retransmission timer is (RFC 6298: the smoothed
+// latency plus four times its variation), up to the closed budget
+// (WithClosedTimeout), and comes back to the floor as they speed up.
+// Stats.Budget reports it.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

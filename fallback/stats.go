@@ -3,6 +3,7 @@ package fallback
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sony/gobreaker/v2"
 
@@ -63,6 +64,10 @@ type Stats struct {
 	// timeout); Timeouts is the part of them that ran out of time (the
 	// context's deadline, or a network deadline).
 	Failures, Timeouts uint64
+	// Budget is the call budget now of a take with no fail-closed
+	// bucket: WithTimeout's, or more while the primary's answers take
+	// longer (see WithTimeout).
+	Budget time.Duration
 	// Slow is the number of calls that ran out of their budget while the
 	// primary kept answering others (WithSlowGrace): decided without the
 	// primary but not counted against the breaker, nor in Failures.
@@ -156,6 +161,7 @@ func (s *Store) Stats() Stats {
 		Timeouts:             s.c.timeouts.Load(),
 		Canceled:             s.c.canceled.Load(),
 		Slow:                 s.c.slow.Load(),
+		Budget:               s.budget.get(),
 		Rejected:             s.c.rejected.Load(),
 		FallbackTakesAllowed: s.c.takesAllowed.Load(),
 		FallbackTakesDenied:  s.c.takesDenied.Load(),

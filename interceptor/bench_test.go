@@ -178,18 +178,22 @@ func (w *discardWriter) WriteHeader(int)             {}
 // BenchmarkHTTPDirect runs the middleware around a no-op handler: "lean"
 // is an allowing stage with no quota to report, "quota" adds the
 // RateLimit-Policy and RateLimit fields of a rate-limit decision, and
-// "leanDeny" is a rate-limit deny (the 429 with its headers and body).
+// "leanDeny" is a rate-limit deny (the 429 with its headers and body),
+// "customDeny" the same deny written by a WithDenyResponse Body.
 func BenchmarkHTTPDirect(b *testing.B) {
 	quota := floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Policy: "tenant-plan", Limit: 5000, Window: time.Hour, Remaining: 4123, Reset: 12 * time.Second}, nil, nil
 	})
 	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	body := []byte(`{"message":"API rate limit exceeded"}`)
+	custom := WithDenyResponse(DenyResponse{Body: func(context.Context, floodgate.Decision) []byte { return body }})
 	for _, tc := range []struct {
 		name string
 		a    floodgate.Admitter
-	}{{"lean", lean}, {"quota", quota}, {"leanDeny", leanDeny}} {
+		opts []Option
+	}{{"lean", lean, nil}, {"quota", quota, nil}, {"leanDeny", leanDeny, nil}, {"customDeny", leanDeny, []Option{custom}}} {
 		b.Run(tc.name, func(b *testing.B) {
-			h := mustHTTP(tc.a)(next)
+			h := mustHTTP(tc.a, tc.opts...)(next)
 			req := httptest.NewRequest("GET", "/v1/items/7", nil)
 			req.Pattern = "GET /v1/items/{id}"
 			w := &discardWriter{h: http.Header{}}

@@ -119,6 +119,21 @@
 // The Method of an HTTP request is its route pattern; see HTTP for how to
 // get one when the middleware wraps the whole mux.
 //
+// WithDenyResponse answers denials in an API's own error format: it sets
+// the HTTP status and body of a denial and the message of its gRPC status;
+// the fields above, the gRPC code, details and pushback trailer stay.
+//
+// # Other transports
+//
+// Gate admits the calls of a transport this package does not serve
+// itself (module connectmw adapts connect-go with it) with the same
+// options and the same Request building as the gRPC interceptors; its
+// Denial is what UnaryServer and HTTP send for the same decision (the
+// gRPC status with its details, the HTTP fields, the pushback), for the
+// adapter to send in its transport's terms. CallResult classifies how an
+// admitted call ended, and Retrier applies UnaryClient's retry rules and
+// throttle to another transport's client.
+//
 // # Trust
 //
 // The client IP is the immediate peer's address. Only when that peer is in

@@ -208,7 +208,7 @@ func (i *Interceptor) gateUnary(a floodgate.Admitter, ctx context.Context, metho
 //go:noinline
 func (i *Interceptor) denyUnary(ctx context.Context, d *floodgate.Decision) error {
 	_ = grpc.SetTrailer(ctx, pushbackMD(*d))
-	return denial(DenyStatus(*d, i.c.domain))
+	return denial(i.denyStatus(ctx, *d))
 }
 
 // runUnary runs an admitted call's handler and gives its outcome to done,
@@ -266,7 +266,7 @@ func (i *Interceptor) gateStream(a floodgate.Admitter, ss grpc.ServerStream, met
 	d, done := i.admit(a, nctx, r)
 	if !d.Allowed {
 		ss.SetTrailer(pushbackMD(d))
-		return ss, nil, denial(DenyStatus(d, i.c.domain))
+		return ss, nil, denial(i.denyStatus(nctx, d))
 	}
 	waitStreamMD(ss, d) // max_wait: Server-Timing
 	if nctx != ctx || i.c.perMessage {
@@ -312,7 +312,7 @@ func (s *serverStream) RecvMsg(m any) error {
 	d, done := s.i.admit(s.a, s.msgCtx, s.r)
 	if !d.Allowed {
 		s.SetTrailer(pushbackMD(d))
-		return DenyStatus(d, s.i.c.domain).Err()
+		return s.i.denyStatus(s.msgCtx, d).Err()
 	}
 	if done != nil {
 		// A message's charge is made; nothing is held past it and its

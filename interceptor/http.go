@@ -108,7 +108,7 @@ func (i *Interceptor) gateHTTP(a floodgate.Admitter, w http.ResponseWriter, r *h
 	}
 	d, done := i.admit(a, r.Context(), fr)
 	if !d.Allowed {
-		i.writeDeny(w, d)
+		i.writeDeny(w, r, d)
 		return r, nil, false
 	}
 	i.quotaHeaders(w.Header(), d)
@@ -286,14 +286,20 @@ type problem struct {
 
 // writeDeny writes the response of a denying Decision: the status,
 // problem type, title and detail of its stage's floodgate.Semantics (429
-// or 503).
-func (i *Interceptor) writeDeny(w http.ResponseWriter, d floodgate.Decision) {
+// or 503), or what WithDenyResponse says.
+func (i *Interceptor) writeDeny(w http.ResponseWriter, r *http.Request, d floodgate.Decision) {
 	h := w.Header()
+	ra := i.denyHeaders(h, d)
+	if i.c.deny != nil && i.c.deny.Body != nil {
+		i.writeCustomDeny(w, r, d)
+		return
+	}
 	sem := d.Stage.Semantics()
 	p := problem{Type: sem.ProblemType, Title: sem.ProblemTitle, Status: sem.HTTPStatus, Detail: sem.Message}
-	if d.RetryAfter > 0 {
-		ra := max(ceilSeconds(d.RetryAfter), quotaSeconds(d))
-		h["Retry-After"] = []string{strconv.FormatInt(ra, 10)}
+	if i.c.deny != nil && i.c.deny.Status != 0 {
+		p.Status = i.c.deny.Status
+	}
+	if ra > 0 {
 		unit := " seconds"
 		if ra == 1 {
 			unit = " second"
@@ -303,14 +309,12 @@ func (i *Interceptor) writeDeny(w http.ResponseWriter, d floodgate.Decision) {
 	if !d.HideQuota && d.Policy != "" {
 		p.ViolatedPolicies = violated(d)
 	}
-	i.quotaHeaders(h, d)
 	body, err := json.Marshal(p)
 	if err != nil { // cannot happen for this struct; keep the status anyway
 		body = nil
 	}
 	body = append(body, '\n')
 	h["Content-Type"] = []string{"application/problem+json"}
-	h["Cache-Control"] = []string{"no-store"}
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	if sw, ok := w.(*statusWriter); ok {
 		sw.denied = true // an earlier stage's middleware: see laterDenied

@@ -67,6 +67,8 @@ type config struct {
 
 	perMessage bool
 
+	deny *DenyResponse // WithDenyResponse; nil: the standard answers
+
 	// strictIdentity: a rule whose key scope no extractor fills is an
 	// error, not a warning (WithStrictIdentity).
 	strictIdentity bool

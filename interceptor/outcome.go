@@ -25,11 +25,8 @@ func grpcOutcome(err error) floodgate.Outcome {
 	case errors.Is(err, context.Canceled):
 		return floodgate.OutcomeIgnored
 	}
-	switch status.Code(err) {
-	case codes.DeadlineExceeded, codes.ResourceExhausted, codes.Unavailable:
-		return floodgate.OutcomeDropped
-	case codes.Canceled:
-		return floodgate.OutcomeIgnored
+	if c := status.Code(err); c != codes.OK {
+		return codeOutcome(c)
 	}
 	return floodgate.OutcomeFailed
 }

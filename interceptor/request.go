@@ -169,8 +169,8 @@ type call struct {
 // peer is the call's immediate peer address, read only when a Request is
 // built.
 func (cl *call) peer(ctx context.Context) netip.Addr {
-	if cl.grpcMethod {
-		return peerAddr(ctx)
+	if cl.grpcMethod && cl.remoteAddr == "" {
+		return peerAddr(ctx) // a gRPC call; a Gate's call names its peer
 	}
 	if ap, err := netip.ParseAddrPort(cl.remoteAddr); err == nil {
 		return normalize(ap.Addr())

@@ -67,3 +67,52 @@ func TestStoreForwardsCapabilities(t *testing.T) {
 		t.Errorf("Close: %v, closed %v; want the wrapped store's Close and its error", err, closed)
 	}
 }
+
+// answersLate is a store that hands every take to the quota.LateAnswers
+// of its context, as a batched Redis store does with a take its caller
+// gave up on, and says so.
+type answersLate struct{}
+
+func (answersLate) AnswersLate() bool { return true }
+
+func (answersLate) Take(ctx context.Context, b []quota.Bucket, _ []quota.Result) (bool, error) {
+	if la, ok := ctx.Value(quota.LateAnswersKey).(quota.LateAnswers); ok {
+		la.Late(b)(true, []quota.Result{{Allowed: true}}, nil)
+	}
+	return false, context.DeadlineExceeded
+}
+
+type lateRecorder struct{ n int }
+
+func (r *lateRecorder) Late([]quota.Bucket) func(bool, []quota.Result, error) {
+	return func(bool, []quota.Result, error) { r.n++ }
+}
+
+// TestStoreForwardsLateAnswers: the late answers of a store that gives
+// them (quota.LateAnswers) reach the caller through the instrumented
+// store, whose context is the caller's, and the capability is found
+// beneath it along Unwrap.
+func TestStoreForwardsLateAnswers(t *testing.T) {
+	o, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := o.Store(answersLate{})
+	found := false
+	for l := range quota.Layers(w) {
+		if a, ok := l.(interface{ AnswersLate() bool }); ok && a.AnswersLate() {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("AnswersLate not found along quota.Layers of the instrumented store")
+	}
+	rec := &lateRecorder{}
+	ctx := context.WithValue(context.Background(), quota.LateAnswersKey, quota.LateAnswers(rec))
+	if _, err := w.Take(ctx, []quota.Bucket{{Key: "k"}}, make([]quota.Result, 1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Take: %v, want the wrapped store's error", err)
+	}
+	if rec.n != 1 {
+		t.Fatalf("late answers delivered through the wrapper: %d, want 1", rec.n)
+	}
+}

@@ -598,7 +598,8 @@ func (f *flusher) buildMerged(g int) *call {
 // do queues c and waits for its answer: the time the script used and the
 // take's part of the reply. If ctx ends first it returns ctx.Err() and
 // marks c abandoned (the flusher still owns it; the take may still run in
-// Redis, as with any request whose caller gave up).
+// Redis, as with any request whose caller gave up), and, since it was
+// queued, c.sent, with which its answer can still be waited for.
 func (b *batcher) do(ctx context.Context, c *call) (int64, []int64, error) {
 	p := pendingPool.Get().(*pending)
 	p.c = c
@@ -633,7 +634,9 @@ func (b *batcher) do(ctx context.Context, c *call) (int64, []int64, error) {
 		select {
 		case <-p.done:
 		case <-done:
-			c.abandoned = true
+			// Queued, so it will be sent: its answer can still be
+			// learnt (see answerLate).
+			c.abandoned, c.sent = true, p
 			return 0, nil, fmt.Errorf("redisstore: %w", ctx.Err())
 		case <-b.quit:
 			if !b.sentBeforeClose(p) {

@@ -41,9 +41,12 @@ type call struct {
 	// abandoned is set when a batched take's caller gave up while the
 	// batcher still held the call; it must then not return to the pool.
 	abandoned bool
+	// sent is the batched take of an abandoned call that was queued, and
+	// so will be sent: its answer still comes (see answerLate).
+	sent *pending
 	// kind is what the call runs: a take (the zero value), a multi-slot
 	// take's part (take.lua mode "p") or a refund (refund.lua); the
-	// batcher merges only takes.
+	// batcher merges takes, and parts apart from takes.
 	kind callKind
 }
 
@@ -65,7 +68,7 @@ func (c *call) reset() {
 	}
 	clear(c.states)
 	c.args, c.offs, c.arena, c.pre, c.states = c.args[:0], c.offs[:0], c.arena[:0], c.pre[:0], c.states[:0]
-	c.n, c.lim, c.now, c.fixed, c.log, c.slot, c.kind = 0, 0, 0, false, false, 0, kindTake
+	c.n, c.lim, c.now, c.fixed, c.log, c.slot, c.sent, c.kind = 0, 0, 0, false, false, 0, nil, kindTake
 }
 
 // put appends what f writes to the arena as the next buffered argument.

@@ -150,7 +150,8 @@ func (s *Store) takeParts(ctx context.Context, groups []slotGroup, buckets []quo
 	for k := range groups {
 		g := &groups[k]
 		if g.err = out[k].err; g.err == nil {
-			g.charged, g.now, g.err = fillTake(g.c, out[k].now, out[k].seg, buckets, g.idx, res, true)
+			g.now = out[k].now
+			g.charged, g.err = decodeTake(out[k].seg, g.c.n, buckets, g.idx, res, true, g.c)
 		}
 	}
 }

@@ -584,9 +584,13 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []quota.Bucket, id
 		}
 	}
 	if err != nil {
+		if c.sent != nil {
+			s.answerLate(ctx, c.sent, buckets, idx)
+		}
 		return false, 0, err
 	}
-	return fillTake(c, now, seg, buckets, idx, res, pre)
+	allowed, err := decodeTake(seg, c.n, buckets, idx, res, pre, c)
+	return allowed, now, err
 }
 
 // buildTake lays out in c the take.lua call of the buckets named by idx
@@ -601,14 +605,14 @@ func (s *Store) buildTake(c *call, buckets []quota.Bucket, idx []int, pre bool) 
 	}
 }
 
-// fillTake writes the results of the buckets named by idx from seg, the
-// take's part of the reply of c, answered at now. It returns whether the
-// script charged, and now.
-func fillTake(c *call, now int64, seg []int64, buckets []quota.Bucket, idx []int, res []quota.Result, pre bool) (bool, int64, error) {
-	n := c.n
+// decodeTake writes the results of a take.lua reply (seg, the take's part
+// of it) for the n buckets named by idx (all when idx is nil) and returns
+// whether the script charged. In mode "p" it keeps each bucket's state
+// before the take in c.pre.
+func decodeTake(seg []int64, n int, buckets []quota.Bucket, idx []int, res []quota.Result, pre bool, c *call) (bool, error) {
 	per, err := takePart(seg, n, pre)
 	if err != nil {
-		return false, 0, err
+		return false, err
 	}
 	for j := 0; j < n; j++ {
 		i := j
@@ -641,7 +645,7 @@ func fillTake(c *call, now int64, seg []int64, buckets []quota.Bucket, idx []int
 			c.pre = append(c.pre, b.remaining0, b.reset0)
 		}
 	}
-	return seg[0] != 0, now, nil
+	return seg[0] != 0, nil
 }
 
 // evalPre runs take.lua in mode "p", whose reply mixes integers and the

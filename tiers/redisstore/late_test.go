@@ -1,0 +1,89 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/quota"
+	"github.com/floodgate-go/floodgate/testing/redistest"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
+)
+
+// lateSink is a quota.LateAnswers that records what it is handed.
+type lateSink struct {
+	buckets []quota.Bucket
+	got     chan lateAnswer
+}
+
+type lateAnswer struct {
+	allowed bool
+	res     []quota.Result
+	err     error
+}
+
+func (s *lateSink) Late(buckets []quota.Bucket) func(bool, []quota.Result, error) {
+	s.buckets = buckets
+	return func(allowed bool, res []quota.Result, err error) { s.got <- lateAnswer{allowed, res, err} }
+}
+
+// TestLateAnswer: a batched take whose caller's context ends while Redis
+// is paused is still sent; Take returns the context's error, and the
+// answer Redis gives when it resumes reaches the quota.LateAnswers in the
+// context: allowed, with what the bucket holds after the charge, which a
+// later take confirms. A take without a LateAnswers is abandoned as
+// before, and a store with batching off does not claim to answer late.
+func TestLateAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	srv := redistest.Start(t)
+	st, err := redisstore.New(srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if !st.AnswersLate() {
+		t.Fatal("AnswersLate() = false with batching on, on a standalone Redis")
+	}
+	b := quota.Bucket{Key: "late", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 10}, Cost: 3}
+	res := make([]quota.Result, 1)
+	if ok, err := st.Take(context.Background(), []quota.Bucket{b}, res); !ok || err != nil {
+		t.Fatalf("first take: %v %v", ok, err)
+	}
+
+	sink := &lateSink{got: make(chan lateAnswer, 1)}
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), quota.LateAnswersKey, quota.LateAnswers(sink)), 30*time.Millisecond)
+	_, err = st.Take(ctx, []quota.Bucket{b}, res)
+	cancel()
+	srv.Resume()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Take during the pause: %v, want the context's deadline", err)
+	}
+	if len(sink.buckets) != 1 || sink.buckets[0].Key != "late" {
+		t.Fatalf("Late was given %+v, want the take's bucket", sink.buckets)
+	}
+	var a lateAnswer
+	select {
+	case a = <-sink.got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no late answer within 5s of Redis resuming")
+	}
+	if a.err != nil || !a.allowed || len(a.res) != 1 || a.res[0].Remaining != 4 || a.res[0].Limit != 10 {
+		t.Fatalf("late answer %+v, want allowed with 4 of 10 left", a)
+	}
+	b.Cost = 0
+	if _, err := st.Take(context.Background(), []quota.Bucket{b}, res); err != nil || res[0].Remaining != 4 {
+		t.Fatalf("read after the late take: %v, %d left; want 4", err, res[0].Remaining)
+	}
+
+	unbatched, err := redisstore.New(srv.Client(), redisstore.WithBatching(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unbatched.AnswersLate() {
+		t.Error("AnswersLate() = true with batching off: an unbatched take's answer is lost with its caller")
+	}
+}
