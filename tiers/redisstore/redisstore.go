@@ -2,9 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -32,44 +30,6 @@ var (
 	nodeScript   = newNodeScript(takeSrc)
 	refundScript = newScript(refundSrc)
 )
-
-// takeHead starts take.lua as a script of its own: its keys are its
-// declared keys (KEYS).
-const takeHead = "local NODE = false\n"
-
-// nodeHead starts take.lua as nodeScript, the script of a merged call of
-// takes in several slots of one cluster node: its one declared key routes
-// the call; ARGV[1] is the number of keys, ARGV[2..] the keys, and the
-// rest are take.lua's arguments. Redis refuses a script's declared keys
-// in several slots, and a single command over several (MGET), so the
-// states are read by one MGET per take (each take's keys share a slot):
-// node_read. The flag allow-cross-slot-keys (Redis 7) lets the script
-// reach keys in other slots of its node; a key of another node fails the
-// call at its first read, before anything was written.
-const nodeHead = `local NODE = true
-local NK = tonumber(ARGV[1])
-local KEYS, ARGV = {unpack(ARGV, 2, NK + 1)}, {unpack(ARGV, NK + 2)}
-local function node_read(K, T)
-  local vals, i = {}, 0
-  for j = 1, T do
-    local m = struct.unpack('<d', ARGV[4 + j])
-    local r = redis.call('MGET', unpack(K, i + 1, i + m))
-    for q = 1, m do vals[i + q] = r[q] end
-    i = i + m
-  end
-  return vals
-end
-`
-
-// newNodeScript returns take.lua as nodeScript (see nodeHead).
-func newNodeScript(take string) script {
-	s := newScript(nodeHead, take)
-	s.src = "#!lua flags=allow-cross-slot-keys\n" + s.src
-	h := sha1.Sum([]byte(s.src))
-	s.sha = hex.EncodeToString(h[:])
-	s.srcArg, s.shaArg = s.src, s.sha
-	return s
-}
 
 // usec converts script microseconds to a Duration.
 func usec(v int64) time.Duration {
