@@ -126,7 +126,7 @@ type answer struct {
 // still owns them; they may still run in Redis). Unlike do, it is also
 // the path of multi-slot parts and refunds.
 func (b *batcher) doAll(ctx context.Context, cs []*call, out []answer) {
-	var inline [maxInlineBuckets]*pending
+	var inline [inlineSlots]*pending
 	ps := inline[:0]
 	// fail gives the calls from k on err; those queued are abandoned.
 	fail := func(k int, err error) {
