@@ -188,6 +188,8 @@ local on = 1 -- out[1..on] is the reply so far; it never ends below n + 1
 -- string-state key holding another type reads as absent rather than
 -- failing the take, and is then overwritten); unpack has a stack limit,
 -- so a call of more than 1000 buckets reads them one by one
+-- (NODE: run as nodeScript, the keys of several slots of one cluster
+-- master; node_read, its head's, reads them by one MGET per take)
 local vals
 if NODE then vals = node_read(KEYS, T)
 elseif n <= 1000 then vals = call('MGET', unpack(KEYS))
