@@ -9,7 +9,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 SUBMODULES  := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
 FUZZTIME    ?= 20s
 
-.PHONY: all deps test vet lint unit bench bench-peers bench-grpc rls-diff fuzz demo demo-screenshot demo-busy proto clean
+.PHONY: all deps test vet lint unit bench bench-peers bench-grpc bench-cluster rls-diff fuzz demo demo-screenshot demo-busy proto clean
 
 all: test
 
@@ -59,6 +59,14 @@ bench-peers: deps
 ## bench-grpc: gRPC throughput with and without the chain, memstore and Redis.
 bench-grpc: deps
 	cd bench && $(GO) run ./cmd/grpcload
+
+## bench-cluster: the gRPC chain on a 3-master Redis Cluster (started by
+## testing/redistest) against the standalone batched rows of the same run:
+## exact 4 levels, leased, async, 1 level, and redis_rate on the cluster,
+## Redis CPU summed over the nodes and per node.
+BENCH_CLUSTER = chain-redis-4-batch,chain-redis-1-batch,redis_rate-1,cluster-redis-4-batch,cluster-redis-4-leased,cluster-redis-4-async,cluster-redis-1-batch,cluster-redis_rate-1
+bench-cluster: deps
+	cd bench && $(GO) run ./cmd/grpcload -only $(BENCH_CLUSTER)
 
 ## rls-diff: floodgate-rls against envoyproxy/ratelimit, answer by answer
 ## (bench/rls: both services on their own redis-servers, the same calls on

@@ -10,7 +10,8 @@
 // StartProcessHandle one that program can also kill, pause and restart (the
 // demo's -redis-fault); StartClusterProcess and
 // StartClusterProcessWithReplicas start a cluster for such a program
-// (bench/cmd/fleetacc's -cluster), its nodes Processes.
+// (bench/cmd/fleetacc's -cluster, bench's make bench-cluster), its nodes
+// Processes.
 //
 // # Faults
 //

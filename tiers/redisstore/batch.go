@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -10,10 +11,12 @@ import (
 
 // batcher sends the takes of concurrent callers together: each flusher
 // goroutine takes the first waiting take, adds every other take already
-// waiting (up to max), and sends them in ONE pipeline, the takes of each
-// cluster slot (on a standalone or Sentinel-managed Redis: all of them) as
-// ONE take.lua call that decides them in order, each all or nothing, as
-// if each were its own call. A lone take goes out at once, as its own
+// waiting (up to max), and sends them in ONE pipeline (which a cluster
+// client splits by master), the takes of each cluster master (on a
+// standalone or Sentinel-managed Redis: all of them) as ONE take.lua call
+// that decides them in order, each all or nothing, as if each were its
+// own call. The parts of multi-slot cluster takes (mode "p") are merged
+// likewise, apart; their refunds go as calls of their own. A lone take goes out at once, as its own
 // call; under load, takes that arrive while a call is in flight share the
 // next one, so round trips, script invocations and (for a key several
 // takes charge, such as a tenant's) SETs per decision fall as concurrency
@@ -22,7 +25,7 @@ import (
 // A take with a sliding window log bucket is sent as its own take.lua
 // call, in the same pipeline: take.lua writes the log's entries last, so a
 // later take of a merged call could not see them. So is a take that is
-// the only one of its slot in the batch.
+// the only one of its master in the batch.
 //
 // The batcher holds the client, not the Store, so that a Store dropped
 // without Close can still be collected, which stops the flushers.
@@ -36,14 +39,17 @@ type batcher struct {
 	quit   chan struct{}
 }
 
-// pending is one take waiting in a batch, and its answer.
+// pending is one call waiting in a batch (a take, a multi-slot take's
+// part, or a refund), and its answer.
 type pending struct {
-	c    *call
-	cmd  *redis.IntSliceCmd // its own call, when sent alone
-	now  int64
-	seg  []int64 // the take's part of the reply
-	err  error
-	done chan struct{}
+	c     *call
+	cmd   *redis.IntSliceCmd // its own call, when a take sent alone
+	other redis.Cmder        // its own call, when a part or a refund
+	now   int64
+	gk    int     // the flusher's grouping key: slot, or node, and kind
+	seg   []int64 // the take's part of the reply
+	err   error
+	done  chan struct{}
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
@@ -117,23 +123,46 @@ func (b *batcher) loop() {
 
 // flusher is one flusher goroutine's reusable state.
 type flusher struct {
-	client redis.UniversalClient
-	keyPos int8
-	batch  []*pending
-	merged []*pending // the takes of the merged calls, by group
-	alone  []*pending // the takes sent as their own call
-	groups []group    // the merged calls: runs of merged, one slot each
-	calls  []*call    // the merged calls' own arguments, one per group
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // when client is one: merged calls go per node
+	keyPos  int8
+	batch   []*pending
+	merged  []*pending // the takes of the merged calls, by group
+	alone   []*pending // the takes sent as their own call
+	groups  []group    // the merged calls: runs of merged, one slot or node each
+	calls   []*call    // the merged calls' own arguments, one per group
+	// nodes numbers the cluster's masters as this flusher met them;
+	// noNode is set once Redis could not run nodeScript (older than 7),
+	// and merged calls are then of one slot each.
+	nodes  map[*redis.Client]int
+	noNode bool
 }
 
-// group is one merged call: the takes merged[start:end], all of one slot.
+// group is one merged call: the takes merged[start:end], all of one slot,
+// or (node) of several slots of one cluster node, all takes or all parts
+// of multi-slot takes (pre).
 type group struct {
 	start, end int
-	cmd        *redis.IntSliceCmd
+	node, pre  bool
+	cmd        *redis.IntSliceCmd // takes
+	other      *redis.SliceCmd    // parts (mode "p")
+	split      bool               // sent again as calls of their own (see flush)
+}
+
+// err returns the error of the group's call.
+func (g *group) err() error {
+	if g.pre {
+		return g.other.Err()
+	}
+	return g.cmd.Err()
 }
 
 func newFlusher(client redis.UniversalClient, keyPos int8, max int) *flusher {
-	return &flusher{client: client, keyPos: keyPos, batch: make([]*pending, 0, max)}
+	f := &flusher{client: client, keyPos: keyPos, batch: make([]*pending, 0, max)}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		f.cluster, f.nodes = cc, map[*redis.Client]int{}
+	}
+	return f
 }
 
 // newCmd returns the command of a script call laid out in args, routed by
@@ -146,23 +175,46 @@ func (f *flusher) newCmd(ctx context.Context, args []any) *redis.IntSliceCmd {
 	return cmd
 }
 
+// groupCmd returns the command of group g's merged call.
+func (f *flusher) groupCmd(ctx context.Context, g int) redis.Cmder {
+	gr := &f.groups[g]
+	if !gr.pre {
+		gr.cmd = f.newCmd(ctx, f.calls[g].args)
+		return onceIntSlice{gr.cmd}
+	}
+	gr.other = redis.NewSliceCmd(ctx, f.calls[g].args...)
+	gr.other.SetFirstKeyPos(f.keyPos)
+	return onceSlice{gr.other}
+}
+
 // flush sends the batch. A lone take is its own call, outside any
 // pipeline, exactly as an unbatched take goes. Otherwise it sends one
-// pipeline (a cluster client splits it by node): the takes without a
-// sliding window log that share a slot with another as one merged call per
-// slot, the others as their own calls. A call answered NOSCRIPT (the
-// script cache was emptied) did not run, so it is sent again by EVAL,
-// which also reloads the script; a call Redis refused is sent again after
-// a backoff (see refused). Any other error of a merged call is every one
-// of its takes' error, and it is never sent again (see once): an error
-// reply charged none of them (take.lua decides everything before its
-// first write, and Redis refuses a script's write only at the first); a
-// lost reply may have charged them all.
+// pipeline (a cluster client splits it by node, so this is one round trip
+// per node): the takes without a sliding window log that share a slot (on
+// a cluster: a node) with another as one merged call per slot (node), the
+// parts of multi-slot takes likewise but apart from the takes (their calls
+// run take.lua in mode "p"), the others as their own calls. A merged call
+// of several slots of one node runs nodeScript, take.lua allowed to reach
+// every key of its node; if Redis answers that a key is not on the node
+// (a slot moved since the client last loaded the slot map; nothing ran),
+// its takes go again as calls of their own, which follow the move. A call
+// answered NOSCRIPT (the script cache was emptied) did not run, so it is
+// sent again by EVAL, which also reloads the script; a call Redis refused
+// is sent again after a backoff (see refused). Any other error of a merged
+// call is every one of its takes' error, and it is never sent again (see
+// once): an error reply charged none of them (take.lua decides everything
+// before its first write, and Redis refuses a script's write only at the
+// first); a lost reply may have charged them all.
 func (f *flusher) flush() {
 	ctx := context.Background()
 	if len(f.batch) == 1 {
 		p := f.batch[0]
 		f.merged, f.alone, f.groups = f.merged[:0], append(f.alone[:0], p), f.groups[:0]
+		if p.c.kind != kindTake {
+			f.runOwn(ctx, p)
+			p.done <- struct{}{}
+			return
+		}
 		cmd, err := runScript(ctx, f.client, p.c, takeScript, f.keyPos, redis.NewIntSliceCmd)
 		if err != nil {
 			p.err = fmt.Errorf("redisstore: %w", err)
@@ -175,56 +227,14 @@ func (f *flusher) flush() {
 	f.group()
 	pipe := f.client.Pipeline()
 	for g := range f.groups {
-		gr := &f.groups[g]
-		m := f.buildMerged(g)
-		gr.cmd = f.newCmd(ctx, m.args)
-		_ = pipe.Process(ctx, onceIntSlice{gr.cmd})
+		f.buildMerged(g)
+		_ = pipe.Process(ctx, f.groupCmd(ctx, g))
 	}
 	for _, p := range f.alone {
-		p.cmd = f.newCmd(ctx, p.c.args)
-		_ = pipe.Process(ctx, onceIntSlice{p.cmd})
+		f.processOwn(ctx, pipe, p)
 	}
 	_, _ = pipe.Exec(ctx)
-
-	// Calls answered NOSCRIPT go again by EVAL at once; calls Redis
-	// refused (see refused) go again after a backoff, up to maxRefused
-	// times; any other failure is final (see once).
-	for attempt := 1; ; attempt++ {
-		var retry redis.Pipeliner
-		wait := false
-		again := func(cmd *redis.IntSliceCmd, args []any) *redis.IntSliceCmd {
-			err := cmd.Err()
-			noScript := isNoScript(err)
-			if !noScript && !(refused(err) && attempt <= maxRefused) {
-				return cmd
-			}
-			if noScript {
-				args[0], args[1] = "eval", takeScript.srcArg
-			} else {
-				wait = true
-			}
-			if retry == nil {
-				retry = f.client.Pipeline()
-			}
-			cmd = f.newCmd(ctx, args)
-			_ = retry.Process(ctx, onceIntSlice{cmd})
-			return cmd
-		}
-		for g := range f.groups {
-			gr := &f.groups[g]
-			gr.cmd = again(gr.cmd, f.calls[g].args)
-		}
-		for _, p := range f.alone {
-			p.cmd = again(p.cmd, p.c.args)
-		}
-		if retry == nil {
-			break
-		}
-		if wait {
-			backoff(ctx, attempt)
-		}
-		_, _ = retry.Exec(ctx)
-	}
+	f.resend(ctx)
 
 	followed := false
 	follow := func(err error) {
@@ -235,12 +245,23 @@ func (f *flusher) flush() {
 	}
 	for g := range f.groups {
 		gr := &f.groups[g]
-		follow(gr.cmd.Err())
-		split(gr.cmd, f.merged[gr.start:gr.end])
-		gr.cmd = nil
+		if !gr.split {
+			follow(gr.err())
+			if gr.pre {
+				splitPre(gr.other, f.merged[gr.start:gr.end])
+			} else {
+				split(gr.cmd, f.merged[gr.start:gr.end])
+			}
+		}
+		gr.cmd, gr.other = nil, nil
 		f.calls[g].reset()
 	}
 	for _, p := range f.alone {
+		if p.c.kind != kindTake {
+			follow(p.other.Err())
+			p.now, p.seg, p.err = ownResult(p)
+			continue
+		}
 		follow(p.cmd.Err())
 		p.now, p.seg, p.err = splitOne(p.cmd)
 	}
@@ -249,22 +270,143 @@ func (f *flusher) flush() {
 	}
 }
 
+// processOwn adds p's own call to pipe.
+func (f *flusher) processOwn(ctx context.Context, pipe redis.Pipeliner, p *pending) {
+	if p.c.kind != kindTake {
+		p.other = f.ownCmd(ctx, p)
+		_ = pipe.Process(ctx, noRetry(p.other))
+		return
+	}
+	p.cmd = f.newCmd(ctx, p.c.args)
+	_ = pipe.Process(ctx, onceIntSlice{p.cmd})
+}
+
+// resend sends again, in one pipeline per attempt, the calls answered
+// NOSCRIPT (by EVAL, at once) or refused (see refused; after a backoff, up
+// to maxRefused times), and the takes of a node's merged call that named
+// a key not on the node (as calls of their own, at once); any other
+// failure is final (see once).
+func (f *flusher) resend(ctx context.Context) {
+	for attempt := 1; ; attempt++ {
+		var retry redis.Pipeliner
+		wait := false
+		// again reports whether a call that failed with err goes again,
+		// by EVAL of sc's source on NOSCRIPT.
+		again := func(err error, args []any, sc script) bool {
+			noScript := isNoScript(err)
+			if !noScript && !(refused(err) && attempt <= maxRefused) {
+				return false
+			}
+			if noScript {
+				args[0], args[1] = "eval", sc.srcArg
+			} else {
+				wait = true
+			}
+			if retry == nil {
+				retry = f.client.Pipeline()
+			}
+			return true
+		}
+		for g := range f.groups {
+			gr := &f.groups[g]
+			if gr.split {
+				continue
+			}
+			err := gr.err()
+			if gr.node && (notLocal(err) || noNodeScript(err)) {
+				// Nothing ran (no key was read): each take goes on its own,
+				// to the node of its slot; the slot map is reloaded for
+				// the next batches (or, where Redis cannot run nodeScript,
+				// merged calls are of one slot from now on).
+				gr.split = true
+				if noNodeScript(err) {
+					f.noNode = true
+				} else {
+					f.cluster.ReloadState(ctx)
+				}
+				if retry == nil {
+					retry = f.client.Pipeline()
+				}
+				for _, p := range f.merged[gr.start:gr.end] {
+					f.alone = append(f.alone, p)
+					f.processOwn(ctx, retry, p)
+				}
+				continue
+			}
+			sc := takeScript
+			if gr.node {
+				sc = nodeScript
+			}
+			if again(err, f.calls[g].args, sc) {
+				_ = retry.Process(ctx, f.groupCmd(ctx, g))
+			}
+		}
+		for _, p := range f.alone {
+			var err error
+			if p.c.kind == kindTake {
+				err = p.cmd.Err()
+			} else {
+				err = p.other.Err()
+			}
+			if again(err, p.c.args, p.c.script()) {
+				f.processOwn(ctx, retry, p)
+			}
+		}
+		if retry == nil {
+			return
+		}
+		if wait {
+			backoff(ctx, attempt)
+		}
+		_, _ = retry.Exec(ctx)
+	}
+}
+
+// notLocal reports whether err is Redis refusing a script's access to a
+// key its node does not serve (nodeScript, after a slot moved).
+func notLocal(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "non local key")
+}
+
+// noNodeScript reports whether err is Redis failing to compile nodeScript:
+// before 7.0 it knows no script flags (its "#!" line).
+func noNodeScript(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "compiling script") || strings.Contains(err.Error(), "shebang"))
+}
+
+// maxNodeKeys bounds the keys of one merged call of several slots: they
+// are unpacked from its arguments, within Lua's stack.
+const maxNodeKeys = 1000
+
 // group sorts the batch into merged calls and calls of their own: the
-// takes with a sliding window log go alone; the others are ordered by slot
-// (stably, so each slot's takes keep the order they queued in; on a
-// standalone Redis every take has slot 0) and each slot's run becomes one
+// takes with a sliding window log go alone; the others (takes, and
+// separately parts of multi-slot takes) are ordered by slot, on a cluster
+// by node (stably, so each slot's takes keep the order they queued in; on
+// a standalone Redis every take has slot 0), and each run becomes one
 // merged call, unless it is a single take, which goes alone.
 func (f *flusher) group() {
 	f.merged, f.alone, f.groups = f.merged[:0], f.alone[:0], f.groups[:0]
 	for _, p := range f.batch {
-		if p.c.log {
+		if p.c.log || p.c.kind == kindRefund {
 			f.alone = append(f.alone, p)
 			continue
 		}
-		// insertion: batches are short, and usually of one slot
+		p.gk = 2 * p.c.slot
+		if f.cluster != nil && !f.noNode {
+			n, ok := f.nodeOf(p)
+			if !ok {
+				f.alone = append(f.alone, p)
+				continue
+			}
+			p.gk = 2 * n
+		}
+		if p.c.kind == kindPre {
+			p.gk++
+		}
+		// insertion: batches are short
 		f.merged = append(f.merged, p)
 		k := len(f.merged) - 1
-		for k > 0 && f.merged[k-1].c.slot > p.c.slot {
+		for k > 0 && f.merged[k-1].gk > p.gk {
 			f.merged[k] = f.merged[k-1]
 			k--
 		}
@@ -273,14 +415,16 @@ func (f *flusher) group() {
 	// Compact the runs of two or more into groups, in place.
 	w := 0
 	for i := 0; i < len(f.merged); {
-		j := i + 1
-		for j < len(f.merged) && f.merged[j].c.slot == f.merged[i].c.slot {
+		j, keys, node := i+1, f.merged[i].c.n, false
+		for j < len(f.merged) && f.merged[j].gk == f.merged[i].gk && keys+f.merged[j].c.n <= maxNodeKeys {
+			keys += f.merged[j].c.n
+			node = node || f.merged[j].c.slot != f.merged[i].c.slot
 			j++
 		}
 		if j-i == 1 {
 			f.alone = append(f.alone, f.merged[i])
 		} else {
-			f.groups = append(f.groups, group{start: w, end: w + j - i})
+			f.groups = append(f.groups, group{start: w, end: w + j - i, node: node, pre: f.merged[i].c.kind == kindPre})
 			w += copy(f.merged[w:], f.merged[i:j])
 		}
 		i = j
@@ -290,6 +434,25 @@ func (f *flusher) group() {
 	for len(f.calls) < len(f.groups) {
 		f.calls = append(f.calls, new(call))
 	}
+}
+
+// nodeOf returns the number of the cluster master serving p's slot, as
+// the client's slot map has it.
+func (f *flusher) nodeOf(p *pending) (int, bool) {
+	key, ok := p.c.args[keysAt].(string)
+	if !ok {
+		return 0, false
+	}
+	m, err := f.cluster.MasterForKey(context.Background(), key)
+	if err != nil {
+		return 0, false
+	}
+	n, ok := f.nodes[m]
+	if !ok {
+		n = len(f.nodes)
+		f.nodes[m] = n
+	}
+	return n, true
 }
 
 // splitOne returns the time and the take's part of a one-take reply.
@@ -333,20 +496,62 @@ func split(cmd *redis.IntSliceCmd, takes []*pending) {
 	}
 }
 
+// splitPre hands each part of a merged mode "p" call its part of the
+// reply: its integers, and its states (to its call).
+func splitPre(cmd *redis.SliceCmd, parts []*pending) {
+	raw, err := cmd.Result()
+	if err == nil && len(raw) == 0 {
+		err = fmt.Errorf("take.lua replied nothing")
+	}
+	if err == nil {
+		now, ok := raw[0].(int64)
+		o := 1
+		for _, p := range parts {
+			l := 1 + 8*p.c.n
+			if !ok || o+l > len(raw) {
+				err = fmt.Errorf("take.lua replied %d values for %d takes in mode p", len(raw), len(parts))
+				break
+			}
+			// parsePre reads a one-take reply: the time, then the take's.
+			one := raw[o-1 : o+l : o+l]
+			saved := one[0]
+			one[0] = now
+			p.now, p.seg, p.err = parsePre(one, p.c, p.c.n)
+			one[0] = saved
+			o += l
+		}
+		if err == nil && o != len(raw) {
+			err = fmt.Errorf("take.lua replied %d values for %d takes in mode p, want %d", len(raw), len(parts), o)
+		}
+	}
+	if err != nil {
+		for _, p := range parts {
+			p.seg, p.err = nil, fmt.Errorf("redisstore: %w", err)
+		}
+	}
+}
+
 // buildMerged lays out, in f.calls[g].args, one take.lua call of the takes
 // of group g:
 //
-//	EVALSHA sha numkeys key... now "t" minttl T limits...
+//	EVALSHA sha numkeys key... now mode minttl T limits...
+//
+// or, for a group of several slots of one node, one nodeScript call,
+// which takes its keys from its arguments (a script's declared keys must
+// share a slot):
+//
+//	EVALSHA sha 1 firstkey numkeys key... now mode minttl T limits...
 //
 // The keys and each take's limits are the takes' own argument buffers; the
 // call holds the counts and the time (the latest of the takes' times, when
 // the store has a clock: each take is decided no earlier than it was asked
 // for). On a cluster its first key is the first take's, as a string, by
 // which the client routes it: every take of the group has its keys in that
-// slot.
+// slot (node).
 func (f *flusher) buildMerged(g int) *call {
 	m := f.calls[g]
-	takes := f.merged[f.groups[g].start:f.groups[g].end]
+	gr := &f.groups[g]
+	takes := f.merged[gr.start:gr.end]
 	keys, fixed, now := 0, false, int64(0)
 	for _, p := range takes {
 		keys += p.c.n
@@ -360,13 +565,17 @@ func (f *flusher) buildMerged(g int) *call {
 		m.putInt(now)
 	}
 	m.finish()
-	m.args = append(m.args, "evalsha", takeScript.shaArg, &m.bufs[0])
+	if gr.node {
+		m.args = append(m.args, "evalsha", nodeScript.shaArg, oneKey, takes[0].c.args[keysAt], &m.bufs[0])
+	} else {
+		m.args = append(m.args, "evalsha", takeScript.shaArg, &m.bufs[0])
+	}
 	for _, p := range takes {
 		for k := 1; k <= p.c.n; k++ {
 			m.args = append(m.args, &p.c.bufs[k])
 		}
 	}
-	if f.keyPos != 0 {
+	if f.keyPos != 0 && !gr.node {
 		m.args[keysAt] = takes[0].c.args[keysAt]
 	}
 	if fixed {
@@ -374,8 +583,12 @@ func (f *flusher) buildMerged(g int) *call {
 	} else {
 		m.args = append(m.args, "")
 	}
+	mode := modeTake
+	if gr.pre {
+		mode = modeTakePre
+	}
 	// minttl is the same for every take of a store: the first take's.
-	m.args = append(m.args, modeTake, &takes[0].c.bufs[takes[0].c.lim-1], &m.bufs[1])
+	m.args = append(m.args, mode, &takes[0].c.bufs[takes[0].c.lim-1], &m.bufs[1])
 	for _, p := range takes {
 		m.args = append(m.args, &p.c.bufs[p.c.lim])
 	}

@@ -111,6 +111,16 @@ func BenchmarkTake(b *testing.B) {
 	}
 }
 
+// clusterCPU returns the CPU time the cluster's masters have used, summed
+// (see redisCPU).
+func clusterCPU(b *testing.B, cl *redistest.Cluster) time.Duration {
+	var sum time.Duration
+	for _, n := range cl.Nodes() {
+		sum += redisCPU(b, n.Client())
+	}
+	return sum
+}
+
 // processCPU returns the user+system CPU time this process has used.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
@@ -148,8 +158,9 @@ func redisCPU(b *testing.B, c *redis.Client) time.Duration {
 
 // BenchmarkTakeCluster measures a 4-level take on a 3-master cluster when
 // the levels share one hash tag (one script; batched per slot by default)
-// and when they sit in four slots (four scripts in parallel, refunds on a
-// deny; never batched), with the default batching and without
+// and when they sit in four slots (four parts sent at once, refunds on a
+// deny; batched, the parts of each master merged into one call), with the
+// default batching and without
 // ("/unbatched").
 func BenchmarkTakeCluster(b *testing.B) {
 	cl := redistest.StartCluster(b)
@@ -186,6 +197,11 @@ func BenchmarkTakeCluster(b *testing.B) {
 				ctx := context.Background()
 				b.ReportAllocs()
 				b.SetParallelism(32)
+				cpu0, r0 := processCPU(), clusterCPU(b, cl)
+				defer func() {
+					b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
+					b.ReportMetric(float64(clusterCPU(b, cl)-r0)/float64(b.N), "redis-cpu-ns/op")
+				}()
 				b.RunParallel(func(pb *testing.PB) {
 					var res [4]quota.Result
 					i := 0

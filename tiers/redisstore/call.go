@@ -44,7 +44,20 @@ type call struct {
 	// sent is the batched take of an abandoned call that was queued, and
 	// so will be sent: its answer still comes (see answerLate).
 	sent *pending
+	// kind is what the call runs: a take (the zero value), a multi-slot
+	// take's part (take.lua mode "p") or a refund (refund.lua); the
+	// batcher merges takes, and parts apart from takes.
+	kind callKind
 }
+
+// callKind is what a call runs (see call.kind).
+type callKind uint8
+
+const (
+	kindTake callKind = iota
+	kindPre
+	kindRefund
+)
 
 func (c *call) reset() {
 	for i := range c.args {
@@ -55,7 +68,7 @@ func (c *call) reset() {
 	}
 	clear(c.states)
 	c.args, c.offs, c.arena, c.pre, c.states = c.args[:0], c.offs[:0], c.arena[:0], c.pre[:0], c.states[:0]
-	c.n, c.lim, c.now, c.fixed, c.log, c.slot, c.sent = 0, 0, 0, false, false, 0, nil
+	c.n, c.lim, c.now, c.fixed, c.log, c.slot, c.sent, c.kind = 0, 0, 0, false, false, 0, nil, kindTake
 }
 
 // put appends what f writes to the arena as the next buffered argument.
@@ -109,6 +122,7 @@ var (
 	modeTake    any = "t"
 	modeTakePre any = "p"
 	oneTake     any = "1"
+	oneKey      any = "1"
 )
 
 // build lays out a take.lua call of one take:
@@ -170,16 +184,31 @@ func (c *call) build(sc script, prefix string, buckets []quota.Bucket, idx []int
 
 // buildRefund lays out a refund.lua call:
 //
-//	EVALSHA sha numkeys key... t0 (limit before wrote)...
+//	EVALSHA sha numkeys key... [marker] t0 markerttl (limit before wrote)...
 //
-// states holds before, wrote for each bucket of idx, in order.
-func (c *call) buildRefund(sc script, prefix string, buckets []quota.Bucket, idx []int, states []string, t0 int64, cluster bool) {
+// states holds before, wrote for each bucket of idx, in order. A marker
+// key (not "") makes the call idempotent: refund.lua sets it, for
+// markerTTL ms, and a call that finds it set changes nothing, so a refund
+// whose reply was lost can be sent again.
+func (c *call) buildRefund(sc script, prefix string, buckets []quota.Bucket, idx []int, states []string, t0 int64, cluster bool, marker string, markerTTL int64) {
 	n := len(idx)
-	c.putInt(int64(n))
+	nk := n
+	if marker != "" {
+		nk++
+	}
+	c.putInt(int64(nk))
 	for _, i := range idx {
 		c.putKey(prefix, buckets[i].Key)
 	}
+	if marker != "" {
+		c.putStr(marker)
+	}
 	c.putInt(t0)
+	if marker != "" {
+		c.putInt(markerTTL)
+	} else {
+		c.putStr("")
+	}
 	for j, i := range idx {
 		c.putLimit(&buckets[i])
 		c.putStr(states[2*j])
@@ -193,6 +222,7 @@ func (c *call) buildRefund(sc script, prefix string, buckets []quota.Bucket, idx
 	if cluster {
 		c.args[3] = string(c.bufs[1].b)
 	}
+	c.n, c.kind = n, kindRefund
 }
 
 // putLimit appends bucket b's limit and cost as one argument (refund.lua).

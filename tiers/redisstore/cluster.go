@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"time"
 
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/redis/go-redis/v9"
@@ -13,6 +15,14 @@ import (
 // maxInlineBuckets is the number of buckets whose slots are grouped
 // without allocating.
 const maxInlineBuckets = 16
+
+// inlineSlots is the number of slots of a multi-slot take whose parts
+// and refunds are kept without allocating. It is small on purpose: these
+// arrays live on the caller's stack (a gRPC handler's goroutine starts
+// with 8 KiB), and frames of kilobytes made the runtime grow and copy
+// that stack on every take (runtime.newstack was a tenth of the client's
+// CPU in grpcload's cluster row with 16).
+const inlineSlots = 4
 
 // takeCluster runs a take on a Redis Cluster: one script when every bucket
 // is in one slot, else one per slot in parallel with refunds on a deny.
@@ -61,6 +71,7 @@ func crc16s(a, b string) uint16 {
 
 // slotGroup is the buckets of one slot and what its take did.
 type slotGroup struct {
+	slot    int
 	idx     []int
 	c       *call
 	charged bool
@@ -68,42 +79,54 @@ type slotGroup struct {
 	err     error
 }
 
+// takeMulti runs a take whose buckets span several slots: one take.lua
+// call in mode "p" per slot, all at once (through the batcher, which
+// sends them in its next pipelines with every other caller's calls, else
+// in parallel goroutines), then, if any slot denied or failed, one
+// refund.lua call per slot that charged, again all at once (see
+// refundGroups).
 func (s *Store) takeMulti(ctx context.Context, buckets []quota.Bucket, slots []int, res []quota.Result) (bool, error) {
-	var groups []*slotGroup
-	bySlot := make(map[int]*slotGroup, 4)
+	var inline [inlineSlots]slotGroup
+	groups := inline[:0]
 	for i, sl := range slots {
-		g := bySlot[sl]
-		if g == nil {
-			g = &slotGroup{}
-			bySlot[sl] = g
-			groups = append(groups, g)
+		k := 0
+		for k < len(groups) && groups[k].slot != sl {
+			k++
 		}
-		g.idx = append(g.idx, i)
+		if k == len(groups) {
+			groups = append(groups, slotGroup{slot: sl})
+		}
+		groups[k].idx = append(groups[k].idx, i)
 	}
-	for _, g := range groups {
-		g.c = s.pool.Get().(*call)
+	for k := range groups {
+		groups[k].c = s.pool.Get().(*call)
 	}
 	defer func() {
-		for _, g := range groups {
-			s.release(g.c)
+		for k := range groups {
+			s.release(groups[k].c)
 		}
 	}()
 
-	var wg sync.WaitGroup
-	for _, g := range groups[1:] {
-		wg.Add(1)
-		go func(g *slotGroup) {
-			defer wg.Done()
-			g.charged, g.now, g.err = s.runTake(ctx, g.c, buckets, g.idx, res, true)
-		}(g)
+	if s.batch != nil {
+		s.takeParts(ctx, groups, buckets, res)
+	} else {
+		var wg sync.WaitGroup
+		for k := 1; k < len(groups); k++ {
+			wg.Add(1)
+			go func(g *slotGroup) {
+				defer wg.Done()
+				g.charged, g.now, g.err = s.runTake(ctx, g.c, buckets, g.idx, res, true)
+			}(&groups[k])
+		}
+		g0 := &groups[0]
+		g0.charged, g0.now, g0.err = s.runTake(ctx, g0.c, buckets, g0.idx, res, true)
+		wg.Wait()
 	}
-	g0 := groups[0]
-	g0.charged, g0.now, g0.err = s.runTake(ctx, g0.c, buckets, g0.idx, res, true)
-	wg.Wait()
 
 	all := true
 	var errs []error
-	for _, g := range groups {
+	for k := range groups {
+		g := &groups[k]
 		if g.err != nil {
 			errs = append(errs, g.err)
 		}
@@ -114,44 +137,109 @@ func (s *Store) takeMulti(ctx context.Context, buckets []quota.Bucket, slots []i
 	if all && len(errs) == 0 {
 		return true, nil
 	}
-
-	// Deny (or error): give back what the charging slots took, and report
-	// their buckets as they stood before the charge, nothing booked.
-	for i := range buckets {
-		res[i].Wait = 0
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-	defer cancel()
-	var rwg sync.WaitGroup
-	var mu sync.Mutex
-	for _, g := range groups {
-		if g.err != nil || !g.charged {
-			continue
-		}
-		for j, i := range g.idx {
-			res[i].Remaining = g.c.pre[2*j]
-			res[i].Reset = usec(g.c.pre[2*j+1])
-		}
-		rwg.Add(1)
-		go func(g *slotGroup) {
-			defer rwg.Done()
-			if err := s.refund(rctx, buckets, g.idx, g.c.states, g.now); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("redisstore: refund of a denied multi-slot take failed, units stay charged until they expire: %w", err))
-				mu.Unlock()
-			}
-		}(g)
-	}
-	rwg.Wait()
+	errs = append(errs, s.refundGroups(ctx, groups, buckets, res)...)
 	return false, errors.Join(errs...)
 }
 
-// refund runs refund.lua for the buckets idx, charged at time t0, whose
-// states before and after the charge are in states.
-func (s *Store) refund(ctx context.Context, buckets []quota.Bucket, idx []int, states []string, t0 int64) error {
-	c := s.pool.Get().(*call)
-	defer s.release(c)
-	c.buildRefund(refundScript, s.prefix, buckets, idx, states, t0, s.cluster != nil)
-	_, err := runScript(ctx, s.client, c, refundScript, s.keyPos(), redis.NewCmd)
-	return err
+// takeParts sends the part of every slot group through the batcher, all
+// queued at once, and writes their results.
+func (s *Store) takeParts(ctx context.Context, groups []slotGroup, buckets []quota.Bucket, res []quota.Result) {
+	var inlineC [inlineSlots]*call
+	var inlineA [inlineSlots]answer
+	cs, out := inlineC[:0], inlineA[:0]
+	for k := range groups {
+		g := &groups[k]
+		s.buildTake(g.c, buckets, g.idx, true)
+		g.c.slot = g.slot
+		cs, out = append(cs, g.c), append(out, answer{})
+	}
+	s.batch.doAll(ctx, cs, out)
+	runtime.KeepAlive(s)
+	for k := range groups {
+		g := &groups[k]
+		if g.err = out[k].err; g.err == nil {
+			g.now = out[k].now
+			g.charged, g.err = decodeTake(out[k].seg, g.c.n, buckets, g.idx, res, true, g.c)
+		}
+	}
+}
+
+// refundGroups gives back what the charging slot groups of a denied (or
+// failed) multi-slot take charged, and reports their buckets as they
+// stood before the charge, nothing booked. The refunds go at once,
+// through the batcher when it is on, within undoTimeout even when ctx has
+// ended. A refund that fails (or whose reply is lost) is handed to the
+// store's retrier, which sends it again in the background until it
+// applies or its units would have come back anyway (see retrier); its
+// error is returned, saying so.
+func (s *Store) refundGroups(ctx context.Context, groups []slotGroup, buckets []quota.Bucket, res []quota.Result) []error {
+	for i := range buckets {
+		res[i].Wait = 0
+	}
+	var (
+		inlineJ [inlineSlots]refundJob
+		inlineC [inlineSlots]*call
+		inlineA [inlineSlots]answer
+	)
+	jobs, cs, out := inlineJ[:0], inlineC[:0], inlineA[:0]
+	for k := range groups {
+		g := &groups[k]
+		if g.err != nil || !g.charged {
+			continue
+		}
+		j := s.newRefundJob(buckets, g, res)
+		j.group = k
+		for jj, i := range g.idx {
+			res[i].Remaining = g.c.pre[2*jj]
+			res[i].Reset = usec(g.c.pre[2*jj+1])
+		}
+		c := s.pool.Get().(*call)
+		j.build(c, s, buckets, g)
+		jobs, cs, out = append(jobs, j), append(cs, c), append(out, answer{})
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	defer func() {
+		for _, c := range cs {
+			s.release(c)
+		}
+	}()
+	if s.beforeRefund != nil {
+		s.beforeRefund()
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	if s.batch != nil {
+		s.batch.doAll(rctx, cs, out)
+		runtime.KeepAlive(s)
+	} else {
+		var wg sync.WaitGroup
+		for k, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, out[k].err = runScript(rctx, s.client, c, refundScript, s.keyPos(), redis.NewIntCmd)
+			}()
+		}
+		wg.Wait()
+	}
+	var errs []error
+	for k := range cs {
+		err := out[k].err
+		if err == nil {
+			continue
+		}
+		j := &jobs[k]
+		if j.marker == "" {
+			errs = append(errs, fmt.Errorf("redisstore: refund of a denied multi-slot take failed, units stay charged until they expire (no retry: key %q gives no refund marker in its slot): %w", buckets[j.first].Key, err))
+			continue
+		}
+		// A fresh call: the batcher may still hold the one that failed.
+		j.c = new(call)
+		j.build(j.c, s, buckets, &groups[j.group])
+		s.retry.add(*j)
+		errs = append(errs, fmt.Errorf("redisstore: refund of a denied multi-slot take failed; it is retried in the background until it applies or its units would have come back anyway, by %s: %w", j.deadline.UTC().Format(time.RFC3339Nano), err))
+	}
+	return errs
 }

@@ -46,25 +46,56 @@
 //     prefix must not contain '{' or '}') followed by the bucket key, so the
 //     slot is chosen by the bucket key's own hash tag, never by the prefix.
 //     Buckets are grouped by slot; a take whose buckets share a slot is one
-//     script call. A take spanning several slots runs one script per slot,
-//     in parallel; if any slot denies, every slot that charged is refunded
-//     by refund.lua. The net effect is all or nothing, with this weaker
-//     consistency than the single-slot case: between a slot's charge and
-//     its refund (one round trip) a concurrent take can see the charged
-//     units and be denied by them; it can never be admitted because of
-//     them, so limits are never exceeded, only briefly under-used. A refund
-//     that fails (the node went away) is reported as the Take's error. No
-//     CROSSSLOT error can reach a caller. A slot moving to another master
-//     (resharding) is followed through go-redis's redirects (ASK, MOVED,
-//     TRYAGAIN, each answered before the script runs), batched takes
-//     included: none fails and none is charged twice
+//     script call, atomic as on a standalone Redis. A take spanning several
+//     slots (tiers gives each identity its own tag, so a tenant + user + key
+//     take spans up to one slot per identity) is NOT atomic in Redis: it
+//     runs one take.lua part per slot, all sent at once, and if any slot
+//     denies or fails, every slot that charged is refunded by refund.lua.
+//     Round trips: one per master it touches, in parallel, when allowed
+//     (the common case); one more, again in parallel, when denied. Batched
+//     (the default), a flush carries every caller's parts in one pipeline,
+//     which the cluster client splits by master (one round trip per master
+//     per flush), and the parts of one master, whatever their slots, as one
+//     script call (nodeScript; Redis 7's allow-cross-slot-keys, else one
+//     call per slot); refunds go in the same pipelines. The net effect is
+//     all or nothing, with this weaker consistency than the single-slot
+//     case, the partial-charge window: from a slot's charge until its
+//     refund lands (the slowest other part's reply plus one round trip), a
+//     concurrent take can see the charged units and be denied by them; it
+//     can never be admitted because of them, so limits are never exceeded,
+//     only under-used, by at most the cost of each denied multi-slot take
+//     in flight. A reserve-then-commit shape would hide the charge from
+//     others only at the price of a second round trip on every ALLOWED
+//     take, so it is not used. TestClusterPartialChargeSeen counts how
+//     often a reader saw such a charge under a stream of denied 2-slot
+//     takes (nearly always: every denier is inside its window most of its
+//     life), and checks that none stays. A refund that fails (the node
+//     went away, or refused writes) is the Take's error and is retried in
+//     the background, in one pipeline per round, backing off from 20 ms to
+//     2 s, until it applies or the units it gives back would have come
+//     back by themselves (the latest reset of its buckets after the
+//     charge, at most an hour), so a failed refund never leaves units
+//     charged longer than the charge alone would, nor beyond an hour. Each
+//     refund carries a marker key in its slot, set by refund.lua, so one
+//     whose reply was lost and that ran anyway is not applied twice
+//     (TestClusterRefundRetried, TestClusterRefundLostReply,
+//     TestClusterRefundGivenUp). Close drops the refunds still waiting.
+//     No CROSSSLOT error can reach a caller. A slot moving to another
+//     master (resharding) is followed through go-redis's redirects (ASK,
+//     MOVED, TRYAGAIN, each answered before the script runs), batched takes
+//     included; a merged call of several slots that meets a key its master
+//     no longer serves fails before reading anything, and its takes go
+//     again on their own: none fails and none is charged twice
 //     (TestClusterSlotMigration moves a 4-level take's slot, key by key,
-//     under concurrent takes). A partial grant (quota.Bucket.AtMost) is
-//     decided inside the script when its buckets share a slot; across
-//     slots it takes two steps: a read of every bucket (a take that
-//     denies, so it writes nothing), then the charge of the grant as
-//     above. A take in between may spend what was read: the charge then
-//     denies, it never grants more than a bucket holds.
+//     under concurrent takes). Failover: see below; a multi-slot take's
+//     part on a dead master fails, and the parts that charged elsewhere
+//     are refunded. Costs on a 3-master cluster against a standalone Redis
+//     are in bench/README.md (make bench-cluster). A partial grant
+//     (quota.Bucket.AtMost) is decided inside the script when its buckets
+//     share a slot; across slots it takes two steps: a read of every
+//     bucket (a take that denies, so it writes nothing), then the charge
+//     of the grant as above. A take in between may spend what was read:
+//     the charge then denies, it never grants more than a bucket holds.
 //
 //   - Cluster failover. When a master of a Redis Cluster dies, the
 //     cluster promotes its replica by itself: the other masters mark it
@@ -125,12 +156,13 @@
 //
 //   - Client-side batching (on by default; WithBatching sets it, and
 //     WithBatching(0, 0) turns it off): the takes of concurrent callers go
-//     out in one pipeline, the takes of each cluster slot (on a standalone
-//     or Sentinel-managed Redis: all of them) as ONE take.lua call that
-//     decides them in order, each all or nothing, exactly as if each were
-//     its own call (a take with a sliding window log bucket, or alone in
-//     its slot, goes as its own call in the same pipeline; a take whose
-//     buckets span cluster slots is not batched). Each script call costs
+//     out in one pipeline, the takes of each cluster master (on a
+//     standalone or Sentinel-managed Redis: all of them) as ONE take.lua
+//     call that decides them in order, each all or nothing, exactly as if
+//     each were its own call (a take with a sliding window log bucket, or
+//     alone on its master, goes as its own call in the same pipeline; the
+//     parts of takes spanning cluster slots are merged likewise, apart
+//     from the takes, and refunds go as calls of their own). Each script call costs
 //     Redis far more than a bucket does, so this cuts Redis and client CPU
 //     per decision under concurrency (BenchmarkTake's parallel-default and
 //     parallel-batched rows and bench/README.md show by how much); a lone
@@ -165,5 +197,6 @@
 //     answers for such a bucket only while its units are further away than
 //     MaxWait.
 //
-//   - Redis version: 6.2 or later (take.lua uses SET ... GET).
+//   - Redis version: 6.2 or later (take.lua uses SET ... GET); on a
+//     Cluster before 7.0 the batcher merges per slot, not per master.
 package redisstore

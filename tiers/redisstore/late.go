@@ -12,9 +12,10 @@ import (
 // take whose caller's context ends is already queued to a flusher, which
 // sends it and reads its answer whatever the caller does, so the answer is
 // handed to the LateAnswers in the take's context, if it has one. On a
-// Cluster a take spanning several slots is not batched and its answer is
-// lost with its caller, so a Cluster store reports false; so does a store
-// with batching off.
+// Cluster a take spanning several slots is decided by one part per slot
+// (and refunds), whose combined answer is not handed on when its caller
+// gives up, so a Cluster store reports false; so does a store with
+// batching off.
 func (s *Store) AnswersLate() bool { return s.batch != nil && s.cluster == nil }
 
 // answerLate hands the answer of a batched take whose caller stopped

@@ -44,7 +44,7 @@ func newStore(t *testing.T, opts ...Option) (*Store, *redis.Client) {
 // flushTakes sends takes through one flush of a batcher's flusher, as if
 // they had queued together, and returns them in the order Redis decided
 // them: the merged call's takes, then those sent alone.
-func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]quota.Bucket) []*pending {
+func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]quota.Bucket, pre ...bool) []*pending {
 	t.Helper()
 	f.batch = f.batch[:0]
 	for _, bs := range takes {
@@ -52,7 +52,11 @@ func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]quota.Bucket) []*p
 		if s.clock != nil {
 			c.now, c.fixed = s.clock.Now().UnixMicro(), true
 		}
-		c.build(takeScript, s.prefix, bs, nil, false, s.minArg, s.cluster != nil)
+		p := len(pre) > 0 && pre[0]
+		c.build(takeScript, s.prefix, bs, nil, p, s.minArg, s.cluster != nil)
+		if p {
+			c.kind = kindPre
+		}
 		if s.cluster != nil {
 			c.slot = s.slotOf(bs[0].Key)
 		}
@@ -385,11 +389,12 @@ func TestMergedGCRAFastRate(t *testing.T) {
 }
 
 // TestMergedCallsPerSlotCluster: on a cluster a flush merges the takes of
-// each slot into one take.lua call of its own (each call's keys in one
-// slot, as Redis requires), sends every call in one pipeline, and every
-// take is decided exactly as memstore decides it taking them one after
-// another in the order Redis ran them (takes of different slots share no
-// key, so only each slot's order matters).
+// each node into one call of its own (take.lua for one slot, nodeScript
+// for several slots of the node), sends every call in one pipeline, and
+// every take is decided exactly as memstore decides it taking them one
+// after another in the order Redis ran them (takes of different slots
+// share no key, so only each slot's order matters). Two of the three tags
+// share a node, so calls of several slots are made.
 func TestMergedCallsPerSlotCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	clk := clock.New(time.Time{})
@@ -402,7 +407,7 @@ func TestMergedCallsPerSlotCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tags := []string{"{ps=a}", "{ps=b}", "{ps=c}"}
+	tags := sharedNodeTags(t, cl.Client())
 	slots := map[int]bool{}
 	for _, tag := range tags {
 		slots[Slot(tag)] = true
@@ -410,11 +415,23 @@ func TestMergedCallsPerSlotCluster(t *testing.T) {
 	if len(slots) != 3 {
 		t.Fatalf("tags share slots: %v", slots)
 	}
+	for _, pre := range []bool{false, true} {
+		mergedPerNode(t, s, ms, clk, tags, pre)
+	}
+}
+
+// mergedPerNode is TestMergedCallsPerSlotCluster's trace of takes, or
+// (pre) of parts of multi-slot takes (mode "p", which also report each
+// bucket's states).
+func mergedPerNode(t *testing.T, s *Store, ms *memstore.Store, clk *clock.Fake, tags []string, pre bool) {
 	f := newFlusher(s.client, s.keyPos(), 64)
 	rng := rand.New(rand.NewPCG(3, 5))
 	algs := []string{"tb", "gcra", "swc", "swl", "fw"}
+	if pre {
+		algs = []string{"ptb", "pgcra", "pswc", "pswl", "pfw"}
+	}
 	ctx := context.Background()
-	var allowed, denied, multi int
+	var allowed, denied, multi, nodeCalls int
 	for step := 0; step < 80; step++ {
 		clk.Advance(time.Duration(rng.IntN(150_000)) * time.Microsecond)
 		var takes [][]quota.Bucket
@@ -431,15 +448,24 @@ func TestMergedCallsPerSlotCluster(t *testing.T) {
 				takes = append(takes, bs)
 			}
 		}
-		order := flushTakes(t, s, f, takes)
+		order := flushTakes(t, s, f, takes, pre)
 		if len(f.groups) > 1 {
 			multi++
 		}
 		for _, g := range f.groups {
+			n0, _ := f.nodeOf(f.merged[g.start])
+			mixed := false
 			for _, p := range f.merged[g.start:g.end] {
-				if p.c.slot != f.merged[g.start].c.slot {
-					t.Fatalf("step %d: a merged call mixes slots %d and %d", step, f.merged[g.start].c.slot, p.c.slot)
+				if n, _ := f.nodeOf(p); n != n0 {
+					t.Fatalf("step %d: a merged call mixes nodes %d and %d", step, n0, n)
 				}
+				mixed = mixed || p.c.slot != f.merged[g.start].c.slot
+			}
+			if mixed != g.node {
+				t.Fatalf("step %d: a merged call of several slots %v, run as nodeScript %v", step, mixed, g.node)
+			}
+			if g.node {
+				nodeCalls++
 			}
 		}
 		for j, p := range order {
@@ -452,9 +478,12 @@ func TestMergedCallsPerSlotCluster(t *testing.T) {
 			if p.err != nil {
 				t.Fatalf("step %d take %d: %v", step, j, p.err)
 			}
-			per, err := takePart(p.seg, len(bs), false)
+			per, err := takePart(p.seg, len(bs), pre)
 			if err != nil {
 				t.Fatalf("step %d take %d: %v", step, j, err)
+			}
+			if pre && len(p.c.states) != 2*len(bs) {
+				t.Fatalf("step %d take %d: %d states for %d buckets", step, j, len(p.c.states), len(bs))
 			}
 			if gok := p.seg[0] == 1; gok != wok {
 				t.Fatalf("step %d take %d: charged %v, memstore %v", step, j, gok, wok)
@@ -478,8 +507,43 @@ func TestMergedCallsPerSlotCluster(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d allowed, %d denied; %d flushes sent several merged calls", allowed, denied, multi)
-	if allowed < 50 || denied < 50 || multi < 20 {
-		t.Fatalf("trace too weak: %d allowed, %d denied, %d flushes with several merged calls", allowed, denied, multi)
+	t.Logf("pre %v: %d allowed, %d denied; %d flushes sent several merged calls; %d calls of several slots", pre, allowed, denied, multi, nodeCalls)
+	if allowed < 50 || denied < 50 || multi < 20 || nodeCalls < 20 {
+		t.Fatalf("trace too weak: %d allowed, %d denied, %d flushes with several merged calls, %d calls of several slots", allowed, denied, multi, nodeCalls)
 	}
+}
+
+// sharedNodeTags returns three hash tags in three slots, the first two
+// served by one master of c, the third by another.
+func sharedNodeTags(t *testing.T, c *redis.ClusterClient) []string {
+	t.Helper()
+	ctx := context.Background()
+	addr := func(tag string) string {
+		m, err := c.MasterForKey(ctx, tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	byNode := map[string][]string{}
+	for i := 0; i < 64; i++ {
+		tag := "{ps=" + string(rune('a'+i%26)) + string(rune('a'+i/26)) + "}"
+		a := addr(tag)
+		byNode[a] = append(byNode[a], tag)
+	}
+	var out []string
+	for _, tags := range byNode {
+		if len(tags) >= 2 && len(out) == 0 {
+			out = append(out, tags[0], tags[1])
+		}
+	}
+	for a, tags := range byNode {
+		if len(out) == 2 && a != addr(out[0]) {
+			out = append(out, tags[0])
+		}
+	}
+	if len(out) != 3 {
+		t.Fatal("no tags sharing a node")
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,7 +26,8 @@ var takeSrc string
 var refundSrc string
 
 var (
-	takeScript   = newScript(takeSrc)
+	takeScript   = newScript(takeHead, takeSrc)
+	nodeScript   = newNodeScript(takeSrc)
 	refundScript = newScript(refundSrc)
 )
 
@@ -48,6 +50,15 @@ type Store struct {
 
 	cache *denialCache // nil when disabled
 	batch *batcher     // nil when batching is off (WithBatching(0, 0))
+
+	// retry sends failed refunds of multi-slot cluster takes again; their
+	// marker keys are named by refundBase and refundSeq.
+	retry      *retrier
+	refundBase uint64
+	refundSeq  atomic.Uint64
+	// beforeRefund, when set (tests), runs before the refunds of a denied
+	// multi-slot take are sent.
+	beforeRefund func()
 
 	pool sync.Pool // *call
 }
@@ -155,12 +166,13 @@ const (
 // WithBatching sets how the takes of concurrent callers are sent together
 // (default WithBatching(2, 64)): up to flushers pipelines
 // in flight at once, each carrying up to max takes that were waiting when
-// it left, the takes of each cluster slot (all of them, on a standalone or
+// it left, the takes of each cluster master (all of them, on a standalone or
 // Sentinel-managed Redis) as ONE take.lua call that decides them in order,
 // each all or nothing, exactly as separate calls would (a take with a
-// sliding window log bucket, or alone in its slot, goes as its own call in
-// the same pipeline; a take whose buckets span cluster slots is not
-// batched). NOSCRIPT is handled for the whole call. A lone take is sent at
+// sliding window log bucket, or alone on its master, goes as its own call
+// in the same pipeline; a take whose buckets span cluster slots sends its
+// per-slot parts, and its refunds, in the same pipelines, the parts merged
+// per master likewise). NOSCRIPT is handled for the whole call. A lone take is sent at
 // once, as its own call, so batching adds no round trip when idle; under
 // load a take waits for the call ahead of it, so leave room for that in a
 // per-call budget such as fallback.WithTimeout. The store runs flushers
@@ -182,9 +194,10 @@ func WithBatching(flushers, max int) Option {
 	}
 }
 
-// undoTimeout bounds the undoing (refund.lua) of a multi-slot cluster
-// take that was denied. The undo runs even when the caller's context is
-// already cancelled: units left charged would stay so until they expire.
+// undoTimeout bounds the first sending of the refunds (refund.lua) of a
+// multi-slot cluster take that was denied, which the caller waits for,
+// and each background retry (see retrier). The undo runs even when the
+// caller's context is already cancelled.
 const undoTimeout = time.Second
 
 // errNoContextTimeout is why New refuses a client that ignores deadlines.
@@ -243,6 +256,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	s.minArg = strconv.AppendInt(nil, int64((cfg.minTTL+time.Millisecond-1)/time.Millisecond), 10)
 	s.pool.New = func() any { return new(call) }
+	s.retry, s.refundBase = newRetrier(client, s.keyPos()), newRefundBase()
 	if cfg.batchFlushers > 0 {
 		s.batch = newBatcher(client, s.keyPos(), cfg.batchFlushers, cfg.batchMax)
 		// The flushers hold the batcher, not s: if s is dropped without
@@ -268,12 +282,20 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 		return nil
 	}
 	if s.cluster != nil {
-		return s.cluster.ForEachMaster(ctx, load)
+		return s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			if err := load(ctx, c); err != nil {
+				return err
+			}
+			// nodeScript needs Redis 7 (script flags); older masters
+			// fail to load it, and the batcher then merges by slot.
+			_ = c.ScriptLoad(ctx, nodeScript.src).Err()
+			return nil
+		})
 	}
 	if c, ok := s.client.(*redis.Client); ok {
 		return load(ctx, c)
 	}
-	for _, sc := range []script{takeScript, refundScript, settleScript, reportScript} {
+	for _, sc := range []script{takeScript, nodeScript, refundScript, settleScript, reportScript} {
 		if err := s.client.ScriptLoad(ctx, sc.src).Err(); err != nil {
 			return fmt.Errorf("redisstore: SCRIPT LOAD: %w", err)
 		}
@@ -284,11 +306,13 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 var errClosed = errors.New("redisstore: store is closed")
 
 // Close stops the batching goroutines (see WithBatching), after sending
-// the takes already queued; Takes after Close that would be batched fail
+// the takes already queued, and drops the refunds of multi-slot cluster
+// takes still being retried (see the package doc); Takes after Close that would be batched fail
 // with an error saying the store is closed (Settle and Report are never
 // batched). It does not close the Redis client, which the caller owns.
 // Close is idempotent; with batching off it does nothing.
 func (s *Store) Close() error {
+	s.retry.close()
 	if s.batch != nil {
 		s.batch.close()
 	}
@@ -503,11 +527,7 @@ func (s *Store) release(c *call) {
 // idx is nil), retrying once with EVAL on NOSCRIPT, and writes their
 // results. It returns whether the script charged, and the time it used.
 func (s *Store) runTake(ctx context.Context, c *call, buckets []quota.Bucket, idx []int, res []quota.Result, pre bool) (bool, int64, error) {
-	if s.clock != nil {
-		c.now, c.fixed = s.clock.Now().UnixMicro(), true
-	}
-	c.build(takeScript, s.prefix, buckets, idx, pre, s.minArg, s.cluster != nil)
-	n := c.n
+	s.buildTake(c, buckets, idx, pre)
 	var (
 		now int64
 		seg []int64 // the take's part of the reply
@@ -515,7 +535,7 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []quota.Bucket, id
 	)
 	switch {
 	case pre:
-		now, seg, err = s.evalPre(ctx, c, n)
+		now, seg, err = s.evalPre(ctx, c, c.n)
 	case s.batch != nil:
 		now, seg, err = s.batch.do(ctx, c)
 		// s must not be collected (which stops the batcher) while a take
@@ -532,8 +552,20 @@ func (s *Store) runTake(ctx context.Context, c *call, buckets []quota.Bucket, id
 		}
 		return false, 0, err
 	}
-	allowed, err := decodeTake(seg, n, buckets, idx, res, pre, c)
+	allowed, err := decodeTake(seg, c.n, buckets, idx, res, pre, c)
 	return allowed, now, err
+}
+
+// buildTake lays out in c the take.lua call of the buckets named by idx
+// (all when idx is nil), in mode "p" when pre.
+func (s *Store) buildTake(c *call, buckets []quota.Bucket, idx []int, pre bool) {
+	if s.clock != nil {
+		c.now, c.fixed = s.clock.Now().UnixMicro(), true
+	}
+	c.build(takeScript, s.prefix, buckets, idx, pre, s.minArg, s.cluster != nil)
+	if pre {
+		c.kind = kindPre
+	}
 }
 
 // decodeTake writes the results of a take.lua reply (seg, the take's part
@@ -595,7 +627,12 @@ func (s *Store) evalPre(ctx context.Context, c *call, n int) (int64, []int64, er
 	if err != nil {
 		return 0, nil, fmt.Errorf("redisstore: %w", err)
 	}
-	raw := cmd.Val()
+	return parsePre(cmd.Val(), c, n)
+}
+
+// parsePre splits a mode "p" reply of n buckets (see evalPre), appending
+// the states to c.states.
+func parsePre(raw []any, c *call, n int) (int64, []int64, error) {
 	ints := 2 + 6*n
 	if len(raw) != ints+2*n {
 		return 0, nil, fmt.Errorf("redisstore: take.lua replied %d values for %d buckets in mode p", len(raw), n)

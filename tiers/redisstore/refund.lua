@@ -2,14 +2,20 @@
 -- where another slot denied. Every key must be in one cluster slot.
 --
 -- KEYS[i]   state key of bucket i, i = 1..n
+-- KEYS[n+1] (when ARGV[2] is not "") the refund's marker key, in the same
+--           slot: the refund is applied only if the marker is not yet set,
+--           and sets it (for ARGV[2] ms), so a refund whose reply was lost
+--           can be sent again without giving the units back twice
 -- ARGV[1]   the now (integer microseconds) the charging take.lua used
--- ARGV[3(i-1)+2 .. 3i+1]  bucket i: its limit and cost (packed as passed
+-- ARGV[2]   the marker's TTL in ms, or "" for no marker
+-- ARGV[3(i-1)+3 .. 3i+2]  bucket i: its limit and cost (packed as passed
 --           to take.lua: algorithm, rate N, period P in microseconds, burst
 --           B, cost c), then the key's state before the take and the state
 --           the take wrote (as take.lua reported them in mode "p"; "" =
 --           absent)
 --
--- Reply: integer, the number of buckets whose state was restored.
+-- Reply: integer, the number of buckets whose state was restored, or -1
+-- when the marker was already set (an earlier send of this refund ran).
 --
 -- When the key still holds exactly what the take wrote (no other take
 -- touched it since), the old state is put back byte for byte (or the key
@@ -43,9 +49,15 @@ local function window(W)
   return w
 end
 
+local n = #KEYS
+if ARGV[2] ~= '' then
+  n = n - 1
+  if not redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', ARGV[2]) then return -1 end
+end
+
 local done = 0
-for i = 1, #KEYS do
-  local a = 1 + (i - 1) * 3
+for i = 1, n do
+  local a = 2 + (i - 1) * 3
   local alg, N, P, B, c = sunpack('<Bdddd', ARGV[a + 1])
   local k = KEYS[i]
   if alg == SLIDING_WINDOW_LOG then

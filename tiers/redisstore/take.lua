@@ -11,8 +11,7 @@
 --           Redis TIME
 -- ARGV[2]   mode: "t" take; "p" take and also report each bucket's
 --           remaining and reset before the charge, and its state before
---           and after (multi-slot cluster takes, which may have to refund);
---           mode "p" carries one take
+--           and after (multi-slot cluster takes, which may have to refund)
 -- ARGV[3]   minimum key TTL in milliseconds (at least 1)
 -- ARGV[4]   T, the number of takes (at least 1; a take with a sliding
 --           window log bucket must come alone, T = 1)
@@ -47,8 +46,8 @@
 --   microseconds (0 when allowed, -1 = never). Redis spends about as much
 --   on each integer of a reply as on a Lua table store, so a charged take,
 --   the common case, reports only what it must.
--- Mode "p" (one take; multi-slot cluster takes, which may have to refund)
--- always reports 6 integers per bucket: allowed, remaining, reset,
+-- Mode "p" (multi-slot cluster takes, which may have to refund) reports,
+-- per take, its flag, then always 6 integers per bucket: allowed, remaining, reset,
 -- retry-after (for an allowed bucket: its wait), then remaining and reset
 -- before any charge; then (bulk
 -- strings) per bucket the key's raw state before the take and the state
@@ -253,8 +252,8 @@ local n = #KEYS
 -- (a table built from unpack(KEYS) has n slots), to be overwritten.
 -- (A table constructor with nil items has that many slots and no values.)
 local u0 = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
-local u1, sb, sa
-if pre then u1, sb, sa = {}, {}, {} end
+local u1, sb, sa, z0, pf
+if pre then u1, sb, sa, z0, pf = {}, {}, {}, {}, {} end
 local out, st, tm, te, wk
 if n <= 4 then -- up to 1 + 1 + 4n in the reply
   out = {now, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
@@ -267,8 +266,11 @@ local on = 1 -- out[1..on] is the reply so far; it never ends below n + 1
 -- string-state key holding another type reads as absent rather than
 -- failing the take, and is then overwritten); unpack has a stack limit,
 -- so a call of more than 1000 buckets reads them one by one
+-- (NODE: run as nodeScript, the keys of several slots of one cluster
+-- master; node_read, its head's, reads them by one MGET per take)
 local vals
-if n <= 1000 then vals = call('MGET', unpack(KEYS))
+if NODE then vals = node_read(KEYS, T)
+elseif n <= 1000 then vals = call('MGET', unpack(KEYS))
 else
   vals = {}
   local i = 0
@@ -536,6 +538,7 @@ for j = 1, T do
       u1[b - 3], u1[b - 2], u1[b - 1] = allow and 1 or 0, rem1, rst1
       if allow then u1[b] = wt else u1[b] = ra end
       sb[i], sa[i] = v or '', s or ''
+      z0[2 * i - 1], z0[2 * i] = rem0, rst0
     end
     u0[q - 2], u0[q - 1] = rem0, rst0
     if all then
@@ -587,6 +590,7 @@ for j = 1, T do
       end
     end
   end
+  if pre then pf[j] = out[oc] end
   i = last
 end
 
@@ -641,15 +645,23 @@ if logs then
   end
 end
 if not pre then return out end
--- mode "p" (one take): now, charged, per bucket allowed, remaining, reset,
--- retry-after, remaining and reset before the charge, then per bucket the
--- state before and the state computed
-local r = {now, out[2]}
-for i = 1, n do
-  local b, q = 4 * i, 2 + 6 * (i - 1)
-  local r0 = u0[3 * i - 1]
-  if r0 > MAXUS then r0 = MAXUS end
-  r[q + 1], r[q + 2], r[q + 3], r[q + 4], r[q + 5], r[q + 6] = u1[b - 3], u1[b - 2], u1[b - 1], u1[b], u0[3 * i - 2], r0
+-- mode "p": now, then per take its charged flag, per bucket allowed,
+-- remaining, reset, retry-after, remaining and reset before the charge,
+-- then per bucket the state before and the state computed
+local r, o = {now}, 1
+i = 0
+for j = 1, T do
+  local m = lims[ARGV[4 + j]][1]
+  o = o + 1
+  r[o] = pf[j]
+  for q = i + 1, i + m do
+    local b = 4 * q
+    local r0 = z0[2 * q]
+    if r0 > MAXUS then r0 = MAXUS end
+    r[o + 1], r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6] = u1[b - 3], u1[b - 2], u1[b - 1], u1[b], z0[2 * q - 1], r0
+    o = o + 6
+  end
+  for q = i + 1, i + m do r[o + 1], r[o + 2] = sb[q], sa[q]; o = o + 2 end
+  i = i + m
 end
-for i = 1, n do r[2 + 6 * n + 2 * i - 1], r[2 + 6 * n + 2 * i] = sb[i], sa[i] end
 return r

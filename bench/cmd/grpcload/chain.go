@@ -126,7 +126,15 @@ func setupChainLocal(mode quota.Consistency) func(context.Context, *env) ([]grpc
 			return nil, err
 		}
 		e.OnClose(func() { _ = store.Close() })
-		lf, err := localfirst.New(store, store)
+		var lopts []localfirst.Option
+		if e.cluster {
+			// On a cluster a report is one call per slot, and every
+			// principal's keys have slots of their own, so Close's final
+			// reports are thousands of one-key calls: the default 250 ms
+			// per call is too short for them on a loaded machine.
+			lopts = append(lopts, localfirst.WithSyncTimeout(5*time.Second))
+		}
+		lf, err := localfirst.New(store, store, lopts...)
 		if err != nil {
 			return nil, err
 		}

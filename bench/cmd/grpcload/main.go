@@ -16,6 +16,16 @@
 //	redis_rate-1     yardstick: one github.com/go-redis/redis_rate/v10 Allow per
 //	                 call in an interceptor (user level), on the same redis-server
 //
+// and, only when -only names them (make bench-cluster), the same on a
+// 3-master Redis Cluster the run starts (testing/redistest), every
+// contender's keys on all three masters (each identity its own hash tag):
+//
+//	cluster-redis-4-batch   chain-redis-4-batch on the cluster
+//	cluster-redis-4-leased  chain-redis-4-leased on the cluster
+//	cluster-redis-4-async   chain-redis-4-async on the cluster
+//	cluster-redis-1-batch   chain-redis-1-batch on the cluster
+//	cluster-redis_rate-1    redis_rate-1 on the cluster
+//
 // Each call carries x-tenant, x-user and x-api-key metadata for a principal
 // drawn (seeded) from -keys, uniformly or, with -dist zipf, Zipf-distributed
 // (hot principals, and so a hot tenant); the interceptor reads identity from
@@ -102,12 +112,17 @@ func parseFlags(args []string, out io.Writer) (harness.Config, string, error) {
 // contender needs Redis.
 type env struct {
 	harness.Env
-	batch []int // flushers, max of redisstore.WithBatching
+	batch   []int // flushers, max of redisstore.WithBatching
+	cluster bool  // the contender runs on the cluster
 }
 
-// newRedisClient returns a client of the Redis under test that counts its
-// round trips (hook) and socket writes (dialer).
-func (e *env) newRedisClient() (*redis.Client, error) {
+// newRedisClient returns a client of the Redis under test (the cluster,
+// for a cluster contender) that counts its round trips (hook) and socket
+// writes (dialer).
+func (e *env) newRedisClient() (redis.UniversalClient, error) {
+	if e.cluster {
+		return e.NewClusterClient(), nil
+	}
 	if e.Opts == nil {
 		return nil, errors.New("no Redis configured for this contender")
 	}
@@ -116,21 +131,33 @@ func (e *env) newRedisClient() (*redis.Client, error) {
 
 // contender returns the server options (interceptors) of one setup.
 type contender struct {
-	name  string
-	redis bool
-	setup func(ctx context.Context, e *env) ([]grpc.ServerOption, error)
+	name    string
+	redis   bool
+	setup   func(ctx context.Context, e *env) ([]grpc.ServerOption, error)
+	cluster bool // runs on the cluster, and only when -only names it
 }
 
 var contenders = []contender{
-	{"bare", false, func(context.Context, *env) ([]grpc.ServerOption, error) { return nil, nil }},
-	{"chain-mem-4", false, setupChainMem4},
-	{"chain-redis-1", true, setupChainRedis(1, false)},
-	{"chain-redis-4", true, setupChainRedis(4, false)},
-	{"chain-redis-1-batch", true, setupChainRedis(1, true)},
-	{"chain-redis-4-batch", true, setupChainRedis(4, true)},
-	{"chain-redis-4-leased", true, setupChainLocal(quota.Leased)},
-	{"chain-redis-4-async", true, setupChainLocal(quota.Async)},
-	{"redis_rate-1", true, setupRedisRate1},
+	{"bare", false, func(context.Context, *env) ([]grpc.ServerOption, error) { return nil, nil }, false},
+	{"chain-mem-4", false, setupChainMem4, false},
+	{"chain-redis-1", true, setupChainRedis(1, false), false},
+	{"chain-redis-4", true, setupChainRedis(4, false), false},
+	{"chain-redis-1-batch", true, setupChainRedis(1, true), false},
+	{"chain-redis-4-batch", true, setupChainRedis(4, true), false},
+	{"chain-redis-4-leased", true, setupChainLocal(quota.Leased), false},
+	{"chain-redis-4-async", true, setupChainLocal(quota.Async), false},
+	{"redis_rate-1", true, setupRedisRate1, false},
+	{"cluster-redis-4-batch", true, setupChainRedis(4, true), true},
+	{"cluster-redis-4-leased", true, setupChainLocal(quota.Leased), true},
+	{"cluster-redis-4-async", true, setupChainLocal(quota.Async), true},
+	{"cluster-redis-1-batch", true, setupChainRedis(1, true), true},
+	{"cluster-redis_rate-1", true, setupRedisRate1, true},
+}
+
+// runs reports whether contender c is to run: as -only says, and a
+// cluster contender only when -only names it.
+func runs(cfg harness.Config, c contender) bool {
+	return cfg.Runs(c.name) && (!c.cluster || cfg.Only != nil)
 }
 
 // echo is the service: Plain answers with the request's message.
@@ -153,11 +180,21 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 		redisOpts  *redis.Options
 		redisWhere = "not used by the chosen contenders"
 	)
-	needRedis := false
+	needRedis, needCluster := false, false
 	for _, c := range contenders {
-		if c.redis && cfg.Runs(c.name) {
+		if c.redis && !c.cluster && runs(cfg, c) {
 			needRedis = true
 		}
+		needCluster = needCluster || (c.cluster && runs(cfg, c))
+	}
+	var cluster *harness.ClusterTarget
+	clusterWhere := ""
+	if needCluster {
+		if cluster, err = harness.OpenCluster(ctx); err != nil {
+			return nil, err
+		}
+		defer cluster.Close()
+		clusterWhere = "cluster: " + cluster.Where
 	}
 	if needRedis {
 		if target, err = harness.OpenRedis(ctx, cfg.Redis); err != nil {
@@ -166,30 +203,38 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 		defer target.Close()
 		redisOpts, redisWhere = target.Opts, target.Where
 	}
-	harness.WriteHeader(out, args,
-		[]string{
-			"redis:   " + redisWhere,
-			fmt.Sprintf("load:    c=%d calls in flight on 1 connection, keys=%d (%s, seed %d) warmup=%s duration=%s max-ops=%d pool=%d batch=%d flushers x %d per contender and round, %d round(s)",
-				cfg.Load.Concurrency, cfg.Load.Keys, dist, cfg.Load.Seed, cfg.Load.Warmup, cfg.Load.Duration, cfg.Load.MaxOps, cfg.Pool, cfg.BatchFlushers, cfg.BatchMax, cfg.Rounds),
-		},
+	lines := []string{"redis:   " + redisWhere}
+	if clusterWhere != "" {
+		lines = append(lines, clusterWhere)
+	}
+	lines = append(lines, fmt.Sprintf("load:    c=%d calls in flight on 1 connection, keys=%d (%s, seed %d) warmup=%s duration=%s max-ops=%d pool=%d batch=%d flushers x %d per contender and round, %d round(s)",
+		cfg.Load.Concurrency, cfg.Load.Keys, dist, cfg.Load.Seed, cfg.Load.Warmup, cfg.Load.Duration, cfg.Load.MaxOps, cfg.Pool, cfg.BatchFlushers, cfg.BatchMax, cfg.Rounds))
+	harness.WriteHeader(out, args, lines,
 		[]string{"google.golang.org/grpc", "github.com/redis/go-redis/v9"})
 
-	r := harness.Rounds{Rounds: cfg.Rounds, NameWidth: 20, Table: harness.Table{OpsUnit: "RPC", Baseline: baseline, Redis: needRedis}}
+	r := harness.Rounds{Rounds: cfg.Rounds, NameWidth: 22, Table: harness.Table{OpsUnit: "RPC", Baseline: baseline, Redis: needRedis || needCluster}}
 	var chosen []contender
 	for _, c := range contenders {
-		if cfg.Runs(c.name) {
+		if runs(cfg, c) {
 			chosen, r.Names = append(chosen, c), append(r.Names, c.name)
 		}
 	}
 	return r.Run(ctx, out, func(ctx context.Context, round, i int, prefix string) (harness.Stats, error) {
 		c := chosen[i]
-		if c.redis && target.Owned {
+		if c.cluster {
+			if err := cluster.FlushAll(ctx); err != nil {
+				return harness.Stats{}, fmt.Errorf("flushing the cluster before %s: %w", c.name, err)
+			}
+		} else if c.redis && target.Owned {
 			if err := target.Admin.FlushAll(ctx).Err(); err != nil {
 				return harness.Stats{}, fmt.Errorf("flushing Redis before %s: %w", c.name, err)
 			}
 		}
-		e := &env{Env: harness.Env{Opts: redisOpts, Pool: cfg.Pool, Prefix: prefix}, batch: []int{cfg.BatchFlushers, cfg.BatchMax}}
-		if c.redis {
+		e := &env{Env: harness.Env{Opts: redisOpts, Pool: cfg.Pool, Prefix: prefix}, batch: []int{cfg.BatchFlushers, cfg.BatchMax}, cluster: c.cluster}
+		switch {
+		case c.cluster:
+			e.Cluster, e.Probe.RedisNodes = cluster.Addrs, cluster.Nodes
+		case c.redis:
 			e.Probe.Redis = target.Admin
 		}
 		st, err := measure(ctx, cfg, dist, c, e)

@@ -81,9 +81,13 @@ type Env struct {
 	// Probe collects the counters of every client; set Probe.Redis to have
 	// Run read the server's CPU.
 	Probe Probe
+	// Cluster are the masters of the Redis Cluster under test, for
+	// NewClusterClient (nil if none is used).
+	Cluster []string
 
-	clients []*redis.Client
-	closers []func()
+	clients        []*redis.Client
+	clusterClients []*redis.ClusterClient
+	closers        []func()
 }
 
 // NewClient returns a client of e.Opts with pool size e.Pool, no idle
@@ -115,6 +119,11 @@ func (e *Env) FillPools(ctx context.Context) error {
 			return err
 		}
 	}
+	for _, c := range e.clusterClients {
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return FillPool(ctx, n, e.Pool) }); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -124,6 +133,9 @@ func (e *Env) Close() {
 		e.closers[i]()
 	}
 	for _, c := range e.clients {
+		_ = c.Close()
+	}
+	for _, c := range e.clusterClients {
 		_ = c.Close()
 	}
 }

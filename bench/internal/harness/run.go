@@ -63,6 +63,10 @@ type Probe struct {
 	// Redis, when set, is an admin client of the server under test, used
 	// to read the server's CPU time (INFO cpu).
 	Redis *redis.Client
+	// RedisNodes, when set, are admin clients of the masters of the
+	// Redis Cluster under test: their CPU times are summed into
+	// Stats.RedisCPU and kept per node in Stats.RedisNodeCPU.
+	RedisNodes []*redis.Client
 	// Drain, when set, runs after the measured phase and before the
 	// counters and the server's CPU are read: a contender that defers
 	// store work (local-first reports) sends it there, so the Redis work
@@ -106,6 +110,8 @@ type Stats struct {
 	// Probe.Redis.
 	RedisCPU      time.Duration
 	RedisCPUKnown bool
+	// RedisNodeCPU is each cluster node's CPU time (Probe.RedisNodes).
+	RedisNodeCPU []time.Duration
 }
 
 // PerSecond is Ops per second of Elapsed.
@@ -152,6 +158,12 @@ func (s *Stats) Add(o Stats) {
 	s.Commands += o.Commands
 	s.Writes += o.Writes
 	s.RedisCPU += o.RedisCPU
+	if s.RedisNodeCPU == nil && o.RedisNodeCPU != nil {
+		s.RedisNodeCPU = make([]time.Duration, len(o.RedisNodeCPU))
+	}
+	for i := range min(len(s.RedisNodeCPU), len(o.RedisNodeCPU)) {
+		s.RedisNodeCPU[i] += o.RedisNodeCPU[i]
+	}
 }
 
 // Run warms up, then measures one phase of load. newOp is called once per
@@ -192,6 +204,14 @@ func Run(ctx context.Context, load Load, newOp func() Op, probe Probe) (Stats, e
 		}
 		rcpu0 = v
 	}
+	var ncpu0 []time.Duration
+	if probe.RedisNodes != nil {
+		v, err := nodesCPU(ctx, probe.RedisNodes)
+		if err != nil {
+			return Stats{}, fmt.Errorf("reading Redis CPU: %w", err)
+		}
+		ncpu0 = v
+	}
 	rt0, cmd0, w0 := sumCounters(probe.Counters)
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -216,6 +236,18 @@ func Run(ctx context.Context, load Load, newOp func() Op, probe Probe) (Stats, e
 			return Stats{}, fmt.Errorf("reading Redis CPU: %w", err)
 		}
 		st.RedisCPU, st.RedisCPUKnown = v-rcpu0, true
+	}
+	if probe.RedisNodes != nil {
+		v, err := nodesCPU(ctx, probe.RedisNodes)
+		if err != nil {
+			return Stats{}, fmt.Errorf("reading Redis CPU: %w", err)
+		}
+		st.RedisNodeCPU = make([]time.Duration, len(v))
+		for i := range v {
+			st.RedisNodeCPU[i] = v[i] - ncpu0[i]
+			st.RedisCPU += st.RedisNodeCPU[i]
+		}
+		st.RedisCPUKnown = true
 	}
 	st.Mallocs = after.Mallocs - before.Mallocs
 	st.CPU, st.CPUKnown = cpu1-cpu0, cpuOK && cpuOK1

@@ -109,6 +109,19 @@ func (t Table) Write(w io.Writer, rows []Row) error {
 		return err
 	}
 	for _, r := range rows {
+		s := r.Stats
+		if len(s.RedisNodeCPU) < 2 || s.RedisCPU <= 0 {
+			continue
+		}
+		per := make([]string, len(s.RedisNodeCPU))
+		share := make([]string, len(s.RedisNodeCPU))
+		for i, v := range s.RedisNodeCPU {
+			per[i] = strconv.FormatFloat(s.Per(float64(v)/float64(time.Microsecond)), 'f', 1, 64)
+			share[i] = strconv.FormatFloat(100*float64(v)/float64(s.RedisCPU), 'f', 1, 64) + "%"
+		}
+		fmt.Fprintf(w, "%s: redis CPU µs/op per node %s (shares %s)\n", r.Name, strings.Join(per, " / "), strings.Join(share, " / "))
+	}
+	for _, r := range rows {
 		if r.Stats.FirstErr != nil {
 			fmt.Fprintf(w, "%s: %d errors, first: %v\n", r.Name, r.Stats.Errors, r.Stats.FirstErr)
 		}
