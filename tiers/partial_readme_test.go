@@ -53,18 +53,45 @@ func TestReadmeCalendarPolicy(t *testing.T) {
 
 // The README's partial-grant policy and snippet: a batch of 150 events
 // from a user is granted the user's 100; the user's next batch, nothing.
+// The snippet between the markers is the README's, verbatim.
 func TestReadmePartialPolicy(t *testing.T) {
 	clk := clock.New(time.Unix(1_800_000_000, 0))
 	limits := mustLimiter(t, newMemstore(t, memstore.WithClock(clk)), readmeYAML(t, "### Partial grants for batch endpoints"), tiers.WithClock(clk))
+	ctx := context.Background()
 	batch := make([]string, 150)
 	id := floodgate.Identity{Tenant: "acme", User: "ann"}
+	var ingested []string
+	ingest := func(events []string) { ingested = events }
+
+	// readme-partial:start
 	r := &floodgate.Request{Method: "/events.v1.Ingest/Batch", Cost: int64(len(batch)), Identity: id}
-	granted, d, err := limits.AdmitAtMost(context.Background(), r)
-	if err != nil || granted != 100 || !d.Allowed || len(batch[:granted]) != 100 {
-		t.Fatalf("first batch: %d, %+v, %v; want 100 granted", granted, d, err)
+	granted, d, err := limits.AdmitAtMost(ctx, r)
+	ingest(batch[:granted]) // 0 when denied: d.RetryAfter is the wait for one
+	// readme-partial:end
+
+	if err != nil || granted != 100 || !d.Allowed || len(ingested) != 100 {
+		t.Fatalf("first batch: %d, %+v, %v; want 100 granted and ingested", granted, d, err)
 	}
-	granted, d, err = limits.AdmitAtMost(context.Background(), r)
+	granted, d, err = limits.AdmitAtMost(ctx, r)
 	if err != nil || granted != 0 || d.Allowed || d.RetryAfter != 10*time.Millisecond {
 		t.Fatalf("second batch: %d, %+v, %v; want nothing, one unit in 10ms", granted, d, err)
+	}
+
+	src, err := os.ReadFile("partial_readme_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(src), "// readme-partial:start\n")
+	body, _, _ := strings.Cut(rest, "\t// readme-partial:end")
+	var snippet strings.Builder
+	for line := range strings.Lines(body) {
+		snippet.WriteString(strings.TrimPrefix(line, "\t"))
+	}
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "```go\n"+snippet.String()+"```") {
+		t.Errorf("the README's partial-grant section does not show this test's snippet verbatim:\n%s", snippet.String())
 	}
 }
