@@ -391,6 +391,13 @@ type Bucket struct {
 	Limit Limit
 	// Cost is charged when every bucket of the Take allows.
 	Cost int64
+	// Admitted is, in a report call (Reporter) of a window algorithm's
+	// bucket, when its units were admitted, on the reporter's clock: the
+	// store charges them to the window that holds this time, or not at all
+	// when that window no longer counts (see Reporter). It is zero in
+	// every other use; takes and settlements ignore it. It is rounded down
+	// to whole microseconds.
+	Admitted time.Time
 	// Rule names the policy rule the bucket belongs to, for counting and
 	// logs (a fallback store counts its decisions by rule). Stores must not
 	// key state by it: Key already names the rule.

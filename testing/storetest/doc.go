@@ -51,7 +51,12 @@
 //   - if it is a quota.Reporter, takes report calls exactly as a scripted
 //     trace says, for token bucket and GCRA: a report charges what the
 //     bucket holds of its units, and gives back the units of a negative
-//     one (capped at the capacity; an absent bucket stays full); a call
+//     one (capped at the capacity; an absent bucket stays full); for the
+//     window algorithms: a report charges its units to the window that
+//     holds its Admitted time (the current one, beyond the limit if need
+//     be; the sliding counter's previous one, weighted; the log's
+//     timestamps at that time) and nothing to a window that is over, and
+//     a negative one gives back at most what that window counted; a call
 //     sent twice changes nothing;
 //     Resolve tells what an applied call charged, and makes a call that
 //     never arrived refused when it arrives late; the buckets of one call

@@ -146,6 +146,16 @@ func Run(t *testing.T, newStore Factory) {
 				reportTrace(t, st.(quota.Reporter), clk, prefix+"{r}", l)
 			})
 		}
+		for _, w := range windowReports {
+			t.Run(w.limit.Algorithm.String(), func(t *testing.T) {
+				st, clk, prefix := fresh(t)
+				reportWindowTrace(t, st.(quota.Reporter), clk, prefix+"{r}", w.limit)
+			})
+		}
+		t.Run("ManyAlgorithms", func(t *testing.T) {
+			st, clk, prefix := fresh(t)
+			reportWindowMany(t, st.(quota.Reporter), clk, prefix)
+		})
 		t.Run("Many", func(t *testing.T) {
 			st, _, prefix := fresh(t)
 			reportMany(t, st.(quota.Reporter), prefix, quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10})

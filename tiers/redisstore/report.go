@@ -32,9 +32,12 @@ var (
 // has a stack limit).
 const maxReportCall = 256
 
-// Report implements quota.Reporter by report.lua: each bucket is charged
-// up to its Cost, as many units as it holds with the arithmetic of a take
-// of that many (an absent bucket is full), and the call is recorded next
+// Report implements quota.Reporter by report.lua: each token bucket or
+// GCRA bucket is charged up to its Cost, as many units as it holds with
+// the arithmetic of a take of that many (an absent bucket is full), each
+// window algorithm's bucket its Cost in the window that holds its
+// Admitted time, nothing once that window is over (quota.Reporter's
+// arithmetic, as memstore's), and the call is recorded next
 // to its first bucket's key (the key, ":rc:", the instance and seq in
 // hex: in that key's cluster slot) for quota.ReportRecordTTL, as "1" or
 // with what each bucket could not be charged. Time is Redis TIME, or the
@@ -184,6 +187,11 @@ func (c *call) buildReport(prefix string, mode any, instance, seq uint64, bucket
 		b = appendF64(b, int64(n))
 		for _, i := range idx {
 			b = appendLimit(b, &buckets[i])
+			var at int64 // token bucket and GCRA: none
+			if !buckets[i].Admitted.IsZero() {
+				at = buckets[i].Admitted.UnixMicro()
+			}
+			b = appendF64(b, at)
 		}
 		return b
 	})

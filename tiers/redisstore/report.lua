@@ -10,9 +10,10 @@
 -- ARGV[2]     minimum key TTL in milliseconds (state.lua)
 -- ARGV[3]     the record's TTL in milliseconds (quota.ReportRecordTTL)
 -- ARGV[4]     mode: "r" report, "v" resolve
--- ARGV[5]     the buckets, packed as settle.lua packs them: n ("<d"), then
---             per bucket ("<Bdddd") the algorithm (TOKEN_BUCKET or GCRA),
---             rate N, period P in microseconds, burst B and the units u
+-- ARGV[5]     the buckets: n ("<d"), then per bucket ("<Bddddd") the
+--             algorithm, rate N, period P in microseconds, burst B, the
+--             units u and, for a window algorithm, the time a its units
+--             were admitted (quota.Bucket.Admitted, µs; 0 otherwise)
 --
 -- Report: a call whose record exists (resolved as not applied, or sent
 -- twice) changes nothing: reply {0}. Otherwise a bucket with u < 0 gets -u
@@ -26,6 +27,18 @@
 --                  (tat0 - t)) / T) (0 below 0), one unit less while
 --                  tat0 + c * T - t exceeds B * T + SLACK (rounding);
 --                  tat = tat0 + c * T
+-- A window algorithm's bucket is charged u (c = u, never denied) in the
+-- window that holds a (a = min(a, now)) while that window counts, and
+-- nothing once it is over (quota.Reporter's arithmetic, as memstore's):
+--   fixed window   floor(a / W) == w: count = max(0, count + u)
+--   sliding window floor(a / W) == w: curr = max(0, curr + u);
+--   counter        floor(a / W) == w - 1: prev = max(0, prev + u)
+--   sliding window a > now - W: u > 0: u entries at a (named as take.lua
+--   log            names them); u < 0: the -u newest entries at or
+--                  before a removed (at each timestamp the
+--                  highest-numbered first, as settle.lua removes them)
+-- c is then the change of the count, and the remaining what a take of 0
+-- would report.
 -- An absent state is a full bucket; a state is written only when c > 0
 -- (or c < 0 and the state exists), with the TTL take.lua would give it. The record is "1" when every
 -- bucket was charged in full, else the units each could not be charged
@@ -60,7 +73,7 @@ end
 
 local x = ARGV[5]
 local m, pos = sunpack('<d', x)
-if m ~= n or #x ~= 8 + 33 * n then
+if m ~= n or #x ~= 8 + 41 * n then
   error('report.lua: the buckets argument has ' .. #x .. ' bytes for ' .. m .. ' buckets and ' .. n .. ' state keys')
 end
 
@@ -73,15 +86,130 @@ local function floor0(y)
   return 0
 end
 
+-- window returns the index of the window of length W holding t, exact
+-- for t < 2^53
+local function window(t, W)
+  local w = t / W
+  w = w - w % 1
+  if w * W > t then w = w - 1 elseif (w + 1) * W <= t then w = w + 1 end
+  return w
+end
+
+-- logGiveBack removes up to m entries at or before a from the log at k,
+-- the newest timestamp first, at each the highest-numbered entry first
+-- (so take.lua's numbering stays dense); it returns how many it removed.
+local function logGiveBack(k, a, m)
+  local left = m
+  local top = fmt('%.17g', a)
+  while left > 0 do
+    local r = call('ZREVRANGEBYSCORE', k, top, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #r == 0 then break end
+    local ms = call('ZRANGEBYSCORE', k, r[2], r[2])
+    local idx, byIdx = {}, {}
+    for j = 1, #ms do
+      local p = string.find(ms[j], ':', 1, true)
+      local num = tonumber(string.sub(ms[j], p + 1))
+      idx[j] = num
+      byIdx[num] = ms[j]
+    end
+    table.sort(idx)
+    local j = #idx
+    while j >= 1 and left > 0 do
+      call('ZREM', k, byIdx[idx[j]])
+      j = j - 1
+      left = left - 1
+    end
+    top = '(' .. r[2]
+  end
+  return m - left
+end
+
+-- chargeWindow charges the window algorithm's bucket at key k, its state
+-- v as read, u units admitted at a, and returns what it charged and the
+-- remaining.
+local function chargeWindow(alg, k, v, N, P, u, a)
+  local W, L = P, N
+  if a > now then a = now end
+  local w = window(now, W)
+  local c = 0
+  if alg == FIXED_WINDOW then
+    local e0, count = 0, 0
+    if v and #v == 24 then
+      local sw, sc
+      e0, sw, sc = sunpack('<ddd', v)
+      if sw == w then count = sc end
+    end
+    if window(a, W) == w and (u > 0 or count > 0) then
+      local nc = count + u
+      if nc < 0 then nc = 0 end
+      c, count = nc - count, nc
+      put(k, '<ddd', e0, w, count, nil, (w + 1) * W - now)
+    end
+    local rem = L - count
+    if rem < 0 then rem = 0 end
+    return c, rem
+  elseif alg == SLIDING_WINDOW_COUNTER then
+    local e0, curr, prev = 0, 0, 0
+    if v and #v == 32 then
+      local sw, sc, sp
+      e0, sw, sc, sp = sunpack('<dddd', v)
+      if sw == w then curr, prev = sc, sp
+      elseif sw == w - 1 then prev = sc end
+    end
+    local wa = window(a, W)
+    if wa == w and (u > 0 or curr > 0) then
+      local nc = curr + u
+      if nc < 0 then nc = 0 end
+      c, curr = nc - curr, nc
+    elseif wa == w - 1 and (u > 0 or prev > 0) then
+      local np = prev + u
+      if np < 0 then np = 0 end
+      c, prev = np - prev, np
+    end
+    if c ~= 0 then put(k, '<dddd', e0, w, curr, prev, (w + 2) * W - now) end
+    local e = now - w * W
+    return c, floor0(L - ((prev * (W - e)) / W + curr))
+  end
+  -- SLIDING_WINDOW_LOG
+  call('ZREMRANGEBYSCORE', k, '-inf', fmt('%.17g', now - W))
+  if a > now - W then
+    if u > 0 then
+      local ts = fmt('%.17g', a)
+      local have = call('ZCOUNT', k, ts, ts)
+      local j = 1
+      while j <= u do
+        local args = {}
+        local m = 0
+        while j <= u and m < 1000 do
+          args[m * 2 + 1] = ts
+          args[m * 2 + 2] = ts .. ':' .. fmt('%.17g', have + j)
+          m = m + 1
+          j = j + 1
+        end
+        call('ZADD', k, unpack(args))
+      end
+      call('PEXPIRE', k, fmt('%d', ttl(W)))
+      c = u
+    elseif u < 0 then
+      c = -logGiveBack(k, a, -u)
+    end
+  end
+  local rem = L - call('ZCARD', k)
+  if rem < 0 then rem = 0 end
+  return c, rem
+end
+
 local out = {1}
 local owed -- per bucket, once one is not charged in full
 for i = 1, n do
-  local alg, N, P, B, u
-  alg, N, P, B, u, pos = sunpack('<Bdddd', x, pos)
+  local alg, N, P, B, u, a
+  alg, N, P, B, u, a, pos = sunpack('<Bddddd', x, pos)
   local k = KEYS[i]
   local v = vals[i + 1]
   local c, rem
-  if alg == TOKEN_BUCKET then
+  if alg ~= TOKEN_BUCKET and alg ~= GCRA then
+    c, rem = chargeWindow(alg, k, v, N, P, u, a)
+  elseif alg == TOKEN_BUCKET then
     local e0, tokens, ts = 0, B, now
     local live = v and #v == 24
     if live then e0, tokens, ts = sunpack('<ddd', v) end
@@ -98,7 +226,7 @@ for i = 1, n do
     if t1 > B then t1 = B end
     rem = floor0(t1)
     if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, t1, now, nil, ceil(((B - t1) * P) / N)) end
-  else -- GCRA (ValidateReport refuses the other algorithms)
+  else -- GCRA
     local em = P / N
     local sl = SLACK -- at most half an emission interval
     if em / 2 < sl then sl = em / 2 end
@@ -126,7 +254,7 @@ for i = 1, n do
     rem = floor0((tol - (tat1 - t)) / em)
     if c > 0 or (c < 0 and live) then put(k, '<dd', e0, tat1, nil, nil, ceil(tat1 - t)) end
   end
-  if c < u and not owed then
+  if c ~= u and not owed then
     owed = {}
     for j = 1, i - 1 do owed[j] = 0 end
   end
