@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -39,14 +40,34 @@ type charges struct {
 	smu  sync.Mutex
 	lost []lostCall // guarded by smu
 
-	charged, debt, failures, dropped, unsupported, givenBack atomic.Uint64
+	clock floodgate.Clock // the Store's: when a window algorithm's units were admitted
+
+	charged, debt, failures, dropped, expired, givenBack atomic.Uint64
 }
 
 // owedKey is what one key owes the ledger.
 type owedKey struct {
 	b quota.Bucket // Key, Limit and Rule; Cost unused
-	u int64        // units admitted locally, not yet charged
+	// u is the units admitted locally, not yet charged: a token bucket's
+	// or GCRA's; of a window algorithm, the sum over w.
+	u int64
+	// w is a window algorithm's units by the window they were admitted in,
+	// oldest first: at most owedWindows (the current and the previous
+	// window on the Store's clock; older ones no longer count).
+	w []owedWin
 }
+
+// owedWin is what a window algorithm's key owes one window.
+type owedWin struct {
+	idx int64 // the window: floor(at / W), at in µs on the Store's clock
+	at  int64 // µs: the last admission in it, the report's Bucket.Admitted
+	u   int64
+}
+
+// owedWindows is how many windows of a key are kept: the current one and
+// the previous one (which a sliding window counts, weighted, and a log in
+// part).
+const owedWindows = 2
 
 // lostCall is a report call whose reply never came: Resolve says whether
 // it was applied.
@@ -73,8 +94,8 @@ func reporterOf(primary quota.Store) quota.Reporter {
 	return r
 }
 
-func newCharges(primary quota.Store, limit int) *charges {
-	c := &charges{rep: reporterOf(primary), limit: limit, owed: make(map[string]*owedKey)}
+func newCharges(primary quota.Store, limit int, clk floodgate.Clock) *charges {
+	c := &charges{rep: reporterOf(primary), limit: limit, owed: make(map[string]*owedKey), clock: clk}
 	for c.instance == 0 {
 		c.instance = rand.Uint64()
 	}
@@ -89,19 +110,26 @@ func newCharges(primary quota.Store, limit int) *charges {
 // pay twice for the same refill.
 func shareCap(l quota.Limit, n int) int64 { return max(1, l.Capacity()/int64(n)) }
 
-// addLocked records units admitted locally for b (Store.mu held), or, for
-// a negative count, units to give back (a refund, or a charge the primary
-// made for a take that was not admitted): what a key owes is capped at
-// the share (shareCap), what it gives back at the capacity (a charge the
-// store made and reported, not a refill estimate).
+// addLocked records units admitted locally for b now (Store.mu held), or,
+// for a negative count, units to give back (a refund, or a charge the
+// primary made for a take that was not admitted): what a key owes is
+// capped at the share (shareCap), what it gives back at the capacity (a
+// charge the store made and reported, not a refill estimate). A window
+// algorithm's units are owed to the window of now on the Store's clock,
+// each window capped at twice the share (what a local limiter admits in
+// one window: its burst and its refill over the window).
 func (c *charges) addLocked(b *quota.Bucket, units int64, n int) {
-	if c.rep == nil || units == 0 {
-		return
+	var at int64
+	if c.rep != nil && units != 0 && !b.Limit.Algorithm.CanBookAhead() {
+		at = c.clock.Now().UnixMicro()
 	}
-	if !b.Limit.Algorithm.CanBookAhead() {
-		if units > 0 {
-			c.unsupported.Add(uint64(units))
-		}
+	c.addAtLocked(b, units, n, at)
+}
+
+// addAtLocked is addLocked of units admitted at at (µs; window
+// algorithms only).
+func (c *charges) addAtLocked(b *quota.Bucket, units int64, n int, at int64) {
+	if c.rep == nil || units == 0 {
 		return
 	}
 	o := c.owed[b.Key]
@@ -115,11 +143,91 @@ func (c *charges) addLocked(b *quota.Bucket, units int64, n int) {
 		c.owed[nb.Key] = o
 		c.work.Add(1)
 	}
-	o.u = max(-b.Limit.Capacity(), min(o.u+units, shareCap(b.Limit, n)))
-	if o.u == 0 {
+	if b.Limit.Algorithm.CanBookAhead() {
+		o.u = max(-b.Limit.Capacity(), min(o.u+units, shareCap(b.Limit, n)))
+	} else {
+		c.addWindow(o, units, 2*shareCap(b.Limit, n), at)
+	}
+	if o.u == 0 && len(o.w) == 0 {
 		delete(c.owed, b.Key)
 		c.work.Add(-1)
 	}
+}
+
+// addWindow adds units admitted at at (µs) to the window of o that holds
+// at, capped at limit (and at −C), after dropping the windows that no
+// longer count: older than the one before the window of now, or beyond
+// owedWindows (their units are counted as expired, not charged).
+func (c *charges) addWindow(o *owedKey, units, limit, at int64) {
+	W := o.b.Limit.Period.Microseconds()
+	idx := floorDiv(at, W)
+	c.pruneWindows(o, max(idx, floorDiv(c.clock.Now().UnixMicro(), W)))
+	k := len(o.w)
+	for k > 0 && o.w[k-1].idx > idx {
+		k--
+	}
+	switch {
+	case k > 0 && o.w[k-1].idx == idx:
+		k--
+	case idx < floorDiv(c.clock.Now().UnixMicro(), W)-1:
+		// Its window no longer counts.
+		if units > 0 {
+			c.expired.Add(uint64(units))
+		}
+		return
+	default:
+		o.w = append(o.w, owedWin{})
+		copy(o.w[k+1:], o.w[k:])
+		o.w[k] = owedWin{idx: idx}
+	}
+	x := &o.w[k]
+	prev := x.u
+	x.u = max(-o.b.Limit.Capacity(), min(x.u+units, limit))
+	x.at = max(x.at, at)
+	o.u += x.u - prev
+	if x.u == 0 {
+		o.w = append(o.w[:k], o.w[k+1:]...)
+	}
+	if len(o.w) > owedWindows {
+		c.dropWindow(o, 0)
+	}
+}
+
+// pruneWindows drops o's windows before the one before cur.
+func (c *charges) pruneWindows(o *owedKey, cur int64) {
+	for len(o.w) > 0 && o.w[0].idx < cur-1 {
+		c.dropWindow(o, 0)
+	}
+}
+
+// dropWindow drops o's window k, whose units will not be charged.
+func (c *charges) dropWindow(o *owedKey, k int) {
+	x := o.w[k]
+	if x.u > 0 {
+		c.expired.Add(uint64(x.u))
+	}
+	o.u -= x.u
+	o.w = append(o.w[:k], o.w[k+1:]...)
+}
+
+// abs is what o owes, in units either way (Stats.Owed).
+func (o *owedKey) abs() uint64 {
+	if len(o.w) == 0 {
+		return uint64(max(o.u, -o.u))
+	}
+	var n uint64
+	for _, x := range o.w {
+		n += uint64(max(x.u, -x.u))
+	}
+	return n
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
 
 // owedLocked is what key owes (Store.mu held).
@@ -194,23 +302,38 @@ func (s *Store) sync(ctx context.Context) error {
 		return err
 	}
 	inst := max(1, s.instances())
-	var jobs []quota.Bucket
+	// A key's windows go in different calls (a call names a key once):
+	// rounds[j] holds the j-th owed window of every window key, and
+	// rounds[0] every token bucket and GCRA key.
+	var rounds [owedWindows][]quota.Bucket
+	now := s.clock.Now().UnixMicro()
 	s.mu.Lock()
 	for k, o := range c.owed {
-		b := o.b
-		b.Cost = o.u
-		jobs = append(jobs, b)
+		if o.b.Limit.Algorithm.CanBookAhead() {
+			b := o.b
+			b.Cost = o.u
+			rounds[0] = append(rounds[0], b)
+		} else {
+			c.pruneWindows(o, floorDiv(now, o.b.Limit.Period.Microseconds()))
+		}
+		for j, x := range o.w {
+			b := o.b
+			b.Cost, b.Admitted = x.u, time.UnixMicro(x.at)
+			rounds[j] = append(rounds[j], b)
+		}
 		delete(c.owed, k)
 		c.work.Add(-1)
 	}
 	s.mu.Unlock()
 	var errs []error
-	for len(jobs) > 0 {
-		k := min(len(jobs), maxReportKeys)
-		if err := s.report(ctx, jobs[:k:k], inst); err != nil {
-			errs = append(errs, err)
+	for _, jobs := range rounds {
+		for len(jobs) > 0 {
+			k := min(len(jobs), maxReportKeys)
+			if err := s.report(ctx, jobs[:k:k], inst); err != nil {
+				errs = append(errs, err)
+			}
+			jobs = jobs[k:]
 		}
-		jobs = jobs[k:]
 	}
 	return errors.Join(errs...)
 }
@@ -236,7 +359,7 @@ func (s *Store) report(ctx context.Context, bs []quota.Bucket, inst int) error {
 		case err != nil:
 			lost = append(lost, bs[i])
 		default: // refused whole: owed again
-			c.addLocked(&bs[i], bs[i].Cost, inst)
+			c.oweAgainLocked(&bs[i], bs[i].Cost, inst)
 		}
 	}
 	s.mu.Unlock()
@@ -252,15 +375,33 @@ func (s *Store) report(ctx context.Context, bs []quota.Bucket, inst int) error {
 }
 
 // chargedLocked records that b's report charged charged of its Cost
-// (Store.mu held): the rest is debt, owed again.
+// (Store.mu held): the rest is debt, owed again; of a window algorithm's
+// bucket, the rest was admitted in a window that is over, and is not
+// owed (charging it cannot matter).
 func (s *Store) chargedLocked(b *quota.Bucket, charged int64, inst int) {
 	c := s.ch
 	c.charged.Add(uint64(max(0, charged)))
 	c.givenBack.Add(uint64(max(0, -charged)))
-	if d := b.Cost - charged; d > 0 {
+	d := b.Cost - charged
+	switch {
+	case d <= 0:
+	case !b.Limit.Algorithm.CanBookAhead():
+		c.expired.Add(uint64(d))
+	default:
 		c.debt.Add(uint64(d))
 		c.addLocked(b, d, inst)
 	}
+}
+
+// oweAgainLocked records that b's report was not applied (Store.mu held):
+// its units are owed again, a window algorithm's to the window they were
+// admitted in.
+func (c *charges) oweAgainLocked(b *quota.Bucket, units int64, inst int) {
+	var at int64
+	if !b.Admitted.IsZero() {
+		at = b.Admitted.UnixMicro()
+	}
+	c.addAtLocked(b, units, inst, at)
 }
 
 // resolveLost asks the ledger what each lost call did (smu held): what it
@@ -283,7 +424,7 @@ func (s *Store) resolveLost(ctx context.Context) error {
 			if out[i].Applied {
 				s.chargedLocked(&l.bs[i], out[i].Charged, inst)
 			} else {
-				c.addLocked(&l.bs[i], l.bs[i].Cost, inst)
+				c.oweAgainLocked(&l.bs[i], l.bs[i].Cost, inst)
 			}
 		}
 		s.mu.Unlock()

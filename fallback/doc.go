@@ -159,13 +159,32 @@
 // decided locally moves what is owed by the same amount. The reports go
 // out in the background, at most one Sync at a time, started by the first
 // Take the primary answers while something is owed (the healthy path
-// reads one atomic word for it); Sync sends them at once. Only token
-// bucket and GCRA buckets can be reported (quota.Reporter); units that
-// window algorithms admit locally are counted (Stats.ChargeUnsupported),
-// not charged. Owed units of at most WithLocalCapacity keys are kept;
-// units of further keys are counted (Stats.ChargeDropped), not charged.
-// Stats counts what was charged (Charged, Debt, GivenBack,
-// ReportFailures, Owed).
+// reads one atomic word for it); Sync sends them at once. Owed units of
+// at most WithLocalCapacity keys are kept; units of further keys are
+// counted (Stats.ChargeDropped), not charged. Stats counts what was
+// charged (Charged, Debt, GivenBack, ReportFailures, Owed, ChargeExpired).
+//
+// A window algorithm's units are charged to the window they were
+// admitted in, not to the one current when the store answers. They are
+// owed by window (of the admission time on the WithClock clock), at most
+// two windows a key (the current one and the one before; older ones no
+// longer count for any window algorithm), each capped at twice the share
+// (what a local limiter admits in one window: its burst and its refill
+// over the window), and reported with the time of the window's last
+// local admission (quota.Bucket.Admitted). The store charges them whole
+// to that window while it counts (a fixed window's current window; a
+// sliding counter's current or previous one, the latter weighted; a
+// log's last period, as timestamps at that time), beyond the limit if
+// need be (nothing is owed again: the window itself carries the excess),
+// and charges nothing once it is over: those units are counted
+// (Stats.ChargeExpired), since charging a window that no longer counts
+// cannot matter. A log's units of one window are recorded at the last
+// admission's time, so they may count up to one period longer than the
+// requests did: fewer admitted afterwards, never more. The store decides
+// on its own time (Redis TIME, unless it has a clock), so this Store's
+// clock and the store's must agree to well within a window (hosts kept
+// by NTP, windows of a second or more): a skew of d moves the units
+// admitted within d of a window's end into the neighbouring window.
 //
 // Late answers. A take that ran out of its budget was sent, and the store
 // usually applies it later (a paused Redis runs the commands queued on
@@ -222,6 +241,25 @@
 // over any window that covers the period and the next report the fleet
 // stays within the limit plus the units above the caps (at most r·T).
 // TestStallBound holds the bound on a fake clock.
+//
+// The window algorithms (L units per window of length W, so C = L and
+// r·W = L) are decided locally by the same token bucket of share s, so in
+// any one window the fleet admits locally at most Σ_i min(C, R_i +
+// r·a_i)/n + r·min(T, W) ≤ 2L, the price of the approximation (a fixed
+// window's own price across a boundary). What the store counts
+// afterwards depends on which windows still count when it answers, since
+// each unit is charged to its own window, up to 2s per instance and
+// window. A fixed window current when the store answers ends counting
+// every unit admitted in it, by the store or locally, and admits nothing
+// more once that reaches L; a window the period covered to its end is
+// over, and what it admitted beyond L is not paid back (a fixed window
+// forgets). A sliding window counter's current and previous windows are
+// charged, so an excess of the previous window is paid back weighted, as
+// its arithmetic carries any count. A log's charged units count until
+// they age out, so an excess within the last period is paid back in
+// full. TestLocalWindowAdmitsAreCharged and
+// TestLocalWindowAdmitsAcrossABoundary hold the charging on a real Redis
+// and a fake clock.
 //
 // Replicas. The number of instances sharing a quota comes from
 // WithInstances (default 1), read on every local decision: pass

@@ -130,7 +130,7 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 		name:         c.name,
 		userOnChange: c.onStateChange,
 		local:        newLocalLimiters(c.localCapacity),
-		ch:           newCharges(primary, c.localCapacity),
+		ch:           newCharges(primary, c.localCapacity, c.clock),
 	}
 	s.ch.manual = c.manualSync
 	if s.ch.rep == nil {

@@ -115,11 +115,12 @@ type Stats struct {
 	// made for takes denied locally, see Late). Owed is the units not
 	// charged or given back yet.
 	// ChargeDropped counts units not recorded because as many keys as
-	// WithLocalCapacity already owed, ChargeUnsupported units of window
-	// algorithms, which a quota.Reporter cannot take. Units admitted
-	// over a primary that takes no report calls (ChargesLocal false) are
-	// counted nowhere here.
-	Charged, Debt, ReportFailures, GivenBack, Owed, ChargeDropped, ChargeUnsupported uint64
+	// WithLocalCapacity already owed; ChargeExpired units of window
+	// algorithms not charged because the window they were admitted in
+	// was over when the primary could be told (charging it cannot
+	// matter). Units admitted over a primary that takes no report calls
+	// (ChargesLocal false) are counted nowhere here.
+	Charged, Debt, ReportFailures, GivenBack, Owed, ChargeDropped, ChargeExpired uint64
 	// Late counts takes decided locally whose call to the primary, run
 	// in the background (see "Late answers" in the package
 	// documentation), answered after the decision; LateApplied the part
@@ -193,15 +194,11 @@ func (s *Store) Stats() Stats {
 	st.LocalBuckets = s.local.len()
 	st.Evictions = s.local.evicted
 	for _, o := range s.ch.owed {
-		if o.u > 0 {
-			st.Owed += uint64(o.u)
-		} else {
-			st.Owed += uint64(-o.u)
-		}
+		st.Owed += o.abs()
 	}
 	s.mu.Unlock()
 	st.Charged, st.Debt, st.ReportFailures = s.ch.charged.Load(), s.ch.debt.Load(), s.ch.failures.Load()
-	st.ChargeDropped, st.ChargeUnsupported = s.ch.dropped.Load(), s.ch.unsupported.Load()
+	st.ChargeDropped, st.ChargeExpired = s.ch.dropped.Load(), s.ch.expired.Load()
 	st.Late, st.LateApplied, st.LateAnswered = s.c.late.Load(), s.c.lateApplied.Load(), s.c.lateAnswered.Load()
 	st.GivenBack = s.ch.givenBack.Load()
 	return st

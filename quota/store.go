@@ -363,9 +363,9 @@ func (c Consistency) MarshalText() ([]byte, error) {
 }
 
 // CanBookAhead reports whether a's charge can be taken ahead and given
-// back: what the Leased and Async consistencies, Bucket.MaxWait and
-// Reporter need (TokenBucket and GCRA; the window algorithms count one
-// window, not a time).
+// back: what the Leased and Async consistencies and Bucket.MaxWait need
+// (TokenBucket and GCRA; the window algorithms count one window, not a
+// time, and a Reporter charges them to the window of Bucket.Admitted).
 func (a Algorithm) CanBookAhead() bool { return a == TokenBucket || a == GCRA }
 
 // Known reports whether a is one of the algorithms above.
