@@ -39,8 +39,11 @@ func windowFixture(t *testing.T, clk *clock.Fake) (*fallback.Store, *stalling, *
 	t.Cleanup(func() { _ = rs.Close() })
 	led := &stalling{inner: rs}
 	// A stall, however long on the fake clock, is slow, not down: the
-	// breaker stays closed, so Sync reports.
+	// breaker stays closed, so Sync reports. The budgets are long so that
+	// a loaded host's Redis answers the takes before the stall (the
+	// stalling ledger fails its takes at once, whatever the budget).
 	s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithSlowGrace(time.Hour),
+		fallback.WithTimeout(2*time.Second), fallback.WithClosedTimeout(2*time.Second),
 		fallback.WithInstances(func() int { return 2 }), fallback.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +177,59 @@ func TestLocalWindowAdmitsAcrossABoundary(t *testing.T) {
 			if st.Charged != c.charged || st.ChargeExpired != c.gone || st.Owed != 0 || st.Debt != 0 {
 				t.Fatalf("Stats: charged %d, expired %d, owed %d, debt %d; want %d, %d, 0, 0",
 					st.Charged, st.ChargeExpired, st.Owed, st.Debt, c.charged, c.gone)
+			}
+		})
+	}
+}
+
+// TestLateWindowAnswerIsReconciled: a take decided locally in window k
+// (admitted) whose call the store runs late, after the clock has moved
+// into window k+1 (a paused Redis runs what was sent when it resumes):
+// the store charged window k+1 for it, the request was admitted in window
+// k. The Store gives the unit back to window k+1 and charges it to window
+// k, so each window ends counting what was admitted in it: a fixed
+// window's k is over (the unit expires, window k+1 counts 0); a sliding
+// window counter's k is its previous window (it counts 1, weighted by
+// 50 s of 60, and window k+1 counts 0).
+func TestLateWindowAnswerIsReconciled(t *testing.T) {
+	for _, c := range []struct {
+		alg             quota.Algorithm
+		left            int64
+		charged, expire uint64
+	}{
+		{quota.FixedWindow, 100, 0, 1},
+		{quota.SlidingWindowCounter, 99, 1, 0},
+	} {
+		t.Run(c.alg.String(), func(t *testing.T) {
+			clk := clock.New(windowStart.Add(50 * time.Second))
+			mem := newMemStore(t, clk).(quota.Reporter)
+			g := &gated{Reporter: mem}
+			s, err := fallback.New(g, fallback.WithClock(clk), fallback.WithManualSync(),
+				fallback.WithTimeout(5*time.Millisecond), fallback.WithClosedTimeout(100*time.Millisecond),
+				fallback.WithInstances(func() int { return 4 }), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := windowBucket("late:"+c.alg.String(), c.alg)
+			g.close()
+			if ok, res := take(t, s, b); !ok || res[0].Source != floodgate.SourceLocalFallback {
+				t.Fatalf("take: %v %+v, want admitted locally", ok, res[0])
+			}
+			clk.Advance(20 * time.Second)
+			g.open()
+			if !waitFor(5*time.Second, func() bool { return s.Stats().Late >= 1 }) {
+				t.Fatalf("the late answer was not reconciled: %+v", s.Stats())
+			}
+			if err := s.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := remaining(t, mem, b); got != c.left {
+				t.Fatalf("store has %d left, want %d", got, c.left)
+			}
+			st := s.Stats()
+			if st.LateApplied != 1 || st.GivenBack != 1 || st.Charged != c.charged || st.ChargeExpired != c.expire || st.Owed != 0 {
+				t.Fatalf("Stats: late applied %d, given back %d, charged %d, expired %d, owed %d; want 1, 1, %d, %d, 0",
+					st.LateApplied, st.GivenBack, st.Charged, st.ChargeExpired, st.Owed, c.charged, c.expire)
 			}
 		})
 	}
