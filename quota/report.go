@@ -74,6 +74,8 @@ type ReportResult struct {
 // Cost, and the state read as a take reads it at now:
 //
 //	FixedWindow:          floor(a / W) == w: count = max(0, count + u)
+//	  with a Span [s, z): now < z and no later window stored (win <= s):
+//	                      count = max(0, count + u) (win = s; TTL max(1, z - now))
 //	SlidingWindowCounter: floor(a / W) == w:     curr = max(0, curr + u)
 //	                      floor(a / W) == w - 1: prev = max(0, prev + u)
 //	SlidingWindowLog:     a > now - W: u > 0: record u timestamps equal to a
@@ -109,7 +111,9 @@ type Reporter interface {
 // buckets; a bucket with no key, the key of an earlier bucket, a limit
 // that does not validate, a Cost beyond ±2^53, an Admitted time missing
 // on a window algorithm's bucket or set on a TokenBucket or GCRA one, or
-// one before the Unix epoch or beyond 2^53 µs after it.
+// one before the Unix epoch or beyond 2^53 µs after it; a Span that a
+// take would refuse, or that does not hold the Admitted time (a calendar
+// window's report names the window its units were admitted in).
 func ValidateReport(instance uint64, buckets []Bucket, res []ReportResult) error {
 	if instance == 0 {
 		return fmt.Errorf("quota: report instance is 0")
@@ -141,6 +145,16 @@ func ValidateReport(instance uint64, buckets []Bucket, res []ReportResult) error
 			return bucketError(i, b, fmt.Errorf("a report of %s needs Admitted, the time its units were admitted (their window)", b.Limit.Algorithm))
 		case at.UnixMicro() < 0 || at.UnixMicro() > MaxSettle:
 			return bucketError(i, b, fmt.Errorf("admitted time %s is out of range [1970-01-01, 2^53 µs after it]", at.UTC().Format(time.RFC3339Nano)))
+		}
+		if sp := b.Span; !sp.IsZero() {
+			one := []Bucket{{Limit: b.Limit, Span: sp}}
+			if err := checkPartialSpan(one, 0); err != nil {
+				return bucketError(i, b, err)
+			}
+			if b.Admitted.Before(sp.Start) || !b.Admitted.Before(sp.End) {
+				return bucketError(i, b, fmt.Errorf("admitted time %s is outside its Span [%s, %s)", b.Admitted.UTC().Format(time.RFC3339Nano),
+					sp.Start.UTC().Format(time.RFC3339Nano), sp.End.UTC().Format(time.RFC3339Nano)))
+			}
 		}
 	}
 	return nil

@@ -137,6 +137,10 @@ func reportBadInput(t reporter, st quota.Reporter, prefix string) {
 		{"window algorithm without Admitted", 1, with(func(b *quota.Bucket) { b.Limit = fw }), nil},
 		{"Admitted on a token bucket", 1, with(func(b *quota.Bucket) { b.Admitted = time.Unix(1, 0) }), nil},
 		{"Admitted before 1970", 1, with(func(b *quota.Bucket) { b.Limit, b.Admitted = fw, time.Unix(-1, 0) }), nil},
+		{"Admitted outside its Span", 1, with(func(b *quota.Bucket) {
+			b.Limit, b.Admitted = fw, time.Unix(10, 0)
+			b.Span = quota.Span{Start: time.Unix(0, 0), End: time.Unix(10, 0)}
+		}), nil},
 		{"zero rate", 1, with(func(b *quota.Bucket) { b.Limit.Rate = 0 }), nil},
 		{"same key twice", 1, []quota.Bucket{good, good}, nil},
 		{"res too short", 1, with(func(*quota.Bucket) {}), make([]quota.ReportResult, 1)},

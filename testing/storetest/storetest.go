@@ -152,6 +152,10 @@ func Run(t *testing.T, newStore Factory) {
 				reportWindowTrace(t, st.(quota.Reporter), clk, prefix+"{r}", w.limit)
 			})
 		}
+		t.Run("fixed_window_calendar", func(t *testing.T) {
+			st, clk, prefix := fresh(t)
+			reportCalendarTrace(t, st.(quota.Reporter), clk, prefix+"{r}")
+		})
 		t.Run("ManyAlgorithms", func(t *testing.T) {
 			st, clk, prefix := fresh(t)
 			reportWindowMany(t, st.(quota.Reporter), clk, prefix)

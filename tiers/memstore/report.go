@@ -184,16 +184,21 @@ func (s *Store) chargeWindow(b *quota.Bucket, now int64) (charged, remaining int
 	}
 	switch alg {
 	case quota.FixedWindow:
+		end, counts := (w+1)*W, floorDiv(a, W) == w
+		if sp := b.Span; !sp.IsZero() { // a calendar window: identified by its start
+			w, end = sp.Start.UnixMicro(), max(sp.End.UnixMicro(), now+1)
+			counts = now < sp.End.UnixMicro() && (fresh || e.win <= w)
+		}
 		var count int64
 		if !fresh && e.win == w {
 			count = e.curr
 		}
-		if floorDiv(a, W) == w && (u > 0 || count > 0) {
+		if counts && (u > 0 || count > 0) {
 			next := max(0, count+u)
 			charged, count = next-count, next
 			e := state()
 			e.win, e.curr = w, count
-			e.expires = satAdd((w+1)*W, ttlSlack)
+			e.expires = satAdd(end, ttlSlack)
 		}
 		return charged, max(0, L-count)
 	case quota.SlidingWindowCounter:

@@ -192,6 +192,11 @@ func (c *call) buildReport(prefix string, mode any, instance, seq uint64, bucket
 				at = buckets[i].Admitted.UnixMicro()
 			}
 			b = appendF64(b, at)
+			var s0, s1 int64 // no calendar window
+			if sp := buckets[i].Span; !sp.IsZero() {
+				s0, s1 = sp.Start.UnixMicro(), sp.End.UnixMicro()
+			}
+			b = appendF64(appendF64(b, s0), s1)
 		}
 		return b
 	})

@@ -10,10 +10,12 @@
 -- ARGV[2]     minimum key TTL in milliseconds (state.lua)
 -- ARGV[3]     the record's TTL in milliseconds (quota.ReportRecordTTL)
 -- ARGV[4]     mode: "r" report, "v" resolve
--- ARGV[5]     the buckets: n ("<d"), then per bucket ("<Bddddd") the
+-- ARGV[5]     the buckets: n ("<d"), then per bucket ("<Bddddddd") the
 --             algorithm, rate N, period P in microseconds, burst B, the
---             units u and, for a window algorithm, the time a its units
---             were admitted (quota.Bucket.Admitted, µs; 0 otherwise)
+--             units u, for a window algorithm the time a its units were
+--             admitted (quota.Bucket.Admitted, µs; 0 otherwise), and a
+--             calendar window's start and end (quota.Bucket.Span, µs; 0
+--             and 0 without one)
 --
 -- Report: a call whose record exists (resolved as not applied, or sent
 -- twice) changes nothing: reply {0}. Otherwise a bucket with u < 0 gets -u
@@ -30,7 +32,10 @@
 -- A window algorithm's bucket is charged u (c = u, never denied) in the
 -- window that holds a (a = min(a, now)) while that window counts, and
 -- nothing once it is over (quota.Reporter's arithmetic, as memstore's):
---   fixed window   floor(a / W) == w: count = max(0, count + u)
+--   fixed window   floor(a / W) == w: count = max(0, count + u); with a
+--                  calendar window [s, z): now < z and no later window
+--                  stored: count = max(0, count + u), win = s (as
+--                  take.lua's calendar windows)
 --   sliding window floor(a / W) == w: curr = max(0, curr + u);
 --   counter        floor(a / W) == w - 1: prev = max(0, prev + u)
 --   sliding window a > now - W: u > 0: u entries at a (named as take.lua
@@ -73,7 +78,7 @@ end
 
 local x = ARGV[5]
 local m, pos = sunpack('<d', x)
-if m ~= n or #x ~= 8 + 41 * n then
+if m ~= n or #x ~= 8 + 57 * n then
   error('report.lua: the buckets argument has ' .. #x .. ' bytes for ' .. m .. ' buckets and ' .. n .. ' state keys')
 end
 
@@ -127,23 +132,27 @@ end
 -- chargeWindow charges the window algorithm's bucket at key k, its state
 -- v as read, u units admitted at a, and returns what it charged and the
 -- remaining.
-local function chargeWindow(alg, k, v, N, P, u, a)
+local function chargeWindow(alg, k, v, N, P, u, a, s0, s1)
   local W, L = P, N
   if a > now then a = now end
   local w = window(now, W)
   local c = 0
   if alg == FIXED_WINDOW then
-    local e0, count = 0, 0
-    if v and #v == 24 then
-      local sw, sc
-      e0, sw, sc = sunpack('<ddd', v)
-      if sw == w then count = sc end
+    local e0, count, sw, sc = 0, 0, nil, 0
+    if v and #v == 24 then e0, sw, sc = sunpack('<ddd', v) end
+    local tu, counts = (w + 1) * W - now, window(a, W) == w
+    if s1 ~= 0 then -- a calendar window: identified by its start
+      w = s0
+      tu = s1 - now
+      if tu < 1 then tu = 1 end
+      counts = now < s1 and not (sw and sw > w)
     end
-    if window(a, W) == w and (u > 0 or count > 0) then
+    if sw == w then count = sc end
+    if counts and (u > 0 or count > 0) then
       local nc = count + u
       if nc < 0 then nc = 0 end
       c, count = nc - count, nc
-      put(k, '<ddd', e0, w, count, nil, (w + 1) * W - now)
+      put(k, '<ddd', e0, w, count, nil, tu)
     end
     local rem = L - count
     if rem < 0 then rem = 0 end
@@ -202,13 +211,13 @@ end
 local out = {1}
 local owed -- per bucket, once one is not charged in full
 for i = 1, n do
-  local alg, N, P, B, u, a
-  alg, N, P, B, u, a, pos = sunpack('<Bddddd', x, pos)
+  local alg, N, P, B, u, a, s0, s1
+  alg, N, P, B, u, a, s0, s1, pos = sunpack('<Bddddddd', x, pos)
   local k = KEYS[i]
   local v = vals[i + 1]
   local c, rem
   if alg ~= TOKEN_BUCKET and alg ~= GCRA then
-    c, rem = chargeWindow(alg, k, v, N, P, u, a)
+    c, rem = chargeWindow(alg, k, v, N, P, u, a, s0, s1)
   elseif alg == TOKEN_BUCKET then
     local e0, tokens, ts = 0, B, now
     local live = v and #v == 24
