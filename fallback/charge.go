@@ -59,9 +59,12 @@ type owedKey struct {
 
 // owedWin is what a window algorithm's key owes one window.
 type owedWin struct {
-	idx int64 // the window: floor(at / W), at in µs on the Store's clock
-	at  int64 // µs: the last admission in it, the report's Bucket.Admitted
-	u   int64
+	// idx names the window: floor(at / W), at in µs on the Store's clock;
+	// of a calendar window (span), its start in µs.
+	idx  int64
+	at   int64 // µs: the last admission in it, the report's Bucket.Admitted
+	u    int64
+	span quota.Span // a calendar window (quota.Bucket.Span), or zero
 }
 
 // owedWindows is how many windows of a key are kept: the current one and
@@ -146,7 +149,7 @@ func (c *charges) addAtLocked(b *quota.Bucket, units int64, n int, at int64) {
 	if b.Limit.Algorithm.CanBookAhead() {
 		o.u = max(-b.Limit.Capacity(), min(o.u+units, shareCap(b.Limit, n)))
 	} else {
-		c.addWindow(o, units, 2*shareCap(b.Limit, n), at)
+		c.addWindow(o, units, 2*shareCap(b.Limit, n), at, b.Span)
 	}
 	if o.u == 0 && len(o.w) == 0 {
 		delete(c.owed, b.Key)
@@ -155,22 +158,25 @@ func (c *charges) addAtLocked(b *quota.Bucket, units int64, n int, at int64) {
 }
 
 // addWindow adds units admitted at at (µs) to the window of o that holds
-// at, capped at limit (and at −C), after dropping the windows that no
-// longer count: older than the one before the window of now, or beyond
-// owedWindows (their units are counted as expired, not charged).
-func (c *charges) addWindow(o *owedKey, units, limit, at int64) {
-	W := o.b.Limit.Period.Microseconds()
-	idx := floorDiv(at, W)
-	c.pruneWindows(o, max(idx, floorDiv(c.clock.Now().UnixMicro(), W)))
+// at (or to the calendar window span), capped at limit (and at −C), after
+// dropping the windows that no longer count (over: before the one before
+// the window of now, or a calendar window that has ended) and those
+// beyond owedWindows; their units are counted as expired, not charged.
+func (c *charges) addWindow(o *owedKey, units, limit, at int64, span quota.Span) {
+	now := c.clock.Now().UnixMicro()
+	c.pruneWindows(o, now)
+	nw := owedWin{idx: floorDiv(at, o.b.Limit.Period.Microseconds()), span: span}
+	if !span.IsZero() {
+		nw.idx = span.Start.UnixMicro()
+	}
 	k := len(o.w)
-	for k > 0 && o.w[k-1].idx > idx {
+	for k > 0 && o.w[k-1].idx > nw.idx {
 		k--
 	}
 	switch {
-	case k > 0 && o.w[k-1].idx == idx:
+	case k > 0 && o.w[k-1].idx == nw.idx:
 		k--
-	case idx < floorDiv(c.clock.Now().UnixMicro(), W)-1:
-		// Its window no longer counts.
+	case o.over(&nw, now):
 		if units > 0 {
 			c.expired.Add(uint64(units))
 		}
@@ -178,7 +184,7 @@ func (c *charges) addWindow(o *owedKey, units, limit, at int64) {
 	default:
 		o.w = append(o.w, owedWin{})
 		copy(o.w[k+1:], o.w[k:])
-		o.w[k] = owedWin{idx: idx}
+		o.w[k] = nw
 	}
 	x := &o.w[k]
 	prev := x.u
@@ -193,11 +199,32 @@ func (c *charges) addWindow(o *owedKey, units, limit, at int64) {
 	}
 }
 
-// pruneWindows drops o's windows before the one before cur.
-func (c *charges) pruneWindows(o *owedKey, cur int64) {
-	for len(o.w) > 0 && o.w[0].idx < cur-1 {
+// over reports whether window x of o no longer counts at now (µs, the
+// Store's clock): it is before the one before the window of now, or a
+// calendar window that has ended.
+func (o *owedKey) over(x *owedWin, now int64) bool {
+	if !x.span.IsZero() {
+		return x.span.End.UnixMicro() <= now
+	}
+	return x.idx < floorDiv(now, o.b.Limit.Period.Microseconds())-1
+}
+
+// pruneWindows drops o's windows that no longer count at now (µs).
+func (c *charges) pruneWindows(o *owedKey, now int64) {
+	for len(o.w) > 0 && o.over(&o.w[0], now) {
 		c.dropWindow(o, 0)
 	}
+}
+
+// admitted is the Bucket.Admitted of x's report: its last admission, and
+// within its calendar window (the Limiter that computed the window may
+// read another clock).
+func (x *owedWin) admitted() time.Time {
+	at := x.at
+	if !x.span.IsZero() {
+		at = min(max(at, x.span.Start.UnixMicro()), x.span.End.UnixMicro()-1)
+	}
+	return time.UnixMicro(at)
 }
 
 // dropWindow drops o's window k, whose units will not be charged.
@@ -314,11 +341,12 @@ func (s *Store) sync(ctx context.Context) error {
 			b.Cost = o.u
 			rounds[0] = append(rounds[0], b)
 		} else {
-			c.pruneWindows(o, floorDiv(now, o.b.Limit.Period.Microseconds()))
+			c.pruneWindows(o, now)
 		}
-		for j, x := range o.w {
+		for j := range o.w {
+			x := &o.w[j]
 			b := o.b
-			b.Cost, b.Admitted = x.u, time.UnixMicro(x.at)
+			b.Cost, b.Admitted, b.Span = x.u, x.admitted(), x.span
 			rounds[j] = append(rounds[j], b)
 		}
 		delete(c.owed, k)

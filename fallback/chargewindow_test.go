@@ -234,3 +234,67 @@ func TestLateWindowAnswerIsReconciled(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalCalendarAdmitsAreCharged: a fixed window counted in calendar
+// windows (quota.Bucket.Span, as the Limiter computes a day or a month)
+// is charged by the Span its units were admitted in: 45 admitted locally
+// in span A are charged to A; then 3 admitted locally in A and 5 in B,
+// Redis answering in B: A is over, its 3 expire, and B counts the 5.
+func TestLocalCalendarAdmitsAreCharged(t *testing.T) {
+	t0 := windowStart
+	clk := clock.New(t0.Add(10 * time.Second))
+	mem := newMemStore(t, clk).(quota.Reporter)
+	led := &stalling{inner: mem}
+	s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithSlowGrace(time.Hour),
+		fallback.WithInstances(func() int { return 2 }), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b := windowBucket("calendar", quota.FixedWindow)
+	b.Limit.Period = 24 * time.Hour
+	a, bb := b, b
+	a.Span = quota.Span{Start: t0, End: t0.Add(90 * time.Second)}
+	bb.Span = quota.Span{Start: a.Span.End, End: t0.Add(200 * time.Second)}
+	for i := range 10 {
+		if ok, res := take(t, s, a); !ok || res[0].Source.Degraded() {
+			t.Fatalf("store take %d: %v %+v", i, ok, res[0])
+		}
+	}
+	led.stall.Store(true)
+	if n := takeLocally(t, s, a, 200); n != 45 {
+		t.Fatalf("admitted %d locally, want 45 (90 left / 2 instances)", n)
+	}
+	led.stall.Store(false)
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, mem, a); got != 45 {
+		t.Fatalf("span A has %d left, want 45", got)
+	}
+	// One take Redis answers, a second later: the local limiter starts
+	// again from it.
+	clk.Advance(time.Second)
+	if ok, res := take(t, s, a); !ok || res[0].Source.Degraded() {
+		t.Fatalf("store take: %v %+v", ok, res[0])
+	}
+	led.stall.Store(true)
+	if n := takeLocally(t, s, a, 3); n != 3 {
+		t.Fatalf("admitted %d locally in A, want 3", n)
+	}
+	clk.Set(bb.Span.Start.Add(10 * time.Second))
+	if n := takeLocally(t, s, bb, 5); n != 5 {
+		t.Fatalf("admitted %d locally in B, want 5", n)
+	}
+	led.stall.Store(false)
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, mem, bb); got != 95 {
+		t.Fatalf("span B has %d left, want 95", got)
+	}
+	st := s.Stats()
+	if st.Charged != 50 || st.ChargeExpired != 3 || st.Owed != 0 {
+		t.Fatalf("Stats: charged %d, expired %d, owed %d; want 50, 3, 0", st.Charged, st.ChargeExpired, st.Owed)
+	}
+}

@@ -166,8 +166,9 @@
 //
 // A window algorithm's units are charged to the window they were
 // admitted in, not to the one current when the store answers. They are
-// owed by window (of the admission time on the WithClock clock), at most
-// two windows a key (the current one and the one before; older ones no
+// owed by window (of the admission time on the WithClock clock; a
+// calendar window, quota.Bucket.Span, by the Span its take carried, over
+// once it has ended), at most two windows a key (the current one and the one before; older ones no
 // longer count for any window algorithm), each capped at twice the share
 // (what a local limiter admits in one window: its burst and its refill
 // over the window), and reported with the time of the window's last
