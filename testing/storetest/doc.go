@@ -55,9 +55,10 @@
 //     window algorithms: a report charges its units to the window that
 //     holds its Admitted time (the current one, beyond the limit if need
 //     be; the sliding counter's previous one, weighted; the log's
-//     timestamps at that time) and nothing to a window that is over, and
-//     a negative one gives back at most what that window counted; a call
-//     sent twice changes nothing;
+//     timestamps at that time; a calendar window's Span while it has not
+//     ended) and nothing to a window that is over, and a negative one
+//     gives back at most what that window counted; a call sent twice
+//     changes nothing;
 //     Resolve tells what an applied call charged, and makes a call that
 //     never arrived refused when it arrives late; the buckets of one call
 //     are each decided on their own; and bad input is refused with
