@@ -383,7 +383,11 @@ func (s *Store) report(ctx context.Context, bs []quota.Bucket, inst int) error {
 		switch {
 		case out[i].Applied:
 			s.chargedLocked(&bs[i], out[i].Charged, inst)
-			s.seen.recordOne(bs[i].Key, out[i].Remaining, now)
+			if sp := bs[i].Span; sp.IsZero() || now.Before(sp.End) {
+				// (What an ended calendar window has left says
+				// nothing of the current one.)
+				s.seen.recordOne(bs[i].Key, out[i].Remaining, now)
+			}
 		case err != nil:
 			lost = append(lost, bs[i])
 		default: // refused whole: owed again
