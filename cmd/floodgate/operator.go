@@ -155,24 +155,44 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 			"time to full, read from Redis without charging. Exits 1 when no rule applies.\n\n")
 		o.fs.PrintDefaults()
 	}
-	r, code := o.parse(args, stderr)
+	ctx, cancel := context.WithTimeout(context.Background(), operatorTimeout)
+	defer cancel()
+	in, code := o.inspect(ctx, "inspect", args, stderr)
 	if code >= 0 {
 		return code
+	}
+	defer in.close()
+	writeStates(stdout, in.states)
+	return 0
+}
+
+// inspected is what both commands start from: the caller's request, the
+// Limiter over the store, and the caller's buckets as read.
+type inspected struct {
+	r      *floodgate.Request
+	l      *tiers.Limiter
+	states []tiers.BucketState
+	close  func()
+}
+
+// inspect parses the flags, builds the Limiter and reads the caller's
+// buckets without charging; a code >= 0 is the command's exit code.
+func (o *operatorFlags) inspect(ctx context.Context, name string, args []string, stderr io.Writer) (inspected, int) {
+	r, code := o.parse(args, stderr)
+	if code >= 0 {
+		return inspected{}, code
 	}
 	l, closeAll, code := o.limiter(stderr)
 	if code >= 0 {
-		return code
+		return inspected{}, code
 	}
-	defer closeAll()
-	ctx, cancel := context.WithTimeout(context.Background(), operatorTimeout)
-	defer cancel()
 	states, err := l.Inspect(ctx, r)
 	if err != nil {
-		fmt.Fprintf(stderr, "floodgate inspect: %v\n", err)
-		return 1
+		closeAll()
+		fmt.Fprintf(stderr, "floodgate %s: %v\n", name, err)
+		return inspected{}, 1
 	}
-	writeStates(stdout, states)
-	return 0
+	return inspected{r: r, l: l, states: states, close: closeAll}, -1
 }
 
 func runReset(args []string, stdout, stderr io.Writer) int {
@@ -183,22 +203,14 @@ func runReset(args []string, stdout, stderr io.Writer) int {
 			"after showing them and asking unless -yes, and logs each bucket it reset. Exits 1 when no rule applies.\n\n")
 		o.fs.PrintDefaults()
 	}
-	r, code := o.parse(args, stderr)
-	if code >= 0 {
-		return code
-	}
-	l, closeAll, code := o.limiter(stderr)
-	if code >= 0 {
-		return code
-	}
-	defer closeAll()
 	ctx, cancel := context.WithTimeout(context.Background(), operatorTimeout)
 	defer cancel()
-	states, err := l.Inspect(ctx, r)
-	if err != nil {
-		fmt.Fprintf(stderr, "floodgate reset: %v\n", err)
-		return 1
+	in, code := o.inspect(ctx, "reset", args, stderr)
+	if code >= 0 {
+		return code
 	}
+	defer in.close()
+	r, l, states := in.r, in.l, in.states
 	if len(o.rules) > 0 {
 		var missing []string
 		for _, name := range o.rules {

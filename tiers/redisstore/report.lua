@@ -183,20 +183,7 @@ local function chargeWindow(alg, k, v, N, P, u, a, s0, s1)
   call('ZREMRANGEBYSCORE', k, '-inf', fmt('%.17g', now - W))
   if a > now - W then
     if u > 0 then
-      local ts = fmt('%.17g', a)
-      local have = call('ZCOUNT', k, ts, ts)
-      local j = 1
-      while j <= u do
-        local args = {}
-        local m = 0
-        while j <= u and m < 1000 do
-          args[m * 2 + 1] = ts
-          args[m * 2 + 2] = ts .. ':' .. fmt('%.17g', have + j)
-          m = m + 1
-          j = j + 1
-        end
-        call('ZADD', k, unpack(args))
-      end
+      logadd(k, a, u)
       call('PEXPIRE', k, fmt('%d', ttl(W)))
       c = u
     elseif u < 0 then

@@ -59,3 +59,22 @@ local function put(k, sf, e0, x1, x2, x3, tu)
   end
 end
 
+-- logadd records u entries at time ts (µs) in the sliding window log k,
+-- named ts:(have+1..have+u) after the have entries already at ts, in
+-- ZADDs of at most 1000 entries.
+local function logadd(k, ts, u)
+  local t = fmt('%.17g', ts)
+  local have = call('ZCOUNT', k, t, t)
+  local j = 1
+  while j <= u do
+    local args = {}
+    local m = 0
+    while j <= u and m < 1000 do
+      args[m * 2 + 1] = t
+      args[m * 2 + 2] = t .. ':' .. fmt('%.17g', have + j)
+      m = m + 1
+      j = j + 1
+    end
+    call('ZADD', k, unpack(args))
+  end
+end
