@@ -24,13 +24,26 @@ import (
 // method+user; with 1 level only to its user. The rates are far above what
 // one principal sees at c=64 over 10k principals drawn uniformly, so every
 // call is admitted (with -dist zipf the hottest users can go over 1 000/s).
-func policy(levels int, mode quota.Consistency) *tiers.Policy {
+//
+// With tenantSlot every rule's key starts with the tenant (the user,
+// API-key and method+user levels keyed per tenant and user, and so on),
+// and a key's first scope is its Redis Cluster hash tag: all levels of a
+// call are in its tenant's slot, and a take is one script call on one
+// master, at the price of a tenant's whole load on one master.
+func policy(levels int, mode quota.Consistency, tenantSlot bool) *tiers.Policy {
 	perSec := func(n int64) tiers.Rate { return tiers.Rate{N: n, Period: time.Second} }
 	rules := []tiers.Rule{
 		{Name: "user", Key: []tiers.Scope{tiers.ScopeUser}, Rate: perSec(1_000)},
 		{Name: "tenant", Key: []tiers.Scope{tiers.ScopeTenant}, Rate: perSec(100_000)},
 		{Name: "api-key", Key: []tiers.Scope{tiers.ScopeAPIKey}, Rate: perSec(1_000)},
 		{Name: "method-user", Key: []tiers.Scope{tiers.ScopeUser, tiers.ScopeEndpoint}, Rate: perSec(1_000)},
+	}
+	if tenantSlot {
+		for i := range rules {
+			if rules[i].Key[0] != tiers.ScopeTenant {
+				rules[i].Key = append([]tiers.Scope{tiers.ScopeTenant}, rules[i].Key...)
+			}
+		}
 	}
 	for i := range rules {
 		rules[i].Consistency = mode
@@ -46,11 +59,12 @@ func policy(levels int, mode quota.Consistency) *tiers.Policy {
 // them: one UnaryServer per stage, in chain order (shedder, concurrency,
 // tiers), each given the same identity options.
 func chain(store quota.Store, levels int, prefix string) ([]grpc.ServerOption, error) {
-	return chainMode(store, levels, quota.Exact, prefix)
+	return chainMode(store, levels, quota.Exact, false, prefix)
 }
 
-// chainMode is chain with every rule in consistency mode.
-func chainMode(store quota.Store, levels int, mode quota.Consistency, prefix string) ([]grpc.ServerOption, error) {
+// chainMode is chain with every rule in consistency mode, and with
+// tenantSlot every level keyed first by the tenant (see policy).
+func chainMode(store quota.Store, levels int, mode quota.Consistency, tenantSlot bool, prefix string) ([]grpc.ServerOption, error) {
 	shed, err := shedder.New(10_000)
 	if err != nil {
 		return nil, fmt.Errorf("shedder: %w", err)
@@ -66,7 +80,7 @@ func chainMode(store quota.Store, levels int, mode quota.Consistency, prefix str
 	if err != nil {
 		return nil, fmt.Errorf("concurrency: %w", err)
 	}
-	limits, err := tiers.NewLimiter(store, policy(levels, mode), tiers.WithKeyPrefix(prefix))
+	limits, err := tiers.NewLimiter(store, policy(levels, mode, tenantSlot), tiers.WithKeyPrefix(prefix))
 	if err != nil {
 		return nil, fmt.Errorf("tiers: %w", err)
 	}
@@ -91,6 +105,12 @@ func setupChainMem4(_ context.Context, e *env) ([]grpc.ServerOption, error) {
 }
 
 func setupChainRedis(levels int, batch bool) func(context.Context, *env) ([]grpc.ServerOption, error) {
+	return setupChainRedisKeyed(levels, batch, false)
+}
+
+// setupChainRedisKeyed is setupChainRedis with, when tenantSlot, every
+// level keyed first by the tenant (see policy).
+func setupChainRedisKeyed(levels int, batch, tenantSlot bool) func(context.Context, *env) ([]grpc.ServerOption, error) {
 	return func(_ context.Context, e *env) ([]grpc.ServerOption, error) {
 		c, err := e.newRedisClient()
 		if err != nil {
@@ -106,7 +126,7 @@ func setupChainRedis(levels int, batch bool) func(context.Context, *env) ([]grpc
 			return nil, err
 		}
 		e.OnClose(func() { _ = store.Close() })
-		return chain(store, levels, e.Prefix)
+		return chainMode(store, levels, quota.Exact, tenantSlot, e.Prefix)
 	}
 }
 
@@ -153,6 +173,6 @@ func setupChainLocal(mode quota.Consistency) func(context.Context, *env) ([]grpc
 		// starts, so they do not count against its calls (leases are
 		// kept: the warm-up paid for them, the measured calls spend them).
 		e.Probe.Settle = lf.Flush
-		return chainMode(lf, 4, mode, e.Prefix)
+		return chainMode(lf, 4, mode, false, e.Prefix)
 	}
 }

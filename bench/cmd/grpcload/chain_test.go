@@ -41,7 +41,7 @@ func BenchmarkStageAdmit(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		lim, err := tiers.NewLimiter(store, policy(levels, quota.Exact))
+		lim, err := tiers.NewLimiter(store, policy(levels, quota.Exact, false))
 		if err != nil {
 			b.Fatal(err)
 		}

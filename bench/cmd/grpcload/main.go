@@ -13,6 +13,8 @@
 //	chain-redis-4-leased chain-redis-4-batch with every level consistency leased,
 //	                 decided by tiers/localfirst in front of the Redis store
 //	chain-redis-4-async  the same with every level consistency async
+//	chain-redis-4-tenant chain-redis-4-batch with every level's key starting
+//	                 with the tenant, so one call's levels share a slot
 //	redis_rate-1     yardstick: one github.com/go-redis/redis_rate/v10 Allow per
 //	                 call in an interceptor (user level), on the same redis-server
 //
@@ -21,6 +23,7 @@
 // contender's keys on all three masters (each identity its own hash tag):
 //
 //	cluster-redis-4-batch   chain-redis-4-batch on the cluster
+//	cluster-redis-4-tenant  chain-redis-4-tenant on the cluster: one slot per call
 //	cluster-redis-4-leased  chain-redis-4-leased on the cluster
 //	cluster-redis-4-async   chain-redis-4-async on the cluster
 //	cluster-redis-1-batch   chain-redis-1-batch on the cluster
@@ -144,10 +147,12 @@ var contenders = []contender{
 	{"chain-redis-4", true, setupChainRedis(4, false), false},
 	{"chain-redis-1-batch", true, setupChainRedis(1, true), false},
 	{"chain-redis-4-batch", true, setupChainRedis(4, true), false},
+	{"chain-redis-4-tenant", true, setupChainRedisKeyed(4, true, true), false},
 	{"chain-redis-4-leased", true, setupChainLocal(quota.Leased), false},
 	{"chain-redis-4-async", true, setupChainLocal(quota.Async), false},
 	{"redis_rate-1", true, setupRedisRate1, false},
 	{"cluster-redis-4-batch", true, setupChainRedis(4, true), true},
+	{"cluster-redis-4-tenant", true, setupChainRedisKeyed(4, true, true), true},
 	{"cluster-redis-4-leased", true, setupChainLocal(quota.Leased), true},
 	{"cluster-redis-4-async", true, setupChainLocal(quota.Async), true},
 	{"cluster-redis-1-batch", true, setupChainRedis(1, true), true},
