@@ -144,18 +144,12 @@ type flusher struct {
 type group struct {
 	start, end int
 	node, pre  bool
-	cmd        *redis.IntSliceCmd // takes
-	other      *redis.SliceCmd    // parts (mode "p")
+	cmd        *redis.IntSliceCmd // takes, or parts (mode "p")
 	split      bool               // sent again as calls of their own (see flush)
 }
 
 // err returns the error of the group's call.
-func (g *group) err() error {
-	if g.pre {
-		return g.other.Err()
-	}
-	return g.cmd.Err()
-}
+func (g *group) err() error { return g.cmd.Err() }
 
 func newFlusher(client redis.UniversalClient, keyPos int8, max int) *flusher {
 	f := &flusher{client: client, keyPos: keyPos, batch: make([]*pending, 0, max)}
@@ -178,13 +172,8 @@ func (f *flusher) newCmd(ctx context.Context, args []any) *redis.IntSliceCmd {
 // groupCmd returns the command of group g's merged call.
 func (f *flusher) groupCmd(ctx context.Context, g int) redis.Cmder {
 	gr := &f.groups[g]
-	if !gr.pre {
-		gr.cmd = f.newCmd(ctx, f.calls[g].args)
-		return onceIntSlice{gr.cmd}
-	}
-	gr.other = redis.NewSliceCmd(ctx, f.calls[g].args...)
-	gr.other.SetFirstKeyPos(f.keyPos)
-	return onceSlice{gr.other}
+	gr.cmd = f.newCmd(ctx, f.calls[g].args)
+	return onceIntSlice{gr.cmd}
 }
 
 // flush sends the batch. A lone take is its own call, outside any
@@ -248,12 +237,12 @@ func (f *flusher) flush() {
 		if !gr.split {
 			follow(gr.err())
 			if gr.pre {
-				splitPre(gr.other, f.merged[gr.start:gr.end])
+				splitPre(gr.cmd, f.merged[gr.start:gr.end])
 			} else {
 				split(gr.cmd, f.merged[gr.start:gr.end])
 			}
 		}
-		gr.cmd, gr.other = nil, nil
+		gr.cmd = nil
 		f.calls[g].reset()
 	}
 	for _, p := range f.alone {
@@ -497,36 +486,29 @@ func split(cmd *redis.IntSliceCmd, takes []*pending) {
 }
 
 // splitPre hands each part of a merged mode "p" call its part of the
-// reply: its integers, and its states (to its call).
-func splitPre(cmd *redis.SliceCmd, parts []*pending) {
-	raw, err := cmd.Result()
-	if err == nil && len(raw) == 0 {
+// reply: its charged flag and 6 integers per bucket, and its states (to
+// its call, see call.st).
+func splitPre(cmd *redis.IntSliceCmd, parts []*pending) {
+	vals, err := cmd.Result()
+	if err == nil && len(vals) == 0 {
 		err = fmt.Errorf("take.lua replied nothing")
 	}
 	if err == nil {
-		now, ok := raw[0].(int64)
-		o := 1
+		now, o := vals[0], 1
 		for _, p := range parts {
-			l := 1 + 8*p.c.n
-			if !ok || o+l > len(raw) {
-				err = fmt.Errorf("take.lua replied %d values for %d takes in mode p", len(raw), len(parts))
+			var seg, st []int64
+			if seg, st, o, err = cutPre(vals, o, p.c.n); err != nil {
 				break
 			}
-			// parsePre reads a one-take reply: the time, then the take's.
-			one := raw[o-1 : o+l : o+l]
-			saved := one[0]
-			one[0] = now
-			p.now, p.seg, p.err = parsePre(one, p.c, p.c.n)
-			one[0] = saved
-			o += l
+			p.now, p.seg, p.c.st = now, seg, st
 		}
-		if err == nil && o != len(raw) {
-			err = fmt.Errorf("take.lua replied %d values for %d takes in mode p, want %d", len(raw), len(parts), o)
+		if err == nil && o != len(vals) {
+			err = fmt.Errorf("take.lua replied %d values for %d takes in mode p, want %d", len(vals), len(parts), o)
 		}
 	}
 	if err != nil {
 		for _, p := range parts {
-			p.seg, p.err = nil, fmt.Errorf("redisstore: %w", err)
+			p.seg, p.c.st, p.err = nil, nil, fmt.Errorf("redisstore: %w", err)
 		}
 	}
 }

@@ -19,12 +19,16 @@ func (a *argBuf) MarshalBinary() ([]byte, error) { return a.b, nil }
 
 // call is the reusable state of one script invocation.
 type call struct {
-	args   []any
-	bufs   []argBuf
-	offs   []int // start, end pairs into arena, one per buf
-	arena  []byte
-	pre    []int64  // pre-charge remaining, reset pairs (mode "p")
-	states []string // state before, state written, per bucket (mode "p")
+	args  []any
+	bufs  []argBuf
+	offs  []int // start, end pairs into arena, one per buf
+	arena []byte
+	pre   []int64 // pre-charge remaining, reset pairs (mode "p")
+	// st is a mode "p" take's states, as take.lua replied them (part of
+	// the reply, not copied): per bucket the state before and the state
+	// written, each its length in 32-bit words and its words (see
+	// cutPre); a refund puts them back into strings (putWords).
+	st []int64
 	// now is the time argument of a take.lua call when fixed (else the
 	// script reads Redis TIME); n is the number of buckets of the built
 	// call, lim the index in bufs of its limits argument and log
@@ -66,8 +70,7 @@ func (c *call) reset() {
 	for i := range c.bufs {
 		c.bufs[i].b = nil
 	}
-	clear(c.states)
-	c.args, c.offs, c.arena, c.pre, c.states = c.args[:0], c.offs[:0], c.arena[:0], c.pre[:0], c.states[:0]
+	c.args, c.offs, c.arena, c.pre, c.st = c.args[:0], c.offs[:0], c.arena[:0], c.pre[:0], nil
 	c.n, c.lim, c.now, c.fixed, c.log, c.slot, c.sent, c.kind = 0, 0, 0, false, false, 0, nil, kindTake
 }
 
@@ -186,11 +189,12 @@ func (c *call) build(sc script, prefix string, buckets []quota.Bucket, idx []int
 //
 //	EVALSHA sha numkeys key... [marker] t0 markerttl (limit before wrote)...
 //
-// states holds before, wrote for each bucket of idx, in order. A marker
+// st holds the states before and written of every bucket of idx, in
+// order, as take.lua replied them in mode "p" (see call.st). A marker
 // key (not "") makes the call idempotent: refund.lua sets it, for
 // markerTTL ms, and a call that finds it set changes nothing, so a refund
 // whose reply was lost can be sent again.
-func (c *call) buildRefund(sc script, prefix string, buckets []quota.Bucket, idx []int, states []string, t0 int64, cluster bool, marker string, markerTTL int64) {
+func (c *call) buildRefund(sc script, prefix string, buckets []quota.Bucket, idx []int, st []int64, t0 int64, cluster bool, marker string, markerTTL int64) {
 	n := len(idx)
 	nk := n
 	if marker != "" {
@@ -209,10 +213,10 @@ func (c *call) buildRefund(sc script, prefix string, buckets []quota.Bucket, idx
 	} else {
 		c.putStr("")
 	}
-	for j, i := range idx {
-		c.putLimit(&buckets[i])
-		c.putStr(states[2*j])
-		c.putStr(states[2*j+1])
+	for _, i := range idx {
+		c.putRefundLimit(&buckets[i])
+		st = c.putWords(st)
+		st = c.putWords(st)
 	}
 	c.finish()
 	c.args = append(c.args, "evalsha", sc.shaArg)
@@ -225,11 +229,36 @@ func (c *call) buildRefund(sc script, prefix string, buckets []quota.Bucket, idx
 	c.n, c.kind = n, kindRefund
 }
 
-// putLimit appends bucket b's limit and cost as one argument (refund.lua).
-func (c *call) putLimit(b *quota.Bucket) {
+// putRefundLimit appends bucket b's limit and cost as one argument of
+// refund.lua: as appendLimit lays them out, and for a calendar window
+// (Span) spanFlag on the algorithm and the window's start after the cost.
+func (c *call) putRefundLimit(b *quota.Bucket) {
 	start := len(c.arena)
 	c.arena = appendLimit(c.arena, b)
+	if !b.Span.IsZero() {
+		c.arena[start] |= spanFlag
+		c.arena = appendF64(c.arena, b.Span.Start.UnixMicro())
+	}
 	c.offs = append(c.offs, start, len(c.arena))
+}
+
+// putWords appends, as one argument, the state at the start of st (its
+// length in 32-bit words, then its words: see call.st) as the bytes
+// take.lua read or wrote ("" for none), and returns the rest of st. A
+// short st (which cutPre never hands on) appends "".
+func (c *call) putWords(st []int64) []int64 {
+	start := len(c.arena)
+	if len(st) > 0 && int64(len(st)-1) >= st[0] && st[0] >= 0 {
+		k := st[0]
+		for _, w := range st[1 : 1+k] {
+			c.arena = binary.LittleEndian.AppendUint32(c.arena, uint32(w))
+		}
+		st = st[1+k:]
+	} else {
+		st = nil
+	}
+	c.offs = append(c.offs, start, len(c.arena))
+	return st
 }
 
 // appendLimit appends bucket b's limit and cost as take.lua, refund.lua and settle.lua

@@ -482,8 +482,8 @@ func mergedPerNode(t *testing.T, s *Store, ms *memstore.Store, clk *clock.Fake, 
 			if err != nil {
 				t.Fatalf("step %d take %d: %v", step, j, err)
 			}
-			if pre && len(p.c.states) != 2*len(bs) {
-				t.Fatalf("step %d take %d: %d states for %d buckets", step, j, len(p.c.states), len(bs))
+			if pre && (len(p.seg) != 1+6*len(bs) || len(p.c.st) < 2*len(bs)) {
+				t.Fatalf("step %d take %d: %d values and %d of states in mode p for %d buckets", step, j, len(p.seg), len(p.c.st), len(bs))
 			}
 			if gok := p.seg[0] == 1; gok != wok {
 				t.Fatalf("step %d take %d: charged %v, memstore %v", step, j, gok, wok)

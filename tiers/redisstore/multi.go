@@ -63,13 +63,13 @@ func (c *call) script() script {
 }
 
 // ownCmd returns the command of p's part or refund, sent as its own call:
-// its reply is mixed (mode "p") or one integer (refund.lua).
+// its reply is integers (mode "p") or one integer (refund.lua).
 func (f *flusher) ownCmd(ctx context.Context, p *pending) redis.Cmder {
 	var cmd redis.Cmder
 	if p.c.kind == kindRefund {
 		cmd = redis.NewIntCmd(ctx, p.c.args...)
 	} else {
-		cmd = redis.NewSliceCmd(ctx, p.c.args...)
+		cmd = redis.NewIntSliceCmd(ctx, p.c.args...)
 	}
 	if f.keyPos != 0 {
 		cmd.SetFirstKeyPos(f.keyPos)
@@ -84,15 +84,15 @@ func (f *flusher) runOwn(ctx context.Context, p *pending) {
 	if p.c.kind == kindRefund {
 		p.other, err = runScript(ctx, f.client, p.c, refundScript, f.keyPos, redis.NewIntCmd)
 	} else {
-		p.other, err = runScript(ctx, f.client, p.c, takeScript, f.keyPos, redis.NewSliceCmd)
+		p.other, err = runScript(ctx, f.client, p.c, takeScript, f.keyPos, redis.NewIntSliceCmd)
 	}
 	_ = err // in p.other
 	p.now, p.seg, p.err = ownResult(p)
 }
 
 // ownResult returns the answer of p's part (the time and the integers of
-// its mode "p" reply; the states go to p.c.states) or refund (its reply
-// as the time, no integers).
+// its mode "p" reply; the states go to p.c.st) or refund (its reply as
+// the time, no integers).
 func ownResult(p *pending) (int64, []int64, error) {
 	switch cmd := p.other.(type) {
 	case *redis.IntCmd:
@@ -101,12 +101,12 @@ func ownResult(p *pending) (int64, []int64, error) {
 			return 0, nil, fmt.Errorf("redisstore: %w", err)
 		}
 		return v, nil, nil
-	case *redis.SliceCmd:
-		raw, err := cmd.Result()
+	case *redis.IntSliceCmd:
+		vals, err := cmd.Result()
 		if err != nil {
 			return 0, nil, fmt.Errorf("redisstore: %w", err)
 		}
-		return parsePre(raw, p.c, p.c.n)
+		return parsePre(vals, p.c, p.c.n)
 	}
 	return 0, nil, fmt.Errorf("redisstore: internal error: reply of type %T", p.other)
 }

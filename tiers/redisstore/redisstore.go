@@ -391,13 +391,11 @@ func (once) NoRetry() bool { return true }
 // which an interface holds without an allocation.
 type (
 	onceIntSlice struct{ *redis.IntSliceCmd }
-	onceSlice    struct{ *redis.SliceCmd }
 	onceInt      struct{ *redis.IntCmd }
 	onceCmd      struct{ *redis.Cmd }
 )
 
 func (onceIntSlice) NoRetry() bool { return true }
-func (onceSlice) NoRetry() bool    { return true }
 func (onceInt) NoRetry() bool      { return true }
 func (onceCmd) NoRetry() bool      { return true }
 
@@ -407,8 +405,6 @@ func noRetry(cmd redis.Cmder) redis.Cmder {
 	switch c := cmd.(type) {
 	case *redis.IntSliceCmd:
 		return onceIntSlice{c}
-	case *redis.SliceCmd:
-		return onceSlice{c}
 	case *redis.IntCmd:
 		return onceInt{c}
 	case *redis.Cmd:
@@ -618,42 +614,57 @@ func decodeTake(seg []int64, n int, buckets []quota.Bucket, idx []int, res []quo
 	return seg[0] != 0, nil
 }
 
-// evalPre runs take.lua in mode "p", whose reply mixes integers and the
-// buckets' raw states: it returns the time the script used and the take's
-// integers (the charged flag, then 6 per bucket), and keeps the states,
-// before and after, in c.states for a refund.
+// evalPre runs take.lua in mode "p" (an integer reply) and returns the
+// time the script used and the take's integers (the charged flag, then 6
+// per bucket), keeping the states in c.st for a refund.
 func (s *Store) evalPre(ctx context.Context, c *call, n int) (int64, []int64, error) {
-	cmd, err := runScript(ctx, s.client, c, takeScript, keysAt, redis.NewSliceCmd)
+	cmd, err := runScript(ctx, s.client, c, takeScript, keysAt, redis.NewIntSliceCmd)
 	if err != nil {
 		return 0, nil, fmt.Errorf("redisstore: %w", err)
 	}
 	return parsePre(cmd.Val(), c, n)
 }
 
-// parsePre splits a mode "p" reply of n buckets (see evalPre), appending
-// the states to c.states.
-func parsePre(raw []any, c *call, n int) (int64, []int64, error) {
-	ints := 2 + 6*n
-	if len(raw) != ints+2*n {
-		return 0, nil, fmt.Errorf("redisstore: take.lua replied %d values for %d buckets in mode p", len(raw), n)
+// parsePre splits a one-take mode "p" reply of n buckets (see evalPre).
+func parsePre(vals []int64, c *call, n int) (int64, []int64, error) {
+	if len(vals) == 0 {
+		return 0, nil, fmt.Errorf("redisstore: take.lua replied nothing in mode p")
 	}
-	vals := make([]int64, ints)
-	for j, v := range raw {
-		if j >= ints {
-			str, ok := v.(string)
-			if !ok {
-				return 0, nil, fmt.Errorf("redisstore: take.lua replied %T for a state", v)
-			}
-			c.states = append(c.states, str)
-			continue
-		}
-		iv, ok := v.(int64)
-		if !ok {
-			return 0, nil, fmt.Errorf("redisstore: take.lua replied %T for a number", v)
-		}
-		vals[j] = iv
+	seg, st, end, err := cutPre(vals, 1, n)
+	if err != nil {
+		return 0, nil, err
 	}
-	return vals[0], vals[1:], nil
+	if end != len(vals) {
+		return 0, nil, fmt.Errorf("redisstore: take.lua replied %d values for %d buckets in mode p, want %d", len(vals), n, end)
+	}
+	c.st = st
+	return vals[0], seg, nil
+}
+
+// cutPre cuts the part of a mode "p" reply of a take of n buckets that
+// starts at vals[o]: its integers (the charged flag, then 6 per bucket),
+// its states (per bucket two, each its length in 32-bit words, 4 to 8,
+// or 0, then its words), and where the next take's part starts.
+func cutPre(vals []int64, o, n int) (seg, st []int64, end int, err error) {
+	ints := o + 1 + 6*n
+	if ints > len(vals) {
+		return nil, nil, 0, fmt.Errorf("redisstore: take.lua replied %d values in mode p, short of a take of %d buckets at %d", len(vals), n, o)
+	}
+	end = ints
+	for j := 0; j < 2*n; j++ {
+		if end >= len(vals) {
+			return nil, nil, 0, fmt.Errorf("redisstore: take.lua replied %d values in mode p, short of the states of a take of %d buckets", len(vals), n)
+		}
+		k := vals[end]
+		if k != 0 && (k < 4 || k > 8) {
+			return nil, nil, 0, fmt.Errorf("redisstore: take.lua replied a state of %d words in mode p", k)
+		}
+		end += 1 + int(k)
+	}
+	if end > len(vals) {
+		return nil, nil, 0, fmt.Errorf("redisstore: take.lua replied %d values in mode p, short of the states of a take of %d buckets", len(vals), n)
+	}
+	return vals[o:ints:ints], vals[ints:end:end], end, nil
 }
 
 // eval sends the take.lua call in c by EVALSHA and, on NOSCRIPT, once more

@@ -8,11 +8,12 @@
 --           can be sent again without giving the units back twice
 -- ARGV[1]   the now (integer microseconds) the charging take.lua used
 -- ARGV[2]   the marker's TTL in ms, or "" for no marker
--- ARGV[3(i-1)+3 .. 3i+2]  bucket i: its limit and cost (packed as passed
---           to take.lua: algorithm, rate N, period P in microseconds, burst
---           B, cost c), then the key's state before the take and the state
---           the take wrote (as take.lua reported them in mode "p"; "" =
---           absent)
+-- ARGV[3(i-1)+3 .. 3i+2]  bucket i: its limit and cost (packed as for
+--           take.lua: algorithm, rate N, period P in microseconds, burst
+--           B, cost c; for a calendar window SPAN on the algorithm and the
+--           window's start in microseconds after the cost), then the key's
+--           state before the take and the state the take wrote (as
+--           take.lua reported them in mode "p"; "" = absent)
 --
 -- Reply: integer, the number of buckets whose state was restored, or -1
 -- when the marker was already set (an earlier send of this refund ran).
@@ -23,8 +24,9 @@
 -- another take came in between, the units are given back arithmetically:
 -- token bucket tokens + c (capped at B), GCRA tat - c*T (both exact up to
 -- one rounding of a double; the GCRA tat is in µs since quota.GCRAEpoch,
--- as take.lua stores it, and subtracting c*T needs no epoch), the window counters minus c when the charged
--- window is still current (or now previous); the log always loses c of its
+-- as take.lua stores it, and subtracting c*T needs no epoch), the window
+-- counters minus c when the charged window (a calendar window: the one
+-- take.lua charged) is still current (or now previous); the log always loses c of its
 -- entries at the charge's timestamp, which is exact. TTLs are kept: the
 -- charged state's TTL is never shorter than the old state's.
 
@@ -58,7 +60,9 @@ end
 local done = 0
 for i = 1, n do
   local a = 2 + (i - 1) * 3
-  local alg, N, P, B, c = sunpack('<Bdddd', ARGV[a + 1])
+  local alg, N, P, B, c, pos = sunpack('<Bdddd', ARGV[a + 1])
+  local cw -- the charged window: a calendar window's start, else by P
+  if alg >= SPAN then alg = alg - SPAN; cw = sunpack('<d', ARGV[a + 1], pos) end
   local k = KEYS[i]
   if alg == SLIDING_WINDOW_LOG then
     local ts = num(t0)
@@ -100,7 +104,7 @@ for i = 1, n do
         elseif s[2] == w then nv = pack('<dddd', s[1], s[2], math.max(0, s[3] - c), s[4])
         elseif s[2] == w + 1 then nv = pack('<dddd', s[1], s[2], s[3], math.max(0, s[4] - c)) end
       else -- FIXED_WINDOW
-        local w = window(P)
+        local w = cw or window(P)
         s = split(v, 2)
         if s and s[2] == w then nv = pack('<ddd', s[1], s[2], math.max(0, s[3] - c)) end
       end

@@ -60,7 +60,7 @@ func (s *Store) newRefundJob(buckets []quota.Bucket, g *slotGroup, res []quota.R
 
 // build lays out the job's refund.lua call in c.
 func (j *refundJob) build(c *call, s *Store, buckets []quota.Bucket, g *slotGroup) {
-	c.buildRefund(refundScript, s.prefix, buckets, g.idx, g.c.states, g.now, s.cluster != nil, j.marker, j.ttl)
+	c.buildRefund(refundScript, s.prefix, buckets, g.idx, g.c.st, g.now, s.cluster != nil, j.marker, j.ttl)
 }
 
 // refundToken returns a token no other refund of any store is likely to

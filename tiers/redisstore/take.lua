@@ -49,11 +49,11 @@
 -- Mode "p" (multi-slot cluster takes, which may have to refund) reports,
 -- per take, its flag, then always 6 integers per bucket: allowed, remaining, reset,
 -- retry-after (for an allowed bucket: its wait), then remaining and reset
--- before any charge; then (bulk
--- strings) per bucket the key's raw state before the take and the state
--- the take computed ("" when the key was absent or the algorithm is the
--- sliding window log; the computed state is reported even when the take
--- denied and so wrote nothing).
+-- before any charge; then per bucket the key's raw state before the take
+-- and the state the take wrote (none when the key was absent, the take
+-- did not charge or the algorithm is the sliding window log), each as its
+-- length in 32-bit words and the words as integers, so that the whole
+-- reply is integers.
 --
 -- Writes: every decision is made before the first write, and the writes
 -- (one SET per string-state key, however many takes charged it; the log's
@@ -245,8 +245,9 @@ local n = #KEYS
 -- by every take); per bucket i: the state to SET (st[i], false: log),
 -- its TTL in ms (tm[i]) and, with Redis time, its new deadline (te[i],
 -- false when the key's deadline covers it); in mode "p" also its values after the
--- charge (u1[4i-3..4i]: allowed, remaining, reset, retry-after) and its
--- state before and the state computed (sb[i], sa[i]).
+-- charge (u1[4i-3..4i]: allowed, remaining, reset, retry-after), before
+-- it (z0[2i-1..2i]: remaining, reset), and its state before and the state
+-- written (sb[i], sa[i]; false: none).
 -- A Lua table grows by rehashing, which costs Redis more than the stores
 -- themselves: the reply and the per-bucket tables start at their size
 -- (a table built from unpack(KEYS) has n slots), to be overwritten.
@@ -361,7 +362,7 @@ for j = 1, T do
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(((c - tokens) * P) / N) end
       if ra > 0 and ra <= mw then allow, wt, ra = true, ra, 0 end
-      if pre or (all and allow) then sf, x1, x2 = '<ddd', t1, now end
+      if all and allow then sf, x1, x2 = '<ddd', t1, now end
       tu = rst1
 
     elseif alg == GCRA then
@@ -390,7 +391,7 @@ for j = 1, T do
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - sl) end
       if ra > 0 and ra <= mw then allow, wt, ra = true, ra, 0 end
-      if pre or (all and allow) then sf, x1 = '<dd', tat1 end
+      if all and allow then sf, x1 = '<dd', tat1 end
       tu = rst1
 
     elseif alg == SLIDING_WINDOW_COUNTER then
@@ -426,7 +427,7 @@ for j = 1, T do
         if x > 0 then x = ceil(x) else x = ceil(0) end
         ra = (W - e) + x
       end
-      if pre or (all and allow) then
+      if all and allow then
         sf, x1, x2, x3 = '<dddd', w, curr + c, prev
       end
       tu = (w + 2) * W - now
@@ -493,7 +494,7 @@ for j = 1, T do
       if rem1 < 0 then rem1 = 0 end
       rst0, rst1 = r, r
       if allow then ra = 0 elseif c > L then ra = -1 else ra = r end
-      if pre or (all and allow) then sf, x1, x2 = '<ddd', w, count + c end
+      if all and allow then sf, x1, x2 = '<ddd', w, count + c end
       tu = r
     end
 
@@ -537,8 +538,8 @@ for j = 1, T do
       local b = 4 * i
       u1[b - 3], u1[b - 2], u1[b - 1] = allow and 1 or 0, rem1, rst1
       if allow then u1[b] = wt else u1[b] = ra end
-      sb[i], sa[i] = v or '', s or ''
       z0[2 * i - 1], z0[2 * i] = rem0, rst0
+      sb[i], sa[i] = v or false, s or false
     end
     u0[q - 2], u0[q - 1] = rem0, rst0
     if all then
@@ -647,8 +648,23 @@ end
 if not pre then return out end
 -- mode "p": now, then per take its charged flag, per bucket allowed,
 -- remaining, reset, retry-after, remaining and reset before the charge,
--- then per bucket the state before and the state computed
+-- then per bucket the state before and the state written, each as its
+-- length in 32-bit words (0: none) and its words, little-endian, as
+-- integers: a reply of integers only, which a client reads without boxing
+-- a value per integer (a state is 4, 6 or 8 words; any other string was
+-- read as no state)
+local wl = {[16] = '<I4I4I4I4', [24] = '<I4I4I4I4I4I4', [32] = '<I4I4I4I4I4I4I4I4'}
 local r, o = {now}, 1
+local function words(v)
+  local f = v and wl[#v]
+  if not f then r[o + 1] = 0; o = o + 1; return end
+  local k = #v / 4
+  r[o + 1] = k
+  if k == 4 then r[o + 2], r[o + 3], r[o + 4], r[o + 5] = sunpack(f, v)
+  elseif k == 6 then r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6], r[o + 7] = sunpack(f, v)
+  else r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6], r[o + 7], r[o + 8], r[o + 9] = sunpack(f, v) end
+  o = o + 1 + k
+end
 i = 0
 for j = 1, T do
   local m = lims[ARGV[4 + j]][1]
@@ -661,7 +677,7 @@ for j = 1, T do
     r[o + 1], r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6] = u1[b - 3], u1[b - 2], u1[b - 1], u1[b], z0[2 * q - 1], r0
     o = o + 6
   end
-  for q = i + 1, i + m do r[o + 1], r[o + 2] = sb[q], sa[q]; o = o + 2 end
+  for q = i + 1, i + m do words(sb[q]); words(sa[q]) end
   i = i + m
 end
 return r
