@@ -10,6 +10,13 @@ import (
 // WithThrottle) to the calls of a client of another transport: connectmw's
 // Connect client interceptor is built on it. It is safe for concurrent
 // use; its throttle, if any, is shared by every call made through it.
+//
+// Do serves a call whose attempt runs within one function call. A
+// stream's attempt does not: it is let through or refused when the stream
+// opens (before the caller's first Send, which a refused stream fails),
+// and answered at the caller's first Receive, in calls that return to the
+// caller in between; so a stream asks the throttle with Open and
+// Answered, and decides a retry with Wait, as StreamClient does.
 type Retrier struct{ c *clientConfig }
 
 // NewRetrier returns a Retrier with UnaryClient's options. The error names

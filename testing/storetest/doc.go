@@ -83,6 +83,9 @@
 // shared Redis is fine. Vectors with more than one bucket per Take run twice:
 // with unrelated keys and with keys sharing one Redis Cluster hash tag.
 //
+// A store wrapper (fallback, otel, localfirst) checks that it forwards
+// quota.Resetter to the store it wraps with CheckResetForwards.
+//
 // # Expiry and fake time
 //
 // The vectors are built so that a state kept beyond its TTL gives the same

@@ -1,18 +1,13 @@
 package redisstore_test
 
 import (
-	"context"
-	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate/quota"
-	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -27,16 +22,9 @@ import (
 // exercises refund.lua for each algorithm, and a partial grant is decided
 // in two steps (read, then charge).
 func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
-	clk := clock.New(time.Time{})
-	rs := fakeTimeStore(t, client, clk, redisstore.WithDenialCache(0))
-	ms, err := memstore.New(memstore.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 42))
-	prefix := fmt.Sprintf("diff%d:", seed)
+	d := newDiffRig(t, client, "diff", seed, 42)
+	clk, rng := d.clk, d.rng
 	keys := []string{"{a}tb", "{b}gcra", "{c}swc", "{d}swl", "{e}fw", "{f}cal"}
-	ctx := context.Background()
 	allowed, denied, partial := 0, 0, 0
 	for step := 0; step < 400; step++ {
 		clk.Advance(time.Duration(rng.IntN(120_000)) * time.Microsecond)
@@ -53,7 +41,7 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 			if rng.IntN(40) == 0 {
 				cost = 50 // above every capacity
 			}
-			b := quota.Bucket{Key: prefix + k, Cost: cost}
+			b := quota.Bucket{Key: d.prefix + k, Cost: cost}
 			if i < len(redisstore.SmallLimits) {
 				b.Limit = redisstore.SmallLimits[i]
 			} else {
@@ -70,27 +58,7 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 		if atMost {
 			partial++
 		}
-		want := make([]quota.Result, len(bs))
-		got := make([]quota.Result, len(bs))
-		wok, err := ms.Take(ctx, bs, want)
-		if err != nil {
-			t.Fatalf("memstore: %v", err)
-		}
-		gok, err := rs.Take(ctx, bs, got)
-		if err != nil {
-			t.Fatalf("step %d: redisstore: %v", step, err)
-		}
-		if gok != wok {
-			t.Fatalf("step %d (t=%v): allowed %v, memstore %v", step, clk.Now().Sub(clock.Epoch), gok, wok)
-		}
-		for i := range bs {
-			g, w := got[i], want[i]
-			g.Source, w.Source = "", ""
-			if g != w {
-				t.Fatalf("step %d (t=%v) bucket %s cost %d:\n got  %+v\n want %+v", step, clk.Now().Sub(clock.Epoch), bs[i].Key, bs[i].Cost, g, w)
-			}
-		}
-		if wok {
+		if ok, _ := d.take(step, bs); ok {
 			allowed++
 		} else {
 			denied++
@@ -119,18 +87,13 @@ func calendarSpan(now time.Time) quota.Span {
 }
 
 func TestDifferentialStandalone(t *testing.T) {
-	srv := redistest.Start(t)
-	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { differential(t, srv.Client(), seed) })
-	}
+	seeds(t, redistest.Start(t).Client(), 3, differential)
 }
 
 func TestDifferentialCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
-	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { differential(t, c, seed) })
-	}
+	seeds(t, c, 3, differential)
 	// And once more after every node lost its script cache: the take and
 	// refund scripts come back through EVAL.
 	cl.ScriptFlush()

@@ -100,35 +100,6 @@ local function window(t, W)
   return w
 end
 
--- logGiveBack removes up to m entries at or before a from the log at k,
--- the newest timestamp first, at each the highest-numbered entry first
--- (so take.lua's numbering stays dense); it returns how many it removed.
-local function logGiveBack(k, a, m)
-  local left = m
-  local top = fmt('%.17g', a)
-  while left > 0 do
-    local r = call('ZREVRANGEBYSCORE', k, top, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    if #r == 0 then break end
-    local ms = call('ZRANGEBYSCORE', k, r[2], r[2])
-    local idx, byIdx = {}, {}
-    for j = 1, #ms do
-      local p = string.find(ms[j], ':', 1, true)
-      local num = tonumber(string.sub(ms[j], p + 1))
-      idx[j] = num
-      byIdx[num] = ms[j]
-    end
-    table.sort(idx)
-    local j = #idx
-    while j >= 1 and left > 0 do
-      call('ZREM', k, byIdx[idx[j]])
-      j = j - 1
-      left = left - 1
-    end
-    top = '(' .. r[2]
-  end
-  return m - left
-end
-
 -- chargeWindow charges the window algorithm's bucket at key k, its state
 -- v as read, u units admitted at a, and returns what it charged and the
 -- remaining.
@@ -187,7 +158,7 @@ local function chargeWindow(alg, k, v, N, P, u, a, s0, s1)
       call('PEXPIRE', k, fmt('%d', ttl(W)))
       c = u
     elseif u < 0 then
-      c = -logGiveBack(k, a, -u)
+      c = -loggiveback(k, fmt('%.17g', a), -u)
     end
   end
   local rem = L - call('ZCARD', k)

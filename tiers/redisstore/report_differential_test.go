@@ -1,9 +1,6 @@
 package redisstore_test
 
 import (
-	"context"
-	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -12,8 +9,6 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
-	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
 // reportLimits are the buckets of differentialReports: the three window
@@ -32,16 +27,9 @@ var reportLimits = []quota.Limit{
 // resolves of earlier calls against memstore and report.lua, and requires
 // identical results at every step.
 func differentialReports(t *testing.T, client redis.UniversalClient, seed uint64) {
-	clk := clock.New(time.Time{})
-	rs := fakeTimeStore(t, client, clk, redisstore.WithDenialCache(0))
-	ms, err := memstore.New(memstore.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 7))
-	prefix := fmt.Sprintf("rdiff%d:", seed)
+	d := newDiffRig(t, client, "rdiff", seed, 7)
+	clk, rng, ctx, ms, rs, prefix := d.clk, d.rng, d.ctx, d.ms, d.rs, d.prefix
 	keys := []string{"{a}fw", "{b}swc", "{c}swl", "{d}tb"}
-	ctx := context.Background()
 	type call struct {
 		seq uint64
 		bs  []quota.Bucket
@@ -50,22 +38,11 @@ func differentialReports(t *testing.T, client redis.UniversalClient, seed uint64
 	charged, expired := 0, 0
 	for step := 0; step < 300; step++ {
 		clk.Advance(time.Duration(rng.IntN(300_000)) * time.Microsecond)
-		where := fmt.Sprintf("step %d (t=%v)", step, clk.Now().Sub(clock.Epoch))
+		where := d.at(step)
 		switch r := rng.IntN(10); {
 		case r < 4: // a take
 			i := rng.IntN(len(keys))
-			b := []quota.Bucket{{Key: prefix + keys[i], Limit: reportLimits[i], Cost: int64(rng.IntN(4))}}
-			want, got := make([]quota.Result, 1), make([]quota.Result, 1)
-			if _, err := ms.Take(ctx, b, want); err != nil {
-				t.Fatalf("%s: memstore: %v", where, err)
-			}
-			if _, err := rs.Take(ctx, b, got); err != nil {
-				t.Fatalf("%s: redisstore: %v", where, err)
-			}
-			got[0].Source, want[0].Source = "", ""
-			if got[0] != want[0] {
-				t.Fatalf("%s: take of %s cost %d:\n got  %+v\n want %+v", where, b[0].Key, b[0].Cost, got[0], want[0])
-			}
+			d.take(step, []quota.Bucket{{Key: prefix + keys[i], Limit: reportLimits[i], Cost: int64(rng.IntN(4))}})
 		case r < 9 || len(calls) == 0: // a report
 			var bs []quota.Bucket
 			for i, k := range keys {
@@ -122,13 +99,9 @@ func differentialReports(t *testing.T, client redis.UniversalClient, seed uint64
 }
 
 func TestDifferentialReportsStandalone(t *testing.T) {
-	srv := redistest.Start(t)
-	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { differentialReports(t, srv.Client(), seed) })
-	}
+	seeds(t, redistest.Start(t).Client(), 3, differentialReports)
 }
 
 func TestDifferentialReportsCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	t.Run("1", func(t *testing.T) { differentialReports(t, cl.Client(), 1) })
+	seeds(t, redistest.StartCluster(t).Client(), 1, differentialReports)
 }

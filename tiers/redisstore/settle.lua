@@ -37,7 +37,8 @@
 -- nothing.
 --
 -- TTLs, as take.lua sets them for the state written (state.lua, which
--- the store prepends to this script, writes string states). A log's key
+-- the store prepends to this script, writes string states and a log's
+-- entries: logadd, and loggiveback with no upper bound). A log's key
 -- gets PEXPIRE of its window when entries are added; removing entries
 -- keeps its TTL.
 
@@ -142,31 +143,8 @@ for i = 1, n do
       logadd(k, now, c)
       call('PEXPIRE', k, fmt('%d', ttl(W)))
       done = done + 1
-    else
-      local left = -c
-      local changed = false
-      while left > 0 do
-        local top = call('ZRANGE', k, -1, -1, 'WITHSCORES')
-        if #top == 0 then break end
-        local ms = call('ZRANGEBYSCORE', k, top[2], top[2])
-        -- the highest-numbered members of the newest timestamp first
-        local idx, byIdx = {}, {}
-        for j = 1, #ms do
-          local p = string.find(ms[j], ':', 1, true)
-          local num = tonumber(string.sub(ms[j], p + 1))
-          idx[j] = num
-          byIdx[num] = ms[j]
-        end
-        table.sort(idx)
-        local j = #idx
-        while j >= 1 and left > 0 do
-          call('ZREM', k, byIdx[idx[j]])
-          j = j - 1
-          left = left - 1
-          changed = true
-        end
-      end
-      if changed then done = done + 1 end
+    elseif loggiveback(k, '+inf', -c) > 0 then
+      done = done + 1
     end
   end
 end

@@ -1,18 +1,13 @@
 package redisstore_test
 
 import (
-	"context"
-	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate/quota"
-	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -24,16 +19,9 @@ import (
 // decisions, results and waits; the settlements' effect shows in the takes
 // that follow.
 func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64) {
-	clk := clock.New(time.Time{})
-	rs := fakeTimeStore(t, client, clk, redisstore.WithDenialCache(0))
-	ms, err := memstore.New(memstore.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 7))
-	prefix := fmt.Sprintf("sdiff%d:", seed)
+	d := newDiffRig(t, client, "sdiff", seed, 7)
+	clk, rng := d.clk, d.rng
 	keys := []string{"{a}tb", "{b}gcra", "{c}swc", "{d}swl", "{e}fw"}
-	ctx := context.Background()
 	settled, waited, allowed, denied := 0, 0, 0, 0
 	for step := 0; step < 600; step++ {
 		clk.Advance(time.Duration(rng.IntN(120_000)) * time.Microsecond)
@@ -46,7 +34,7 @@ func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64
 			if rng.IntN(3) == 0 || waitOnly && i >= 2 {
 				continue
 			}
-			b := quota.Bucket{Key: prefix + k, Limit: redisstore.SmallLimits[i], Cost: int64(rng.IntN(4))}
+			b := quota.Bucket{Key: d.prefix + k, Limit: redisstore.SmallLimits[i], Cost: int64(rng.IntN(4))}
 			switch {
 			case settle:
 				b.Cost = int64(rng.IntN(11)) - 5
@@ -59,39 +47,22 @@ func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64
 			continue
 		}
 		if settle {
-			if err := ms.Settle(ctx, bs, nil); err != nil {
-				t.Fatalf("memstore Settle: %v", err)
+			if err := d.ms.Settle(d.ctx, bs, nil); err != nil {
+				t.Fatalf("%s: memstore Settle: %v", d.at(step), err)
 			}
-			if err := rs.Settle(ctx, bs, nil); err != nil {
-				t.Fatalf("step %d: redisstore Settle: %v", step, err)
+			if err := d.rs.Settle(d.ctx, bs, nil); err != nil {
+				t.Fatalf("%s: redisstore Settle: %v", d.at(step), err)
 			}
 			settled++
 			continue
 		}
-		want := make([]quota.Result, len(bs))
-		got := make([]quota.Result, len(bs))
-		wok, err := ms.Take(ctx, bs, want)
-		if err != nil {
-			t.Fatalf("memstore: %v", err)
-		}
-		gok, err := rs.Take(ctx, bs, got)
-		if err != nil {
-			t.Fatalf("step %d: redisstore: %v", step, err)
-		}
-		if gok != wok {
-			t.Fatalf("step %d (t=%v): allowed %v, memstore %v", step, clk.Now().Sub(clock.Epoch), gok, wok)
-		}
-		for i := range bs {
-			g, w := got[i], want[i]
-			g.Source, w.Source = "", ""
-			if g != w {
-				t.Fatalf("step %d (t=%v) bucket %s cost %d max wait %v:\n got  %+v\n want %+v", step, clk.Now().Sub(clock.Epoch), bs[i].Key, bs[i].Cost, bs[i].MaxWait, g, w)
-			}
-			if w.Wait > 0 {
+		ok, res := d.take(step, bs)
+		for _, r := range res {
+			if r.Wait > 0 {
 				waited++
 			}
 		}
-		if wok {
+		if ok {
 			allowed++
 		} else {
 			denied++
@@ -104,17 +75,11 @@ func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64
 }
 
 func TestDifferentialShapingStandalone(t *testing.T) {
-	srv := redistest.Start(t)
-	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { differentialShaping(t, srv.Client(), seed) })
-	}
+	seeds(t, redistest.Start(t).Client(), 3, differentialShaping)
 }
 
 // On a cluster the buckets sit in different slots: settlements go per
 // slot, and denied takes with waiting buckets are refunded by refund.lua.
 func TestDifferentialShapingCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { differentialShaping(t, cl.Client(), seed) })
-	}
+	seeds(t, redistest.StartCluster(t).Client(), 3, differentialShaping)
 }

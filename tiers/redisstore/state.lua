@@ -1,7 +1,7 @@
 -- state.lua: the start of settle.lua and report.lua (the store prepends
 -- it to each, after the generated prelude that starts every script): the
--- call's time, and the writing of a string state with the TTL take.lua
--- would give it.
+-- call's time, the writing of a string state with the TTL take.lua would
+-- give it, and the adding and removing of a sliding window log's entries.
 --
 -- ARGV[1]   now, integer microseconds since the Unix epoch, or "" to read
 --           Redis TIME (as take.lua)
@@ -77,4 +77,34 @@ local function logadd(k, ts, u)
     end
     call('ZADD', k, unpack(args))
   end
+end
+
+-- loggiveback removes up to n entries scored at or below top (a score
+-- bound as Redis reads one: fmt('%.17g', ts), or '+inf' for no bound) from
+-- the sliding window log k, the newest timestamp first, at each the
+-- highest-numbered entry first (so take.lua's numbering stays dense); it
+-- returns how many it removed.
+local function loggiveback(k, top, n)
+  local left = n
+  while left > 0 do
+    local r = call('ZREVRANGEBYSCORE', k, top, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #r == 0 then break end
+    local ms = call('ZRANGEBYSCORE', k, r[2], r[2])
+    local idx, byIdx = {}, {}
+    for j = 1, #ms do
+      local p = string.find(ms[j], ':', 1, true)
+      local num = tonumber(string.sub(ms[j], p + 1))
+      idx[j] = num
+      byIdx[num] = ms[j]
+    end
+    table.sort(idx)
+    local j = #idx
+    while j >= 1 and left > 0 do
+      call('ZREM', k, byIdx[idx[j]])
+      j = j - 1
+      left = left - 1
+    end
+    top = '(' .. r[2]
+  end
+  return n - left
 end
