@@ -70,9 +70,11 @@ bench-grpc: deps
 
 ## bench-cluster: the gRPC chain on a 3-master Redis Cluster (started by
 ## testing/redistest) against the standalone batched rows of the same run:
-## exact 4 levels, leased, async, 1 level, and redis_rate on the cluster,
+## exact 4 levels (each identity its own slot, and every level keyed first
+## by the tenant: one slot per call), leased, async, 1 level, and
+## redis_rate on the cluster,
 ## Redis CPU summed over the nodes and per node.
-BENCH_CLUSTER = chain-redis-4-batch,chain-redis-1-batch,redis_rate-1,cluster-redis-4-batch,cluster-redis-4-leased,cluster-redis-4-async,cluster-redis-1-batch,cluster-redis_rate-1
+BENCH_CLUSTER = chain-redis-4-batch,chain-redis-4-tenant,chain-redis-1-batch,redis_rate-1,cluster-redis-4-batch,cluster-redis-4-tenant,cluster-redis-4-leased,cluster-redis-4-async,cluster-redis-1-batch,cluster-redis_rate-1
 bench-cluster: deps
 	cd bench && $(GO) run ./cmd/grpcload -only $(BENCH_CLUSTER)
 

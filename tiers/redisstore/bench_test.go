@@ -217,3 +217,76 @@ func BenchmarkTakeCluster(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTakeSpread is the control for the cluster's Redis CPU: the
+// same 4-level takes, every level of a take in its tenant's slot (100
+// principals a tenant, 100 tenants), decided by one redis-server, by three
+// standalone redis-servers each holding a third of the tenants (a store
+// each, the take routed by tenant, as a client-side shard would), and by a
+// 3-master cluster (one store). The three shards do exactly the
+// one-server work, split three ways, with no cluster at all, so their
+// summed Redis CPU per take is what spreading the load over three
+// processes costs on the machine that runs them; the cluster row is that
+// plus what the cluster itself adds:
+//
+//	go test -run '^$' -bench BenchmarkTakeSpread -benchtime 2s ./tiers/redisstore/
+func BenchmarkTakeSpread(b *testing.B) {
+	one := redistest.Start(b)
+	shards := []*redistest.Server{redistest.Start(b), redistest.Start(b), redistest.Start(b)}
+	cl := redistest.StartCluster(b)
+	store := func(c redis.UniversalClient) *redisstore.Store {
+		s, err := redisstore.New(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}
+	const principals = 10_000
+	bss := make([][]quota.Bucket, principals)
+	for p := range bss {
+		bs := make([]quota.Bucket, 4)
+		for i := range bs {
+			bs[i] = quota.Bucket{Key: fmt.Sprintf("{t=%d}:l%d:u=%d", p/100, i, p), Limit: l, Cost: 1}
+		}
+		bss[p] = bs
+	}
+	for _, v := range []struct {
+		name   string
+		stores []*redisstore.Store
+		nodes  []*redis.Client
+	}{
+		{"one-server", []*redisstore.Store{store(one.NewClient())}, []*redis.Client{one.Client()}},
+		{"three-shards", []*redisstore.Store{store(shards[0].NewClient()), store(shards[1].NewClient()), store(shards[2].NewClient())},
+			[]*redis.Client{shards[0].Client(), shards[1].Client(), shards[2].Client()}},
+		{"cluster", []*redisstore.Store{store(cl.Client())}, []*redis.Client{cl.Nodes()[0].Client(), cl.Nodes()[1].Client(), cl.Nodes()[2].Client()}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			redisCPUs := func() (sum time.Duration) {
+				for _, n := range v.nodes {
+					sum += redisCPU(b, n)
+				}
+				return sum
+			}
+			cpu0, r0 := processCPU(), redisCPUs()
+			b.RunParallel(func(pb *testing.PB) {
+				var res [4]quota.Result
+				i := 0
+				for pb.Next() {
+					p := i % principals
+					if _, err := v.stores[(p/100)%len(v.stores)].Take(ctx, bss[p], res[:]); err != nil {
+						b.Error(err)
+						return
+					}
+					i += 7
+				}
+			})
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
+			b.ReportMetric(float64(redisCPUs()-r0)/float64(b.N), "redis-cpu-ns/op")
+		})
+	}
+}
