@@ -258,7 +258,12 @@
 // The prefix is "fg:" unless WithKeyPrefix says otherwise. The "{...}" is
 // the Redis Cluster hash tag: a rule's first key scope and its value, so
 // the levels of one principal that start with the same scope share a slot;
-// a rule without key is tagged with its name. Identity values are escaped
+// a rule without key is tagged with its name. On a Redis Cluster a take
+// whose levels share a slot is one atomic script call, and one across
+// slots is a part per slot with refunds (package redisstore); starting
+// every rule's key with the tenant (key: [tenant, user]) keeps a
+// request's levels in its tenant's slot, at the price of keying each
+// level per tenant and of a tenant's load on one master. Identity values are escaped
 // injectively (every byte outside [A-Za-z0-9._-] becomes %XX); values
 // longer than 64 bytes are replaced by '#' and 32 hex digits of their
 // SHA-256; API keys are always hashed that way, never stored raw. An IP

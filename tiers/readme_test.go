@@ -1,11 +1,14 @@
 package tiers_test
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
 // TestReadmePolicies: every YAML policy of the top README.md's policy
@@ -34,4 +37,62 @@ func TestReadmePolicies(t *testing.T) {
 			t.Errorf("the policy of README section %q does not load: %v\n%s", heading, err, y)
 		}
 	}
+}
+
+// TestReadmeOneSlot: the README's one-slot policy loads, and every bucket
+// of a request with all identity components shares one Redis Cluster hash
+// tag, its tenant's.
+func TestReadmeOneSlot(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n### One slot per request\n")
+	if !ok {
+		t.Fatal(`README.md has no section "### One slot per request"`)
+	}
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	y, _, closed := strings.Cut(block, "```")
+	if !ok || !closed {
+		t.Fatal("the section has no yaml block")
+	}
+	p, err := tiers.Load([]byte(y))
+	if err != nil {
+		t.Fatalf("the policy does not load: %v\n%s", err, y)
+	}
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tiers.NewLimiter(store, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &floodgate.Request{Method: "/shop.v1.Cart/Add", Identity: floodgate.Identity{Tenant: "acme", User: "alice", APIKey: "k-1"}}
+	states, err := l.Inspect(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != len(p.Rules) {
+		t.Fatalf("%d buckets for %d rules: %+v", len(states), len(p.Rules), states)
+	}
+	for _, st := range states {
+		if tag := hashTagOf(st.Key); tag != "tenant=acme" {
+			t.Errorf("rule %s: key %q has hash tag %q, want the tenant's", st.Rule, st.Key, tag)
+		}
+	}
+}
+
+// hashTagOf returns what Redis Cluster hashes of key: the text between
+// its first '{' and the next '}', when not empty.
+func hashTagOf(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
 }

@@ -89,8 +89,16 @@
 //     (TestClusterSlotMigration moves a 4-level take's slot, key by key,
 //     under concurrent takes). Failover: see below; a multi-slot take's
 //     part on a dead master fails, and the parts that charged elsewhere
-//     are refunded. Costs on a 3-master cluster against a standalone Redis
-//     are in bench/README.md (make bench-cluster). A partial grant
+//     are refunded. A part replies integers only (its keys' states before
+//     and after, which a refund needs, as 32-bit words), so the client
+//     reads it without boxing a value per integer. To keep a take in one
+//     slot, give its levels one hash tag: tiers tags a key with the rule's
+//     first key scope, so rules keyed [tenant], [tenant, user] and
+//     [tenant, api_key] put a call's levels in its tenant's slot (each
+//     user's bucket is then per tenant, and a tenant's whole load is on
+//     one master). Costs on a 3-master cluster against a standalone Redis,
+//     both placements, and the hot-tenant trade-off are in bench/README.md
+//     (make bench-cluster). A partial grant
 //     (quota.Bucket.AtMost) is decided inside the script when its buckets
 //     share a slot; across slots it takes two steps: a read of every
 //     bucket (a take that denies, so it writes nothing), then the charge
