@@ -43,19 +43,7 @@ func TestReadmePolicies(t *testing.T) {
 // of a request with all identity components shares one Redis Cluster hash
 // tag, its tenant's.
 func TestReadmeOneSlot(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(data), "\n### One slot per request\n")
-	if !ok {
-		t.Fatal(`README.md has no section "### One slot per request"`)
-	}
-	_, block, ok := strings.Cut(section, "```yaml\n")
-	y, _, closed := strings.Cut(block, "```")
-	if !ok || !closed {
-		t.Fatal("the section has no yaml block")
-	}
+	y := readmeYAML(t, "### One slot per request")
 	p, err := tiers.Load([]byte(y))
 	if err != nil {
 		t.Fatalf("the policy does not load: %v\n%s", err, y)
