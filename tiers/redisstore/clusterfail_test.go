@@ -173,7 +173,14 @@ func TestClusterFailover(t *testing.T) {
 
 	// Everything admitted before the WAIT is on the replica once WAIT
 	// answers 1; what is admitted after it, until the kill, may not be.
+	// WAIT waits for the replication offset of its own connection's last
+	// write, so that connection writes first (in the victim's slot): the
+	// offset then covers every take admitted before.
 	replicated := snapshot()
+	if err := victim.Client().Set(ctx, tagA+":wait-mark", 1, time.Minute).Err(); err != nil {
+		halt()
+		t.Fatalf("SET on the victim: %v", err)
+	}
 	if n, err := victim.Client().Do(ctx, "WAIT", 1, 2000).Int(); err != nil || n != 1 {
 		halt()
 		t.Fatalf("WAIT on the victim: %d replicas, %v", n, err)
