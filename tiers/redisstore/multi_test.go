@@ -282,3 +282,32 @@ func TestClusterRefundGivenUp(t *testing.T) {
 		t.Fatalf("x reads %d, want its full burst (the charge came back by itself)", got)
 	}
 }
+
+// TestClusterRefundCalendarWindow: a denied multi-slot take's refund gives
+// a calendar window's units back to the window the take charged, also when
+// another take charged the key between the charge and the refund (so the
+// refund cannot put the old state back and gives the units back
+// arithmetically): x, a day's calendar window of 100, reads 90 after two
+// takes of 5 that stand and one of 5 refunded.
+func TestClusterRefundCalendarWindow(t *testing.T) {
+	lx := quota.Limit{Algorithm: quota.FixedWindow, Rate: 100, Period: 24 * time.Hour}
+	st, bx, by, _ := refundSetup(t, "cw", lx)
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	bx.Span = quota.Span{Start: day, End: day.Add(24 * time.Hour)}
+	if ok, _ := takeOK(t, st, []quota.Bucket{bx}); !ok {
+		t.Fatal("the first take of the calendar window was denied")
+	}
+	st.beforeRefund = func() {
+		if ok, _ := takeOK(t, st, []quota.Bucket{bx}); !ok {
+			t.Error("the take between the charge and the refund was denied")
+		}
+	}
+	ok, _ := takeOK(t, st, []quota.Bucket{bx, by})
+	st.beforeRefund = nil
+	if ok {
+		t.Fatal("the take of x and the exhausted y was allowed")
+	}
+	if got := remaining(t, st, bx); got != 90 {
+		t.Fatalf("x's calendar window reads %d remaining, want 90 (100 - 5 - 5, the refunded 5 given back)", got)
+	}
+}
