@@ -19,10 +19,12 @@ import (
 // was not handed over (units and keys still owed, report calls still
 // unresolved, calls still running late) and why: ctx ended, the breaker
 // is open (nothing is sent to a primary it holds down), or the calls'
-// errors. Bound ctx (a couple of seconds at shutdown); each call it makes
-// is bounded by WithClosedTimeout too, so a context without a deadline
-// (package otel's wrapper passes context.Background from its Close() error)
-// ends within the Store's own timeouts. Over a primary that takes no
+// errors. Bound ctx (a couple of seconds at shutdown). Without a
+// deadline (package otel's wrapper passes context.Background from its
+// Close() error) it still ends: each report call is bounded by
+// WithClosedTimeout, a call run late by the slow grace or the closed
+// budget, and a late answer the primary hands over itself by the
+// primary's own timeouts. Over a primary that takes no
 // report calls (ChargesLocal false) nothing is owed, and Close only
 // stops the background work.
 //
