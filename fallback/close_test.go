@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
+	"github.com/floodgate-go/floodgate/tiers/localfirst"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -234,5 +235,45 @@ func TestCloseWithTheBreakerOpen(t *testing.T) {
 	}
 	if got := remaining(t, mem, b); got != 10 {
 		t.Fatalf("the store holds %d, want 10 (nothing sent while open)", got)
+	}
+}
+
+// TestCloseUnderLocalFirst: a localfirst Store's Close does not close the
+// fallback Store beneath it (its exact store, which the caller owns):
+// the units the fallback admitted locally are still owed after it, and
+// the fallback's own Close, next, charges them to the primary.
+func TestCloseUnderLocalFirst(t *testing.T) {
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	mem := newMemStore(t, clk)
+	led := &refusing{Reporter: mem.(quota.Reporter)}
+	fb, err := fallback.New(led, fallback.WithClock(clk), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := localfirst.New(fb, mem.(quota.Reporter), localfirst.WithClock(clk), localfirst.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := tokenBucket("close:lf", 1, 10, time.Hour, quota.FailLocal)
+	led.down.Store(true)
+	for i := range 3 {
+		if ok, res := take(t, lf, b); !ok || res[0].Source != floodgate.SourceLocalFallback {
+			t.Fatalf("take %d: %v %+v, want allowed locally by the fallback", i, ok, res[0])
+		}
+	}
+	led.down.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := lf.Close(ctx); err != nil {
+		t.Fatalf("localfirst Close: %v", err)
+	}
+	if st := fb.Stats(); st.Owed != 3 {
+		t.Fatalf("owed %d after the localfirst Close, want 3 (the fallback is not closed by it)", st.Owed)
+	}
+	if err := fb.Close(ctx); err != nil {
+		t.Fatalf("fallback Close: %v", err)
+	}
+	if got := remaining(t, mem, b); got != 7 {
+		t.Fatalf("the store holds %d, want 7 (10 - 3 admitted locally)", got)
 	}
 }
