@@ -9,7 +9,8 @@ import (
 
 // Close is the hand-over before the process exits. It stops the Store's
 // background work, so that it starts no further background Sync and runs
-// no further call late (callLate's goroutines), waits, until ctx ends, for
+// no further call late (see Late answers in the package doc), waits,
+// until ctx ends, for
 // the background Sync and the late calls still running, and then hands
 // over what is owed as Sync does: it waits for the late calls whose
 // caller stopped waiting, resolves the report calls whose reply never
