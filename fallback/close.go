@@ -10,11 +10,11 @@ import (
 // Close is the hand-over before the process exits. It stops the Store's
 // background work, so that it starts no further background Sync and runs
 // no further call late (see Late answers in the package doc), waits,
-// until ctx ends, for
-// the background Sync and the late calls still running, and then hands
-// over what is owed as Sync does: it waits for the late calls whose
-// caller stopped waiting, resolves the report calls whose reply never
-// came and charges the primary every unit admitted locally (see Sync).
+// until ctx ends, for the background Sync and the late calls still
+// running, and then hands over what is owed as Sync does: it waits for
+// the late calls whose caller stopped waiting, resolves the report calls
+// whose reply never came and charges the primary every unit admitted
+// locally (see Sync).
 //
 // It returns nil when nothing is left owed. Otherwise its error names what
 // was not handed over (units and keys still owed, report calls still
