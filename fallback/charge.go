@@ -266,10 +266,17 @@ func (c *charges) owedLocked(key string) int64 {
 }
 
 // kick starts a Sync in the background unless one runs (or the Store
-// syncs by hand): the primary just answered, so it can take reports.
+// syncs by hand, or is closed): the primary just answered, so it can take
+// reports.
 func (s *Store) kick() {
 	c := s.ch
-	if c.manual || time.Now().UnixNano()-c.failedAt.Load() < int64(retryWait) || !c.running.CompareAndSwap(false, true) {
+	if c.manual || s.shut.Load() || time.Now().UnixNano()-c.failedAt.Load() < int64(retryWait) || !c.running.CompareAndSwap(false, true) {
+		return
+	}
+	if s.shut.Load() {
+		// Closed since the check above: Close, which set shut before
+		// waiting for running to clear, may have read it clear already.
+		c.running.Store(false)
 		return
 	}
 	go func() {
@@ -298,8 +305,9 @@ func (s *Store) ChargesLocal() bool { return s.ch.rep != nil }
 // has not been charged, after asking it (Resolve) about the report calls
 // whose reply never came. The Store runs it in the background whenever the
 // primary answers a Take while something is owed; it is exported for a
-// measurement or a planned hand-over (a process about to exit) that wants
-// the ledger up to date, so it first waits, until ctx ends, for the calls
+// measurement or a planned hand-over that wants the ledger up to date
+// (before a process exits, call Close, which stops the background work
+// and then runs Sync), so it first waits, until ctx ends, for the calls
 // still running late (see Late answers in the package doc) to be
 // answered and matched with their local decisions: a take denied locally
 // that the primary applies after the process is gone would stay charged.

@@ -287,6 +287,20 @@
 // or not at all for fail-open and fail-closed buckets, which charged
 // nothing. Stats counts settlements by outcome.
 //
+// Shutdown. The units a Store admitted locally are owed to the primary
+// until a Sync charges them, and a process that exits owing them leaves
+// the fleet over-admitted. Call Close(ctx) at shutdown, with a bounded
+// context (a couple of seconds): it stops the background work (the
+// background Sync and the calls running late), then hands over what is
+// owed as Sync does, and returns an error naming what it could not hand
+// over (units and keys still owed, unresolved report calls) and why.
+// Close is idempotent and does not close the primary: close, in this
+// order, a localfirst Store built on this one, then this Store, then the
+// primary, then its Redis client. package otel's wrapper forwards it: its
+// Close() error closes a Store it wraps, with a background context
+// (bounded by the Store's own timeouts). Take keeps deciding after
+// Close, with nothing running in the background.
+//
 // Nothing is silent. Stats counts calls, failures, timeouts, calls the
 // breaker rejected, transitions, and every bucket decided without the
 // primary by mode and outcome, in total (Stats.Fallback) and by the

@@ -92,3 +92,63 @@ func ExampleNew() {
 	// allowed=false degraded=false
 	// fallback: New: WithInstances(nil): the count func must not be nil
 }
+
+// goneAway stands for a Redis store that goes away and comes back: its
+// takes fail while down is set; its report calls (the hand-over) go to
+// the in-process store it embeds.
+type goneAway struct {
+	*memstore.Store
+	down bool
+}
+
+func (g *goneAway) Take(ctx context.Context, b []quota.Bucket, res []quota.Result) (bool, error) {
+	if g.down {
+		return false, errors.New("dial tcp 10.0.0.7:6379: connect: connection refused")
+	}
+	return g.Store.Take(ctx, b, res)
+}
+
+// Close at shutdown hands the units admitted locally while the primary
+// was away over to it, so the fleet's ledger counts them after this
+// process is gone. It does not close the primary: close that (and its
+// Redis client) after.
+func ExampleStore_Close() {
+	clk := clock.New(time.Time{})
+	mem, err := memstore.New(memstore.WithClock(clk))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	primary := &goneAway{Store: mem, down: true}
+	store, err := fallback.New(primary, fallback.WithClock(clk), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b := []quota.Bucket{{Key: "api:{carol}", Cost: 1, OnStoreError: quota.FailLocal,
+		Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Hour, Burst: 10}}}
+	res := make([]quota.Result, 1)
+	for i := 0; i < 3; i++ {
+		ok, _ := store.Take(context.Background(), b, res)
+		fmt.Printf("allowed=%v source=%s\n", ok, res[0].Source)
+	}
+	primary.down = false // the primary is back; the process shuts down
+	fmt.Println("owed before Close:", store.Stats().Owed)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	fmt.Println("Close:", store.Close(ctx))
+	fmt.Println("owed after Close:", store.Stats().Owed)
+	read := []quota.Bucket{b[0]}
+	read[0].Cost = 0
+	_, _ = mem.Take(context.Background(), read, res)
+	fmt.Println("the primary holds:", res[0].Remaining)
+	// Output:
+	// allowed=true source=local_fallback
+	// allowed=true source=local_fallback
+	// allowed=true source=local_fallback
+	// owed before Close: 3
+	// Close: <nil>
+	// owed after Close: 0
+	// the primary holds: 7
+}

@@ -74,6 +74,9 @@ type Store struct {
 	// every call of a take with local buckets can be late at no cost
 	// until it is, and callLate is never needed.
 	lateOK, lateNative bool
+	// shut is set by Close: no background Sync starts and no call runs
+	// late any more.
+	shut atomic.Bool
 
 	c counters
 }
@@ -407,10 +410,12 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 		}
 	}
 	if local && s.lateOK && s.lateFrom.Load() != 0 {
-		if s.lateN.Add(1) <= maxLate {
+		// shut is read after lateN is claimed: Close sets it before
+		// waiting for lateN to drain.
+		if s.lateN.Add(1) <= maxLate && !s.shut.Load() {
 			return s.callLate(ctx, buckets, res, budget)
 		}
-		s.lateN.Add(-1) // too many in flight: as on the healthy path
+		s.lateN.Add(-1) // too many in flight, or closed: as on the healthy path
 	}
 	cctx := acquireCallCtx(ctx, budget)
 	if local && s.lateNative {

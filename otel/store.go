@@ -107,9 +107,13 @@ func (w instrumentedStore) Resolve(ctx context.Context, instance, seq uint64, bu
 }
 
 // Close closes the wrapped store when it has a Close method: Close()
-// error (redisstore), or Close(context.Context) error (tiers/localfirst,
-// given a background context: it returns its leases and reports within
-// its sync timeout). A store without one has nothing to close: nil.
+// error (redisstore), or Close(context.Context) error, given a background
+// context (tiers/localfirst: it returns its leases and reports within its
+// sync timeout; fallback: it stops its background work and hands over the
+// units it admitted locally, within its own timeouts and its primary's). A store
+// without one has nothing to close: nil. To bound a fallback or
+// localfirst store's hand-over by a context of your own, call its Close
+// before this one (a second Close of either returns nil at once).
 func (w instrumentedStore) Close() error {
 	switch c := w.s.(type) {
 	case io.Closer:

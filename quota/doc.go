@@ -53,4 +53,12 @@
 // called without it, and leaves the checks above to report the
 // capability missing through Unwrap, so a Limiter refuses at
 // construction what would otherwise fail per request.
+//
+// Closing is not walked. A layer with something of its own to hand over
+// at shutdown has a Close(ctx context.Context) error that hands it over
+// and closes nothing beneath it, which the caller owns (package
+// tiers/localfirst's Store: its hits and leases; package fallback's: the
+// units it admitted locally); close the layers top down, then the Redis
+// store and its client. package otel's wrapper, which holds nothing of
+// its own, closes what it wraps from its Close() error.
 package quota

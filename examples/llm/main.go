@@ -134,7 +134,19 @@ func newStore(url string) (quota.Store, string, func(), error) {
 		client.Close()
 		return nil, "", nil, err
 	}
-	return fs, "redis " + url, func() { rs.Close(); client.Close() }, nil
+	closeAll := func() {
+		// The fallback first: it hands the units it admitted locally
+		// while Redis was away over to Redis, within 2s; then the store
+		// and the client it went through.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := fs.Close(ctx); err != nil {
+			slog.Warn("llm example: the fallback hand-over at exit", "error", err)
+		}
+		rs.Close()
+		client.Close()
+	}
+	return fs, "redis " + url, closeAll, nil
 }
 
 // Route is the completion endpoint's route pattern, the method the policy

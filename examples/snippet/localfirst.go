@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,12 +37,15 @@ func newLocalFirstLimiter(ctx context.Context, client redis.UniversalClient, obs
 	if err != nil {
 		return nil, nil, err
 	}
+	closeAll := func(ctx context.Context) error { // local-first first: it reports hits, returns leases
+		return errors.Join(lf.Close(ctx), guarded.Close(ctx)) // then the fallback hands over local admits
+	}
 	limits, err := tiers.NewLimiter(lf, policy) // exact, leased, async, settle, max_wait
 	if err != nil {
-		lf.Close(ctx)
+		closeAll(ctx)
 		return nil, nil, err
 	}
-	return limits, lf.Close, nil // Close reports what is unreported, returns leases
+	return limits, closeAll, nil
 }
 
 // snippet-localfirst:end

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"time"
+
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
@@ -23,12 +26,20 @@ func newRedisLimiter(redisURL string, policy *tiers.Policy) (limits *tiers.Limit
 		client.Close()
 		return nil, nil, err
 	}
-	closeAll = func() { store.Close(); client.Close() }
 	guarded, err := fallback.New(store) // breaker; local limiters while Redis is down
-	if err == nil {
-		limits, err = tiers.NewLimiter(guarded, policy)
-	}
 	if err != nil {
+		store.Close()
+		client.Close()
+		return nil, nil, err
+	}
+	closeAll = func() { // the fallback first: it hands Redis what it admitted while Redis was down
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		guarded.Close(ctx)
+		store.Close()
+		client.Close()
+	}
+	if limits, err = tiers.NewLimiter(guarded, policy); err != nil {
 		closeAll()
 		return nil, nil, err
 	}

@@ -177,6 +177,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("demo: fallback store: %w", err)
 		}
+		// The hand-over at exit: what the fallback admitted locally while
+		// Redis was away goes to Redis. Deferred after rs and client, so it
+		// runs before they close (and after lf, deferred later).
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if err := fb.Close(cctx); err != nil {
+				logger.Warn("floodgate demo: fallback hand-over at exit", "error", err)
+			}
+		}()
 		store, ledger = fb, rs
 		storeName = "Redis at " + addr + " (behind the circuit-breaker fallback)"
 		if faultSrv != nil {

@@ -105,7 +105,11 @@ const (
 )
 
 // Close stops the background goroutine, reports every unreported hit and
-// gives back every leased unit. The Store must not be used after.
+// gives back every leased unit. The Store must not be used after. It
+// closes neither the exact store nor the ledger, which the caller owns:
+// an exact store with a hand-over of its own (a fallback.Store, which
+// owes the units it admitted locally) is closed after this Store, with
+// its own Close.
 func (s *Store) Close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil

@@ -253,6 +253,14 @@ func (s *Stack) newStore(ctx context.Context) (quota.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fallback store: %w", err)
 	}
+	// Closed after the local-first store above it and before the Redis
+	// store and client: it hands the units it admitted locally while
+	// Redis was away over to Redis, within 2s.
+	s.closer = append(s.closer, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return guarded.Close(ctx)
+	})
 	s.StoreName = "Redis at " + addr + " (circuit breaker, local fallback; local-first for leased and async rules)"
 	if unreachable != nil {
 		s.StoreName += ", unreachable at start"
@@ -317,7 +325,9 @@ func (s *Stack) WatchPolicy(ctx context.Context) {
 	}
 }
 
-// Close flushes telemetry and closes the Redis client.
+// Close flushes telemetry, hands what the local-first and fallback
+// stores hold over to Redis, and closes the Redis store and client, in
+// the reverse order of their making.
 func (s *Stack) Close(ctx context.Context) error {
 	var errs []error
 	for i := len(s.closer) - 1; i >= 0; i-- {

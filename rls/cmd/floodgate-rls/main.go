@@ -321,6 +321,16 @@ func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *
 			closeAll()
 			return stores{}, err
 		}
+		closes = append(closes, func() {
+			// After the local-first store, before the Redis store and
+			// client: hands Redis the units admitted locally while it
+			// was away.
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if err := fb.Close(cctx); err != nil {
+				logger.Warn("floodgate-rls: the fallback hand-over at exit", "error", err)
+			}
+		})
 		exact, ledger, name = fb, rs, "Redis at "+host+" (circuit breaker, local fallback)"
 	}
 	lf, err := localfirst.New(exact, ledger, localfirst.WithLogger(logger), localfirst.WithInstances(func() int { return c.instances }))
