@@ -72,9 +72,10 @@ bench-grpc: deps
 ## testing/redistest) against the standalone batched rows of the same run:
 ## exact 4 levels (each identity its own slot, and every level keyed first
 ## by the tenant: one slot per call), leased, async, 1 level, and
-## redis_rate on the cluster,
+## redis_rate on the cluster, and the tenant-keyed chain sharded over three
+## standalone servers (the cluster's control: the masters' count, no cluster),
 ## Redis CPU summed over the nodes and per node.
-BENCH_CLUSTER = chain-redis-4-batch,chain-redis-4-tenant,chain-redis-1-batch,redis_rate-1,cluster-redis-4-batch,cluster-redis-4-tenant,cluster-redis-4-leased,cluster-redis-4-async,cluster-redis-1-batch,cluster-redis_rate-1
+BENCH_CLUSTER = chain-redis-4-batch,chain-redis-4-tenant,chain-redis-1-batch,redis_rate-1,cluster-redis-4-batch,cluster-redis-4-tenant,cluster-redis-4-leased,cluster-redis-4-async,cluster-redis-1-batch,cluster-redis_rate-1,shards-redis-4-tenant
 bench-cluster: deps
 	cd bench && $(GO) run ./cmd/grpcload -only $(BENCH_CLUSTER)
 

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -175,4 +177,62 @@ func setupChainLocal(mode quota.Consistency) func(context.Context, *env) ([]grpc
 		e.Probe.Settle = lf.Flush
 		return chainMode(lf, 4, mode, false, e.Prefix)
 	}
+}
+
+// setupShardsTenant is chain-redis-4-tenant over three standalone
+// redis-servers (e.Cluster, from harness.OpenShards), a batched store
+// each, every take sent whole to the server its hash tag picks (the
+// tenant's: every level of a call carries it): what a cluster's one-slot
+// takes cost Redis with the masters' count but no cluster, the control
+// for cluster-redis-4-tenant.
+func setupShardsTenant(_ context.Context, e *env) ([]grpc.ServerOption, error) {
+	if len(e.Cluster) == 0 {
+		return nil, fmt.Errorf("no shards configured for this contender")
+	}
+	var sh shardStore
+	for _, addr := range e.Cluster {
+		store, err := redisstore.New(e.NewClientAt(addr), redisstore.WithBatching(e.batch[0], e.batch[1]))
+		if err != nil {
+			return nil, err
+		}
+		e.OnClose(func() { _ = store.Close() })
+		sh.stores = append(sh.stores, store)
+	}
+	return chainMode(sh, 4, quota.Exact, true, e.Prefix)
+}
+
+// shardStore sends each take to one of its stores, picked by the hash tag
+// its buckets share (FNV-1a of the tag's text), as a service sharding its
+// keys over standalone servers would; a take whose buckets do not share
+// one is refused.
+type shardStore struct{ stores []*redisstore.Store }
+
+// Take implements quota.Store.
+func (s shardStore) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
+	if len(buckets) == 0 {
+		return true, nil
+	}
+	tag := hashTag(buckets[0].Key)
+	for i := 1; i < len(buckets); i++ {
+		if t := hashTag(buckets[i].Key); t != tag {
+			return false, fmt.Errorf("shardStore: a take across hash tags %q and %q", tag, t)
+		}
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tag))
+	return s.stores[h.Sum32()%uint32(len(s.stores))].Take(ctx, buckets, res)
+}
+
+// hashTag returns what Redis Cluster hashes of key: the text between its
+// first '{' and the next '}' when not empty, else the whole key.
+func hashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
 }

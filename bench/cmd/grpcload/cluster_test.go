@@ -9,21 +9,22 @@ import (
 )
 
 // TestClusterRows runs the exact 4-level chain and redis_rate on a 3-master
-// Redis Cluster the run starts: every call is admitted, each row's Redis
-// CPU is read from all three masters (each did work: the keys spread over
+// Redis Cluster the run starts, and the tenant-keyed chain sharded over
+// three standalone servers: every call is admitted, each row's Redis CPU
+// is read from all three masters (each did work: the keys spread over
 // them) and summed, and the per-master line is printed. A plain run (no
-// -only) has no cluster rows.
+// -only) has no cluster or shards rows.
 func TestClusterRows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	rows, err := run(ctx, []string{"grpcload", "-short", "-c", "8", "-max-ops", "2000", "-only", "cluster-redis-4-batch,cluster-redis_rate-1"}, &out)
+	rows, err := run(ctx, []string{"grpcload", "-short", "-c", "8", "-max-ops", "2000", "-only", "cluster-redis-4-batch,cluster-redis_rate-1,shards-redis-4-tenant"}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2 {
-		t.Fatalf("%d rows, want 2", len(rows))
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rows))
 	}
 	for _, r := range rows {
 		st := r.Stats
@@ -52,7 +53,7 @@ func TestClusterRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range contenders {
-		if c.cluster && runs(cfg, c) {
+		if c.place != standalone && runs(cfg, c) {
 			t.Errorf("%s runs without -only naming it", c.name)
 		}
 	}

@@ -29,6 +29,11 @@
 //	cluster-redis-1-batch   chain-redis-1-batch on the cluster
 //	cluster-redis_rate-1    redis_rate-1 on the cluster
 //
+// and the cluster's control, on three standalone servers the run starts
+// (no cluster), each call's take sent to one of them by its hash tag:
+//
+//	shards-redis-4-tenant   chain-redis-4-tenant over the three servers
+//
 // Each call carries x-tenant, x-user and x-api-key metadata for a principal
 // drawn (seeded) from -keys, uniformly or, with -dist zipf, Zipf-distributed
 // (hot principals, and so a hot tenant); the interceptor reads identity from
@@ -119,6 +124,15 @@ type env struct {
 	cluster bool  // the contender runs on the cluster
 }
 
+// place is where a contender's Redis is.
+type place uint8
+
+const (
+	standalone place = iota // the run's one redis-server
+	onCluster               // the run's 3-master cluster
+	onShards                // the run's three standalone servers, sharded by the contender
+)
+
 // newRedisClient returns a client of the Redis under test (the cluster,
 // for a cluster contender) that counts its round trips (hook) and socket
 // writes (dialer).
@@ -134,35 +148,36 @@ func (e *env) newRedisClient() (redis.UniversalClient, error) {
 
 // contender returns the server options (interceptors) of one setup.
 type contender struct {
-	name    string
-	redis   bool
-	setup   func(ctx context.Context, e *env) ([]grpc.ServerOption, error)
-	cluster bool // runs on the cluster, and only when -only names it
+	name  string
+	redis bool
+	setup func(ctx context.Context, e *env) ([]grpc.ServerOption, error)
+	place place // off the standalone Redis, it runs only when -only names it
 }
 
 var contenders = []contender{
-	{"bare", false, func(context.Context, *env) ([]grpc.ServerOption, error) { return nil, nil }, false},
-	{"chain-mem-4", false, setupChainMem4, false},
-	{"chain-redis-1", true, setupChainRedis(1, false), false},
-	{"chain-redis-4", true, setupChainRedis(4, false), false},
-	{"chain-redis-1-batch", true, setupChainRedis(1, true), false},
-	{"chain-redis-4-batch", true, setupChainRedis(4, true), false},
-	{"chain-redis-4-tenant", true, setupChainRedisKeyed(4, true, true), false},
-	{"chain-redis-4-leased", true, setupChainLocal(quota.Leased), false},
-	{"chain-redis-4-async", true, setupChainLocal(quota.Async), false},
-	{"redis_rate-1", true, setupRedisRate1, false},
-	{"cluster-redis-4-batch", true, setupChainRedis(4, true), true},
-	{"cluster-redis-4-tenant", true, setupChainRedisKeyed(4, true, true), true},
-	{"cluster-redis-4-leased", true, setupChainLocal(quota.Leased), true},
-	{"cluster-redis-4-async", true, setupChainLocal(quota.Async), true},
-	{"cluster-redis-1-batch", true, setupChainRedis(1, true), true},
-	{"cluster-redis_rate-1", true, setupRedisRate1, true},
+	{"bare", false, func(context.Context, *env) ([]grpc.ServerOption, error) { return nil, nil }, standalone},
+	{"chain-mem-4", false, setupChainMem4, standalone},
+	{"chain-redis-1", true, setupChainRedis(1, false), standalone},
+	{"chain-redis-4", true, setupChainRedis(4, false), standalone},
+	{"chain-redis-1-batch", true, setupChainRedis(1, true), standalone},
+	{"chain-redis-4-batch", true, setupChainRedis(4, true), standalone},
+	{"chain-redis-4-tenant", true, setupChainRedisKeyed(4, true, true), standalone},
+	{"chain-redis-4-leased", true, setupChainLocal(quota.Leased), standalone},
+	{"chain-redis-4-async", true, setupChainLocal(quota.Async), standalone},
+	{"redis_rate-1", true, setupRedisRate1, standalone},
+	{"cluster-redis-4-batch", true, setupChainRedis(4, true), onCluster},
+	{"cluster-redis-4-tenant", true, setupChainRedisKeyed(4, true, true), onCluster},
+	{"cluster-redis-4-leased", true, setupChainLocal(quota.Leased), onCluster},
+	{"cluster-redis-4-async", true, setupChainLocal(quota.Async), onCluster},
+	{"cluster-redis-1-batch", true, setupChainRedis(1, true), onCluster},
+	{"cluster-redis_rate-1", true, setupRedisRate1, onCluster},
+	{"shards-redis-4-tenant", true, setupShardsTenant, onShards},
 }
 
 // runs reports whether contender c is to run: as -only says, and a
 // cluster contender only when -only names it.
 func runs(cfg harness.Config, c contender) bool {
-	return cfg.Runs(c.name) && (!c.cluster || cfg.Only != nil)
+	return cfg.Runs(c.name) && (c.place == standalone || cfg.Only != nil)
 }
 
 // echo is the service: Plain answers with the request's message.
@@ -185,21 +200,30 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 		redisOpts  *redis.Options
 		redisWhere = "not used by the chosen contenders"
 	)
-	needRedis, needCluster := false, false
+	needRedis, needCluster, needShards := false, false, false
 	for _, c := range contenders {
-		if c.redis && !c.cluster && runs(cfg, c) {
-			needRedis = true
+		if !runs(cfg, c) {
+			continue
 		}
-		needCluster = needCluster || (c.cluster && runs(cfg, c))
+		needRedis = needRedis || (c.redis && c.place == standalone)
+		needCluster = needCluster || c.place == onCluster
+		needShards = needShards || c.place == onShards
 	}
-	var cluster *harness.ClusterTarget
-	clusterWhere := ""
+	var cluster, shards *harness.ClusterTarget
+	var nodesWhere []string
 	if needCluster {
 		if cluster, err = harness.OpenCluster(ctx); err != nil {
 			return nil, err
 		}
 		defer cluster.Close()
-		clusterWhere = "cluster: " + cluster.Where
+		nodesWhere = append(nodesWhere, "cluster: "+cluster.Where)
+	}
+	if needShards {
+		if shards, err = harness.OpenShards(ctx); err != nil {
+			return nil, err
+		}
+		defer shards.Close()
+		nodesWhere = append(nodesWhere, "shards:  "+shards.Where)
 	}
 	if needRedis {
 		if target, err = harness.OpenRedis(ctx, cfg.Redis); err != nil {
@@ -208,16 +232,13 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 		defer target.Close()
 		redisOpts, redisWhere = target.Opts, target.Where
 	}
-	lines := []string{"redis:   " + redisWhere}
-	if clusterWhere != "" {
-		lines = append(lines, clusterWhere)
-	}
+	lines := append([]string{"redis:   " + redisWhere}, nodesWhere...)
 	lines = append(lines, fmt.Sprintf("load:    c=%d calls in flight on 1 connection, keys=%d (%s, seed %d) warmup=%s duration=%s max-ops=%d pool=%d batch=%d flushers x %d per contender and round, %d round(s)",
 		cfg.Load.Concurrency, cfg.Load.Keys, dist, cfg.Load.Seed, cfg.Load.Warmup, cfg.Load.Duration, cfg.Load.MaxOps, cfg.Pool, cfg.BatchFlushers, cfg.BatchMax, cfg.Rounds))
 	harness.WriteHeader(out, args, lines,
 		[]string{"google.golang.org/grpc", "github.com/redis/go-redis/v9"})
 
-	r := harness.Rounds{Rounds: cfg.Rounds, NameWidth: 22, Table: harness.Table{OpsUnit: "RPC", Baseline: baseline, Redis: needRedis || needCluster}}
+	r := harness.Rounds{Rounds: cfg.Rounds, NameWidth: 22, Table: harness.Table{OpsUnit: "RPC", Baseline: baseline, Redis: needRedis || needCluster || needShards}}
 	var chosen []contender
 	for _, c := range contenders {
 		if runs(cfg, c) {
@@ -226,19 +247,20 @@ func run(ctx context.Context, args []string, out io.Writer) ([]harness.Row, erro
 	}
 	return r.Run(ctx, out, func(ctx context.Context, round, i int, prefix string) (harness.Stats, error) {
 		c := chosen[i]
-		if c.cluster {
-			if err := cluster.FlushAll(ctx); err != nil {
-				return harness.Stats{}, fmt.Errorf("flushing the cluster before %s: %w", c.name, err)
+		nodes := map[place]*harness.ClusterTarget{onCluster: cluster, onShards: shards}[c.place]
+		if nodes != nil {
+			if err := nodes.FlushAll(ctx); err != nil {
+				return harness.Stats{}, fmt.Errorf("flushing before %s: %w", c.name, err)
 			}
 		} else if c.redis && target.Owned {
 			if err := target.Admin.FlushAll(ctx).Err(); err != nil {
 				return harness.Stats{}, fmt.Errorf("flushing Redis before %s: %w", c.name, err)
 			}
 		}
-		e := &env{Env: harness.Env{Opts: redisOpts, Pool: cfg.Pool, Prefix: prefix}, batch: []int{cfg.BatchFlushers, cfg.BatchMax}, cluster: c.cluster}
+		e := &env{Env: harness.Env{Opts: redisOpts, Pool: cfg.Pool, Prefix: prefix}, batch: []int{cfg.BatchFlushers, cfg.BatchMax}, cluster: c.place == onCluster}
 		switch {
-		case c.cluster:
-			e.Cluster, e.Probe.RedisNodes = cluster.Addrs, cluster.Nodes
+		case nodes != nil:
+			e.Cluster, e.Probe.RedisNodes = nodes.Addrs, nodes.Nodes
 		case c.redis:
 			e.Probe.Redis = target.Admin
 		}

@@ -11,8 +11,10 @@ import (
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
-// ClusterTarget is a Redis Cluster of redistest.ClusterSize masters (no
-// replicas) that a run started, flushed between contenders.
+// ClusterTarget is a set of Redis masters a run started, flushed between
+// contenders: a Redis Cluster of redistest.ClusterSize masters, no
+// replicas (OpenCluster), or as many standalone servers, over which a
+// contender shards its keys itself (OpenShards): the cluster's control.
 type ClusterTarget struct {
 	// Addrs are the masters' addresses.
 	Addrs []string
@@ -22,7 +24,7 @@ type ClusterTarget struct {
 	// Where describes the cluster for the header.
 	Where string
 
-	proc *redistest.ClusterProcess
+	stop func()
 }
 
 // OpenCluster starts a private Redis Cluster (testing/redistest) and asks
@@ -32,35 +34,73 @@ func OpenCluster(ctx context.Context) (*ClusterTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &ClusterTarget{Addrs: p.Addrs(), proc: p}
+	t := &ClusterTarget{Addrs: p.Addrs(), stop: p.Stop}
+	version, err := t.admin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.Where = fmt.Sprintf("%s, started cluster of %d masters %s (flushed between contenders)", version, len(t.Addrs), strings.Join(t.Addrs, " "))
+	return t, nil
+}
+
+// OpenShards starts redistest.ClusterSize standalone redis-servers
+// (testing/redistest, loopback), as many as a cluster's masters, and asks
+// the first for its version.
+func OpenShards(ctx context.Context) (*ClusterTarget, error) {
+	var procs []*redistest.Process
+	stop := func() {
+		for _, p := range procs {
+			p.Stop()
+		}
+	}
+	t := &ClusterTarget{stop: stop}
+	for range redistest.ClusterSize {
+		p, err := redistest.StartProcessHandle()
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		procs = append(procs, p)
+		t.Addrs = append(t.Addrs, p.Addr())
+	}
+	version, err := t.admin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.Where = fmt.Sprintf("%s, started %d standalone servers %s (flushed between contenders)", version, len(t.Addrs), strings.Join(t.Addrs, " "))
+	return t, nil
+}
+
+// admin opens t.Nodes and returns the first node's version; on an error
+// it closes t.
+func (t *ClusterTarget) admin(ctx context.Context) (string, error) {
 	for _, a := range t.Addrs {
 		t.Nodes = append(t.Nodes, redis.NewClient(&redis.Options{Addr: a}))
 	}
 	version, err := Info(ctx, t.Nodes[0], "server", "redis_version")
 	if err != nil {
 		t.Close()
-		return nil, fmt.Errorf("asking cluster node %s for its version: %w", t.Addrs[0], err)
+		return "", fmt.Errorf("asking node %s for its version: %w", t.Addrs[0], err)
 	}
-	t.Where = fmt.Sprintf("%s, started cluster of %d masters %s (flushed between contenders)", version, len(t.Addrs), strings.Join(t.Addrs, " "))
-	return t, nil
+	return version, nil
 }
 
 // FlushAll empties every master.
 func (t *ClusterTarget) FlushAll(ctx context.Context) error {
 	for i, n := range t.Nodes {
 		if err := n.FlushAll(ctx).Err(); err != nil {
-			return fmt.Errorf("flushing cluster node %s: %w", t.Addrs[i], err)
+			return fmt.Errorf("flushing node %s: %w", t.Addrs[i], err)
 		}
 	}
 	return nil
 }
 
-// Close closes the admin clients and stops the cluster.
+// Close closes the admin clients and stops the servers.
 func (t *ClusterTarget) Close() {
 	for _, n := range t.Nodes {
 		_ = n.Close()
 	}
-	t.proc.Stop()
+	t.stop()
 }
 
 // NewClusterClient returns a client of the cluster at e.Cluster with pool

@@ -82,7 +82,8 @@ type Env struct {
 	// Run read the server's CPU.
 	Probe Probe
 	// Cluster are the masters of the Redis Cluster under test, for
-	// NewClusterClient (nil if none is used).
+	// NewClusterClient, or the standalone shards, for NewClientAt (nil if
+	// none is used).
 	Cluster []string
 
 	clients        []*redis.Client
@@ -93,8 +94,16 @@ type Env struct {
 // NewClient returns a client of e.Opts with pool size e.Pool, no idle
 // minimum, and a Counter (round trips, commands, socket writes) added to
 // e.Probe. Opts must be set.
-func (e *Env) NewClient() *redis.Client {
-	o := *e.Opts
+func (e *Env) NewClient() *redis.Client { return e.newClient(*e.Opts) }
+
+// NewClientAt returns a client as NewClient does, of the server at addr
+// (one of the standalone shards, e.Cluster, of a run's OpenShards).
+func (e *Env) NewClientAt(addr string) *redis.Client {
+	return e.newClient(redis.Options{Addr: addr})
+}
+
+// newClient is NewClient with o.
+func (e *Env) newClient(o redis.Options) *redis.Client {
 	o.PoolSize = e.Pool
 	o.MinIdleConns = 0
 	cnt := &Counter{}
