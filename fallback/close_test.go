@@ -39,11 +39,7 @@ func TestCloseHandsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := tokenBucket("close:handover", 1, 100, time.Hour, quota.FailLocal)
-	for i := range 10 {
-		if ok, res := take(t, s, b); !ok || res[0].Source.Degraded() {
-			t.Fatalf("store take %d: %v %+v", i, ok, res[0])
-		}
-	}
+	takeFromStore(t, s, b, 10)
 	led.stall.Store(true)
 	if n := takeLocally(t, s, b, 200); n != 45 {
 		t.Fatalf("admitted %d locally, want 45 (90 left / 2 instances)", n)
@@ -82,22 +78,12 @@ func TestCloseHandsOver(t *testing.T) {
 // charges what is owed.
 func TestCloseStopsBackgroundWork(t *testing.T) {
 	clk := clock.New(time.Unix(1_700_000_000, 0))
-	mem := newMemStore(t, clk)
-	led := &stalling{inner: mem.(quota.Reporter)}
-	s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithInstances(func() int { return 2 }),
-		fallback.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, mem, led := stalledRig(t, clk)
 	ctx := context.Background()
 
 	// Before Close: the background Sync charges the owed units.
 	a := tokenBucket("close:bg:a", 1, 100, time.Hour, quota.FailLocal)
-	for i := range 10 {
-		if ok, res := take(t, s, a); !ok || res[0].Source.Degraded() {
-			t.Fatalf("store take %d: %v %+v", i, ok, res[0])
-		}
-	}
+	takeFromStore(t, s, a, 10)
 	led.stall.Store(true)
 	if n := takeLocally(t, s, a, 200); n != 45 {
 		t.Fatalf("admitted %d locally, want 45", n)
@@ -158,13 +144,7 @@ func TestCloseStopsBackgroundWork(t *testing.T) {
 // over and why; what is owed stays owed, and Sync hands it over later.
 func TestCloseRespectsContext(t *testing.T) {
 	clk := clock.New(time.Unix(1_700_000_000, 0))
-	mem := newMemStore(t, clk)
-	led := &stalling{inner: mem.(quota.Reporter)}
-	s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithInstances(func() int { return 2 }),
-		fallback.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, mem, led := stalledRig(t, clk)
 	b := tokenBucket("close:ctx", 1, 100, time.Hour, quota.FailLocal)
 	led.stall.Store(true)
 	if n := takeLocally(t, s, b, 200); n != 50 {
@@ -173,7 +153,7 @@ func TestCloseRespectsContext(t *testing.T) {
 	led.stall.Store(false)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = s.Close(ctx)
+	err := s.Close(ctx)
 	if err == nil || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Close with an ended context: %v, want an error wrapping context.Canceled", err)
 	}
@@ -275,5 +255,31 @@ func TestCloseUnderLocalFirst(t *testing.T) {
 	}
 	if got := remaining(t, mem, b); got != 7 {
 		t.Fatalf("the store holds %d, want 7 (10 - 3 admitted locally)", got)
+	}
+}
+
+// stalledRig is a fallback Store over a memstore primary on clk, through
+// a stalling ledger (led.stall makes it answer nothing), counting 2
+// instances and logging nothing.
+func stalledRig(t *testing.T, clk *clock.Fake) (*fallback.Store, quota.Store, *stalling) {
+	t.Helper()
+	mem := newMemStore(t, clk)
+	led := &stalling{inner: mem.(quota.Reporter)}
+	s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithInstances(func() int { return 2 }),
+		fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, mem, led
+}
+
+// takeFromStore takes b n times from s, failing the test unless each is
+// allowed by the primary.
+func takeFromStore(t *testing.T, s *fallback.Store, b quota.Bucket, n int) {
+	t.Helper()
+	for i := range n {
+		if ok, res := take(t, s, b); !ok || res[0].Source.Degraded() {
+			t.Fatalf("store take %d: %v %+v", i, ok, res[0])
+		}
 	}
 }

@@ -64,23 +64,11 @@ func TestReadmeOneSlot(t *testing.T) {
 	if len(states) != len(p.Rules) {
 		t.Fatalf("%d buckets for %d rules: %+v", len(states), len(p.Rules), states)
 	}
+	// Keys are <prefix>{<scope0>=<v0>}:... (the package doc): the first
+	// "{...}", the Redis Cluster hash tag, is the tenant's in every key.
 	for _, st := range states {
-		if tag := hashTagOf(st.Key); tag != "tenant=acme" {
-			t.Errorf("rule %s: key %q has hash tag %q, want the tenant's", st.Rule, st.Key, tag)
+		if !strings.HasPrefix(st.Key, "fg:{tenant=acme}:") {
+			t.Errorf("rule %s: key %q does not start with the tenant's hash tag {tenant=acme}", st.Rule, st.Key)
 		}
 	}
-}
-
-// hashTagOf returns what Redis Cluster hashes of key: the text between
-// its first '{' and the next '}', when not empty.
-func hashTagOf(key string) string {
-	i := strings.IndexByte(key, '{')
-	if i < 0 {
-		return key
-	}
-	j := strings.IndexByte(key[i+1:], '}')
-	if j <= 0 {
-		return key
-	}
-	return key[i+1 : i+1+j]
 }
