@@ -44,7 +44,8 @@ local function node_read(K, T)
 end
 `
 
-// newNodeScript returns take.lua as nodeScript (see nodeHead).
+// newNodeScript returns take (take.lua, after log.lua) as nodeScript
+// (see nodeHead).
 func newNodeScript(take string) script {
 	s := newScript(nodeHead, take)
 	s.src = "#!lua flags=allow-cross-slot-keys\n" + s.src

@@ -54,7 +54,7 @@ func TestScriptsUseThePrelude(t *testing.T) {
 	copies := regexp.MustCompile(`1767225600000000|local (EPOCH|SLACK|WAITS|AT_MOST|SPAN)\b|\b128\b`)
 	for name, src := range map[string]string{
 		"take.lua": takeSrc, "refund.lua": refundSrc, "settle.lua": settleSrc,
-		"report.lua": reportSrc, "state.lua": stateSrc,
+		"report.lua": reportSrc, "state.lua": stateSrc, "log.lua": logSrc,
 	} {
 		for i, line := range strings.Split(src, "\n") {
 			code, _, _ := strings.Cut(line, "--")

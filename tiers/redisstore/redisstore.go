@@ -25,9 +25,15 @@ var takeSrc string
 //go:embed refund.lua
 var refundSrc string
 
+// logSrc is log.lua, the sliding window log's entries added and removed,
+// which take.lua, settle.lua and report.lua share.
+//
+//go:embed log.lua
+var logSrc string
+
 var (
-	takeScript   = newScript(takeHead, takeSrc)
-	nodeScript   = newNodeScript(takeSrc)
+	takeScript   = newScript(takeHead, logSrc, takeSrc)
+	nodeScript   = newNodeScript(logSrc + takeSrc)
 	refundScript = newScript(refundSrc)
 )
 

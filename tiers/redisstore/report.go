@@ -15,7 +15,7 @@ import (
 //go:embed report.lua
 var reportSrc string
 
-var reportScript = newScript(stateSrc, reportSrc)
+var reportScript = newScript(logSrc, stateSrc, reportSrc)
 
 var _ quota.Reporter = (*Store)(nil)
 

@@ -14,14 +14,14 @@ import (
 //go:embed settle.lua
 var settleSrc string
 
-// stateSrc starts settle.lua and report.lua: the call's time, the
-// writing of a string state with its TTL, and the adding and giving back
-// of a sliding window log's entries, which the two share.
+// stateSrc starts settle.lua and report.lua, after log.lua: the call's
+// time and the writing of a string state with its TTL, which the two
+// share.
 //
 //go:embed state.lua
 var stateSrc string
 
-var settleScript = newScript(stateSrc, settleSrc)
+var settleScript = newScript(logSrc, stateSrc, settleSrc)
 
 var _ quota.Settler = (*Store)(nil)
 

@@ -627,20 +627,7 @@ if logs then
     local c = lc[i]
     if c > 0 then
       local k = KEYS[i]
-      local ts = fmt('%.17g', now)
-      local have = call('ZCOUNT', k, ts, ts)
-      local j = 1
-      while j <= c do
-        local args = {}
-        local m = 0
-        while j <= c and m < 1000 do
-          args[m * 2 + 1] = ts
-          args[m * 2 + 2] = ts .. ':' .. fmt('%.17g', have + j)
-          m = m + 1
-          j = j + 1
-        end
-        call('ZADD', k, unpack(args))
-      end
+      logadd(k, now, c)
       call('PEXPIRE', k, ttext(tm[i]))
     end
   end
