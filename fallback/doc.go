@@ -188,38 +188,37 @@
 // admitted within d of a window's end into the neighbouring window.
 //
 // Late answers. A take that ran out of its budget was sent, and the store
-// usually applies it later (a paused Redis runs the commands queued on
-// its sockets when it resumes; a loaded one answers late): charged by the
-// store as it decides it, whatever was decided locally meanwhile. So a
-// take with local buckets is matched with its answer in one of two ways.
-// Over a primary that answers late itself (a layer with an AnswersLate()
-// bool method reporting true: tiers/redisstore with batching, its default,
-// on a standalone or Sentinel-managed Redis), every call runs as on the
+// usually applies it later (a paused Redis runs the commands queued on its
+// sockets when it resumes; a loaded one answers late): charged by the store
+// as it decides it, whatever was decided locally meanwhile. So a take with
+// local buckets is matched with its answer in one of two ways. Over a
+// primary that answers late itself (a layer with an AnswersLate() bool
+// method reporting true: tiers/redisstore with batching, its default, on a
+// standalone, Sentinel-managed or Cluster Redis), every call runs as on the
 // healthy path, and its context carries a quota.LateAnswers that the
-// primary hands the answer of a call abandoned after it was sent: a
-// call never costs more until it runs out of its budget, and every one
-// that does is matched, the first of a stall as much as the last. Over
-// any other primary that takes reports and has a backend to be late with
-// (no layer of it answers for its own failures: memstore, which has no
-// backend, never is late), a take with local buckets does not abandon its
-// call while the store is slow (from New, and for 10s after any call ran
-// out of its budget): the call runs in the background, for the closed
-// budget or the slow grace, whichever is longer, and the caller waits its
-// own budget for it; there, the first call of a stall that begins after a
-// fast period is abandoned, its outcome unknown (at most one unit per
-// instance and stall may be charged twice). When the answer comes
-// after the local decision, the two are matched: a local admit the store
-// also allowed is paid for (not reported again); a take denied locally
-// that the store allowed had its units charged without being admitted,
-// and they are given back by a report of a negative charge (the same
-// recorded calls). And a take the local limiters deny waits for the
-// store's answer up to the closed budget from its start: a short stall
-// then costs denied requests some latency, not the requests themselves,
-// while a local admit never waits. The healthy path never runs a call in
-// the background (a store fast for 10s leaves the mode); at most 256
-// calls of one Store run so at a time, and the rest as on the healthy
-// path, their outcome unknown. A primary that answers late needs neither
-// the mode nor its cap. Stats counts the late answers (Late,
+// primary hands the answer of a call abandoned after it was sent: a call
+// never costs more until it runs out of its budget, and every one that does
+// is matched, the first of a stall as much as the last. Over any other
+// primary that takes reports and has a backend to be late with (no layer of
+// it answers for its own failures: memstore, which has no backend, never is
+// late), a take with local buckets does not abandon its call while the
+// store is slow (from New, and for 10s after any call ran out of its
+// budget): the call runs in the background, for the closed budget or the
+// slow grace, whichever is longer, and the caller waits its own budget for
+// it; there, the first call of a stall that begins after a fast period is
+// abandoned, its outcome unknown (at most one unit per instance and stall
+// may be charged twice). When the answer comes after the local decision,
+// the two are matched: a local admit the store also allowed is paid for
+// (not reported again); a take denied locally that the store allowed had
+// its units charged without being admitted, and they are given back by a
+// report of a negative charge (the same recorded calls). And a take the
+// local limiters deny waits for the store's answer up to the closed budget
+// from its start: a short stall then costs denied requests some latency,
+// not the requests themselves, while a local admit never waits. The healthy
+// path never runs a call in the background (a store fast for 10s leaves the
+// mode); at most 256 calls of one Store run so at a time, and the rest as
+// on the healthy path, their outcome unknown. A primary that answers late
+// needs neither the mode nor its cap. Stats counts the late answers (Late,
 // LateApplied, LateAnswered).
 //
 // The bound. Let n be the live instances, C a bucket's capacity, r its

@@ -28,8 +28,9 @@ type lateKey struct{}
 //
 // A store that calls Late for every take it abandons after sending says so
 // with an AnswersLate() bool method reporting true (package
-// tiers/redisstore with batching, on a standalone or Sentinel-managed
-// Redis); a caller looks for it along Layers, as for every capability.
+// tiers/redisstore with batching, its default, on a standalone,
+// Sentinel-managed or Cluster Redis); a caller looks for it along Layers,
+// as for every capability.
 type LateAnswers interface {
 	Late(buckets []Bucket) func(allowed bool, res []Result, err error)
 }

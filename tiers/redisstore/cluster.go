@@ -106,7 +106,8 @@ type slotGroup struct {
 // sends them in its next pipelines with every other caller's calls, else
 // in parallel goroutines), then, if any slot denied or failed, one
 // refund.lua call per slot that charged, again all at once (see
-// refundGroups).
+// refundGroups). A batched take whose caller gives up after its parts
+// were queued is finished all the same (see answerLateMulti).
 func (s *Store) takeMulti(ctx context.Context, buckets []quota.Bucket, slots []int, res []quota.Result) (bool, error) {
 	m := multiPool.Get().(*multiTake)
 	groups := m.groups[:0]
@@ -129,13 +130,17 @@ func (s *Store) takeMulti(ctx context.Context, buckets []quota.Bucket, slots []i
 	}
 	defer func() {
 		for k := range groups {
-			s.release(groups[k].c)
+			if c := groups[k].c; c != nil { // nil: handed to answerLateMulti
+				s.release(c)
+			}
 		}
 		m.release()
 	}()
 
 	if s.batch != nil {
-		s.takeParts(ctx, m, groups, buckets, res)
+		if err := s.takeParts(ctx, m, groups, buckets, res); err != nil {
+			return false, err
+		}
 	} else {
 		var wg sync.WaitGroup
 		for k := 1; k < len(groups); k++ {
@@ -149,7 +154,13 @@ func (s *Store) takeMulti(ctx context.Context, buckets []quota.Bucket, slots []i
 		g0.charged, g0.now, g0.err = s.runTake(ctx, g0.c, buckets, g0.idx, res, true)
 		wg.Wait()
 	}
+	return s.settleParts(ctx, groups, buckets, res)
+}
 
+// settleParts decides a multi-slot take from what its parts did: allowed
+// when every slot charged, else denied, and what the charging slots
+// charged is given back (see refundGroups).
+func (s *Store) settleParts(ctx context.Context, groups []slotGroup, buckets []quota.Bucket, res []quota.Result) (bool, error) {
 	all := true
 	var errs []error
 	for k := range groups {
@@ -169,8 +180,10 @@ func (s *Store) takeMulti(ctx context.Context, buckets []quota.Bucket, slots []i
 }
 
 // takeParts sends the part of every slot group through the batcher, all
-// queued at once, and writes their results.
-func (s *Store) takeParts(ctx context.Context, m *multiTake, groups []slotGroup, buckets []quota.Bucket, res []quota.Result) {
+// queued at once, and writes their results. If ctx ends while a part that
+// was queued is unanswered, the take is finished in the background (see
+// answerLateMulti) and takeParts returns ctx's error.
+func (s *Store) takeParts(ctx context.Context, m *multiTake, groups []slotGroup, buckets []quota.Bucket, res []quota.Result) error {
 	cs, out := m.cs[:0], m.out[:0]
 	for k := range groups {
 		g := &groups[k]
@@ -180,6 +193,18 @@ func (s *Store) takeParts(ctx context.Context, m *multiTake, groups []slotGroup,
 	}
 	s.batch.doAll(ctx, cs, out)
 	runtime.KeepAlive(s)
+	for k := range groups {
+		if groups[k].c.sent != nil {
+			return s.answerLateMulti(ctx, groups, buckets, out)
+		}
+	}
+	decodeParts(groups, out, buckets, res)
+	return nil
+}
+
+// decodeParts writes the results of the slot groups' answers (out, in
+// group order) and what each group's part did.
+func decodeParts(groups []slotGroup, out []answer, buckets []quota.Bucket, res []quota.Result) {
 	for k := range groups {
 		g := &groups[k]
 		if g.err = out[k].err; g.err == nil {

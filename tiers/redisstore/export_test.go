@@ -1,5 +1,7 @@
 package redisstore
 
+import "github.com/floodgate-go/floodgate/quota"
+
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
 // key's hash tag, modulo 16384. The hash tag is the part between the first
 // '{' and the first '}' after it, when that part is not empty; otherwise
@@ -28,3 +30,23 @@ func (s *Store) CacheLen() int {
 
 // Batched reports whether s sends takes through the batcher.
 func Batched(s *Store) bool { return s.batch != nil }
+
+// LateSink is a quota.LateAnswers that records the buckets it is given
+// and sends each answer it is handed to Got.
+type LateSink struct {
+	Buckets []quota.Bucket
+	Got     chan LateAnswer
+}
+
+// LateAnswer is one answer handed to a LateSink.
+type LateAnswer struct {
+	Allowed bool
+	Res     []quota.Result
+	Err     error
+}
+
+// Late records buckets and returns the function that sends the answer.
+func (s *LateSink) Late(buckets []quota.Bucket) func(bool, []quota.Result, error) {
+	s.Buckets = buckets
+	return func(allowed bool, res []quota.Result, err error) { s.Got <- LateAnswer{allowed, res, err} }
+}

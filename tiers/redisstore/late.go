@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 
 	"github.com/floodgate-go/floodgate/quota"
@@ -12,11 +13,11 @@ import (
 // take whose caller's context ends is already queued to a flusher, which
 // sends it and reads its answer whatever the caller does, so the answer is
 // handed to the LateAnswers in the take's context, if it has one. On a
-// Cluster a take spanning several slots is decided by one part per slot
-// (and refunds), whose combined answer is not handed on when its caller
-// gives up, so a Cluster store reports false; so does a store with
-// batching off.
-func (s *Store) AnswersLate() bool { return s.batch != nil && s.cluster == nil }
+// Cluster, a take spanning several slots is finished as a whole in the
+// background (its parts' answers, then a refund of the charging slots if
+// one denied), and that outcome is what is handed on. A store with
+// batching off reports false.
+func (s *Store) AnswersLate() bool { return s.batch != nil }
 
 // answerLate hands the answer of a batched take whose caller stopped
 // waiting after queueing it (p) to the quota.LateAnswers in the take's
@@ -70,4 +71,64 @@ func (s *Store) answerLate(ctx context.Context, p *pending, buckets []quota.Buck
 	// s must not be collected (which stops the batcher) before the
 	// goroutine holds the batcher.
 	runtime.KeepAlive(s)
+}
+
+// answerLateMulti finishes in the background a batched multi-slot take
+// whose caller's context ended after its parts were queued, some still
+// unanswered (their calls keep their pending in sent), and returns the
+// context's error for Take to return. It waits for every part's answer,
+// then settles the take as takeMulti does: allowed when every slot
+// charged, else what the charging slots charged is given back. So a take
+// abandoned half-way is all-or-nothing like any other, instead of leaving
+// the charge of a slot that allowed in place after another denied. The
+// outcome goes to the quota.LateAnswers in ctx, if any, whose Late is
+// called before this returns. It takes the groups' calls over (their
+// entries in groups become nil) and copies what it keeps of buckets and
+// out, which are the caller's again once Take returns.
+func (s *Store) answerLateMulti(ctx context.Context, groups []slotGroup, buckets []quota.Bucket, out []answer) error {
+	err := fmt.Errorf("redisstore: %w", ctx.Err())
+	bs := append([]quota.Bucket(nil), buckets...)
+	gs := make([]slotGroup, len(groups))
+	for k := range groups {
+		gs[k] = groups[k]
+		gs[k].idx = append([]int(nil), groups[k].idx...)
+		groups[k].c = nil
+	}
+	outs := append([]answer(nil), out...)
+	var deliver func(bool, []quota.Result, error)
+	if la, _ := ctx.Value(quota.LateAnswersKey).(quota.LateAnswers); la != nil {
+		deliver = la.Late(append([]quota.Bucket(nil), buckets...))
+	}
+	b := s.batch
+	go func() {
+		for k := range gs {
+			p := gs[k].c.sent
+			if p == nil {
+				continue
+			}
+			select {
+			case <-p.done:
+			case <-b.quit:
+				if !b.sentBeforeClose(p) {
+					outs[k] = answer{err: errClosed}
+					continue
+				}
+			}
+			outs[k] = answer{now: p.now, seg: p.seg, err: p.err}
+		}
+		res := make([]quota.Result, len(bs))
+		decodeParts(gs, outs, bs, res)
+		allowed, err := s.settleParts(context.Background(), gs, bs, res)
+		for k := range gs {
+			s.release(gs[k].c)
+		}
+		if deliver == nil {
+			return
+		}
+		if err != nil {
+			res = nil
+		}
+		deliver(allowed, res, err)
+	}()
+	return err
 }

@@ -11,23 +11,6 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
-// lateSink is a quota.LateAnswers that records what it is handed.
-type lateSink struct {
-	buckets []quota.Bucket
-	got     chan lateAnswer
-}
-
-type lateAnswer struct {
-	allowed bool
-	res     []quota.Result
-	err     error
-}
-
-func (s *lateSink) Late(buckets []quota.Bucket) func(bool, []quota.Result, error) {
-	s.buckets = buckets
-	return func(allowed bool, res []quota.Result, err error) { s.got <- lateAnswer{allowed, res, err} }
-}
-
 // TestLateAnswer: a batched take whose caller's context ends while Redis
 // is paused is still sent; Take returns the context's error, and the
 // answer Redis gives when it resumes reaches the quota.LateAnswers in the
@@ -53,7 +36,7 @@ func TestLateAnswer(t *testing.T) {
 		t.Fatalf("first take: %v %v", ok, err)
 	}
 
-	sink := &lateSink{got: make(chan lateAnswer, 1)}
+	sink := &redisstore.LateSink{Got: make(chan redisstore.LateAnswer, 1)}
 	srv.Pause()
 	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), quota.LateAnswersKey, quota.LateAnswers(sink)), 30*time.Millisecond)
 	_, err = st.Take(ctx, []quota.Bucket{b}, res)
@@ -62,16 +45,16 @@ func TestLateAnswer(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Take during the pause: %v, want the context's deadline", err)
 	}
-	if len(sink.buckets) != 1 || sink.buckets[0].Key != "late" {
-		t.Fatalf("Late was given %+v, want the take's bucket", sink.buckets)
+	if len(sink.Buckets) != 1 || sink.Buckets[0].Key != "late" {
+		t.Fatalf("Late was given %+v, want the take's bucket", sink.Buckets)
 	}
-	var a lateAnswer
+	var a redisstore.LateAnswer
 	select {
-	case a = <-sink.got:
+	case a = <-sink.Got:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no late answer within 5s of Redis resuming")
 	}
-	if a.err != nil || !a.allowed || len(a.res) != 1 || a.res[0].Remaining != 4 || a.res[0].Limit != 10 {
+	if a.Err != nil || !a.Allowed || len(a.Res) != 1 || a.Res[0].Remaining != 4 || a.Res[0].Limit != 10 {
 		t.Fatalf("late answer %+v, want allowed with 4 of 10 left", a)
 	}
 	b.Cost = 0

@@ -124,17 +124,24 @@ type answer struct {
 // flushers' pipelines, and waits for their answers, written to out (as
 // long as cs). If ctx ends, or Close stops the flushers, first, the calls
 // not yet answered get that error and are marked abandoned (the flusher
-// still owns them; they may still run in Redis). Unlike do, it is also
-// the path of multi-slot parts and refunds.
+// still owns them; they may still run in Redis); when ctx ended, those
+// queued keep in sent the pending their answer will come to. Unlike do,
+// it is also the path of multi-slot parts and refunds.
 func (b *batcher) doAll(ctx context.Context, cs []*call, out []answer) {
 	var inline [inlineSlots]*pending
 	ps := inline[:0]
-	// fail gives the calls from k on err; those queued are abandoned.
-	fail := func(k int, err error) {
+	// fail gives the calls from k on err; those queued are abandoned,
+	// and, when they will still be sent (ctx ended, not Close), keep
+	// their pending in sent, where their answer can still be waited for
+	// (see answerLateMulti).
+	fail := func(k int, err error, sent bool) {
 		for ; k < len(cs); k++ {
 			out[k].err = err
 			if k < len(ps) {
 				cs[k].abandoned = true
+				if sent {
+					cs[k].sent = ps[k]
+				}
 			}
 		}
 	}
@@ -170,11 +177,11 @@ func (b *batcher) doAll(ctx context.Context, cs []*call, out []answer) {
 			select {
 			case <-p.done:
 			case <-done:
-				fail(k, fmt.Errorf("redisstore: %w", ctx.Err()))
+				fail(k, fmt.Errorf("redisstore: %w", ctx.Err()), true)
 				return
 			case <-b.quit:
 				if !b.sentBeforeClose(p) {
-					fail(k, errClosed)
+					fail(k, errClosed, false)
 					return
 				}
 			}

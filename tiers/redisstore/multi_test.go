@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -309,5 +310,66 @@ func TestClusterRefundCalendarWindow(t *testing.T) {
 	}
 	if got := remaining(t, st, bx); got != 90 {
 		t.Fatalf("x's calendar window reads %d remaining, want 90 (100 - 5 - 5, the refunded 5 given back)", got)
+	}
+}
+
+// TestClusterAbandonedTake: a multi-slot take whose caller gives up while
+// x's master is stalled (SIGSTOP), after both parts were queued, is
+// finished as a whole when the master resumes. With y exhausted, y's part
+// denies at once, and x's part charges when its master resumes, so that
+// charge is refunded: x reads what it read before (when the caller's
+// give-up ended the take, those 5 units stayed charged), and the caller's
+// quota.LateAnswers gets the deny. With y2, a bucket with room in y's
+// slot, both parts charge: the late answer allows, and both charges stand
+// (when the give-up ended the take, y2 was refunded and x stayed charged).
+func TestClusterAbandonedTake(t *testing.T) {
+	lx := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 1000}
+	st, bx, by, nx := refundSetup(t, "ab", lx)
+	if !st.AnswersLate() {
+		t.Fatal("AnswersLate() = false on a cluster with batching on")
+	}
+	by2 := quota.Bucket{Key: by.Key + ":room", Limit: lx, Cost: 7}
+	for _, tc := range []struct {
+		name    string
+		y       quota.Bucket
+		allowed bool
+		x, y2   int64 // what x and y2 read after the late answer
+	}{
+		{"y denies", by, false, 990, 1000},
+		{"both allow", by2, true, 985, 993},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := remaining(t, st, bx); got != 990 {
+				t.Fatalf("x reads %d before the take, want 990", got)
+			}
+			sink := &LateSink{Got: make(chan LateAnswer, 1)}
+			ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), quota.LateAnswersKey, quota.LateAnswers(sink)), 100*time.Millisecond)
+			nx.Pause()
+			var res [2]quota.Result
+			_, err := st.Take(ctx, []quota.Bucket{bx, tc.y}, res[:])
+			cancel()
+			nx.Resume()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Take while x's master is stalled: %v, want the context's deadline", err)
+			}
+			if len(sink.Buckets) != 2 || sink.Buckets[0].Key != bx.Key || sink.Buckets[1].Key != tc.y.Key {
+				t.Fatalf("Late was given %+v, want the take's two buckets", sink.Buckets)
+			}
+			var a LateAnswer
+			select {
+			case a = <-sink.Got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no late answer within 10s of x's master resuming")
+			}
+			if a.Err != nil || a.Allowed != tc.allowed || len(a.Res) != 2 || a.Res[1].Allowed != tc.allowed {
+				t.Fatalf("late answer %+v, want allowed %v", a, tc.allowed)
+			}
+			if got := remaining(t, st, bx); got != tc.x {
+				t.Errorf("x reads %d after the late answer, want %d", got, tc.x)
+			}
+			if got := remaining(t, st, by2); got != tc.y2 {
+				t.Errorf("y2 reads %d after the late answer, want %d", got, tc.y2)
+			}
+		})
 	}
 }
