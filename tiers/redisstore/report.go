@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/redis/go-redis/v9"
@@ -41,10 +40,11 @@ const maxReportCall = 256
 // to its first bucket's key (the key, ":rc:", the instance and seq in
 // hex: in that key's cluster slot) for quota.ReportRecordTTL, as "1" or
 // with what each bucket could not be charged. Time is Redis TIME, or the
-// WithClock time. One script call per cluster slot (in parallel, each
-// atomic and recorded on its own; every key needs a hash tag, as package
-// tiers writes them, else the call is refused) and per 256 buckets; the results of the
-// calls that succeeded are filled when others fail. A call is never
+// WithClock time. One script call per cluster slot (each atomic and
+// recorded on its own; every key needs a hash tag, as package tiers
+// writes them, else the call is refused) and per 256 buckets, all in one
+// pipeline (one round trip per master); the results of the calls that
+// succeeded are filled when others fail. A call is never
 // retried here: one that failed may or may not have been applied, which
 // Resolve, with the same buckets in the same order, tells. Bad input is
 // refused with quota.ValidateReport's error before any round trip.
@@ -106,28 +106,62 @@ func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64,
 			g = g[k:]
 		}
 	}
-	run := func(idx []int) error {
-		return s.reportCall(ctx, mode, instance, seq, buckets, idx, res, now, fixed)
-	}
 	if len(calls) == 1 {
-		return run(calls[0])
+		c := s.pool.Get().(*call)
+		defer s.release(c)
+		c.now, c.fixed = now, fixed
+		c.buildReport(s.prefix, mode, instance, seq, buckets, calls[0], s.minArg, s.cluster != nil)
+		cmd, err := runScript(ctx, s.client, c, reportScript, s.keyPos(), redis.NewIntSliceCmd)
+		return reportResult(mode, cmd, err, buckets, calls[0], res)
 	}
+	return s.reportPipelined(ctx, mode, instance, seq, buckets, calls, res, now, fixed)
+}
+
+// reportPipelined sends the report.lua calls of one Report or Resolve (a
+// call per slot and per maxReportCall buckets) in one pipeline, which a
+// cluster client splits by master: one round trip per master, not one
+// per slot. Each call is still atomic and recorded on its own. A call
+// answered NOSCRIPT (it did not run) goes again by EVAL, and one refused
+// while its slot moves (TRYAGAIN) again after a backoff, on its own
+// (runScript); no other failure is sent again.
+func (s *Store) reportPipelined(ctx context.Context, mode any, instance, seq uint64, buckets []quota.Bucket, calls [][]int, res []quota.ReportResult, now int64, fixed bool) error {
+	cs := make([]*call, len(calls))
+	cmds := make([]*redis.IntSliceCmd, len(calls))
+	pipe := s.client.Pipeline()
+	for j, idx := range calls {
+		c := s.pool.Get().(*call)
+		c.now, c.fixed = now, fixed
+		c.buildReport(s.prefix, mode, instance, seq, buckets, idx, s.minArg, s.cluster != nil)
+		cmd := redis.NewIntSliceCmd(ctx, c.args...)
+		if kp := s.keyPos(); kp != 0 {
+			cmd.SetFirstKeyPos(kp)
+		}
+		_ = pipe.Process(ctx, noRetry(cmd))
+		cs[j], cmds[j] = c, cmd
+	}
+	_, _ = pipe.Exec(ctx)
 	errs := make([]error, len(calls))
-	var wg sync.WaitGroup
-	for j := range calls {
-		wg.Go(func() { errs[j] = run(calls[j]) })
+	followed := false
+	for j, c := range cs {
+		cmd, err := cmds[j], cmds[j].Err()
+		if isNoScript(err) || refused(err) {
+			if isNoScript(err) {
+				c.args[0], c.args[1] = "eval", reportScript.srcArg
+			}
+			cmd, err = runScript(ctx, s.client, c, reportScript, s.keyPos(), redis.NewIntSliceCmd)
+		} else if err != nil && !followed {
+			followed = true
+			followFailover(s.client, err)
+		}
+		errs[j] = reportResult(mode, cmd, err, buckets, calls[j], res)
+		s.release(c)
 	}
-	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// reportCall runs report.lua once over buckets idx (all in one slot).
-func (s *Store) reportCall(ctx context.Context, mode any, instance, seq uint64, buckets []quota.Bucket, idx []int, res []quota.ReportResult, now int64, fixed bool) error {
-	c := s.pool.Get().(*call)
-	defer s.release(c)
-	c.now, c.fixed = now, fixed
-	c.buildReport(s.prefix, mode, instance, seq, buckets, idx, s.minArg, s.cluster != nil)
-	cmd, err := runScript(ctx, s.client, c, reportScript, s.keyPos(), redis.NewIntSliceCmd)
+// reportResult fills res for the buckets idx of one report.lua call from
+// its reply (cmd) or returns its error (err).
+func reportResult(mode any, cmd *redis.IntSliceCmd, err error, buckets []quota.Bucket, idx []int, res []quota.ReportResult) error {
 	if err != nil {
 		if mode == modeResolve {
 			return fmt.Errorf("redisstore: Resolve: %w", err)

@@ -1,0 +1,121 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate/quota"
+	"github.com/floodgate-go/floodgate/testing/redistest"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
+)
+
+// sends is a go-redis hook that records what a client sends: the name of
+// each command sent on its own, and the size of each pipeline.
+type sends struct {
+	mu    sync.Mutex
+	alone []string
+	pipes []int
+}
+
+func (s *sends) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *sends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.mu.Lock()
+		s.alone = append(s.alone, cmd.Name())
+		s.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (s *sends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		s.mu.Lock()
+		s.pipes = append(s.pipes, len(cmds))
+		s.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// take returns what was recorded and forgets it.
+func (s *sends) take() (alone []string, pipes []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	alone, pipes, s.alone, s.pipes = s.alone, s.pipes, nil, nil
+	return alone, pipes
+}
+
+// TestClusterReportOnePipeline: a Report (and the Resolve of it) whose
+// buckets span 40 slots of a 3-master cluster is 40 report.lua calls, one
+// per slot, sent as one pipeline, which the cluster client splits into
+// one round trip per master, instead of 40 calls sent one by one; every
+// call applies and charges its buckets. After SCRIPT FLUSH on every
+// master, each call of the pipeline is answered NOSCRIPT (it did not run)
+// and goes again on its own by EVAL, and applies once.
+func TestClusterReportOnePipeline(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	c := cl.Client()
+	st, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	h := &sends{}
+	c.AddHook(h)
+
+	const slots = 40
+	bs := make([]quota.Bucket, slots)
+	for i := range bs {
+		bs[i] = bucket(fmt.Sprintf("{rp%d}:k", i), big, int64(i+1))
+	}
+	res := make([]quota.ReportResult, slots)
+	if err := st.Report(context.Background(), 7, 1, bs, res); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if !r.Applied || r.Charged != int64(i+1) {
+			t.Fatalf("bucket %d: %+v, want applied, %d charged", i, r, i+1)
+		}
+	}
+	if alone, pipes := h.take(); len(alone) != 0 || fmt.Sprint(pipes) != fmt.Sprint([]int{slots}) {
+		t.Fatalf("Report over %d slots sent %v on their own and pipelines of %v; want one pipeline of %d calls", slots, alone, pipes, slots)
+	}
+	if err := st.Resolve(context.Background(), 7, 1, bs, res); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if !r.Applied || r.Charged != int64(i+1) {
+			t.Fatalf("Resolve, bucket %d: %+v, want applied, %d charged", i, r, i+1)
+		}
+	}
+	if alone, pipes := h.take(); len(alone) != 0 || fmt.Sprint(pipes) != fmt.Sprint([]int{slots}) {
+		t.Fatalf("Resolve over %d slots sent %v on their own and pipelines of %v; want one pipeline of %d calls", slots, alone, pipes, slots)
+	}
+
+	for _, n := range cl.Nodes() {
+		if err := n.Client().ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Report(context.Background(), 7, 2, bs, res); err != nil {
+		t.Fatalf("Report after SCRIPT FLUSH: %v", err)
+	}
+	alone, pipes := h.take()
+	if len(alone) != slots || fmt.Sprint(pipes) != fmt.Sprint([]int{slots}) {
+		t.Fatalf("Report after SCRIPT FLUSH sent %d calls on their own and pipelines of %v; want a pipeline of %d, then each again by EVAL", len(alone), pipes, slots)
+	}
+	for _, name := range alone {
+		if name != "eval" {
+			t.Fatalf("a call answered NOSCRIPT went again as %q, want eval", name)
+		}
+	}
+	for i, r := range res {
+		if !r.Applied || r.Charged != int64(i+1) || r.Remaining != big.Capacity()-2*int64(i+1) {
+			t.Fatalf("after SCRIPT FLUSH, bucket %d: %+v, want applied, %d charged, %d left (charged twice in all)", i, r, i+1, big.Capacity()-2*int64(i+1))
+		}
+	}
+}
