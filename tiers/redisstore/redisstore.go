@@ -478,6 +478,42 @@ func runScript[C redis.Cmder](ctx context.Context, client redis.UniversalClient,
 	}
 }
 
+// runScripts sends the script calls cs in one pipeline, which a cluster
+// client splits by master (one round trip per master, not one per call),
+// and returns each call's command and error. A call answered NOSCRIPT (it
+// did not run) goes again by EVAL, and one refused while its slot moves
+// (TRYAGAIN) again after a backoff, on its own through runScript; no
+// other failure is sent again (see once).
+func runScripts[C redis.Cmder](ctx context.Context, client redis.UniversalClient, cs []*call, sc script, keyPos int8, newCmd func(context.Context, ...any) C) ([]C, []error) {
+	cmds := make([]C, len(cs))
+	errs := make([]error, len(cs))
+	pipe := client.Pipeline()
+	for j, c := range cs {
+		cmds[j] = newCmd(ctx, c.args...)
+		if keyPos != 0 {
+			cmds[j].SetFirstKeyPos(keyPos)
+		}
+		_ = pipe.Process(ctx, noRetry(cmds[j]))
+	}
+	_, _ = pipe.Exec(ctx)
+	followed := false
+	for j, c := range cs {
+		err := cmds[j].Err()
+		switch {
+		case isNoScript(err) || refused(err):
+			if isNoScript(err) {
+				c.args[0], c.args[1] = "eval", sc.srcArg
+			}
+			cmds[j], err = runScript(ctx, client, c, sc, keyPos, newCmd)
+		case err != nil && !followed:
+			followed = true
+			followFailover(client, err)
+		}
+		errs[j] = err
+	}
+	return cmds, errs
+}
+
 // followFailover asks a cluster client to reload its slot map when err
 // says the node it sent to may no longer serve the slot: the connection
 // failed or timed out (a dead or unreachable master), or Redis answered

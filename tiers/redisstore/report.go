@@ -118,42 +118,20 @@ func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64,
 }
 
 // reportPipelined sends the report.lua calls of one Report or Resolve (a
-// call per slot and per maxReportCall buckets) in one pipeline, which a
-// cluster client splits by master: one round trip per master, not one
-// per slot. Each call is still atomic and recorded on its own. A call
-// answered NOSCRIPT (it did not run) goes again by EVAL, and one refused
-// while its slot moves (TRYAGAIN) again after a backoff, on its own
-// (runScript); no other failure is sent again.
+// call per slot and per maxReportCall buckets) in one pipeline (see
+// runScripts): one round trip per master, not one per slot. Each call is
+// still atomic and recorded on its own.
 func (s *Store) reportPipelined(ctx context.Context, mode any, instance, seq uint64, buckets []quota.Bucket, calls [][]int, res []quota.ReportResult, now int64, fixed bool) error {
 	cs := make([]*call, len(calls))
-	cmds := make([]*redis.IntSliceCmd, len(calls))
-	pipe := s.client.Pipeline()
 	for j, idx := range calls {
 		c := s.pool.Get().(*call)
 		c.now, c.fixed = now, fixed
 		c.buildReport(s.prefix, mode, instance, seq, buckets, idx, s.minArg, s.cluster != nil)
-		cmd := redis.NewIntSliceCmd(ctx, c.args...)
-		if kp := s.keyPos(); kp != 0 {
-			cmd.SetFirstKeyPos(kp)
-		}
-		_ = pipe.Process(ctx, noRetry(cmd))
-		cs[j], cmds[j] = c, cmd
+		cs[j] = c
 	}
-	_, _ = pipe.Exec(ctx)
-	errs := make([]error, len(calls))
-	followed := false
+	cmds, errs := runScripts(ctx, s.client, cs, reportScript, s.keyPos(), redis.NewIntSliceCmd)
 	for j, c := range cs {
-		cmd, err := cmds[j], cmds[j].Err()
-		if isNoScript(err) || refused(err) {
-			if isNoScript(err) {
-				c.args[0], c.args[1] = "eval", reportScript.srcArg
-			}
-			cmd, err = runScript(ctx, s.client, c, reportScript, s.keyPos(), redis.NewIntSliceCmd)
-		} else if err != nil && !followed {
-			followed = true
-			followFailover(s.client, err)
-		}
-		errs[j] = reportResult(mode, cmd, err, buckets, calls[j], res)
+		errs[j] = reportResult(mode, cmds[j], errs[j], buckets, calls[j], res)
 		s.release(c)
 	}
 	return errors.Join(errs...)

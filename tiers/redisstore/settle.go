@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/redis/go-redis/v9"
@@ -36,7 +35,8 @@ var _ quota.Settler = (*Store)(nil)
 // Round trips: one script call (EVALSHA, NOSCRIPT answered by EVAL as for
 // Take) for every bucket on a standalone or Sentinel-managed Redis and for
 // buckets that share a cluster slot; buckets in several slots are settled
-// per slot, in parallel, each slot atomically. A settlement is never
+// per slot, each slot atomically, the slots' calls in one pipeline (one
+// round trip per master). A settlement is never
 // retried: a call that failed or timed out may or may not have been
 // applied in its slot (never twice), and its error is the Settle's error
 // (the other slots may have been settled). A refunded bucket's cached
@@ -83,16 +83,29 @@ func (s *Store) Settle(ctx context.Context, buckets []quota.Bucket, took []quota
 }
 
 // settleSlots settles buckets whose keys span cluster slots: one
-// settle.lua call per slot, in parallel.
+// settle.lua call per slot, all in one pipeline (see runScripts).
 func (s *Store) settleSlots(ctx context.Context, buckets []quota.Bucket, idx []int, now int64, fixed bool) error {
 	groups := s.bySlot(buckets, idx)
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for g := range groups {
-		wg.Go(func() { errs[g] = s.settle(ctx, buckets, groups[g], now, fixed) })
+	cs := make([]*call, len(groups))
+	for g, gi := range groups {
+		c := s.pool.Get().(*call)
+		c.now, c.fixed = now, fixed
+		c.buildSettle(settleScript, s.prefix, buckets, gi, s.minArg, true)
+		cs[g] = c
 	}
-	wg.Wait()
+	_, errs := runScripts(ctx, s.client, cs, settleScript, s.keyPos(), redis.NewIntCmd)
+	for g, c := range cs {
+		if errs[g] != nil {
+			errs[g] = settleError(errs[g])
+		}
+		s.release(c)
+	}
 	return errors.Join(errs...)
+}
+
+// settleError is the error of a settle.lua call that failed.
+func settleError(err error) error {
+	return fmt.Errorf("redisstore: Settle (not retried; it may or may not have been applied): %w", err)
 }
 
 // bySlot splits the buckets idx by cluster slot, each group in idx's
@@ -120,7 +133,7 @@ func (s *Store) settle(ctx context.Context, buckets []quota.Bucket, idx []int, n
 	c.now, c.fixed = now, fixed
 	c.buildSettle(settleScript, s.prefix, buckets, idx, s.minArg, s.cluster != nil)
 	if _, err := runScript(ctx, s.client, c, settleScript, s.keyPos(), redis.NewIntCmd); err != nil {
-		return fmt.Errorf("redisstore: Settle (not retried; it may or may not have been applied): %w", err)
+		return settleError(err)
 	}
 	return nil
 }
