@@ -75,27 +75,25 @@ func TestClusterOnePipeline(t *testing.T) {
 		bs[i] = bucket(fmt.Sprintf("{rp%d}:k", i), big, int64(i+1))
 	}
 	res := make([]quota.ReportResult, slots)
-	if err := st.Report(context.Background(), 7, 1, bs, res); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range res {
-		if !r.Applied || r.Charged != int64(i+1) {
-			t.Fatalf("bucket %d: %+v, want applied, %d charged", i, r, i+1)
+	onePipeline := func(op string) {
+		t.Helper()
+		if alone, pipes := h.take(); len(alone) != 0 || fmt.Sprint(pipes) != fmt.Sprint([]int{slots}) {
+			t.Fatalf("%s over %d slots sent %v on their own and pipelines of %v; want one pipeline of %d calls", op, slots, alone, pipes, slots)
 		}
 	}
-	if alone, pipes := h.take(); len(alone) != 0 || fmt.Sprint(pipes) != fmt.Sprint([]int{slots}) {
-		t.Fatalf("Report over %d slots sent %v on their own and pipelines of %v; want one pipeline of %d calls", slots, alone, pipes, slots)
-	}
-	if err := st.Resolve(context.Background(), 7, 1, bs, res); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range res {
-		if !r.Applied || r.Charged != int64(i+1) {
-			t.Fatalf("Resolve, bucket %d: %+v, want applied, %d charged", i, r, i+1)
+	for _, op := range []struct {
+		name string
+		f    func(context.Context, uint64, uint64, []quota.Bucket, []quota.ReportResult) error
+	}{{"Report", st.Report}, {"Resolve", st.Resolve}} {
+		if err := op.f(context.Background(), 7, 1, bs, res); err != nil {
+			t.Fatalf("%s: %v", op.name, err)
 		}
-	}
-	if alone, pipes := h.take(); len(alone) != 0 || fmt.Sprint(pipes) != fmt.Sprint([]int{slots}) {
-		t.Fatalf("Resolve over %d slots sent %v on their own and pipelines of %v; want one pipeline of %d calls", slots, alone, pipes, slots)
+		for i, r := range res {
+			if !r.Applied || r.Charged != int64(i+1) {
+				t.Fatalf("%s, bucket %d: %+v, want applied, %d charged", op.name, i, r, i+1)
+			}
+		}
+		onePipeline(op.name)
 	}
 
 	back := make([]quota.Bucket, slots)
@@ -106,9 +104,7 @@ func TestClusterOnePipeline(t *testing.T) {
 	if err := st.Settle(context.Background(), back, make([]quota.Result, slots)); err != nil {
 		t.Fatalf("Settle: %v", err)
 	}
-	if alone, pipes := h.take(); len(alone) != 0 || fmt.Sprint(pipes) != fmt.Sprint([]int{slots}) {
-		t.Fatalf("Settle over %d slots sent %v on their own and pipelines of %v; want one pipeline of %d calls", slots, alone, pipes, slots)
-	}
+	onePipeline("Settle")
 	for i := range bs {
 		read := bs[i]
 		read.Cost = 0
