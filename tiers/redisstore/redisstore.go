@@ -483,10 +483,14 @@ func runScript[C redis.Cmder](ctx context.Context, client redis.UniversalClient,
 // and returns each call's command and error. A call answered NOSCRIPT (it
 // did not run) goes again by EVAL, and one refused while its slot moves
 // (TRYAGAIN) again after a backoff, on its own through runScript; no
-// other failure is sent again (see once).
+// other failure is sent again (see once). A single call goes on its own.
 func runScripts[C redis.Cmder](ctx context.Context, client redis.UniversalClient, cs []*call, sc script, keyPos int8, newCmd func(context.Context, ...any) C) ([]C, []error) {
 	cmds := make([]C, len(cs))
 	errs := make([]error, len(cs))
+	if len(cs) == 1 {
+		cmds[0], errs[0] = runScript(ctx, client, cs[0], sc, keyPos, newCmd)
+		return cmds, errs
+	}
 	pipe := client.Pipeline()
 	for j, c := range cs {
 		cmds[j] = newCmd(ctx, c.args...)

@@ -106,22 +106,9 @@ func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64,
 			g = g[k:]
 		}
 	}
-	if len(calls) == 1 {
-		c := s.pool.Get().(*call)
-		defer s.release(c)
-		c.now, c.fixed = now, fixed
-		c.buildReport(s.prefix, mode, instance, seq, buckets, calls[0], s.minArg, s.cluster != nil)
-		cmd, err := runScript(ctx, s.client, c, reportScript, s.keyPos(), redis.NewIntSliceCmd)
-		return reportResult(mode, cmd, err, buckets, calls[0], res)
-	}
-	return s.reportPipelined(ctx, mode, instance, seq, buckets, calls, res, now, fixed)
-}
-
-// reportPipelined sends the report.lua calls of one Report or Resolve (a
-// call per slot and per maxReportCall buckets) in one pipeline (see
-// runScripts): one round trip per master, not one per slot. Each call is
-// still atomic and recorded on its own.
-func (s *Store) reportPipelined(ctx context.Context, mode any, instance, seq uint64, buckets []quota.Bucket, calls [][]int, res []quota.ReportResult, now int64, fixed bool) error {
+	// The calls go at once, in one pipeline when there are several (see
+	// runScripts): one round trip per master, not one per slot. Each is
+	// still atomic and recorded on its own.
 	cs := make([]*call, len(calls))
 	for j, idx := range calls {
 		c := s.pool.Get().(*call)
