@@ -482,8 +482,9 @@ func runScript[C redis.Cmder](ctx context.Context, client redis.UniversalClient,
 // client splits by master (one round trip per master, not one per call),
 // and returns each call's command and error. A call answered NOSCRIPT (it
 // did not run) goes again by EVAL, and one refused while its slot moves
-// (TRYAGAIN) again after a backoff, on its own through runScript; no
-// other failure is sent again (see once). A single call goes on its own.
+// (TRYAGAIN) goes again, each on its own through runScript (which backs
+// off between refusals); no other failure is sent again (see once). A
+// single call goes on its own.
 func runScripts[C redis.Cmder](ctx context.Context, client redis.UniversalClient, cs []*call, sc script, keyPos int8, newCmd func(context.Context, ...any) C) ([]C, []error) {
 	cmds := make([]C, len(cs))
 	errs := make([]error, len(cs))

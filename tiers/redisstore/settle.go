@@ -36,9 +36,9 @@ var _ quota.Settler = (*Store)(nil)
 // Take) for every bucket on a standalone or Sentinel-managed Redis and for
 // buckets that share a cluster slot; buckets in several slots are settled
 // per slot, each slot atomically, the slots' calls in one pipeline (one
-// round trip per master). A settlement is never
-// retried: a call that failed or timed out may or may not have been
-// applied in its slot (never twice), and its error is the Settle's error
+// round trip per master). A settlement is never retried: a call that
+// failed or timed out may or may not have been applied in its slot
+// (never twice), and its error is the Settle's error
 // (the other slots may have been settled). A refunded bucket's cached
 // denial (WithDenialCache) is dropped. took is not consulted: this store
 // charged every bucket itself. Bad input is refused with
