@@ -2,6 +2,7 @@ package fallback_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
+	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
 // TestLiveFirstTimeoutIsReconciled: over a batched Redis store (which
@@ -151,5 +153,95 @@ func TestSyncWaitsForLateCalls(t *testing.T) {
 	}
 	if got := remaining(t, s, b); got != 10 {
 		t.Fatalf("Redis holds %d after Sync, want 10: the take denied locally must not stay charged", got)
+	}
+}
+
+// TestLiveClusterTimeoutIsReconciled: TestLiveFirstTimeoutIsReconciled
+// on a 3-master Redis Cluster, with a take of two buckets on two masters,
+// so that Redis decides it in two parts. x's master is paused (SIGSTOP):
+// the take runs out of its budget and is decided locally; when the master
+// resumes, both parts charge, and the take's late answer (the store
+// finishes an abandoned multi-slot take as a whole) is matched with the
+// local admit: each bucket is charged once, not again by a report.
+// Without the late answer, the first call of a stall on a store fast for
+// longer than any warm-up is abandoned, its outcome unknown, and both
+// units are charged twice.
+func TestLiveClusterTimeoutIsReconciled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t)
+	c := cl.Client()
+	ctx := context.Background()
+	master := func(key string) string {
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	x, y := "{late=x}:k", ""
+	for i := 0; i < 100 && y == ""; i++ {
+		if k := fmt.Sprintf("{late=y%d}:k", i); master(k) != master(x) {
+			y = k
+		}
+	}
+	var nx *redistest.Server
+	for _, n := range cl.Nodes() {
+		if n.Addr() == master(x) {
+			nx = n
+		}
+	}
+	if y == "" || nx == nil {
+		t.Fatal("no two keys on different masters")
+	}
+	primary, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = primary.Close() })
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	s, err := fallback.New(primary, fallback.WithClock(clk), fallback.WithManualSync(),
+		fallback.WithTimeout(20*time.Millisecond), fallback.WithClosedTimeout(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bx, by := tokenBucket(x, 1, 1000, time.Hour, quota.FailLocal), tokenBucket(y, 1, 1000, time.Hour, quota.FailLocal)
+
+	admitted := int64(0)
+	takeBoth := func(want floodgate.Source) {
+		t.Helper()
+		ok, res := take(t, s, bx, by)
+		if !ok {
+			t.Fatalf("take denied: %+v", res)
+		}
+		admitted++
+		if res[0].Source != want || res[1].Source != want {
+			t.Fatalf("take decided by %v and %v, want %v", res[0].Source, res[1].Source, want)
+		}
+	}
+	for range 5 {
+		takeBoth(floodgate.SourceStore)
+	}
+	clk.Advance(time.Minute) // long past any warm-up of the store
+	takeBoth(floodgate.SourceStore)
+
+	nx.Pause()
+	takeBoth(floodgate.SourceLocalFallback)
+	nx.Resume()
+	if !waitFor(10*time.Second, func() bool { return s.Stats().Late >= 1 }) {
+		t.Fatalf("the late answer was never reconciled: %+v", s.Stats())
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.LateApplied != 1 || st.Owed != 0 || st.Charged != 0 {
+		t.Errorf("Stats: late applied %d, owed %d, charged %d; want 1, 0, 0", st.LateApplied, st.Owed, st.Charged)
+	}
+	for _, b := range []quota.Bucket{bx, by} {
+		if got := remaining(t, s, b); got != 1000-admitted {
+			t.Errorf("%s holds %d of 1000 after %d admitted, want %d: the take admitted during the pause must be charged once", b.Key, got, admitted, 1000-admitted)
+		}
 	}
 }
