@@ -376,7 +376,7 @@ const maxNodeKeys = 1000
 func (f *flusher) group() {
 	f.merged, f.alone, f.groups = f.merged[:0], f.alone[:0], f.groups[:0]
 	for _, p := range f.batch {
-		if p.c.log || p.c.kind == kindRefund {
+		if p.c.log || p.c.kind.oneInt() {
 			f.alone = append(f.alone, p)
 			continue
 		}

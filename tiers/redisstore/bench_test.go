@@ -290,3 +290,56 @@ func BenchmarkTakeSpread(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSettle measures a one-bucket Settle, the cost a handler
+// reports after the fact (floodgate.ReportCost), with 64 parallel callers
+// on a local redis-server: unbatched (WithBatching(0, 0): a round trip
+// each) and with the default batching (settlements join the flushers'
+// pipelines with every other caller's calls). Costs alternate +1 and -1
+// so the buckets neither drain nor fill; keys cycle over 10k principals.
+func BenchmarkSettle(b *testing.B) {
+	srv := redistest.Start(b)
+	admin := srv.Client()
+	plain, err := redisstore.New(srv.NewClient(), redisstore.WithBatching(0, 0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	def, err := redisstore.New(srv.NewClient())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = def.Close() })
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}
+	const principals = 10_000
+	keys := make([]string, principals)
+	for p := range keys {
+		keys[p] = fmt.Sprintf("{u=%d}:settle", p)
+	}
+	for _, v := range []struct {
+		name string
+		st   *redisstore.Store
+	}{{"parallel", plain}, {"parallel-default", def}} {
+		st := v.st
+		b.Run(v.name, func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.SetParallelism(32) // 64 callers on 2 CPUs
+			cpu0, r0 := processCPU(), redisCPU(b, admin)
+			b.RunParallel(func(pb *testing.PB) {
+				var took [1]quota.Result
+				bs := []quota.Bucket{{Limit: l}}
+				i := 0
+				for pb.Next() {
+					bs[0].Key, bs[0].Cost = keys[i%principals], int64(1-2*(i/principals%2))
+					if err := st.Settle(ctx, bs, took[:]); err != nil {
+						b.Error(err)
+						return
+					}
+					i += 7
+				}
+			})
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
+			b.ReportMetric(float64(redisCPU(b, admin)-r0)/float64(b.N), "redis-cpu-ns/op")
+		})
+	}
+}

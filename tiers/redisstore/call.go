@@ -61,7 +61,12 @@ const (
 	kindTake callKind = iota
 	kindPre
 	kindRefund
+	kindSettle
 )
+
+// oneInt reports whether the call's script replies one integer (refund.lua,
+// settle.lua), not a list.
+func (k callKind) oneInt() bool { return k == kindRefund || k == kindSettle }
 
 func (c *call) reset() {
 	for i := range c.args {

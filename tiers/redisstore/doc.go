@@ -187,8 +187,9 @@
 //
 //   - Settle (quota.Settler) runs settle.lua: one call per slot (all the
 //     buckets on a standalone or Sentinel-managed Redis), each slot
-//     atomically, the slots' calls in one pipeline (as a Report's are), with the arithmetic memstore's Settle uses, debt
-//     included. A settlement is never retried: one that failed or timed
+//     atomically, sent through the batcher as takes are (unbatched, the
+//     slots' calls in one pipeline, as a Report's are), with the
+//     arithmetic memstore's Settle uses, debt included. A settlement is never retried: one that failed or timed
 //     out may or may not have been applied in its slot, never twice. A
 //     Settle of a negative cost is how units taken ahead and not spent go
 //     back (token bucket refilled to now, then capped at the capacity; a

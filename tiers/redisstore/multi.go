@@ -57,17 +57,21 @@ func newNodeScript(take string) script {
 
 // script returns the script c runs.
 func (c *call) script() script {
-	if c.kind == kindRefund {
+	switch c.kind {
+	case kindRefund:
 		return refundScript
+	case kindSettle:
+		return settleScript
 	}
 	return takeScript
 }
 
-// ownCmd returns the command of p's part or refund, sent as its own call:
-// its reply is integers (mode "p") or one integer (refund.lua).
+// ownCmd returns the command of p's part, refund or settlement, sent as
+// its own call: its reply is integers (mode "p") or one integer
+// (refund.lua, settle.lua).
 func (f *flusher) ownCmd(ctx context.Context, p *pending) redis.Cmder {
 	var cmd redis.Cmder
-	if p.c.kind == kindRefund {
+	if p.c.kind.oneInt() {
 		cmd = redis.NewIntCmd(ctx, p.c.args...)
 	} else {
 		cmd = redis.NewIntSliceCmd(ctx, p.c.args...)
@@ -78,12 +82,12 @@ func (f *flusher) ownCmd(ctx context.Context, p *pending) redis.Cmder {
 	return cmd
 }
 
-// runOwn sends p's part or refund alone, outside any pipeline, and writes
-// its answer to p.
+// runOwn sends p's part, refund or settlement alone, outside any
+// pipeline, and writes its answer to p.
 func (f *flusher) runOwn(ctx context.Context, p *pending) {
 	var err error
-	if p.c.kind == kindRefund {
-		p.other, err = runScript(ctx, f.client, p.c, refundScript, f.keyPos, redis.NewIntCmd)
+	if p.c.kind.oneInt() {
+		p.other, err = runScript(ctx, f.client, p.c, p.c.script(), f.keyPos, redis.NewIntCmd)
 	} else {
 		p.other, err = runScript(ctx, f.client, p.c, takeScript, f.keyPos, redis.NewIntSliceCmd)
 	}

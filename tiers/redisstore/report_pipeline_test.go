@@ -55,9 +55,10 @@ func (s *sends) take() (alone []string, pipes []int) {
 // round trip per master, instead of 40 calls sent one by one; every call
 // applies and charges its buckets. After SCRIPT FLUSH on every master,
 // each call of the pipeline is answered NOSCRIPT (it did not run) and goes
-// again on its own by EVAL, and applies once. A Settle over the 40 slots
-// (before the flush) is one pipeline of 40 settle.lua calls too, and gives
-// the units back.
+// again on its own by EVAL, and applies once. Before the flush, a Settle
+// over the 40 slots from an unbatched store is one pipeline of 40
+// settle.lua calls too; from the batched store (the default) its calls
+// join the flushers' batches, a few sends in all; the units come back.
 func TestClusterOnePipeline(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := cl.Client()
@@ -96,15 +97,34 @@ func TestClusterOnePipeline(t *testing.T) {
 		onePipeline(op.name)
 	}
 
-	back := make([]quota.Bucket, slots)
-	for i := range back {
-		back[i] = bs[i]
-		back[i].Cost = -int64(i + 1)
+	// Unbatched, a Settle's calls go in one pipeline; batched (the
+	// default), they join the flushers' batches, a few sends in all.
+	unbatched, err := redisstore.New(c, redisstore.WithBatching(0, 0))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := st.Settle(context.Background(), back, make([]quota.Result, slots)); err != nil {
-		t.Fatalf("Settle: %v", err)
+	settle := func(st *redisstore.Store, cost func(i int) int64) {
+		t.Helper()
+		sb := make([]quota.Bucket, slots)
+		for i := range sb {
+			sb[i] = bs[i]
+			sb[i].Cost = cost(i)
+		}
+		if err := st.Settle(context.Background(), sb, make([]quota.Result, slots)); err != nil {
+			t.Fatalf("Settle: %v", err)
+		}
 	}
-	onePipeline("Settle")
+	settle(unbatched, func(int) int64 { return 1 })
+	onePipeline("Settle, unbatched")
+	settle(st, func(i int) int64 { return -int64(i + 2) })
+	alone, pipes := h.take()
+	calls := len(alone)
+	for _, n := range pipes {
+		calls += n
+	}
+	if calls != slots || len(alone)+len(pipes) > 8 {
+		t.Fatalf("batched Settle over %d slots sent %v on their own and pipelines of %v; want its %d calls in at most 8 sends", slots, alone, pipes, slots)
+	}
 	for i := range bs {
 		read := bs[i]
 		read.Cost = 0
@@ -123,7 +143,7 @@ func TestClusterOnePipeline(t *testing.T) {
 	if err := st.Report(context.Background(), 7, 2, bs, res); err != nil {
 		t.Fatalf("Report after SCRIPT FLUSH: %v", err)
 	}
-	alone, pipes := h.take()
+	alone, pipes = h.take()
 	if len(alone) != slots || fmt.Sprint(pipes) != fmt.Sprint([]int{slots}) {
 		t.Fatalf("Report after SCRIPT FLUSH sent %d calls on their own and pipelines of %v; want a pipeline of %d, then each again by EVAL", len(alone), pipes, slots)
 	}
