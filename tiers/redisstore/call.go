@@ -62,6 +62,10 @@ const (
 	kindPre
 	kindRefund
 	kindSettle
+	// A report.lua call, of one slot or (kindReportNode) of several
+	// slots of one cluster node; never sent through the batcher.
+	kindReport
+	kindReportNode
 )
 
 // oneInt reports whether the call's script replies one integer (refund.lua,

@@ -47,7 +47,13 @@ end
 // newNodeScript returns take (take.lua, after log.lua) as nodeScript
 // (see nodeHead).
 func newNodeScript(take string) script {
-	s := newScript(nodeHead, take)
+	return crossSlot(newScript(nodeHead, take))
+}
+
+// crossSlot returns s flagged allow-cross-slot-keys (Redis 7): run on a
+// cluster node, it may reach keys of every slot the node serves, not only
+// its declared keys' slot.
+func crossSlot(s script) script {
 	s.src = "#!lua flags=allow-cross-slot-keys\n" + s.src
 	h := sha1.Sum([]byte(s.src))
 	s.sha = hex.EncodeToString(h[:])
@@ -62,6 +68,10 @@ func (c *call) script() script {
 		return refundScript
 	case kindSettle:
 		return settleScript
+	case kindReport:
+		return reportScript
+	case kindReportNode:
+		return reportNodeScript
 	}
 	return takeScript
 }

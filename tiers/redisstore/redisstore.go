@@ -65,6 +65,9 @@ type Store struct {
 	// beforeRefund, when set (tests), runs before the refunds of a denied
 	// multi-slot take are sent.
 	beforeRefund func()
+	// noNodeReport is set once a master could not run reportNodeScript
+	// (Redis older than 7): reports then go one call per slot.
+	noNodeReport atomic.Bool
 
 	pool sync.Pool // *call
 }
@@ -292,16 +295,18 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 			if err := load(ctx, c); err != nil {
 				return err
 			}
-			// nodeScript needs Redis 7 (script flags); older masters
-			// fail to load it, and the batcher then merges by slot.
+			// nodeScript and reportNodeScript need Redis 7 (script
+			// flags); older masters fail to load them, and the batcher
+			// then merges by slot, reports go per slot.
 			_ = c.ScriptLoad(ctx, nodeScript.src).Err()
+			_ = c.ScriptLoad(ctx, reportNodeScript.src).Err()
 			return nil
 		})
 	}
 	if c, ok := s.client.(*redis.Client); ok {
 		return load(ctx, c)
 	}
-	for _, sc := range []script{takeScript, nodeScript, refundScript, settleScript, reportScript} {
+	for _, sc := range []script{takeScript, nodeScript, refundScript, settleScript, reportScript, reportNodeScript} {
 		if err := s.client.ScriptLoad(ctx, sc.src).Err(); err != nil {
 			return fmt.Errorf("redisstore: SCRIPT LOAD: %w", err)
 		}
@@ -478,18 +483,18 @@ func runScript[C redis.Cmder](ctx context.Context, client redis.UniversalClient,
 	}
 }
 
-// runScripts sends the script calls cs in one pipeline, which a cluster
-// client splits by master (one round trip per master, not one per call),
-// and returns each call's command and error. A call answered NOSCRIPT (it
-// did not run) goes again by EVAL, and one refused while its slot moves
-// (TRYAGAIN) goes again, each on its own through runScript (which backs
-// off between refusals); no other failure is sent again (see once). A
-// single call goes on its own.
-func runScripts[C redis.Cmder](ctx context.Context, client redis.UniversalClient, cs []*call, sc script, keyPos int8, newCmd func(context.Context, ...any) C) ([]C, []error) {
+// runScripts sends the script calls cs (each running c.script()) in one
+// pipeline, which a cluster client splits by master (one round trip per
+// master, not one per call), and returns each call's command and error.
+// A call answered NOSCRIPT (it did not run) goes again by EVAL, and one
+// refused while its slot moves (TRYAGAIN) goes again, each on its own
+// through runScript (which backs off between refusals); no other failure
+// is sent again (see once). A single call goes on its own.
+func runScripts[C redis.Cmder](ctx context.Context, client redis.UniversalClient, cs []*call, keyPos int8, newCmd func(context.Context, ...any) C) ([]C, []error) {
 	cmds := make([]C, len(cs))
 	errs := make([]error, len(cs))
 	if len(cs) == 1 {
-		cmds[0], errs[0] = runScript(ctx, client, cs[0], sc, keyPos, newCmd)
+		cmds[0], errs[0] = runScript(ctx, client, cs[0], cs[0].script(), keyPos, newCmd)
 		return cmds, errs
 	}
 	pipe := client.Pipeline()
@@ -506,6 +511,7 @@ func runScripts[C redis.Cmder](ctx context.Context, client redis.UniversalClient
 		err := cmds[j].Err()
 		switch {
 		case isNoScript(err) || refused(err):
+			sc := c.script()
 			if isNoScript(err) {
 				c.args[0], c.args[1] = "eval", sc.srcArg
 			}

@@ -14,7 +14,13 @@ import (
 //go:embed report.lua
 var reportSrc string
 
-var reportScript = newScript(logSrc, stateSrc, reportSrc)
+// reportScript runs report.lua over one call's keys, all in one slot;
+// reportNodeScript runs the calls of several slots of one cluster node
+// at once (Redis 7's allow-cross-slot-keys; see report.lua's end).
+var (
+	reportScript     = newScript("local NODE = false\n", logSrc, stateSrc, reportSrc)
+	reportNodeScript = crossSlot(newScript("local NODE = true\n", logSrc, stateSrc, reportSrc))
+)
 
 var _ quota.Reporter = (*Store)(nil)
 
@@ -40,11 +46,12 @@ const maxReportCall = 256
 // to its first bucket's key (the key, ":rc:", the instance and seq in
 // hex: in that key's cluster slot) for quota.ReportRecordTTL, as "1" or
 // with what each bucket could not be charged. Time is Redis TIME, or the
-// WithClock time. One script call per cluster slot (each atomic and
-// recorded on its own; every key needs a hash tag, as package tiers
-// writes them, else the call is refused) and per 256 buckets, all in one
-// pipeline (one round trip per master); the results of the calls that
-// succeeded are filled when others fail. A call is never
+// WithClock time. One call per cluster slot (each atomic and recorded on
+// its own; every key needs a hash tag, as package tiers writes them, else
+// the call is refused) and per 256 buckets; on a Cluster the calls of one
+// master go as one script call (Redis 7; per slot on older masters), and
+// all of them in one pipeline: one round trip per master. The results of
+// the calls that succeeded are filled when others fail. A call is never
 // retried here: one that failed may or may not have been applied, which
 // Resolve, with the same buckets in the same order, tells. Bad input is
 // refused with quota.ValidateReport's error before any round trip.
@@ -107,33 +114,148 @@ func (s *Store) reportCalls(ctx context.Context, mode any, instance, seq uint64,
 		}
 	}
 	// The calls go at once, in one pipeline when there are several (see
-	// runScripts): one round trip per master, not one per slot. Each is
+	// runScripts), on a cluster each master's merged into one (see
+	// reportNodes): one round trip per master, not one per slot. Each is
 	// still atomic and recorded on its own.
 	cs := make([]*call, len(calls))
 	for j, idx := range calls {
 		c := s.pool.Get().(*call)
 		c.now, c.fixed = now, fixed
 		c.buildReport(s.prefix, mode, instance, seq, buckets, idx, s.minArg, s.cluster != nil)
+		c.kind = kindReport
 		cs[j] = c
 	}
-	cmds, errs := runScripts(ctx, s.client, cs, reportScript, s.keyPos(), redis.NewIntSliceCmd)
-	for j, c := range cs {
-		errs[j] = reportResult(mode, cmds[j], errs[j], buckets, calls[j], res)
-		s.release(c)
+	defer func() {
+		for _, c := range cs {
+			s.release(c)
+		}
+	}()
+	errs := make([]error, len(calls))
+	if s.cluster != nil && len(cs) > 1 && !s.noNodeReport.Load() {
+		s.reportNodes(ctx, mode, buckets, calls, cs, res, errs)
+	} else {
+		cmds, cerrs := runScripts(ctx, s.client, cs, s.keyPos(), redis.NewIntSliceCmd)
+		for j := range cs {
+			errs[j] = reportResult(mode, cmds[j].Val(), cerrs[j], buckets, calls[j], res)
+		}
 	}
 	return errors.Join(errs...)
 }
 
+// reportNodes sends the report.lua calls cs (of the buckets calls[j]) of
+// a Report or Resolve on a cluster with the calls of each master merged
+// into node calls (reportNodeScript, up to maxNodeKeys keys each), one
+// script call per master instead of one per slot, and writes each call's
+// results and error (errs[j]). A node call that meets a key its master no
+// longer serves (a slot moved since the client read the slot map) fails
+// before it wrote anything, and where Redis cannot run reportNodeScript
+// (older than 7) it fails to compile: either way its calls go again on
+// their own, in a second pipeline, following the redirections.
+func (s *Store) reportNodes(ctx context.Context, mode any, buckets []quota.Bucket, calls [][]int, cs []*call, res []quota.ReportResult, errs []error) {
+	type send struct {
+		c       *call
+		members []int // indexes into cs; one: c is that call
+		keys    int
+	}
+	var sends []send
+	open := map[*redis.Client]int{} // a master's node call still taking members
+	for j, c := range cs {
+		m, err := s.cluster.MasterForKey(ctx, c.args[keysAt].(string))
+		if err != nil {
+			sends = append(sends, send{c: c, members: []int{j}})
+			continue
+		}
+		if k, ok := open[m]; ok && sends[k].keys+c.n+1 <= maxNodeKeys {
+			sends[k].members = append(sends[k].members, j)
+			sends[k].keys += c.n + 1
+			continue
+		}
+		open[m] = len(sends)
+		sends = append(sends, send{c: c, members: []int{j}, keys: c.n + 1})
+	}
+	sent := make([]*call, len(sends))
+	for k := range sends {
+		if len(sends[k].members) > 1 {
+			sends[k].c = buildReportNode(cs, sends[k].members)
+		}
+		sent[k] = sends[k].c
+	}
+	cmds, cerrs := runScripts(ctx, s.client, sent, s.keyPos(), redis.NewIntSliceCmd)
+	var again []int // calls of node calls that go again on their own
+	for k, sd := range sends {
+		err := cerrs[k]
+		if len(sd.members) == 1 {
+			j := sd.members[0]
+			errs[j] = reportResult(mode, cmds[k].Val(), err, buckets, calls[j], res)
+			continue
+		}
+		if notLocal(err) || noNodeScript(err) {
+			if noNodeScript(err) {
+				s.noNodeReport.Store(true)
+			} else {
+				s.cluster.ReloadState(ctx)
+			}
+			again = append(again, sd.members...)
+			continue
+		}
+		vals := cmds[k].Val()
+		for _, j := range sd.members {
+			var part []int64
+			if err == nil {
+				if len(vals) == 0 || vals[0] < 0 || int(vals[0]) >= len(vals) {
+					err = fmt.Errorf("redisstore: report.lua replied %d values to a node call of %d calls", len(cmds[k].Val()), len(sd.members))
+				} else {
+					part, vals = vals[1:1+vals[0]], vals[1+vals[0]:]
+				}
+			}
+			errs[j] = reportResult(mode, part, err, buckets, calls[j], res)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	acs := make([]*call, len(again))
+	for a, j := range again {
+		acs[a] = cs[j]
+	}
+	cmds, cerrs = runScripts(ctx, s.client, acs, s.keyPos(), redis.NewIntSliceCmd)
+	for a, j := range again {
+		errs[j] = reportResult(mode, cmds[a].Val(), cerrs[a], buckets, calls[j], res)
+	}
+}
+
+// buildReportNode returns the node call of the report.lua calls
+// cs[members], all of one cluster node (see report.lua's end):
+//
+//	EVALSHA sha 1 routekey now minttl recordttl mode G (n key... record buckets)...
+//
+// Its declared key, which routes it, is the first call's record key.
+func buildReportNode(cs []*call, members []int) *call {
+	first := cs[members[0]]
+	n0 := first.n
+	nc := &call{kind: kindReportNode}
+	nc.args = append(nc.args, "evalsha", reportNodeScript.shaArg, "1", string(first.bufs[n0+1].b))
+	// now, minttl, recordttl, mode: the same in every call of a Report
+	nc.args = append(nc.args, first.args[4+n0:8+n0]...)
+	nc.args = append(nc.args, strconv.Itoa(len(members)))
+	for _, j := range members {
+		c := cs[j]
+		nc.args = append(nc.args, strconv.Itoa(c.n))
+		nc.args = append(nc.args, c.args[3:3+c.n+1]...) // the keys, then the record key
+		nc.args = append(nc.args, c.args[8+c.n])
+	}
+	return nc
+}
+
 // reportResult fills res for the buckets idx of one report.lua call from
-// its reply (cmd) or returns its error (err).
-func reportResult(mode any, cmd *redis.IntSliceCmd, err error, buckets []quota.Bucket, idx []int, res []quota.ReportResult) error {
+// its reply (out) or returns its error (err).
+func reportResult(mode any, out []int64, err error, buckets []quota.Bucket, idx []int, res []quota.ReportResult) error {
 	if err != nil {
 		if mode == modeResolve {
 			return fmt.Errorf("redisstore: Resolve: %w", err)
 		}
 		return fmt.Errorf("redisstore: Report (not retried; it may or may not have been applied: see Resolve): %w", err)
 	}
-	out := cmd.Val()
 	switch {
 	case len(out) == 1 && out[0] == 0: // not applied
 		return nil

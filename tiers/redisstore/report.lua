@@ -56,35 +56,8 @@
 -- so that the call, if it reaches Redis later, changes nothing; reply
 -- {0}.
 
-local n = #KEYS - 1
-local rk = KEYS[n + 1]
 local recttl = ARGV[3]
-
-if ARGV[4] == 'v' then
-  local r = call('GET', rk)
-  if not r then
-    call('SET', rk, '0', 'PX', recttl)
-    return {0}
-  end
-  if r == '0' then return {0} end
-  if r == '1' then return {1} end
-  local out = {1}
-  local pos = 1
-  for i = 1, #r / 8 do
-    out[i + 1], pos = sunpack('<d', r, pos)
-  end
-  return out
-end
-
-local x = ARGV[5]
-local m, pos = sunpack('<d', x)
-if m ~= n or #x ~= 8 + 57 * n then
-  error('report.lua: the buckets argument has ' .. #x .. ' bytes for ' .. m .. ' buckets and ' .. n .. ' state keys')
-end
-
--- the call's record and the states, in one read
-local vals = call('MGET', rk, unpack(KEYS, 1, n))
-if vals[1] then return {0} end
+local resolve = ARGV[4] == 'v'
 
 local function floor0(y)
   if y > 0 then return y - y % 1 end
@@ -166,73 +139,143 @@ local function chargeWindow(alg, k, v, N, P, u, a, s0, s1)
   return c, rem
 end
 
-local out = {1}
-local owed -- per bucket, once one is not charged in full
-for i = 1, n do
-  local alg, N, P, B, u, a, s0, s1
-  alg, N, P, B, u, a, s0, s1, pos = sunpack('<Bddddddd', x, pos)
-  local k = KEYS[i]
-  local v = vals[i + 1]
-  local c, rem
-  if alg ~= TOKEN_BUCKET and alg ~= GCRA then
-    c, rem = chargeWindow(alg, k, v, N, P, u, a, s0, s1)
-  elseif alg == TOKEN_BUCKET then
-    local e0, tokens, ts = 0, B, now
-    local live = v and #v == 24
-    if live then e0, tokens, ts = sunpack('<ddd', v) end
-    local elapsed = now - ts
-    if elapsed < 0 then elapsed = 0 end
-    local t = tokens + (elapsed * N) / P
-    if t < B then tokens = t else tokens = B end
-    if u < 0 then c = u -- given back whole, as settle.lua does
-    else
-      c = floor0(tokens)
-      if u < c then c = u end
-    end
-    local t1 = tokens - c
-    if t1 > B then t1 = B end
-    rem = floor0(t1)
-    if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, t1, now, nil, ceil(((B - t1) * P) / N)) end
-  else -- GCRA
-    local em = P / N
-    local sl = SLACK -- at most half an emission interval
-    if em / 2 < sl then sl = em / 2 end
-    local tol = B * em + sl
-    local t = now - EPOCH
-    local e0, tat = 0, t
-    local live = v and #v == 16
-    if live then e0, tat = sunpack('<dd', v) end
-    local tat1
-    if u < 0 then -- given back whole, as settle.lua does
-      c = u
-      tat1 = tat + c * em
-      if tat1 < t then tat1 = t end
-    else
-      if t > tat then tat = t end
-      local left = floor0((tol - (tat - t)) / em)
-      c = left
-      if u < c then c = u end
-      while c > 0 and tat + c * em - t > tol do
-        c = c - 1
-        if left < c then c = left end
-      end
-      tat1 = tat + c * em
-    end
-    rem = floor0((tol - (tat1 - t)) / em)
-    if c > 0 or (c < 0 and live) then put(k, '<dd', e0, tat1, nil, nil, ceil(tat1 - t)) end
+-- resolve1 resolves one call from its record r (read first: GET rk).
+local function resolve1(rk, r)
+  if not r then
+    call('SET', rk, '0', 'PX', recttl)
+    return {0}
   end
-  if c ~= u and not owed then
-    owed = {}
-    for j = 1, i - 1 do owed[j] = 0 end
+  if r == '0' then return {0} end
+  if r == '1' then return {1} end
+  local out = {1}
+  local pos = 1
+  for i = 1, #r / 8 do
+    out[i + 1], pos = sunpack('<d', r, pos)
   end
-  if owed then owed[i] = u - c end
-  out[2 * i], out[2 * i + 1] = c, rem
+  return out
 end
-if owed then
-  local parts = {}
-  for i = 1, n do parts[i] = pack('<d', owed[i]) end
-  call('SET', rk, table.concat(parts), 'PX', recttl)
-else
-  call('SET', rk, '1', 'PX', recttl)
+
+-- report1 charges one call: K[1..n] its state keys, rk its record key, x
+-- its buckets argument, vals its record and states (read first: MGET rk
+-- and K).
+local function report1(K, n, rk, x, vals)
+  if vals[1] then return {0} end
+  local m, pos = sunpack('<d', x)
+  if m ~= n or #x ~= 8 + 57 * n then
+    error('report.lua: the buckets argument has ' .. #x .. ' bytes for ' .. m .. ' buckets and ' .. n .. ' state keys')
+  end
+  local out = {1}
+  local owed -- per bucket, once one is not charged in full
+  for i = 1, n do
+    local alg, N, P, B, u, a, s0, s1
+    alg, N, P, B, u, a, s0, s1, pos = sunpack('<Bddddddd', x, pos)
+    local k = K[i]
+    local v = vals[i + 1]
+    local c, rem
+    if alg ~= TOKEN_BUCKET and alg ~= GCRA then
+      c, rem = chargeWindow(alg, k, v, N, P, u, a, s0, s1)
+    elseif alg == TOKEN_BUCKET then
+      local e0, tokens, ts = 0, B, now
+      local live = v and #v == 24
+      if live then e0, tokens, ts = sunpack('<ddd', v) end
+      local elapsed = now - ts
+      if elapsed < 0 then elapsed = 0 end
+      local t = tokens + (elapsed * N) / P
+      if t < B then tokens = t else tokens = B end
+      if u < 0 then c = u -- given back whole, as settle.lua does
+      else
+        c = floor0(tokens)
+        if u < c then c = u end
+      end
+      local t1 = tokens - c
+      if t1 > B then t1 = B end
+      rem = floor0(t1)
+      if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, t1, now, nil, ceil(((B - t1) * P) / N)) end
+    else -- GCRA
+      local em = P / N
+      local sl = SLACK -- at most half an emission interval
+      if em / 2 < sl then sl = em / 2 end
+      local tol = B * em + sl
+      local t = now - EPOCH
+      local e0, tat = 0, t
+      local live = v and #v == 16
+      if live then e0, tat = sunpack('<dd', v) end
+      local tat1
+      if u < 0 then -- given back whole, as settle.lua does
+        c = u
+        tat1 = tat + c * em
+        if tat1 < t then tat1 = t end
+      else
+        if t > tat then tat = t end
+        local left = floor0((tol - (tat - t)) / em)
+        c = left
+        if u < c then c = u end
+        while c > 0 and tat + c * em - t > tol do
+          c = c - 1
+          if left < c then c = left end
+        end
+        tat1 = tat + c * em
+      end
+      rem = floor0((tol - (tat1 - t)) / em)
+      if c > 0 or (c < 0 and live) then put(k, '<dd', e0, tat1, nil, nil, ceil(tat1 - t)) end
+    end
+    if c ~= u and not owed then
+      owed = {}
+      for j = 1, i - 1 do owed[j] = 0 end
+    end
+    if owed then owed[i] = u - c end
+    out[2 * i], out[2 * i + 1] = c, rem
+  end
+  if owed then
+    local parts = {}
+    for i = 1, n do parts[i] = pack('<d', owed[i]) end
+    call('SET', rk, table.concat(parts), 'PX', recttl)
+  else
+    call('SET', rk, '1', 'PX', recttl)
+  end
+  return out
+end
+
+-- read returns what a call reads before anything is written: its record
+-- (resolve), or its record and its states, in one read (report).
+local function read(K, n, rk)
+  if resolve then return call('GET', rk) end
+  return call('MGET', rk, unpack(K, 1, n))
+end
+
+-- run resolves or charges one call from what read returned.
+local function run(K, n, rk, x, vals)
+  if resolve then return resolve1(rk, vals) end
+  return report1(K, n, rk, x, vals)
+end
+
+if not NODE then
+  local n = #KEYS - 1
+  local rk = KEYS[n + 1]
+  return run(KEYS, n, rk, ARGV[5], read(KEYS, n, rk))
+end
+
+-- A node call (reportNodeScript): the calls of several slots of one
+-- cluster node. Its one declared key routes it; ARGV[5] is the number of
+-- calls G, then per call its number of state keys n, its keys, its record
+-- key and its buckets argument. Every call's record and states are read
+-- before anything is written, so a key of a slot the node no longer
+-- serves fails the whole call before it changed anything. Reply: per
+-- call, the length of its reply, then its reply.
+local G, o = tonumber(ARGV[5]), 6
+local calls = {}
+for g = 1, G do
+  local n = tonumber(ARGV[o])
+  local K = {unpack(ARGV, o + 1, o + n)}
+  local rk = ARGV[o + n + 1]
+  calls[g] = {K, n, rk, ARGV[o + n + 2], read(K, n, rk)}
+  o = o + n + 3
+end
+local out = {}
+for g = 1, G do
+  local c = calls[g]
+  local r = run(c[1], c[2], c[3], c[4], c[5])
+  out[#out + 1] = #r
+  for i = 1, #r do out[#out + 1] = r[i] end
 end
 return out

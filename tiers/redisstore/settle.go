@@ -110,7 +110,7 @@ func (s *Store) settleSlots(ctx context.Context, buckets []quota.Bucket, idx []i
 			errs[g] = out[g].err
 		}
 	} else {
-		_, errs = runScripts(ctx, s.client, cs, settleScript, s.keyPos(), redis.NewIntCmd)
+		_, errs = runScripts(ctx, s.client, cs, s.keyPos(), redis.NewIntCmd)
 	}
 	for g, c := range cs {
 		if errs[g] != nil {
