@@ -27,15 +27,7 @@ import (
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Start(b)
 	admin := srv.Client()
-	plain, err := redisstore.New(srv.NewClient(), redisstore.WithBatching(0, 0))
-	if err != nil {
-		b.Fatal(err)
-	}
-	def, err := redisstore.New(srv.NewClient())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = def.Close() })
+	plain, def := plainAndDefault(b, srv)
 	batched, err := redisstore.New(srv.NewClient(), redisstore.WithBatching(4, 64))
 	if err != nil {
 		b.Fatal(err)
@@ -109,6 +101,21 @@ func BenchmarkTake(b *testing.B) {
 			})
 		}
 	}
+}
+
+// plainAndDefault returns two stores on srv, each with a client of its
+// own: one unbatched (WithBatching(0, 0)) and one with the defaults.
+func plainAndDefault(b *testing.B, srv *redistest.Server) (plain, def *redisstore.Store) {
+	plain, err := redisstore.New(srv.NewClient(), redisstore.WithBatching(0, 0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	def, err = redisstore.New(srv.NewClient())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = def.Close() })
+	return plain, def
 }
 
 // clusterCPU returns the CPU time the cluster's masters have used, summed
@@ -300,15 +307,7 @@ func BenchmarkTakeSpread(b *testing.B) {
 func BenchmarkSettle(b *testing.B) {
 	srv := redistest.Start(b)
 	admin := srv.Client()
-	plain, err := redisstore.New(srv.NewClient(), redisstore.WithBatching(0, 0))
-	if err != nil {
-		b.Fatal(err)
-	}
-	def, err := redisstore.New(srv.NewClient())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = def.Close() })
+	plain, def := plainAndDefault(b, srv)
 	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}
 	const principals = 10_000
 	keys := make([]string, principals)
