@@ -190,6 +190,19 @@ func (r *refusing) Take(ctx context.Context, b []quota.Bucket, res []quota.Resul
 
 func (r *refusing) Unwrap() quota.Store { return r.Reporter }
 
+// admitWhileDown takes b n times from s while led refuses every take,
+// failing the test unless the fallback allows each locally.
+func admitWhileDown(t *testing.T, led *refusing, s quota.Store, b quota.Bucket, n int) {
+	t.Helper()
+	led.down.Store(true)
+	defer led.down.Store(false)
+	for i := range n {
+		if ok, res := take(t, s, b); !ok || res[0].Source != floodgate.SourceLocalFallback {
+			t.Fatalf("take %d: %v %+v, want allowed locally by the fallback", i, ok, res[0])
+		}
+	}
+}
+
 // TestCloseWithTheBreakerOpen: Close sends nothing to a primary the
 // breaker holds open, and says so.
 func TestCloseWithTheBreakerOpen(t *testing.T) {
@@ -202,13 +215,7 @@ func TestCloseWithTheBreakerOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := tokenBucket("close:open", 1, 10, time.Hour, quota.FailLocal)
-	led.down.Store(true)
-	for i := range 3 {
-		if ok, res := take(t, s, b); !ok || res[0].Source != floodgate.SourceLocalFallback {
-			t.Fatalf("take %d: %v %+v, want allowed locally", i, ok, res[0])
-		}
-	}
-	led.down.Store(false)
+	admitWhileDown(t, led, s, b, 3)
 	err = s.Close(context.Background())
 	if want := "fallback: Close: 3 units owed over 1 keys not handed over to the primary: the breaker is open"; err == nil || err.Error() != want {
 		t.Fatalf("Close: %v, want %q", err, want)
@@ -235,13 +242,7 @@ func TestCloseUnderLocalFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := tokenBucket("close:lf", 1, 10, time.Hour, quota.FailLocal)
-	led.down.Store(true)
-	for i := range 3 {
-		if ok, res := take(t, lf, b); !ok || res[0].Source != floodgate.SourceLocalFallback {
-			t.Fatalf("take %d: %v %+v, want allowed locally by the fallback", i, ok, res[0])
-		}
-	}
-	led.down.Store(false)
+	admitWhileDown(t, led, lf, b, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := lf.Close(ctx); err != nil {
