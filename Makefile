@@ -9,7 +9,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 SUBMODULES  := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
 FUZZTIME    ?= 20s
 
-.PHONY: all deps test vet lint unit bench bench-peers bench-grpc bench-cluster rls-diff fuzz demo demo-screenshot demo-busy proto clean
+.PHONY: all deps test test-fast test-race test-alloc test-system vet lint bench bench-peers bench-grpc bench-cluster rls-diff fuzz demo demo-screenshot demo-busy proto clean
 
 all: test
 
@@ -23,30 +23,41 @@ deps:
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { echo "make deps: redis-server/redis-cli still missing" >&2; exit 1; }
 	@[ -x "$(STATICCHECK)" ] || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-## test: vet, staticcheck and the race-enabled tests of every module.
-test: deps vet lint unit
+## test: everything CI runs: vet and staticcheck (the system tier's files
+## too), the fast tier under the race detector, the allocation tests
+## without it, then the system tier (CONTRIBUTING.md, "Two tiers of tests").
+test: deps vet lint test-race test-alloc test-system
+
+## test-fast: the fast tier, what a contributor runs while working: go test
+## ./... in every module, each benchmark once. Same as `go test ./...` in
+## one module.
+test-fast:
+	GO=$(GO) ./scripts/test.sh fast
+
+## test-race: the fast tier under the race detector, packages side by side.
+test-race:
+	GO=$(GO) ./scripts/test.sh race
+
+## test-alloc: the allocation tests without the race detector (under it
+## sync.Pool drops items at random, so they skip), in their packages only.
+test-alloc:
+	GO=$(GO) ./scripts/test.sh alloc
+
+## test-system: the system tier (*_system_test.go, build tag system): tests
+## that measure time on real processes (fleets of processes, Redis killed
+## and paused, the demo's report, overload rows, the differential test
+## against envoyproxy/ratelimit), one package at a time.
+test-system: deps
+	GO=$(GO) ./scripts/test.sh system
 
 vet:
-	$(GO) vet ./...
-	@for m in $(SUBMODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
+	./scripts/test.sh check
+	$(GO) vet -tags system ./...
+	@for m in $(SUBMODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet -tags system ./...) || exit 1; done
 
 lint: deps
-	$(STATICCHECK) ./...
-	@for m in $(SUBMODULES); do echo "staticcheck ($$m)"; (cd $$m && $(STATICCHECK) ./...) || exit 1; done
-
-# Tests run one package at a time (-p 1): many of them measure time on
-# real processes (fallback's live tests keep a redis-server busy or
-# paused, the demo's report tests need its breaker to open within a kill
-# window, overload's shedder rows, fleetacc's fleets of processes), and
-# run two packages at once on a 2-core machine they starve each other: a
-# CI run failed the demo's Redis-kill report with its requests' median at
-# 2.4 s (25 ms alone), another overload's critical-call target while
-# fleetacc's 8-process runs ran beside it.
-unit:
-	$(GO) test -race -count=1 -p 1 ./...
-	@echo "allocation tests without -race (its sync.Pool drops items at random, so they skip under it)"
-	$(GO) test -count=1 -run 'Alloc|TestSkippedRules' ./...
-	@for m in $(SUBMODULES); do echo "go test ($$m)"; (cd $$m && $(GO) test -race -count=1 -p 1 ./...) || exit 1; done
+	$(STATICCHECK) -tags system ./...
+	@for m in $(SUBMODULES); do echo "staticcheck ($$m)"; (cd $$m && $(STATICCHECK) -tags system ./...) || exit 1; done
 
 ## bench: the library's micro-benchmarks.
 bench:
