@@ -36,15 +36,16 @@ const yamlSearchBudget = 4 << 20
 // line where the problem is (see above).
 func syntaxError(data []byte, err error) *Error {
 	e := yamlError(err)
-	e.Line = syntaxLine(data, e.Msg, e.Line)
+	e.Line = syntaxLine(data, e.Msg, e.Line, prefixFails)
 	return e
 }
 
 // syntaxLine returns the first line k, from reported on, such that the
 // first document of data up to the end of line k fails with msg (a
 // yamlError message; the whole of data does), or reported when the budget
-// runs out or no such line is found.
-func syntaxLine(data []byte, msg string, reported int) int {
+// runs out or no such line is found. It asks prefixFails (which tests
+// count the calls of) whether a prefix fails with msg.
+func syntaxLine(data []byte, msg string, reported int, prefixFails func(prefix []byte, msg string) bool) int {
 	var ends []int // ends[k-1]: the offset just past line k
 	for off := 0; off < len(data); {
 		nl := bytes.IndexByte(data[off:], '\n')
