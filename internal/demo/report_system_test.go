@@ -1,3 +1,5 @@
+//go:build system
+
 package demo_test
 
 import (
@@ -195,18 +197,21 @@ func heights(t *testing.T, area *node, n int) []float64 {
 // panel with no partial bucket, local decisions in the source chart during
 // the fault window (and none before it), the breaker open in that window,
 // markers for the scenario's events and the fault, and captions whose
-// numbers are the run's counts.
+// numbers are the run's counts. A system test: the kill is real and the
+// breaker opens on real time. Its bounds hold on a loaded machine because
+// they compare the fault window with the time before it in the same run:
+// while the breaker is open every call that asks Redis is decided without
+// it however slowly it runs, so most of the window is (at least half,
+// and 20 points more than before the kill, when only calls slower than
+// the 50 ms budget are).
 func TestReportOfRedisKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives load for several seconds")
-	}
 	fault, err := demo.ParseFault("kill@3.5s:1.5s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var progress bytes.Buffer
 	begin := time.Now()
-	rep, err := demo.Run(context.Background(), demo.Config{Duration: 6 * time.Second, Fault: &fault, Progress: &progress})
+	rep, err := demo.Run(context.Background(), demo.Config{Duration: 6 * time.Second, Fault: &fault, Progress: &progress, SkipCompare: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +227,7 @@ func TestReportOfRedisKill(t *testing.T) {
 	if strings.Contains(progress.String(), "redis:") || strings.Contains(progress.String(), "WARN") {
 		t.Errorf("library or go-redis log lines in the progress output:\n%s", progress.String())
 	}
-	checkReport(t, rep)
+	checkReport(t, rep, false)
 
 	var page bytes.Buffer
 	if err := rep.WriteHTML(&page); err != nil {
