@@ -46,6 +46,7 @@ func (w waves) wave(n int, lat time.Duration, o floodgate.Outcome) {
 // drain does not count), and its mean becomes the least latency. Then the
 // capacity is restored.
 func TestAdaptiveCapacityProbe(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s := newAdaptiveShedder(t, clk, 40, shedder.AdaptiveCapacity{Min: 1, Max: 100, MinSamples: 6, Probe: time.Second})
 	w := waves{t, s, clk, 100 * time.Millisecond}
@@ -82,6 +83,7 @@ func TestAdaptiveCapacityProbe(t *testing.T) {
 // ignored request nothing. A window whose drops push its mean latency past
 // Tolerance x the least is an overload.
 func TestAdaptiveCapacityOutcomes(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s := newAdaptiveShedder(t, clk, 40, shedder.AdaptiveCapacity{Min: 1, Max: 100, MinSamples: 5})
 	w := waves{t, s, clk, 100 * time.Millisecond}
@@ -110,6 +112,7 @@ func TestAdaptiveCapacityOutcomes(t *testing.T) {
 // floodgate.Ignored: no latency sample, however many and however fast
 // (the control, the same requests reported as successes, closes windows).
 func TestAdaptiveCapacityChainDenialIsNoSample(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		windows int64
@@ -142,6 +145,7 @@ func TestAdaptiveCapacityChainDenialIsNoSample(t *testing.T) {
 // Reconfigure switches between fixed and adaptive capacity and changes the
 // thresholds at run time; a configuration Check rejects changes nothing.
 func TestShedderReconfigure(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s, err := shedder.New(100, shedder.WithClock(clk))
 	if err != nil {
@@ -206,6 +210,7 @@ func TestShedderReconfigure(t *testing.T) {
 }
 
 func TestAdaptiveCapacityOptionErrors(t *testing.T) {
+	t.Parallel()
 	_, err := shedder.New(10, shedder.WithAdaptiveCapacity(shedder.AdaptiveCapacity{
 		Min: -1, Window: -1, MinSamples: -1, History: -1, Probe: -1, Tolerance: 1, Headroom: 0.5, Growth: 2, Backoff: 0.3, CPUTarget: 0.5,
 	}), shedder.WithCPU(nil))

@@ -17,6 +17,7 @@ import (
 // gate's start: a test request was admitted at an in-flight count where a
 // write was shed.
 func TestNoInversionInBandDefaults(t *testing.T) {
+	t.Parallel()
 	s, err := shedder.New(2)
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +40,7 @@ func TestNoInversionInBandDefaults(t *testing.T) {
 // (WithHysteresis(0.2, 0)) at capacity 100: write's stop (70) lies below
 // read's start (80).
 func TestNoInversionInBand(t *testing.T) {
+	t.Parallel()
 	s, err := shedder.New(100, shedder.WithHysteresis(0.2, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +64,7 @@ func TestNoInversionInBand(t *testing.T) {
 // expire while a write's had not, and reads were admitted while writes
 // were shed (default thresholds, capacity 100).
 func TestNoInversionInHold(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s, err := shedder.New(100, shedder.WithClock(clk), shedder.WithHysteresis(0.05, time.Second))
 	if err != nil {
@@ -91,6 +94,7 @@ func TestNoInversionInHold(t *testing.T) {
 // flight; when their Dones close a window it must not publish its learnt
 // capacity over the fixed one (it did: 100 became 20).
 func TestReconfigureFixedStaysFixed(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s, err := shedder.New(10, shedder.WithClock(clk),
 		shedder.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: 1, Max: 1000, Window: time.Millisecond, MinSamples: 1}))
@@ -127,6 +131,7 @@ func TestReconfigureFixedStaysFixed(t *testing.T) {
 // accepted, and its float64 estimate converted back to int64 became
 // negative, shedding everything non-critical.
 func TestCapacityBeyondMaxRefused(t *testing.T) {
+	t.Parallel()
 	a := shedder.AdaptiveCapacity{Min: 1, Max: math.MaxInt64}
 	if _, err := shedder.New(10, shedder.WithAdaptiveCapacity(a)); err == nil || !strings.Contains(err.Error(), "WithAdaptiveCapacity: max: ") {
 		t.Errorf("adaptive Max MaxInt64: %v, want an error naming max", err)

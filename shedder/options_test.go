@@ -13,6 +13,7 @@ import (
 // Every bad argument or option makes its constructor return an error that
 // names it ("shedder: <Option>: …"), and no value.
 func TestConstructorErrors(t *testing.T) {
+	t.Parallel()
 	newShedder := func(capacity int64, opts ...shedder.Option) func() error {
 		return func() error {
 			s, err := shedder.New(capacity, opts...)
@@ -51,6 +52,7 @@ func TestConstructorErrors(t *testing.T) {
 
 // A constructor reports every bad option at once.
 func TestConstructorJoinsErrors(t *testing.T) {
+	t.Parallel()
 	_, err := shedder.New(0, shedder.WithRetryAfter(0), nil, shedder.WithPolicy(""))
 	for _, want := range []string{"capacity 0", "WithRetryAfter", "nil Option", "WithPolicy"} {
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -68,6 +68,7 @@ var classes = []floodgate.Priority{floodgate.PriorityTest, floodgate.PriorityRea
 // 0 to 120: test is shed from 70, read from 80, write from 90, critical
 // never.
 func TestShedOrderRisingLoad(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s, err := shedder.New(100, shedder.WithClock(clk))
 	if err != nil {
@@ -110,6 +111,7 @@ func TestShedOrderRisingLoad(t *testing.T) {
 }
 
 func TestShedDecision(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s, err := shedder.New(100, shedder.WithClock(clk), shedder.WithRetryAfter(3*time.Second))
 	if err != nil {
@@ -140,6 +142,7 @@ func TestShedDecision(t *testing.T) {
 // PriorityUnspecified is treated as the default priority: write unless
 // configured.
 func TestDefaultPriority(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		opts []shedder.Option
 		want floodgate.Priority
@@ -166,6 +169,7 @@ func TestDefaultPriority(t *testing.T) {
 }
 
 func TestInvalidPriorityUsesDefaultAndSaysSo(t *testing.T) {
+	t.Parallel()
 	s, err := shedder.New(10)
 	if err != nil {
 		t.Fatal(err)
@@ -203,6 +207,7 @@ func transitions(t *testing.T, s *shedder.Shedder, clk *clock.Fake, p floodgate.
 // hysteresis the test class flaps on every swing; with the default
 // hysteresis (band 5, hold 1s) it starts being shed once and stays shed.
 func TestNoFlappingAroundThreshold(t *testing.T) {
+	t.Parallel()
 	var levels []int
 	for range 20 {
 		levels = append(levels, 71, 68)
@@ -231,6 +236,7 @@ func TestNoFlappingAroundThreshold(t *testing.T) {
 
 // Shedding stops only below threshold - band AND after the hold.
 func TestHysteresisRecovery(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s, err := shedder.New(100, shedder.WithClock(clk), shedder.WithHysteresis(0.05, time.Second))
 	if err != nil {
@@ -272,6 +278,7 @@ func TestHysteresisRecovery(t *testing.T) {
 // A tiny capacity, where the band would swallow the whole threshold, still
 // recovers once nothing is in flight.
 func TestTinyCapacityRecovers(t *testing.T) {
+	t.Parallel()
 	s, err := shedder.New(1)
 	if err != nil {
 		t.Fatal(err)
@@ -293,6 +300,7 @@ func TestTinyCapacityRecovers(t *testing.T) {
 // 10 000 requests of mixed priorities, ended by return, panic and context
 // cancellation from 8 concurrent loops, leave in flight at exactly 0.
 func TestNoLeaks(t *testing.T) {
+	t.Parallel()
 	s, err := shedder.New(6)
 	if err != nil {
 		t.Fatal(err)
