@@ -56,18 +56,32 @@ func (c *capacityStage) counts() (attempts, accepts int) {
 }
 
 // drive makes n calls one after the other, 1ms of fake time apart (1000
-// calls a second of demand), through a client built with copts against a
-// server that accepts rate calls a second. It returns the attempts that
+// calls a second of demand), through the unary client interceptor built
+// with copts, against the server interceptor of a stage that accepts rate
+// calls a second. The client interceptor's invoker hands each attempt to
+// the server interceptor in process: the wire adds nothing to the
+// throttle's arithmetic (TestClientThrottledCallEndsTheCall and
+// TestClientThrottleBidiStream throttle calls over gRPC), and without it
+// thousands of calls take milliseconds. It returns the attempts that
 // reached the server and their accepts over the last n/2 calls, and how
 // many calls the client throttled itself.
 func drive(t *testing.T, n int, rate float64, copts ...ClientOption) (attempts, accepts, throttled int) {
 	t.Helper()
 	clk := clock.New(time.Time{})
 	srv := &capacityStage{clk: clk, rate: rate}
-	copts = append([]ClientOption{WithClientClock(clk), WithMaxAttempts(1), WithRand(rand.New(rand.NewPCG(7, 9)).Float64)}, copts...)
-	c := testpb.NewEchoClient(startBufconn(t, &echoServer{},
-		[]grpc.ServerOption{grpc.ChainUnaryInterceptor(mustUnary(srv))},
-		grpc.WithChainUnaryInterceptor(UnaryClient(copts...)), grpc.WithDisableRetry()))
+	client := UnaryClient(append([]ClientOption{WithClientClock(clk), WithMaxAttempts(1), WithRand(rand.New(rand.NewPCG(7, 9)).Float64)}, copts...)...)
+	server := mustUnary(srv)
+	info := &grpc.UnaryServerInfo{FullMethod: testpb.Echo_Plain_FullMethodName}
+	handler := func(_ context.Context, req any) (any, error) {
+		return &testpb.EchoResponse{Message: req.(*testpb.EchoRequest).GetMessage()}, nil
+	}
+	invoker := func(ctx context.Context, _ string, req, reply any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+		resp, err := server(ctx, req, info, handler)
+		if err == nil {
+			reply.(*testpb.EchoResponse).Message = resp.(*testpb.EchoResponse).GetMessage()
+		}
+		return err
+	}
 	ctx := testCtx(t)
 	var a0, acc0 int
 	for i := range n {
@@ -75,7 +89,7 @@ func drive(t *testing.T, n int, rate float64, copts ...ClientOption) (attempts, 
 			a0, acc0 = srv.counts()
 		}
 		clk.Advance(time.Millisecond)
-		_, err := c.Plain(ctx, &testpb.EchoRequest{})
+		err := client(ctx, info.FullMethod, &testpb.EchoRequest{}, &testpb.EchoResponse{}, nil, invoker)
 		switch {
 		case err == nil:
 		case IsClientThrottled(err):
@@ -97,8 +111,10 @@ func drive(t *testing.T, n int, rate float64, copts ...ClientOption) (attempts, 
 // all of them), and against a server that takes a quarter it sends half.
 // Throttling is off by default: every call is sent. Counted over the last
 // 3 000 of 6 000 calls (6s of demand at 1 000 a second, the throttle's
-// window 5s), on fake time with a seeded random source.
+// window 5s), on fake time with a seeded random source, each call through
+// the client and server interceptors in process (drive).
 func TestClientThrottleFallsToKTimesAccepts(t *testing.T) {
+	t.Parallel()
 	const n = 6_000
 	for _, tc := range []struct {
 		name      string
@@ -113,6 +129,7 @@ func TestClientThrottleFallsToKTimesAccepts(t *testing.T) {
 		{"K 2, server sheds 75%", 250, []ClientOption{WithThrottle(Throttle{Window: 5 * time.Second})}, 2, 0.5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			attempts, accepts, throttled := drive(t, n, tc.rate, tc.opts...)
 			ratio, sent := float64(attempts)/float64(accepts), float64(attempts)/(n/2)
 			t.Logf("attempts %d, accepts %d (ratio %.3f), throttled %d, sent %.3f of the calls", attempts, accepts, ratio, throttled, sent)
@@ -135,6 +152,7 @@ func TestClientThrottleFallsToKTimesAccepts(t *testing.T) {
 // A throttled call is never sent, ends the call (no retry, whatever the
 // pushback of the previous attempt) and says why.
 func TestClientThrottledCallEndsTheCall(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	srv := &capacityStage{clk: clk, rate: 0} // rejects everything once its burst is spent
 	rec := &sleepRecorder{}
@@ -165,6 +183,7 @@ func TestClientThrottledCallEndsTheCall(t *testing.T) {
 }
 
 func TestThrottleOptionErrors(t *testing.T) {
+	t.Parallel()
 	_, err := newClientConfig([]ClientOption{WithThrottle(Throttle{K: 0.5, Window: -time.Second})})
 	for _, want := range []string{"WithThrottle: K 0.5 must be a finite number >= 1", "WithThrottle: Window -1s is negative"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -176,6 +195,7 @@ func TestThrottleOptionErrors(t *testing.T) {
 // The probability is the SRE book's formula: with 100 requests and 20
 // accepts in the window and K 2, (100 - 40) / 101.
 func TestThrottleProbability(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	var draws []float64
 	r := 0.0
@@ -214,6 +234,7 @@ func TestThrottleProbability(t *testing.T) {
 // stream is its outcome, and once the server has rejected enough of them
 // a new stream is refused before it is opened.
 func TestClientThrottleServerStream(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	srv := &capacityStage{clk: clk, rate: 0}
 	cc := startBufconn(t, &echoServer{},
@@ -245,20 +266,33 @@ func TestClientThrottleServerStream(t *testing.T) {
 	}
 }
 
-// Client- and bidi-streaming calls are throttled like unary ones: against
-// a server that takes half of what the client wants, with K = 1.5 the
-// streams that reach it fall to 1.5 times its accepts (each stream one
-// request, its first answer the outcome), counted over the last 3 000 of
-// 6 000 streams on fake time; a throttled stream never opens.
+// Client- and bidi-streaming calls are throttled like unary ones: each
+// stream is one request, opened or refused by the throttle, and its first
+// answer (a message, the end of the stream, or the status the server
+// refused it with) is its outcome; a throttled stream never opens. Over
+// gRPC, against a server that takes half of what the client wants, with
+// K = 1.5 and a window of 500ms: each of 1 000 streams, 1ms of fake time
+// apart, is throttled exactly when a throttle of the test's own, fed the
+// same outcomes and the same seeded draws, says so (so the streams obey
+// the arithmetic TestClientThrottleFallsToKTimesAccepts checks over 6 000
+// calls), and the streams that reach the server over the last 500 fall to
+// 1.5 times its accepts, within 7%.
 func TestClientThrottleBidiStream(t *testing.T) {
-	const n = 6_000
+	t.Parallel()
+	const (
+		n      = 1_000
+		window = 500 * time.Millisecond
+	)
 	clk := clock.New(time.Time{})
 	srv := &capacityStage{clk: clk, rate: 500}
+	cfg := Throttle{K: 1.5, Window: window}
 	cc := startBufconn(t, &echoServer{},
 		[]grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(srv))},
 		grpc.WithChainStreamInterceptor(StreamClient(WithClientClock(clk), WithMaxAttempts(1),
-			WithThrottle(Throttle{K: 1.5, Window: 5 * time.Second}), WithRand(rand.New(rand.NewPCG(7, 9)).Float64))),
+			WithThrottle(cfg), WithRand(rand.New(rand.NewPCG(7, 9)).Float64))),
 		grpc.WithDisableRetry())
+	cfg.Rejected = overloaded
+	model := newThrottler(cfg, clk, rand.New(rand.NewPCG(7, 9)).Float64)
 	c := testpb.NewEchoClient(cc)
 	ctx := testCtx(t)
 	var a0, acc0, throttled int
@@ -267,8 +301,12 @@ func TestClientThrottleBidiStream(t *testing.T) {
 			a0, acc0 = srv.counts()
 		}
 		clk.Advance(time.Millisecond)
+		send := model.admit()
 		st, err := c.Bidi(ctx)
 		if IsClientThrottled(err) {
+			if send {
+				t.Fatalf("stream %d throttled; the throttle's arithmetic sends it", i)
+			}
 			if i >= n/2 {
 				throttled++
 			}
@@ -277,27 +315,29 @@ func TestClientThrottleBidiStream(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stream %d: open: %v", i, err)
 		}
+		if !send {
+			t.Fatalf("stream %d opened; the throttle's arithmetic throttles it", i)
+		}
 		if err := st.Send(&testpb.EchoRequest{Message: "x"}); err != nil && err != io.EOF {
 			t.Fatalf("stream %d: send: %v", i, err)
 		}
 		if err := st.CloseSend(); err != nil {
 			t.Fatalf("stream %d: close: %v", i, err)
 		}
-		if _, err := st.Recv(); err != nil && status.Code(err) != codes.Unavailable {
-			t.Fatalf("stream %d: %v", i, err)
+		_, first := st.Recv()
+		if first != nil && status.Code(first) != codes.Unavailable {
+			t.Fatalf("stream %d: %v", i, first)
 		}
-		for { // drain to the end of the stream
-			if _, err := st.Recv(); err != nil {
-				break
-			}
+		model.done(first)
+		for first == nil { // drain to the end of the stream
+			_, first = st.Recv()
 		}
 	}
 	a1, acc1 := srv.counts()
 	attempts, accepts := a1-a0, acc1-acc0
 	ratio := float64(attempts) / float64(accepts)
-	t.Logf("attempts %d, accepts %d (ratio %.3f), throttled %d", attempts, accepts, ratio, throttled)
 	if ratio < 1.5*0.93 || ratio > 1.5*1.07 {
-		t.Errorf("attempts/accepts %.3f, want 1.5 within 7%%", ratio)
+		t.Errorf("attempts %d, accepts %d: attempts/accepts %.3f, want 1.5 within 7%%", attempts, accepts, ratio)
 	}
 	if attempts+throttled != n/2 {
 		t.Errorf("attempts %d + throttled %d != %d streams: every stream is either sent or throttled", attempts, throttled, n/2)
