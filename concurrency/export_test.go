@@ -83,3 +83,8 @@ func (a *Adaptive) LongRTT() float64 {
 	defer a.mu.Unlock()
 	return a.alg.long
 }
+
+// Waited returns how many requests were admitted with a slot that another
+// request's release handed them while they waited (not those the cap let
+// in as they joined the queue).
+func (l *Limiter) Waited() int64 { return l.wait.waited.Load() }

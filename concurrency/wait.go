@@ -127,6 +127,9 @@ type waiters struct {
 	clock floodgate.Clock
 	try   tryFunc
 	n     atomic.Int64 // requests queued
+	// waited counts the requests admitted with a slot that another
+	// request's release handed them while they waited (tests read it).
+	waited atomic.Int64
 
 	mu    sync.Mutex
 	lists [floodgate.NumPriorities]waitList // by rank; guarded by mu
@@ -141,6 +144,7 @@ type waiter struct {
 	rank       int
 	prev, next *waiter
 	queued     bool          // in a list; guarded by waiters.mu
+	handed     bool          // granted by another request's scan, not its own; set before ch receives
 	ch         chan struct{} // receives once the waiter is granted or evicted
 	d          floodgate.Decision
 	done       floodgate.Done
@@ -193,7 +197,7 @@ func (q *waiters) scan(self *waiter) {
 			d, done, all, err := q.try(w.r)
 			if d.Allowed || err != nil {
 				q.remove(w)
-				w.d, w.done = d, done
+				w.d, w.done, w.handed = d, done, w != self
 				w.ch <- struct{}{}
 			} else {
 				w.d = d
@@ -295,7 +299,7 @@ func (q *waiters) wait(ctx context.Context, r *floodgate.Request, denied *floodg
 	q.mu.Unlock()
 	select {
 	case <-w.ch:
-		return w.d, w.done, nil
+		return q.granted(w)
 	default:
 	}
 	timer, stop := q.after(cfg.Max)
@@ -303,7 +307,7 @@ func (q *waiters) wait(ctx context.Context, r *floodgate.Request, denied *floodg
 	var ended error
 	select {
 	case <-w.ch:
-		return w.d, w.done, nil
+		return q.granted(w)
 	case <-timer:
 	case <-ctx.Done():
 		ended = ctx.Err()
@@ -322,6 +326,15 @@ func (q *waiters) wait(ctx context.Context, r *floodgate.Request, denied *floodg
 	if ended != nil && w.done != nil {
 		w.done(floodgate.Result{Outcome: floodgate.OutcomeIgnored})
 		return q.gone(r, &w.d, ended)
+	}
+	return q.granted(w)
+}
+
+// granted is the decision of w, whose wait ended with a slot or a final
+// deny handed to it (or its eviction).
+func (q *waiters) granted(w *waiter) (floodgate.Decision, floodgate.Done, error) {
+	if w.handed && w.d.Allowed {
+		q.waited.Add(1)
 	}
 	return w.d, w.done, nil
 }

@@ -3,6 +3,7 @@ package concurrency_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,6 +74,7 @@ func preq(user string, p floodgate.Priority) *floodgate.Request {
 // waiting, each release admits exactly the next in order: the highest
 // priority first, then the oldest (FIFO) or the newest (LIFO).
 func TestWaitOrder(t *testing.T) {
+	t.Parallel()
 	R, C := floodgate.PriorityRead, floodgate.PriorityCritical
 	joins := []struct {
 		name string
@@ -120,6 +122,7 @@ func TestWaitOrder(t *testing.T) {
 // has passed on the limiter's Clock, with the full cap's deny and no
 // error, and leaves the queue.
 func TestWaitTimesOutOnClock(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	l := mustNew(t, concurrency.WithGlobal(1), concurrency.WithClock(clk),
 		concurrency.WithWait(concurrency.Wait{Max: 100 * time.Millisecond}))
@@ -132,7 +135,10 @@ func TestWaitTimesOutOnClock(t *testing.T) {
 	select {
 	case o := <-out:
 		t.Fatalf("denied before Max passed: %+v", o.d)
-	case <-time.After(20 * time.Millisecond):
+	default:
+	}
+	if clk.Timers() != 1 || l.Waiting() != 1 { // nothing else could end the wait
+		t.Fatalf("1ms before Max: %d timers, %d waiting; want the wait's timer pending and the request waiting", clk.Timers(), l.Waiting())
 	}
 	clk.Advance(time.Millisecond)
 	o := recv(t, out)
@@ -149,6 +155,7 @@ func TestWaitTimesOutOnClock(t *testing.T) {
 // denied at once; cancelling the waiting one denies it with the context's
 // error and RetryAfter 0, and its place in the queue is free again.
 func TestWaitCancelFreesQueueSlot(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t, concurrency.WithGlobal(1), concurrency.WithWait(concurrency.Wait{Max: time.Hour, Queue: 1}))
 	_, done := mustAdmit(t, l, req("/m", "acme", "holder"))
 	cctx, cancel := context.WithCancel(ctx)
@@ -182,6 +189,7 @@ func TestWaitCancelFreesQueueSlot(t *testing.T) {
 // a slot would reach last (the newest read under FIFO, the oldest under
 // LIFO), which is denied at once.
 func TestWaitQueueFullPriority(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		order   concurrency.WaitOrder
 		evicted string
@@ -225,6 +233,7 @@ func TestWaitQueueFullPriority(t *testing.T) {
 // waiting for that key, even though a request for another key (still
 // full) waits ahead of it.
 func TestWaitPerKey(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t, concurrency.WithPerKey(concurrency.PerKey{Name: "user", Cap: 1, Key: byUser}),
 		concurrency.WithWait(concurrency.Wait{Max: time.Hour}))
 	_, doneA := mustAdmit(t, l, req("/m", "acme", "alice"))
@@ -252,6 +261,7 @@ func TestWaitPerKey(t *testing.T) {
 // TestWaitAdaptive: the adaptive limiter holds a request at its limit and
 // admits it when a slot frees; a bypassing priority never waits.
 func TestWaitAdaptive(t *testing.T) {
+	t.Parallel()
 	a, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{Initial: 1, Min: 1, Max: 1,
 		Bypass: floodgate.PriorityCritical, Wait: concurrency.Wait{Max: time.Hour, Order: concurrency.LIFO}})
 	if err != nil {
@@ -282,6 +292,7 @@ func TestWaitAdaptive(t *testing.T) {
 // TestWaitAlreadyCancelled: a request whose context has ended is denied
 // at once with the context's error, without joining the queue.
 func TestWaitAlreadyCancelled(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t, concurrency.WithGlobal(1), concurrency.WithWait(concurrency.Wait{Max: time.Hour}))
 	_, done := mustAdmit(t, l, req("/m", "acme", "holder"))
 	defer done(floodgate.Result{})
@@ -296,6 +307,7 @@ func TestWaitAlreadyCancelled(t *testing.T) {
 // TestSetWait: waiting starts and stops at run time; a bad Wait changes
 // nothing and names each field.
 func TestSetWait(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t, concurrency.WithGlobal(1))
 	_, done := mustAdmit(t, l, req("/m", "acme", "holder"))
 	mustDeny(t, l, req("/m", "acme", "x")) // no wait configured: at once
@@ -318,6 +330,7 @@ func TestSetWait(t *testing.T) {
 }
 
 func TestWaitOptionErrors(t *testing.T) {
+	t.Parallel()
 	_, err := concurrency.New(concurrency.WithGlobal(1), concurrency.WithWait(concurrency.Wait{Max: -1, Queue: -2}), concurrency.WithClock(nil))
 	want := "concurrency: WithWait: Wait.Max -1ns is negative\nconcurrency: WithWait: Wait.Queue -2 is negative\nconcurrency: WithClock: clock is nil"
 	if err == nil || err.Error() != want {
@@ -336,28 +349,44 @@ func TestWaitOptionErrors(t *testing.T) {
 	}
 }
 
-// TestWaitStorm: 8 goroutines of mixed priorities and keys, some of them
-// cancelling while they wait, against a global cap of 3 and a per-user
-// cap of 2 that wait up to 20ms, LIFO. The caps are never exceeded, every
-// slot and queue place is given back, and an error comes only with a
-// cancelled context.
+// TestWaitStorm: 8 goroutines of 150 requests of mixed priorities and
+// users, every seventh cancelled 1ms after it is sent, against a global
+// cap of 3 and a per-user cap of 2 that wait up to 20ms, LIFO, in a
+// queue of 6. The waits are timed on a fake clock that every admitted
+// request moves by 1ms as it ends, so a wait ends after about 20 requests
+// ran, whatever the machine's load. An admitted request holds its slot
+// until a request waits (or too few goroutines are left to fill the
+// global cap), so releases meet waiting requests. Neither cap is ever
+// exceeded; every request is admitted or denied, some admitted only after
+// waiting (a release handed them the slot); an error comes only with a
+// cancelled context; and every slot and queue place is given back.
 func TestWaitStorm(t *testing.T) {
-	l := mustNew(t, concurrency.WithGlobal(3),
-		concurrency.WithPerKey(concurrency.PerKey{Name: "user", Cap: 2, Key: byUser}),
+	t.Parallel()
+	const (
+		workers, perWorker = 8, 150
+		global, perUser    = 3, 2
+	)
+	clk := clock.New(time.Time{})
+	l := mustNew(t, concurrency.WithGlobal(global), concurrency.WithClock(clk),
+		concurrency.WithPerKey(concurrency.PerKey{Name: "user", Cap: perUser, Key: byUser}),
 		concurrency.WithWait(concurrency.Wait{Max: 20 * time.Millisecond, Queue: 6, Order: concurrency.LIFO}))
 	var (
 		mu               sync.Mutex
 		inflight, peak   int
-		perUser          = map[string]int{}
+		users            = map[string]int{}
 		admitted, denied atomic.Int64
+		active           atomic.Int64 // goroutines not done
+		stuck            atomic.Bool  // a hold met no waiting request in 10s: holds end, the test fails
+		wg               sync.WaitGroup
 	)
-	var wg sync.WaitGroup
-	for w := range 8 {
+	active.Store(workers)
+	for w := range workers {
 		wg.Go(func() {
-			for i := range 150 {
+			defer active.Add(-1)
+			for i := range perWorker {
 				r := preq("u"+strconv.Itoa((w+i)%3), floodgate.Priority(1+(w+i)%4))
 				c, cancel := context.WithCancel(ctx)
-				if i%7 == 0 {
+				if i%7 == 3 {
 					go func() { time.Sleep(time.Millisecond); cancel() }()
 				}
 				d, done, err := l.Admit(c, r)
@@ -365,6 +394,9 @@ func TestWaitStorm(t *testing.T) {
 					t.Errorf("error with a live context: %v", err)
 				}
 				if !d.Allowed {
+					if d.Stage != floodgate.StageConcurrency || (d.Policy != concurrency.DefaultPolicy && d.Policy != "user") {
+						t.Errorf("a deny that names no cap: %+v", d)
+					}
 					denied.Add(1)
 					cancel()
 					continue
@@ -372,30 +404,42 @@ func TestWaitStorm(t *testing.T) {
 				admitted.Add(1)
 				mu.Lock()
 				inflight++
-				perUser[r.Identity.User]++
+				users[r.Identity.User]++
 				peak = max(peak, inflight)
-				if perUser[r.Identity.User] > 2 {
-					t.Errorf("user %s has %d in flight", r.Identity.User, perUser[r.Identity.User])
+				if n := users[r.Identity.User]; n > perUser {
+					t.Errorf("user %s has %d in flight, cap %d", r.Identity.User, n, perUser)
 				}
 				mu.Unlock()
-				time.Sleep(200 * time.Microsecond)
+				for until := time.Now().Add(10 * time.Second); l.Waiting() == 0 && active.Load() > global && !stuck.Load(); runtime.Gosched() {
+					if time.Now().After(until) && !stuck.Swap(true) {
+						t.Errorf("no request waited within 10s while %d goroutines ran", active.Load())
+					}
+				}
 				mu.Lock()
 				inflight--
-				perUser[r.Identity.User]--
+				users[r.Identity.User]--
 				mu.Unlock()
+				clk.Advance(time.Millisecond)
 				done(floodgate.Result{})
 				cancel()
 			}
 		})
 	}
 	wg.Wait()
-	if peak > 3 || l.InFlight() != 0 || l.Waiting() != 0 {
-		t.Fatalf("peak %d in flight (cap 3), %d in flight and %d waiting at the end", peak, l.InFlight(), l.Waiting())
+	if peak > global || l.InFlight() != 0 || l.Waiting() != 0 {
+		t.Fatalf("peak %d in flight (cap %d), %d in flight and %d waiting at the end", peak, global, l.InFlight(), l.Waiting())
 	}
 	for _, u := range []string{"u0", "u1", "u2"} {
 		if n, _ := l.KeyInFlight("user", u); n != 0 {
 			t.Fatalf("%s: %d in flight at the end", u, n)
 		}
 	}
-	t.Logf("admitted %d, denied %d", admitted.Load(), denied.Load())
+	if k, _ := l.Keys("user"); k != 0 {
+		t.Fatalf("the per-user cap still tracks %d keys", k)
+	}
+	waited := l.Waited()
+	if admitted.Load()+denied.Load() != workers*perWorker || admitted.Load() == 0 || waited == 0 || waited > admitted.Load() {
+		t.Fatalf("admitted %d (%d of them after waiting), denied %d, of %d requests: want every request admitted or denied, and some admitted after waiting",
+			admitted.Load(), waited, denied.Load(), workers*perWorker)
+	}
 }
