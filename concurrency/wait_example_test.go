@@ -27,6 +27,12 @@ func ExampleWithWait() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Below, the slot is freed by this goroutine once the request waits,
+	// which a busy machine may delay past 50ms: here a request may wait a
+	// minute (SetWait changes the wait at run time).
+	if err := lim.SetWait(concurrency.Wait{Max: time.Minute, Queue: 200, Order: concurrency.LIFO}); err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	var held []floodgate.Done
 	for range 64 {
