@@ -49,6 +49,7 @@ func round(t *testing.T, a *concurrency.Adaptive, clk *clock.Fake, n int, rtt ti
 }
 
 func TestAdaptiveFollowsLatency(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	a, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{
 		Initial: 10, Min: 1, Max: 15, Window: 10 * time.Millisecond, MinSamples: 10, LongWindow: 60, Clock: clk,
@@ -117,6 +118,7 @@ func TestAdaptiveFollowsLatency(t *testing.T) {
 }
 
 func TestAdaptiveCapsAndDoneOnce(t *testing.T) {
+	t.Parallel()
 	a, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{Initial: 2, Max: 10, Clock: clock.New(time.Time{})})
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +197,7 @@ func (m *vegasModel) update(rtt float64, inflight int64, maxLimit float64) {
 // latency step shrinks until its queue estimate is between Alpha and Beta
 // times log10(limit): exactly the documented rule.
 func TestVegasFollowsLatency(t *testing.T) {
+	t.Parallel()
 	a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Algorithm: concurrency.Vegas, Initial: 10, Max: 20})
 	m := &vegasModel{est: 10}
 	check := func(step string) {
@@ -237,6 +240,7 @@ func aimdModel(est float64, rtt float64, inflight int64, drop bool, timeout, max
 // AIMD adds one per window that used half its limit, stops at Max, and
 // multiplies by 0.9 on a window slower than Timeout and on a drop.
 func TestAIMDFollowsLatencyAndDrops(t *testing.T) {
+	t.Parallel()
 	a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Algorithm: concurrency.AIMD, Initial: 10, Max: 14, Timeout: 30 * time.Millisecond})
 	est := 10.0
 	for i := range 6 {
@@ -268,6 +272,7 @@ func TestAIMDFollowsLatencyAndDrops(t *testing.T) {
 // latency with demand to use it, and at Min under repeated drops, never
 // past either.
 func TestAdaptiveFloorAndCeiling(t *testing.T) {
+	t.Parallel()
 	for _, alg := range []concurrency.AdaptiveAlgorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
 		t.Run(alg.String(), func(t *testing.T) {
 			a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Algorithm: alg, Initial: 8, Min: 3, Max: 12})
@@ -298,6 +303,7 @@ func TestAdaptiveFloorAndCeiling(t *testing.T) {
 // on a steady window) while the 95th percentile sees it (the limit
 // shrinks). A mean of 109ms would have shrunk both.
 func TestAdaptivePercentileNotMean(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		percentile float64
 		grows      bool
@@ -331,6 +337,7 @@ func TestAdaptivePercentileNotMean(t *testing.T) {
 // Failed and ignored requests are no samples: no window ever closes on
 // them and the limit does not move, though each releases its slot.
 func TestAdaptiveFailedAndIgnoredAreNoSamples(t *testing.T) {
+	t.Parallel()
 	for _, o := range []floodgate.Outcome{floodgate.OutcomeFailed, floodgate.OutcomeIgnored} {
 		a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Initial: 10, Max: 100})
 		for range 50 {
@@ -345,6 +352,7 @@ func TestAdaptiveFailedAndIgnoredAreNoSamples(t *testing.T) {
 // A request dropped fast (a deadline error answered at once) is never a
 // fast sample: its window backs off by exactly Backoff.
 func TestAdaptiveFastDropBacksOff(t *testing.T) {
+	t.Parallel()
 	for _, alg := range []concurrency.AdaptiveAlgorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
 		a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Algorithm: alg, Initial: 20, Max: 100, Backoff: 0.75})
 		clk.Advance(10 * time.Millisecond) // the window is due: the first drop closes it
@@ -367,6 +375,7 @@ var denyAll = floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (flo
 // long-run latency would have collapsed to theirs and the next normal
 // window would have shrunk the limit.
 func TestAdaptiveChainDenialIsNoFastSample(t *testing.T) {
+	t.Parallel()
 	run := func(fast func(a *concurrency.Adaptive, clk *clock.Fake)) (*concurrency.Adaptive, float64) {
 		a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Initial: 10, Max: 100, LongWindow: 60})
 		for range 3 {
@@ -411,6 +420,7 @@ func TestAdaptiveChainDenialIsNoFastSample(t *testing.T) {
 // new bounds at once, the policy name follows, a bad configuration changes
 // nothing, and a new algorithm starts from a clean state.
 func TestAdaptiveReconfigure(t *testing.T) {
+	t.Parallel()
 	a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Initial: 40, Max: 100})
 	roundOutcome(t, a, clk, 30, 10*time.Millisecond, floodgate.OutcomeSuccess)
 	if a.LongRTT() == 0 {
@@ -453,6 +463,7 @@ func TestAdaptiveReconfigure(t *testing.T) {
 // Vegas forgets its no-load latency every ProbeEvery windows, so a service
 // that became slower for good is measured again.
 func TestVegasProbe(t *testing.T) {
+	t.Parallel()
 	a, clk := newAdaptive(t, concurrency.AdaptiveConfig{Algorithm: concurrency.Vegas, Initial: 20, Max: 20, ProbeEvery: 5})
 	roundOutcome(t, a, clk, 10, 10*time.Millisecond, floodgate.OutcomeSuccess)
 	for i := 1; i <= 5; i++ {
@@ -468,6 +479,7 @@ func TestVegasProbe(t *testing.T) {
 }
 
 func TestAlgorithmUnmarshalText(t *testing.T) {
+	t.Parallel()
 	for _, alg := range []concurrency.AdaptiveAlgorithm{concurrency.Gradient2, concurrency.Vegas, concurrency.AIMD} {
 		var got concurrency.AdaptiveAlgorithm
 		err := got.UnmarshalText([]byte(" " + strings.ToUpper(alg.String()) + " "))
@@ -483,6 +495,7 @@ func TestAlgorithmUnmarshalText(t *testing.T) {
 // Bypass admits requests of its priority and above whatever the limit; they
 // count in flight, so the others wait for them.
 func TestAdaptiveBypass(t *testing.T) {
+	t.Parallel()
 	a, _ := newAdaptive(t, concurrency.AdaptiveConfig{Initial: 2, Max: 10, Bypass: floodgate.PriorityCritical})
 	var dones []floodgate.Done
 	for range 2 {

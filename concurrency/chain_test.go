@@ -12,6 +12,7 @@ import (
 // denied by the concurrency stage gives back its shedder slot, and the
 // chain's Done releases both stages.
 func TestChainWithShedder(t *testing.T) {
+	t.Parallel()
 	s, err := shedder.New(100)
 	if err != nil {
 		t.Fatal(err)

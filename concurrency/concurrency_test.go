@@ -59,6 +59,7 @@ func mustDeny(t *testing.T, l *concurrency.Limiter, r *floodgate.Request) (flood
 }
 
 func TestGlobalCap(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t, concurrency.WithGlobal(3), concurrency.WithRetryAfter(250*time.Millisecond))
 	r := req("/a.B/C", "", "")
 	var dones []floodgate.Done
@@ -90,6 +91,7 @@ func TestGlobalCap(t *testing.T) {
 // 2 in flight per user on one expensive method; other methods and other
 // users are not affected, and keys disappear when their requests end.
 func TestPerKeyCap(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t, concurrency.WithPerKey(concurrency.PerKey{Name: "search-per-user", Cap: 2, Key: expensiveByUser}))
 	search := func(user string) *floodgate.Request { return req("/search.v1.Search/Query", "t", user) }
 	_, a1 := mustAdmit(t, l, search("alice"))
@@ -127,6 +129,7 @@ func TestPerKeyCap(t *testing.T) {
 // With MaxKeys tracked keys in flight, a new key is denied with
 // ErrTooManyKeys; existing keys still work; the table frees as keys end.
 func TestPerKeyTableFull(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t, concurrency.WithPerKey(concurrency.PerKey{Name: "per-user", Cap: 5, Key: byUser, MaxKeys: 2}))
 	_, a := mustAdmit(t, l, req("/m", "", "alice"))
 	_, b := mustAdmit(t, l, req("/m", "", "bob"))
@@ -148,6 +151,7 @@ func TestPerKeyTableFull(t *testing.T) {
 // Global + two per-key caps: a deny by a later cap releases the earlier
 // ones; an allow names the cap with the least room.
 func TestCapsCompose(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t,
 		concurrency.WithGlobal(10),
 		concurrency.WithPerKey(concurrency.PerKey{Name: "per-user", Cap: 3, Key: byUser}),
@@ -183,6 +187,7 @@ func TestCapsCompose(t *testing.T) {
 // Memory stays bounded however many distinct keys pass: entries of keys
 // with nothing in flight are deleted, except a few idle ones kept for reuse.
 func TestPerKeyMemoryBounded(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t, concurrency.WithPerKey(concurrency.PerKey{Name: "per-user", Cap: 1, Key: byUser, MaxKeys: 50}))
 	var held []floodgate.Done
 	for i := range 20_000 {
@@ -209,6 +214,7 @@ func TestPerKeyMemoryBounded(t *testing.T) {
 // 10 000 requests over 8 loops, ending by return, panic and cancel, leave
 // every count at exactly 0 and no key tracked.
 func TestNoLeaks(t *testing.T) {
+	t.Parallel()
 	l := mustNew(t,
 		concurrency.WithGlobal(6),
 		concurrency.WithPerKey(concurrency.PerKey{Name: "per-user", Cap: 2, Key: byUser}),

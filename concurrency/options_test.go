@@ -11,6 +11,7 @@ import (
 // Every bad option, or bad field of a cap description, makes New return an
 // error that names it ("concurrency: <Option>: …"), and no Limiter.
 func TestNewErrors(t *testing.T) {
+	t.Parallel()
 	perKey := func(p concurrency.PerKey) concurrency.Option { return concurrency.WithPerKey(p) }
 	global := concurrency.WithGlobal(1)
 	nine := func(add func(i int) concurrency.Option) []concurrency.Option {
@@ -55,6 +56,7 @@ func TestNewErrors(t *testing.T) {
 
 // New reports every bad option at once.
 func TestNewJoinsErrors(t *testing.T) {
+	t.Parallel()
 	_, err := concurrency.New(concurrency.WithGlobal(0), nil, concurrency.WithPerKey(concurrency.PerKey{Name: "u"}))
 	var joined interface{ Unwrap() []error }
 	if !errors.As(err, &joined) || len(joined.Unwrap()) != 4 {
@@ -65,6 +67,7 @@ func TestNewJoinsErrors(t *testing.T) {
 // Every bad field of an AdaptiveConfig makes NewAdaptive return an error
 // that names it; the zero AdaptiveConfig is valid.
 func TestNewAdaptiveErrors(t *testing.T) {
+	t.Parallel()
 	if _, err := concurrency.NewAdaptive(concurrency.AdaptiveConfig{}); err != nil {
 		t.Fatalf("zero AdaptiveConfig: %v", err)
 	}

@@ -52,6 +52,7 @@ func exampleSnippet(t *testing.T, file, marker string) string {
 // code verbatim (so it compiles and runs), and its policy loads with the
 // waits it describes.
 func TestReadmeWait(t *testing.T) {
+	t.Parallel()
 	section := readmeSection(t, "## Waiting for a concurrency slot")
 	snippet := exampleSnippet(t, "wait_example_test.go", "readme-wait")
 	if !strings.Contains(section, "```go\n"+snippet+"```") {
