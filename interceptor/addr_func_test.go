@@ -36,6 +36,7 @@ func resolver(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grp
 }
 
 func TestWithClientAddrGRPC(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		trusted []string
@@ -93,6 +94,7 @@ func TestWithClientAddrLaterInterceptor(t *testing.T) {
 }
 
 func TestWithClientAddrHTTP(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	h := mustHTTP(s, WithClientAddr(resolvedAddr), WithMethodPathFallback())(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	resolve := func(next http.Handler) http.Handler {
@@ -118,6 +120,7 @@ func TestWithClientAddrHTTP(t *testing.T) {
 }
 
 func TestWithClientAddrNil(t *testing.T) {
+	t.Parallel()
 	_, err := New(WithClientAddr(nil))
 	if err == nil || !strings.Contains(err.Error(), "interceptor: WithClientAddr: nil func") {
 		t.Fatalf("New(WithClientAddr(nil)) = %v", err)
@@ -127,6 +130,7 @@ func TestWithClientAddrNil(t *testing.T) {
 // TestInStreamMessage: the decision as a stream opens is not marked, the
 // per-message decisions are, and unary calls never are.
 func TestInStreamMessage(t *testing.T) {
+	t.Parallel()
 	var (
 		mu   sync.Mutex
 		seen []bool

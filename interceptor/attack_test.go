@@ -108,6 +108,7 @@ func distributed(target string) []attempt {
 // LoginRequest.user (the annotated field) and only other calls on the
 // x-user header. Each attack gets at most the policy's allowance.
 func TestLoginAttackGRPC(t *testing.T) {
+	t.Parallel()
 	p, allow := examplePolicy(t)
 	l, err := tiers.NewLimiter(newTestMemstore(t), p)
 	if err != nil {
@@ -145,6 +146,7 @@ func TestLoginAttackGRPC(t *testing.T) {
 // TestLoginAttackHTTP is TestLoginAttackGRPC over a real HTTP server wired
 // as examples/http is: the login form's user field, never X-User.
 func TestLoginAttackHTTP(t *testing.T) {
+	t.Parallel()
 	p, allow := examplePolicy(t)
 	l, err := tiers.NewLimiter(newTestMemstore(t), p)
 	if err != nil {
@@ -209,6 +211,7 @@ func TestLoginAttackHTTP(t *testing.T) {
 // that is not a trusted proxy is ignored, so the request is keyed on the
 // peer's own prefix whatever it claims, over gRPC (from ::1) and HTTP.
 func TestSpoofedForwardingLandsInPeerPrefix(t *testing.T) {
+	t.Parallel()
 	l, err := tiers.NewLimiter(newTestMemstore(t), &tiers.Policy{Rules: []tiers.Rule{
 		{Name: "per-ip", Key: []tiers.Scope{tiers.ScopeIP}, Rate: tiers.Rate{N: 3, Period: time.Minute}, Algorithm: quota.SlidingWindowLog},
 	}})

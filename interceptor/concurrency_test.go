@@ -16,6 +16,7 @@ import (
 // open stream holds the slot (a second is denied), and the slot comes back
 // when the stream ends and when the client cancels it.
 func TestStreamHoldsRealConcurrencySlot(t *testing.T) {
+	t.Parallel()
 	lim, err := concurrency.New(concurrency.WithGlobal(1))
 	if err != nil {
 		t.Fatal(err)

@@ -58,6 +58,7 @@ func left(t *testing.T, l *tiers.Limiter, s quota.Store, tenant, rule string) in
 // with what its handler reported: the tenant's bucket ends exactly the
 // reported cost lower.
 func TestCostEstimateThenSettleHTTP(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	l, store := shapingLimiter(t, clk, `
 rules:
@@ -92,6 +93,7 @@ rules:
 }
 
 func TestWithCostNil(t *testing.T) {
+	t.Parallel()
 	if _, err := New(WithCost(nil)); err == nil || err.Error() != "interceptor: WithCost: func is nil" {
 		t.Fatalf("New(WithCost(nil)) = %v", err)
 	}
@@ -104,6 +106,7 @@ rules:
 
 // A call a max_wait rule held reports its wait in Server-Timing.
 func TestWaitServerTimingHTTP(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	l, _ := shapingLimiter(t, clk, waitingPolicy)
 	h := MustNew(WithTenant(FromHeader("x-tenant")), WithRoute(func(*http.Request) string { return "GET /v1/complete" })).
@@ -130,6 +133,7 @@ func TestWaitServerTimingHTTP(t *testing.T) {
 
 // The same over gRPC: the wait comes back in the response headers.
 func TestWaitServerTimingGRPC(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	l, _ := shapingLimiter(t, clk, waitingPolicy)
 	c := unaryServer(t, &echoServer{}, MustNew(WithTenant(FromHeader("x-tenant"))).UnaryServer(l))
@@ -156,6 +160,7 @@ func TestWaitServerTimingGRPC(t *testing.T) {
 }
 
 func TestServerTimingFormat(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		100 * time.Millisecond:  "floodgate-wait;dur=100",
 		1500 * time.Microsecond: "floodgate-wait;dur=1.5",

@@ -59,6 +59,7 @@ func serveDeny(t *testing.T, opts ...Option) *httptest.Server {
 // says, with its content type, and every denial keeps Retry-After, the
 // RateLimit fields, the legacy fields when asked and Cache-Control.
 func TestDenyResponseHTTP(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		r           DenyResponse
@@ -106,6 +107,7 @@ func (fixedClock) After(d time.Duration) <-chan time.Time { return time.After(d)
 // TestDenyResponseLaterStage: a later stage's custom denial still releases
 // the earlier stage's admission as ignored, not as a failure.
 func TestDenyResponseLaterStage(t *testing.T) {
+	t.Parallel()
 	first := &stage{}
 	fg := MustNew(WithDenyResponse(kong))
 	h := fg.HTTP(first)(fg.HTTP(denyStage())(http.HandlerFunc(okHandler)))
@@ -125,6 +127,7 @@ func TestDenyResponseLaterStage(t *testing.T) {
 // unary call's and a stream's denial; the code, the details and the
 // pushback trailer are DenyStatus's.
 func TestDenyResponseGRPC(t *testing.T) {
+	t.Parallel()
 	fg := MustNew(WithDenyResponse(kong), WithDomain("x.example"))
 	c := testpb.NewEchoClient(startBufconn(t, &echoServer{}, []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(fg.UnaryServer(denyStage())),
@@ -157,6 +160,7 @@ func TestDenyResponseGRPC(t *testing.T) {
 
 // TestDenyResponseErrors: New names every bad DenyResponse.
 func TestDenyResponseErrors(t *testing.T) {
+	t.Parallel()
 	body := func(context.Context, floodgate.Decision) []byte { return nil }
 	for _, tc := range []struct {
 		r    DenyResponse
@@ -182,6 +186,7 @@ func TestDenyResponseErrors(t *testing.T) {
 // send for the same decision: the HTTP fields of the HTTP denial (less its
 // body's), the gRPC status of UnaryServer, and its pushback.
 func TestDenialMatchesTransports(t *testing.T) {
+	t.Parallel()
 	fg := MustNew(WithDenyResponse(kong), WithDomain("x.example"))
 	ctx, done, den := fg.Gate(denyStage()).Admit(context.Background(), Call{Method: "/floodgate.test.v1.Echo/Plain", RemoteAddr: "192.0.2.1:4000"})
 	if done != nil || den == nil {

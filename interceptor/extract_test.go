@@ -36,6 +36,7 @@ const (
 )
 
 func TestFromProtoFieldShop(t *testing.T) {
+	t.Parallel()
 	user := FromProtoField(idUser)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -194,6 +195,7 @@ func TestFromProtoFieldPaths(t *testing.T) {
 }
 
 func TestExtractorCombinators(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	login := FromMessage(func(_ context.Context, m *shoppb.LoginRequest) string { return m.GetUser() })
 	if got := login(ctx, Metadata{msg: &shoppb.LoginRequest{User: "carol"}}); got != "carol" {
@@ -293,6 +295,7 @@ func serveShop(t *testing.T, network string, opts ...grpc.ServerOption) shoppb.S
 // call is keyed on its message's marked field; a stream, admitted before
 // its message is read, is not.
 func TestMessageIdentityUnaryNotStreams(t *testing.T) {
+	t.Parallel()
 	st := &stage{}
 	fg := MustNew(WithUser(FirstOf(FromProtoField(idUser), FromHeader("x-user"))))
 	shop := serveShop(t, "tcp4", grpc.ChainUnaryInterceptor(fg.UnaryServer(st)), grpc.ChainStreamInterceptor(fg.StreamServer(st)))
@@ -317,6 +320,7 @@ func TestMessageIdentityUnaryNotStreams(t *testing.T) {
 // TestHTTPRequestExtractorKeepsForm: an extractor that reads the form
 // leaves it to the handler.
 func TestHTTPRequestExtractorKeepsForm(t *testing.T) {
+	t.Parallel()
 	st := &stage{}
 	mw := MustNew(WithUser(FromHTTPRequest(func(r *http.Request) string { return r.PostFormValue("user") }))).HTTP(st)
 	var handlerSaw string
@@ -418,6 +422,7 @@ func TestUnresolvableScopeWarning(t *testing.T) {
 // name alone read one with the other's fields, which dynamicpb refuses
 // with a panic.
 func TestFromProtoFieldSameName(t *testing.T) {
+	t.Parallel()
 	flat := func() protoreflect.MessageDescriptor {
 		o := &descriptorpb.FieldOptions{}
 		proto.SetExtension(o, floodgatev1.E_Identity, idUser)

@@ -17,6 +17,7 @@ import (
 // TestCallResult: a Gate's call ends with the outcome of its gRPC code and
 // the cost its handler reported.
 func TestCallResult(t *testing.T) {
+	t.Parallel()
 	fg := MustNew()
 	ctx, done, den := fg.Gate(&stage{}).Admit(context.Background(), Call{Method: "/x.Svc/M", RemoteAddr: "192.0.2.9:1"})
 	if done == nil || den != nil {
@@ -42,6 +43,7 @@ func TestCallResult(t *testing.T) {
 // WithPerMessage and charges each message with it; a call a rule held
 // gets its Server-Timing in the response header.
 func TestGateMessagesAndWait(t *testing.T) {
+	t.Parallel()
 	s := &stage{decide: func(*floodgate.Request) (floodgate.Decision, error) {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Waited: 1500 * time.Microsecond}, nil
 	}}
@@ -83,6 +85,7 @@ func TestGateMessagesAndWait(t *testing.T) {
 // pushback plus jitter, at most WithMaxAttempts attempts, never for a
 // delay the server did not give or past the deadline.
 func TestRetrier(t *testing.T) {
+	t.Parallel()
 	var slept []time.Duration
 	r, err := NewRetrier(WithMaxAttempts(3), WithRand(func() float64 { return 0.5 }),
 		WithSleep(func(_ context.Context, d time.Duration) error { slept = append(slept, d); return nil }))

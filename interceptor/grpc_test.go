@@ -57,6 +57,7 @@ func checkDetails(t *testing.T, st *status.Status, want ...proto.Message) {
 }
 
 func TestUnaryDenyTiers(t *testing.T) {
+	t.Parallel()
 	s := &stage{decide: deny(floodgate.Decision{
 		Stage: floodgate.StageTiers, Source: floodgate.SourceStore, Policy: "search",
 		Limit: 100, Window: time.Minute, Remaining: 0, Reset: 30 * time.Second, RetryAfter: 1500 * time.Millisecond,
@@ -89,6 +90,7 @@ func TestUnaryDenyTiers(t *testing.T) {
 }
 
 func TestUnaryDenyConcurrencyShedderHidden(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		d       floodgate.Decision
@@ -152,6 +154,7 @@ func TestUnaryDenyConcurrencyShedderHidden(t *testing.T) {
 }
 
 func TestUnaryAllowErrorProceeds(t *testing.T) {
+	t.Parallel()
 	s := &stage{decide: func(*floodgate.Request) (floodgate.Decision, error) {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Source: floodgate.SourceFailOpen}, errors.New("store down")
 	}}
@@ -166,6 +169,7 @@ func TestUnaryAllowErrorProceeds(t *testing.T) {
 }
 
 func TestUnaryChainBuildsRequestOnceAndReleases(t *testing.T) {
+	t.Parallel()
 	stages := []*stage{{}, {}, {}}
 	var ics []grpc.UnaryServerInterceptor
 	for _, s := range stages {
@@ -200,6 +204,7 @@ func TestUnaryChainBuildsRequestOnceAndReleases(t *testing.T) {
 }
 
 func TestUnaryDoneOnPanic(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	recovery := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
 		defer func() {
@@ -220,6 +225,7 @@ func TestUnaryDoneOnPanic(t *testing.T) {
 }
 
 func TestHealthAndSkipNeverLimited(t *testing.T) {
+	t.Parallel()
 	s := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageShedder, RetryAfter: time.Second})}
 	cc := startBufconn(t, &echoServer{}, []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(mustUnary(s, WithSkip(func(m string) bool { return m == "/floodgate.test.v1.Echo/Expensive" }))),
@@ -240,6 +246,7 @@ func TestHealthAndSkipNeverLimited(t *testing.T) {
 }
 
 func TestAnnotationsAndPrecedence(t *testing.T) {
+	t.Parallel()
 	const exp, plain = "/floodgate.test.v1.Echo/Expensive", "/floodgate.test.v1.Echo/Plain"
 	mo, ok := annotationFor(exp)
 	if !ok || mo != (floodgate.MethodOptions{Cost: 10, Priority: floodgate.PriorityCritical}) {
@@ -450,6 +457,7 @@ func (p *policyStage) MethodOptions(m string) (floodgate.MethodOptions, bool) {
 }
 
 func TestGRPCIdentity(t *testing.T) {
+	t.Parallel()
 	claims := func(ctx context.Context) (map[string]any, bool) {
 		// Stands in for auth middleware that verified a JWT and stored its
 		// claims; here the "verified" claims come from a metadata value.
@@ -493,6 +501,7 @@ func TestGRPCIdentity(t *testing.T) {
 }
 
 func TestStreamReleasesOnEndAndCancel(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	e := &echoServer{streamStarted: make(chan struct{}, 4)}
 	cc := startBufconn(t, e, []grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(s))})
@@ -540,6 +549,7 @@ func TestStreamReleasesOnEndAndCancel(t *testing.T) {
 }
 
 func TestStreamBlockedHandlerReleasedOnCancel(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	e := &echoServer{streamStarted: make(chan struct{}, 1), block: true}
 	c := testpb.NewEchoClient(startLoopback(t, e, []grpc.ServerOption{grpc.ChainStreamInterceptor(mustStream(s))}))
@@ -556,6 +566,7 @@ func TestStreamBlockedHandlerReleasedOnCancel(t *testing.T) {
 }
 
 func TestStreamDenyAndPerMessage(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int64
 	s := &stage{decide: func(*floodgate.Request) (floodgate.Decision, error) {
 		// Open + 2 messages pass; the third message is denied.
@@ -607,6 +618,7 @@ func TestStreamDenyAndPerMessage(t *testing.T) {
 }
 
 func TestObserverReportsEveryStageOnce(t *testing.T) {
+	t.Parallel()
 	var mu = make(chan struct{}, 1)
 	mu <- struct{}{}
 	var got []string
@@ -646,6 +658,7 @@ func boolStr(b bool) string {
 }
 
 func TestInvalidOptions(t *testing.T) {
+	t.Parallel()
 	_, err := New(WithTrustedProxies("10.0.0.0/33", "nope"), WithDomain(""), WithMethods(map[string]floodgate.MethodOptions{"/a/b": {Cost: -1}}), WithObserver(nil), nil)
 	if err == nil {
 		t.Fatal("New accepted invalid options")
@@ -665,6 +678,7 @@ func TestInvalidOptions(t *testing.T) {
 // or a nil stage, panics when it is built — never a 500 or INTERNAL at
 // request time.
 func TestMisconfigurationPanicsAtConstruction(t *testing.T) {
+	t.Parallel()
 	for name, build := range map[string]func(){
 		"UnaryServer option":  func() { mustUnary(&stage{}, WithDomain(" ")) },
 		"StreamServer option": func() { mustStream(&stage{}, WithHealthPaths("healthz")) },

@@ -69,6 +69,7 @@ func muxServer(t *testing.T, mw func(http.Handler) http.Handler) *httptest.Serve
 }
 
 func TestHTTPAllowHeaders(t *testing.T) {
+	t.Parallel()
 	s := &stage{decide: func(*floodgate.Request) (floodgate.Decision, error) {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Policy: "tenant-plan",
 			Limit: 5000, Window: time.Hour, Remaining: 4123, Reset: 11500 * time.Millisecond}, nil
@@ -104,6 +105,7 @@ func TestHTTPAllowHeaders(t *testing.T) {
 }
 
 func TestHTTPDeny429(t *testing.T) {
+	t.Parallel()
 	s := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageTiers, Policy: "search",
 		Limit: 10, Window: time.Second, Remaining: 0, Reset: 2 * time.Second, RetryAfter: 1100 * time.Millisecond})}
 	srv := muxServer(t, mustHTTP(s, WithLegacyHeaders(), WithClock(clock.New(time.Time{}))))
@@ -134,6 +136,7 @@ func TestHTTPDeny429(t *testing.T) {
 }
 
 func TestHTTPDenyShedHiddenConcurrency(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		d      floodgate.Decision
@@ -181,6 +184,7 @@ func TestHTTPDenyShedHiddenConcurrency(t *testing.T) {
 }
 
 func TestHTTPHiddenQuotaOnAllow(t *testing.T) {
+	t.Parallel()
 	s := &stage{decide: func(*floodgate.Request) (floodgate.Decision, error) {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Policy: "login", Limit: 5, Window: time.Minute, Remaining: 4, HideQuota: true}, nil
 	}}
@@ -189,6 +193,7 @@ func TestHTTPHiddenQuotaOnAllow(t *testing.T) {
 }
 
 func TestSFString(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"plain":    `"plain"`,
 		`a"b\c`:    `"a\"b\\c"`,
@@ -215,6 +220,7 @@ func TestSFString(t *testing.T) {
 }
 
 func TestHTTPHealthRouteAndFallback(t *testing.T) {
+	t.Parallel()
 	s := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageShedder, RetryAfter: time.Second})}
 	srv := muxServer(t, mustHTTP(s, WithHealthPaths("/healthz")))
 	if res := get(t, srv, "GET", "/healthz"); res.status != 200 {
@@ -276,6 +282,7 @@ func (l *perIPLimiter) Admit(_ context.Context, r *floodgate.Request) (floodgate
 }
 
 func TestHTTPSpoofing(t *testing.T) {
+	t.Parallel()
 	// Untrusted peer (127.0.0.1 is not a listed proxy): rotating
 	// X-Forwarded-For values does not escape the per-IP limit.
 	l := &perIPLimiter{}
@@ -323,6 +330,7 @@ func TestHTTPSpoofing(t *testing.T) {
 }
 
 func TestHTTPReusesRequestAndInvalidOptions(t *testing.T) {
+	t.Parallel()
 	a, b := &stage{}, &stage{}
 	mw1, mw2 := mustHTTP(a, WithUser(FromHeader("X-User"))), mustHTTP(b)
 	mux := http.NewServeMux()
@@ -341,6 +349,7 @@ func TestHTTPReusesRequestAndInvalidOptions(t *testing.T) {
 }
 
 func TestHTTPDoneOnPanicAndOnce(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	h := mustHTTP(s)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	func() {
@@ -366,6 +375,7 @@ func TestHTTPDoneOnPanicAndOnce(t *testing.T) {
 }
 
 func TestHTTPSkipPriorityAndMethods(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	srv := muxServer(t, mustHTTP(s,
 		WithSkip(func(m string) bool { return m == "POST /v1/items" }),

@@ -9,6 +9,7 @@ import (
 var fuzzTrusted = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}
 
 func TestResolveXFF(t *testing.T) {
+	t.Parallel()
 	peer := netip.MustParseAddr("10.0.0.1")
 	for _, tc := range []struct {
 		values []string
@@ -33,6 +34,7 @@ func TestResolveXFF(t *testing.T) {
 }
 
 func TestForwardedFor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		elem string
 		want string

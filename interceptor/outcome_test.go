@@ -18,6 +18,7 @@ import (
 // outcome classified from the handler's error and the cost the handler
 // reported.
 func TestUnaryResult(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		code codes.Code
 		want floodgate.Outcome
@@ -55,6 +56,7 @@ func TestUnaryResult(t *testing.T) {
 // TestUnaryResultWithoutReportedCost: a handler that reports nothing leaves
 // the charge as it was (HasCost false).
 func TestUnaryResultWithoutReportedCost(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	c := unaryServer(t, &echoServer{}, mustUnary(s))
 	if _, err := c.Plain(testCtx(t), &testpb.EchoRequest{Message: "x"}); err != nil {
@@ -66,6 +68,7 @@ func TestUnaryResultWithoutReportedCost(t *testing.T) {
 }
 
 func TestUnaryPanicIsIgnored(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	recovery := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
 		defer func() {
@@ -86,6 +89,7 @@ func TestUnaryPanicIsIgnored(t *testing.T) {
 // passed are told floodgate.Ignored (refund, no sample), through the
 // interceptors as through a Chain.
 func TestChainDenialIsIgnored(t *testing.T) {
+	t.Parallel()
 	first := &stage{}
 	second := &stage{decide: deny(floodgate.Decision{Stage: floodgate.StageTiers, Policy: "p"})}
 	c := unaryServer(t, &echoServer{}, mustUnary(first), mustUnary(second))
@@ -108,6 +112,7 @@ func TestChainDenialIsIgnored(t *testing.T) {
 }
 
 func TestStreamResult(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	failing := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
 		if err := floodgate.ReportCost(ss.Context(), 3); err != nil {
@@ -131,6 +136,7 @@ func TestStreamResult(t *testing.T) {
 }
 
 func TestHTTPResult(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		status int // 0: the handler writes nothing
@@ -167,6 +173,7 @@ func TestHTTPResult(t *testing.T) {
 }
 
 func TestHTTPClientGoneIsIgnored(t *testing.T) {
+	t.Parallel()
 	s := &stage{}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := mustHTTP(s, WithRoute(func(*http.Request) string { return "GET /x" }))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {

@@ -59,6 +59,7 @@ func violatedPolicies(t *testing.T, body string) []string {
 // RateLimit on every response, the binding window first; a 429 names the
 // window that denied.
 func TestHTTPWindows(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	clk.Advance(15 * time.Second)
 	lim := limiterAt(t, clk, `
@@ -121,6 +122,7 @@ rules:
 // violated window is a QuotaFailure violation, the binding one first, and
 // a violated-policies entry.
 func TestGRPCWindowsQuotaFailure(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	clk.Advance(15 * time.Second)
 	lim := limiterAt(t, clk, twoRulesPolicy)
@@ -163,6 +165,7 @@ func TestGRPCWindowsQuotaFailure(t *testing.T) {
 }
 
 func TestHTTPTwoRulesViolated(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	clk.Advance(15 * time.Second)
 	lim := limiterAt(t, clk, twoRulesPolicy)
@@ -199,6 +202,7 @@ rules:
 // selects a rule, a header scope splits its buckets, whatever bytes the
 // value holds.
 func TestHTTPHeaderMatchAndScope(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	lim := limiterAt(t, clk, headerPolicy)
 	rec := &stage{}
@@ -242,6 +246,7 @@ func TestHTTPHeaderMatchAndScope(t *testing.T) {
 }
 
 func TestGRPCHeaderMatchAndScope(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	lim := limiterAt(t, clk, headerPolicy)
 	rec := &stage{}
@@ -275,6 +280,7 @@ func TestGRPCHeaderMatchAndScope(t *testing.T) {
 // A reload that names a new header applies at the next call: the
 // interceptor reads the policy's headers on every call.
 func TestHeadersFollowReload(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	lim := limiterAt(t, clk, "rules:\n  - {name: all, key: [ip], rate: 100/1m}\n")
 	rec := &stage{}
@@ -306,6 +312,7 @@ func TestHeadersFollowReload(t *testing.T) {
 // enforce_percent share is the same kind of shadow denial: package tiers
 // tests which requests those are.)
 func TestHTTPShadowPolicy(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	const rules = "rules:\n  - {name: per-ip, key: [ip], rate: 1/1m}\n"
 	lim := limiterAt(t, clk, "shadow: true\n"+rules)
@@ -336,6 +343,7 @@ func TestHTTPShadowPolicy(t *testing.T) {
 // Header names are case-insensitive: a policy may write them in any case,
 // and a client may send them in any case.
 func TestHeaderNamesCaseInsensitive(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	lim := limiterAt(t, clk, "rules:\n  - {name: m, match: {header: {X-MiXeD: [v]}}, rate: 1/1m}\n")
 	mw := mustHTTP(lim)

@@ -21,6 +21,7 @@ import (
 // was identified as the trusted proxy itself (escaping its per-IP limit
 // and deny: lists, or landing in an exempt internal range).
 func TestForwardedUnbalancedQuoteKeepsProxyElement(t *testing.T) {
+	t.Parallel()
 	st := &stage{}
 	srv := muxServer(t, mustHTTP(st, WithTrustedProxies("127.0.0.1", "10.0.0.0/8"), WithClientIPHeader(Forwarded)))
 	for _, clientSent := range []string{`for="`, `for=x"`, `for="1.1.1.1\`} {
@@ -43,6 +44,7 @@ func TestForwardedUnbalancedQuoteKeepsProxyElement(t *testing.T) {
 // one floodgate.Chain; it was told OutcomeDropped (an overload signal, no
 // refund).
 func TestLaterStageDenyIsIgnoredForEarlierStages(t *testing.T) {
+	t.Parallel()
 	denyD := floodgate.Decision{Stage: floodgate.StageTiers, Policy: "p", Limit: 1, Window: time.Second, RetryAfter: time.Second}
 
 	// Reference: one interceptor around a Chain.
@@ -88,6 +90,7 @@ func TestLaterStageDenyIsIgnoredForEarlierStages(t *testing.T) {
 // Hints and then fails with 503 is an overload signal (OutcomeDropped);
 // the 1xx code was recorded as the status and reported OutcomeSuccess.
 func TestInformationalStatusLeavesFinalStatus(t *testing.T) {
+	t.Parallel()
 	st := &stage{}
 	h := mustHTTP(st, WithRoute(func(*http.Request) string { return "r" }))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Link", "</a.css>; rel=preload")

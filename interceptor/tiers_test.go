@@ -43,6 +43,7 @@ func (l *lastDecision) get() floodgate.Decision {
 // the memstore, one call takes 10 tokens of a 100-token bucket, a plain call
 // 1, and the policy's methods table sets another.
 func TestAnnotatedCostChargesTiers(t *testing.T) {
+	t.Parallel()
 	policy, err := tiers.Load([]byte(`
 rules:
   - name: per-user
@@ -122,6 +123,7 @@ methods:
 // RateLimit fields, Retry-After and body of a real fixed-window decision,
 // and a hidden-quota rule that sends none of them.
 func TestHTTPWithTiers(t *testing.T) {
+	t.Parallel()
 	policy, err := tiers.Load([]byte(`
 rules:
   - name: items-ip
