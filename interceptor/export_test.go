@@ -8,8 +8,9 @@ import (
 
 // Test-only options of the client interceptors.
 
-// WithSleep replaces how the client waits (default: a timer, cut short by
-// ctx). sleep must return ctx's error if ctx ends first.
+// WithSleep replaces how the client waits (default: the After of the
+// client's clock, or a timer, cut short by ctx). sleep must return ctx's
+// error if ctx ends first.
 func WithSleep(sleep func(ctx context.Context, d time.Duration) error) ClientOption {
 	return func(c *clientConfig) {
 		if sleep == nil {

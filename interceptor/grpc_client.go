@@ -85,8 +85,10 @@ func WithMaxDelay(d time.Duration) ClientOption {
 	}
 }
 
-// WithClientClock sets the clock used to compare a wait with the context
-// deadline (default floodgate.SystemClock()).
+// WithClientClock sets the clock the client reads: a wait is compared
+// with the context deadline on it, and, when it has an After method (as
+// package testing/clock's fake does), the client waits on it too; the
+// default, floodgate.SystemClock(), waits on a timer.
 func WithClientClock(clk floodgate.Clock) ClientOption {
 	return func(c *clientConfig) {
 		if clk == nil {
@@ -100,7 +102,7 @@ func WithClientClock(clk floodgate.Clock) ClientOption {
 func newClientConfig(opts []ClientOption) (*clientConfig, error) {
 	c := &clientConfig{
 		attempts: defaultMaxAttempts, jitter: defaultJitter, maxDelay: defaultMaxDelay,
-		clock: floodgate.SystemClock(), sleep: sleepCtx, rand: rand.Float64,
+		clock: floodgate.SystemClock(), rand: rand.Float64,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -111,6 +113,9 @@ func newClientConfig(opts []ClientOption) (*clientConfig, error) {
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
+	}
+	if c.sleep == nil {
+		c.sleep = sleepOn(c.clock)
 	}
 	if c.throttle != nil {
 		c.throttler = newThrottler(*c.throttle, c.clock, c.rand)
@@ -124,6 +129,26 @@ func mustClientConfig(opts []ClientOption) *clientConfig {
 		panic(err)
 	}
 	return c
+}
+
+// sleepOn returns how the client waits: on clock's After when it has one,
+// else on a timer (sleepCtx). Either ends early, with ctx's error, when
+// ctx ends.
+func sleepOn(clock floodgate.Clock) func(ctx context.Context, d time.Duration) error {
+	a, ok := clock.(interface {
+		After(time.Duration) <-chan time.Time
+	})
+	if !ok {
+		return sleepCtx
+	}
+	return func(ctx context.Context, d time.Duration) error {
+		select {
+		case <-a.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/testpb"
+	"github.com/floodgate-go/floodgate/testing/clock"
 )
 
 // denyFirst denies the first n admissions with d, then allows.
@@ -84,6 +85,51 @@ func TestClientWaitsPushbackAndSucceeds(t *testing.T) {
 	}
 	if s.admits.Load() != 2 {
 		t.Errorf("server admits = %d, want 2", s.admits.Load())
+	}
+}
+
+// TestClientSleepsOnClock: given a clock with an After method
+// (WithClientClock), the client waits the server's pushback on it: a call
+// denied with a 30ms pushback (no jitter) is retried when the clock has
+// moved 30ms, not 1ms sooner; a context that ends first ends the wait, and
+// the call with the denial.
+func TestClientSleepsOnClock(t *testing.T) {
+	t.Parallel()
+	clk := clock.New(time.Now()) // the calls' deadlines are on the system clock
+	s := denyFirst(1, floodgate.Decision{Stage: floodgate.StageTiers, RetryAfter: 30 * time.Millisecond})
+	c := clientConn(t, s, WithClientClock(clk), WithJitter(0))
+	ctx := testCtx(t)
+	ended := make(chan error, 1)
+	go func() {
+		_, err := c.Plain(ctx, &testpb.EchoRequest{})
+		ended <- err
+	}()
+	waitFor(t, "the retry's wait on the clock", func() bool { return clk.Timers() == 1 })
+	clk.Advance(29 * time.Millisecond)
+	select {
+	case err := <-ended:
+		t.Fatalf("the call ended 1ms before the pushback: %v", err)
+	default:
+	}
+	if clk.Timers() != 1 || s.admits.Load() != 1 {
+		t.Fatalf("1ms before the pushback: %d timers, %d attempts; want the wait pending after 1 attempt", clk.Timers(), s.admits.Load())
+	}
+	clk.Advance(time.Millisecond)
+	if err := <-ended; err != nil || s.admits.Load() != 2 {
+		t.Fatalf("after the pushback: %v, %d attempts; want the retry admitted", err, s.admits.Load())
+	}
+
+	s = denyFirst(1, floodgate.Decision{Stage: floodgate.StageTiers, RetryAfter: 30 * time.Millisecond})
+	c = clientConn(t, s, WithClientClock(clk), WithJitter(0))
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		_, err := c.Plain(cctx, &testpb.EchoRequest{})
+		ended <- err
+	}()
+	waitFor(t, "the second call's wait on the clock", func() bool { return clk.Timers() == 1 })
+	cancel()
+	if err := <-ended; status.Code(err) != codes.ResourceExhausted || s.admits.Load() != 1 {
+		t.Fatalf("a call cancelled while it waits: %v, %d attempts; want the denial after 1 attempt", err, s.admits.Load())
 	}
 }
 
