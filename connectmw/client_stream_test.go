@@ -17,6 +17,7 @@ import (
 // request headers, and the caller reads every message; a bidi stream is
 // never replayed.
 func TestClientRetriesServerStream(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			stage := &script{deny: 1, retry: 20 * time.Millisecond}
@@ -74,6 +75,7 @@ func TestClientRetriesServerStream(t *testing.T) {
 // the server keeps shedding stops opening some of them: those fail with
 // the throttle's error and never reach the server.
 func TestClientThrottlesStreams(t *testing.T) {
+	t.Parallel()
 	stage := &script{deny: 1 << 30}
 	guard, _ := connectmw.NewHandler(interceptor.MustNew(), stage)
 	srv := serve(t, connect.WithInterceptors(guard))

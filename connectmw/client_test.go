@@ -18,36 +18,58 @@ import (
 	"github.com/floodgate-go/floodgate/connectmw"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/testpb"
+	"github.com/floodgate-go/floodgate/testing/clock"
 )
 
 // TestClientRetries: in each protocol, NewClient retries a call the
-// server shed with a 20 ms pushback and it succeeds on the second attempt;
-// a denial the server says no wait cures (pushback -1) is returned at
-// once; WithMaxAttempts(1) never retries.
+// server shed with a 20 ms pushback once its clock has moved the 20ms
+// (a fake clock: interceptor.WithClientClock), not 1ms sooner, and it
+// succeeds on the second attempt; a denial the server says no wait cures
+// (pushback -1) is returned at once; WithMaxAttempts(1) never retries.
 func TestClientRetries(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
 			stage := &script{deny: 1, retry: 20 * time.Millisecond}
 			guard, err := connectmw.NewHandler(interceptor.MustNew(), stage)
 			if err != nil {
 				t.Fatal(err)
 			}
 			srv := serve(t, connect.WithInterceptors(guard))
-			retry, err := connectmw.NewClient()
+			clk := clock.New(time.Now()) // the calls' deadlines are on the system clock
+			retry, err := connectmw.NewClient(interceptor.WithClientClock(clk), interceptor.WithJitter(0))
 			if err != nil {
 				t.Fatal(err)
 			}
 			c := unaryClient(srv, plainProc, append(p.opt, connect.WithInterceptors(retry))...)
-			start := time.Now()
-			resp, err := c.CallUnary(testCtx(t), connect.NewRequest(&testpb.EchoRequest{Message: "again"}))
-			if err != nil || resp.Msg.GetMessage() != "again" {
-				t.Fatalf("retried call: %v, %v", resp, err)
+			ctx := testCtx(t)
+			type result struct {
+				resp *connect.Response[testpb.EchoResponse]
+				err  error
+			}
+			ended := make(chan result, 1)
+			go func() {
+				resp, err := c.CallUnary(ctx, connect.NewRequest(&testpb.EchoRequest{Message: "again"}))
+				ended <- result{resp, err}
+			}()
+			waitFor(t, "the retry's wait on the clock", func() bool { return clk.Timers() == 1 })
+			clk.Advance(19 * time.Millisecond)
+			select {
+			case r := <-ended:
+				t.Fatalf("the call ended 1ms before the server's 20ms: %v, %v", r.resp, r.err)
+			default:
+			}
+			if calls, _ := stage.snapshot(); calls != 1 || clk.Timers() != 1 {
+				t.Fatalf("1ms before the server's 20ms: %d attempts, %d timers; want the wait pending after 1 attempt", calls, clk.Timers())
+			}
+			clk.Advance(time.Millisecond)
+			r := <-ended
+			if r.err != nil || r.resp.Msg.GetMessage() != "again" {
+				t.Fatalf("retried call: %v, %v", r.resp, r.err)
 			}
 			if calls, _ := stage.snapshot(); calls != 2 {
 				t.Fatalf("%d attempts, want 2", calls)
-			}
-			if waited := time.Since(start); waited < 20*time.Millisecond {
-				t.Errorf("retried after %v, before the server's 20ms", waited)
 			}
 
 			// RetryAfter 0: pushback -1, "do not retry".
@@ -85,16 +107,19 @@ func TestClientRetries(t *testing.T) {
 }
 
 // TestClientDeadline: a pushback that ends after the call's deadline is
-// not waited for.
+// not waited for: the client, on a fake clock that reads the system
+// clock's time when the test starts (the deadline's clock), never starts a
+// wait on it.
 func TestClientDeadline(t *testing.T) {
+	t.Parallel()
 	stage := &script{deny: 1, retry: 5 * time.Second}
 	guard, _ := connectmw.NewHandler(interceptor.MustNew(), stage)
 	srv := serve(t, connect.WithInterceptors(guard))
-	retry, _ := connectmw.NewClient()
+	clk := clock.New(time.Now())
+	retry, _ := connectmw.NewClient(interceptor.WithClientClock(clk))
 	c := unaryClient(srv, plainProc, connect.WithInterceptors(retry))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(2*time.Second))
 	defer cancel()
-	start := time.Now()
 	_, err := c.CallUnary(ctx, connect.NewRequest(&testpb.EchoRequest{}))
 	if connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Fatalf("call: %v", err)
@@ -102,8 +127,8 @@ func TestClientDeadline(t *testing.T) {
 	if d, ok := connectmw.RetryDelay(err); !ok || d != 5*time.Second {
 		t.Errorf("RetryDelay = %v, %v; want 5s", d, ok)
 	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("the call took %v: it waited for a retry past its deadline", took)
+	if n := clk.Timers(); n != 0 {
+		t.Errorf("the client started %d waits: it waited for a retry past its deadline", n)
 	}
 	if calls, _ := stage.snapshot(); calls != 1 {
 		t.Errorf("%d attempts, want 1", calls)
@@ -114,6 +139,7 @@ func TestClientDeadline(t *testing.T) {
 // keeps shedding stops sending some of them; those fail with the
 // throttle's UNAVAILABLE (IsClientThrottled) and never reach the server.
 func TestClientThrottle(t *testing.T) {
+	t.Parallel()
 	stage := &script{deny: 1 << 30}
 	guard, _ := connectmw.NewHandler(interceptor.MustNew(), stage)
 	srv := serve(t, connect.WithInterceptors(guard))
@@ -147,6 +173,7 @@ func TestClientThrottle(t *testing.T) {
 // grpc-go's retry policy and interceptor.UnaryClient honour; UnaryClient
 // retries after it.
 func TestGRPCClientReadsDenial(t *testing.T) {
+	t.Parallel()
 	stage := &script{deny: 1, retry: 20 * time.Millisecond}
 	guard, _ := connectmw.NewHandler(interceptor.MustNew(interceptor.WithDomain("echo.example")), stage)
 	srv := serve(t, connect.WithInterceptors(guard))

@@ -73,6 +73,7 @@ func checkDenial(t *testing.T, err error, wantMsg string) {
 // of a bidi stream with its code, message, ErrorInfo, RetryInfo,
 // QuotaFailure, pushback and HTTP fields; another user's calls pass.
 func TestDenialPerProtocol(t *testing.T) {
+	t.Parallel()
 	const msg = `rate limit exceeded (policy "per-user"); retry after 30s`
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
@@ -162,6 +163,7 @@ func (r *recorder) Observe(_ context.Context, req *floodgate.Request, _ floodgat
 // method: the procedure as Method, the proto annotation's cost and
 // priority, the user from the header and the loopback peer as IP.
 func TestRequestOfACall(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	fg := interceptor.MustNew(interceptor.WithUser(interceptor.FromHeader("x-user")), interceptor.WithObserver(rec))
 	guard, err := connectmw.NewHandler(fg, &script{})
@@ -189,6 +191,7 @@ func TestRequestOfACall(t *testing.T) {
 // (failed), a panic (ignored); and a call a later floodgate stage denied
 // releases the earlier stage as ignored.
 func TestDoneOutcomes(t *testing.T) {
+	t.Parallel()
 	const anyError connect.Code = 1000
 	first := &script{}
 	later := &script{deny: 1, retry: time.Second}
@@ -237,6 +240,7 @@ func TestDoneOutcomes(t *testing.T) {
 // bidi stream is charged; the one the limit denies ends the stream with
 // the denial, in every protocol.
 func TestPerMessage(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			fg := interceptor.MustNew(interceptor.WithDomain("echo.example"), interceptor.WithUser(interceptor.FromHeader("x-user")), interceptor.WithPerMessage())
@@ -269,6 +273,7 @@ func TestPerMessage(t *testing.T) {
 // as an overload signal for that stage (dropped), not as a later stage's
 // denial (ignored), as with fg.StreamServer.
 func TestPerMessageOutcome(t *testing.T) {
+	t.Parallel()
 	s := &script{from: 2} // the stream opens, its first message is shed
 	guard, err := connectmw.NewHandler(interceptor.MustNew(interceptor.WithPerMessage()), s)
 	if err != nil {
@@ -284,12 +289,10 @@ func TestPerMessageOutcome(t *testing.T) {
 	_ = bs.CloseRequest()
 	_ = bs.CloseResponse()
 	var res []floodgate.Result
-	for range 100 { // the handler's Done runs after the client saw the end
-		if _, res = s.snapshot(); len(res) > 0 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the stream's Done", func() bool { // it runs after the client saw the end
+		_, res = s.snapshot()
+		return len(res) > 0
+	})
 	if len(res) != 1 || res[0].Outcome != floodgate.OutcomeDropped {
 		t.Fatalf("results = %+v, want one dropped", res)
 	}
@@ -299,6 +302,7 @@ func TestPerMessageOutcome(t *testing.T) {
 // (max_wait) tells how long in its response's Server-Timing header, unary
 // calls and streams, in every protocol.
 func TestServerTiming(t *testing.T) {
+	t.Parallel()
 	guard, err := connectmw.NewHandler(interceptor.MustNew(), &script{waited: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -329,6 +333,7 @@ func TestServerTiming(t *testing.T) {
 // TestDenyResponseMessage: WithDenyResponse's Message replaces a Connect
 // denial's message; its code, details and metadata stay.
 func TestDenyResponseMessage(t *testing.T) {
+	t.Parallel()
 	fg := interceptor.MustNew(interceptor.WithDomain("echo.example"), interceptor.WithUser(interceptor.FromHeader("x-user")),
 		interceptor.WithDenyResponse(interceptor.DenyResponse{Message: func(_ context.Context, d floodgate.Decision) string {
 			return "E_QUOTA: slow down for " + d.RetryAfter.String()
@@ -351,6 +356,7 @@ func TestDenyResponseMessage(t *testing.T) {
 }
 
 func TestNewHandlerRefusesNil(t *testing.T) {
+	t.Parallel()
 	if _, err := connectmw.NewHandler(nil, &script{}); err == nil || err.Error() != "connectmw: NewHandler: nil Interceptor" {
 		t.Errorf("nil Interceptor: %v", err)
 	}
@@ -376,6 +382,7 @@ func TestNewHandlerRefusesNil(t *testing.T) {
 // Retry-After and the RateLimit fields, and the error's code in the JSON
 // body.
 func TestConnectProtocolOverPlainHTTP(t *testing.T) {
+	t.Parallel()
 	fg := interceptor.MustNew(interceptor.WithUser(interceptor.FromHeader("x-user")))
 	guard, err := connectmw.NewHandler(fg, perUser(t))
 	if err != nil {

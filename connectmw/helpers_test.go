@@ -118,6 +118,18 @@ func perUser(t *testing.T) *tiers.Limiter {
 	return lim
 }
 
+// waitFor polls cond for up to 10s: the bounded wait for an event of
+// another goroutine (a handler's Done, a client's wait), which fails the
+// test naming what did not happen.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)

@@ -56,6 +56,7 @@ func newEchoClient(httpClient connect.HTTPClient, baseURL string) (*connect.Clie
 // snippet serves: two calls a minute pass, the third is denied with its
 // details.
 func TestReadmeConnect(t *testing.T) {
+	t.Parallel()
 	top, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
