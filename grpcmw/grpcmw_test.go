@@ -28,6 +28,7 @@ import (
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
 	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
@@ -83,13 +84,16 @@ func (l *logLines) lastFinished(t *testing.T, method string) map[string]any {
 	return nil
 }
 
+// limiter is a tiers.Limiter of the policy yaml over a memstore on a
+// fake clock that never moves: its counts are exact however long the
+// test takes.
 func limiter(t *testing.T, yaml string) *tiers.Limiter {
 	t.Helper()
 	policy, err := tiers.Load([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := memstore.New()
+	store, err := memstore.New(memstore.WithClock(clock.New(time.Time{})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +145,7 @@ const (
 // connection on loopback, the client calling through a trusted proxy
 // (127.0.0.1) that forwards X-Forwarded-For.
 func TestMiddlewareChain(t *testing.T) {
+	t.Parallel()
 	limits := limiter(t, `
 rules:
   - name: per-ip
@@ -267,6 +272,7 @@ func hasQuotaFailure(st *status.Status, policy string) bool {
 // interceptors, behind realip, over loopback: it denies, with the status
 // details lost and the pushback trailer kept.
 func TestLimiterAdapter(t *testing.T) {
+	t.Parallel()
 	limits := limiter(t, `
 rules:
   - name: per-ip
@@ -324,6 +330,7 @@ rules:
 // limiter's policy (methods:), which the shedder's interceptor knows
 // because NewLimiter made the limiter's interceptor from the same one.
 func TestLimiterSharesTheRequest(t *testing.T) {
+	t.Parallel()
 	limits := limiter(t, `
 rules:
   - {name: per-ip, key: [ip], rate: 100/1m}
@@ -368,6 +375,7 @@ methods:
 }
 
 func TestLimiterOutsideServerCall(t *testing.T) {
+	t.Parallel()
 	lim, err := grpcmw.NewLimiter(interceptor.MustNew(), limiter(t, "rules:\n  - {name: r, key: [ip], rate: 1/1s}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -384,6 +392,7 @@ type unwrapper struct{ floodgate.Admitter }
 func (u unwrapper) Unwrap() floodgate.Admitter { return u.Admitter }
 
 func TestNewLimiterErrors(t *testing.T) {
+	t.Parallel()
 	shed, err := shedder.New(10)
 	if err != nil {
 		t.Fatal(err)
@@ -426,6 +435,7 @@ func TestNewLimiterErrors(t *testing.T) {
 }
 
 func TestExempt(t *testing.T) {
+	t.Parallel()
 	m, err := grpcmw.Exempt("/a.v1.A/Get", "/b.v1.B/*")
 	if err != nil {
 		t.Fatal(err)
