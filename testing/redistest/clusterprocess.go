@@ -29,6 +29,17 @@ func StartClusterProcessWithReplicas(opts ...Option) (*ClusterProcess, error) {
 }
 
 func startClusterProcess(withReplicas bool, opts []Option) (*ClusterProcess, error) {
+	c, err := startUnowned(withReplicas, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &ClusterProcess{c: c}, nil
+}
+
+// startUnowned forms a cluster that belongs to no test (a ClusterProcess,
+// a SharedCluster), or says why it could not, with every node it started
+// stopped.
+func startUnowned(withReplicas bool, opts []Option) (*Cluster, error) {
 	cfg, err := clusterConfig(withReplicas, opts)
 	if err != nil {
 		return nil, err
@@ -46,7 +57,7 @@ func startClusterProcess(withReplicas bool, opts []Option) (*ClusterProcess, err
 		c.stop()
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	return &ClusterProcess{c: c}, nil
+	return c, nil
 }
 
 // Addrs returns the masters' addresses as started, "127.0.0.1:port" each:

@@ -3,6 +3,7 @@
 // 6379) or another test's server, and that a fault test gets the real fault
 // instead of a mock. A standalone server (Start), a master watched by a
 // Sentinel (StartSentinel) or a three-master Redis Cluster (StartCluster;
+// StartClusterAsync forms it while the tests before a parallel test run;
 // StartClusterWithReplicas gives each master a replica, for failover
 // tests) runs on free loopback ports, with no persistence and its own temporary
 // directory, and is stopped and reaped when the test ends; StartProcess
@@ -11,7 +12,11 @@
 // demo's -redis-fault); StartClusterProcess and
 // StartClusterProcessWithReplicas start a cluster for such a program
 // (bench/cmd/fleetacc's -cluster, bench's make bench-cluster), its nodes
-// Processes.
+// Processes. A SharedCluster is one cluster for every test of a test
+// binary that never changes the cluster itself and keeps to keys of its
+// own: started by the first such test, stopped by TestMain (Run), so that
+// only the tests that inject faults, flush or move slots pay the 2 s a
+// cluster takes to form.
 //
 // # Faults
 //

@@ -3,6 +3,7 @@ package redistest
 import "testing"
 
 func TestStartProcess(t *testing.T) {
+	t.Parallel()
 	addr, stop, err := StartProcess()
 	if err != nil {
 		t.Fatal(err)
@@ -22,6 +23,7 @@ func TestStartProcess(t *testing.T) {
 // pauses and resumes its server with errors instead of a test's failures,
 // and Stop leaves nothing answering, a paused server included.
 func TestProcessHandleFaults(t *testing.T) {
+	t.Parallel()
 	p, err := StartProcessHandle()
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +66,7 @@ func TestProcessHandleFaults(t *testing.T) {
 // master answers, the cluster is ok), a master paused by its Process
 // stops answering until resumed, and Stop leaves no node answering.
 func TestClusterProcess(t *testing.T) {
+	t.Parallel()
 	p, err := StartClusterProcess()
 	if err != nil {
 		t.Fatal(err)
