@@ -120,12 +120,24 @@ func plainAndDefault(b *testing.B, srv *redistest.Server) (plain, def *redisstor
 
 // clusterCPU returns the CPU time the cluster's masters have used, summed
 // (see redisCPU).
-func clusterCPU(b *testing.B, cl *redistest.Cluster) time.Duration {
+func clusterCPU(b *testing.B, nodes []*redis.Client) time.Duration {
 	var sum time.Duration
-	for _, n := range cl.Nodes() {
-		sum += redisCPU(b, n.Client())
+	for _, n := range nodes {
+		sum += redisCPU(b, n)
 	}
 	return sum
+}
+
+// masters returns a client of each master of the cluster c was seeded
+// with (the shared cluster's seeds are its masters), closed when b ends.
+func masters(b *testing.B, c *redis.ClusterClient) []*redis.Client {
+	var out []*redis.Client
+	for _, addr := range c.Options().Addrs {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		b.Cleanup(func() { _ = n.Close() })
+		out = append(out, n)
+	}
+	return out
 }
 
 // processCPU returns the user+system CPU time this process has used.
@@ -168,15 +180,17 @@ func redisCPU(b *testing.B, c *redis.Client) time.Duration {
 // and when they sit in four slots (four parts sent at once, refunds on a
 // deny; batched, the parts of each master merged into one call), with the
 // default batching and without
-// ("/unbatched").
+// ("/unbatched"). On the package's shared cluster, idle while benchmarks
+// run (they run after the tests), under a prefix of the benchmark's own.
 func BenchmarkTakeCluster(b *testing.B) {
-	cl := redistest.StartCluster(b)
-	def, err := redisstore.New(cl.Client())
+	c, prefix := redisstore.SharedCluster(b)
+	nodes := masters(b, c)
+	def, err := redisstore.New(c, redisstore.WithPrefix(prefix))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = def.Close() })
-	plain, err := redisstore.New(cl.Client(), redisstore.WithBatching(0, 0))
+	plain, err := redisstore.New(c, redisstore.WithBatching(0, 0), redisstore.WithPrefix(prefix))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -204,10 +218,10 @@ func BenchmarkTakeCluster(b *testing.B) {
 				ctx := context.Background()
 				b.ReportAllocs()
 				b.SetParallelism(32)
-				cpu0, r0 := processCPU(), clusterCPU(b, cl)
+				cpu0, r0 := processCPU(), clusterCPU(b, nodes)
 				defer func() {
 					b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "client-cpu-ns/op")
-					b.ReportMetric(float64(clusterCPU(b, cl)-r0)/float64(b.N), "redis-cpu-ns/op")
+					b.ReportMetric(float64(clusterCPU(b, nodes)-r0)/float64(b.N), "redis-cpu-ns/op")
 				}()
 				b.RunParallel(func(pb *testing.PB) {
 					var res [4]quota.Result
@@ -230,8 +244,9 @@ func BenchmarkTakeCluster(b *testing.B) {
 // principals a tenant, 100 tenants), decided by one redis-server, by three
 // standalone redis-servers each holding a third of the tenants (a store
 // each, the take routed by tenant, as a client-side shard would), and by a
-// 3-master cluster (one store). The three shards do exactly the
-// one-server work, split three ways, with no cluster at all, so their
+// 3-master cluster (one store; the package's shared cluster, idle while
+// benchmarks run, under a prefix of its own). The three shards do exactly
+// the one-server work, split three ways, with no cluster at all, so their
 // summed Redis CPU per take is what spreading the load over three
 // processes costs on the machine that runs them; the cluster row is that
 // plus what the cluster itself adds:
@@ -240,9 +255,9 @@ func BenchmarkTakeCluster(b *testing.B) {
 func BenchmarkTakeSpread(b *testing.B) {
 	one := redistest.Start(b)
 	shards := []*redistest.Server{redistest.Start(b), redistest.Start(b), redistest.Start(b)}
-	cl := redistest.StartCluster(b)
-	store := func(c redis.UniversalClient) *redisstore.Store {
-		s, err := redisstore.New(c)
+	cl, prefix := redisstore.SharedCluster(b)
+	store := func(c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+		s, err := redisstore.New(c, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -267,7 +282,7 @@ func BenchmarkTakeSpread(b *testing.B) {
 		{"one-server", []*redisstore.Store{store(one.NewClient())}, []*redis.Client{one.Client()}},
 		{"three-shards", []*redisstore.Store{store(shards[0].NewClient()), store(shards[1].NewClient()), store(shards[2].NewClient())},
 			[]*redis.Client{shards[0].Client(), shards[1].Client(), shards[2].Client()}},
-		{"cluster", []*redisstore.Store{store(cl.Client())}, []*redis.Client{cl.Nodes()[0].Client(), cl.Nodes()[1].Client(), cl.Nodes()[2].Client()}},
+		{"cluster", []*redisstore.Store{store(cl, redisstore.WithPrefix(prefix))}, masters(b, cl)},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			ctx := context.Background()

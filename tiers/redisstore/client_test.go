@@ -3,7 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,14 +18,18 @@ import (
 )
 
 // TestNewClient: each URL form gives a client of the right kind, set up
-// for the fallback, that a Store can take through.
+// for the fallback, that a Store can take through (the cluster is the
+// shared one, the stores' keys under the test's own prefix); and a dead
+// server is refused at once: one dial, refused, no retry.
 func TestNewClient(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts redis-server")
 	}
 	srv := redistest.Start(t)
 	sen := redistest.StartSentinel(t)
-	cl := redistest.StartCluster(t)
+	shared, prefix := redisstore.SharedCluster(t)
+	clusterAddrs := shared.Options().Addrs
 	for _, tc := range []struct {
 		url   string
 		check func(redis.UniversalClient) bool
@@ -36,7 +42,7 @@ func TestNewClient(t *testing.T) {
 			o := c.(*redis.Client).Options()
 			return o.ContextTimeoutEnabled && o.DialerRetries == 1 && o.MaxRetries <= 0 // go-redis stores -1 (no retries) as 0 once the client is built
 		}},
-		{"redis+cluster://" + cl.Addrs()[0] + "?addr=" + cl.Addrs()[1], func(c redis.UniversalClient) bool {
+		{"redis+cluster://" + clusterAddrs[0] + "?addr=" + clusterAddrs[1], func(c redis.UniversalClient) bool {
 			o := c.(*redis.ClusterClient).Options()
 			return o.ContextTimeoutEnabled && o.DialerRetries == 1 && o.MaxRetries <= 0 // go-redis stores -1 (no retries) as 0 once the client is built
 		}},
@@ -48,7 +54,7 @@ func TestNewClient(t *testing.T) {
 		if !tc.check(c) {
 			t.Errorf("%s: client not set up for the fallback", tc.url)
 		}
-		s, err := redisstore.New(c)
+		s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +67,8 @@ func TestNewClient(t *testing.T) {
 		_ = c.Close()
 	}
 
-	// A dead server is refused at once: no retry backoff turns it into a
+	// A dead server is refused at once: one dial, refused, and no retry
+	// (of the dial, or of the command) whose backoff would turn it into a
 	// timeout.
 	addr := srv.Addr()
 	srv.Kill()
@@ -70,14 +77,33 @@ func TestNewClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	start := time.Now()
+	dials := &dialCounter{}
+	c.AddHook(dials)
 	err = c.Ping(context.Background()).Err()
-	if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > 500*time.Millisecond {
-		t.Errorf("ping of a dead server: %v after %s, want connection refused at once", err, time.Since(start))
+	if !errors.Is(err, syscall.ECONNREFUSED) || dials.n.Load() != 1 {
+		t.Errorf("ping of a dead server: %v after %d dials, want connection refused at the one dial", err, dials.n.Load())
 	}
 }
 
+// dialCounter is a go-redis hook that counts the dials a client makes,
+// each attempt of a dial retried.
+type dialCounter struct{ n atomic.Int64 }
+
+func (d *dialCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d.n.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+
+func (d *dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (d *dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 func TestNewClientBadURLs(t *testing.T) {
+	t.Parallel()
 	for url, want := range map[string]string{
 		"127.0.0.1:6379":                       "is not a URL",
 		"mysql://127.0.0.1":                    "invalid URL scheme: mysql",
@@ -95,6 +121,7 @@ func TestNewClientBadURLs(t *testing.T) {
 // the per-call deadline is refused, naming the setting and NewClient;
 // the same client with it set is taken.
 func TestNewRefusesClientsWithoutContextTimeout(t *testing.T) {
+	t.Parallel()
 	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer plain.Close()
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})

@@ -87,11 +87,16 @@ func calendarSpan(now time.Time) quota.Span {
 }
 
 func TestDifferentialStandalone(t *testing.T) {
+	t.Parallel()
 	seeds(t, redistest.Start(t).Client(), 3, differential)
 }
 
+// TestDifferentialCluster: differential on a cluster of its own, whose
+// script caches it empties.
 func TestDifferentialCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
+	wait := redistest.StartClusterAsync(t)
+	t.Parallel()
+	cl := wait()
 	c := cl.Client()
 	seeds(t, c, 3, differential)
 	// And once more after every node lost its script cache: the take and

@@ -50,3 +50,39 @@ func (s *LateSink) Late(buckets []quota.Bucket) func(bool, []quota.Result, error
 	s.Buckets = buckets
 	return func(allowed bool, res []quota.Result, err error) { s.Got <- LateAnswer{allowed, res, err} }
 }
+
+// Queued returns how many calls wait in s's batcher for a flusher (0 when
+// batching is off).
+func Queued(s *Store) int {
+	if s.batch == nil {
+		return 0
+	}
+	return len(s.batch.ch)
+}
+
+// RetrierIdle reports whether s's retrier has no failed refund left to
+// send again, none being sent: every refund handed to it applied, expired
+// or was dropped (see the retrier's counts).
+func RetrierIdle(s *Store) bool {
+	s.retry.mu.Lock()
+	defer s.retry.mu.Unlock()
+	return !s.retry.running && len(s.retry.jobs) == 0
+}
+
+// RefundsLost returns how many failed refunds s's retrier gave up or
+// dropped (their units stayed charged).
+func RefundsLost(s *Store) int64 { return s.retry.expired.Load() + s.retry.dropped.Load() }
+
+// Closing reports whether s's Close has begun (batching on): its flushers
+// send what is queued and stop.
+func Closing(s *Store) bool {
+	if s.batch == nil {
+		return false
+	}
+	select {
+	case <-s.batch.quit:
+		return true
+	default:
+		return false
+	}
+}

@@ -48,17 +48,27 @@ var giveBackLimits = []quota.Limit{
 // memstore agrees at every step. On a cluster the key given back to and
 // its twin sit in different slots.
 func TestGiveBackUndoesTake(t *testing.T) {
-	t.Run("standalone", func(t *testing.T) { giveBackUndoesTake(t, redistest.Start(t).Client()) })
-	t.Run("cluster", func(t *testing.T) { giveBackUndoesTake(t, redistest.StartCluster(t).Client()) })
+	t.Parallel()
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		giveBackUndoesTake(t, redistest.Start(t).Client())
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c, prefix := redisstore.SharedCluster(t)
+		giveBackUndoesTake(t, c, redisstore.WithPrefix(prefix))
+	})
 }
 
-func giveBackUndoesTake(t *testing.T, c redis.UniversalClient) {
+// giveBackUndoesTake is TestGiveBackUndoesTake on client c, its stores
+// built with opts.
+func giveBackUndoesTake(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) {
 	ctx := context.Background()
 	for _, l := range giveBackLimits {
 		for _, later := range []time.Duration{0, 70 * time.Millisecond} {
 			t.Run(fmt.Sprintf("%s_%d_per_s/give_back_after_%s", l.Algorithm, l.Rate, later), func(t *testing.T) {
 				clk := clock.New(time.Time{})
-				rs := fakeTimeStore(t, c, clk)
+				rs := fakeTimeStore(t, c, clk, opts...)
 				ms, err := memstore.New(memstore.WithClock(clk))
 				if err != nil {
 					t.Fatal(err)
@@ -114,6 +124,7 @@ func giveBackUndoesTake(t *testing.T, c redis.UniversalClient) {
 // and keeps the key's TTL; an absent key stays absent. The rates are slow
 // enough (1 per hour) that the refill while the test runs rounds away.
 func TestGiveBackRedisTime(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.NewClient()
 	st, err := redisstore.New(c)
@@ -159,8 +170,10 @@ func TestGiveBackRedisTime(t *testing.T) {
 // TestGiveBackRoundTrips: a Settle giving units back is one EVALSHA on a
 // standalone Redis whatever its number of buckets, none when every cost
 // is 0; after SCRIPT FLUSH one EVALSHA answered NOSCRIPT and one EVAL. On
-// a cluster it is one script call per slot.
+// a cluster (the shared one: no test flushes its scripts) it is one script
+// call per slot.
 func TestGiveBackRoundTrips(t *testing.T) {
+	t.Parallel()
 	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 10}
 	four := []quota.Bucket{bucket("{a}:1", l, 1), bucket("{b}:2", l, 1), bucket("{a}:3", l, 1), bucket("{c}:4", l, 1)}
 	ctx := context.Background()
@@ -196,11 +209,10 @@ func TestGiveBackRoundTrips(t *testing.T) {
 		t.Fatalf("give-back after SCRIPT FLUSH sent %v, want one evalsha (NOSCRIPT) and one eval", got)
 	}
 
-	cl := redistest.StartCluster(t)
-	cc := cl.Client()
+	cc, prefix := redisstore.SharedCluster(t)
 	ccnt := newCounter()
 	cc.AddHook(ccnt)
-	cst, err := redisstore.New(cc)
+	cst, err := redisstore.New(cc, redisstore.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,13 +235,23 @@ func TestGiveBackRoundTrips(t *testing.T) {
 // the units given back, standalone and on a cluster; a Settle that
 // charges more keeps it.
 func TestGiveBackLiftsDenial(t *testing.T) {
-	t.Run("standalone", func(t *testing.T) { giveBackLiftsDenial(t, redistest.Start(t).NewClient()) })
-	t.Run("cluster", func(t *testing.T) { giveBackLiftsDenial(t, redistest.StartCluster(t).Client()) })
+	t.Parallel()
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		giveBackLiftsDenial(t, redistest.Start(t).NewClient())
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c, prefix := redisstore.SharedCluster(t)
+		giveBackLiftsDenial(t, c, redisstore.WithPrefix(prefix))
+	})
 }
 
-func giveBackLiftsDenial(t *testing.T, c redis.UniversalClient) {
+// giveBackLiftsDenial is TestGiveBackLiftsDenial on client c, its store
+// built with opts.
+func giveBackLiftsDenial(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) {
 	clk := clock.New(time.Time{})
-	st := fakeTimeStore(t, c, clk, redisstore.WithDenialCache(10))
+	st := fakeTimeStore(t, c, clk, append(opts, redisstore.WithDenialCache(10))...)
 	ctx := context.Background()
 	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 2}
 	// a and b in different cluster slots; both full, then denied and cached.

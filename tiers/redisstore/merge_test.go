@@ -78,6 +78,7 @@ func flushTakes(t *testing.T, s *Store, f *flusher, takes [][]quota.Bucket, pre 
 // alone; the others share one call, and later takes in it must see what
 // earlier ones charged.
 func TestMergedCallsMatchSequentialTakes(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s, _ := newStore(t, WithClock(clk), WithMinTTL(time.Minute))
 	ms, err := memstore.New(memstore.WithClock(clk))
@@ -124,7 +125,7 @@ func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 		merged += len(f.merged)
 		maxMerged = max(maxMerged, len(f.merged))
 		for j, p := range order {
-			bs := takeOf(t, takes, p)
+			bs := takeOf(t, s, takes, p)
 			want := make([]quota.Result, len(bs))
 			wok, err := ms.Take(ctx, bs, want)
 			if err != nil {
@@ -169,10 +170,10 @@ func TestMergedCallsMatchSequentialTakes(t *testing.T) {
 }
 
 // takeOf finds the buckets of the take p was built from.
-func takeOf(t *testing.T, takes [][]quota.Bucket, p *pending) []quota.Bucket {
+func takeOf(t *testing.T, s *Store, takes [][]quota.Bucket, p *pending) []quota.Bucket {
 	t.Helper()
 	for _, bs := range takes {
-		if len(bs) == p.c.n && string(p.c.bufs[1].b) == bs[0].Key && sameTake(p.c, bs) {
+		if len(bs) == p.c.n && string(p.c.bufs[1].b) == s.prefix+bs[0].Key && sameTake(s.prefix, p.c, bs) {
 			return bs
 		}
 	}
@@ -180,10 +181,12 @@ func takeOf(t *testing.T, takes [][]quota.Bucket, p *pending) []quota.Bucket {
 	return nil
 }
 
-func sameTake(c *call, bs []quota.Bucket) bool {
+// sameTake reports whether call c is the take of bs, its keys under
+// prefix.
+func sameTake(prefix string, c *call, bs []quota.Bucket) bool {
 	for i, b := range bs {
 		l := c.bufs[c.lim].b[8+33*i:]
-		if string(c.bufs[1+i].b) != b.Key || math.Float64frombits(binary.LittleEndian.Uint64(l[25:])) != float64(b.Cost) {
+		if string(c.bufs[1+i].b) != prefix+b.Key || math.Float64frombits(binary.LittleEndian.Uint64(l[25:])) != float64(b.Cost) {
 			return false
 		}
 	}
@@ -194,6 +197,7 @@ func sameTake(c *call, bs []quota.Bucket) bool {
 // (here for lack of memory, at its first write) fails every take of it
 // with Redis's error and charges none of them.
 func TestMergedCallRefusedChargesNothing(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t) // Redis time, defaultMinTTL
 	ctx := context.Background()
 	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}
@@ -231,6 +235,7 @@ func TestMergedCallRefusedChargesNothing(t *testing.T) {
 // an answer fails every take of it with that error, and sends nothing
 // again.
 func TestMergedCallNetworkErrorFailsEveryTake(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	s, err := New(srv.NewClient(), WithDenialCache(0))
 	if err != nil {
@@ -253,6 +258,7 @@ func TestMergedCallNetworkErrorFailsEveryTake(t *testing.T) {
 // (not written by take.lua) reads as absent and is replaced by the state,
 // alone and in a merged call, where SET ... GET refuses it first.
 func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t) // Redis time, defaultMinTTL
 	ctx := context.Background()
 	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Hour, Burst: 10}
@@ -291,14 +297,41 @@ func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
 // min TTL beyond what its state needs; writes that deadline covers keep the
 // TTL, and a write needing longer moves it, also when a later take of the
 // same merged call keeps it.
+//
+// The key's deadline is read as Redis keeps it, PEXPIRETIME (an absolute
+// time: kept means unchanged), and the TTL it was set with is bracketed by
+// Redis TIME read before the take and after: between deadline - after and
+// deadline - before. Each bound is checked on the side of the bracket it
+// cannot miss, so a busy machine, which only widens the bracket, fails
+// none.
 func TestDeadlineKeepsTTL(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t) // Redis time, defaultMinTTL
 	ctx := context.Background()
-	pttl := func(k string) time.Duration {
+	now := func() time.Time {
 		t.Helper()
-		d, err := c.PTTL(ctx, k).Result()
+		tm, err := c.Time(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
+		}
+		return tm
+	}
+	deadline := func(k string) time.Time {
+		t.Helper()
+		ms, err := c.Do(ctx, "PEXPIRETIME", k).Int64()
+		if err != nil || ms < 0 {
+			t.Fatalf("PEXPIRETIME %s = %d, %v", k, ms, err)
+		}
+		return time.UnixMilli(ms)
+	}
+	// setWithin fails t unless the deadline of k, set by a write between
+	// before and after, is a TTL that may lie in [lo, hi].
+	setWithin := func(k string, before, after time.Time, lo, hi time.Duration) time.Time {
+		t.Helper()
+		d := deadline(k)
+		if d.Sub(before) < lo || d.Sub(after) > hi {
+			t.Fatalf("%s: deadline %s after a write between %s and %s: a TTL of %s to %s, want within [%s, %s]",
+				k, d.Format(time.StampMilli), before.Format(time.StampMilli), after.Format(time.StampMilli), d.Sub(after), d.Sub(before), lo, hi)
 		}
 		return d
 	}
@@ -312,31 +345,31 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 			t.Fatalf("take %s cost %d: %v %v", k, cost, ok, err)
 		}
 	}
+	t0 := now()
 	take("d:a", 1)
-	first := pttl("d:a")
-	// floor 1 s plus 1 s of slack, less the time since
-	if first <= defaultMinTTL || first > 2*defaultMinTTL {
-		t.Fatalf("TTL after the first take %s, want in (1s, 2s]", first)
-	}
-	time.Sleep(20 * time.Millisecond)
+	// floor 1 s plus 1 s of slack
+	first := setWithin("d:a", t0, now(), defaultMinTTL+time.Millisecond, 2*defaultMinTTL)
+	// A later write (Redis's clock has moved on: set again, the deadline
+	// would move) that the deadline covers keeps it.
+	WaitFor(t, "Redis's clock past the first take", func() bool { return now().Sub(t0) > 5*time.Millisecond })
 	take("d:a", 1)
-	// kept: lower by the time since; set again it would be back near 2 s
-	if second := pttl("d:a"); second >= first {
-		t.Fatalf("TTL after a covered take %s, after the first %s: want it kept (lower)", second, first)
+	if d := deadline("d:a"); !d.Equal(first) {
+		t.Fatalf("deadline after a covered take %s, after the first %s: want it kept", d.Format(time.StampMilli), first.Format(time.StampMilli))
 	}
+	t1 := now()
 	take("d:a", 90)
-	if moved := pttl("d:a"); moved < 9*time.Second || moved > 11*time.Second {
-		t.Fatalf("TTL after a take needing 9 s: %s, want the deadline moved to about 10 s", moved)
-	}
+	setWithin("d:a", t1, now(), 9*time.Second, 11*time.Second)
 
 	// Merged: the first take moves the deadline, the second (covered by
 	// the moved one) keeps it; the key must get the moved deadline.
 	take("d:m", 1)
 	f := newFlusher(s.client, s.keyPos(), 64)
+	t2 := now()
 	order := flushTakes(t, s, f, [][]quota.Bucket{
 		{{Key: "d:m", Limit: l, Cost: 90}},
 		{{Key: "d:m", Limit: l, Cost: 1}},
 	})
+	t3 := now()
 	if len(f.merged) != 2 {
 		t.Fatalf("%d takes merged, want 2", len(f.merged))
 	}
@@ -345,9 +378,7 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 			t.Fatalf("merged take: %v %v", p.err, p.seg)
 		}
 	}
-	if got := pttl("d:m"); got < 9*time.Second {
-		t.Fatalf("TTL after a merged call whose first take needs 9 s: %s, want the moved deadline (about 10 s)", got)
-	}
+	setWithin("d:m", t2, t3, 9*time.Second, 11*time.Second)
 }
 
 // TestMergedGCRAFastRate: a GCRA whose emission interval is below a
@@ -355,6 +386,7 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 // the first charged, as it would in its own call (memstore, one after the
 // other, is the reference).
 func TestMergedGCRAFastRate(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	s, _ := newStore(t, WithClock(clk), WithMinTTL(time.Minute))
 	ms, err := memstore.New(memstore.WithClock(clk))
@@ -395,10 +427,13 @@ func TestMergedGCRAFastRate(t *testing.T) {
 // after another in the order Redis ran them (takes of different slots
 // share no key, so only each slot's order matters). Two of the three tags
 // share a node, so calls of several slots are made.
+//
+// On the shared cluster, under the test's own prefix.
 func TestMergedCallsPerSlotCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
+	t.Parallel()
+	c, prefix := SharedCluster(t)
 	clk := clock.New(time.Time{})
-	s, err := New(cl.Client(), WithClock(clk), WithMinTTL(time.Minute), WithDenialCache(0))
+	s, err := New(c, WithClock(clk), WithMinTTL(time.Minute), WithDenialCache(0), WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +442,7 @@ func TestMergedCallsPerSlotCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tags := sharedNodeTags(t, cl.Client())
+	tags := sharedNodeTags(t, c)
 	slots := map[int]bool{}
 	for _, tag := range tags {
 		slots[Slot(tag)] = true
@@ -469,7 +504,7 @@ func mergedPerNode(t *testing.T, s *Store, ms *memstore.Store, clk *clock.Fake, 
 			}
 		}
 		for j, p := range order {
-			bs := takeOf(t, takes, p)
+			bs := takeOf(t, s, takes, p)
 			want := make([]quota.Result, len(bs))
 			wok, err := ms.Take(ctx, bs, want)
 			if err != nil {

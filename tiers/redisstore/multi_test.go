@@ -49,10 +49,10 @@ func twoNodeTags(t *testing.T, c *redis.ClusterClient, name string) (x, y string
 // count is printed (go test -v); the test asserts that no charge stays
 // (x reads its full burst at the end) and that an observer never sees
 // more charged than deniers run at once. Batched (the default) and
-// unbatched, on a 3-master cluster.
+// unbatched, on the shared cluster, under the test's own prefix.
 func TestClusterPartialChargeSeen(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	c := cl.Client()
+	t.Parallel()
+	c, prefix := SharedCluster(t)
 	x, y, _ := twoNodeTags(t, c, "pcs")
 	const (
 		burst     = 1000
@@ -67,7 +67,7 @@ func TestClusterPartialChargeSeen(t *testing.T) {
 		opts []Option
 	}{{"batched", nil}, {"unbatched", []Option{WithBatching(0, 0)}}} {
 		t.Run(mode.name, func(t *testing.T) {
-			st, err := New(c, append(mode.opts, WithDenialCache(0))...)
+			st, err := New(c, append(mode.opts, WithDenialCache(0), WithPrefix(prefix))...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,21 +122,19 @@ func TestClusterPartialChargeSeen(t *testing.T) {
 			if w := worst.Load(); w > deniers {
 				t.Fatalf("an observer saw %d units charged with %d deniers", w, deniers)
 			}
-			fmt.Printf("partial charge (%s, %d deniers x %d denied 2-slot takes, %d observers): seen by %d of %d reads (%.1f%%), at most %d units\n",
+			t.Logf("partial charge (%s, %d deniers x %d denied 2-slot takes, %d observers): seen by %d of %d reads (%.1f%%), at most %d units",
 				mode.name, deniers, rounds, observers, seen.Load(), reads.Load(), 100*float64(seen.Load())/float64(reads.Load()), worst.Load())
 		})
 	}
 }
 
-// refundSetup is a store on a 3-master cluster whose refunds are held up
-// by hold, which runs before the refunds of a denied multi-slot take are
-// sent, and the buckets: x (on the node nx) charged 10 of its burst
-// beforehand, and y, exhausted, on another node.
-func refundSetup(t *testing.T, name string, lx quota.Limit) (st *Store, bx, by quota.Bucket, nx *redistest.Server) {
+// refundSetup is a store on cl, a cluster of the test's own, whose
+// refunds (of a denied multi-slot take) the test may hold up with the
+// store's beforeRefund, and the buckets: x (on the node nx) charged 10 of
+// its burst beforehand, and y, exhausted, on another node.
+func refundSetup(t *testing.T, cl *redistest.Cluster, name string, lx quota.Limit) (st *Store, bx, by quota.Bucket, nx *redistest.Server) {
 	t.Helper()
-	cl := redistest.StartCluster(t)
-	c := cl.Client()
-	x, y, mx := twoNodeTags(t, c, name)
+	st, bx, by, mx := refundStore(t, cl.Client(), name, lx)
 	for _, n := range cl.Nodes() {
 		if n.Addr() == mx.Options().Addr {
 			nx = n
@@ -145,7 +143,15 @@ func refundSetup(t *testing.T, name string, lx quota.Limit) (st *Store, bx, by q
 	if nx == nil {
 		t.Fatalf("no node at %s", mx.Options().Addr)
 	}
-	st, err := New(c, WithDenialCache(0))
+	return st, bx, by, nx
+}
+
+// refundStore is refundSetup's store on client c, built with opts, and
+// its buckets; mx is x's master.
+func refundStore(t *testing.T, c *redis.ClusterClient, name string, lx quota.Limit, opts ...Option) (st *Store, bx, by quota.Bucket, mx *redis.Client) {
+	t.Helper()
+	x, y, mx := twoNodeTags(t, c, name)
+	st, err := New(c, append(opts, WithDenialCache(0))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +164,36 @@ func refundSetup(t *testing.T, name string, lx quota.Limit) (st *Store, bx, by q
 		}
 	}
 	bx.Cost = 5
-	return st, bx, by, nx
+	return st, bx, by, mx
+}
+
+// refundSends is a go-redis hook that counts the refund.lua calls a
+// client sends, on their own or in a pipeline: a refund's first send and
+// each retry.
+type refundSends struct{ n atomic.Int64 }
+
+func (r *refundSends) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *refundSends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *refundSends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			r.note(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (r *refundSends) note(cmd redis.Cmder) {
+	if a := cmd.Args(); len(a) > 1 && (a[1] == refundScript.shaArg || a[1] == refundScript.srcArg) {
+		r.n.Add(1)
+	}
 }
 
 // takeOK takes bs from st, failing the test on an error.
@@ -195,12 +230,17 @@ func oom(t *testing.T, n *redistest.Server, on bool) {
 
 // TestClusterRefundRetried: the refund of a denied multi-slot take fails
 // (x's master refuses writes, out of memory), so x stays charged and the
-// take's error says the refund is retried; once the master takes writes
-// again, the retrier applies it, exactly once: x reads what it read before
-// the take.
+// take's error says the refund is retried; a retry fails too, changing
+// nothing; once the master takes writes again, the retrier applies it,
+// exactly once: x reads what it read before the take. A cluster of its
+// own: it runs a master out of memory.
 func TestClusterRefundRetried(t *testing.T) {
+	wait := redistest.StartClusterAsync(t)
+	t.Parallel()
 	lx := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 1000}
-	st, bx, by, nx := refundSetup(t, "rr", lx)
+	st, bx, by, nx := refundSetup(t, wait(), "rr", lx)
+	sends := &refundSends{}
+	st.client.AddHook(sends)
 	before := remaining(t, st, bx)
 	st.beforeRefund = func() { oom(t, nx, true) }
 	var res [2]quota.Result
@@ -210,15 +250,16 @@ func TestClusterRefundRetried(t *testing.T) {
 		t.Fatalf("Take: allowed %v, error %v; want a deny whose refund is retried", ok, err)
 	}
 	raw, _ := nx.Client().Get(context.Background(), bx.Key).Result()
-	time.Sleep(100 * time.Millisecond) // retries fail meanwhile
+	// The first send and two retries, refused.
+	WaitFor(t, "the refund sent again twice", func() bool { return sends.n.Load() >= 3 })
 	if now, _ := nx.Client().Get(context.Background(), bx.Key).Result(); now != raw {
 		t.Fatal("x's state changed while its master refused writes")
 	}
-	oom(t, nx, false)
-	deadline := time.Now().Add(5 * time.Second)
-	for st.retry.applied.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	if a := st.retry.applied.Load(); a != 0 {
+		t.Fatalf("%d refunds applied while x's master refused writes", a)
 	}
+	oom(t, nx, false)
+	WaitFor(t, "the refund applied once x's master takes writes", func() bool { return st.retry.applied.Load() != 0 })
 	if a := st.retry.applied.Load(); a != 1 {
 		t.Fatalf("%d refunds applied by the retrier, want 1", a)
 	}
@@ -227,42 +268,16 @@ func TestClusterRefundRetried(t *testing.T) {
 	}
 }
 
-// TestClusterRefundLostReply: x's master stalls (SIGSTOP) while the refund
-// is on its way, so the caller's wait ends and the retrier sends the
-// refund again; when the master resumes it runs both, and the second,
-// finding the refund's marker, gives nothing back twice.
-func TestClusterRefundLostReply(t *testing.T) {
-	lx := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: 1000}
-	st, bx, by, nx := refundSetup(t, "rl", lx)
-	before := remaining(t, st, bx)
-	st.beforeRefund = nx.Pause
-	var res [2]quota.Result
-	ok, err := st.Take(context.Background(), []quota.Bucket{bx, by}, res[:])
-	st.beforeRefund = nil
-	if ok || err == nil || !strings.Contains(err.Error(), "retried in the background") {
-		nx.Resume()
-		t.Fatalf("Take: allowed %v, error %v; want a deny whose refund is retried", ok, err)
-	}
-	time.Sleep(300 * time.Millisecond) // a retry is sent meanwhile
-	nx.Resume()
-	deadline := time.Now().Add(10 * time.Second)
-	for st.retry.applied.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if a := st.retry.applied.Load(); a != 1 {
-		t.Fatalf("%d refunds applied by the retrier, want 1", a)
-	}
-	if got := remaining(t, st, bx); got != before {
-		t.Fatalf("x reads %d after the stalled refund and its retry, want %d as before the take (one refund)", got, before)
-	}
-}
-
 // TestClusterRefundGivenUp: a refund that cannot apply is retried only
 // until the units it would give back have come back by themselves (here
-// 15 ms after the charge: x refills 1000/s), then dropped.
+// 15 ms after the charge: x refills 1000/s), then dropped. The first
+// retry is due 20 ms after the failure, past that deadline on any
+// machine. A cluster of its own: it runs a master out of memory.
 func TestClusterRefundGivenUp(t *testing.T) {
+	wait := redistest.StartClusterAsync(t)
+	t.Parallel()
 	lx := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}
-	st, bx, by, nx := refundSetup(t, "rg", lx)
+	st, bx, by, nx := refundSetup(t, wait(), "rg", lx)
 	st.beforeRefund = func() { oom(t, nx, true) }
 	defer oom(t, nx, false)
 	var res [2]quota.Result
@@ -271,10 +286,7 @@ func TestClusterRefundGivenUp(t *testing.T) {
 	if ok || err == nil || !strings.Contains(err.Error(), "retried in the background") {
 		t.Fatalf("Take: allowed %v, error %v; want a deny whose refund is retried", ok, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for st.retry.expired.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	WaitFor(t, "the refund given up", func() bool { return st.retry.expired.Load() != 0 })
 	if e, a := st.retry.expired.Load(), st.retry.applied.Load(); e != 1 || a != 0 {
 		t.Fatalf("retrier: %d expired, %d applied; want 1 given up at its deadline, none applied", e, a)
 	}
@@ -289,10 +301,13 @@ func TestClusterRefundGivenUp(t *testing.T) {
 // another take charged the key between the charge and the refund (so the
 // refund cannot put the old state back and gives the units back
 // arithmetically): x, a day's calendar window of 100, reads 90 after two
-// takes of 5 that stand and one of 5 refunded.
+// takes of 5 that stand and one of 5 refunded. On the shared cluster,
+// under the test's own prefix.
 func TestClusterRefundCalendarWindow(t *testing.T) {
+	t.Parallel()
 	lx := quota.Limit{Algorithm: quota.FixedWindow, Rate: 100, Period: 24 * time.Hour}
-	st, bx, by, _ := refundSetup(t, "cw", lx)
+	c, prefix := SharedCluster(t)
+	st, bx, by, _ := refundStore(t, c, "cw", lx, WithPrefix(prefix))
 	day := time.Now().UTC().Truncate(24 * time.Hour)
 	bx.Span = quota.Span{Start: day, End: day.Add(24 * time.Hour)}
 	if ok, _ := takeOK(t, st, []quota.Bucket{bx}); !ok {
@@ -314,7 +329,7 @@ func TestClusterRefundCalendarWindow(t *testing.T) {
 }
 
 // TestClusterAbandonedTake: a multi-slot take whose caller gives up while
-// x's master is stalled (SIGSTOP), after both parts were queued, is
+// x's master is stalled (SIGSTOP), after both parts were sent, is
 // finished as a whole when the master resumes. With y exhausted, y's part
 // denies at once, and x's part charges when its master resumes, so that
 // charge is refunded: x reads what it read before (when the caller's
@@ -322,12 +337,24 @@ func TestClusterRefundCalendarWindow(t *testing.T) {
 // quota.LateAnswers gets the deny. With y2, a bucket with room in y's
 // slot, both parts charge: the late answer allows, and both charges stand
 // (when the give-up ended the take, y2 was refunded and x stayed charged).
+// The caller gives up when a hook has seen both parts' calls leave (its
+// context cancelled then), not after a time: the order holds on any
+// machine. A cluster of its own: it pauses a master.
 func TestClusterAbandonedTake(t *testing.T) {
+	wait := redistest.StartClusterAsync(t)
+	t.Parallel()
 	lx := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 1000}
-	st, bx, by, nx := refundSetup(t, "ab", lx)
+	st, bx, by, nx := refundSetup(t, wait(), "ab", lx)
 	if !st.AnswersLate() {
 		t.Fatal("AnswersLate() = false on a cluster with batching on")
 	}
+	// giveUp, when set, is called with each script call sent.
+	var giveUp atomic.Pointer[func()]
+	st.client.AddHook(scriptCalls{func() {
+		if f := giveUp.Load(); f != nil {
+			(*f)()
+		}
+	}})
 	by2 := quota.Bucket{Key: by.Key + ":room", Limit: lx, Cost: 7}
 	for _, tc := range []struct {
 		name    string
@@ -343,14 +370,22 @@ func TestClusterAbandonedTake(t *testing.T) {
 				t.Fatalf("x reads %d before the take, want 990", got)
 			}
 			sink := &LateSink{Got: make(chan LateAnswer, 1)}
-			ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), quota.LateAnswersKey, quota.LateAnswers(sink)), 100*time.Millisecond)
+			ctx, cancel := context.WithCancel(context.WithValue(context.Background(), quota.LateAnswersKey, quota.LateAnswers(sink)))
+			defer cancel()
+			var parts atomic.Int64
+			f := func() {
+				if parts.Add(1) == 2 { // x's part and y's: the take is under way
+					cancel()
+				}
+			}
+			giveUp.Store(&f)
 			nx.Pause()
 			var res [2]quota.Result
 			_, err := st.Take(ctx, []quota.Bucket{bx, tc.y}, res[:])
-			cancel()
+			giveUp.Store(nil)
 			nx.Resume()
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("Take while x's master is stalled: %v, want the context's deadline", err)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Take while x's master is stalled, given up: %v, want the context's error", err)
 			}
 			if len(sink.Buckets) != 2 || sink.Buckets[0].Key != bx.Key || sink.Buckets[1].Key != tc.y.Key {
 				t.Fatalf("Late was given %+v, want the take's two buckets", sink.Buckets)
@@ -371,5 +406,33 @@ func TestClusterAbandonedTake(t *testing.T) {
 				t.Errorf("y2 reads %d after the late answer, want %d", got, tc.y2)
 			}
 		})
+	}
+}
+
+// scriptCalls is a go-redis hook that calls sent for each script call
+// (evalsha, eval) a client is about to send, on its own or in a pipeline.
+type scriptCalls struct{ sent func() }
+
+func (h scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.note(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h scriptCalls) note(cmd redis.Cmder) {
+	if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		h.sent()
 	}
 }

@@ -18,6 +18,7 @@ import (
 // grant's denial (not even one unit) is cached and answers the next
 // partial take without Redis.
 func TestDenialCachePartial(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Time{})
 	st := fakeTimeStore(t, redistest.Start(t).Client(), clk, redisstore.WithDenialCache(100))
 	b := quota.Bucket{Key: "cache-partial", Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 3, Period: time.Minute}, Cost: 5, CacheDenials: true}

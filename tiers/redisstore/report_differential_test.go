@@ -99,9 +99,13 @@ func differentialReports(t *testing.T, client redis.UniversalClient, seed uint64
 }
 
 func TestDifferentialReportsStandalone(t *testing.T) {
+	t.Parallel()
 	seeds(t, redistest.Start(t).Client(), 3, differentialReports)
 }
 
+// TestDifferentialReportsCluster: differentialReports on the shared
+// cluster (its keys are its own: the trace's prefix).
 func TestDifferentialReportsCluster(t *testing.T) {
-	seeds(t, redistest.StartCluster(t).Client(), 1, differentialReports)
+	t.Parallel()
+	seeds(t, sharedClient(t), 1, differentialReports)
 }

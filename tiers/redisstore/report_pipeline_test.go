@@ -60,9 +60,12 @@ func (s *sends) take() (alone []string, pipes []int) {
 // Before the flush, a Settle over the 40 slots from an unbatched store is
 // one pipeline of 40 settle.lua calls (one per slot); from the batched
 // store (the default) its calls join the flushers' batches, a few sends
-// in all; the units come back.
+// in all; the units come back. A cluster of its own: it empties the
+// masters' script caches.
 func TestClusterOnePipeline(t *testing.T) {
-	cl := redistest.StartCluster(t)
+	wait := redistest.StartClusterAsync(t)
+	t.Parallel()
+	cl := wait()
 	c := cl.Client()
 	st, err := redisstore.New(c)
 	if err != nil {
@@ -173,9 +176,12 @@ func TestClusterOnePipeline(t *testing.T) {
 // node call; when one of its slots has moved to another master since the
 // client read the slot map, the node call meets that slot's key, fails
 // before it wrote anything, and each slot's call goes again on its own
-// (the moved one following the redirection): both apply, each once.
+// (the moved one following the redirection): both apply, each once. A
+// cluster of its own: it moves a slot.
 func TestClusterReportSlotMoved(t *testing.T) {
-	cl := redistest.StartCluster(t)
+	wait := redistest.StartClusterAsync(t)
+	t.Parallel()
+	cl := wait()
 	c := cl.Client()
 	ctx := context.Background()
 	st, err := redisstore.New(c)

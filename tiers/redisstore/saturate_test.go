@@ -16,6 +16,7 @@ import (
 // Reset and RetryAfter saturate at the largest Duration, as memstore's do,
 // instead of wrapping or failing the take (a TTL that long is capped too).
 func TestHugeDurationsSaturate(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	rs := fakeTimeStore(t, srv.Client(), clk)

@@ -75,11 +75,14 @@ func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64
 }
 
 func TestDifferentialShapingStandalone(t *testing.T) {
+	t.Parallel()
 	seeds(t, redistest.Start(t).Client(), 3, differentialShaping)
 }
 
 // On a cluster the buckets sit in different slots: settlements go per
 // slot, and denied takes with waiting buckets are refunded by refund.lua.
+// On the shared cluster (the trace's keys are its own: its prefix).
 func TestDifferentialShapingCluster(t *testing.T) {
-	seeds(t, redistest.StartCluster(t).Client(), 3, differentialShaping)
+	t.Parallel()
+	seeds(t, sharedClient(t), 3, differentialShaping)
 }

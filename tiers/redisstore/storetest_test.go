@@ -26,9 +26,19 @@ func fakeTimeStore(t *testing.T, c redis.UniversalClient, clk *clock.Fake, opts 
 	return st
 }
 
+// sharedClient returns a client of the shared cluster (see
+// redisstore.SharedCluster), for a test whose keys are its own by their
+// names: a differential trace's prefix is its name and seed.
+func sharedClient(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	c, _ := redisstore.SharedCluster(t)
+	return c
+}
+
 // TestConformanceStandalone runs the suite on the default store: batched
 // (WithBatching's defaults, 2 flushers of up to 64 takes).
 func TestConformanceStandalone(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client()
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
@@ -37,12 +47,13 @@ func TestConformanceStandalone(t *testing.T) {
 }
 
 // TestConformanceCluster runs the suite on the default store: single-slot
-// takes batched per slot, multi-slot takes in parallel with refunds.
+// takes batched per slot, multi-slot takes in parallel with refunds. On
+// the shared cluster: the suite's keys are its own.
 func TestConformanceCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	c := cl.Client()
+	t.Parallel()
+	c, prefix := redisstore.SharedCluster(t)
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
-		return fakeTimeStore(t, c, clk)
+		return fakeTimeStore(t, c, clk, redisstore.WithPrefix(prefix))
 	})
 }
 
@@ -50,6 +61,7 @@ func TestConformanceCluster(t *testing.T) {
 // a go-redis FailoverClient that finds the master through a real Redis
 // Sentinel: merged calls go to the master Sentinel names.
 func TestConformanceSentinel(t *testing.T) {
+	t.Parallel()
 	sn := redistest.StartSentinel(t)
 	c := sn.Client()
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
@@ -60,6 +72,7 @@ func TestConformanceSentinel(t *testing.T) {
 // TestConformanceUnbatched runs the suite with batching off: every take is
 // its own call from the caller's goroutine.
 func TestConformanceUnbatched(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client()
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
@@ -68,12 +81,13 @@ func TestConformanceUnbatched(t *testing.T) {
 }
 
 // TestConformanceClusterUnbatched runs the suite on a cluster with
-// batching off: single-slot takes are each one script call.
+// batching off: single-slot takes are each one script call. On the shared
+// cluster: the suite's keys are its own.
 func TestConformanceClusterUnbatched(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	c := cl.Client()
+	t.Parallel()
+	c, prefix := redisstore.SharedCluster(t)
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
-		return fakeTimeStore(t, c, clk, redisstore.WithBatching(0, 0))
+		return fakeTimeStore(t, c, clk, redisstore.WithPrefix(prefix), redisstore.WithBatching(0, 0))
 	})
 }
 
@@ -81,6 +95,7 @@ func TestConformanceClusterUnbatched(t *testing.T) {
 // takes: batches fill and queue behind each other under the concurrent
 // cases.
 func TestConformanceSmallBatches(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client()
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
