@@ -18,6 +18,7 @@ func atMost(b quota.Bucket, most int64) quota.Bucket {
 // then nothing is left and one unit is denied locally, its wait the
 // share's refill of one unit (rate 10/s over 2 instances: 200 ms).
 func TestAtMostAsyncFromShare(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 2)
 	b := bucket("async", quota.Async, 10, 10)
@@ -43,6 +44,7 @@ func TestAtMostAsyncFromShare(t *testing.T) {
 // the store decides, and a store that holds less than asked grants what
 // it holds (the take is asked again at that).
 func TestAtMostLeased(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("lease", quota.Leased, 1, 100) // 1/s: no refill worth counting

@@ -19,6 +19,7 @@ import (
 // TestOverRedis runs both local modes over a real redis-server as the
 // ledger, on fake time: the same exact counts as over the in-process store.
 func TestOverRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(t0)
 	rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
@@ -57,12 +58,15 @@ func TestOverRedis(t *testing.T) {
 
 // TestGroupedReportsOnCluster: on a Redis Cluster, the reports of keys in
 // different slots go out as one report call (the store splits it by
-// slot) and each key is charged exactly what was spent.
+// slot) and each key is charged exactly what was spent. The cluster forms
+// while the tests before this one run (StartClusterAsync).
 func TestGroupedReportsOnCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
-	c := redistest.StartCluster(t)
+	wait := redistest.StartClusterAsync(t)
+	t.Parallel()
+	c := wait()
 	clk := clock.New(t0)
 	rs, err := redisstore.New(c.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
 	if err != nil {
@@ -143,6 +147,7 @@ func (l *lostReplies) Resolve(ctx context.Context, inst, seq uint64, b []quota.B
 // once whether the call was applied or never arrived, and when the first
 // Resolve fails too; on the in-process store and on Redis.
 func TestReportSentAgainIsNotChargedTwice(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	for _, st := range []struct {
 		name   string
@@ -216,53 +221,6 @@ func TestReportSentAgainIsNotChargedTwice(t *testing.T) {
 	}
 }
 
-// TestReportTimedOutOnAPausedRedis: a report call sent to a Redis that is
-// stopped (SIGSTOP) times out; when Redis continues, it may run the
-// command left in its socket, or Resolve may get there first and make
-// sure it never runs. Either way each unit is charged once.
-func TestReportTimedOutOnAPausedRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	clk := clock.New(t0)
-	rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rs.Close() })
-	s, err := localfirst.New(rs, rs, localfirst.WithClock(clk), localfirst.WithManualSync(),
-		localfirst.WithSyncTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := bucket("{paused}", quota.Async, 1, 100)
-	for range 60 { // past half the share: due every quarter interval
-		take(t, s, b)
-	}
-	clk.Advance(20 * time.Millisecond)
-	srv.Pause()
-	err = s.Sync(context.Background())
-	srv.Resume()
-	if err == nil {
-		t.Fatal("a report to a stopped Redis did not time out")
-	}
-	// Redis runs what it had read (or not) as soon as it continues.
-	applied := false
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if remainingOf(t, rs, b) == 40 {
-			applied = true
-			break
-		}
-	}
-	t.Logf("the timed-out report was applied by Redis after all: %v", applied)
-	take(t, s, b)
-	clk.Advance(20 * time.Millisecond)
-	if err := s.Close(context.Background()); err != nil { // resolves the call, reports the rest
-		t.Fatalf("Close after Redis continued: %v", err)
-	}
-	if got := remainingOf(t, rs, b); got != 39 {
-		t.Fatalf("the ledger has %d left, want 39 (61 spent, each charged once)", got)
-	}
-}
-
 // remainingOf reads a ledger's bucket without charging it.
 func remainingOf(t *testing.T, st quota.Store, b quota.Bucket) int64 {
 	t.Helper()
@@ -279,6 +237,7 @@ func remainingOf(t *testing.T, st quota.Store, b quota.Bucket) int64 {
 // call is resolved, so the units are given back once: the ledger ends as
 // it does when no reply is lost, on the in-process store and on Redis.
 func TestLeaseReturnSentAgainIsNotGivenBackTwice(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	runs := 0
 	run := func(t *testing.T, redis bool, lose int64, drop bool) (left int64, st localfirst.Stats) {

@@ -16,6 +16,7 @@ import (
 // store can, and over a store without Reset returns an error naming it.
 // The memstore beneath is also the ledger.
 func TestResetForwards(t *testing.T) {
+	t.Parallel()
 	mem, err := memstore.New()
 	if err != nil {
 		t.Fatal(err)

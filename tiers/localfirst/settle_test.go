@@ -16,6 +16,7 @@ import (
 // Exact buckets, waits and settlements pass through to the exact store:
 // the Store conforms as its exact store does.
 func TestConformanceExact(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		m, err := memstore.New(memstore.WithClock(clk))
 		if err != nil {
@@ -42,6 +43,7 @@ func settle(t *testing.T, s *localfirst.Store, b quota.Bucket, cost int64, src f
 // lease (spent locally, never asked of the store again), a charge is paid
 // from the lease and what it cannot pay is charged to the store.
 func TestSettleLeased(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("lease", quota.Leased, 1, 100) // 1/s: no refill worth counting
@@ -80,6 +82,7 @@ func TestSettleLeased(t *testing.T) {
 // the others) or a credit against them (a refund), moving the local share
 // by the same amount: debt is waited out locally.
 func TestSettleAsync(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("async", quota.Async, 10, 10)
@@ -120,6 +123,7 @@ func TestSettleAsync(t *testing.T) {
 // An async bucket that may wait books its share's units ahead: waits
 // queue, and beyond MaxWait the take is denied.
 func TestAsyncWait(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("async", quota.Async, 10, 10)

@@ -98,6 +98,7 @@ func drain(t *testing.T, s *localfirst.Store, max int, bs ...quota.Bucket) (int,
 }
 
 func TestExactPassesThrough(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("k", quota.Exact, 10, 3)
@@ -113,6 +114,7 @@ func TestExactPassesThrough(t *testing.T) {
 // TestLeasedExactCounts: one instance, one instant: a lease never admits
 // more than the bucket holds, and spends all of it.
 func TestLeasedExactCounts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("lease", quota.Leased, 10, 10)
@@ -138,6 +140,7 @@ func TestLeasedExactCounts(t *testing.T) {
 // TestLeaseReturn: unspent units go back when the lease expires, and on
 // Close.
 func TestLeaseReturn(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1, localfirst.WithLeaseTTL(time.Second))
 	b := bucket("lease", quota.Leased, 1000, 1000)
@@ -189,6 +192,7 @@ func TestLeaseReturn(t *testing.T) {
 // TestAsyncExactCounts: one instance decides locally on the known state
 // and reports; counts are exact.
 func TestAsyncExactCounts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("async", quota.Async, 10, 10)
@@ -224,6 +228,7 @@ func TestAsyncExactCounts(t *testing.T) {
 // TestAsyncEvenSplit: two instances sharing one bucket each decide on
 // half of it: together exactly the burst.
 func TestAsyncEvenSplit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	a, b2 := f.instance(t, 2), f.instance(t, 2)
 	b := bucket("shared", quota.Async, 10, 10)
@@ -239,6 +244,7 @@ func TestAsyncEvenSplit(t *testing.T) {
 // until the bucket is empty; then A spends its share of what it knew.
 // Over-admission stays within the documented bound (n−1)/n × (C + rate × I).
 func TestAsyncBound(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const n, burst, rate = 2, 100, 100
 	a, b2 := f.instance(t, n), f.instance(t, n)
@@ -281,6 +287,7 @@ func TestAsyncBound(t *testing.T) {
 // an exact level denies; an exact level is not charged when a local level
 // denies.
 func TestMixedAllOrNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	local := bucket("tenant", quota.Async, 1000, 1000)
@@ -320,6 +327,7 @@ func TestMixedAllOrNothing(t *testing.T) {
 }
 
 func TestOptionErrors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	_, err := localfirst.New(nil, nil, localfirst.WithLeaseTTL(time.Millisecond), localfirst.WithLeaseShare(2),
 		localfirst.WithInstances(nil), localfirst.WithSyncTimeout(0), localfirst.WithMaxKeys(0), nil)
@@ -337,6 +345,7 @@ func TestOptionErrors(t *testing.T) {
 }
 
 func TestBadTake(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("x", quota.Leased, 10, 10)
@@ -378,6 +387,7 @@ func (h hookStore) Take(_ context.Context, bs []quota.Bucket, res []quota.Result
 // reported its unit leaves a credit, not a negative report: no report
 // fails and Close is clean.
 func TestCancelAfterReport(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var s *localfirst.Store
 	calls := 0
@@ -427,6 +437,7 @@ func (downLedger) Resolve(context.Context, uint64, uint64, []quota.Bucket, []quo
 // key keeps admitting its share's rate (not just its capacity once), and
 // the unreported hits are all kept for when the store is back.
 func TestAsyncThroughAnOutage(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	warm := f.instance(t, 2)
 	b := bucket("outage", quota.Async, 10, 10)
@@ -459,6 +470,7 @@ func TestAsyncThroughAnOutage(t *testing.T) {
 // of its share it has spent: at half its share a quarter interval, at a
 // quarter 2 intervals, at 1/16 8 intervals, a single unit at most 10s.
 func TestReportCadenceFollowsHeadroom(t *testing.T) {
+	t.Parallel()
 	const iv = 50 * time.Millisecond
 	for _, tc := range []struct {
 		spent      int
@@ -504,6 +516,7 @@ func TestReportCadenceFollowsHeadroom(t *testing.T) {
 // share of the capacity (the rest was paid by the refill meanwhile), sent
 // in one report that the store can take.
 func TestReportCappedAtCapacity(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	l := &switchLedger{Ledger: f.ledger}
 	s, err := localfirst.New(f.ledger, l, localfirst.WithClock(f.clk), localfirst.WithManualSync(),
@@ -583,6 +596,7 @@ func (l *switchLedger) Resolve(ctx context.Context, inst, seq uint64, b []quota.
 // share, does not look at it again until its report is due; hits that
 // bring it near its share move that forward to a quarter interval.
 func TestHitsBringTheReportForward(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("forward", quota.Async, 10, 1000) // refill negligible here
@@ -623,6 +637,7 @@ func (l *countingLedger) Report(ctx context.Context, inst, seq uint64, b []quota
 // finding no room (another instance drained it) stops no other: it
 // charges what the store has and keeps the rest as debt.
 func TestReportGroup(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	l := &countingLedger{Ledger: f.ledger}
 	s, err := localfirst.New(f.ledger, l, localfirst.WithClock(f.clk), localfirst.WithManualSync(),
@@ -700,6 +715,7 @@ func (l *refundCounter) Report(ctx context.Context, inst, seq uint64, b []quota.
 // calls of at most 64 keys (one call for every key could outlast the sync
 // timeout and return nothing), and every unit comes back.
 func TestCloseReturnsInGroups(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	l := &refundCounter{Ledger: f.ledger}
 	s, err := localfirst.New(f.ledger, l, localfirst.WithClock(f.clk), localfirst.WithManualSync(),
@@ -732,6 +748,7 @@ func TestCloseReturnsInGroups(t *testing.T) {
 // would defer them (a key far below its share waits up to 10s) and keeps a
 // live lease; the Store goes on deciding after it.
 func TestFlushReportsEveryHitKeepsLeases(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	a := bucket("flush-async", quota.Async, 1, 100) // refills 1/s: counts stay exact
@@ -799,6 +816,7 @@ func (c *countingTakes) Take(ctx context.Context, b []quota.Bucket, res []quota.
 // refilled, and still admits every unit the bucket refills: on fake time,
 // 1 request a millisecond for 2 s against 100/s (burst 100).
 func TestLeasedKeyAtItsLimit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	exact := &countingTakes{Ledger: f.ledger}
 	s, err := localfirst.New(exact, f.ledger, localfirst.WithClock(f.clk), localfirst.WithManualSync())
@@ -850,6 +868,7 @@ func TestLeasedKeyAtItsLimit(t *testing.T) {
 // take every other request, the smallest lease being 1), once the bucket
 // is nearly spent, where units held would cost other instances.
 func TestLeaseLengthFollowsHeadroom(t *testing.T) {
+	t.Parallel()
 	run := func(t *testing.T, drain int64) (admitted int, takes int64) {
 		f := newFixture(t)
 		exact := &countingTakes{Ledger: f.ledger}

@@ -49,6 +49,7 @@ func takeOK(t *testing.T, s *Store, bs ...quota.Bucket) bool {
 // denied and undone) shortly before the late Sync does not make the key
 // fall due later: MaxSyncLag should be the full second, not the time since that last hit.
 func TestSyncLagNotHiddenByLaterHits(t *testing.T) {
+	t.Parallel()
 	full := testBucket("lag-full", quota.Async, 1, 1, 1000*time.Hour)
 	for _, tc := range []struct {
 		name   string
@@ -219,8 +220,15 @@ func checkWheel(t *testing.T, s *Store, now time.Time, flips bool) {
 // every entry that holds or owes anything is on the wheel, no later than
 // its wake.
 func TestWheelInvariantsUnderLoad(t *testing.T) {
-	t.Run("plain", func(t *testing.T) { wheelLoad(t, false) })
-	t.Run("flips and key bound", func(t *testing.T) { wheelLoad(t, true) })
+	t.Parallel()
+	t.Run("plain", func(t *testing.T) {
+		t.Parallel()
+		wheelLoad(t, false)
+	})
+	t.Run("flips and key bound", func(t *testing.T) {
+		t.Parallel()
+		wheelLoad(t, true)
+	})
 }
 
 func wheelLoad(t *testing.T, flips bool) {

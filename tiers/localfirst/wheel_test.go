@@ -18,6 +18,7 @@ import (
 // filed them, are each reported at the first Sync at or after their due
 // time, to the millisecond, and not before.
 func TestReportsComeDueOnTime(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	// A share of 1000 that does not refill in the test (1000 an hour):
@@ -75,6 +76,7 @@ func TestReportsComeDueOnTime(t *testing.T) {
 // wheel goes back at the first Sync at or after its expiry, whether the
 // Syncs come every second or once after a long pause.
 func TestLongLeaseReturnedOnTime(t *testing.T) {
+	t.Parallel()
 	for _, step := range []time.Duration{time.Second, 2 * time.Minute} {
 		t.Run(step.String(), func(t *testing.T) {
 			f := newFixture(t)
@@ -117,6 +119,7 @@ func TestLongLeaseReturnedOnTime(t *testing.T) {
 // so it is dropped once idle like any other key, and a Store that saw many
 // such keys does not fill up with them.
 func TestReturnedLeaseKeyIsSwept(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1, localfirst.WithLeaseTTL(time.Second))
 	b := bucket("swept", quota.Leased, 1000, 1000)
@@ -170,6 +173,7 @@ func TestReturnedLeaseKeyIsSwept(t *testing.T) {
 // decided locally, wherever the idle keys are; keys that owe a report or
 // were just touched are kept, and new keys then go to the exact store.
 func TestFullStoreReplacesIdleKeys(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1, localfirst.WithMaxKeys(1000))
 	for i := range 1000 {
@@ -209,6 +213,7 @@ func TestFullStoreReplacesIdleKeys(t *testing.T) {
 // exactly what was admitted on it. A key lost from the sync's wheel would
 // keep hits unreported or units unreturned, and show here.
 func TestConcurrentTakesAndSyncs(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 2, localfirst.WithLeaseTTL(50*time.Millisecond), localfirst.WithLeaseTarget(10*time.Millisecond))
 	const keys, takers, takes = 24, 8, 3000
@@ -288,6 +293,7 @@ func TestConcurrentTakesAndSyncs(t *testing.T) {
 // shortens a key's cadence past the time already gone makes it due at
 // that hit).
 func TestSyncLagCountsFromTheHit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := f.instance(t, 1)
 	b := bucket("lag", quota.Async, 1000, 1000)
