@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/fallback"
 	fgotel "github.com/floodgate-go/floodgate/otel"
 	"github.com/floodgate-go/floodgate/quota"
+	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
@@ -28,7 +29,7 @@ rules:
 `
 	waitRule = `
 rules:
-  - {name: shaped, key: [user], rate: 4/1s, burst: 1, max_wait: 1s}
+  - {name: shaped, key: [user], rate: 1/30s, burst: 1, max_wait: 1m}
 `
 	localRules = `
 rules:
@@ -170,13 +171,13 @@ func (c *logCapture) take() string {
 	return s
 }
 
-func limiter(t *testing.T, store quota.Store, policy string) (*tiers.Limiter, error) {
+func limiter(t *testing.T, store quota.Store, policy string, opts ...tiers.Option) (*tiers.Limiter, error) {
 	t.Helper()
 	p, err := tiers.Load([]byte(policy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tiers.NewLimiter(store, p)
+	return tiers.NewLimiter(store, p, opts...)
 }
 
 func admit(t *testing.T, l *tiers.Limiter, method, user string) (floodgate.Decision, floodgate.Done) {
@@ -235,17 +236,48 @@ func TestWrapperStacks(t *testing.T) {
 				}
 			})
 
+			// The second request books the unit that comes back 30 s after
+			// the first (the store's time, real) and waits for it on the
+			// limiter's fake clock, which the test moves once the request
+			// waits: no real wait, and no busy machine's delay between the
+			// two requests near the 30 s that would refill the bucket.
 			t.Run("max_wait", func(t *testing.T) {
-				l, err := limiter(t, store, waitRule)
+				clk := clock.New(time.Now())
+				l, err := limiter(t, store, waitRule, tiers.WithClock(clk))
 				if err != nil {
 					t.Fatalf("NewLimiter refused a max_wait rule: %v", err)
 				}
 				if d, _ := admit(t, l, "/wait", "u"); !d.Allowed {
 					t.Fatalf("first request denied: %+v", d)
 				}
-				d, _ := admit(t, l, "/wait", "u")
-				if !d.Allowed || d.Waited <= 0 {
-					t.Fatalf("second request: allowed %v after waiting %s, want allowed after a wait (burst 1, 4/s)", d.Allowed, d.Waited)
+				type admitted struct {
+					d   floodgate.Decision
+					err error
+				}
+				second := make(chan admitted, 1)
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					d, _, err := l.Admit(ctx, &floodgate.Request{Method: "/wait", Identity: floodgate.Identity{User: "u"}})
+					second <- admitted{d, err}
+				}()
+				var a admitted
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+					if clk.Timers() > 0 {
+						clk.Advance(time.Minute)
+					}
+					select {
+					case a = <-second:
+					default:
+						if time.Now().After(deadline) {
+							t.Fatal("the second request neither waited nor returned within 10s")
+						}
+						continue
+					}
+					break
+				}
+				if a.err != nil || !a.d.Allowed || a.d.Waited <= 0 {
+					t.Fatalf("second request: allowed %v after waiting %s (%v), want allowed after a wait (burst 1, 1/30s)", a.d.Allowed, a.d.Waited, a.err)
 				}
 			})
 
