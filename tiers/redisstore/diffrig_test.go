@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,8 +30,13 @@ type diffRig struct {
 	prefix string
 }
 
+// rigs numbers the rigs of this test binary, so that each rig's keys are
+// its own: on the shared cluster, also when a test runs again (-count).
+var rigs atomic.Uint64
+
 // newDiffRig returns the rig of one trace on client: its random source
-// seeded with seed and stream, its keys prefixed with name and seed.
+// seeded with seed and stream, its keys prefixed with name, seed and the
+// rig's number.
 func newDiffRig(t *testing.T, client redis.UniversalClient, name string, seed, stream uint64) *diffRig {
 	t.Helper()
 	clk := clock.New(time.Time{})
@@ -45,7 +51,7 @@ func newDiffRig(t *testing.T, client redis.UniversalClient, name string, seed, s
 		rs:     fakeTimeStore(t, client, clk, redisstore.WithDenialCache(0)),
 		ms:     ms,
 		rng:    rand.New(rand.NewPCG(seed, stream)),
-		prefix: fmt.Sprintf("%s%d:", name, seed),
+		prefix: fmt.Sprintf("%s%d.%d:", name, seed, rigs.Add(1)),
 	}
 }
 

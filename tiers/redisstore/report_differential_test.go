@@ -104,7 +104,7 @@ func TestDifferentialReportsStandalone(t *testing.T) {
 }
 
 // TestDifferentialReportsCluster: differentialReports on the shared
-// cluster (its keys are its own: the trace's prefix).
+// cluster (its keys are its own: the rig's prefix).
 func TestDifferentialReportsCluster(t *testing.T) {
 	t.Parallel()
 	seeds(t, sharedClient(t), 1, differentialReports)

@@ -81,7 +81,7 @@ func TestDifferentialShapingStandalone(t *testing.T) {
 
 // On a cluster the buckets sit in different slots: settlements go per
 // slot, and denied takes with waiting buckets are refunded by refund.lua.
-// On the shared cluster (the trace's keys are its own: its prefix).
+// On the shared cluster (the trace's keys are its own: the rig's prefix).
 func TestDifferentialShapingCluster(t *testing.T) {
 	t.Parallel()
 	seeds(t, sharedClient(t), 3, differentialShaping)

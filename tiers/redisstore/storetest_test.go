@@ -28,7 +28,7 @@ func fakeTimeStore(t *testing.T, c redis.UniversalClient, clk *clock.Fake, opts 
 
 // sharedClient returns a client of the shared cluster (see
 // redisstore.SharedCluster), for a test whose keys are its own by their
-// names: a differential trace's prefix is its name and seed.
+// names: a differential trace's prefix is its name, seed and rig number.
 func sharedClient(t *testing.T) *redis.ClusterClient {
 	t.Helper()
 	c, _ := redisstore.SharedCluster(t)
