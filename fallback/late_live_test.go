@@ -3,6 +3,7 @@ package fallback_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -20,15 +21,17 @@ import (
 // been fast for longer than any warm-up, is reconciled like every later
 // one: decided locally, applied by Redis when it resumes, and charged
 // once. Without the late answer Redis would have charged it and the
-// local admit would be reported too: one unit twice.
+// local admit would be reported too: one unit twice. The healthy takes
+// have a budget (pauseBudget) no loaded machine comes near, so only the
+// stopped server makes a take run out of it.
 func TestLiveFirstTimeoutIsReconciled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
 	}
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Unix(1_700_000_000, 0))
-	s, _ := liveStore(t, srv, fallback.WithClock(clk), fallback.WithManualSync(),
-		fallback.WithTimeout(20*time.Millisecond), fallback.WithClosedTimeout(20*time.Millisecond))
+	s, _ := liveStore(t, srv, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithTimeout(pauseBudget))
 	b := tokenBucket("late:first", 1, 1000, time.Hour, quota.FailLocal)
 
 	admitted := int64(0)
@@ -54,7 +57,7 @@ func TestLiveFirstTimeoutIsReconciled(t *testing.T) {
 	srv.Pause()
 	takeOne(floodgate.SourceLocalFallback)
 	srv.Resume()
-	if !waitFor(5*time.Second, func() bool { return s.Stats().Late >= 1 }) {
+	if !waitFor(lateWait, func() bool { return s.Stats().Late >= 1 }) {
 		t.Fatalf("the late answer was never reconciled: %+v", s.Stats())
 	}
 	if err := s.Sync(context.Background()); err != nil {
@@ -69,81 +72,37 @@ func TestLiveFirstTimeoutIsReconciled(t *testing.T) {
 	}
 }
 
-// TestLiveLoadedStoreStaysOnStore: a Redis kept busy by 8 ms scripts
-// answers every take, but a take waits for the script running when it
-// arrives, 0 to 8 ms: with a fixed 5 ms budget about three in eight would
-// be decided locally though Redis answers them all. The budget follows
-// the latency instead (RFC 6298), so once it has learnt it, the takes
-// are answered by Redis: in the last 200 of 250, at most 10 are decided
-// locally (calls the host delayed past even the learnt budget: with six
-// test processes on two cores under the race detector, 0 to 4; 162 with
-// the budget fixed at 5 ms), and the budget has grown past 8 ms.
-func TestLiveLoadedStoreStaysOnStore(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
-	srv := redistest.Start(t)
-	s, _ := liveStore(t, srv, fallback.WithTimeout(5*time.Millisecond))
-	b := tokenBucket("loaded", 1, 1_000_000, time.Hour, quota.FailLocal)
-	take(t, s, b) // dial and load the script before the load starts
-
-	stop := make(chan struct{})
-	busy := make(chan struct{})
-	go func() {
-		defer close(busy)
-		c := srv.Client()
-		for range 2000 { // 16 s at most; the takes end far sooner
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			_ = c.Do(context.Background(), "eval", "local t = redis.call('TIME') while true do local u = redis.call('TIME'); if (u[1]-t[1])*1000000 + (u[2]-t[2]) > 8000 then break end end return 1", 0).Err()
-		}
-	}()
-	defer func() { close(stop); <-busy }()
-
-	local := 0
-	for i := range 250 {
-		_, res := take(t, s, b)
-		if i >= 50 && res[0].Source == floodgate.SourceLocalFallback {
-			local++
-		}
-	}
-	st := s.Stats()
-	t.Logf("budget %s, slow %d, decided locally in the last 200: %d", st.Budget, st.Slow, local)
-	if local > 10 {
-		t.Errorf("%d of the last 200 takes decided locally on a busy but answering Redis, want at most 10 (budget %s)", local, st.Budget)
-	}
-	if st.Budget <= 8*time.Millisecond {
-		t.Errorf("budget %s after 250 takes that waited up to 8ms, want more than 8ms", st.Budget)
-	}
-}
-
 // TestSyncWaitsForLateCalls: a take denied locally during a pause, whose
 // call Redis applies when it resumes, is given back by the time Sync
 // returns: Sync, the hand-over before a process exits, waits for the late
 // calls still running, so a process that syncs and leaves does not leave
-// Redis charged for a take it denied.
+// Redis charged for a take it denied. Redis resumes 100ms after the take
+// returned (if the test goroutine is slower than that to call Sync, the
+// call is already matched and Sync has nothing to wait for: the test
+// passes without testing the wait, never fails for it). The healthy take
+// has a budget no loaded machine comes near (pauseBudget).
 func TestSyncWaitsForLateCalls(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server")
 	}
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	s, _ := liveStore(t, srv, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithInstances(func() int { return 2 }),
-		fallback.WithTimeout(20*time.Millisecond), fallback.WithClosedTimeout(20*time.Millisecond))
+		fallback.WithTimeout(pauseBudget))
 	b := tokenBucket("late:sync", 1, 10, time.Hour, quota.FailLocal)
 	b.Cost = 0
-	take(t, s, b) // Redis has said 10 are left
-	b.Cost = 8    // above this instance's local share, 10/2
+	if _, res := take(t, s, b); res[0].Source != floodgate.SourceStore { // Redis has said 10 are left
+		t.Fatalf("healthy take: %+v, want Redis's answer", res[0])
+	}
+	b.Cost = 8 // above this instance's local share, 10/2
 
 	srv.Pause()
 	if ok, res := take(t, s, b); ok || res[0].Source != floodgate.SourceLocalFallback {
 		t.Fatalf("take during the pause: %v %+v, want denied locally", ok, res[0])
 	}
 	time.AfterFunc(100*time.Millisecond, func() { srv.Resume() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), lateWait)
 	defer cancel()
 	if err := s.Sync(ctx); err != nil {
 		t.Fatal(err)
@@ -165,12 +124,17 @@ func TestSyncWaitsForLateCalls(t *testing.T) {
 // local admit: each bucket is charged once, not again by a report.
 // Without the late answer, the first call of a stall on a store fast for
 // longer than any warm-up is abandoned, its outcome unknown, and both
-// units are charged twice.
+// units are charged twice. As there, the healthy takes have a budget no
+// loaded machine comes near (pauseBudget), and the cluster client's read
+// timeout is longer than the pause.
 func TestLiveClusterTimeoutIsReconciled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
-	cl := redistest.StartCluster(t)
+	// The cluster forms while the tests before this one run.
+	wait := redistest.StartClusterAsync(t, redistest.WithClientTimeouts(time.Second, 10*time.Second))
+	t.Parallel()
+	cl := wait()
 	c := cl.Client()
 	ctx := context.Background()
 	master := func(key string) string {
@@ -201,8 +165,8 @@ func TestLiveClusterTimeoutIsReconciled(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = primary.Close() })
 	clk := clock.New(time.Unix(1_700_000_000, 0))
-	s, err := fallback.New(primary, fallback.WithClock(clk), fallback.WithManualSync(),
-		fallback.WithTimeout(20*time.Millisecond), fallback.WithClosedTimeout(20*time.Millisecond))
+	s, err := fallback.New(primary, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithTimeout(pauseBudget),
+		fallback.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +193,7 @@ func TestLiveClusterTimeoutIsReconciled(t *testing.T) {
 	nx.Pause()
 	takeBoth(floodgate.SourceLocalFallback)
 	nx.Resume()
-	if !waitFor(10*time.Second, func() bool { return s.Stats().Late >= 1 }) {
+	if !waitFor(lateWait, func() bool { return s.Stats().Late >= 1 }) {
 		t.Fatalf("the late answer was never reconciled: %+v", s.Stats())
 	}
 	if err := s.Sync(ctx); err != nil {
