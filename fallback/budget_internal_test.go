@@ -8,6 +8,7 @@ import (
 // TestBudgetFollowsLatency: the budget is srtt + 4·rttvar (RFC 6298) of
 // the samples, kept between the floor and the ceiling, exactly.
 func TestBudgetFollowsLatency(t *testing.T) {
+	t.Parallel()
 	b := newBudget(5*time.Millisecond, 250*time.Millisecond)
 	if got := b.get(); got != 5*time.Millisecond {
 		t.Fatalf("budget before any sample %s, want the floor 5ms", got)
@@ -44,6 +45,7 @@ func TestBudgetFollowsLatency(t *testing.T) {
 // budget its call had, so a stall's answers (late by the stall's length)
 // move the budget no further than answers of twice the budget would.
 func TestLateSampleIsCapped(t *testing.T) {
+	t.Parallel()
 	stalled := newBudget(5*time.Millisecond, 250*time.Millisecond)
 	capped := newBudget(5*time.Millisecond, 250*time.Millisecond)
 	for range 20 {

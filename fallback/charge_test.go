@@ -78,8 +78,11 @@ func remaining(t *testing.T, st quota.Store, b quota.Bucket) int64 {
 // applied is resolved, not sent again; one lost before it arrived is sent
 // again. The bucket holds 100 units and refills 1 an hour, on a fake
 // clock that does not move, so what Redis holds is exactly 100 minus
-// what was charged.
+// what was charged. The stall is the ledger's, failing takes at once;
+// the call budget is one no healthy call to Redis comes near on a loaded
+// machine (healthyBudget), so that only the stall decides locally.
 func TestLocalAdmitsAreCharged(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	srv := redistest.Start(t)
 	rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk))
@@ -88,7 +91,7 @@ func TestLocalAdmitsAreCharged(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = rs.Close() })
 	led := &stalling{inner: rs}
-	s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithManualSync(),
+	s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithTimeout(healthyBudget),
 		fallback.WithInstances(func() int { return 2 }), fallback.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +169,7 @@ func TestLocalAdmitsAreCharged(t *testing.T) {
 // instance reports, and the store's bucket has been charged for every
 // unit admitted locally, up to s per instance.
 func TestStallBound(t *testing.T) {
+	t.Parallel()
 	t.Run("stale", func(t *testing.T) { stallBound(t, 40, 20, time.Second, true) })
 	t.Run("fresh", func(t *testing.T) { stallBound(t, 40, 1, time.Hour, false) })
 }
@@ -323,21 +327,32 @@ func (g *gated) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (b
 // admitted: a local admit the store also allowed is not reported again;
 // a take denied locally that the store allowed later is given back; and
 // a take denied locally waits (up to the closed budget) for the store's
-// answer, which then decides it.
+// answer, which then decides it. The gate, not a clock, decides what the
+// store answers when: a take's budget (5ms) runs out while the gate is
+// shut, a denied take's closed budget (100ms) too before the gate opens,
+// and the take that waits for the answer has a closed budget no loaded
+// machine comes near (healthyBudget) while the gate opens once its call
+// has run out of its budget. The background call itself runs for the
+// slow grace, an hour.
 func TestLateAnswerIsReconciled(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	mem := newMemStore(t, clk).(quota.Reporter)
 	g := &gated{Reporter: mem}
-	s, err := fallback.New(g, fallback.WithClock(clk), fallback.WithManualSync(),
-		fallback.WithTimeout(5*time.Millisecond), fallback.WithClosedTimeout(100*time.Millisecond),
-		fallback.WithInstances(func() int { return 4 }), fallback.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
+	newStore := func(closed time.Duration) *fallback.Store {
+		s, err := fallback.New(g, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithSlowGrace(time.Hour),
+			fallback.WithTimeout(5*time.Millisecond), fallback.WithClosedTimeout(closed),
+			fallback.WithInstances(func() int { return 4 }), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
+	s := newStore(100 * time.Millisecond)
 	ctx := context.Background()
 	waitLate := func(n uint64) {
 		t.Helper()
-		if !waitFor(5*time.Second, func() bool { return s.Stats().Late >= n }) {
+		if !waitFor(lateWait, func() bool { return s.Stats().Late >= n }) {
 			t.Fatalf("the late answer was not reconciled: %+v", s.Stats())
 		}
 	}
@@ -374,27 +389,33 @@ func TestLateAnswerIsReconciled(t *testing.T) {
 	if got := remaining(t, mem, b); got != 40 {
 		t.Fatalf("store holds %d, want 40: a take denied locally must not stay charged", got)
 	}
+	st := s.Stats()
+	if st.LateAnswered != 0 || st.LateApplied != 2 || st.GivenBack != 15 || st.Charged != 0 || st.Owed != 0 {
+		t.Fatalf("Stats: late answered %d, applied %d, given back %d, charged %d, owed %d; want 0, 2, 15, 0, 0",
+			st.LateAnswered, st.LateApplied, st.GivenBack, st.Charged, st.Owed)
+	}
 
 	// Denied locally, the store answers within the closed budget: its
 	// answer decides. The gate opens once the call has run out of its
 	// budget (counted slow), so the answer always comes while the take
-	// waits for it, however late a loaded host fires the budget's timer.
+	// waits for it, however late a loaded host fires the budget's timer
+	// or runs the goroutine that opens the gate.
+	w := newStore(healthyBudget)
 	g.close()
-	slow := s.Stats().Slow
 	go func() {
-		waitFor(5*time.Second, func() bool { return s.Stats().Slow > slow })
+		waitFor(lateWait, func() bool { return w.Stats().Slow > 0 })
 		g.open()
 	}()
-	ok, res = take(t, s, b)
+	ok, res = take(t, w, b)
 	if !ok || res[0].Source.Degraded() {
 		t.Fatalf("take: %v %+v, want the store's admit", ok, res[0])
 	}
 	if got := remaining(t, mem, b); got != 25 {
 		t.Fatalf("store holds %d, want 25", got)
 	}
-	st := s.Stats()
-	if st.LateAnswered != 1 || st.LateApplied != 2 || st.GivenBack != 15 || st.Charged != 0 || st.Owed != 0 {
-		t.Fatalf("Stats: late answered %d, applied %d, given back %d, charged %d, owed %d; want 1, 2, 15, 0, 0",
+	st = w.Stats()
+	if st.LateAnswered != 1 || st.LateApplied != 0 || st.GivenBack != 0 || st.Charged != 0 || st.Owed != 0 {
+		t.Fatalf("Stats: late answered %d, applied %d, given back %d, charged %d, owed %d; want 1, 0, 0, 0, 0",
 			st.LateAnswered, st.LateApplied, st.GivenBack, st.Charged, st.Owed)
 	}
 }
@@ -403,6 +424,7 @@ func TestLateAnswerIsReconciled(t *testing.T) {
 // says at construction that local admits will not be charged, and the
 // Store still decides.
 func TestNoReporterWarns(t *testing.T) {
+	t.Parallel()
 	logs := &logBuffer{}
 	s, err := fallback.New(downStore{}, fallback.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
@@ -428,6 +450,7 @@ func TestNoReporterWarns(t *testing.T) {
 // granted, so the extra units are given back and only the request's cost
 // is charged to the store when it answers.
 func TestLeaseDecidedLocallyChargesTheRequestOnly(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	mem := newMemStore(t, clk).(quota.Reporter)
 	led := &stalling{inner: mem}

@@ -81,6 +81,7 @@ func takeLocally(t *testing.T, s *fallback.Store, b quota.Bucket, max int) int {
 // exactly what was admitted: 10 by Redis, then the 45 of this instance's
 // share of the 90 left (2 instances).
 func TestLocalWindowAdmitsAreCharged(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(windowStart.Add(10 * time.Second))
 	s, led, rs := windowFixture(t, clk)
 	ctx := context.Background()
@@ -141,6 +142,7 @@ func TestLocalWindowAdmitsAreCharged(t *testing.T) {
 // charging all 30 to the current window would count 10·50/60 + 30 =
 // 38.3.
 func TestLocalWindowAdmitsAcrossABoundary(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		alg           quota.Algorithm
 		left          int64
@@ -192,6 +194,7 @@ func TestLocalWindowAdmitsAcrossABoundary(t *testing.T) {
 // window counter's k is its previous window (it counts 1, weighted by
 // 50 s of 60, and window k+1 counts 0).
 func TestLateWindowAnswerIsReconciled(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		alg             quota.Algorithm
 		left            int64
@@ -204,7 +207,9 @@ func TestLateWindowAnswerIsReconciled(t *testing.T) {
 			clk := clock.New(windowStart.Add(50 * time.Second))
 			mem := newMemStore(t, clk).(quota.Reporter)
 			g := &gated{Reporter: mem}
-			s, err := fallback.New(g, fallback.WithClock(clk), fallback.WithManualSync(),
+			// The background call runs for the slow grace (an hour):
+			// the gate, not a timer, ends it.
+			s, err := fallback.New(g, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithSlowGrace(time.Hour),
 				fallback.WithTimeout(5*time.Millisecond), fallback.WithClosedTimeout(100*time.Millisecond),
 				fallback.WithInstances(func() int { return 4 }), fallback.WithLogger(slog.New(slog.DiscardHandler)))
 			if err != nil {
@@ -217,7 +222,7 @@ func TestLateWindowAnswerIsReconciled(t *testing.T) {
 			}
 			clk.Advance(20 * time.Second)
 			g.open()
-			if !waitFor(5*time.Second, func() bool { return s.Stats().Late >= 1 }) {
+			if !waitFor(lateWait, func() bool { return s.Stats().Late >= 1 }) {
 				t.Fatalf("the late answer was not reconciled: %+v", s.Stats())
 			}
 			if err := s.Sync(context.Background()); err != nil {
@@ -241,6 +246,7 @@ func TestLateWindowAnswerIsReconciled(t *testing.T) {
 // in span A are charged to A; then 3 admitted locally in A and 5 in B,
 // Redis answering in B: A is over, its 3 expire, and B counts the 5.
 func TestLocalCalendarAdmitsAreCharged(t *testing.T) {
+	t.Parallel()
 	t0 := windowStart
 	clk := clock.New(t0.Add(10 * time.Second))
 	mem := newMemStore(t, clk).(quota.Reporter)

@@ -23,8 +23,11 @@ import (
 // move, 10 are taken through Redis, 45 locally (90 left, 2 instances),
 // and Redis holds 100 − 10 − 45 after Close. Close leaves the Redis
 // store open (it belongs to the caller), a second Close returns nil, and
-// a Take after Close is still decided by Redis.
+// a Take after Close is still decided by Redis. The stall is the
+// ledger's; the call budget is one no healthy call to Redis comes near on
+// a loaded machine (healthyBudget).
 func TestCloseHandsOver(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	srv := redistest.Start(t)
 	rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk))
@@ -33,7 +36,7 @@ func TestCloseHandsOver(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = rs.Close() })
 	led := &stalling{inner: rs}
-	s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithInstances(func() int { return 2 }),
+	s, err := fallback.New(led, fallback.WithClock(clk), fallback.WithInstances(func() int { return 2 }), fallback.WithTimeout(healthyBudget),
 		fallback.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +54,7 @@ func TestCloseHandsOver(t *testing.T) {
 	if st := s.Stats(); st.Owed != 45 {
 		t.Fatalf("owed %d before Close, want 45", st.Owed)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), lateWait)
 	defer cancel()
 	if err := s.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -77,6 +80,7 @@ func TestCloseHandsOver(t *testing.T) {
 // decides locally while the primary stalls, and Sync by hand still
 // charges what is owed.
 func TestCloseStopsBackgroundWork(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	s, mem, led := stalledRig(t, clk)
 	ctx := context.Background()
@@ -143,6 +147,7 @@ func TestCloseStopsBackgroundWork(t *testing.T) {
 // nothing and returns at once with an error naming what it did not hand
 // over and why; what is owed stays owed, and Sync hands it over later.
 func TestCloseRespectsContext(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	s, mem, led := stalledRig(t, clk)
 	b := tokenBucket("close:ctx", 1, 100, time.Hour, quota.FailLocal)
@@ -206,6 +211,7 @@ func admitWhileDown(t *testing.T, led *refusing, s quota.Store, b quota.Bucket, 
 // TestCloseWithTheBreakerOpen: Close sends nothing to a primary the
 // breaker holds open, and says so.
 func TestCloseWithTheBreakerOpen(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	mem := newMemStore(t, clk)
 	led := &refusing{Reporter: mem.(quota.Reporter)}
@@ -230,6 +236,7 @@ func TestCloseWithTheBreakerOpen(t *testing.T) {
 // the units the fallback admitted locally are still owed after it, and
 // the fallback's own Close, next, charges them to the primary.
 func TestCloseUnderLocalFirst(t *testing.T) {
+	t.Parallel()
 	clk := clock.New(time.Unix(1_700_000_000, 0))
 	mem := newMemStore(t, clk)
 	led := &refusing{Reporter: mem.(quota.Reporter)}
@@ -243,7 +250,7 @@ func TestCloseUnderLocalFirst(t *testing.T) {
 	}
 	b := tokenBucket("close:lf", 1, 10, time.Hour, quota.FailLocal)
 	admitWhileDown(t, led, lf, b, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), lateWait)
 	defer cancel()
 	if err := lf.Close(ctx); err != nil {
 		t.Fatalf("localfirst Close: %v", err)

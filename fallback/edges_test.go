@@ -18,6 +18,7 @@ import (
 // negative one (rounding MaxInt64 up to a microsecond wrapped), which
 // tiers.Limiter reads as "cost exceeds capacity".
 func TestLocalRetryAfterSaturates(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	// Valid limit: 1 unit per 366 days, burst 1000.
 	b := tokenBucket("user:1", 1, 1000, quota.MaxPeriod, quota.FailLocal)
@@ -41,6 +42,7 @@ func TestLocalRetryAfterSaturates(t *testing.T) {
 // old, refilled to full, so a key the store just said was empty got a
 // full local bucket).
 func TestSeedAfterClockWrap(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	fx.clk.Advance(time.Duration(1<<34)*time.Millisecond + 10*time.Second) // ~199 days after New
 	b := tokenBucket("tenant:acme", 1, 10, time.Hour, quota.FailLocal)     // 1 unit/hour
@@ -68,6 +70,7 @@ func TestSeedAfterClockWrap(t *testing.T) {
 // was 0 when the capacity is below the instance count, so a key whose
 // store bucket was full was denied while a key never seen was allowed.
 func TestSeedKeepsMinimumBurst(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour),
 		fallback.WithInstances(func() int { return 4 }))
 	seen := tokenBucket("user:seen", 3, 3, time.Hour, quota.FailLocal)
@@ -89,6 +92,7 @@ func TestSeedKeepsMinimumBurst(t *testing.T) {
 // get evicted the one the same take had just charged, so every take saw
 // fresh limiters and nothing was ever denied).
 func TestLRUKeepsEntriesInUse(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithLocalCapacity(1))
 	trip(t, fx, 1, tokenBucket("trip", 1, 1, time.Second, quota.FailOpen))
 	a := tokenBucket("a", 1, 1, time.Hour, quota.FailLocal)
@@ -135,6 +139,7 @@ func (p *heldPrimary) Take(ctx context.Context, b []quota.Bucket, r []quota.Resu
 // was replayed in the new state, took the probe's place and reopened the
 // breaker though the store was back.
 func TestStaleFailureLeavesProbe(t *testing.T) {
+	t.Parallel()
 	const open = 30 * time.Millisecond
 	fx := newFixture(t) // for the memstore
 	p := &heldPrimary{inner: fx.inner, entered: make(chan struct{}), release: make(chan struct{})}

@@ -152,6 +152,7 @@ func trip(t *testing.T, fx *fixture, n int, b ...quota.Bucket) {
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
+	t.Parallel()
 	p := &flaky{}
 	cases := []struct {
 		name string
@@ -190,6 +191,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 func TestTakeRejectsBadInputWithoutTrippingBreaker(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	ok1 := quota.Limit{Rate: 1, Period: time.Second, Burst: 1}
 	bad := [][]quota.Bucket{
@@ -232,6 +234,7 @@ func TestTakeRejectsBadInputWithoutTrippingBreaker(t *testing.T) {
 }
 
 func TestHealthyPathDelegatesAndDenyIsSuccess(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1))
 	b := tokenBucket("user:1", 3, 3, time.Second, quota.FailLocal)
 	for i := 0; i < 3; i++ {
@@ -260,6 +263,7 @@ func TestHealthyPathDelegatesAndDenyIsSuccess(t *testing.T) {
 }
 
 func TestBreakerOpensAfterConfiguredFailures(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(3), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("user:1", 100, 100, time.Second, quota.FailOpen)
 	trip(t, fx, 3, b)
@@ -285,6 +289,7 @@ func TestBreakerOpensAfterConfiguredFailures(t *testing.T) {
 }
 
 func TestFailuresMustBeConsecutive(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(3))
 	b := tokenBucket("user:1", 100, 100, time.Second, quota.FailLocal)
 	for i := 0; i < 4; i++ {
@@ -302,6 +307,7 @@ func TestFailuresMustBeConsecutive(t *testing.T) {
 // TestLocalLimitIsRateOverReplicas holds a bucket of 400/s, burst 40, on an
 // instance of 4 replicas: locally 100/s with a burst of 10, exactly.
 func TestLocalLimitIsRateOverReplicas(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithInstances(func() int { return 4 }), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("user:1", 400, 40, time.Second, quota.FailLocal)
 	trip(t, fx, 1, b) // the tripping call itself was decided locally: 1 token
@@ -342,6 +348,7 @@ func TestLocalLimitIsRateOverReplicas(t *testing.T) {
 }
 
 func TestLocalWindowAlgorithmShare(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithInstances(func() int { return 3 }), fallback.WithOpenInterval(time.Hour))
 	b := quota.Bucket{Key: "ip:1", Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 60, Period: time.Minute}, Cost: 1}
 	trip(t, fx, 1, b)
@@ -364,6 +371,7 @@ func TestLocalWindowAlgorithmShare(t *testing.T) {
 }
 
 func TestLocalAllOrNothing(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	user := tokenBucket("user:1", 1, 2, time.Minute, quota.FailLocal)
 	ip := tokenBucket("ip:1", 100, 100, time.Minute, quota.FailLocal)
@@ -393,6 +401,7 @@ func TestLocalAllOrNothing(t *testing.T) {
 }
 
 func TestOpenAndClosedModes(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	login := tokenBucket("login:ip", 5, 5, time.Minute, quota.FailClosed)
 	search := tokenBucket("search:user", 10, 10, time.Second, quota.FailOpen)
@@ -442,6 +451,7 @@ func TestOpenAndClosedModes(t *testing.T) {
 }
 
 func TestByRuleIsBounded(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	fx.f.fail.Store(true)
 	for i := 0; i < fallback.MaxRules+10; i++ {
@@ -459,6 +469,7 @@ func TestByRuleIsBounded(t *testing.T) {
 }
 
 func TestCostAboveCapacityNeverAdmitted(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithInstances(func() int { return 4 }))
 	fx.f.fail.Store(true)
 	for _, mode := range []quota.FailMode{quota.FailLocal, quota.FailOpen, quota.FailClosed} {
@@ -477,21 +488,29 @@ func TestCostAboveCapacityNeverAdmitted(t *testing.T) {
 	}
 }
 
+// TestBreakerClosesAfterOpenIntervalAndOneProbe: an open breaker decides
+// locally without asking the primary until its open interval (real time,
+// gobreaker's) has passed, then lets one probe through, which closes it.
+// The interval opened between tripping and tripped: a take before
+// tripping+interval is decided locally (checked only if this goroutine
+// ran that soon on a loaded machine), and the probe is sent after a sleep
+// to tripped+interval.
 func TestBreakerClosesAfterOpenIntervalAndOneProbe(t *testing.T) {
+	t.Parallel()
 	const open = 150 * time.Millisecond
 	fx := newFixture(t, fallback.WithFailures(2), fallback.WithOpenInterval(open))
 	b := tokenBucket("user:1", 1000, 1000, time.Second, quota.FailLocal)
+	tripping := time.Now()
 	trip(t, fx, 2, b)
-	openedAt := time.Now()
+	tripped := time.Now()
 	fx.f.fail.Store(false)
-	// Before the interval: still decided locally, the primary is not asked
-	// (checked only if this goroutine ran in time on a loaded machine).
+	// Before the interval: still decided locally, the primary is not asked.
 	_, res := take(t, fx.s, b)
-	if time.Since(openedAt) < open && res[0].Source != floodgate.SourceLocalFallback {
+	if time.Since(tripping) < open && res[0].Source != floodgate.SourceLocalFallback {
 		t.Fatalf("source %q right after opening, want local_fallback", res[0].Source)
 	}
 	calls := fx.f.calls.Load()
-	time.Sleep(open - time.Since(openedAt) + 5*time.Millisecond)
+	time.Sleep(time.Until(tripped.Add(open + time.Millisecond)))
 	_, res = take(t, fx.s, b) // the probe
 	if res[0].Source.Degraded() {
 		t.Fatalf("probe after the open interval: source %q, want the store", res[0].Source)
@@ -534,6 +553,7 @@ func TestBreakerClosesAfterOpenIntervalAndOneProbe(t *testing.T) {
 // TestHalfOpenLetsOneProbeThrough holds the probe in the primary while 8
 // other takes arrive: they are all decided locally, none reaches the store.
 func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
+	t.Parallel()
 	const open = 20 * time.Millisecond
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(open), fallback.WithTimeout(5*time.Second))
 	b := tokenBucket("user:1", 1000, 1000, time.Second, quota.FailLocal)
@@ -551,7 +571,7 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 		_, _ = fx.s.Take(context.Background(), []quota.Bucket{b}, res)
 		probeDone <- res[0]
 	}()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(lateWait)
 	for fx.f.calls.Load() == before && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Microsecond)
 	}
@@ -578,6 +598,7 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 // TestTimeoutIsAFailure: a store that has said nothing for the slow grace
 // (here since New) and times out is failing: each timeout counts.
 func TestTimeoutIsAFailure(t *testing.T) {
+	t.Parallel()
 	const budget = 3 * time.Millisecond
 	fx := newFixture(t, fallback.WithFailures(2), fallback.WithTimeout(budget), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("user:1", 10, 10, time.Second, quota.FailLocal)
@@ -602,6 +623,7 @@ func TestTimeoutIsAFailure(t *testing.T) {
 }
 
 func TestCallerCancellationDoesNotTrip(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithTimeout(5*time.Second))
 	b := tokenBucket("user:1", 10, 10, time.Second, quota.FailLocal)
 	fx.f.hang.Store(true)
@@ -625,6 +647,7 @@ func TestCallerCancellationDoesNotTrip(t *testing.T) {
 }
 
 func TestLRUEvictsLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour), fallback.WithLocalCapacity(2))
 	a := tokenBucket("a", 1, 1, time.Hour, quota.FailLocal)
 	bb := tokenBucket("b", 1, 1, time.Hour, quota.FailLocal)
@@ -652,6 +675,7 @@ func TestLRUEvictsLeastRecentlyUsed(t *testing.T) {
 }
 
 func TestLocalLimitChangeKeepsConsumption(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("user:1", 10, 10, time.Second, quota.FailLocal)
 	trip(t, fx, 1, b)
@@ -670,23 +694,27 @@ type ctxKey struct{}
 // ctxProbe is a primary that reports what its context looks like, then
 // waits for Done when told to.
 type ctxProbe struct {
-	wait     bool
-	delay    time.Duration // with wait: answer after delay unless the context ends first
-	value    any
-	deadline time.Duration // until the deadline, as seen at the start
-	waited   time.Duration
-	err      error
+	wait  bool
+	delay time.Duration // with wait: answer after delay unless the context ends first
+	value any
+	// before and after bracket the first read of the context (Deadline),
+	// which starts the call's budget; deadline is what it returned.
+	before, after, deadline time.Time
+	waited                  time.Duration // from before until Done closed
+	err                     error
 }
 
 func (p *ctxProbe) Take(ctx context.Context, b []quota.Bucket, r []quota.Result) (bool, error) {
 	p.value = ctx.Value(ctxKey{})
+	p.before = time.Now()
 	d, ok := ctx.Deadline()
+	p.after = time.Now()
 	if !ok {
 		return false, errors.New("no deadline")
 	}
-	p.deadline = time.Until(d)
+	p.deadline = d
 	if p.wait {
-		start := time.Now()
+		start := p.before
 		if p.delay > 0 {
 			select {
 			case <-time.After(p.delay):
@@ -712,10 +740,19 @@ func (p *ctxProbe) Take(ctx context.Context, b []quota.Bucket, r []quota.Result)
 	return true, nil
 }
 
+// TestCallContext: the context a call to the primary gets carries the
+// caller's values, and its deadline is the budget from the call's first
+// read of it (exactly: between the reads that bracket it), or the
+// caller's own deadline when that is earlier, which then is the caller's
+// error; Done closes and Err reports at the deadline, not before, and
+// the take falls back. The slow grace runs on a fake clock that does not
+// move: the timeouts, just after the store answered, are slow calls.
 func TestCallContext(t *testing.T) {
+	t.Parallel()
 	const budget = 30 * time.Millisecond
 	p := &ctxProbe{}
-	s, err := fallback.New(p, fallback.WithTimeout(budget), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	s, err := fallback.New(p, fallback.WithTimeout(budget), fallback.WithClock(clock.New(time.Time{})),
+		fallback.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -728,8 +765,9 @@ func TestCallContext(t *testing.T) {
 		if ok, err := s.Take(ctx, b, res); !ok || err != nil {
 			t.Fatalf("take %d: %v %v", i, ok, err)
 		}
-		if p.value != "v" || p.deadline <= 0 || p.deadline > budget {
-			t.Fatalf("take %d: value %v, deadline in %s, want the caller's value and <= %s", i, p.value, p.deadline, budget)
+		if p.value != "v" || p.deadline.Before(p.before.Add(budget)) || p.deadline.After(p.after.Add(budget)) {
+			t.Fatalf("take %d: value %v, deadline %s after the call's start, want the caller's value and the budget %s",
+				i, p.value, p.deadline.Sub(p.before), budget)
 		}
 	}
 	// A caller's earlier deadline wins, and running out of it is the
@@ -738,8 +776,8 @@ func TestCallContext(t *testing.T) {
 	early, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
 	_, err = s.Take(early, b, res)
 	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) || p.deadline > 5*time.Millisecond {
-		t.Fatalf("early caller deadline: err %v, deadline in %s", err, p.deadline)
+	if want, _ := early.Deadline(); !errors.Is(err, context.DeadlineExceeded) || !p.deadline.Equal(want) {
+		t.Fatalf("early caller deadline: err %v, deadline %s, want the caller's %s", err, p.deadline, want)
 	}
 	if st := s.Stats(); st.Failures != 0 || st.Canceled != 1 {
 		t.Fatalf("stats %+v, want the caller's deadline counted as cancelled", st)
@@ -750,8 +788,8 @@ func TestCallContext(t *testing.T) {
 		if err != nil || !ok || res[0].Source != floodgate.SourceFailOpen {
 			t.Fatalf("timed-out take %d: allowed=%v err=%v source %q", i, ok, err, res[0].Source)
 		}
-		if p.waited < budget-time.Millisecond || !errors.Is(p.err, context.DeadlineExceeded) {
-			t.Fatalf("timed-out take %d: Done after %s with %v, want about %s and DeadlineExceeded", i, p.waited, p.err, budget)
+		if p.waited < budget || !errors.Is(p.err, context.DeadlineExceeded) {
+			t.Fatalf("timed-out take %d: Done after %s with %v, want at the budget %s and DeadlineExceeded", i, p.waited, p.err, budget)
 		}
 	}
 	// The store answered the three takes just before: these timeouts are
@@ -764,11 +802,16 @@ func TestCallContext(t *testing.T) {
 // TestSlowCallsDoNotTrip: a store that keeps answering but is sometimes
 // slower than the budget never opens the breaker, and a fail-closed rule
 // waits the longer closed budget instead of denying; once the store has
-// answered nothing for the grace, timeouts count and open it.
+// answered nothing for the grace, timeouts count and open it. The grace
+// runs on a fake clock; the closed budget (a minute) is one no loaded
+// machine stretches a 50ms answer to, while the call budget (10ms) is
+// always shorter than it.
 func TestSlowCallsDoNotTrip(t *testing.T) {
+	t.Parallel()
 	const budget, grace = 10 * time.Millisecond, 150 * time.Millisecond
+	clk := clock.New(time.Time{})
 	p := &ctxProbe{}
-	s, err := fallback.New(p, fallback.WithTimeout(budget), fallback.WithClosedTimeout(200*time.Millisecond),
+	s, err := fallback.New(p, fallback.WithTimeout(budget), fallback.WithClosedTimeout(time.Minute), fallback.WithClock(clk),
 		fallback.WithSlowGrace(grace), fallback.WithFailures(2), fallback.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
@@ -796,7 +839,7 @@ func TestSlowCallsDoNotTrip(t *testing.T) {
 	}
 	// Silence longer than the grace is an outage.
 	p.wait = true
-	time.Sleep(grace)
+	clk.Advance(grace)
 	for i := 0; i < 2; i++ {
 		_, _ = s.Take(ctx, open, res)
 	}
@@ -810,6 +853,7 @@ func TestSlowCallsDoNotTrip(t *testing.T) {
 // healthy, for the race detector; at the end a healthy primary closes the
 // breaker and a run of failures opens it after exactly the threshold.
 func TestConcurrentFailuresRace(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(3), fallback.WithOpenInterval(2*time.Millisecond))
 	b := tokenBucket("k", 1_000_000, 1_000_000, time.Second, quota.FailLocal)
 	var wg sync.WaitGroup
@@ -831,7 +875,7 @@ func TestConcurrentFailuresRace(t *testing.T) {
 	}
 	wg.Wait()
 	fx.f.fail.Store(false)
-	if !waitFor(time.Second, func() bool {
+	if !waitFor(lateWait, func() bool {
 		take(t, fx.s, b)
 		return fx.s.State() == gobreaker.StateClosed
 	}) {
@@ -847,6 +891,7 @@ func TestConcurrentFailuresRace(t *testing.T) {
 // instances, not from a fresh full share; a key the store never answered
 // for starts full; a change in the instance count reshapes the share.
 func TestLocalStartsFromWhatTheStoreSaid(t *testing.T) {
+	t.Parallel()
 	instances := 2
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(50*time.Millisecond),
 		fallback.WithInstances(func() int { return instances }))
@@ -920,6 +965,7 @@ func TestLocalStartsFromWhatTheStoreSaid(t *testing.T) {
 // run out of their budget (a process dialing a busy Redis) is slow, not
 // failing, until the slow grace since New has passed.
 func TestFirstTimeoutsAreSlow(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(2), fallback.WithTimeout(2*time.Millisecond), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("user:1", 10, 10, time.Second, quota.FailLocal)
 	fx.f.hang.Store(true)
@@ -941,12 +987,15 @@ func TestFirstTimeoutsAreSlow(t *testing.T) {
 // TestProbeWaitsTheClosedBudget: after an outage the store comes back slow
 // (20ms, four times the call budget): the half-open probe waits the closed
 // budget, succeeds and closes the breaker, instead of timing out and
-// holding it open interval after interval.
+// holding it open interval after interval. The closed budget (a minute)
+// is one no loaded machine stretches a 20ms answer to; the call budget
+// (5ms) is always shorter than it.
 func TestProbeWaitsTheClosedBudget(t *testing.T) {
+	t.Parallel()
 	const open = 100 * time.Millisecond
 	p := &comesBackSlow{}
 	p.down.Store(true)
-	s, err := fallback.New(p, fallback.WithTimeout(5*time.Millisecond), fallback.WithClosedTimeout(200*time.Millisecond),
+	s, err := fallback.New(p, fallback.WithTimeout(5*time.Millisecond), fallback.WithClosedTimeout(time.Minute),
 		fallback.WithFailures(2), fallback.WithOpenInterval(open), fallback.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // from the store beneath), says it can reset (quota.Resets) only when that
 // store can, and over a store without Reset returns an error naming it.
 func TestResetForwards(t *testing.T) {
+	t.Parallel()
 	mem, err := memstore.New()
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 // A healthy fallback store passes takes, waits and settlements to its
 // primary: it conforms as the primary does.
 func TestConformanceHealthy(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T, clk *clock.Fake) quota.Store {
 		s, err := fallback.New(newMemStore(t, clk), fallback.WithClock(clk), fallback.WithTimeout(time.Second))
 		if err != nil {
@@ -37,6 +38,7 @@ func settle(t *testing.T, s *fallback.Store, bs []quota.Bucket, took []quota.Res
 // tokens back up to the local burst (x/time/rate has no call that adds
 // tokens; a reservation of a negative count does, which this pins).
 func TestSettleLocal(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("tenant:acme", 10, 10, time.Second, quota.FailLocal) // 10/s, burst 10
 	trip(t, fx, 1, b)                                                     // decided locally: 9 left
@@ -71,6 +73,7 @@ func TestSettleLocal(t *testing.T) {
 // Buckets the primary decided are settled by the primary; a fail-open
 // bucket, which charged nothing, is not settled at all.
 func TestSettlePrimary(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t)
 	b := tokenBucket("tenant:acme", 1, 10, time.Hour, quota.FailLocal)
 	b.Cost = 4
@@ -98,6 +101,7 @@ func TestSettlePrimary(t *testing.T) {
 // While the breaker is open a settlement of the primary's buckets is not
 // sent, and says so.
 func TestSettleDroppedWhileOpen(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("tenant:acme", 1, 10, time.Hour, quota.FailLocal)
 	trip(t, fx, 1, b)
@@ -115,6 +119,7 @@ func TestSettleDroppedWhileOpen(t *testing.T) {
 // stores do: the take is allowed with its wait, and the next one queues
 // behind it.
 func TestLocalWait(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t, fallback.WithFailures(1), fallback.WithOpenInterval(time.Hour))
 	b := tokenBucket("tenant:acme", 10, 1, time.Second, quota.FailLocal) // one per 100 ms, burst 1
 	b.MaxWait = 250 * time.Millisecond
