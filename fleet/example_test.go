@@ -62,7 +62,8 @@ func ExampleMembers_Run() {
 		client := redis.NewClient(&redis.Options{Addr: addr})
 		defer client.Close()
 		m, err := fleet.New(client, fleet.WithKey("fg:fleet:{checkout}"), fleet.WithInstanceID(id),
-			fleet.WithHeartbeat(10*time.Millisecond, time.Minute)) // a TTL far beyond the wait below
+			fleet.WithHeartbeat(10*time.Millisecond, time.Minute), // a TTL far beyond the wait below
+			fleet.WithTimeout(time.Second))                        // a beat on a busy host may outlast the 10ms interval
 		if err != nil {
 			log.Fatal(err)
 		}

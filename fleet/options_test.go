@@ -16,6 +16,7 @@ import (
 var idle redis.UniversalClient = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 
 func TestOptionErrors(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", fleet.MaxInstanceIDLength+1)
 	for _, tc := range []struct {
 		name   string
@@ -55,6 +56,7 @@ func TestOptionErrors(t *testing.T) {
 }
 
 func TestDefaultsAndGoodOptions(t *testing.T) {
+	t.Parallel()
 	m, err := fleet.New(idle)
 	if err != nil {
 		t.Fatal(err)
