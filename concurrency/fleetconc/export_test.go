@@ -33,3 +33,7 @@ func (l *Limiter) FleetInFlight(ctx context.Context, name, key string) (int64, e
 	}
 	return 0, fmt.Errorf("fleetconc: no cap named %q", name)
 }
+
+// WaitedSlots returns how many fleet slots requests got after waiting in
+// the queue (WithWait); a slot an acquire got at once is not counted.
+func (l *Limiter) WaitedSlots() int64 { return l.wait.got.Load() }

@@ -3,6 +3,7 @@ package fleetconc
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -42,6 +43,10 @@ type waitQueue struct {
 	mu   sync.Mutex
 	n    int                    // requests waiting, every key
 	keys map[string]*keyWaiters // Redis key -> its waiting requests
+
+	// got counts the slots requests got after waiting in the queue (an
+	// acquire that found room at once is not counted).
+	got atomic.Int64
 }
 
 // keyWaiters are the requests waiting for one key, by priority rank,
@@ -247,6 +252,9 @@ func (l *Limiter) waitSlot(ctx context.Context, r *floodgate.Request, s slot, de
 			continue
 		}
 		n, got, gone, err = l.acquire(ctx, s)
+		if got {
+			q.got.Add(1)
+		}
 		if got || gone != nil || err != nil {
 			return n, got, gone, err, gone != nil
 		}

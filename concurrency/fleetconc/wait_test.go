@@ -18,11 +18,11 @@ import (
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
 
-// waitingFleet is an instance with a fleet cap of 1 per user that waits
-// as w says, on clk.
+// waitingFleet is an instance with a fleet cap of 1 per user (its Timeout
+// callTimeout) that waits as w says, on clk.
 func waitingFleet(t *testing.T, c redis.UniversalClient, clk *clock.Fake, w concurrency.Wait) *fleetconc.Limiter {
 	t.Helper()
-	l, err := fleetconc.New(fleetconc.WithPerKey(fleetconc.PerKey{Name: "fleet-user", Cap: 1, Key: byUser, Client: c, Lease: lease}),
+	l, err := fleetconc.New(fleetconc.WithPerKey(fleetconc.PerKey{Name: "fleet-user", Cap: 1, Key: byUser, Client: c, Lease: lease, Timeout: callTimeout}),
 		fleetconc.WithClock(clk), fleetconc.WithWait(w))
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +88,7 @@ func prio(p floodgate.Priority) *floodgate.Request {
 // then the oldest (FIFO) or newest (LIFO). Poll timers are on the fake
 // clock and never fire, so only the releases admit.
 func TestFleetWaitOrder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	R, C := floodgate.PriorityRead, floodgate.PriorityCritical
 	joins := []struct {
@@ -129,6 +130,7 @@ func TestFleetWaitOrder(t *testing.T) {
 // by the waiting request's poll: not before its first poll is due on the
 // clock, and at it.
 func TestFleetWaitAcrossInstances(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	a := waitingFleet(t, srv.NewClient(), clk, concurrency.Wait{})
@@ -152,6 +154,7 @@ func TestFleetWaitAcrossInstances(t *testing.T) {
 // TestFleetWaitDeadline: a request waits exactly Max on the clock, then is
 // denied by the full cap with no error.
 func TestFleetWaitDeadline(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	l := waitingFleet(t, srv.NewClient(), clk, concurrency.Wait{Max: 3 * time.Millisecond})
@@ -173,6 +176,7 @@ func TestFleetWaitDeadline(t *testing.T) {
 // denied at once; cancelling the waiting one denies it with the
 // context's error and RetryAfter 0 and frees its place.
 func TestFleetWaitQueueAndCancel(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	l := waitingFleet(t, srv.NewClient(), clk, concurrency.Wait{Max: time.Hour, Queue: 1})
@@ -201,6 +205,7 @@ func TestFleetWaitQueueAndCancel(t *testing.T) {
 }
 
 func TestFleetWithWaitErrors(t *testing.T) {
+	t.Parallel()
 	_, err := fleetconc.New(fleetconc.WithPerKey(fleetconc.PerKey{Name: "u", Cap: 1, Key: byUser, Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})}),
 		fleetconc.WithWait(concurrency.Wait{Max: -time.Second}))
 	if want := "fleetconc: WithWait: concurrency: Wait: max: -1s is negative"; err == nil || err.Error() != want {
@@ -208,15 +213,35 @@ func TestFleetWithWaitErrors(t *testing.T) {
 	}
 }
 
-// TestFleetWaitStorm: two instances on one Redis, 6 goroutines, a fleet
-// cap of 2 per user that waits up to 30ms (real time, polling), some
-// callers cancelling while they wait: the cap holds across the fleet,
-// and every slot and queue place is given back.
+// TestFleetWaitStorm: two instances on one Redis, 6 goroutines of 40
+// requests each, a fleet cap of 2 per user (2 users) that waits on real
+// time, polling across instances, with a queue longer than the callers
+// (so no request is turned away by a full queue) and a deadline no wait
+// in the storm comes near (a holder holds its slot 1ms); 1 request in 9
+// is cancelled 2ms after it starts (waiting, asking Redis or admitted by
+// then, as the schedule has it). The storm starts with every slot held,
+// so the first 6 requests (all for u0, 3 on each instance) wait until
+// the holds are let go. The fleet cap holds: no user ever has more than
+// 2 requests in flight across the fleet. Every request is admitted but
+// the cancelled ones, which may be denied with their context's error: so
+// at least 240 - 24 are, and the 6 first ones got their slots only after
+// waiting in the queue. At the end no request waits and Redis holds no
+// slot (a cancelled acquire's slot is removed in the background: waited
+// for, bounded).
 func TestFleetWaitStorm(t *testing.T) {
+	t.Parallel()
+	const (
+		workers, perWorker = 6, 40
+		cancelEvery        = 9 // request i of a worker is cancelled when i%9 == 4
+		cancelled          = workers * 4
+	)
 	srv := redistest.Start(t)
 	inst := func() *fleetconc.Limiter {
-		l, err := fleetconc.New(fleetconc.WithPerKey(fleetconc.PerKey{Name: "fleet-user", Cap: 2, Key: byUser, Client: srv.NewClient(), Lease: lease}),
-			fleetconc.WithWait(concurrency.Wait{Max: 30 * time.Millisecond, Queue: 4}))
+		// A call that ran out of its Timeout would fail open, admitted
+		// without a slot: callTimeout is one no healthy call comes near.
+		l, err := fleetconc.New(fleetconc.WithPerKey(fleetconc.PerKey{Name: "fleet-user", Cap: 2, Key: byUser, Client: srv.NewClient(),
+			Lease: lease, Timeout: callTimeout}),
+			fleetconc.WithWait(concurrency.Wait{Max: 20 * time.Second, Queue: workers + 2}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,23 +252,38 @@ func TestFleetWaitStorm(t *testing.T) {
 		mu       sync.Mutex
 		perUser  = map[string]int{}
 		admitted int
+		denied   int // cancelled, denied with the context's error
 	)
+	// Every slot is held when the storm starts.
+	type hold struct {
+		user string
+		done floodgate.Done
+	}
+	var holds []hold
+	for _, u := range []string{"u0", "u1"} {
+		for range 2 {
+			_, done := mustAdmit(t, ls[0], req("/m", "acme", u))
+			holds = append(holds, hold{u, done})
+			perUser[u]++
+		}
+	}
 	var wg sync.WaitGroup
-	for w := range 6 {
+	for w := range workers {
 		wg.Go(func() {
-			for i := range 40 {
+			for i := range perWorker {
 				l := ls[(w+i)%2]
 				r := req("/m", "acme", "u"+strconv.Itoa(i%2))
 				r.Priority = floodgate.Priority(1 + (w+i)%4)
 				c, cancel := context.WithCancel(ctx)
-				if i%9 == 0 {
+				if i%cancelEvery == 4 {
 					go func() { time.Sleep(2 * time.Millisecond); cancel() }()
 				}
 				d, done, err := l.Admit(c, r)
-				if err != nil && c.Err() == nil {
-					t.Errorf("error with a live context: %v", err)
-				}
-				if d.Allowed {
+				switch {
+				case d.Allowed && (err != nil || d.Source != floodgate.SourceConcurrency):
+					t.Errorf("worker %d request %d admitted by %s with error %v, want by the cap with none", w, i, d.Source, err)
+					done(floodgate.Result{})
+				case d.Allowed:
 					mu.Lock()
 					admitted++
 					perUser[r.Identity.User]++
@@ -256,21 +296,42 @@ func TestFleetWaitStorm(t *testing.T) {
 					perUser[r.Identity.User]--
 					mu.Unlock()
 					done(floodgate.Result{})
+				case i%cancelEvery == 4 && errors.Is(err, context.Canceled):
+					mu.Lock()
+					denied++
+					mu.Unlock()
+				default:
+					t.Errorf("worker %d request %d denied: %+v, %v (only a cancelled request may be)", w, i, d, err)
 				}
 				cancel()
 			}
 		})
 	}
+	// The 6 first requests wait, 3 on each instance; then the holds end.
+	poll(t, func() bool { return ls[0].Waiting() == 3 && ls[1].Waiting() == 3 }, "the first requests to wait on both instances")
+	for _, h := range holds {
+		mu.Lock()
+		perUser[h.user]--
+		mu.Unlock()
+		h.done(floodgate.Result{})
+	}
 	wg.Wait()
+	if admitted+denied != workers*perWorker || admitted < workers*perWorker-cancelled {
+		t.Errorf("admitted %d, denied %d of %d; want every request but the %d cancelled admitted", admitted, denied, workers*perWorker, cancelled)
+	}
+	if got := ls[0].WaitedSlots() + ls[1].WaitedSlots(); got < workers {
+		t.Errorf("%d slots got after waiting in the queue, want at least the %d of the requests that waited for the holds", got, workers)
+	}
 	for _, l := range ls {
 		if l.Waiting() != 0 {
-			t.Fatalf("%d waiting at the end", l.Waiting())
+			t.Errorf("%d waiting at the end", l.Waiting())
 		}
 	}
 	for _, u := range []string{"u0", "u1"} {
-		if n, err := ls[0].FleetInFlight(ctx, "fleet-user", u); err != nil || n != 0 {
-			t.Fatalf("%s: %d in the fleet at the end, %v", u, n, err)
-		}
+		poll(t, func() bool {
+			n, err := ls[0].FleetInFlight(ctx, "fleet-user", u)
+			return err == nil && n == 0
+		}, "%s's slots to be removed from Redis", u)
 	}
-	t.Logf("admitted %d of 240", admitted)
+	t.Logf("admitted %d, denied %d (cancelled), %d+%d slots got after waiting", admitted, denied, ls[0].WaitedSlots(), ls[1].WaitedSlots())
 }
