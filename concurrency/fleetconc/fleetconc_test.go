@@ -1,9 +1,7 @@
 package fleetconc_test
 
 import (
-	"context"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,12 +16,13 @@ import (
 
 const lease = 10 * time.Second
 
-// fleetLimiter is one instance with a fleet cap of capN per user, chained
-// after a local Limiter built with local, if any.
+// fleetLimiter is one instance with a fleet cap of capN per user (its
+// Timeout callTimeout), chained after a local Limiter built with local,
+// if any.
 func fleetLimiter(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, capN int64, failClosed bool, local ...concurrency.Option) *instance {
 	t.Helper()
 	opts := []fleetconc.Option{fleetconc.WithPerKey(fleetconc.PerKey{
-		Name: "fleet-user", Cap: capN, Key: byUser, Client: c, Lease: lease, FailClosed: failClosed,
+		Name: "fleet-user", Cap: capN, Key: byUser, Client: c, Lease: lease, Timeout: callTimeout, FailClosed: failClosed,
 	})}
 	if clk != nil {
 		opts = append(opts, fleetconc.WithClock(clk))
@@ -52,6 +51,7 @@ func fleetCount(t *testing.T, i *instance, user string) int64 {
 // Two instances share a per-user cap of 3 through one Redis; a's fleet
 // cap is chained after its local global cap.
 func TestFleetCapAcrossInstances(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	a := fleetLimiter(t, srv.NewClient(), clk, 3, false, concurrency.WithGlobal(100))
@@ -107,6 +107,7 @@ func TestFleetCapAcrossInstances(t *testing.T) {
 
 // An instance that dies holding slots frees them exactly one lease later.
 func TestFleetCrashedInstanceSlotsExpire(t *testing.T) {
+	t.Parallel()
 	clk, a, b := twoLimiters(t, 2)
 	alice := req("/m", "", "alice")
 	mustAdmit(t, a, alice) // a crashes: these Dones are never called
@@ -126,6 +127,7 @@ func TestFleetCrashedInstanceSlotsExpire(t *testing.T) {
 
 // Renew keeps a long request's slot past its first lease.
 func TestFleetRenew(t *testing.T) {
+	t.Parallel()
 	clk, a, b := twoLimiters(t, 1)
 	alice := req("/m", "", "alice")
 	_, long := mustAdmit(t, a, alice)
@@ -149,6 +151,7 @@ func TestFleetRenew(t *testing.T) {
 }
 
 func TestFleetFailModes(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	open := fleetLimiter(t, srv.NewClient(), clk, 1, false, concurrency.WithGlobal(10))
@@ -176,6 +179,7 @@ func TestFleetFailModes(t *testing.T) {
 
 // Without fleetconc.WithClock the scripts read Redis TIME.
 func TestFleetRedisTime(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	a := fleetLimiter(t, srv.NewClient(), nil, 1, false)
 	alice := req("/m", "", "alice")
@@ -191,6 +195,7 @@ func TestFleetRedisTime(t *testing.T) {
 // Two instances, 10 000 requests over 8 loops ending by return, panic and
 // cancel: afterwards every local count is 0 and every Redis set is empty.
 func TestFleetNoLeaks(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	ls := []*instance{
@@ -241,7 +246,9 @@ func TestFleetNoLeaks(t *testing.T) {
 // The fleet cap works on Redis Cluster (each key is one Redis key, so no
 // script crosses slots) and survives a flushed script cache (NOSCRIPT).
 func TestFleetClusterAndNoScript(t *testing.T) {
-	cl := redistest.StartCluster(t)
+	wait := redistest.StartClusterAsync(t) // forms while the tests before this one run
+	t.Parallel()
+	cl := wait()
 	clk := clock.New(time.Time{})
 	a := fleetLimiter(t, cl.Client(), clk, 1, true)
 	b := fleetLimiter(t, cl.Client(), clk, 1, true)
@@ -265,35 +272,11 @@ func TestFleetClusterAndNoScript(t *testing.T) {
 	}
 }
 
-// Run renews leases in the background (real time, Redis TIME): a request
-// held for more than two leases keeps its slot.
-func TestFleetRunRenews(t *testing.T) {
-	srv := redistest.Start(t)
-	const lease = 300 * time.Millisecond
-	mk := func() *instance {
-		return newInstance(t, nil, fleetconc.WithPerKey(fleetconc.PerKey{
-			Name: "fleet-user", Cap: 1, Key: byUser, Client: srv.NewClient(), Lease: lease,
-		}))
-	}
-	a, b := mk(), mk()
-	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = a.fleet.Run(runCtx, func(err error) { t.Errorf("renew: %v", err) }) })
-	alice := req("/m", "", "alice")
-	_, long := mustAdmit(t, a, alice)
-	time.Sleep(lease*2 + lease/3)
-	mustDeny(t, b, alice)
-	long(floodgate.Result{})
-	_, done := mustAdmit(t, b, alice)
-	done(floodgate.Result{})
-	stop()
-	wg.Wait()
-}
-
 // A fleet cap that fails open names itself in the allow (no other cap took
 // a slot), so that a Chain reports it, with its source, rather than the
 // local stage before it.
 func TestFailOpenNamesTheCap(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	open := fleetLimiter(t, srv.NewClient(), nil, 3, false, concurrency.WithGlobal(10))
 	srv.Kill()

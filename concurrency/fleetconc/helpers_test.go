@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
@@ -12,6 +13,12 @@ import (
 )
 
 var ctx = context.Background()
+
+// callTimeout is the Timeout of a fleet cap on a healthy Redis in these
+// tests: one no call comes near on a loaded machine (a call under load
+// takes tens of milliseconds), so that only a fault the test makes sends
+// a request to the cap's fail mode.
+const callTimeout = 10 * time.Second
 
 func byUser(r *floodgate.Request) (string, bool) { return r.Identity.User, true }
 

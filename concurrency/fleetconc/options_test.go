@@ -16,6 +16,7 @@ import (
 // Every bad option, or bad field of a cap description, makes New return an
 // error that names it ("fleetconc: <Option>: …"), and no Limiter.
 func TestNewErrors(t *testing.T) {
+	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	fleet := func(f fleetconc.PerKey) fleetconc.Option {
@@ -67,6 +68,7 @@ func TestNewErrors(t *testing.T) {
 
 // New reports every bad option at once.
 func TestNewJoinsErrors(t *testing.T) {
+	t.Parallel()
 	_, err := fleetconc.New(fleetconc.WithClock(nil), nil, fleetconc.WithPerKey(fleetconc.PerKey{Name: "u"}))
 	var joined interface{ Unwrap() []error }
 	if !errors.As(err, &joined) || len(joined.Unwrap()) != 5 {

@@ -44,7 +44,7 @@ func ExampleWithWait() {
 		second <- d
 		done(floodgate.Result{})
 	}()
-	for l.Waiting() == 0 {
+	for deadline := time.Now().Add(10 * time.Second); l.Waiting() == 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	fmt.Println("waiting:", l.Waiting())
