@@ -15,6 +15,7 @@ import (
 // one kind of host shows it: /proc/self/cgroup, /proc/self/mountinfo and
 // the cgroup files.
 func TestDetectFixtures(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		dir    string
 		limit  float64
@@ -39,6 +40,7 @@ func TestDetectFixtures(t *testing.T) {
 }
 
 func TestDetectErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		dir  string
 		want string
@@ -60,6 +62,7 @@ func TestDetectErrors(t *testing.T) {
 // Utilization is the CPU time used since the previous call over the
 // elapsed time times the quota, exactly, on fake time.
 func TestUtilizationContainer(t *testing.T) {
+	t.Parallel()
 	fsys := fstest.MapFS{
 		"proc/self/cgroup":           {Data: []byte("0::/svc\n")},
 		"proc/self/mountinfo":        {Data: []byte("30 22 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")},
@@ -123,6 +126,7 @@ func TestUtilizationProcess(t *testing.T) {
 }
 
 func TestOptionErrors(t *testing.T) {
+	t.Parallel()
 	_, err := New(WithScope(9), WithRoot(nil), WithClock(nil), WithLimit(0), nil)
 	for _, want := range []string{"WithScope: unknown scope 9", "WithRoot: nil file system", "WithClock: nil clock", "WithLimit: 0 CPUs must be", "nil Option"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -134,6 +138,7 @@ func TestOptionErrors(t *testing.T) {
 // On a Linux host the real files are read (this machine's cgroup, whatever
 // its version).
 func TestHost(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("cgroups are Linux only")
 	}

@@ -19,6 +19,7 @@ import (
 // share, a stale instance counts its own share alone, and one that leaves
 // stops counting at once.
 func TestFleetAdaptiveCapacitySums(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	adaptive := func(id string, share int64) *fleetshed.Shedder {
@@ -84,7 +85,9 @@ func TestFleetAdaptiveCapacitySums(t *testing.T) {
 // The capacity hash shares the member set key's Cluster slot, with or
 // without a hash tag in the key.
 func TestFleetAdaptiveCluster(t *testing.T) {
-	cl := redistest.StartCluster(t)
+	wait := redistest.StartClusterAsync(t) // forms while the tests before this one run
+	t.Parallel()
+	cl := wait()
 	clk := clock.New(time.Time{})
 	for _, key := range []string{fleet.DefaultKey, "svc:fleet", "{svc}:fleet"} {
 		var fs []*fleetshed.Shedder

@@ -97,6 +97,7 @@ func endAll(dones []floodgate.Done) {
 // critical traffic; when one stops refreshing its entry (it died), its share
 // is freed exactly one TTL after its last sync.
 func TestFleetReservesCriticalShare(t *testing.T) {
+	t.Parallel()
 	srv, clk, a, b := twoFleets(t, 10)
 	if start, stop := a.Threshold(); start != 8 || stop != 7 {
 		t.Fatalf("threshold = %d/%d, want 8/7 (capacity 10, reserve 20%%, band 5%% rounded up)", start, stop)
@@ -194,6 +195,7 @@ func TestFleetReservesCriticalShare(t *testing.T) {
 
 // Leave frees an instance's share at once, without waiting for the TTL.
 func TestFleetLeave(t *testing.T) {
+	t.Parallel()
 	_, _, a, b := twoFleets(t, 5)
 	held := admitN(t, a, floodgate.PriorityWrite, 4)
 	mustSync(t, a, b)
@@ -216,6 +218,7 @@ func TestFleetLeave(t *testing.T) {
 // When Redis is gone the last fleet counts stay in force for one TTL, then
 // the Fleet fails open on its local counts and says so with every decision.
 func TestFleetStaleFailsOpen(t *testing.T) {
+	t.Parallel()
 	srv, clk, a, b := twoFleets(t, 10)
 	held := admitN(t, a, floodgate.PriorityRead, 8)
 	mustSync(t, a, b)
@@ -248,6 +251,7 @@ func TestFleetStaleFailsOpen(t *testing.T) {
 // Without fleet.WithClock the script reads Redis TIME; instances still see each
 // other.
 func TestFleetRedisTime(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	a := newFleet(t, srv.NewClient(), nil, "a", 10)
 	b := newFleet(t, srv.NewClient(), nil, "b", 10)
@@ -263,6 +267,7 @@ func TestFleetRedisTime(t *testing.T) {
 // 10 000 requests of mixed priorities ending by return, panic and cancel;
 // afterwards every count is exactly 0, locally and in Redis.
 func TestFleetNoLeaks(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	fleets := []*fleetshed.Shedder{
 		newFleetReal(t, srv.NewClient(), "a"),
@@ -356,7 +361,9 @@ func newFleetReal(t *testing.T, c redis.UniversalClient, id string) *fleetshed.S
 // The fleet shedder works on Redis Cluster (one key) and survives a flushed
 // script cache (NOSCRIPT).
 func TestFleetClusterAndNoScript(t *testing.T) {
-	cl := redistest.StartCluster(t)
+	wait := redistest.StartClusterAsync(t) // forms while the tests before this one run
+	t.Parallel()
+	cl := wait()
 	clk := clock.New(time.Time{})
 	a := newFleet(t, cl.Client(), clk, "a", 10)
 	b := newFleet(t, cl.Client(), clk, "b", 10)
@@ -375,6 +382,7 @@ func TestFleetClusterAndNoScript(t *testing.T) {
 // (or none runs): Admit decides on local counts and says so; they stayed
 // in force until a Sync failed.
 func TestFleetStaleWhileSyncWaits(t *testing.T) {
+	t.Parallel()
 	srv, clk, a, b := twoFleets(t, 10)
 	held := admitN(t, a, floodgate.PriorityRead, 8)
 	mustSync(t, a, b)
@@ -399,6 +407,7 @@ func TestFleetStaleWhileSyncWaits(t *testing.T) {
 // in-flight counts, and the counts of an instance that stopped beating go
 // a TTL after its last beat, whichever loop beat for it.
 func TestSyncIsAHeartbeat(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(time.Time{})
 	ma := members(t, srv.NewClient(), clk, "a", 500*time.Millisecond, ttl)

@@ -30,6 +30,7 @@ func unreachable(t testing.TB) *fleet.Members {
 // Every bad argument or option makes New return an error that names it
 // ("fleetshed: <Option>: …"), and no value.
 func TestConstructorErrors(t *testing.T) {
+	t.Parallel()
 	m := unreachable(t)
 	static, err := fleet.New(nil, fleet.WithStatic(3))
 	if err != nil {
@@ -74,6 +75,7 @@ func TestConstructorErrors(t *testing.T) {
 
 // The settings both shedders take behave alike in either package.
 func TestFleetSharedOptions(t *testing.T) {
+	t.Parallel()
 	f, err := fleetshed.New(unreachable(t), 10,
 		fleetshed.WithPolicy("fleet"),
 		fleetshed.WithRetryAfter(3*time.Second),
@@ -107,6 +109,7 @@ func TestFleetSharedOptions(t *testing.T) {
 // every Sync fail with CROSSSLOT); a key with a tag, or with no '}', is
 // accepted.
 func TestFleetKeyWithoutHashTagRefused(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	for _, key := range []string{"svc}fleet", "{}svc:fleet"} {
 		m := members(t, srv.NewClient(), nil, "a", time.Second, 5*time.Second, fleet.WithKey(key))
