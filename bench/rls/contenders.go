@@ -27,7 +27,7 @@ import (
 )
 
 // RatelimitVersion is the envoyproxy/ratelimit version measured: its
-// service_cmd, built from the Go module proxy with go install (its go.mod
+// service_cmd, built from the Go module proxy as pkg@version (its go.mod
 // has no replace directives, so pkg@version builds exactly its own
 // dependency set).
 const RatelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
@@ -57,40 +57,59 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// goBuild runs the go command in dir with args, with a clean environment
-// for module builds.
-func goBuild(dir string, env []string, args ...string) error {
-	cmd := exec.Command("go", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), append([]string{"GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0"}, env...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+// goRun returns the executable `go run` builds for pkg (a package of the
+// module in dir, or pkg@version), from the go build cache: since Go 1.24
+// `go run` caches the executables it links there, so the first call builds
+// it (each package compiled once, then found in the cache by every later
+// build), and later calls, in this run or any other, find it. It is built
+// the way `go vet` and staticcheck compile (the environment's settings,
+// without -race), so on a cold machine the standard library and the
+// shared modules are compiled for it once, not once more in a
+// configuration of its own. -exec echo makes `go run` print the
+// executable's path instead of running it; the path of the run that
+// built it is a temporary one, gone when go exits, so that case asks
+// again, and the second answer is in the cache.
+func goRun(dir, pkg string) (string, error) {
+	for range 2 {
+		cmd := exec.Command("go", "run", "-exec", "echo", pkg)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("go run -exec echo %s: %w\n%s", pkg, err, stderr.String())
+		}
+		lines := strings.Fields(string(out))
+		if len(lines) == 0 {
+			return "", fmt.Errorf("go run -exec echo %s printed no path", pkg)
+		}
+		bin := lines[len(lines)-1]
+		if _, err := os.Stat(bin); err == nil {
+			return bin, nil
+		}
 	}
-	return nil
+	return "", fmt.Errorf("go run -exec echo %s: the executable is not kept in the build cache (GOCACHE=off?)", pkg)
 }
 
-// buildFloodgate builds the floodgate-rls command of this module's
+// buildFloodgate returns the floodgate-rls command of this module's
 // requirement (the repository's rls module, through its replace
-// directive) into dir, in that module with its own go.mod.
-func buildFloodgate(dir string) (string, error) {
+// directive), built in that module with its own go.mod (goRun).
+func buildFloodgate() (string, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/floodgate-go/floodgate/rls").Output()
 	if err != nil {
 		return "", fmt.Errorf("finding the rls module (run from bench/rls): %w", err)
 	}
-	mod := strings.TrimSpace(string(out))
-	bin := filepath.Join(dir, "floodgate-rls")
-	return bin, goBuild(mod, nil, "build", "-o", bin, "./cmd/floodgate-rls")
+	return goRun(strings.TrimSpace(string(out)), "./cmd/floodgate-rls")
 }
 
-// buildFloor builds this module's rls-floor command into dir.
-func buildFloor(dir string) (string, error) {
+// buildFloor returns this module's rls-floor command (goRun).
+func buildFloor() (string, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
 	if err != nil {
 		return "", fmt.Errorf("finding the bench/rls module (run from bench/rls): %w", err)
 	}
-	bin := filepath.Join(dir, "rls-floor")
-	return bin, goBuild(strings.TrimSpace(string(out)), nil, "build", "-o", bin, "./cmd/rls-floor")
+	return goRun(strings.TrimSpace(string(out)), "./cmd/rls-floor")
 }
 
 // startFloor runs rls-floor: the same gRPC service answering OK without
@@ -108,29 +127,23 @@ func startFloor(bin string, log io.Writer) (*contender, error) {
 	return &contender{name: "grpc-floor", addr: addr, pid: cmd.Process.Pid, stop: stop}, nil
 }
 
-// buildRatelimit returns envoyproxy/ratelimit's service_cmd, built once
-// into the user cache directory with go install.
+// buildRatelimit returns envoyproxy/ratelimit's service_cmd, built from
+// the Go module proxy by goRun (once; later runs find it in the go build
+// cache).
 func buildRatelimit(log io.Writer) (string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "floodgate-bench-rls", RatelimitVersion)
-	bin := filepath.Join(dir, "service_cmd")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(log, "building envoyproxy/ratelimit %s (go install, once; cached in %s)...\n", RatelimitVersion, dir)
+	pkg := "github.com/envoyproxy/ratelimit/src/service_cmd@" + RatelimitVersion
 	tmp, err := os.MkdirTemp("", "ratelimit-build")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	if err := goBuild(tmp, []string{"GOBIN=" + dir}, "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+RatelimitVersion); err != nil {
+	start := time.Now()
+	bin, err := goRun(tmp, pkg)
+	if err != nil {
 		return "", err
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		fmt.Fprintf(log, "built envoyproxy/ratelimit %s in %s (go run, cached in the go build cache)\n", RatelimitVersion, d.Round(time.Second))
 	}
 	return bin, nil
 }

@@ -135,7 +135,7 @@ func diffRun(self bool, log, trace io.Writer, stdout, stderr io.Writer) error {
 	}
 	fgBin := ""
 	if !self {
-		if fgBin, err = buildFloodgate(work); err != nil {
+		if fgBin, err = buildFloodgate(); err != nil {
 			return fmt.Errorf("floodgate-rls: %w", err)
 		}
 	}

@@ -9,10 +9,10 @@
 //
 // It starts its own redis-server on a free loopback port (testing/redistest),
 // builds floodgate-rls from this repository and envoyproxy/ratelimit's
-// service_cmd from the Go module proxy (go install, cached), runs each as a
-// process on loopback, and measures each contender in interleaved rounds:
-// for every round, for 1 and 4 descriptors per call, every contender in
-// turn, with Redis flushed before each.
+// service_cmd from the Go module proxy (go run, cached in the go build
+// cache), runs each as a process on loopback, and measures each contender
+// in interleaved rounds: for every round, for 1 and 4 descriptors per
+// call, every contender in turn, with Redis flushed before each.
 //
 // With -diff it runs the differential test instead: envoyproxy/ratelimit
 // and floodgate-rls, each on its own redis-server, answer the same calls
@@ -241,7 +241,7 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 		if fgBin != "" {
 			return fgBin, nil
 		}
-		bin, err := buildFloodgate(work)
+		bin, err := buildFloodgate()
 		if err == nil {
 			fgBin = bin
 		}
@@ -269,7 +269,7 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 			}
 		case "floor":
 			var bin string
-			if bin, err = buildFloor(work); err == nil {
+			if bin, err = buildFloor(); err == nil {
 				c, err = startFloor(bin, childLog)
 			}
 		case "envoyproxy", "envoyproxy-tuned":
@@ -409,7 +409,7 @@ func bench(cfg config, args []string, stdout, stderr io.Writer) error {
 		cfg.c, cfg.conns, cfg.keys, cfg.rounds, cfg.duration, cfg.warmup)
 	fmt.Fprintf(stdout, "contenders: floodgate-rls serve-rls (this repository, as the command composes it: redisstore with batching, fallback, local-first; -store-timeout 1s)\n")
 	fmt.Fprintf(stdout, "              serving the translation of the envoyproxy/ratelimit configuration (translate -as tenant=tenant -as user=user);\n")
-	fmt.Fprintf(stdout, "            envoyproxy-ratelimit: envoyproxy/ratelimit %s service_cmd (go install) with its defaults\n", RatelimitVersion)
+	fmt.Fprintf(stdout, "            envoyproxy-ratelimit: envoyproxy/ratelimit %s service_cmd (go run pkg@version) with its defaults\n", RatelimitVersion)
 	fmt.Fprintf(stdout, "              (REDIS_POOL_SIZE 10, no pipeline window, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT off, USE_STATSD=false);\n")
 	fmt.Fprintf(stdout, "            envoyproxy-ratelimit-tuned: the same with REDIS_PIPELINE_WINDOW=%s and REDIS_POOL_SIZE=%d\n", cfg.window, cfg.pool)
 	if slices.Contains(cfg.only, "floodgate-async") {
