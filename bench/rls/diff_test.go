@@ -1,47 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// The differential test end to end: envoyproxy/ratelimit (built once with
-// go install, cached) and floodgate-rls (built from this repository), each
-// on its own redis-server, answer every sequence; any difference of a kind
-// that is not documented fails, printed with its call and both answers.
-func TestDifferential(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs envoyproxy/ratelimit and floodgate-rls; not with -short")
-	}
-	var out, errb bytes.Buffer
-	code := run([]string{"rls", "-diff"}, &out, &errb)
-	t.Logf("go run . -diff (in bench/rls):\n%s", out.String())
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
-	}
-}
-
-// The harness finds no difference between two envoyproxy/ratelimit
-// instances on every configuration and sequence (the refused ones too):
-// window alignment, the sequences and the comparison are sound.
-func TestDifferentialSelf(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs envoyproxy/ratelimit; not with -short")
-	}
-	var out, errb bytes.Buffer
-	code := run([]string{"rls", "-diff-self"}, &out, &errb)
-	o := out.String()
-	if code != 0 || !strings.Contains(o, "differences by kind:\n  none\n") || !strings.Contains(o, "(0 refused by translate); sequences run: "+strconv.Itoa(len(diffSeqs))+" of ") {
-		t.Fatalf("exit %d: %s\n%s", code, errb.String(), o)
-	}
-}
 
 func limited(code rlsv3.RateLimitResponse_Code, rpu uint32, unit rlsv3.RateLimitResponse_RateLimit_Unit, name string, rem uint32) *rlsv3.RateLimitResponse_DescriptorStatus {
 	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: code, LimitRemaining: rem, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: rpu, Unit: unit, Name: name}}
@@ -60,6 +26,7 @@ func answer(sts ...*rlsv3.RateLimitResponse_DescriptorStatus) *rlsv3.RateLimitRe
 // The classifier on answers written out: what the documented
 // differences explain passes, anything else fails with its own kind.
 func TestDiffClassifier(t *testing.T) {
+	t.Parallel()
 	model, err := newRLModel(diffConfigs)
 	if err != nil {
 		t.Fatal(err)
