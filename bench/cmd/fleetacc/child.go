@@ -51,8 +51,11 @@ type childConfig struct {
 	Instances    string  // fleet or static
 	OnStoreError string
 	FBTimeout    time.Duration
-	Batch        bool
-	Seed         uint64
+	// ClosedTimeout is fallback.WithClosedTimeout (0: the fallback's
+	// default, DefaultClosedTimeout or FBTimeout if longer).
+	ClosedTimeout time.Duration `json:",omitempty"`
+	Batch         bool
+	Seed          uint64
 	// HistoryFile, when set, is where the process writes the takes it
 	// recorded (one JSON history.Op a line); Broken is the fault of
 	// process 0's store ("off", "skip" or "split").
@@ -215,7 +218,10 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		fallback.WithInstances(count),
 		fallback.WithLogger(logger),
 	}
-	if cfg.FBTimeout > fallback.DefaultClosedTimeout {
+	switch {
+	case cfg.ClosedTimeout > 0:
+		fopts = append(fopts, fallback.WithClosedTimeout(cfg.ClosedTimeout))
+	case cfg.FBTimeout > fallback.DefaultClosedTimeout:
 		fopts = append(fopts, fallback.WithClosedTimeout(cfg.FBTimeout))
 	}
 	var primary quota.Store = rs
@@ -318,7 +324,7 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		// UTC (2026-11-27) left Redis's count at 549 for 548 admitted
 		// while every process's recorded takes and reports matched what
 		// it admitted: the extra unit was charged after the record ended.
-		time.Sleep(max(fallback.DefaultSlowGrace, fallback.DefaultClosedTimeout, cfg.FBTimeout) + 100*time.Millisecond)
+		time.Sleep(max(fallback.DefaultSlowGrace, fallback.DefaultClosedTimeout, cfg.FBTimeout, cfg.ClosedTimeout) + 100*time.Millisecond)
 	}
 	if rec != nil {
 		rec.Stop()

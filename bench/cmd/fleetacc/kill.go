@@ -59,7 +59,15 @@ func killDesc(cfg config) string {
 
 // probeTimeout is how long the breaker's probe may wait on Redis: the
 // closed budget (fallback's doc).
-func probeTimeout(cfg config) time.Duration {
+func probeTimeout(cfg config) time.Duration { return closedBudget(cfg) }
+
+// closedBudget is how long a call of a rule with on_store_error closed
+// waits for Redis: -closed-timeout, or the fallback's default for it
+// (DefaultClosedTimeout, or -fallback-timeout if longer).
+func closedBudget(cfg config) time.Duration {
+	if cfg.closedTimeout > 0 {
+		return cfg.closedTimeout
+	}
 	return max(cfg.fbTimeout, fallback.DefaultClosedTimeout)
 }
 

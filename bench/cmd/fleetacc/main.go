@@ -109,6 +109,7 @@ type config struct {
 	instances            string
 	onErr                string
 	fbTimeout            time.Duration
+	closedTimeout        time.Duration // 0: the fallback's default
 	batch                bool
 	count                bool
 	seed                 uint64
@@ -147,6 +148,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.instances, "instances", "fleet", "how processes count live instances: fleet (package fleet heartbeats in the run's Redis) or static (-procs)")
 	fs.StringVar(&c.onErr, "on-store-error", "closed", "on_store_error of every rule: closed, local or open (local and open admit without Redis, so they can go over during pauses)")
 	fs.DurationVar(&c.fbTimeout, "fallback-timeout", fallback.DefaultTimeout, "fallback.WithTimeout of every process (rules with on_store_error closed wait fallback.DefaultClosedTimeout, or this if longer)")
+	fs.DurationVar(&c.closedTimeout, "closed-timeout", 0, "fallback.WithClosedTimeout of every process: how long a call of a rule with on_store_error closed, and the breaker's probe, wait for Redis (0: the fallback's default, fallback.DefaultClosedTimeout or -fallback-timeout if longer)")
 	fs.BoolVar(&c.batch, "batch", true, "redisstore's client-side batching (its default); -batch=false sends every take alone (WithBatching(0, 0))")
 	fs.BoolVar(&c.count, "count", false, "add a rule per principal that never binds (capacity 1e9) and, after each run but a killed one, read from Redis every unit charged to it: the ledger's count beside what the fleet admitted")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the principal streams")
@@ -235,6 +237,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if c.fbTimeout <= 0 {
 		bad("-fallback-timeout: %s is not positive", c.fbTimeout)
+	}
+	if c.closedTimeout < 0 || (c.closedTimeout != 0 && c.closedTimeout < c.fbTimeout) {
+		bad("-closed-timeout: %s is negative or below -fallback-timeout %s", c.closedTimeout, c.fbTimeout)
 	}
 	if c.timeout <= 0 {
 		bad("-timeout: %s is not positive", c.timeout)
@@ -377,7 +382,7 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		fmt.Sprintf("fleet:   %d processes x %d goroutines, %s, %d shared principals, %s per process per run (max %d decisions), instances %s",
 			cfg.procs, cfg.g, offered, cfg.keys, cfg.dur, cfg.maxOps, cfg.instances),
 		fmt.Sprintf("stack:   redisstore%s -> fallback (timeout %s, closed timeout %s, instances as counted) -> localfirst -> tiers.Limiter; token bucket, on_store_error %s, async sync_interval %s",
-			batchDesc(cfg), cfg.fbTimeout, max(cfg.fbTimeout, fallback.DefaultClosedTimeout), cfg.onErr, cfg.sync),
+			batchDesc(cfg), cfg.fbTimeout, closedBudget(cfg), cfg.onErr, cfg.sync),
 		"policy:  " + describeLevels(levelsFor(1, cfg.rate, cfg.burst, cfg.keys)) + " | " + describeLevels(levelsFor(4, cfg.rate, cfg.burst, cfg.keys)),
 		"pause:   " + pauseDesc,
 		"kill:    " + killDesc(cfg),
@@ -504,7 +509,7 @@ func measure(ctx context.Context, cfg config, exe string, target *fleetTarget, s
 			Index: i, Procs: cfg.procs, Addrs: target.addrs, Cluster: target.cluster, Prefix: prefix, FleetKey: prefix + "{fleet}",
 			Mode: s.mode, Levels: s.levels, Keys: cfg.keys, Rate: cfg.rate, Burst: cfg.burst, Sync: cfg.sync,
 			Goroutines: cfg.g, Dur: cfg.dur, MaxOps: cfg.maxOps, Offered: offered, Instances: cfg.instances,
-			OnStoreError: cfg.onErr, FBTimeout: cfg.fbTimeout, Batch: cfg.batch, Seed: cfg.seed, Count: cfg.count,
+			OnStoreError: cfg.onErr, FBTimeout: cfg.fbTimeout, ClosedTimeout: cfg.closedTimeout, Batch: cfg.batch, Seed: cfg.seed, Count: cfg.count,
 		}
 		if histDir != "" {
 			cc.HistoryFile = filepath.Join(histDir, fmt.Sprintf("proc-%d.jsonl", i))
