@@ -264,6 +264,7 @@ func TestBatchingCluster(t *testing.T) {
 	wait := redistest.StartClusterAsync(t)
 	t.Parallel()
 	cl := wait()
+	redisstore.PausesHeld(t, cl)
 	c := cl.Client()
 	pc := &pipeCounter{counter: counter{n: map[string]int{}}}
 	c.AddHook(pc)

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"os"
 	"testing"
 	"time"
@@ -34,6 +35,20 @@ func WaitFor(t *testing.T, what string, cond func() bool) {
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within 10s", what)
+		}
+	}
+}
+
+// PausesHeld sets a node timeout of a minute on every master of cl, a
+// cluster of the test's own that forms with redistest's 2 s: a test that
+// pauses masters until an event, which a busy machine may delay past
+// 2 s, must not have the other masters (or, all of them paused, each
+// other once resumed) mark a paused one failed and the cluster down.
+func PausesHeld(t testing.TB, cl *redistest.Cluster) {
+	t.Helper()
+	for _, n := range cl.Nodes() {
+		if err := n.Client().ConfigSet(context.Background(), "cluster-node-timeout", "60000").Err(); err != nil {
+			t.Fatalf("CONFIG SET cluster-node-timeout on %s: %v", n.Addr(), err)
 		}
 	}
 }

@@ -28,7 +28,9 @@ func TestClusterRefundLostReply(t *testing.T) {
 	wait := redistest.StartClusterAsync(t)
 	t.Parallel()
 	lx := quota.Limit{Algorithm: quota.GCRA, Rate: 1, Period: time.Hour, Burst: 1000}
-	st, bx, by, nx := refundSetup(t, wait(), "rl", lx)
+	cl := wait()
+	PausesHeld(t, cl) // the stall outlasts undoTimeout, 1 s, and more on a busy machine
+	st, bx, by, nx := refundSetup(t, cl, "rl", lx)
 	sends := &refundSends{}
 	st.client.AddHook(sends)
 	before := remaining(t, st, bx)

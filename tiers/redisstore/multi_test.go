@@ -344,7 +344,9 @@ func TestClusterAbandonedTake(t *testing.T) {
 	wait := redistest.StartClusterAsync(t)
 	t.Parallel()
 	lx := quota.Limit{Algorithm: quota.TokenBucket, Rate: 1, Period: time.Hour, Burst: 1000}
-	st, bx, by, nx := refundSetup(t, wait(), "ab", lx)
+	cl := wait()
+	PausesHeld(t, cl)
+	st, bx, by, nx := refundSetup(t, cl, "ab", lx)
 	if !st.AnswersLate() {
 		t.Fatal("AnswersLate() = false on a cluster with batching on")
 	}

@@ -41,9 +41,11 @@ func warm(t *testing.T, c redis.UniversalClient, keys ...any) {
 }
 
 // stalledCluster returns a client of cl as NewClient builds one with a
-// 200ms read timeout, and the node holding key.
+// 200ms read timeout, and the node holding key; cl's masters wait a
+// minute before they take a paused one for failed (PausesHeld).
 func stalledCluster(t *testing.T, cl *redistest.Cluster, key string) (*redis.ClusterClient, *redistest.Server) {
 	t.Helper()
+	redisstore.PausesHeld(t, cl)
 	uc, err := redisstore.NewClient("redis+cluster://" + cl.Addrs()[0] + "?read_timeout=200ms")
 	if err != nil {
 		t.Fatal(err)
