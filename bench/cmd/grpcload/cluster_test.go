@@ -10,15 +10,17 @@ import (
 
 // TestClusterRows runs the exact 4-level chain and redis_rate on a 3-master
 // Redis Cluster the run starts, and the tenant-keyed chain sharded over
-// three standalone servers: every call is admitted, each row's Redis CPU
+// three standalone servers, each for a warm-up and a measured phase of 200
+// calls (as TestShortRun): every call is admitted, each row's Redis CPU
 // is read from all three masters (each did work: the keys spread over
 // them) and summed, and the per-master line is printed. A plain run (no
 // -only) has no cluster or shards rows.
 func TestClusterRows(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	rows, err := run(ctx, []string{"grpcload", "-short", "-c", "8", "-max-ops", "2000", "-only", "cluster-redis-4-batch,cluster-redis_rate-1,shards-redis-4-tenant"}, &out)
+	rows, err := run(ctx, []string{"grpcload", "-rounds", "1", "-warmup", "1m", "-duration", "1m", "-max-ops", "200", "-c", "8", "-only", "cluster-redis-4-batch,cluster-redis_rate-1,shards-redis-4-tenant"}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
