@@ -11,6 +11,7 @@ import (
 // TestRunCountsEveryOperationOnce drives Run with an operation budget that
 // ends the phase before its duration, so every count is known exactly.
 func TestRunCountsEveryOperationOnce(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	var seen [10]atomic.Int64
 	errBoom := errors.New("boom")
@@ -48,26 +49,49 @@ func TestRunCountsEveryOperationOnce(t *testing.T) {
 			t.Errorf("key %d never drawn in 4000 uniform draws", k)
 		}
 	}
-	if st.Elapsed > 30*time.Second {
+	if st.Elapsed >= load.Duration {
 		t.Errorf("phase took %s: the budget did not end it", st.Elapsed)
 	}
 }
 
+// TestRunStopsAtDuration: with an operation budget it cannot spend, Run
+// ends the measured phase at its duration: it returns (waited for, with a
+// deadline many times the 100 ms phase), Elapsed is at least the duration
+// (it is measured from before the timer starts), and no more operations
+// ran than 1 ms sleeps fit in it on 2 goroutines. How many ran is the
+// scheduler's business; TestRunCountsEveryOperationOnce counts them
+// exactly.
 func TestRunStopsAtDuration(t *testing.T) {
+	t.Parallel()
 	load := Load{Concurrency: 2, Keys: 1, Warmup: 10 * time.Millisecond, Duration: 100 * time.Millisecond, MaxOps: 1 << 40}
-	st, err := Run(context.Background(), load, func() Op {
-		return func(context.Context, int) (bool, error) {
-			time.Sleep(time.Millisecond)
-			return true, nil
-		}
-	}, Probe{})
+	type result struct {
+		st  Stats
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := Run(context.Background(), load, func() Op {
+			return func(context.Context, int) (bool, error) {
+				time.Sleep(time.Millisecond)
+				return true, nil
+			}
+		}, Probe{})
+		done <- result{st, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return within a minute of its 100ms phase: the duration did not end it")
+	}
+	st, err := r.st, r.err
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Elapsed < 100*time.Millisecond || st.Elapsed > 5*time.Second {
-		t.Errorf("elapsed %s, want about the 100ms duration", st.Elapsed)
+	if st.Elapsed < 100*time.Millisecond {
+		t.Errorf("elapsed %s, want at least the 100ms duration", st.Elapsed)
 	}
-	if limit := 2 * uint64(st.Elapsed/time.Millisecond); st.Ops == 0 || st.Ops > limit {
+	if limit := 2 * uint64(st.Elapsed/time.Millisecond); st.Ops > limit {
 		t.Errorf("%d ops of at least 1ms each on 2 goroutines in %s (at most %d)", st.Ops, st.Elapsed, limit)
 	}
 }
@@ -112,6 +136,7 @@ func TestStatsAddAccumulatesRounds(t *testing.T) {
 // operation of the measured phase and before Run returns; its error is
 // Run's.
 func TestRunDrainsBeforeReading(t *testing.T) {
+	t.Parallel()
 	var calls, drained, callsAtDrain atomic.Int64
 	load := Load{Concurrency: 2, Keys: 1, Duration: time.Minute, MaxOps: 100}
 	op := func() Op {
@@ -137,10 +162,12 @@ func TestRunDrainsBeforeReading(t *testing.T) {
 
 // TestRunSettlesAfterWarmup: Probe.Settle runs once, after the warm-up's
 // last operation and before the measured phase's first; its error is
-// Run's.
+// Run's. Both phases end at their budget of 100 operations (their
+// durations are a minute), so the counts are exact.
 func TestRunSettlesAfterWarmup(t *testing.T) {
+	t.Parallel()
 	var calls, settled, callsAtSettle atomic.Int64
-	load := Load{Concurrency: 2, Keys: 1, Warmup: 20 * time.Millisecond, Duration: time.Minute, MaxOps: 100}
+	load := Load{Concurrency: 2, Keys: 1, Warmup: time.Minute, Duration: time.Minute, MaxOps: 100}
 	op := func() Op {
 		return func(context.Context, int) (bool, error) { calls.Add(1); return true, nil }
 	}
@@ -153,8 +180,8 @@ func TestRunSettlesAfterWarmup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if settled.Load() != 1 || callsAtSettle.Load() == 0 || callsAtSettle.Load() != calls.Load()-int64(s.Ops) {
-		t.Fatalf("settled %d times after %d calls; %d calls in all, %d measured: want once, after every warm-up call and before any measured one",
+	if settled.Load() != 1 || callsAtSettle.Load() != 100 || s.Ops != 100 || calls.Load() != 200 {
+		t.Fatalf("settled %d times after %d calls; %d calls in all, %d measured: want once, after the 100 warm-up calls and before any of the 100 measured ones",
 			settled.Load(), callsAtSettle.Load(), calls.Load(), s.Ops)
 	}
 	errSettle := errors.New("settle failed")
