@@ -12,23 +12,35 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
+// takesPerGoroutine is how many takes each goroutine of run makes: 360
+// in all, a count, not a duration, so that what the checker is given does
+// not depend on the machine's speed.
+const takesPerGoroutine = 60
+
 // run makes two "processes" (each its own client, store and recorder)
-// with 3 goroutines each take from three levels (a shared token bucket, a
-// token bucket per user and a fixed window per user) on a real
-// redis-server for dur, at several times the limits, with Redis paused
-// for 40 ms every 250 ms when pause is set (takes time out after 25 ms:
-// unknown outcomes), and returns the merged history. fault, when not 0,
-// breaks every 7th take of the first process.
-func run(t *testing.T, dur time.Duration, pause bool, fault Fault) History {
+// with 3 goroutines each make takesPerGoroutine takes from three levels (a
+// shared token bucket, a token bucket per user and a fixed window per
+// user) on a real redis-server, one every millisecond or so, and returns
+// the merged history. The limits are low (the shared bucket 10/s, burst
+// 8) so that whatever the takes' pace, most are denied: the shared bucket
+// allows 8 + 10/s, and even if half the takes give up (each after 25 ms)
+// the 180 answered outnumber twice that unless the takes last over 8
+// seconds, where they take under two on a loaded 2-core machine. With pause, Redis is first stopped while process 0 makes one
+// take that gives up after 25 ms (so the history holds at least one take
+// of unknown outcome, which Redis may still apply when it continues),
+// then stopped for 40 ms every 250 ms while the goroutines run (their
+// takes give up after 25 ms too). fault, when not 0, breaks every 7th
+// take of the first process.
+func run(t *testing.T, pause bool, fault Fault) History {
 	t.Helper()
 	srv := redistest.Start(t)
 	prefix := fmt.Sprintf("hist:%d:", time.Now().UnixNano())
 	levels := func(user int) []quota.Bucket {
 		u := fmt.Sprintf("u%d", user)
 		return []quota.Bucket{
-			{Key: prefix + "tb:tenant", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 60, Period: time.Second, Burst: 8}, Cost: 1},
-			{Key: prefix + "tb:user:" + u, Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 25, Period: time.Second, Burst: 4}, Cost: 1},
-			{Key: prefix + "fw:user:" + u, Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 20, Period: 500 * time.Millisecond}, Cost: 1},
+			{Key: prefix + "tb:tenant", Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 8}, Cost: 1},
+			{Key: prefix + "tb:user:" + u, Limit: quota.Limit{Algorithm: quota.TokenBucket, Rate: 5, Period: time.Second, Burst: 4}, Cost: 1},
+			{Key: prefix + "fw:user:" + u, Limit: quota.Limit{Algorithm: quota.FixedWindow, Rate: 3, Period: 500 * time.Millisecond}, Cost: 1},
 		}
 	}
 	var recs []*Recorder
@@ -45,13 +57,25 @@ func run(t *testing.T, dur time.Duration, pause bool, fault Fault) History {
 		}
 		recs = append(recs, NewRecorder(s, p))
 	}
+	for _, rec := range recs {
+		rec.Start()
+	}
+	take := func(rec *Recorder, user int) {
+		res := make([]quota.Result, 3)
+		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Millisecond)
+		defer cancel()
+		_, _ = rec.Take(ctx, levels(user), res)
+	}
 	stopPause := make(chan struct{})
 	var pauser sync.WaitGroup
 	if pause {
+		srv.Pause()
+		take(recs[0], 0) // Redis cannot answer: unknown outcome
+		srv.Resume()
 		pauser.Go(func() {
 			tk := time.NewTicker(250 * time.Millisecond)
 			defer tk.Stop()
-			for range 40 { // bounded: dur is at most a few seconds
+			for range 40 { // bounded: the takes end long before
 				select {
 				case <-stopPause:
 					return
@@ -63,18 +87,13 @@ func run(t *testing.T, dur time.Duration, pause bool, fault Fault) History {
 			}
 		})
 	}
-	deadline := time.Now().Add(dur)
 	var wg sync.WaitGroup
 	for p, rec := range recs {
-		rec.Start()
 		for g := range 3 {
 			wg.Go(func() {
-				res := make([]quota.Result, 3)
-				for n := 0; n < 100_000 && time.Now().Before(deadline); n++ {
-					ctx, cancel := context.WithTimeout(context.Background(), 25*time.Millisecond)
-					_, _ = rec.Take(ctx, levels((p*3+g+n)%4), res)
-					cancel()
-					time.Sleep(time.Millisecond) // about 4 000 takes a second in all
+				for n := range takesPerGoroutine {
+					take(rec, (p*3+g+n)%4)
+					time.Sleep(time.Millisecond)
 				}
 			})
 		}
@@ -107,16 +126,19 @@ func checked(t *testing.T, h History) Result {
 	}
 	t.Logf("%d allowed, %d denied", allowed, denied)
 	if allowed == 0 || denied < allowed {
-		t.Errorf("%d allowed and %d denied: the load should be over the limits", allowed, denied)
+		t.Errorf("%d allowed and %d denied: the takes should be over the limits", allowed, denied)
 	}
 	return r
 }
 
 // TestRealStoreLinearizable: the real Redis store's history, with Redis
-// paused so that some takes time out, is linearizable, and the checker
-// used the Redis time of the answered takes.
+// paused so that some takes time out (at least the one made while it is
+// stopped), is linearizable, and the checker used the Redis time of the
+// answered takes; and the same history with one deny turned into an allow
+// is not.
 func TestRealStoreLinearizable(t *testing.T) {
-	h := run(t, 1500*time.Millisecond, true, 0)
+	t.Parallel()
+	h := run(t, true, 0)
 	r := checked(t, h)
 	if r.Verdict != Linearizable {
 		t.Fatalf("real store: %s\n%s", r, r.Counterexample)
@@ -147,9 +169,11 @@ func TestRealStoreLinearizable(t *testing.T) {
 // charging, or charges levels one at a time (not all or nothing), fails
 // the check.
 func TestBrokenStoreFails(t *testing.T) {
+	t.Parallel()
 	for _, f := range []Fault{Skip, Split} {
 		t.Run(map[Fault]string{Skip: "skip", Split: "split"}[f], func(t *testing.T) {
-			h := run(t, time.Second, false, f)
+			t.Parallel()
+			h := run(t, false, f)
 			r := checked(t, h)
 			if r.Verdict != NotLinearizable {
 				t.Fatalf("broken store (%d): %s, want NOT linearizable", f, r)
