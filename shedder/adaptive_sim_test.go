@@ -184,7 +184,7 @@ func newAdaptiveShedder(t *testing.T, clk *clock.Fake, initial int64, a shedder.
 
 // A service of 20 servers and 10ms of work, offered 100 closed-loop
 // clients (10% critical, 30% each write, read, test: 5x its capacity);
-// after 15s it doubles to 40 servers. The adaptive capacity, started at 5,
+// after 12s it doubles to 40 servers. The adaptive capacity, started at 5,
 // finds each size: it stays within [18, 30] on the first and [40, 80] on
 // the second (probes aside; each phase holds one probe of the default
 // 10s Probe, and the capacity finds each size within 2s), critical
@@ -195,13 +195,13 @@ func newAdaptiveShedder(t *testing.T, clk *clock.Fake, initial int64, a shedder.
 // past 2x on the first.
 func TestAdaptiveCapacityFollowsService(t *testing.T) {
 	t.Parallel()
-	const phase = 15 * time.Second
+	const phase = 12 * time.Second
 	grow := func(e time.Duration, svc *service) {
 		if e == phase {
 			svc.servers = 40
 		}
 	}
-	const ideal = 20*100*15 + 40*100*15 // requests the service can serve in the run
+	const ideal = 20*100*12 + 40*100*12 // requests the service can serve in the run
 	clk := clock.New(time.Time{})
 	s := newAdaptiveShedder(t, clk, 5, shedder.AdaptiveCapacity{Min: 2, Max: 500})
 	st := (&service{servers: 20, work: 10 * time.Millisecond, mix: mix10(100)}).run(t, s, capacityOf(s), clk, 2*phase, grow)
@@ -214,10 +214,10 @@ func TestAdaptiveCapacityFollowsService(t *testing.T) {
 	if n := st.servedTotal(); n < ideal*9/10 {
 		t.Errorf("served %d, want >= 90%% of the %d the service can serve", n, ideal)
 	}
-	if out := st.within(50, 150, 18, 30); len(out) > 0 {
+	if out := st.within(50, 120, 18, 30); len(out) > 0 {
 		t.Errorf("capacity outside [18, 30] with 20 servers: %v", out)
 	}
-	if out := st.within(200, 300, 40, 80); len(out) > 0 {
+	if out := st.within(170, 240, 40, 80); len(out) > 0 {
 		t.Errorf("capacity outside [40, 80] with 40 servers: %v", out)
 	}
 	if s.InFlight() != 0 {
@@ -247,11 +247,12 @@ func TestAdaptiveCapacityFollowsService(t *testing.T) {
 // to spare, but its CPU saturates at 20 requests in flight, half of them
 // the critical clients'): with a CPUTarget of 0.9 the capacity keeps the
 // CPU near 90% (it settles within a second; the mean is over the last
-// 7.5s of a 10s run); without one, nothing says the service is overloaded
-// and the capacity climbs to Max.
+// 3.75s of a 5s run); without one, nothing says the service is overloaded
+// and the capacity climbs to Max (from 5 to 80 by doubling: within 1s;
+// the run is 2s).
 func TestAdaptiveCapacityCPU(t *testing.T) {
 	t.Parallel()
-	run := func(target float64) (*shedder.Shedder, []float64) {
+	run := func(target float64, d time.Duration) (*shedder.Shedder, []float64) {
 		clk := clock.New(time.Time{})
 		svc := &service{servers: 1000, work: 10 * time.Millisecond, mix: mix10(100)}
 		var readings []float64
@@ -261,19 +262,19 @@ func TestAdaptiveCapacityCPU(t *testing.T) {
 			readings = append(readings, u)
 			return u, err
 		})))
-		svc.run(t, s, s.Capacity, clk, 10*time.Second, nil)
+		svc.run(t, s, s.Capacity, clk, d, nil)
 		return s, readings
 	}
-	_, readings := run(0.9)
+	_, readings := run(0.9, 5*time.Second)
 	late := readings[len(readings)/4:]
 	mean := 0.0
 	for _, u := range late {
 		mean += u / float64(len(late))
 	}
 	if mean < 0.8 || mean > 0.95 {
-		t.Errorf("with a CPU target of 0.9: mean CPU over the last 7.5s %.3f, want within [0.8, 0.95]", mean)
+		t.Errorf("with a CPU target of 0.9: mean CPU over the last 3.75s %.3f, want within [0.8, 0.95]", mean)
 	}
-	s, readings := run(0)
+	s, readings := run(0, 2*time.Second)
 	if s.Capacity() != 80 || len(readings) != 0 {
 		t.Errorf("without a CPU target: capacity %d, %d CPU readings; want Max 80 and none", s.Capacity(), len(readings))
 	}
