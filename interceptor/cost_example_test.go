@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/tiers"
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
@@ -21,7 +23,7 @@ func ExampleWithCost() {
 rules:
   - {name: tenant-tokens, key: [tenant], rate: 1000/1h, settle: true}
 `))
-	store, _ := memstore.New()
+	store, _ := memstore.New(memstore.WithClock(clock.New(time.Time{}))) // time stands still: the output is exact
 	limits, _ := tiers.NewLimiter(store, policy)
 	mw := interceptor.MustNew(
 		interceptor.WithTenant(interceptor.FromHeader("X-Tenant")),
