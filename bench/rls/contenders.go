@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -70,6 +71,13 @@ func freePort() (int, error) {
 // built it is a temporary one, gone when go exits, so that case asks
 // again, and the second answer is in the cache.
 func goRun(dir, pkg string) (string, error) {
+	builtMu.Lock()
+	defer builtMu.Unlock()
+	if bin, ok := built[dir+" "+pkg]; ok {
+		if _, err := os.Stat(bin); err == nil {
+			return bin, nil
+		}
+	}
 	for range 2 {
 		cmd := exec.Command("go", "run", "-exec", "echo", pkg)
 		cmd.Dir = dir
@@ -86,11 +94,20 @@ func goRun(dir, pkg string) (string, error) {
 		}
 		bin := lines[len(lines)-1]
 		if _, err := os.Stat(bin); err == nil {
+			built[dir+" "+pkg] = bin
 			return bin, nil
 		}
 	}
 	return "", fmt.Errorf("go run -exec echo %s: the executable is not kept in the build cache (GOCACHE=off?)", pkg)
 }
+
+// built remembers goRun's answers in this process (the tests ask for the
+// same executables several times; each go run costs a second or more of
+// the go command's checks).
+var (
+	builtMu sync.Mutex
+	built   = map[string]string{}
+)
 
 // buildFloodgate returns the floodgate-rls command of this module's
 // requirement (the repository's rls module, through its replace
