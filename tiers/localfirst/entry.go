@@ -15,6 +15,12 @@ type entry struct {
 	mu      sync.Mutex
 	touched time.Time // guarded by Store.mu
 	queued  bool      // pending (on the Store's wheel, or taken by a Sync); guarded by mu
+	// dropped: taken out of its shard's map (swept or evicted, idle). A
+	// Take that found the entry before then looks for its key again
+	// rather than spend this one, which no Sync would see again while a
+	// new entry of the key did: two entries of one key in a report call,
+	// which the ledger refuses. Guarded by mu.
+	dropped bool
 	// wake is when Sync next needs to look at the entry (Unix ns; 0: at
 	// the next Sync): its next report or lease expiry. It is written
 	// under mu; takes only move it earlier, and then mark files the entry

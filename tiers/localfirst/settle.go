@@ -111,8 +111,8 @@ func (s *Store) settleLocal(b *quota.Bucket, src floodgate.Source, now time.Time
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.limit != b.Limit || e.mode != b.Consistency {
-		return 0, false // the key was reset since: its charge is the store's
+	if e.dropped || e.limit != b.Limit || e.mode != b.Consistency {
+		return 0, false // the key was dropped or reset since: its charge is the store's
 	}
 	d := b.Cost
 	if b.Consistency == quota.Leased {

@@ -202,10 +202,9 @@ func (s *Store) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Re
 		if b.Consistency == quota.Exact {
 			continue
 		}
-		e := s.entry(b, now)
+		e := s.lockedEntry(b, now)
 		h := held{i: i, e: e}
 		if e != nil {
-			e.mu.Lock()
 			switch b.Consistency {
 			case quota.Leased:
 				var deny bool
@@ -401,6 +400,17 @@ func (s *Store) settle(buckets []quota.Bucket, hl []held, res []quota.Result, ok
 			continue
 		}
 		h.e.mu.Lock()
+		if h.e.dropped {
+			// Idle while the store answered, the entry was swept or
+			// evicted: what the answer teaches or grants goes to the
+			// key's entry now (none, when the key bound leaves no room:
+			// a lease granted then is not held, its units come back by
+			// refill).
+			h.e.mu.Unlock()
+			if h.e = s.lockedEntry(&buckets[h.i], now); h.e == nil {
+				continue
+			}
+		}
 		switch {
 		case !ok && !r.Allowed && buckets[h.i].Consistency == quota.Leased:
 			h.e.deny(*r, buckets[h.i].Cost, now, n, &s.cfg)
@@ -512,6 +522,24 @@ func (s *Store) entry(b *quota.Bucket, now time.Time) *entry {
 	return e
 }
 
+// lockedEntry returns the local state of b's key as entry does, locked
+// (e.mu held), and never one dropped from its shard since entry found it
+// (a sweep or an eviction between the lookup and the lock): then it looks
+// again.
+func (s *Store) lockedEntry(b *quota.Bucket, now time.Time) *entry {
+	for {
+		e := s.entry(b, now)
+		if e == nil {
+			return nil
+		}
+		e.mu.Lock()
+		if !e.dropped {
+			return e
+		}
+		e.mu.Unlock()
+	}
+}
+
 // evictShards is how many shards besides its own a new key looks in for
 // an idle key to replace, when the key bound is reached.
 const evictShards = 3
@@ -545,8 +573,9 @@ const evictSample = 8
 
 // evictAfter is how long a key must have gone untouched to be replaced
 // by a new one. A Take finds its entry under the shard's lock and locks
-// the entry after: an entry replaced in between would be spent by that
-// Take while the next one starts afresh (a second share for the key).
+// the entry after: an entry replaced in between is dropped, and that Take
+// looks for its key again (lockedEntry) instead of spending it while the
+// next one starts afresh.
 const evictAfter = time.Second
 
 // evictIdleLocked drops one idle entry (nothing held, nothing owed, not
@@ -567,6 +596,7 @@ func (sh *shard) evictIdleLocked(nkeys *atomic.Int64, now time.Time) bool {
 		}
 		e.mu.Lock()
 		idle := e.idle() && !e.queued
+		e.dropped = e.dropped || idle
 		e.mu.Unlock()
 		if idle {
 			delete(sh.entries, k)

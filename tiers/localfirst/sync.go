@@ -275,6 +275,7 @@ func (s *Store) sweep(now time.Time) {
 			}
 			e.mu.Lock()
 			if e.idle() && !e.queued {
+				e.dropped = true
 				delete(sh.entries, k)
 				s.nkeys.Add(-1)
 			}
