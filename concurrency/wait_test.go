@@ -358,8 +358,9 @@ func TestWaitOptionErrors(t *testing.T) {
 // until a request waits (or too few goroutines are left to fill the
 // global cap), so releases meet waiting requests. Neither cap is ever
 // exceeded; every request is admitted or denied, some admitted only after
-// waiting (a release handed them the slot); an error comes only with a
-// cancelled context; and every slot and queue place is given back.
+// waiting (a release handed them the slot); a deny names its cap, as
+// without waiting, or comes with the error of a cancelled context (and
+// RetryAfter 0); and every slot and queue place is given back.
 func TestWaitStorm(t *testing.T) {
 	t.Parallel()
 	const (
@@ -394,7 +395,12 @@ func TestWaitStorm(t *testing.T) {
 					t.Errorf("error with a live context: %v", err)
 				}
 				if !d.Allowed {
-					if d.Stage != floodgate.StageConcurrency || (d.Policy != concurrency.DefaultPolicy && d.Policy != "user") {
+					switch {
+					case err != nil: // its context ended
+						if !errors.Is(err, context.Canceled) || d.RetryAfter != 0 || d.Stage != floodgate.StageConcurrency {
+							t.Errorf("a request whose context ended: %+v, %v; want RetryAfter 0 and the context's error", d, err)
+						}
+					case d.Stage != floodgate.StageConcurrency || (d.Policy != concurrency.DefaultPolicy && d.Policy != "user") || d.RetryAfter != concurrency.DefaultRetryAfter:
 						t.Errorf("a deny that names no cap: %+v", d)
 					}
 					denied.Add(1)
