@@ -93,8 +93,8 @@ bench-cluster: deps
 ## rls-diff: floodgate-rls against envoyproxy/ratelimit, answer by answer
 ## (bench/rls: both services on their own redis-servers, the same calls on
 ## the same configurations; differences by kind). `make test` runs it too,
-## as TestDifferential in bench/rls. The first run builds envoyproxy/ratelimit
-## with go install (cached in the user cache directory).
+## as bench/rls's TestDifferential in the system tier. The first run builds
+## envoyproxy/ratelimit with go run, which keeps it in the go build cache.
 rls-diff: deps
 	cd bench/rls && $(GO) run . -diff
 
