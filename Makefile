@@ -8,6 +8,10 @@ STATICCHECK := $(GOBIN)/staticcheck
 # Nested modules that have their own tests (kept out of the library's go.sum).
 SUBMODULES  := $(shell find . -mindepth 2 -name go.mod -not -path './.cache/*' -exec dirname {} \; | sort)
 FUZZTIME    ?= 20s
+# -trimpath keeps the checkout's directory out of what the go command
+# compiles, so a fresh clone (CI's) finds in the build cache (and
+# staticcheck in its own) the packages a clone elsewhere compiled.
+export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 
 .PHONY: all deps test test-fast test-race test-alloc test-system vet lint bench bench-peers bench-grpc bench-cluster rls-diff fuzz demo demo-screenshot demo-busy proto clean
 
