@@ -54,14 +54,21 @@ test-alloc:
 test-system: deps
 	GO=$(GO) ./scripts/test.sh system
 
+# vet and lint build with -race (CHECKFLAGS) so that they compile every
+# package once, as the race-detector tests then find it in the build cache:
+# on empty caches the root module's vet, staticcheck and race test build
+# take 132 s instead of 203 s. The race_off_test.go files (one constant
+# each) are left out of both and compiled by test-alloc and test-fast.
+CHECKFLAGS  := $(GOFLAGS) -race
+
 vet:
 	./scripts/test.sh check
-	$(GO) vet -tags system ./...
-	@for m in $(SUBMODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet -tags system ./...) || exit 1; done
+	GOFLAGS="$(CHECKFLAGS)" $(GO) vet -tags system ./...
+	@for m in $(SUBMODULES); do echo "go vet ($$m)"; (cd $$m && GOFLAGS="$(CHECKFLAGS)" $(GO) vet -tags system ./...) || exit 1; done
 
 lint: deps
-	$(STATICCHECK) -tags system ./...
-	@for m in $(SUBMODULES); do echo "staticcheck ($$m)"; (cd $$m && $(STATICCHECK) -tags system ./...) || exit 1; done
+	GOFLAGS="$(CHECKFLAGS)" $(STATICCHECK) -tags system ./...
+	@for m in $(SUBMODULES); do echo "staticcheck ($$m)"; (cd $$m && GOFLAGS="$(CHECKFLAGS)" $(STATICCHECK) -tags system ./...) || exit 1; done
 
 ## bench: the library's micro-benchmarks.
 bench:
