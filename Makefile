@@ -38,20 +38,22 @@ test: deps vet lint test-race test-alloc test-system
 test-fast:
 	GO=$(GO) ./scripts/test.sh fast
 
+## test-race, test-alloc, test-system run go test with -vet=off, after vet,
+## which checks the same files with every analyzer (once, not again per pass).
 ## test-race: the fast tier under the race detector, packages side by side.
-test-race:
+test-race: vet
 	GO=$(GO) ./scripts/test.sh race
 
 ## test-alloc: the allocation tests without the race detector (under it
 ## sync.Pool drops items at random, so they skip), in their packages only.
-test-alloc:
+test-alloc: vet
 	GO=$(GO) ./scripts/test.sh alloc
 
 ## test-system: the system tier (*_system_test.go, build tag system): tests
 ## that measure time on real processes (fleets of processes, Redis killed
 ## and paused, the demo's report, overload rows, the differential test
 ## against envoyproxy/ratelimit), one package at a time.
-test-system: deps
+test-system: deps vet
 	GO=$(GO) ./scripts/test.sh system
 
 # vet and lint build with -race (CHECKFLAGS) so that they compile every

@@ -6,6 +6,9 @@
 #   fast    go test ./... in every module: the fast tier, plus every
 #           benchmark once (-benchtime=1x) so none rots unexecuted.
 #   race    the fast tier under the race detector (make test).
+#
+# race, alloc and system run go test with -vet=off: the Makefile runs each
+# after `make vet`, which checks the same files with every analyzer.
 #   alloc   the allocation tests (names containing Alloc, TestSkippedRules)
 #           without the race detector, in the packages that have them only:
 #           under -race, sync.Pool drops items at random and they skip.
@@ -71,7 +74,7 @@ alloc() {
 		[[ -z $dirs ]] && continue
 		echo "== allocation tests without -race ($m)"
 		# shellcheck disable=SC2086
-		(cd "$m" && $GO test -count=1 -run 'Alloc|TestSkippedRules' $dirs)
+		(cd "$m" && $GO test -count=1 -vet=off -run 'Alloc|TestSkippedRules' $dirs)
 	done
 }
 
@@ -85,14 +88,14 @@ system() {
 			names=$(cd "$m/$d" && grep -ho '^func Test[A-Za-z0-9_]*(' ./*_system_test.go | sed 's/^func //; s/($//' | sort -u | paste -sd '|' -)
 			[[ -z $names ]] && continue
 			echo "== system tier ($m/$d): $names" | sed 's#/\./#/#; s#(\./#(#'
-			(cd "$m" && $GO test -race -count=1 -p 1 -timeout 15m -tags system -run "^($names)\$" "./$d")
+			(cd "$m" && $GO test -race -count=1 -vet=off -p 1 -timeout 15m -tags system -run "^($names)\$" "./$d")
 		done
 	done
 }
 
 case ${1:-} in
 fast) shift; fast "$@" ;;
-race) shift; fast -race -count=1 "$@" ;;
+race) shift; fast -race -count=1 -vet=off "$@" ;;
 alloc) alloc ;;
 system) system ;;
 check) check ;;
