@@ -27,10 +27,14 @@ deps:
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { echo "make deps: redis-server/redis-cli still missing" >&2; exit 1; }
 	@[ -x "$(STATICCHECK)" ] || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-## test: everything CI runs: vet and staticcheck (the system tier's files
-## too), the fast tier under the race detector, the allocation tests
-## without it, then the system tier (CONTRIBUTING.md, "Two tiers of tests").
-test: deps vet lint test-race test-alloc test-system
+## test: everything CI runs: vet, then staticcheck (the system tier's files
+## too), the fast tier under the race detector and the allocation tests
+## without it (in two lanes side by side: none of them needs a quiet
+## machine), then the system tier alone (CONTRIBUTING.md, "Two tiers of
+## tests").
+test: deps vet
+	GO=$(GO) STATICCHECK=$(STATICCHECK) CHECKFLAGS="$(CHECKFLAGS)" ./scripts/test.sh lanes
+	GO=$(GO) ./scripts/test.sh system
 
 ## test-fast: the fast tier, what a contributor runs while working: go test
 ## ./... in every module, each benchmark once. Same as `go test ./...` in
@@ -69,8 +73,7 @@ vet:
 	@for m in $(SUBMODULES); do echo "go vet ($$m)"; (cd $$m && GOFLAGS="$(CHECKFLAGS)" $(GO) vet -tags system ./...) || exit 1; done
 
 lint: deps
-	GOFLAGS="$(CHECKFLAGS)" $(STATICCHECK) -tags system ./...
-	@for m in $(SUBMODULES); do echo "staticcheck ($$m)"; (cd $$m && GOFLAGS="$(CHECKFLAGS)" $(STATICCHECK) -tags system ./...) || exit 1; done
+	STATICCHECK=$(STATICCHECK) CHECKFLAGS="$(CHECKFLAGS)" ./scripts/test.sh lint
 
 ## bench: the library's micro-benchmarks.
 bench:
