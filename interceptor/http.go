@@ -9,17 +9,21 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
+// route names r: by the pattern of WithServeMux's mux first (an outer
+// router's r.Pattern, "/" for a mux mounted under it, names the outer
+// route, never the one the policy's rules are written for), then
+// r.Pattern, WithRoute, WithMethodPathFallback.
 func (i *Interceptor) route(r *http.Request) string {
+	if i.c.mux != nil {
+		if _, p := i.c.mux.Handler(r); p != "" {
+			return p
+		}
+	}
 	if r.Pattern != "" {
 		return r.Pattern
 	}
 	if i.c.route != nil {
 		if p := i.c.route(r); p != "" {
-			return p
-		}
-	}
-	if i.c.mux != nil {
-		if _, p := i.c.mux.Handler(r); p != "" {
 			return p
 		}
 	}
@@ -47,8 +51,9 @@ func httpPriority(method string) floodgate.Priority {
 // http.ServeMux sets only once it has routed the request. Wrap the
 // handlers registered on the mux (mux.Handle("GET /v1/items/{id}",
 // mw(h))) and r.Pattern is there. Middleware wrapping the whole mux sees an
-// empty r.Pattern: give it WithServeMux(mux) (it asks the mux for the
-// pattern) or WithRoute; WithMethodPathFallback names requests
+// empty r.Pattern, and middleware mounted under an outer router sees the
+// outer route's ("/" for top.Handle("/", mw(mux))): give it
+// WithServeMux(mux), whose pattern then wins over r.Pattern, or WithRoute; WithMethodPathFallback names requests
 // "METHOD /path" but only when asked, since raw paths are unbounded. With
 // none of these, an unrouted request has an empty Method (rules keyed on
 // method do not match it) and a warning is logged, rate-limited.

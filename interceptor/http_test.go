@@ -402,3 +402,48 @@ func TestHTTPSkipPriorityAndMethods(t *testing.T) {
 		t.Errorf("without header: %+v", rs[1])
 	}
 }
+
+// TestHTTPUnderOuterRouter mounts the middleware under an outer router,
+// the usual way to keep /healthz outside it: the outer mux sets
+// r.Pattern to "/", and a rule written for the inner routes must still
+// see the inner pattern, named by WithServeMux's mux. Without the mux
+// the request is named by the outer route, so this fails if r.Pattern
+// wins over WithServeMux.
+func TestHTTPUnderOuterRouter(t *testing.T) {
+	t.Parallel()
+	inner := http.NewServeMux()
+	inner.HandleFunc("GET /v1/items/{id}", okHandler)
+	inner.HandleFunc("POST /v1/orders", okHandler)
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want []string
+	}{
+		{"WithServeMux", []Option{WithServeMux(inner)}, []string{"GET /v1/items/{id}", "POST /v1/orders"}},
+		{"without", nil, []string{"/", "/"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := &stage{}
+			top := http.NewServeMux()
+			top.HandleFunc("GET /healthz", okHandler)
+			top.Handle("/", mustHTTP(st, tc.opts...)(inner))
+			srv := httptest.NewServer(top)
+			defer srv.Close()
+			for _, req := range [][2]string{{"GET", "/v1/items/7"}, {"POST", "/v1/orders"}, {"GET", "/healthz"}} {
+				if res := get(t, srv, req[0], req[1]); res.status != 200 {
+					t.Fatalf("%s %s: %d", req[0], req[1], res.status)
+				}
+			}
+			reqs := st.requests()
+			if len(reqs) != len(tc.want) {
+				t.Fatalf("%d requests reached the stage, want %d (/healthz stays outside)", len(reqs), len(tc.want))
+			}
+			for i, r := range reqs {
+				if r.Method != tc.want[i] {
+					t.Errorf("request %d named %q, want %q", i, r.Method, tc.want[i])
+				}
+			}
+		})
+	}
+}

@@ -368,8 +368,11 @@ func WithRoute(route func(r *http.Request) string) Option {
 	}
 }
 
-// WithServeMux lets middleware that wraps mux learn the route pattern by
-// asking mux.Handler(r), at the cost of routing twice.
+// WithServeMux names each HTTP request by the pattern mux routes it to
+// (mux.Handler(r), at the cost of routing twice), before r.Pattern: so
+// middleware that wraps mux, or that wraps it under an outer router
+// (top.Handle("/", mw(mux)), whose r.Pattern is "/"), matches the rules
+// written for mux's routes.
 func WithServeMux(mux *http.ServeMux) Option {
 	return func(c *config) {
 		c.builds = true
