@@ -27,14 +27,13 @@ deps:
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { echo "make deps: redis-server/redis-cli still missing" >&2; exit 1; }
 	@[ -x "$(STATICCHECK)" ] || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-## test: everything CI runs: vet, then staticcheck (the system tier's files
-## too), the fast tier under the race detector and the allocation tests
-## without it (in two lanes side by side: none of them needs a quiet
-## machine), then the system tier alone (CONTRIBUTING.md, "Two tiers of
-## tests").
-test: deps vet
-	GO=$(GO) STATICCHECK=$(STATICCHECK) CHECKFLAGS="$(CHECKFLAGS)" ./scripts/test.sh lanes
-	GO=$(GO) ./scripts/test.sh system
+## test: everything CI runs: vet and staticcheck (the system tier's files
+## too), the fast tier under the race detector, the allocation tests
+## without it, then the system tier (CONTRIBUTING.md, "Two tiers of tests").
+## One at a time: on empty caches each is compiling on both cores, and
+## side by side they did not finish sooner (744 s, with other work on the
+## machine, against 603-616 s one after another).
+test: deps vet lint test-race test-alloc test-system
 
 ## test-fast: the fast tier, what a contributor runs while working: go test
 ## ./... in every module, each benchmark once. Same as `go test ./...` in

@@ -17,7 +17,6 @@
 #   check   that every *_system_test.go file carries the tag and no other
 #           file does.
 #   lint    staticcheck over every module ($STATICCHECK, GOFLAGS=$CHECKFLAGS).
-#   lanes   lint, race and alloc in two lanes side by side (make test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -88,23 +87,6 @@ lint() {
 	done
 }
 
-# lanes runs, side by side, what needs no quiet machine: staticcheck and
-# the race-detector fast tier of the nested modules in one lane, the root
-# module's race-detector fast tier and the allocation tests in the other
-# (the fast tier holds no wall-clock bound, and the race tier alone keeps
-# a core idle most of its run: 0.77 cores of CPU on average). The second
-# lane's output is printed when it ends, after the first's.
-lanes() {
-	local out pid st=0
-	out=$(mktemp)
-	{ lint && fast_in "$(modules | grep -vx '\.')" -race -count=1 -vet=off; } >"$out" 2>&1 &
-	pid=$!
-	{ fast_in . -race -count=1 -vet=off && alloc; } || st=$?
-	wait "$pid" || st=$?
-	cat "$out"
-	rm -f "$out"
-	return "$st"
-}
 
 alloc() {
 	for m in $(modules); do
@@ -139,9 +121,8 @@ alloc) alloc ;;
 system) system ;;
 check) check ;;
 lint) lint ;;
-lanes) lanes ;;
 *)
-	echo "usage: scripts/test.sh fast|race|alloc|system|check|lint|lanes" >&2
+	echo "usage: scripts/test.sh fast|race|alloc|system|check|lint" >&2
 	exit 2
 	;;
 esac
