@@ -121,6 +121,10 @@ func New(primary quota.Store, opts ...Option) (*Store, error) {
 	if len(c.errs) > 0 {
 		return nil, fmt.Errorf("fallback: New: %w", errors.Join(c.errs...))
 	}
+	if !c.instancesSet && shared(primary) {
+		c.logger.Warn("floodgate: fallback over a store shared by other processes without WithInstances: while it is away, each instance decides locally with the whole limit, so N replicas admit N times it; pass WithInstances((*fleet.Members).Count), or build the chain with package guard",
+			"fallback", c.name)
+	}
 	s := &Store{
 		primary:      primary,
 		budget:       newBudget(c.timeout, c.closedTimeout),
@@ -627,4 +631,15 @@ func ceilMicro(d time.Duration) time.Duration {
 		d += time.Microsecond - r
 	}
 	return d
+}
+
+// shared reports whether a store beneath s (s included) says it is shared
+// by other processes.
+func shared(s quota.Store) bool {
+	for l := range quota.Layers(s) {
+		if sh, ok := l.(interface{ Shared() bool }); ok && sh.Shared() {
+			return true
+		}
+	}
+	return false
 }

@@ -39,6 +39,7 @@ type config struct {
 	localCapacity int
 	clock         floodgate.Clock
 	logger        *slog.Logger
+	instancesSet  bool
 	onStateChange func(name string, from, to gobreaker.State)
 	manualSync    bool
 	errs          []error
@@ -114,13 +115,19 @@ func WithProbes(n int) Option {
 // cheap: pass (*fleet.Members).Count, which counts heartbeats in Redis and
 // keeps the last count through an outage, or a constant func for a static
 // replica count. Values below 1 count as 1.
+//
+// A primary store shared by other processes (one with a method Shared()
+// bool returning true, as a *redisstore.Store has, found through the
+// Unwrap chain) guarded without WithInstances is logged at New as a
+// warning: every replica would then admit the whole limit while the
+// store is away. Package guard passes the live membership count.
 func WithInstances(count func() int) Option {
 	return func(c *config) {
 		if count == nil {
 			c.errs = append(c.errs, errors.New("WithInstances(nil): the count func must not be nil"))
 			return
 		}
-		c.instances = count
+		c.instances, c.instancesSet = count, true
 	}
 }
 

@@ -128,7 +128,9 @@ func newStore(url string) (quota.Store, string, func(), error) {
 		client.Close()
 		return nil, "", nil, err
 	}
-	fs, err := fallback.New(rs, fallback.WithTimeout(25*time.Millisecond))
+	// One process here; replicas pass the live count of package fleet
+	// (*fleet.Members).Count, or use package guard, which does.
+	fs, err := fallback.New(rs, fallback.WithTimeout(25*time.Millisecond), fallback.WithInstances(func() int { return 1 }))
 	if err != nil {
 		rs.Close()
 		client.Close()

@@ -172,7 +172,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("demo: redis store: %w", err)
 		}
 		defer rs.Close()
+		// The demo is one process: it holds every limit whole.
 		fb, err = fallback.New(rs, fallback.WithName("demo-redis"), fallback.WithTimeout(50*time.Millisecond), fallback.WithLogger(logger),
+			fallback.WithInstances(func() int { return 1 }),
 			fallback.WithOnStateChange(tl.breakerChanged))
 		if err != nil {
 			return nil, fmt.Errorf("demo: fallback store: %w", err)

@@ -316,6 +316,11 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 
 var errClosed = errors.New("redisstore: store is closed")
 
+// Shared reports true: the buckets live in Redis, shared by every process
+// that uses it, so a fallback guarding this store needs the number of
+// those processes (fallback.WithInstances), and warns without it.
+func (s *Store) Shared() bool { return true }
+
 // Close stops the batching goroutines (see WithBatching), after sending
 // the takes already queued, and drops the refunds of multi-slot cluster
 // takes still being retried (see the package doc); Takes after Close that would be batched fail
