@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/floodgate-go/floodgate"
@@ -65,4 +66,19 @@ func (i *Interceptor) requireScopes(a floodgate.Admitter, transport string) {
 			panic(fmt.Sprintf("interceptor: WithStrictIdentity: %v", err))
 		}
 	}
+}
+
+// CheckIdentity returns an error naming every rule of a's stages (a
+// *tiers.Limiter's policy, through wrappers and Chains) keyed on a scope
+// this Interceptor never fills on any transport (user without WithUser,
+// tenant without WithTenant, api_key without WithAPIKey), or nil. From
+// then on a policy reload that brings such a rule fails, leaving the
+// policy in force. It is WithStrictIdentity's check as an error, for a
+// constructor that builds the chain (package guard) rather than a panic.
+func (i *Interceptor) CheckIdentity(a floodgate.Admitter) error {
+	var errs []error
+	for sc := range floodgate.All[scopeChecker](a) {
+		errs = append(errs, sc.RequireScopes("", i.c.resolvable(), true))
+	}
+	return errors.Join(errs...)
 }
