@@ -1,0 +1,52 @@
+// Package guard is floodgate's front door: a policy file and a few
+// options in, the whole chain out, wired in the one right order and safe
+// for a fleet of replicas by default.
+//
+//	g, err := guard.New(ctx,
+//		guard.WithPolicyFile("policy.yaml"),          // watched; a bad edit leaves the old policy in force
+//		guard.WithRedisURL(os.Getenv("REDIS_URL")),   // or WithInProcess() for one instance
+//		guard.WithService("shop"),                    // the fleet whose live instances share the limits
+//		guard.WithServeMux(mux))
+//	if err != nil { ... }
+//	defer g.Close(context.Background())
+//	http.ListenAndServe(addr, g.HTTP(mux))
+//	srv := grpc.NewServer(g.ServerOptions()...)
+//
+// What it builds, from the bottom up:
+//
+//   - the rate-limit store: in process (WithInProcess), or Redis
+//     (WithRedisURL, WithRedisClient) timed by the OpenTelemetry observer
+//     and guarded by package fallback's circuit breaker, whose local
+//     limiters share each rule among the live instances of the service
+//     (package fleet, heartbeats in the same Redis under the key
+//     "fg:fleet:{SERVICE}"), so six replicas with Redis down admit the
+//     limit, not six times it; and a local-first store above it for the
+//     policy's leased and async rules, sharing by the same count;
+//   - the four stages, in the order that keeps every promise: the
+//     priority load shedder (the policy's shedder: section; without one
+//     an adaptive capacity that starts at 64 requests in flight and
+//     follows the service's latency, never below 8), then the fleet-wide
+//     shedder when the policy has shedder: fleet:, the in-flight limiter
+//     (concurrency: global:, 1024 without it) and the adaptive one when
+//     the policy has concurrency: adaptive:, then the hierarchical rate
+//     limits. A request shed or refused a slot is never charged a rate
+//     limit;
+//   - OpenTelemetry: every decision's span attributes and metrics, the
+//     requests in flight per stage, the store's call durations and the
+//     breaker's state, on the global providers unless WithMeterProvider
+//     and WithTracerProvider say otherwise, with no further hook;
+//   - the transports: net/http middleware (HTTP), the gRPC server's
+//     interceptors (ServerOptions, UnaryServer, StreamServer) and client
+//     interceptors (DialOptions), and for connect-go what package
+//     connectmw takes (Interceptor, Chain).
+//
+// One Close(ctx) stops the policy watch and shuts down in the order that
+// loses no unit: the local-first store reports and returns its leases,
+// the fallback hands what it admitted locally over to Redis, the fleet
+// membership is left, then the Redis store and client close.
+//
+// What this package decides: the order of the stages, the store stack,
+// the defaults above and that a fleet's share follows live membership.
+// Everything it builds comes from the packages below it, which stay
+// available for wiring of one's own.
+package guard

@@ -1,0 +1,16 @@
+package guard
+
+import (
+	"fmt"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// typeName is the type of the stage a wrapper holds, through the unwrap
+// convention.
+func typeName(v any) string {
+	if u, ok := v.(interface{ Unwrap() floodgate.Admitter }); ok {
+		return typeName(u.Unwrap())
+	}
+	return fmt.Sprintf("%T", v)
+}

@@ -1,0 +1,59 @@
+package guard
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-go/floodgate/internal/testpb"
+)
+
+type echo struct{ testpb.UnimplementedEchoServer }
+
+func (echo) Plain(_ context.Context, in *testpb.EchoRequest) (*testpb.EchoResponse, error) {
+	return &testpb.EchoResponse{Message: in.GetMessage()}, nil
+}
+
+// TestGRPCServerOptions puts the chain in front of a gRPC server through
+// ServerOptions and calls it through DialOptions: a rule on the method
+// admits its limit and refuses the rest with RESOURCE_EXHAUSTED.
+func TestGRPCServerOptions(t *testing.T) {
+	t.Parallel()
+	g, err := New(context.Background(), WithInProcess(), WithLogger(quiet), WithPolicy([]byte(`
+rules:
+  - name: plain
+    match: {method: /floodgate.test.v1.Echo/Plain}
+    rate: 2/1h
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	srv := grpc.NewServer(g.ServerOptions()...)
+	testpb.RegisterEchoServer(srv, echo{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends at Stop
+	defer srv.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), append(g.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := testpb.NewEchoClient(conn)
+	codesSeen := map[codes.Code]int{}
+	for range 4 {
+		_, err := client.Plain(context.Background(), &testpb.EchoRequest{Message: "hi"})
+		codesSeen[status.Code(err)]++
+	}
+	if codesSeen[codes.OK] != 2 || codesSeen[codes.ResourceExhausted] != 2 {
+		t.Errorf("codes %v, want 2 OK and 2 ResourceExhausted", codesSeen)
+	}
+}

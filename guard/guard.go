@@ -1,0 +1,252 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/fleet"
+	"github.com/floodgate-go/floodgate/interceptor"
+	fgotel "github.com/floodgate-go/floodgate/otel"
+	"github.com/floodgate-go/floodgate/policyfile"
+	"github.com/floodgate-go/floodgate/shedder"
+	"github.com/floodgate-go/floodgate/tiers"
+)
+
+// Guard is the whole chain of one service, ready for its transports.
+// Its methods are safe for concurrent use.
+type Guard struct {
+	c        *config
+	ic       *interceptor.Interceptor
+	chain    floodgate.Chain
+	limiter  *tiers.Limiter
+	observer *fgotel.Observer
+	targets  policyfile.Targets
+	// members counts the service's live instances (nil in process).
+	members   *fleet.Members
+	storeDesc string
+
+	closers   []func(context.Context) error
+	stop      context.CancelFunc
+	watched   chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New builds the chain: the policy (every error named with its line),
+// the store (an unreachable Redis is logged, not fatal: the rules decide
+// locally until it answers), the stages and the interceptor. The error
+// names every bad option; whatever New made before an error is closed.
+// ctx bounds the first ping of Redis only.
+func New(ctx context.Context, opts ...Option) (*Guard, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	file, err := loadPolicy(c)
+	if err != nil {
+		return nil, err
+	}
+	g := &Guard{c: c}
+	if err := g.build(ctx, file); err != nil {
+		_ = g.Close(context.Background())
+		return nil, err
+	}
+	g.watch()
+	return g, nil
+}
+
+func loadPolicy(c *config) (*policyfile.File, error) {
+	if c.policyPath != "" {
+		f, err := policyfile.LoadFile(c.policyPath)
+		if err != nil {
+			return nil, fmt.Errorf("guard: policy %s: %w", c.policyPath, err)
+		}
+		return f, nil
+	}
+	f, err := policyfile.Load(c.policyData)
+	if err != nil {
+		return nil, fmt.Errorf("guard: policy: %w", err)
+	}
+	return f, nil
+}
+
+func (g *Guard) build(ctx context.Context, file *policyfile.File) error {
+	obsOpts := []fgotel.Option{}
+	if g.c.mp != nil {
+		obsOpts = append(obsOpts, fgotel.WithMeterProvider(g.c.mp))
+	}
+	if g.c.tp != nil {
+		obsOpts = append(obsOpts, fgotel.WithTracerProvider(g.c.tp))
+	}
+	obs, err := fgotel.New(obsOpts...)
+	if err != nil {
+		return fmt.Errorf("guard: observer: %w", err)
+	}
+	g.observer = obs
+	st, err := g.newStore(ctx, file)
+	if err != nil {
+		return err
+	}
+	g.members = st.members
+	g.limiter, err = tiers.NewLimiter(st.store, file.Limits)
+	if err != nil {
+		return fmt.Errorf("guard: rate limits: %w", err)
+	}
+	stages, err := g.newStages(file, st)
+	if err != nil {
+		return err
+	}
+	g.chain = stages
+	icOpts := append([]interceptor.Option{}, g.c.icOpts...)
+	icOpts = append(icOpts, interceptor.WithObserver(obs))
+	if g.c.mux != nil {
+		icOpts = append(icOpts, interceptor.WithServeMux(g.c.mux))
+	}
+	g.ic, err = interceptor.New(icOpts...)
+	if err != nil {
+		return fmt.Errorf("guard: interceptor: %w", err)
+	}
+	if err := g.ic.CheckIdentity(g.chain); err != nil {
+		return fmt.Errorf("guard: %w (give the scope a source: WithInterceptor(interceptor.WithTenant(...)), or drop it from the rule's key)", err)
+	}
+	return nil
+}
+
+// newStages builds the stages in chain order, each counted in flight by
+// the observer, and the targets the policy watch reconfigures.
+func (g *Guard) newStages(file *policyfile.File, st *stores) (floodgate.Chain, error) {
+	shed, err := shedder.New(defaultShedStart, shedder.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: defaultShedMin}))
+	if err != nil {
+		return nil, fmt.Errorf("guard: shedder: %w", err)
+	}
+	if file.Shedder != nil {
+		if err := shed.Reconfigure(*file.Shedder); err != nil {
+			return nil, fmt.Errorf("guard: policy shedder: %w", err)
+		}
+	}
+	global := int64(defaultMaxInFlight)
+	if file.Global > 0 {
+		global = file.Global
+	}
+	conc, err := concurrency.New(concurrency.WithGlobal(global))
+	if err != nil {
+		return nil, fmt.Errorf("guard: in-flight limiter: %w", err)
+	}
+	if file.Wait != nil {
+		if err := conc.SetWait(*file.Wait); err != nil {
+			return nil, fmt.Errorf("guard: policy concurrency.wait: %w", err)
+		}
+	}
+	g.targets = policyfile.Targets{Limits: g.limiter, Shedder: shed, Concurrency: conc}
+	chain := floodgate.Chain{g.observer.TrackInFlight(shed)}
+	if file.Fleet != nil {
+		fs, err := g.fleetShedder(file, st)
+		if err != nil {
+			return nil, err
+		}
+		g.targets.Fleet = fs
+		chain = append(chain, g.observer.TrackInFlight(fs))
+	}
+	chain = append(chain, g.observer.TrackInFlight(conc))
+	if file.Adaptive != nil {
+		a, err := concurrency.NewAdaptive(*file.Adaptive)
+		if err != nil {
+			return nil, fmt.Errorf("guard: policy concurrency.adaptive: %w", err)
+		}
+		g.targets.Adaptive = a
+		chain = append(chain, g.observer.TrackInFlight(a))
+	}
+	return append(chain, g.observer.TrackInFlight(g.limiter)), nil
+}
+
+// watch starts the policy file's watch, until Close.
+func (g *Guard) watch() {
+	if g.c.policyPath == "" {
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	g.stop, g.watched = stop, make(chan struct{})
+	go func() {
+		defer close(g.watched)
+		err := policyfile.Watch(ctx, g.c.policyPath, g.targets,
+			policyfile.WithInterval(g.c.interval), policyfile.WithLogger(g.c.logger))
+		if err != nil && !errors.Is(err, context.Canceled) {
+			g.c.logger.Error("floodgate: policy watch stopped", "path", g.c.policyPath, "err", err)
+		}
+	}()
+}
+
+// HTTP returns next behind the whole chain: shed, in-flight, rate limits.
+// Denied requests get 503 or 429 with Retry-After and the RateLimit
+// headers (see package interceptor).
+func (g *Guard) HTTP(next http.Handler) http.Handler {
+	return g.ic.HTTP(g.chain)(next)
+}
+
+// UnaryServer returns the gRPC unary server interceptor of the whole
+// chain, for a grpc.ChainUnaryInterceptor of one's own.
+func (g *Guard) UnaryServer() grpc.UnaryServerInterceptor { return g.ic.UnaryServer(g.chain) }
+
+// StreamServer returns the gRPC stream server interceptor of the whole
+// chain.
+func (g *Guard) StreamServer() grpc.StreamServerInterceptor { return g.ic.StreamServer(g.chain) }
+
+// ServerOptions returns the gRPC server options that put the whole chain
+// in front of every unary and streaming call: grpc.NewServer(g.ServerOptions()...).
+func (g *Guard) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(g.UnaryServer()),
+		grpc.ChainStreamInterceptor(g.StreamServer()),
+	}
+}
+
+// DialOptions returns the gRPC client options that honour a server's
+// pushback: a call refused with a retry delay waits it and retries
+// (interceptor.UnaryClient, StreamClient), with opts for attempts,
+// jitter and client-side throttling.
+func (g *Guard) DialOptions(opts ...interceptor.ClientOption) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(interceptor.UnaryClient(opts...)),
+		grpc.WithChainStreamInterceptor(interceptor.StreamClient(opts...)),
+	}
+}
+
+// Interceptor and Chain are what connectmw.NewHandler takes:
+// connectmw.NewHandler(g.Interceptor(), g.Chain()).
+func (g *Guard) Interceptor() *interceptor.Interceptor { return g.ic }
+
+// Chain returns the stages in order, as one floodgate.Admitter.
+func (g *Guard) Chain() floodgate.Admitter { return g.chain }
+
+// Limiter returns the rate-limit stage, for what it can tell (its policy,
+// Inspect) and hot reloads of one's own.
+func (g *Guard) Limiter() *tiers.Limiter { return g.limiter }
+
+// Store says where the rate limits are kept, for a startup line, with
+// no credentials: "Redis at 10.0.0.7:6379 (...)" or "in process".
+func (g *Guard) Store() string { return g.storeDesc }
+
+// Close stops the policy watch and shuts the stores down in the order
+// that loses no unit (see the package doc), within ctx. It returns every
+// error met; a second Close does nothing.
+func (g *Guard) Close(ctx context.Context) error {
+	g.closeOnce.Do(func() {
+		if g.stop != nil {
+			g.stop()
+			<-g.watched
+		}
+		var errs []error
+		for i := len(g.closers) - 1; i >= 0; i-- {
+			errs = append(errs, g.closers[i](ctx))
+		}
+		g.closeErr = errors.Join(errs...)
+	})
+	return g.closeErr
+}
