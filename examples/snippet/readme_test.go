@@ -34,7 +34,7 @@ func TestReadmeHasSections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ file, marker string }{{"middleware.go", "snippet-grpcmw"}, {"redis.go", "snippet-redis"}, {"localfirst.go", "snippet-localfirst"}} {
+	for _, tc := range []struct{ file, marker string }{{"middleware.go", "snippet-grpcmw"}, {"redis.go", "snippet-redis"}, {"localfirst.go", "snippet-localfirst"}, {"quickstart.go", "snippet-quickstart"}} {
 		src, err := os.ReadFile(tc.file)
 		if err != nil {
 			t.Fatal(err)
@@ -187,7 +187,7 @@ func TestRatelimitSnippet(t *testing.T) {
 // TestRedisSnippet runs the README's Redis setup against a real
 // redis-server, then kills it: the fallback decides locally.
 func TestRedisSnippet(t *testing.T) {
-	if _, _, err := newRedisLimiter("localhost:6379", nil); err == nil || !strings.Contains(err.Error(), "redisstore: NewClient") {
+	if _, _, err := newRedisLimiter("localhost:6379", nil, one); err == nil || !strings.Contains(err.Error(), "redisstore: NewClient") {
 		t.Errorf("a URL without scheme: err = %v", err)
 	}
 	redis := redistest.Start(t)
@@ -195,10 +195,10 @@ func TestRedisSnippet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := newRedisLimiter("redis://"+redis.Addr(), nil); err == nil {
+	if _, _, err := newRedisLimiter("redis://"+redis.Addr(), nil, one); err == nil {
 		t.Error("nil policy: no error")
 	}
-	limits, closeAll, err := newRedisLimiter("redis://"+redis.Addr(), policy)
+	limits, closeAll, err := newRedisLimiter("redis://"+redis.Addr(), policy, one)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,3 +282,6 @@ rules:
 		t.Errorf("max_wait rule: the second request did not wait: %+v", d)
 	}
 }
+
+// one is a fleet of one instance, for newRedisLimiter.
+func one() int { return 1 }

@@ -13,7 +13,9 @@ import (
 // (readme_test.go): the README holds the text between the markers verbatim.
 
 // snippet-redis:start
-func newRedisLimiter(redisURL string, policy *tiers.Policy) (limits *tiers.Limiter, closeAll func(), err error) {
+// instances counts the live instances sharing the limits, for the
+// fallback's local shares: pass (*fleet.Members).Count.
+func newRedisLimiter(redisURL string, policy *tiers.Policy, instances func() int) (limits *tiers.Limiter, closeAll func(), err error) {
 	// redis://host:6379, redis+sentinel://host:26379?master_name=m or
 	// redis+cluster://host:7000?addr=host2:7000, with the timeouts and
 	// retries the fallback needs.
@@ -26,7 +28,7 @@ func newRedisLimiter(redisURL string, policy *tiers.Policy) (limits *tiers.Limit
 		client.Close()
 		return nil, nil, err
 	}
-	guarded, err := fallback.New(store) // breaker; local limiters while Redis is down
+	guarded, err := fallback.New(store, fallback.WithInstances(instances)) // breaker; local shares while Redis is down
 	if err != nil {
 		store.Close()
 		client.Close()
