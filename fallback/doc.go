@@ -4,8 +4,9 @@
 // a per-call timeout, and decides locally, rule by rule, when the primary is
 // slow, failing or tripped. It wraps the rate-limit stage's store, not a
 // request: it is not an interceptor and has no place of its own in the
-// chain (fallback.New(redisStore) goes to tiers.NewLimiter, or to
-// localfirst.New as its exact store). Store.Unwrap returns the primary, so
+// chain (fallback.New(redisStore, fallback.WithInstances(members.Count))
+// goes to tiers.NewLimiter, or to localfirst.New as its exact store;
+// package guard builds all of it). Store.Unwrap returns the primary, so
 // the capability checks of packages quota and tiers see through a Store
 // to what it guards: a Store over a store that cannot settle cannot
 // either (CanSettle), and one over an instrumented Redis store

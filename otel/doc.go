@@ -104,13 +104,15 @@
 // requests in flight per stage.
 //
 //	obs, _ := otel.New()
-//	guarded, _ := fallback.New(obs.Store(redisStore), fallback.WithOnStateChange(
+//	guarded, _ := fallback.New(obs.Store(redisStore), fallback.WithInstances(members.Count), fallback.WithOnStateChange(
 //		func(name string, from, to gobreaker.State) { obs.BreakerStateChanged(name, from.String(), to.String()) }))
 //	lf, _ := localfirst.New(guarded, redisStore) // for leased and async rules
 //	limits, _ := tiers.NewLimiter(lf, policy)
 //	chain := obs.TrackInFlight(floodgate.Chain{shed, conc, limits})
 //	fg, _ := interceptor.New(interceptor.WithObserver(obs), interceptor.WithServeMux(mux))
 //	handler := fg.HTTP(chain)(mux)
+//
+// Package guard wires all of this, with nothing to add.
 //
 // # Cardinality
 //
