@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -55,5 +56,47 @@ rules:
 	}
 	if codesSeen[codes.OK] != 2 || codesSeen[codes.ResourceExhausted] != 2 {
 		t.Errorf("codes %v, want 2 OK and 2 ResourceExhausted", codesSeen)
+	}
+}
+
+// TestCheckServer names each gRPC method of the policy the server does
+// not register: a rule's exact method and glob, and a methods: entry;
+// HTTP routes and matching names pass.
+func TestCheckServer(t *testing.T) {
+	t.Parallel()
+	g, err := New(context.Background(), WithInProcess(), WithLogger(quiet), WithPolicy([]byte(`
+rules:
+  - {name: plain, match: {method: /floodgate.test.v1.Echo/Plain}, rate: 2/1h}
+  - {name: echo-all, match: {method: "/floodgate.test.v1.Echo/*"}, rate: 2/1h}
+  - {name: typo, match: {method: /floodgate.test.v1.Echo/Plian}, rate: 2/1h}
+  - {name: other, match: {method: "/other.v1.Svc/*"}, rate: 2/1h}
+  - {name: route, match: {method: "GET /v1/items/{id}"}, rate: 2/1h}
+methods:
+  /floodgate.test.v1.Echo/Expensive: {cost: 2}
+  /floodgate.test.v1.Echo/Gone: {cost: 2}
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	srv := grpc.NewServer(g.ServerOptions()...)
+	testpb.RegisterEchoServer(srv, echo{})
+	err = g.CheckServer(srv)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`rule "typo" (rules[2]): method "/floodgate.test.v1.Echo/Plian" matches no method the server registers`,
+		`rule "other" (rules[3]): method "/other.v1.Svc/*" matches no method`,
+		`methods: "/floodgate.test.v1.Echo/Gone" is not a method the server registers`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+	for _, not := range []string{`"plain"`, `"echo-all"`, `"route"`, `Echo/Expensive" is not`} {
+		if strings.Contains(err.Error(), not) {
+			t.Errorf("error names %s, which matches:\n%v", not, err)
+		}
 	}
 }

@@ -37,6 +37,9 @@ func serve(ctx context.Context, httpLn, grpcLn net.Listener, mux *http.ServeMux,
 
 	srv := grpc.NewServer(g.ServerOptions()...)
 	register(srv)
+	if err := g.CheckServer(srv); err != nil { // a rule naming a method srv lacks
+		return err
+	}
 	go srv.Serve(grpcLn) //nolint:errcheck // ends with the listener
 	defer srv.GracefulStop()
 	return (&http.Server{Handler: g.HTTP(mux)}).Serve(httpLn)
