@@ -37,7 +37,7 @@ func newServers(policyFile string, mux *http.ServeMux) (*grpc.Server, http.Handl
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := memstore.New() // or fallback.New(redisstore.New(...))
+	store, err := memstore.New() // one instance; for a fleet, package guard
 	limits, err1 := tiers.NewLimiter(store, file.Limits)
 	shed, err2 := shedder.New(64) // capacity: requests in flight
 	conc, err3 := concurrency.New(concurrency.WithGlobal(128))
