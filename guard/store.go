@@ -133,6 +133,11 @@ func (g *Guard) localFirst(exact quota.Store, ledger quota.Reporter, instances f
 		defer cancel()
 		return lf.Close(ctx)
 	})
+	unregister, err := g.observer.ObserveLocalFirst(lf.Stats)
+	if err != nil {
+		return nil, fmt.Errorf("guard: local-first metrics: %w", err)
+	}
+	g.closers = append(g.closers, func(context.Context) error { unregister(); return nil })
 	return lf, nil
 }
 
