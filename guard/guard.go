@@ -230,7 +230,8 @@ func (g *Guard) Chain() floodgate.Admitter { return g.chain }
 func (g *Guard) Limiter() *tiers.Limiter { return g.limiter }
 
 // Store says where the rate limits are kept, for a startup line, with
-// no credentials: "Redis at 10.0.0.7:6379 (...)" or "in process".
+// the password masked (redisstore.Redact): "Redis at
+// redis://10.0.0.7:6379 (...)" or "in process".
 func (g *Guard) Store() string { return g.storeDesc }
 
 // Close stops the policy watch and shuts the stores down in the order

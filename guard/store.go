@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,7 +60,7 @@ func (g *Guard) newStore(ctx context.Context, file *policyfile.File) (*stores, e
 		}
 		st.client = client
 		g.closers = append(g.closers, func(context.Context) error { return client.Close() })
-		addr = redactedHost(g.c.redisURL)
+		addr = redisstore.Redact(g.c.redisURL)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	unreachable := st.client.Ping(pingCtx).Err()
@@ -162,12 +161,4 @@ func (g *Guard) fleetShedder(file *policyfile.File, st *stores) (*fleetshed.Shed
 	}()
 	g.closers = append(g.closers, func(context.Context) error { stop(); <-done; return nil })
 	return fs, nil
-}
-
-// redactedHost is the host of a Redis URL, never its credentials.
-func redactedHost(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.Host != "" {
-		return u.Host
-	}
-	return "the Redis of WithRedisURL"
 }

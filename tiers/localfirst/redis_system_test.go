@@ -11,7 +11,6 @@ import (
 	"github.com/floodgate-go/floodgate/testing/clock"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/tiers/localfirst"
-	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
 // TestReportTimedOutOnAPausedRedis: a report call sent to a Redis that is
@@ -29,11 +28,7 @@ func TestReportTimedOutOnAPausedRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(t0)
-	rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rs.Close() })
+	rs := redisLedger(t, srv, clk)
 	s, err := localfirst.New(rs, rs, localfirst.WithClock(clk), localfirst.WithManualSync(),
 		localfirst.WithSyncTimeout(2*time.Second))
 	if err != nil {

@@ -22,11 +22,7 @@ func TestOverRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	clk := clock.New(t0)
-	rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rs.Close() })
+	rs := redisLedger(t, srv, clk)
 	s, err := localfirst.New(rs, rs, localfirst.WithClock(clk), localfirst.WithManualSync())
 	if err != nil {
 		t.Fatal(err)
@@ -305,4 +301,17 @@ func TestLeaseReturnSentAgainIsNotGivenBackTwice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// redisLedger is a Redis store over srv on clk, keys kept a minute at
+// least, closed when the test ends: the exact store and ledger of the
+// local-first tests over Redis.
+func redisLedger(t *testing.T, srv *redistest.Server, clk *clock.Fake) *redisstore.Store {
+	t.Helper()
+	rs, err := redisstore.New(srv.Client(), redisstore.WithClock(clk), redisstore.WithMinTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Close() })
+	return rs
 }

@@ -49,15 +49,7 @@ var giveBackLimits = []quota.Limit{
 // its twin sit in different slots.
 func TestGiveBackUndoesTake(t *testing.T) {
 	t.Parallel()
-	t.Run("standalone", func(t *testing.T) {
-		t.Parallel()
-		giveBackUndoesTake(t, redistest.Start(t).Client())
-	})
-	t.Run("cluster", func(t *testing.T) {
-		t.Parallel()
-		c, prefix := redisstore.SharedCluster(t)
-		giveBackUndoesTake(t, c, redisstore.WithPrefix(prefix))
-	})
+	standaloneAndCluster(t, giveBackUndoesTake)
 }
 
 // giveBackUndoesTake is TestGiveBackUndoesTake on client c, its stores
@@ -236,15 +228,7 @@ func TestGiveBackRoundTrips(t *testing.T) {
 // charges more keeps it.
 func TestGiveBackLiftsDenial(t *testing.T) {
 	t.Parallel()
-	t.Run("standalone", func(t *testing.T) {
-		t.Parallel()
-		giveBackLiftsDenial(t, redistest.Start(t).NewClient())
-	})
-	t.Run("cluster", func(t *testing.T) {
-		t.Parallel()
-		c, prefix := redisstore.SharedCluster(t)
-		giveBackLiftsDenial(t, c, redisstore.WithPrefix(prefix))
-	})
+	standaloneAndCluster(t, giveBackLiftsDenial)
 }
 
 // giveBackLiftsDenial is TestGiveBackLiftsDenial on client c, its store
@@ -324,4 +308,19 @@ func TestGiveBackAllocs(t *testing.T) {
 	if given > take {
 		t.Fatalf("a give-back of 3 buckets allocates %.0f times, a Take of them %.0f", given, take)
 	}
+}
+
+// standaloneAndCluster runs f in parallel subtests on a redis-server of
+// its own and on the package's shared cluster, under a key prefix of the
+// test's.
+func standaloneAndCluster(t *testing.T, f func(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option)) {
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		f(t, redistest.Start(t).NewClient())
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c, prefix := redisstore.SharedCluster(t)
+		f(t, c, redisstore.WithPrefix(prefix))
+	})
 }
