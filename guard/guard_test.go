@@ -62,7 +62,7 @@ func TestNewRefusesWhatIsMissing(t *testing.T) {
 		{"bad service", []Option{WithPolicy([]byte(oneRule)), WithRedisURL("redis://127.0.0.1:1"), WithService("a}b")}, `WithService: "a}b" holds '}'`},
 		{"nil option", []Option{nil, WithPolicy([]byte(oneRule)), WithInProcess()}, "nil Option"},
 		{"bad policy", []Option{WithPolicy([]byte("rules:\n  - name: x\n    rate: 5/minute\n")), WithInProcess()}, "at line 3"},
-		{"identity without a source", []Option{WithPolicy([]byte(tenantRule)), WithInProcess()}, `rule "per-tenant" (rules[0]) is keyed on tenant, which the grpc and http transport never fills`},
+		{"identity without a source", []Option{WithPolicy([]byte(tenantRule)), WithInProcess()}, `rule "per-tenant" (rules[0], line 3) is keyed on tenant, which the grpc and http transport never fills`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

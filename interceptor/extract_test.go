@@ -395,7 +395,7 @@ func TestUnresolvableScopeWarning(t *testing.T) {
 		defer func() {
 			r := recover()
 			msg, _ := r.(string)
-			if !strings.Contains(msg, `interceptor: WithStrictIdentity: tiers: rule "grpc-login-user" (rules[0]) is keyed on user, which the grpc transport never fills (configure interceptor.WithUser)`) ||
+			if !strings.Contains(msg, `interceptor: WithStrictIdentity: tiers: rule "grpc-login-user" (rules[0], line 3) is keyed on user, which the grpc transport never fills (give it a source: the policy file's identity: user:, or interceptor.WithUser`) ||
 				strings.Contains(msg, "http-login-user") {
 				t.Errorf("strict UnaryServer panicked with %v", r)
 			}

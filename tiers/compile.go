@@ -43,23 +43,27 @@ type tierLimit struct {
 }
 
 type cRule struct {
-	name   string
-	index  int // position in Policy.Rules
-	exact  string
-	glob   string
-	any    bool
-	key    []Scope
-	limit  tierLimit
-	byTier bool
-	cost   int64
-	hide   bool
-	shadow bool
-	cache  bool
-	fail   quota.FailMode
-	mode   quota.Consistency
-	shape  shaping       // settle, max_wait
-	sync   time.Duration // Async only
-	noKey  string        // no-key rules: "<prefix>{<rule>}"
+	name  string
+	index int // position in Policy.Rules
+	line  int // Rule.line: 0 when built in Go
+	// missing is Rule.WhenMissing: missingDefault, missingSkip or
+	// missingDeny.
+	missing uint8
+	exact   string
+	glob    string
+	any     bool
+	key     []Scope
+	limit   tierLimit
+	byTier  bool
+	cost    int64
+	hide    bool
+	shadow  bool
+	cache   bool
+	fail    quota.FailMode
+	mode    quota.Consistency
+	shape   shaping       // settle, max_wait
+	sync    time.Duration // Async only
+	noKey   string        // no-key rules: "<prefix>{<rule>}"
 	// Full keys of no-key rules, prebuilt: fixed rules use constKey, tier
 	// rules tierKeys (by tier name) or defaultKey.
 	constKey   string

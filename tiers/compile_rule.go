@@ -40,7 +40,7 @@ func (rc *ruleCompiler) rule(i int) (cRule, bool) {
 	r := &rc.p.Rules[i]
 	rp := "rules[" + strconv.Itoa(i) + "]"
 	ok := rc.ruleName(rp, r, i)
-	cr := cRule{name: r.Name, index: i, cost: r.Cost, hide: r.HideQuota, shadow: r.Shadow || rc.p.Shadow, cache: r.CacheDenials, fail: r.OnStoreError, mode: r.Consistency}
+	cr := cRule{name: r.Name, index: i, line: r.line, cost: r.Cost, hide: r.HideQuota, shadow: r.Shadow || rc.p.Shadow, cache: r.CacheDenials, fail: r.OnStoreError, mode: r.Consistency}
 	ok = rc.rollout(rp, r, &cr) && ok
 	if co, cok := compileCond(rc.rep, rp, &r.Match, rc.p, rc.hdrNames); cok {
 		cr.cond = co
@@ -51,6 +51,7 @@ func (rc *ruleCompiler) rule(i int) (cRule, bool) {
 	ok = compileShaping(rc.rep, rp, r, &cr, rc.c, rc.tierNames) && ok // settle, max_wait
 	ok = rc.methodMatch(rp, r, &cr) && ok
 	ok = rc.key(rp, r, &cr) && ok
+	ok = rc.whenMissing(rp, r, &cr) && ok
 	if r.OnStoreError > quota.FailClosed {
 		rc.rep.addf(rp+".on_store_error", "unknown fail mode %d", r.OnStoreError)
 		ok = false
@@ -72,6 +73,34 @@ func (rc *ruleCompiler) rule(i int) (cRule, bool) {
 	}
 	rc.keyParts(&cr)
 	return cr, true
+}
+
+// What a rule does with a request that lacks a scope of its key
+// (cRule.missing, from Rule.WhenMissing).
+const (
+	missingDefault uint8 = iota // "": skip, and report a scope never filled
+	missingSkip                 // "skip"
+	missingDeny                 // "deny"
+)
+
+// whenMissing checks the rule's when_missing.
+func (rc *ruleCompiler) whenMissing(rp string, r *Rule, cr *cRule) bool {
+	switch r.WhenMissing {
+	case "":
+		return true
+	case "skip":
+		cr.missing = missingSkip
+	case "deny":
+		cr.missing = missingDeny
+	default:
+		rc.rep.addf(rp+".when_missing", "%q is not skip or deny", r.WhenMissing)
+		return false
+	}
+	if len(r.Key) == 0 {
+		rc.rep.add(rp+".when_missing", "only for a rule with a key: a rule without one never lacks a scope")
+		return false
+	}
+	return true
 }
 
 // ruleName checks the name of rules[i]: valid, unique, not reserved.

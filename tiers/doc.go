@@ -34,7 +34,11 @@
 // pair such rules with an IP rule as a safety net. A rule that no request
 // can ever key (user with no user extractor) is a mistake: a transport
 // declares what it fills with RequireScopes (package interceptor does),
-// and such a rule is then warned about once, or refused. Buckets are
+// and such a rule is then warned about once, or refused, naming its line.
+// A rule says what a request without its scope gets with when_missing:
+// skip (the above, chosen: never reported) or deny (denied before
+// anything is charged, Policy the rule's name, Source policy, quota
+// hidden, RetryAfter 0). Buckets are
 // ordered most specific first: rules with more key scopes first, then
 // policy order.
 //

@@ -162,7 +162,8 @@ func (sc *scratch) reset() {
 // gather resolves every request of the call into sc.all and starts each
 // one's decision in out. It returns the first request that refuses the
 // whole call before anything is charged (a negative cost, an address in
-// the deny list), with the error it is refused with, or -1.
+// the deny list, a scope missing for a rule with when_missing deny), with
+// the error it is refused with, or -1.
 func (sc *scratch) gather(c *compiled, out []floodgate.Decision, how call) (refused int, err error) {
 	refused = -1
 	for k := range sc.items {
@@ -190,10 +191,32 @@ func (sc *scratch) gather(c *compiled, out []floodgate.Decision, how call) (refu
 			}
 		default:
 			sc.resolveItem(c, k, d, how)
+			if name, deny := sc.missingDenied(c, &sc.items[k]); deny {
+				d.Allowed = false
+				d.Source, d.Policy, d.HideQuota = floodgate.SourcePolicy, name, true
+				if refused < 0 {
+					refused = k
+				}
+			}
 		}
 		sc.ends = append(sc.ends, int32(len(sc.refs)))
 	}
 	return refused, err
+}
+
+// missingDenied returns the name of the first rule, among those the
+// request of it skipped for a missing scope, that denies such requests
+// (when_missing deny, not shadow).
+func (sc *scratch) missingDenied(c *compiled, it *callItem) (string, bool) {
+	if it.own != nil {
+		return "", false
+	}
+	for _, i := range sc.skipped {
+		if cr := &c.rules[i]; cr.missing == missingDeny && !cr.shadow {
+			return cr.name, true
+		}
+	}
+	return "", false
 }
 
 func invalidCost(r *floodgate.Request, k int, how call) error {

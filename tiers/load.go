@@ -308,6 +308,7 @@ func (d *decoder) tiers(n *yaml.Node, path string, p *Policy) {
 
 func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 	d.at(path, n)
+	r.line = n.Line
 	var algNode *yaml.Node
 	var rs rateSpec
 	defer func() { r.Rate, r.Burst, r.Windows = d.windows(path, &rs) }()
@@ -392,6 +393,8 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 				}
 				r.OnStoreError = m
 			}
+		case "when_missing":
+			r.WhenMissing, _ = d.str(v, fp) // checked with the rule
 		case "ipv4_prefix":
 			n, _ := d.integer(v, fp)
 			r.IPv4Prefix = int(min(n, 1<<16)) // the range is checked with the rule

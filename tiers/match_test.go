@@ -215,7 +215,7 @@ rules:
   - {name: mobile, match: {header: {x-client: mobile}}, rate: 1/1s}
 `)
 	err := l.RequireScopes(tiers.TransportHTTP, []string{"endpoint", "ip", "tenant"}, true)
-	if err == nil || !strings.Contains(err.Error(), `rule "by-region" (rules[0]) is keyed on header`) || !strings.Contains(err.Error(), `rule "mobile" (rules[1]) is keyed on header`) {
+	if err == nil || !strings.Contains(err.Error(), `rule "by-region" (rules[0], line 3) is keyed on header`) || !strings.Contains(err.Error(), `rule "mobile" (rules[1], line 4) is keyed on header`) {
 		t.Errorf("strict without header: %v", err)
 	}
 	if err := l.RequireScopes(tiers.TransportHTTP, []string{"endpoint", "ip", "tenant", "header"}, true); err != nil {

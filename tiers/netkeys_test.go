@@ -464,8 +464,8 @@ rules:
 	// policy with such a rule is refused, the one in force staying.
 	strict := mustLimiter(t, newMemstore(t), policy)
 	err := strict.RequireScopes(tiers.TransportHTTP, []string{"endpoint", "ip", "user"}, true)
-	want := `tiers: rule "both" (rules[2]) is keyed on api_key, which the http transport never fills (configure interceptor.WithAPIKey): it would apply to no request` + "\n" +
-		`tiers: rule "http-tenant" (rules[1]) is keyed on tenant, which the http transport never fills (configure interceptor.WithTenant): it would apply to no request`
+	want := `tiers: rule "both" (rules[2], line 5) is keyed on api_key, which the http transport never fills (give it a source: the policy file's identity: api_key:, or interceptor.WithAPIKey, or say when_missing: skip or deny on the rule): it would apply to no request` + "\n" +
+		`tiers: rule "http-tenant" (rules[1], line 4) is keyed on tenant, which the http transport never fills (give it a source: the policy file's identity: tenant:, or interceptor.WithTenant, or say when_missing: skip or deny on the rule): it would apply to no request`
 	if err == nil || err.Error() != want {
 		t.Fatalf("strict RequireScopes:\n got %v\nwant %s", err, want)
 	}

@@ -327,6 +327,23 @@ type Rule struct {
 	HideQuota bool
 	// OnStoreError is what the rule does when the store cannot answer.
 	OnStoreError quota.FailMode
+	// WhenMissing is what a request that lacks a scope of the rule's key
+	// (no user, no tenant, no API key, no client address, no such header)
+	// gets: "skip", the rule does not apply to it (Decision.Skipped
+	// names it), or "deny", it is denied before anything is charged
+	// (Decision.Policy the rule's name, Source floodgate.SourcePolicy,
+	// quota hidden, RetryAfter 0: waiting cannot cure it; a shadow rule,
+	// or any rule of a shadow policy, skips instead). "" (the default)
+	// skips as
+	// "skip" does, but a rule keyed on a scope the transport never fills
+	// is then reported (RequireScopes) or, strict, refused: saying skip
+	// or deny is the user's explicit choice that such requests are
+	// expected. Only on a rule with a key. YAML: when_missing.
+	WhenMissing string
+
+	// line is the rule's line in the YAML it was loaded from; 0 when
+	// built in Go.
+	line int
 	// Shadow runs the rule in dry-run mode: it is decided and reported but
 	// never denies.
 	Shadow bool

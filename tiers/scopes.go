@@ -97,6 +97,9 @@ func (d *scopeDecl) check(c *compiled) error {
 			continue
 		}
 		need := cr.key
+		if cr.missing != missingDefault {
+			need = nil // when_missing: the rule says what such requests get
+		}
 		if cr.cond != nil && len(cr.cond.headers) > 0 && !slices.Contains(need, ScopeHeader) {
 			// A header match needs the headers as a header scope does.
 			need = append(slices.Clone(need), ScopeHeader)
@@ -106,8 +109,12 @@ func (d *scopeDecl) check(c *compiled) error {
 				continue
 			}
 			if d.strict {
-				errs = append(errs, fmt.Errorf("tiers: rule %q (rules[%d]) is keyed on %s, which the %s transport never fills (%s): it would apply to no request",
-					cr.name, cr.index, s, d.name(), scopeHint(s)))
+				hint := scopeHint(s)
+				if slices.Contains(cr.key, s) {
+					hint += ", or say when_missing: skip or deny on the rule"
+				}
+				errs = append(errs, fmt.Errorf("tiers: rule %q (%s) is keyed on %s, which the %s transport never fills (%s): it would apply to no request",
+					cr.name, cr.where(), s, d.name(), hint))
 				continue
 			}
 			k := cr.name + "\x00" + s.String()
@@ -145,14 +152,23 @@ func (d *scopeDecl) sees(r *cRule) bool {
 	return grpcMethod == (d.transport == TransportGRPC)
 }
 
+// where names the rule's place in the policy: its index and, when it was
+// loaded from YAML, its line.
+func (cr *cRule) where() string {
+	if cr.line > 0 {
+		return fmt.Sprintf("rules[%d], line %d", cr.index, cr.line)
+	}
+	return fmt.Sprintf("rules[%d]", cr.index)
+}
+
 func scopeHint(s Scope) string {
 	switch s {
 	case ScopeUser:
-		return "configure interceptor.WithUser"
+		return "give it a source: the policy file's identity: user:, or interceptor.WithUser"
 	case ScopeTenant:
-		return "configure interceptor.WithTenant"
+		return "give it a source: the policy file's identity: tenant:, or interceptor.WithTenant"
 	case ScopeAPIKey:
-		return "configure interceptor.WithAPIKey"
+		return "give it a source: the policy file's identity: api_key:, or interceptor.WithAPIKey"
 	case ScopeIP:
 		return "the transport has no client address"
 	case ScopeHeader:
