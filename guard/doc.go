@@ -35,6 +35,13 @@
 //     requests in flight per stage, the store's call durations and the
 //     breaker's state, on the global providers unless WithMeterProvider
 //     and WithTracerProvider say otherwise, with no further hook;
+//   - identities: the policy file's identity: section says where the
+//     user, tenant, API key, plan tier and client address come from
+//     (headers or gRPC metadata, claims of a verified token through
+//     WithClaims, trusted proxies, the IP prefix a bucket covers), so
+//     the common cases need no Go; a rule keyed on an identity nothing
+//     provides is refused at New with its line, unless the rule says
+//     what a request without it gets (when_missing: skip or deny);
 //   - the transports: net/http middleware (HTTP), the gRPC server's
 //     interceptors (ServerOptions, UnaryServer, StreamServer) and client
 //     interceptors (DialOptions), and for connect-go what package

@@ -104,7 +104,11 @@ func (g *Guard) build(ctx context.Context, file *policyfile.File) error {
 		return err
 	}
 	g.chain = stages
-	icOpts := append([]interceptor.Option{}, g.c.icOpts...)
+	icOpts, err := g.c.identityOptions(file.Identity)
+	if err != nil {
+		return err
+	}
+	icOpts = append(icOpts, g.c.icOpts...)
 	icOpts = append(icOpts, interceptor.WithObserver(obs))
 	if g.c.mux != nil {
 		icOpts = append(icOpts, interceptor.WithServeMux(g.c.mux))
@@ -114,7 +118,11 @@ func (g *Guard) build(ctx context.Context, file *policyfile.File) error {
 		return fmt.Errorf("guard: interceptor: %w", err)
 	}
 	if err := g.ic.CheckIdentity(g.chain); err != nil {
-		return fmt.Errorf("guard: %w (give the scope a source: WithInterceptor(interceptor.WithTenant(...)), or drop it from the rule's key)", err)
+		return fmt.Errorf("guard: policy: %w", err)
+	}
+	g.targets.Identity = file.Identity
+	if g.targets.Identity == nil {
+		g.targets.Identity = &policyfile.Identity{} // a reload may not add one
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,7 @@ type config struct {
 	tp          trace.TracerProvider
 	mux         *http.ServeMux
 	icOpts      []interceptor.Option
+	claims      func(context.Context) (map[string]any, bool)
 	timeout     time.Duration
 	interval    time.Duration
 	errs        []error
@@ -190,9 +192,12 @@ func WithServeMux(mux *http.ServeMux) Option {
 }
 
 // WithInterceptor passes opts to the interceptor every transport shares:
-// where identities come from (interceptor.WithUser, WithTenant, WithTier,
-// WithAPIKey, WithTrustedProxies), costs, health paths, the deny body.
-// WithServeMux and the observer are the Guard's own.
+// costs, health paths, the deny body, and where identities come from
+// when the policy file's identity: section cannot say (an extractor of
+// your own: interceptor.WithUser(interceptor.FromHTTPRequest(...))).
+// Given after the file's identity: section, an identity option here wins
+// over the file's for that identity. WithServeMux and the observer are
+// the Guard's own.
 func WithInterceptor(opts ...interceptor.Option) Option {
 	return func(c *config) { c.icOpts = append(c.icOpts, opts...) }
 }

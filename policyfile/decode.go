@@ -35,6 +35,8 @@ var schema = map[string][]string{
 		"percentile", "backoff", "retry_after", "bypass", "smoothing", "tolerance", "long_window", "alpha", "beta",
 		"probe_every", "timeout", "wait"},
 	"concurrency.adaptive.wait": waitKeys,
+	"identity":                  {"user", "tenant", "api_key", "tier", "client_ip"},
+	"identity.client_ip":        {"header", "trusted_proxies", "ipv4_prefix", "ipv6_prefix"},
 }
 
 // reporter collects the errors of the sections, with the line of every

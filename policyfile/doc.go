@@ -1,8 +1,9 @@
 // Package policyfile owns floodgate's policy file as a whole: it loads
-// the YAML file, the rate limits (package tiers' sections) and the
-// settings of the load shedder and the concurrency limiters (the
-// shedder: and concurrency: sections), and watches it, applying every
-// change to the rate limiter and to those stages together.
+// the YAML file, the rate limits (package tiers' sections), the settings
+// of the load shedder and the concurrency limiters (the shedder: and
+// concurrency: sections) and where the transport finds identities (the
+// identity: section), and watches it, applying every change to the rate
+// limiter and to those stages together.
 //
 // What it decides: which section goes to which stage, that a reload is
 // checked against every stage before anything changes (so a reload that
@@ -23,7 +24,7 @@
 //
 // is found without reading the message.
 //
-// # The shedder: and concurrency: sections
+// # The shedder:, concurrency: and identity: sections
 //
 // Every key, with an example value; each is optional unless said
 // otherwise, and leaving one out means the stage's default. The keys are
@@ -80,6 +81,16 @@
 //	    probe_every: 60
 //	    timeout: 2s            # aimd
 //	    wait: {max: 50ms, queue: 200, order: lifo}
+//	identity:                  # where the transport finds identities (Targets.Identity)
+//	  user: header:x-user-id   # header:NAME (HTTP header or gRPC metadata) or claim:NAME
+//	  tenant: [claim:tenant, header:x-tenant-id]   # a list: the first that gives a value
+//	  api_key: header:x-api-key
+//	  tier: header:x-plan      # the caller's plan, for rate "tier"
+//	  client_ip:
+//	    header: x-forwarded-for            # or forwarded, x-real-ip; believed from these only:
+//	    trusted_proxies: [10.0.0.0/8, 192.168.1.10]
+//	    ipv4_prefix: 32        # the default of rules keyed on ip that do not say
+//	    ipv6_prefix: 64
 //
 // shedder: sets a Shedder when it has capacity, thresholds or adaptive;
 // a section with only fleet: leaves the Shedder alone. Watch refuses a
@@ -88,5 +99,10 @@
 // for a Limiter built without WithGlobal). wait: applies to the Limiter
 // of Targets.Concurrency whatever its caps (global or per key); a reload
 // without it sets the Limiter's wait back to what it had when Watch
-// started.
+// started. identity: is read when the transport is built (package guard
+// builds package interceptor's extractors from it); a header source names
+// a header your gateway or auth layer sets and strips from client
+// requests, since a client can send any header, and a claim source a
+// claim of the token your auth middleware verified. Watch refuses a
+// reload that changes identity: (restart to apply it).
 package policyfile

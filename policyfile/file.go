@@ -36,6 +36,9 @@ type File struct {
 	Wait *concurrency.Wait
 	// Adaptive sets a *concurrency.Adaptive: concurrency: adaptive:.
 	Adaptive *concurrency.AdaptiveConfig
+	// Identity is the identity: section: where the transport finds each
+	// part of a request's identity.
+	Identity *Identity
 
 	lines map[string]int // path -> line of every key of the sections
 }
@@ -79,6 +82,9 @@ func Load(data []byte) (*File, error) {
 		errs = append(errs, pe.Errs...)
 	}
 	f.Limits = p
+	if f.Identity != nil {
+		f.Identity.applyIdentity(p)
+	}
 	f.validate(rep)
 	errs = append(errs, rep.errs...)
 	if len(errs) > 0 {
@@ -87,7 +93,7 @@ func Load(data []byte) (*File, error) {
 	return f, nil
 }
 
-// sections decodes the shedder: and concurrency: sections of root into f
+// sections decodes the shedder:, concurrency: and identity: sections of root into f
 // and returns root without them, for package tiers.
 func (f *File) sections(root *yaml.Node, rep *reporter) *yaml.Node {
 	if root.Kind != yaml.MappingNode {
@@ -99,7 +105,7 @@ func (f *File) sections(root *yaml.Node, rep *reporter) *yaml.Node {
 	seen := map[string]int{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
-		if k.Kind != yaml.ScalarNode || (k.Value != "shedder" && k.Value != "concurrency") {
+		if k.Kind != yaml.ScalarNode || (k.Value != "shedder" && k.Value != "concurrency" && k.Value != "identity") {
 			rest.Content = append(rest.Content, k, v)
 			continue
 		}
@@ -113,10 +119,13 @@ func (f *File) sections(root *yaml.Node, rep *reporter) *yaml.Node {
 			continue
 		}
 		rep.lines[k.Value] = v.Line
-		if k.Value == "shedder" {
+		switch k.Value {
+		case "shedder":
 			d.shedder(v, f)
-		} else {
+		case "concurrency":
 			d.concurrency(v, f)
+		default:
+			d.identity(v, f)
 		}
 	}
 	return &rest

@@ -81,7 +81,7 @@ concurrency.adaptive.alpha: 3 and beta 0.5 must satisfy 1 <= alpha < beta (finit
 }
 
 // TestDocumentedSchema: the package documentation lists every key the
-// decoder accepts in the shedder: and concurrency: sections, and no
+// decoder accepts in the shedder:, concurrency: and identity: sections, and no
 // other, with values that load.
 func TestDocumentedSchema(t *testing.T) {
 	f, err := parser.ParseFile(token.NewFileSet(), "doc.go", nil, parser.ParseComments|parser.PackageClauseOnly)
@@ -89,7 +89,7 @@ func TestDocumentedSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := f.Doc.Text()
-	_, rest, ok := strings.Cut(doc, "# The shedder: and concurrency: sections\n")
+	_, rest, ok := strings.Cut(doc, "# The shedder:, concurrency: and identity: sections\n")
 	if !ok {
 		t.Fatal("no schema heading in the package documentation")
 	}

@@ -75,6 +75,12 @@ func check(t Targets, f *File) error {
 			stageErrors(rep, "concurrency.adaptive", f.Adaptive.Validate())
 		}
 	}
+	switch {
+	case t.Identity == nil && f.Identity != nil:
+		missing(rep, "identity", "a transport's identity", "Identity")
+	case t.Identity != nil && !sameIdentity(t.Identity, f.Identity):
+		rep.add("identity", "differs from the section the transport was built with, which reads identities as it was built: restart the service to apply it")
+	}
 	if len(rep.errs) > 0 {
 		return inFileOrder(rep.errs)
 	}

@@ -36,6 +36,11 @@ type Targets struct {
 	Concurrency *concurrency.Limiter
 	// Adaptive takes concurrency: adaptive:.
 	Adaptive *concurrency.Adaptive
+	// Identity is the identity: section the transport was built with
+	// (an empty one when the file had none): a transport builds its
+	// extractors once, so a reload whose identity: differs is refused,
+	// and nil refuses any identity: section.
+	Identity *Identity
 }
 
 // Option configures Watch; Watch reports every bad one before it polls.
