@@ -1,7 +1,9 @@
 package guard
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -68,7 +70,7 @@ func TestCheckServer(t *testing.T) {
 rules:
   - {name: plain, match: {method: /floodgate.test.v1.Echo/Plain}, rate: 2/1h}
   - {name: echo-all, match: {method: "/floodgate.test.v1.Echo/*"}, rate: 2/1h}
-  - {name: typo, match: {method: /floodgate.test.v1.Echo/Plian}, rate: 2/1h}
+  - {name: unlinked, match: {method: /other.v1.Svc/Get}, rate: 2/1h}
   - {name: other, match: {method: "/other.v1.Svc/*"}, rate: 2/1h}
   - {name: route, match: {method: "GET /v1/items/{id}"}, rate: 2/1h}
 methods:
@@ -86,7 +88,7 @@ methods:
 		t.Fatal("no error")
 	}
 	for _, want := range []string{
-		`rule "typo" (rules[2]): method "/floodgate.test.v1.Echo/Plian" matches no method the server registers`,
+		`rule "unlinked" (rules[2]): method "/other.v1.Svc/Get" matches no method the server registers`,
 		`rule "other" (rules[3]): method "/other.v1.Svc/*" matches no method`,
 		`methods: "/floodgate.test.v1.Echo/Gone" is not a method the server registers`,
 	} {
@@ -98,5 +100,36 @@ methods:
 		if strings.Contains(err.Error(), not) {
 			t.Errorf("error names %s, which matches:\n%v", not, err)
 		}
+	}
+}
+
+// TestNewChecksLinkedServices: a rule naming a method that a service
+// linked into the binary lacks is refused at New, without CheckServer;
+// a service the binary does not link is only logged (CheckServer checks
+// it against the server).
+func TestNewChecksLinkedServices(t *testing.T) {
+	t.Parallel()
+	_, err := New(context.Background(), WithInProcess(), WithLogger(quiet), WithPolicy([]byte(`
+rules:
+  - {name: plain, match: {method: /floodgate.test.v1.Echo/Plain}, rate: 2/1h}
+  - {name: typo, match: {method: /floodgate.test.v1.Echo/Plian}, rate: 2/1h}
+`)))
+	if err == nil || !strings.Contains(err.Error(), `rule "typo" (rules[1]): method "/floodgate.test.v1.Echo/Plian": service floodgate.test.v1.Echo has no method Plian (it has `) || strings.Contains(err.Error(), `"plain"`) {
+		t.Fatalf("New = %v, want typo refused", err)
+	}
+	var logs bytes.Buffer
+	g, err := New(context.Background(), WithInProcess(), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), WithPolicy([]byte(`
+rules:
+  - {name: elsewhere, match: {method: /other.v1.Svc/Get}, rate: 2/1h}
+  - {name: glob, match: {method: "/floodgate.test.v1.Echo/P*"}, rate: 2/1h}
+  - {name: glob-none, match: {method: "/floodgate.test.v1.Echo/Z*"}, rate: 2/1h}
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close(context.Background())
+	out := logs.String()
+	if !strings.Contains(out, "rule=elsewhere") || !strings.Contains(out, "rule=glob-none") || strings.Contains(out, "rule=glob ") {
+		t.Errorf("logs:\n%s\nwant elsewhere and glob-none, not glob", out)
 	}
 }

@@ -54,6 +54,9 @@ func New(ctx context.Context, opts ...Option) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{c: c}
+	if err := g.checkLinked(file.Limits); err != nil {
+		return nil, err
+	}
 	if err := g.build(ctx, file); err != nil {
 		_ = g.Close(context.Background())
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -26,15 +27,30 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-// TestReadmeHasSections keeps the top README's "With go-grpc-middleware",
-// "Redis client setup" and local-first code in step with middleware.go,
-// redis.go and localfirst.go.
+// TestReadmeHasSections keeps the top README's code in step with the
+// files it comes from: the first screen's services (examples/quickstart,
+// whole programs, with their policy.yaml) and the "With
+// go-grpc-middleware", "Redis client setup" and local-first snippets
+// (middleware.go, redis.go and localfirst.go).
 func TestReadmeHasSections(t *testing.T) {
 	top, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ file, marker string }{{"middleware.go", "snippet-grpcmw"}, {"redis.go", "snippet-redis"}, {"localfirst.go", "snippet-localfirst"}, {"quickstart.go", "snippet-quickstart"}} {
+	policy, err := os.ReadFile("../quickstart/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(top), "```yaml\n"+string(policy)+"```") {
+		t.Errorf("the top README.md does not contain examples/quickstart/policy.yaml verbatim, in a yaml block")
+	}
+	for _, tc := range []struct {
+		file, marker string
+		lines        int
+	}{
+		{"../quickstart/http/main.go", "quickstart-http", 60}, {"../quickstart/grpc/main.go", "quickstart-grpc", 60},
+		{"middleware.go", "snippet-grpcmw", 35}, {"redis.go", "snippet-redis", 35}, {"localfirst.go", "snippet-localfirst", 35},
+	} {
 		src, err := os.ReadFile(tc.file)
 		if err != nil {
 			t.Fatal(err)
@@ -46,7 +62,7 @@ func TestReadmeHasSections(t *testing.T) {
 			t.Fatalf("%s lacks the %s markers", tc.file, tc.marker)
 		}
 		snippet := strings.TrimSpace(s[i+len(begin) : j])
-		if n := strings.Count(snippet, "\n") + 1; n > 35 {
+		if n := strings.Count(snippet, "\n") + 1; n > tc.lines {
 			t.Errorf("%s: snippet is %d lines; keep it short", tc.file, n)
 		}
 		if !strings.Contains(string(top), "```go\n"+snippet+"\n```") {
@@ -285,3 +301,37 @@ rules:
 
 // one is a fleet of one instance, for newRedisLimiter.
 func one() int { return 1 }
+
+// usesGuard matches a line that calls a method of the Guard g.
+var usesGuard = regexp.MustCompile(`\bg\.[A-Z]`)
+
+// TestQuickstartLines counts the lines of Go the README's first-screen
+// services spend on floodgate: from guard.New to the deferred Close
+// (the options, the error check, the shutdown), and every other line
+// that uses the Guard. The issue that made package guard asked for at
+// most 10 per service.
+func TestQuickstartLines(t *testing.T) {
+	for _, file := range []string{"../quickstart/http/main.go", "../quickstart/grpc/main.go"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, in := 0, false
+		for line := range strings.Lines(string(src)) {
+			switch {
+			case strings.Contains(line, "g, err := guard.New("):
+				in = true
+				n++
+			case in:
+				n++
+				in = !strings.Contains(line, "defer g.Close(")
+			case usesGuard.MatchString(line):
+				n++
+			}
+		}
+		if n == 0 || n > 10 {
+			t.Errorf("%s: %d lines of floodgate, want 1 to 10", file, n)
+		}
+		t.Logf("%s: %d lines of floodgate", file, n)
+	}
+}
