@@ -26,15 +26,20 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-// TestReadmeHasSections keeps the top README's "With go-grpc-middleware",
-// "Redis client setup" and local-first code in step with middleware.go,
-// redis.go and localfirst.go.
+// TestReadmeHasSections keeps the code the top README and the docs/ pages
+// show in step with the files of this package that compile it: each page
+// holds the text between its file's markers verbatim, in a go block.
 func TestReadmeHasSections(t *testing.T) {
-	top, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct{ file, marker string }{{"middleware.go", "snippet-grpcmw"}, {"redis.go", "snippet-redis"}, {"localfirst.go", "snippet-localfirst"}, {"quickstart.go", "snippet-quickstart"}} {
+	for _, tc := range []struct{ file, marker, page string }{
+		{"quickstart.go", "snippet-quickstart", "README.md"},
+		{"middleware.go", "snippet-grpcmw", "docs/integrations.md"},
+		{"redis.go", "snippet-redis", "docs/redis.md"},
+		{"localfirst.go", "snippet-localfirst", "docs/consistency.md"},
+	} {
+		page, err := os.ReadFile("../../" + tc.page)
+		if err != nil {
+			t.Fatal(err)
+		}
 		src, err := os.ReadFile(tc.file)
 		if err != nil {
 			t.Fatal(err)
@@ -49,8 +54,8 @@ func TestReadmeHasSections(t *testing.T) {
 		if n := strings.Count(snippet, "\n") + 1; n > 35 {
 			t.Errorf("%s: snippet is %d lines; keep it short", tc.file, n)
 		}
-		if !strings.Contains(string(top), "```go\n"+snippet+"\n```") {
-			t.Errorf("the top README.md does not contain the snippet of %s verbatim, in a go block:\n%s", tc.file, snippet)
+		if !strings.Contains(string(page), "```go\n"+snippet+"\n```") {
+			t.Errorf("%s does not contain the snippet of %s verbatim, in a go block:\n%s", tc.page, tc.file, snippet)
 		}
 	}
 }
@@ -112,8 +117,9 @@ func serveLoopback(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
 	return conn
 }
 
-// TestMiddlewareSnippet runs the README's go-grpc-middleware server over
-// loopback behind a trusted proxy (127.0.0.1 forwarding X-Forwarded-For).
+// TestMiddlewareSnippet runs docs/integrations.md's go-grpc-middleware
+// server over loopback behind a trusted proxy (127.0.0.1 forwarding
+// X-Forwarded-For).
 func TestMiddlewareSnippet(t *testing.T) {
 	var (
 		mu    sync.Mutex
@@ -184,7 +190,7 @@ func TestRatelimitSnippet(t *testing.T) {
 	}
 }
 
-// TestRedisSnippet runs the README's Redis setup against a real
+// TestRedisSnippet runs docs/redis.md's Redis setup against a real
 // redis-server, then kills it: the fallback decides locally.
 func TestRedisSnippet(t *testing.T) {
 	if _, _, err := newRedisLimiter("localhost:6379", nil, one); err == nil || !strings.Contains(err.Error(), "redisstore: NewClient") {
@@ -224,10 +230,10 @@ func TestRedisSnippet(t *testing.T) {
 	}
 }
 
-// TestLocalFirstSnippet runs the README's local-first wiring against a
-// real redis-server with a policy of every kind of rule: it loads, the
-// async rule is decided by async and the leased one from a lease, the
-// settle rule settles and the max_wait rule waits.
+// TestLocalFirstSnippet runs docs/consistency.md's local-first wiring
+// against a real redis-server with a policy of every kind of rule: it
+// loads, the async rule is decided by async and the leased one from a
+// lease, the settle rule settles and the max_wait rule waits.
 func TestLocalFirstSnippet(t *testing.T) {
 	redis := redistest.Start(t)
 	obs, err := fgotel.New()
