@@ -35,6 +35,7 @@ func TestReadmeHasSections(t *testing.T) {
 		{"middleware.go", "snippet-grpcmw", "docs/integrations.md"},
 		{"redis.go", "snippet-redis", "docs/redis.md"},
 		{"localfirst.go", "snippet-localfirst", "docs/consistency.md"},
+		{"overload.go", "snippet-overload", "docs/overload.md"},
 	} {
 		page, err := os.ReadFile("../../" + tc.page)
 		if err != nil {
@@ -291,3 +292,27 @@ rules:
 
 // one is a fleet of one instance, for newRedisLimiter.
 func one() int { return 1 }
+
+// TestOverloadSnippet builds docs/overload.md's adaptive chain and admits
+// a request through it. Where the cgroup cannot be read (not Linux, no
+// /sys/fs/cgroup) cpu.New refuses, naming the file, and the chain is not
+// built: the snippet then only compiled.
+func TestOverloadSnippet(t *testing.T) {
+	chain, err := newAdaptiveChain(perIPLimiter(t, "2/1m"))
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "cpu:") {
+			t.Skipf("no cgroup to read here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if len(chain) != 3 {
+		t.Fatalf("chain of %d stages, want shedder, adaptive limit, rate limits", len(chain))
+	}
+	d, done, err := chain.Admit(t.Context(), &floodgate.Request{Method: "/x/Y"})
+	if err != nil || !d.Allowed {
+		t.Fatalf("first request: %+v, %v; want allowed", d, err)
+	}
+	if done != nil {
+		done(floodgate.Result{})
+	}
+}
