@@ -10,17 +10,17 @@ import (
 	"github.com/floodgate-go/floodgate/policyfile"
 )
 
-// readmeSection returns the README's section under heading, up to the
-// next heading of its level.
-func readmeSection(t *testing.T, heading string) string {
+// docSection returns the section of the page (a path from the repository's
+// root) under heading, up to the next heading of its level.
+func docSection(t *testing.T, page, heading string) string {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../" + page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n"+heading+"\n")
+	_, section, ok := strings.Cut("\n"+string(data), "\n"+heading+"\n")
 	if !ok {
-		t.Fatalf("README.md has no section %q", heading)
+		t.Fatalf("%s has no section %q", page, heading)
 	}
 	if i := strings.Index(section, "\n## "); i >= 0 {
 		section = section[:i]
@@ -48,15 +48,15 @@ func exampleSnippet(t *testing.T, file, marker string) string {
 	return strings.Join(lines, "")
 }
 
-// TestReadmeWait: the README's waiting section shows ExampleWithWait's
-// code verbatim (so it compiles and runs), and its policy loads with the
-// waits it describes.
+// TestReadmeWait: the waiting section of docs/overload.md shows
+// ExampleWithWait's code verbatim (so it compiles and runs), and its
+// policy loads with the waits it describes.
 func TestReadmeWait(t *testing.T) {
 	t.Parallel()
-	section := readmeSection(t, "## Waiting for a concurrency slot")
+	section := docSection(t, "docs/overload.md", "## Waiting for a concurrency slot")
 	snippet := exampleSnippet(t, "wait_example_test.go", "readme-wait")
 	if !strings.Contains(section, "```go\n"+snippet+"```") {
-		t.Errorf("the README section does not show ExampleWithWait's snippet verbatim:\n%s", snippet)
+		t.Errorf("docs/overload.md's section does not show ExampleWithWait's snippet verbatim:\n%s", snippet)
 	}
 	_, block, _ := strings.Cut(section, "```yaml\n")
 	y, _, ok := strings.Cut(block, "```")
@@ -65,10 +65,10 @@ func TestReadmeWait(t *testing.T) {
 	}
 	f, err := policyfile.Load([]byte("rules: []\n" + y))
 	if err != nil {
-		t.Fatalf("the README policy does not load: %v\n%s", err, y)
+		t.Fatalf("the policy of docs/overload.md does not load: %v\n%s", err, y)
 	}
 	if f.Wait == nil || *f.Wait != (concurrency.Wait{Max: 50 * time.Millisecond, Queue: 200, Order: concurrency.LIFO}) ||
 		f.Adaptive == nil || f.Adaptive.Wait.Max != 20*time.Millisecond {
-		t.Errorf("the README policy sets wait %+v, adaptive %+v", f.Wait, f.Adaptive)
+		t.Errorf("the policy of docs/overload.md sets wait %+v, adaptive %+v", f.Wait, f.Adaptive)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // A request that finds the cap full waits up to 50ms for a slot, newest
 // first (LIFO), critical calls ahead of the rest, at most 200 waiting;
-// the README's "Waiting for a concurrency slot" shows this snippet.
+// docs/overload.md's "Waiting for a concurrency slot" shows this snippet.
 func ExampleWithWait() {
 	// readme-wait:start
 	lim, err := concurrency.New(

@@ -17,8 +17,8 @@ import (
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
-// The README's "With connect-go" section, compiled and tested: the top
-// README holds the text between the markers verbatim.
+// docs/integrations.md's "With connect-go" section, compiled and tested:
+// the page holds the text between the markers verbatim.
 
 // snippet-connect:start
 func newEchoHandler(limits *tiers.Limiter, proxies ...string) (http.Handler, error) {
@@ -52,12 +52,12 @@ func newEchoClient(httpClient connect.HTTPClient, baseURL string) (*connect.Clie
 
 // snippet-connect:end
 
-// TestReadmeConnect: the README carries the snippet verbatim, and the
-// snippet serves: two calls a minute pass, the third is denied with its
-// details.
+// TestReadmeConnect: docs/integrations.md carries the snippet verbatim,
+// and the snippet serves: two calls a minute pass, the third is denied
+// with its details.
 func TestReadmeConnect(t *testing.T) {
 	t.Parallel()
-	top, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile("../docs/integrations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +70,8 @@ func TestReadmeConnect(t *testing.T) {
 	if !ok {
 		t.Fatal("readme_test.go lacks the snippet-connect markers")
 	}
-	if !strings.Contains(string(top), "```go\n"+strings.TrimSpace(snippet)+"\n```") {
-		t.Errorf("the top README.md does not contain the connect snippet verbatim, in a go block:\n%s", snippet)
+	if !strings.Contains(string(page), "```go\n"+strings.TrimSpace(snippet)+"\n```") {
+		t.Errorf("docs/integrations.md does not contain the connect snippet verbatim, in a go block:\n%s", snippet)
 	}
 
 	h, err := newEchoHandler(perUser(t), "10.0.0.0/8")

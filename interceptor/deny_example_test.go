@@ -16,9 +16,9 @@ import (
 	"github.com/floodgate-go/floodgate/interceptor"
 )
 
-// The README's "Your own error format" section, compiled and tested
-// (TestReadmeDenyResponse): the README holds the text between the
-// markers verbatim.
+// docs/denials.md's "Your own error format" section, compiled and tested
+// (TestReadmeDenyResponse): the page holds the text between the markers
+// verbatim.
 
 // snippet-deny:start
 // Kong's format: its error_code as the status, {"message": error_message}
@@ -75,9 +75,9 @@ func ExampleWithDenyResponse() {
 	// {"message":"API rate limit exceeded","retry_after_ms":1500}
 }
 
-// TestReadmeDenyResponse: the top README carries the snippet verbatim.
+// TestReadmeDenyResponse: docs/denials.md carries the snippet verbatim.
 func TestReadmeDenyResponse(t *testing.T) {
-	top, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile("../docs/denials.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestReadmeDenyResponse(t *testing.T) {
 	if !ok {
 		t.Fatal("deny_example_test.go lacks the snippet-deny markers")
 	}
-	if !strings.Contains(string(top), "```go\n"+strings.TrimSpace(snippet)+"\n```") {
-		t.Errorf("the top README.md does not contain the deny snippet verbatim, in a go block:\n%s", snippet)
+	if !strings.Contains(string(page), "```go\n"+strings.TrimSpace(snippet)+"\n```") {
+		t.Errorf("docs/denials.md does not contain the deny snippet verbatim, in a go block:\n%s", snippet)
 	}
 }

@@ -13,17 +13,17 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-// readmeYAML returns the first yaml block of the README section under
-// heading.
-func readmeYAML(t *testing.T, heading string) string {
+// docYAML returns the first yaml block of the section under heading of a
+// documentation page (a path from the repository's root: docs/policy.md).
+func docYAML(t *testing.T, page, heading string) string {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../" + page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n"+heading+"\n")
+	_, section, ok := strings.Cut("\n"+string(data), "\n"+heading+"\n")
 	if !ok {
-		t.Fatalf("README.md has no section %q", heading)
+		t.Fatalf("%s has no section %q", page, heading)
 	}
 	if i := strings.Index(section, "\n#"); i >= 0 {
 		section = section[:i]
@@ -36,11 +36,11 @@ func readmeYAML(t *testing.T, heading string) string {
 	return y
 }
 
-// The README's calendar policy loads with what the section says: a
+// The calendar policy of docs/policy.md loads with what the section says: a
 // monthly rule in Europe/Berlin and a weekly one starting Monday, both
 // fixed windows.
 func TestReadmeCalendarPolicy(t *testing.T) {
-	p, err := tiers.Load([]byte(readmeYAML(t, "### Plan quotas: calendar windows")))
+	p, err := tiers.Load([]byte(docYAML(t, "docs/policy.md", "## Plan quotas: calendar windows")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,12 +51,12 @@ func TestReadmeCalendarPolicy(t *testing.T) {
 	}
 }
 
-// The README's partial-grant policy and snippet: a batch of 150 events
-// from a user is granted the user's 100; the user's next batch, nothing.
-// The snippet between the markers is the README's, verbatim.
+// The partial-grant policy and snippet of docs/policy.md: a batch of 150
+// events from a user is granted the user's 100; the user's next batch,
+// nothing. The snippet between the markers is the page's, verbatim.
 func TestReadmePartialPolicy(t *testing.T) {
 	clk := clock.New(time.Unix(1_800_000_000, 0))
-	limits := mustLimiter(t, newMemstore(t, memstore.WithClock(clk)), readmeYAML(t, "### Partial grants for batch endpoints"), tiers.WithClock(clk))
+	limits := mustLimiter(t, newMemstore(t, memstore.WithClock(clk)), docYAML(t, "docs/policy.md", "## Partial grants for batch endpoints"), tiers.WithClock(clk))
 	ctx := context.Background()
 	batch := make([]string, 150)
 	id := floodgate.Identity{Tenant: "acme", User: "ann"}
@@ -87,11 +87,11 @@ func TestReadmePartialPolicy(t *testing.T) {
 	for line := range strings.Lines(body) {
 		snippet.WriteString(strings.TrimPrefix(line, "\t"))
 	}
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../docs/policy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(data), "```go\n"+snippet.String()+"```") {
-		t.Errorf("the README's partial-grant section does not show this test's snippet verbatim:\n%s", snippet.String())
+		t.Errorf("the partial-grant section of docs/policy.md does not show this test's snippet verbatim:\n%s", snippet.String())
 	}
 }

@@ -11,17 +11,17 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-// TestReadmePolicies: every YAML policy of the top README.md's policy
-// sections loads, so the documented syntax is the syntax.
+// TestReadmePolicies: the YAML policy of each section of docs/policy.md
+// named here loads, so the documented syntax is the syntax.
 func TestReadmePolicies(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../docs/policy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, heading := range []string{"## The policy\n", "### Several windows per limit\n", "### Matching and keying on headers\n", "### Dark launch and gradual roll-out\n"} {
-		_, section, ok := strings.Cut(string(data), "\n"+heading)
+	for _, heading := range []string{"# The policy\n", "## Several windows per limit\n", "## Matching and keying on headers\n", "## Dark launch and gradual roll-out\n"} {
+		_, section, ok := strings.Cut("\n"+string(data), "\n"+heading)
 		if !ok {
-			t.Errorf("README.md has no section %q", heading)
+			t.Errorf("docs/policy.md has no section %q", heading)
 			continue
 		}
 		if i := strings.Index(section, "\n#"); i >= 0 {
@@ -34,16 +34,16 @@ func TestReadmePolicies(t *testing.T) {
 			continue
 		}
 		if _, err := tiers.Load([]byte(y)); err != nil {
-			t.Errorf("the policy of README section %q does not load: %v\n%s", heading, err, y)
+			t.Errorf("the policy of docs/policy.md section %q does not load: %v\n%s", heading, err, y)
 		}
 	}
 }
 
-// TestReadmeOneSlot: the README's one-slot policy loads, and every bucket
+// TestReadmeOneSlot: the one-slot policy of docs/redis.md loads, and every bucket
 // of a request with all identity components shares one Redis Cluster hash
 // tag, its tenant's.
 func TestReadmeOneSlot(t *testing.T) {
-	y := readmeYAML(t, "### One slot per request")
+	y := docYAML(t, "docs/redis.md", "## One slot per request")
 	p, err := tiers.Load([]byte(y))
 	if err != nil {
 		t.Fatalf("the policy does not load: %v\n%s", err, y)

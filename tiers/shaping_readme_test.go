@@ -8,20 +8,20 @@ import (
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
-// TestReadmeShapingPolicies: the YAML of the README's settlement and
-// max_wait sections loads, and says what the sections say it does.
+// TestReadmeShapingPolicies: the YAML of the settlement and max_wait
+// sections of docs/policy.md loads, and says what the sections say it does.
 func TestReadmeShapingPolicies(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../docs/policy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for heading, check := range map[string]func(p *tiers.Policy) bool{
-		"### Charge after the response: settlement\n": func(p *tiers.Policy) bool { return p.Rules[0].Settle },
-		"### Shape instead of deny: max_wait\n":       func(p *tiers.Policy) bool { return p.Rules[0].MaxWait > 0 && p.Rules[0].MaxWaiters == 32 },
+		"## Charge after the response: settlement\n": func(p *tiers.Policy) bool { return p.Rules[0].Settle },
+		"## Shape instead of deny: max_wait\n":       func(p *tiers.Policy) bool { return p.Rules[0].MaxWait > 0 && p.Rules[0].MaxWaiters == 32 },
 	} {
 		_, section, ok := strings.Cut(string(data), "\n"+heading)
 		if !ok {
-			t.Errorf("README.md has no section %q", heading)
+			t.Errorf("docs/policy.md has no section %q", heading)
 			continue
 		}
 		if i := strings.Index(section, "\n#"); i >= 0 {
@@ -35,11 +35,11 @@ func TestReadmeShapingPolicies(t *testing.T) {
 		}
 		p, err := tiers.Load([]byte(y))
 		if err != nil {
-			t.Errorf("the policy of README section %q does not load: %v\n%s", heading, err, y)
+			t.Errorf("the policy of docs/policy.md section %q does not load: %v\n%s", heading, err, y)
 			continue
 		}
 		if !check(p) {
-			t.Errorf("the policy of README section %q does not set what the section is about: %+v", heading, p.Rules)
+			t.Errorf("the policy of docs/policy.md section %q does not set what the section is about: %+v", heading, p.Rules)
 		}
 	}
 }

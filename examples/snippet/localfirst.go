@@ -14,9 +14,9 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
-// The README's local-first wiring ("Where a decision is made"), compiled
-// and run against a real redis-server by this package's tests: the README
-// holds the text between the markers verbatim.
+// docs/consistency.md's local-first wiring ("Where a decision is made"),
+// compiled and run against a real redis-server by this package's tests: the
+// page holds the text between the markers verbatim.
 
 // snippet-localfirst:start
 func newLocalFirstLimiter(ctx context.Context, client redis.UniversalClient, obs *otel.Observer, policy *tiers.Policy) (*tiers.Limiter, func(context.Context) error, error) {

@@ -1,6 +1,6 @@
-// Command snippet is the chain shown in examples/README.md (and the top
-// README), compiled and tested so the two never drift apart: the README holds
-// the text between the snippet markers below, verbatim.
+// Command snippet is the chain shown in examples/README.md (and in
+// docs/chain.md), compiled and tested so they never drift apart: both pages
+// hold the text between the snippet markers below, verbatim.
 //
 //	cd examples && go run ./snippet
 package main

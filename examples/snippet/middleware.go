@@ -16,8 +16,8 @@ import (
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
-// The README's "With go-grpc-middleware" section, compiled and tested
-// (readme_test.go): the README holds the text between the markers verbatim.
+// docs/integrations.md's "With go-grpc-middleware" section, compiled and
+// tested (readme_test.go): the page holds the text between the markers verbatim.
 
 // snippet-grpcmw:start
 func newMiddlewareServer(limits *tiers.Limiter, proxies []netip.Prefix, logger logging.Logger) (*grpc.Server, error) {

@@ -27,11 +27,10 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
-// TestReadmeHasSections keeps the top README's code in step with the
-// files it comes from: the first screen's services (examples/quickstart,
-// whole programs, with their policy.yaml) and the "With
-// go-grpc-middleware", "Redis client setup" and local-first snippets
-// (middleware.go, redis.go and localfirst.go).
+// TestReadmeHasSections keeps the code the top README and the docs/ pages
+// show in step with the files that compile it: each page holds the text
+// between its file's markers verbatim, in a go block. The README's first
+// screen is whole programs (examples/quickstart) with their policy.yaml.
 func TestReadmeHasSections(t *testing.T) {
 	top, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -45,12 +44,20 @@ func TestReadmeHasSections(t *testing.T) {
 		t.Errorf("the top README.md does not contain examples/quickstart/policy.yaml verbatim, in a yaml block")
 	}
 	for _, tc := range []struct {
-		file, marker string
-		lines        int
+		file, marker, page string
+		lines              int
 	}{
-		{"../quickstart/http/main.go", "quickstart-http", 60}, {"../quickstart/grpc/main.go", "quickstart-grpc", 60},
-		{"middleware.go", "snippet-grpcmw", 35}, {"redis.go", "snippet-redis", 35}, {"localfirst.go", "snippet-localfirst", 35},
+		{"../quickstart/http/main.go", "quickstart-http", "README.md", 60},
+		{"../quickstart/grpc/main.go", "quickstart-grpc", "README.md", 60},
+		{"middleware.go", "snippet-grpcmw", "docs/integrations.md", 35},
+		{"redis.go", "snippet-redis", "docs/redis.md", 35},
+		{"localfirst.go", "snippet-localfirst", "docs/consistency.md", 35},
+		{"overload.go", "snippet-overload", "docs/overload.md", 35},
 	} {
+		page, err := os.ReadFile("../../" + tc.page)
+		if err != nil {
+			t.Fatal(err)
+		}
 		src, err := os.ReadFile(tc.file)
 		if err != nil {
 			t.Fatal(err)
@@ -65,8 +72,8 @@ func TestReadmeHasSections(t *testing.T) {
 		if n := strings.Count(snippet, "\n") + 1; n > tc.lines {
 			t.Errorf("%s: snippet is %d lines; keep it short", tc.file, n)
 		}
-		if !strings.Contains(string(top), "```go\n"+snippet+"\n```") {
-			t.Errorf("the top README.md does not contain the snippet of %s verbatim, in a go block:\n%s", tc.file, snippet)
+		if !strings.Contains(string(page), "```go\n"+snippet+"\n```") {
+			t.Errorf("%s does not contain the snippet of %s verbatim, in a go block:\n%s", tc.page, tc.file, snippet)
 		}
 	}
 }
@@ -128,8 +135,9 @@ func serveLoopback(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
 	return conn
 }
 
-// TestMiddlewareSnippet runs the README's go-grpc-middleware server over
-// loopback behind a trusted proxy (127.0.0.1 forwarding X-Forwarded-For).
+// TestMiddlewareSnippet runs docs/integrations.md's go-grpc-middleware
+// server over loopback behind a trusted proxy (127.0.0.1 forwarding
+// X-Forwarded-For).
 func TestMiddlewareSnippet(t *testing.T) {
 	var (
 		mu    sync.Mutex
@@ -200,7 +208,7 @@ func TestRatelimitSnippet(t *testing.T) {
 	}
 }
 
-// TestRedisSnippet runs the README's Redis setup against a real
+// TestRedisSnippet runs docs/redis.md's Redis setup against a real
 // redis-server, then kills it: the fallback decides locally.
 func TestRedisSnippet(t *testing.T) {
 	if _, _, err := newRedisLimiter("localhost:6379", nil, one); err == nil || !strings.Contains(err.Error(), "redisstore: NewClient") {
@@ -240,10 +248,10 @@ func TestRedisSnippet(t *testing.T) {
 	}
 }
 
-// TestLocalFirstSnippet runs the README's local-first wiring against a
-// real redis-server with a policy of every kind of rule: it loads, the
-// async rule is decided by async and the leased one from a lease, the
-// settle rule settles and the max_wait rule waits.
+// TestLocalFirstSnippet runs docs/consistency.md's local-first wiring
+// against a real redis-server with a policy of every kind of rule: it
+// loads, the async rule is decided by async and the leased one from a
+// lease, the settle rule settles and the max_wait rule waits.
 func TestLocalFirstSnippet(t *testing.T) {
 	redis := redistest.Start(t)
 	obs, err := fgotel.New()
@@ -333,5 +341,29 @@ func TestQuickstartLines(t *testing.T) {
 			t.Errorf("%s: %d lines of floodgate, want 1 to 10", file, n)
 		}
 		t.Logf("%s: %d lines of floodgate", file, n)
+	}
+}
+
+// TestOverloadSnippet builds docs/overload.md's adaptive chain and admits
+// a request through it. Where the cgroup cannot be read (not Linux, no
+// /sys/fs/cgroup) cpu.New refuses, naming the file, and the chain is not
+// built: the snippet then only compiled.
+func TestOverloadSnippet(t *testing.T) {
+	chain, err := newAdaptiveChain(perIPLimiter(t, "2/1m"))
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "cpu:") {
+			t.Skipf("no cgroup to read here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if len(chain) != 3 {
+		t.Fatalf("chain of %d stages, want shedder, adaptive limit, rate limits", len(chain))
+	}
+	d, done, err := chain.Admit(t.Context(), &floodgate.Request{Method: "/x/Y"})
+	if err != nil || !d.Allowed {
+		t.Fatalf("first request: %+v, %v; want allowed", d, err)
+	}
+	if done != nil {
+		done(floodgate.Result{})
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
-// The README's "Redis client setup" section, compiled and tested
-// (readme_test.go): the README holds the text between the markers verbatim.
+// docs/redis.md's "Redis client setup" section, compiled and tested
+// (readme_test.go): the page holds the text between the markers verbatim.
 
 // snippet-redis:start
 // instances counts the live instances sharing the limits, for the
