@@ -60,13 +60,15 @@ func (c *config) fail(format string, args ...any) {
 }
 
 // WithPolicyFile loads the policy from the YAML file at path (rules,
-// tiers, and the shedder: and concurrency: sections) and watches it: a
+// tiers, and the shedder:, concurrency: and identity: sections; see
+// package policyfile) and watches it: a
 // change takes effect within two intervals (WithPolicyInterval, default
 // 1s), and a file that fails to load leaves the policy in force and is
 // logged with the line of each error. A shedder: or concurrency: section
 // removed later returns its stage to what the file said at New (the
-// default when it said nothing then). Give exactly one of WithPolicyFile
-// and WithPolicy.
+// default when it said nothing then); a change to identity: is refused
+// until a restart, since the transports read identities as built. Give
+// exactly one of WithPolicyFile and WithPolicy.
 func WithPolicyFile(path string) Option {
 	return func(c *config) {
 		c.hasPolicy++
@@ -181,7 +183,10 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithServeMux names each HTTP request by the pattern mux routes it to,
 // so the policy's rules match "GET /v1/items/{id}" wherever the
-// middleware is mounted (around mux, or under an outer router).
+// middleware is mounted (around mux, or under an outer router). Without
+// it an HTTP request is named as package interceptor names it by default
+// (the pattern of the ServeMux that routed it, when one did before the
+// middleware).
 func WithServeMux(mux *http.ServeMux) Option {
 	return func(c *config) {
 		if mux == nil {
