@@ -188,18 +188,19 @@ func (l *Limiter) try(r *floodgate.Request) (floodgate.Decision, floodgate.Done,
 		nheld int
 	)
 	for _, k := range l.keys {
-		key, ok := k.key(r)
+		c := k.cfg.Load()
+		key, ok := c.Key(r)
 		if !ok {
 			continue
 		}
-		e, n, err := k.acquire(key)
+		e, n, err := k.acquire(c, key)
 		if e == nil {
 			l.releaseHeld(held[:nheld])
-			return l.deny(r, k.name, k.cap, floodgate.SourceConcurrency), nil, false, err
+			return l.deny(r, c.Name, c.Cap, floodgate.SourceConcurrency), nil, false, err
 		}
 		held[nheld] = e
 		nheld++
-		b.offer(k.name, k.cap, k.cap-n)
+		b.offer(c.Name, c.Cap, c.Cap-n)
 	}
 	return l.allow(r, &b, floodgate.SourceConcurrency), l.localDone(held[:nheld]), false, nil
 }
@@ -281,14 +282,13 @@ func (t *ticket) releaseLocal(floodgate.Result) {
 // keyLimit is one per-key cap on this instance: sharded maps of key ->
 // entry, entries deleted at count 0 and recycled.
 type keyLimit struct {
-	l       *Limiter
-	name    string
-	cap     int64
-	key     KeyFunc
-	maxKeys int64
-	size    atomic.Int64
-	seed    maphash.Seed
-	shards  [numShards]shard
+	l *Limiter
+	// cfg is the cap's description, MaxKeys defaulted; SetPerKey swaps
+	// it. A request reads it once, so it decides by one description.
+	cfg    atomic.Pointer[PerKey]
+	size   atomic.Int64
+	seed   maphash.Seed
+	shards [numShards]shard
 }
 
 const (
@@ -318,7 +318,8 @@ type entry struct {
 }
 
 func newKeyLimit(l *Limiter, c PerKey) *keyLimit {
-	k := &keyLimit{l: l, name: c.Name, cap: c.Cap, key: c.Key, maxKeys: int64(c.MaxKeys), seed: maphash.MakeSeed()}
+	k := &keyLimit{l: l, seed: maphash.MakeSeed()}
+	k.cfg.Store(&c)
 	for i := range k.shards {
 		k.shards[i].m = make(map[string]*entry)
 	}
@@ -329,15 +330,15 @@ func (k *keyLimit) shardOf(key string) *shard {
 	return &k.shards[maphash.String(k.seed, key)%numShards]
 }
 
-// acquire takes a slot for key. It returns the entry and the count after
-// taking it, or a nil entry with the current count (and ErrTooManyKeys when
-// the key table is full).
-func (k *keyLimit) acquire(key string) (*entry, int64, error) {
+// acquire takes a slot for key under c, the cap's description. It
+// returns the entry and the count after taking it, or a nil entry with
+// the current count (and ErrTooManyKeys when the key table is full).
+func (k *keyLimit) acquire(c *PerKey, key string) (*entry, int64, error) {
 	sh := k.shardOf(key)
 	sh.mu.Lock()
 	e := sh.m[key]
 	if e == nil || e.n == 0 { // a new or idle key becomes active
-		if k.size.Add(1) > k.maxKeys {
+		if k.size.Add(1) > int64(c.MaxKeys) {
 			k.size.Add(-1)
 			sh.mu.Unlock()
 			return nil, 0, ErrTooManyKeys
@@ -356,7 +357,7 @@ func (k *keyLimit) acquire(key string) (*entry, int64, error) {
 		e.sh, e.key = sh, key
 		sh.m[key] = e
 	}
-	if e.n >= k.cap {
+	if e.n >= c.Cap {
 		n := e.n
 		sh.mu.Unlock()
 		return nil, n, nil

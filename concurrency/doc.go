@@ -164,9 +164,10 @@
 // Reconfigure changes every setting at run time (a policy reload, see
 // package policyfile) except the Clock, the Wait included, keeping the limit learnt so far
 // clamped to the new [Min, Max]; Limiter.SetGlobal does the same for a
-// Limiter's global cap. The policy file's concurrency: section carries
-// these settings (adaptive:, global:) and policyfile.Watch applies them on
-// every reload.
+// Limiter's global cap, and Limiter.SetPerKey for one of its per-key caps
+// (its Cap, Key and MaxKeys; a cap is added by New only). The policy
+// file's concurrency: section carries these settings (adaptive:, global:,
+// per_key:) and policyfile.Watch applies them on every reload.
 //
 // # Configuration
 //

@@ -48,7 +48,7 @@ func (l *Limiter) Tracked(name string) (int, bool) {
 
 func (l *Limiter) keyLimit(name string) *keyLimit {
 	for _, k := range l.keys {
-		if k.name == name {
+		if k.cfg.Load().Name == name {
 			return k
 		}
 	}

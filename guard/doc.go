@@ -25,12 +25,15 @@
 //   - the four stages, in the order that keeps every promise: the
 //     priority load shedder (the policy's shedder: section; without one
 //     an adaptive capacity that starts at 64 requests in flight and
-//     follows the service's latency, never below 8), then the fleet-wide
-//     shedder when the policy has shedder: fleet:, the in-flight limiter
-//     (concurrency: global:, 1024 without it) and the adaptive one when
-//     the policy has concurrency: adaptive:, then the hierarchical rate
-//     limits. A request shed or refused a slot is never charged a rate
-//     limit;
+//     follows the service's latency, never below 8; a cpu_target there
+//     is read against the container's CPU, package shedder/cpu), then
+//     the fleet-wide shedder when the policy has shedder: fleet:, the
+//     in-flight limiter (concurrency: global:, 1024 without it, and the
+//     per-key caps of concurrency: per_key:, which are made at New: a
+//     reload changes them, and one added later waits for a restart) and
+//     the adaptive one when the policy has concurrency: adaptive:, then
+//     the hierarchical rate limits. A request shed or refused a slot is
+//     never charged a rate limit;
 //   - OpenTelemetry: every decision's span attributes and metrics, the
 //     requests in flight per stage, the store's call durations and the
 //     breaker's state, on the global providers unless WithMeterProvider

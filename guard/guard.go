@@ -15,7 +15,6 @@ import (
 	"github.com/floodgate-go/floodgate/interceptor"
 	fgotel "github.com/floodgate-go/floodgate/otel"
 	"github.com/floodgate-go/floodgate/policyfile"
-	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -133,20 +132,15 @@ func (g *Guard) build(ctx context.Context, file *policyfile.File) error {
 // newStages builds the stages in chain order, each counted in flight by
 // the observer, and the targets the policy watch reconfigures.
 func (g *Guard) newStages(file *policyfile.File, st *stores) (floodgate.Chain, error) {
-	shed, err := shedder.New(defaultShedStart, shedder.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: defaultShedMin}))
+	shed, err := g.newShedder(file)
 	if err != nil {
-		return nil, fmt.Errorf("guard: shedder: %w", err)
-	}
-	if file.Shedder != nil {
-		if err := shed.Reconfigure(*file.Shedder); err != nil {
-			return nil, fmt.Errorf("guard: policy shedder: %w", err)
-		}
+		return nil, err
 	}
 	global := int64(defaultMaxInFlight)
 	if file.Global > 0 {
 		global = file.Global
 	}
-	conc, err := concurrency.New(concurrency.WithGlobal(global))
+	conc, err := concurrency.New(inFlightOptions(global, file)...)
 	if err != nil {
 		return nil, fmt.Errorf("guard: in-flight limiter: %w", err)
 	}

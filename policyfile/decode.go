@@ -29,8 +29,9 @@ var schema = map[string][]string{
 	"shedder.adaptive":       adaptiveCapacityKeys,
 	"shedder.fleet":          {"capacity", "reserve", "adaptive"},
 	"shedder.fleet.adaptive": adaptiveCapacityKeys,
-	"concurrency":            {"global", "wait", "adaptive"},
+	"concurrency":            {"global", "wait", "adaptive", "per_key"},
 	"concurrency.wait":       waitKeys,
+	"concurrency.per_key":    {"name", "key", "cap", "max_keys"},
 	"concurrency.adaptive": {"name", "algorithm", "initial", "min", "max", "window", "min_samples", "max_samples",
 		"percentile", "backoff", "retry_after", "bypass", "smoothing", "tolerance", "long_window", "alpha", "beta",
 		"probe_every", "timeout", "wait"},
@@ -77,7 +78,8 @@ func (r *reporter) add(path, msg string) {
 }
 
 // parent strips the last key of a path: "shedder.adaptive.max" ->
-// "shedder.adaptive"; the sections' paths have no list indices.
+// "shedder.adaptive", "concurrency.per_key[0].cap" ->
+// "concurrency.per_key[0]" -> "concurrency".
 func parent(path string) string {
 	if i := strings.LastIndexByte(path, '.'); i >= 0 {
 		return path[:i]
@@ -130,7 +132,7 @@ func (d *decoder) fields(n *yaml.Node, path string, set func(key string, v *yaml
 }
 
 func known(path, key string) bool {
-	for _, k := range schema[path] {
+	for _, k := range schema[schemaPath(path)] {
 		if k == key {
 			return true
 		}
@@ -331,6 +333,8 @@ func (d *decoder) concurrency(n *yaml.Node, f *File) {
 			f.Wait = d.wait(v, fp)
 		case "adaptive":
 			f.Adaptive = d.adaptiveConcurrency(v, fp)
+		case "per_key":
+			f.PerKey = d.perKey(v, fp)
 		}
 	})
 }

@@ -30,9 +30,9 @@
 // otherwise, and leaving one out means the stage's default. The keys are
 // the snake_case names of the Go fields (shedder.Config,
 // shedder.Thresholds, shedder.AdaptiveCapacity, fleetshed.Config,
-// concurrency.AdaptiveConfig, concurrency.Wait), with the same defaults and the same
-// validation. Numbers must be greater than 0 and durations are strings
-// ("100ms").
+// concurrency.PerKey, concurrency.AdaptiveConfig, concurrency.Wait), with
+// the same defaults and the same validation. Numbers must be greater than
+// 0 and durations are strings ("100ms").
 //
 //	shedder:                   # a *shedder.Shedder (Targets.Shedder)
 //	  capacity: 200            # fixed; with adaptive, where it starts (default min)
@@ -56,6 +56,11 @@
 //	      tolerance: 1.5, headroom: 1.25, growth: 0.1, backoff: 0.9, cpu_target: 0.9}
 //	concurrency:
 //	  global: 500              # a *concurrency.Limiter built WithGlobal (Targets.Concurrency)
+//	  per_key:                 # that Limiter's caps per key (WithPerKey; Limiter.SetPerKey)
+//	    - name: per-user-in-flight   # required: the cap's policy name in decisions
+//	      key: user            # required: user, tenant or api_key, the identity counted
+//	      cap: 8               # required: the most requests in flight per key
+//	      max_keys: 10000      # the most keys in flight at once (concurrency.DefaultMaxKeys)
 //	  wait:                    # that Limiter's requests wait for a slot (Limiter.SetWait)
 //	    max: 50ms              # the longest wait; leave wait out to deny at once
 //	    queue: 200             # the most requests waiting
@@ -99,7 +104,14 @@
 // for a Limiter built without WithGlobal). wait: applies to the Limiter
 // of Targets.Concurrency whatever its caps (global or per key); a reload
 // without it sets the Limiter's wait back to what it had when Watch
-// started. identity: is read when the transport is built (package guard
+// started. per_key: sets the per-key caps of that Limiter by name: a
+// reload changes a cap's key, cap and max_keys, and a cap the file leaves
+// out returns to what it was when Watch started; a cap the Limiter was
+// built without is refused (a cap is made with the Limiter, so adding one
+// takes a restart). A request without the identity a cap's key names is
+// not counted by it.
+//
+// identity: is read when the transport is built (package guard
 // builds package interceptor's extractors from it); a header source names
 // a header your gateway or auth layer sets and strips from client
 // requests, since a client can send any header, and a claim source a

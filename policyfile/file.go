@@ -31,6 +31,10 @@ type File struct {
 	// Global is the global cap of a *concurrency.Limiter built
 	// WithGlobal: concurrency: global:.
 	Global int64
+	// PerKey are the per-key caps of that *concurrency.Limiter
+	// (concurrency.WithPerKey, Limiter.SetPerKey): concurrency: per_key:.
+	// A loaded file's key functions read the identity its key: names.
+	PerKey []concurrency.PerKey
 	// Wait is how long a request waits for a slot of that
 	// *concurrency.Limiter (Limiter.SetWait): concurrency: wait:.
 	Wait *concurrency.Wait
@@ -168,6 +172,7 @@ func (f *File) validate(rep *reporter) {
 	if f.Global < 0 {
 		rep.add("concurrency.global", fmt.Sprintf("%d must be at least 1", f.Global))
 	}
+	validatePerKey(rep, f)
 	if f.Wait != nil {
 		stageErrors(rep, "concurrency.wait", f.Wait.Validate())
 	}

@@ -15,6 +15,7 @@ type base struct {
 	shedder  shedder.Config
 	fleet    *fleetshed.Config
 	global   int64
+	perKey   []concurrency.PerKey
 	wait     concurrency.Wait
 	adaptive concurrency.AdaptiveConfig
 }
@@ -27,6 +28,7 @@ func capture(t Targets) base {
 	b.fleet = fleetBase(t)
 	if t.Concurrency != nil {
 		b.global = t.Concurrency.Global()
+		b.perKey = t.Concurrency.PerKeyCaps()
 		b.wait = t.Concurrency.Wait()
 	}
 	if t.Adaptive != nil {
@@ -61,6 +63,7 @@ func check(t Targets, f *File) error {
 			rep.add("concurrency.global", "the Limiter was built without WithGlobal, so it has no global cap to set")
 		}
 	}
+	checkPerKey(rep, t, f)
 	if f.Wait != nil {
 		if t.Concurrency == nil {
 			missing(rep, "concurrency.wait", "a concurrency Limiter's", "Concurrency")
@@ -112,6 +115,7 @@ func apply(t Targets, f *File, b base) error {
 			w = *f.Wait
 		}
 		errs = append(errs, t.Concurrency.SetWait(w))
+		errs = append(errs, applyPerKey(t, f, b.perKey)...)
 	}
 	if t.Adaptive != nil {
 		c := b.adaptive

@@ -31,8 +31,9 @@ type Targets struct {
 	Shedder *shedder.Shedder
 	// Fleet takes shedder: fleet:.
 	Fleet *fleetshed.Shedder
-	// Concurrency takes concurrency: global:; it must be built
-	// WithGlobal.
+	// Concurrency takes concurrency: global: (it must be built
+	// WithGlobal for it), wait: and per_key: (the caps it was built
+	// with, by name).
 	Concurrency *concurrency.Limiter
 	// Adaptive takes concurrency: adaptive:.
 	Adaptive *concurrency.Adaptive

@@ -207,6 +207,7 @@ func stageNotes(f *policyfile.File) []string {
 		{f.Shedder != nil, "shedder: sets a shedder.Shedder's capacity and thresholds (policyfile.Targets.Shedder)"},
 		{f.Fleet != nil, "shedder.fleet: sets a fleetshed.Shedder's capacity (policyfile.Targets.Fleet)"},
 		{f.Global > 0, "concurrency.global: sets a concurrency.Limiter's global cap (policyfile.Targets.Concurrency)"},
+		{len(f.PerKey) > 0, "concurrency.per_key: sets the per-key caps a concurrency.Limiter was built with, by name (policyfile.Targets.Concurrency)"},
 		{f.Wait != nil, "concurrency.wait: sets how long a concurrency.Limiter's requests wait for a slot (policyfile.Targets.Concurrency)"},
 		{f.Adaptive != nil, "concurrency.adaptive: sets a concurrency.Adaptive's limit (policyfile.Targets.Adaptive)"},
 	} {

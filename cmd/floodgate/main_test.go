@@ -180,7 +180,7 @@ func TestValidateNotes(t *testing.T) {
 func TestValidateStageSections(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "stages.yaml")
-	os.WriteFile(good, []byte("rules: []\nshedder:\n  capacity: 50\nconcurrency:\n  global: 100\n"), 0o644)
+	os.WriteFile(good, []byte("rules: []\nshedder:\n  capacity: 50\nconcurrency:\n  global: 100\n  per_key:\n    - {name: per-user, key: user, cap: 4}\n"), 0o644)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("rules: []\nshedder:\n  adaptive: {min: 10, max: 5}\n"), 0o644)
 	var out, errOut bytes.Buffer
@@ -189,7 +189,8 @@ func TestValidateStageSections(t *testing.T) {
 	}
 	want := good + ": ok (0 rules, 0 tiers, 0 overrides)\n" +
 		"  shedder: sets a shedder.Shedder's capacity and thresholds (policyfile.Targets.Shedder)\n" +
-		"  concurrency.global: sets a concurrency.Limiter's global cap (policyfile.Targets.Concurrency)\n"
+		"  concurrency.global: sets a concurrency.Limiter's global cap (policyfile.Targets.Concurrency)\n" +
+		"  concurrency.per_key: sets the per-key caps a concurrency.Limiter was built with, by name (policyfile.Targets.Concurrency)\n"
 	if out.String() != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)
 	}

@@ -12,32 +12,28 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/floodgate-go/floodgate/examples/internal/exampletest"
-	"github.com/floodgate-go/floodgate/examples/internal/stack"
+	"github.com/floodgate-go/floodgate/guard"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
 )
 
 // startServer serves Shop.Search behind the same chain and policy as
-// examples/grpc (a test cannot import a main package; examples/grpc's own
-// test covers that program) and returns its address.
+// examples/grpc, built by guard (a test cannot import a main package;
+// examples/grpc's own test covers that program), and returns its address.
 func startServer(t *testing.T) string {
 	t.Helper()
-	st, err := stack.New(t.Context(), stack.Config{PolicyPath: "../policy.yaml", Logger: slog.New(slog.DiscardHandler)})
+	g, err := guard.New(t.Context(), guard.WithPolicyFile("../policy.yaml"), guard.WithInProcess(),
+		guard.WithLogger(slog.New(slog.DiscardHandler)),
+		guard.WithInterceptor(
+			interceptor.WithUser(interceptor.FromHeader("x-user")),
+			interceptor.WithTenant(interceptor.FromHeader("x-tenant")),
+			interceptor.WithTier(interceptor.FromHeader("x-tier")),
+		))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close(context.Background()) })
-	opts := []interceptor.Option{
-		interceptor.WithUser(interceptor.FromHeader("x-user")),
-		interceptor.WithTenant(interceptor.FromHeader("x-tenant")),
-		interceptor.WithTier(interceptor.FromHeader("x-tier")),
-	}
-	fg := interceptor.MustNew(opts...)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		fg.UnaryServer(st.Shed),
-		fg.UnaryServer(st.Conc),
-		fg.UnaryServer(st.Limits),
-	))
+	t.Cleanup(func() { g.Close(context.Background()) })
+	srv := grpc.NewServer(g.ServerOptions()...)
 	shoppb.RegisterShopServer(srv, search{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func adaptiveGauges(t *testing.T, metrics string) (capacity, limit float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capacity, ok1 := exampletest.Gauge(string(body), "shop_adaptive_shedder_capacity")
+	capacity, ok1 := exampletest.Gauge(string(body), "shop_shedder_capacity")
 	limit, ok2 := exampletest.Gauge(string(body), "shop_adaptive_in_flight_limit")
 	if !ok1 || !ok2 {
 		t.Fatalf("/metrics has no adaptive gauges:\n%s", body)
@@ -35,19 +36,20 @@ func adaptiveGauges(t *testing.T, metrics string) (capacity, limit float64) {
 	return capacity, limit
 }
 
-// With -adaptive the shedder's capacity is learnt, not fixed: it starts
-// at 8, and under a load of slow searches beyond it (48 at once, 200ms
-// each, long enough that a noisy machine's jitter is small beside it) the
-// shedder sheds the excess at first (UNAVAILABLE) and then raises its
-// capacity, which /metrics shows; payments (critical) are never refused
-// meanwhile. It runs with -cpu-target 0, on latency alone: on a shared
-// machine the container's CPU is busy with other work, and the CPU signal
-// would rightly hold the capacity where it is. The load is bounded: at
-// most 200 rounds, at most 15 s.
+// With the policy's overload stages made adaptive (exampletest.Adaptive,
+// as policy.yaml's comments say) the shedder's capacity is learnt, not
+// fixed: it starts at 8, and under a load of slow searches beyond it (48
+// at once, 200ms each, long enough that a noisy machine's jitter is small
+// beside it) the shedder sheds the excess at first (UNAVAILABLE) and then
+// raises its capacity, which /metrics shows; payments (critical) are never
+// refused meanwhile. It runs without a cpu_target, on latency alone: on a
+// shared machine the container's CPU is busy with other work, and the CPU
+// signal would rightly hold the capacity where it is. The load is bounded:
+// at most 200 rounds, at most 15 s.
 func TestGRPCExampleAdaptive(t *testing.T) {
-	policy := exampletest.PolicyWith(t, "../policy.yaml", "", exampletest.ExemptLoopback...)
+	policy := exampletest.PolicyWith(t, "../policy.yaml", "", slices.Concat(exampletest.ExemptLoopback, exampletest.Adaptive)...)
 	out := exampletest.Start(t, run, "-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-policy", policy,
-		"-work", "200ms", "-redis", "", "-adaptive", "-cpu-target", "0")
+		"-work", "200ms", "-redis", "")
 	addr := out.WaitFor(t, listening, 1, 10*time.Second)[1]
 	metrics := out.WaitFor(t, metricsAt, 1, time.Second)[1]
 	capacity0, limit0 := adaptiveGauges(t, metrics)

@@ -50,7 +50,7 @@ func TestGRPCExampleRedisModes(t *testing.T) {
 		"-redis", (&url.URL{Scheme: "redis", Host: srv.Addr()}).String())
 	addr := out.WaitFor(t, listening, 1, 10*time.Second)[1]
 	metrics := out.WaitFor(t, metricsAt, 1, time.Second)[1]
-	out.WaitFor(t, regexp.MustCompile(`store:\s+Redis at `+regexp.QuoteMeta(srv.Addr())+`.*local-first`), 1, time.Second)
+	out.WaitFor(t, regexp.MustCompile(`store:\s+Redis at redis://`+regexp.QuoteMeta(srv.Addr())), 1, time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
 

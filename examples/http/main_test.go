@@ -200,7 +200,7 @@ func TestHTTPExample(t *testing.T) {
 func TestHTTPExampleRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	api, metrics, _, out := start(t, "-redis", (&url.URL{Scheme: "redis", Host: srv.Addr()}).String())
-	out.WaitFor(t, regexp.MustCompile(`store:\s+Redis at `+regexp.QuoteMeta(srv.Addr())), 1, time.Second)
+	out.WaitFor(t, regexp.MustCompile(`store:\s+Redis at redis://`+regexp.QuoteMeta(srv.Addr())), 1, time.Second)
 	codes, limited, _ := burst(t, api, "alice", 20)
 	if limited == nil || limited.Header.Get("RateLimit-Policy") != `"search-user";q=5;w=1` {
 		t.Fatalf("no search-user 429 against Redis: %v", codes)
@@ -241,7 +241,7 @@ func TestHTTPExampleBadInput(t *testing.T) {
 		t.Errorf("missing policy: err = %v", err)
 	}
 	err = run(t.Context(), []string{"-policy", "../policy.yaml", "-redis", "mysql://x"}, out)
-	if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+	if err == nil || !strings.Contains(err.Error(), "WithRedisURL") || !strings.Contains(err.Error(), "invalid URL scheme: mysql") {
 		t.Errorf("bad Redis URL: err = %v", err)
 	}
 }

@@ -44,7 +44,7 @@ func TestHTTPExampleRedisModes(t *testing.T) {
 		"-redis", (&url.URL{Scheme: "redis", Host: srv.Addr()}).String())
 	api := out.WaitFor(t, listening, 1, 10*time.Second)[1]
 	metrics := out.WaitFor(t, metricsAt, 1, time.Second)[1]
-	out.WaitFor(t, regexp.MustCompile(`store:\s+Redis at `+regexp.QuoteMeta(srv.Addr())+`.*local-first`), 1, time.Second)
+	out.WaitFor(t, regexp.MustCompile(`store:\s+Redis at redis://`+regexp.QuoteMeta(srv.Addr())), 1, time.Second)
 
 	for i := range 3 {
 		if resp, body := get(t, "GET", api+"/v1/search?q=lamp", "X-User", "dave"); resp.StatusCode != http.StatusOK {

@@ -8,6 +8,12 @@
 // store (in-process, or Redis when a URL is given) and an optional Redis
 // fault change.
 //
+// It wires the chain from the packages below package guard, by hand:
+// its report draws each state change of the fallback's circuit breaker
+// when it happens and quotes the fallback's counters (fallback.Stats),
+// and each run keeps its buckets under a key prefix of its own, so that
+// runs on one Redis start alike; guard hands out none of these.
+//
 // # The report
 //
 // Every chart of the HTML report is a panel of one SVG drawn on one time

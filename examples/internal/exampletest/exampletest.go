@@ -163,6 +163,18 @@ func Decisions(text string, labels ...string) float64 {
 // address meets the overload stages, not the per-IP rate limits.
 var ExemptLoopback = []string{"exempt:                      # never limited: internal monitoring\n", "exempt:\n  - 127.0.0.1/32\n"}
 
+// Adaptive are PolicyWith replacement pairs that make the example
+// policy's overload stages adaptive, as its comments say: the shedder's
+// capacity learnt between 8 and 256 (on latency alone, without a
+// cpu_target: on a shared machine the container's CPU is busy with
+// other work, and the CPU signal would rightly hold the capacity where it
+// is), and an adaptive in-flight limit between 8 and 128 (Gradient2) that
+// never refuses critical calls.
+var Adaptive = []string{
+	"\nshedder:\n  capacity: 64\n", "\nshedder:\n  adaptive: {min: 8, max: 256}\n",
+	"\n  per_key:\n", "\n  adaptive: {min: 8, max: 128, bypass: critical}\n  per_key:\n",
+}
+
 // Gauge returns the value of the unlabelled-or-labelled series name in
 // the Prometheus exposition text (the first one), and whether there is
 // one.

@@ -265,7 +265,13 @@ type stores struct {
 }
 
 // newStore returns the store: in process, or Redis behind the fallback;
-// either way behind a local-first store for leased and async rules.
+// either way behind a local-first store for leased and async rules. It is
+// the stack package guard builds, wired here by hand: RLQS charges the
+// store beneath (the ledger), -instances is a fixed count where guard
+// counts a fleet's live members, -key-prefix names the buckets, and
+// guard.New refuses a rule keyed on a scope its interceptor never fills,
+// which the rules keyed on the descriptors' scopes (tenant, header:...)
+// are.
 func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *slog.Logger) (stores, error) {
 	var (
 		exact  quota.Store
