@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/concurrency/fleetconc"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/seam"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 )
@@ -41,7 +42,7 @@ func WithLogFields() interceptor.Option {
 type logFields struct{}
 
 func (logFields) Observe(ctx context.Context, r *floodgate.Request, d floodgate.Decision, _ error) {
-	if interceptor.InStreamMessage(ctx) {
+	if seam.InStreamMessage(ctx) {
 		return
 	}
 	logging.AddFields(ctx, decisionFields(r, d))

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/seam"
 	"github.com/floodgate-go/floodgate/internal/testpb"
 )
 
@@ -127,7 +128,7 @@ func TestWithClientAddrNil(t *testing.T) {
 	}
 }
 
-// TestInStreamMessage: the decision as a stream opens is not marked, the
+// TestInStreamMessage: as module grpcmw reads it (seam.InStreamMessage), the decision as a stream opens is not marked, the
 // per-message decisions are, and unary calls never are.
 func TestInStreamMessage(t *testing.T) {
 	t.Parallel()
@@ -137,7 +138,7 @@ func TestInStreamMessage(t *testing.T) {
 	)
 	obs := floodgate.ObserverFunc(func(ctx context.Context, _ *floodgate.Request, _ floodgate.Decision, _ error) {
 		mu.Lock()
-		seen = append(seen, InStreamMessage(ctx))
+		seen = append(seen, seam.InStreamMessage(ctx))
 		mu.Unlock()
 	})
 	fg := MustNew(WithPerMessage(), WithObserver(obs))
@@ -172,9 +173,9 @@ func TestInStreamMessage(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []bool{false, false, true, true}; !slices.Equal(seen, want) {
-		t.Errorf("InStreamMessage per decision = %v, want %v (unary, stream open, 2 messages)", seen, want)
+		t.Errorf("seam.InStreamMessage per decision = %v, want %v (unary, stream open, 2 messages)", seen, want)
 	}
-	if InStreamMessage(context.Background()) {
-		t.Error("InStreamMessage(Background) = true")
+	if seam.InStreamMessage(context.Background()) {
+		t.Error("seam.InStreamMessage(Background) = true")
 	}
 }

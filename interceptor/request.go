@@ -170,7 +170,7 @@ type call struct {
 // built.
 func (cl *call) peer(ctx context.Context) netip.Addr {
 	if cl.grpcMethod && cl.remoteAddr == "" {
-		return peerAddr(ctx) // a gRPC call; a Gate's call names its peer
+		return peerAddr(ctx) // a gRPC call; a seam.Gate call names its peer
 	}
 	if ap, err := netip.ParseAddrPort(cl.remoteAddr); err == nil {
 		return normalize(ap.Addr())
