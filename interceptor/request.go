@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 	floodgatev1 "github.com/floodgate-go/floodgate/proto/floodgate/v1"
 )
 
@@ -225,12 +226,12 @@ func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call)
 // should be made from one Interceptor.
 func (i *Interceptor) request(ctx context.Context, cl *call) (*floodgate.Request, context.Context) {
 	if r, ok := floodgate.FromContext(ctx); ok {
-		if floodgate.Origin(ctx) != i && i.changes(r.Method) {
+		if reqctx.Origin(ctx) != i && i.changes(r.Method) {
 			i.logForeign(cl.method)
 		}
 		return r, ctx
 	}
-	nctx, r := floodgate.NewRequestContext(ctx, i)
+	nctx, r := reqctx.New[floodgate.Request](ctx, i)
 	i.build(ctx, r, cl)
 	return r, nctx
 }

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 )
 
 // Call is one call of a transport package interceptor does not serve
@@ -202,7 +203,7 @@ func CallResult(ctx context.Context, code codes.Code) floodgate.Result {
 // cost.
 func Result(ctx context.Context, o floodgate.Outcome) floodgate.Result {
 	res := floodgate.Result{Outcome: o}
-	res.Cost, res.HasCost = floodgate.ReportedCost(ctx)
+	res.Cost, res.HasCost = reqctx.Cost(ctx)
 	return res
 }
 
