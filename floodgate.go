@@ -19,7 +19,7 @@ import (
 // source named a priority; stages then use their configured default.
 type Priority uint8
 
-// Priorities, least important first.
+// Priorities, least important first, and how many there are.
 const (
 	// PriorityUnspecified means nothing set the priority.
 	PriorityUnspecified Priority = iota
@@ -32,11 +32,12 @@ const (
 	// PriorityCritical is traffic the service must keep serving (payments,
 	// auth); the worker-utilisation shedder never sheds it.
 	PriorityCritical
-)
 
-// NumPriorities is the number of Priority values including
-// PriorityUnspecified; arrays indexed by Priority use it as their length.
-const NumPriorities = int(PriorityCritical) + 1
+	// NumPriorities is the number of Priority values including
+	// PriorityUnspecified; arrays indexed by Priority use it as their
+	// length.
+	NumPriorities = int(PriorityCritical) + 1
+)
 
 var priorityNames = [NumPriorities]string{"unspecified", "test", "read", "write", "critical"}
 

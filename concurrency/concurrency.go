@@ -12,7 +12,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Defaults.
+// Defaults and bounds.
 const (
 	// DefaultRetryAfter is the RetryAfter of a deny.
 	DefaultRetryAfter = 100 * time.Millisecond
@@ -20,6 +20,8 @@ const (
 	DefaultPolicy = "concurrency"
 	// DefaultMaxKeys is a per-key cap's MaxKeys when it is 0.
 	DefaultMaxKeys = 10_000
+	// DefaultQueue is Wait.Queue when it is 0.
+	DefaultQueue = 1000
 	// MaxPerKeyCaps is the most per-key caps one Limiter holds (and the
 	// most fleet caps a fleetconc.Limiter holds); it keeps Admit free of
 	// allocations.

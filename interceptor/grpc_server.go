@@ -23,11 +23,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/seam"
 )
 
-// PushbackTrailer is the gRPC trailer (gRFC A6) carrying how many
-// milliseconds a client should wait before retrying; grpc-go's built-in
-// retry policy reads it.
-const PushbackTrailer = "grpc-retry-pushback-ms"
-
 // healthPrefix is the gRPC health service; its calls are never limited.
 const healthPrefix = "/grpc.health.v1.Health/"
 

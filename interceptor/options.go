@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -33,11 +34,23 @@ const (
 	XRealIP
 )
 
-// Default values.
+// What the server and the client put on the wire, and their defaults.
 const (
 	// DefaultDomain is the google.rpc.ErrorInfo domain unless WithDomain
 	// names another.
 	DefaultDomain = "floodgate-go.github.io"
+	// PushbackTrailer is the gRPC trailer (gRFC A6) carrying how many
+	// milliseconds a client should wait before retrying; grpc-go's
+	// built-in retry policy reads it.
+	PushbackTrailer = "grpc-retry-pushback-ms"
+	// ReasonClientThrottled is the google.rpc.ErrorInfo reason of a call
+	// the client throttled itself, without sending it (WithThrottle).
+	ReasonClientThrottled = "CLIENT_THROTTLED"
+	// DefaultThrottleK is Throttle.K unless set: the client keeps sending
+	// while its requests stay under twice what the server accepts.
+	DefaultThrottleK = 2
+	// DefaultThrottleWindow is Throttle.Window unless set.
+	DefaultThrottleWindow = 30 * time.Second
 )
 
 type config struct {
@@ -59,7 +72,7 @@ type config struct {
 
 	methods     map[string]floodgate.MethodOptions
 	annotations bool
-	cost        CostFunc // WithCost
+	cost        func(ctx context.Context, method string, md Metadata) int64 // WithCost
 
 	// builds is set by every option that changes how the Request is
 	// built; see Interceptor.request.

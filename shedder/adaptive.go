@@ -17,19 +17,6 @@ import (
 // cgroup-aware one; tests pass a fake.
 type CPUMeter = core.CPUMeter
 
-// Defaults of AdaptiveCapacity.
-const (
-	DefaultAdaptiveWindow     = core.DefaultAdaptiveWindow
-	DefaultAdaptiveMinSamples = core.DefaultAdaptiveMinSamples
-	DefaultAdaptiveHistory    = core.DefaultAdaptiveHistory
-	DefaultAdaptiveProbe      = core.DefaultAdaptiveProbe
-	DefaultAdaptiveTolerance  = core.DefaultAdaptiveTolerance
-	DefaultAdaptiveHeadroom   = core.DefaultAdaptiveHeadroom
-	DefaultAdaptiveGrowth     = core.DefaultAdaptiveGrowth
-	DefaultAdaptiveBackoff    = core.DefaultAdaptiveBackoff
-	DefaultAdaptiveMax        = core.DefaultAdaptiveMax
-)
-
 // AdaptiveCapacity makes the capacity follow the service instead of a
 // hand-tuned number (WithAdaptiveCapacity, fleetshed.WithAdaptiveCapacity, or
 // a policy file's shedder: adaptive: section). The package documentation
