@@ -146,9 +146,9 @@
 // proxy is the client. An unparsable, "unknown" or obfuscated hop stops the
 // walk at the last address a trusted proxy vouched for. A client sending
 // X-Forwarded-For from an untrusted address is identified by that address.
-// When another middleware before floodgate already resolved the client
-// (go-grpc-middleware's realip), WithClientAddr takes its answer instead,
-// and falls back to the walk above when it has none.
+// When go-grpc-middleware's realip already resolved the client before
+// floodgate, module grpcmw's WithRealIP takes its answer instead, and
+// falls back to the walk above when it has none.
 //
 // The address resolved is unmapped (an IPv4-mapped IPv6 address is the
 // IPv4 address) and has no zone. Rate limits key it by network, not by

@@ -7,12 +7,13 @@ import (
 	"github.com/floodgate-go/floodgate/internal/seam"
 )
 
-// The seam for adapters of other transports (module connectmw): a Gate
-// over an Interceptor, and a Retrier with the client options (see package
-// internal/seam).
+// The seam for the nested modules of this repository (see package
+// internal/seam): a Gate over an Interceptor and a Retrier with the client
+// options for connectmw, the client address option for grpcmw.
 func init() {
 	seam.SetNewGate(func(i *Interceptor, a floodgate.Admitter) seam.Gate { return i.gate(a) })
 	seam.SetNewRetrier(newRetrier)
+	seam.SetWithClientAddr(withClientAddr)
 }
 
 // gate is the seam.Gate of an Interceptor: it admits the calls of a

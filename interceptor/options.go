@@ -65,7 +65,7 @@ type config struct {
 
 	trusted    []netip.Prefix
 	ipHeader   ClientIPHeader
-	clientAddr func(context.Context) (netip.Addr, bool) // WithClientAddr
+	clientAddr func(context.Context) (netip.Addr, bool) // withClientAddr
 
 	user, tenant, apiKey, tier Extractor
 	priorityHeader             string
@@ -87,10 +87,9 @@ type config struct {
 	strictIdentity bool
 
 	// HTTP only.
-	route          func(*http.Request) string
-	mux            *http.ServeMux
-	methodFallback bool
-	legacyHeaders  bool
+	route         func(*http.Request) string
+	mux           *http.ServeMux
+	legacyHeaders bool
 }
 
 func newConfig(opts []Option) (*config, error) {
@@ -367,9 +366,13 @@ func WithPerMessage() Option {
 }
 
 // WithRoute sets how the HTTP middleware names a request when r.Pattern is
-// empty (the middleware wraps the mux instead of the handlers in it). The
-// function must return a bounded set of names (route templates, not raw
-// paths): every name may become a rate-limit key.
+// empty (the middleware wraps the mux instead of the handlers in it); a
+// request route names "" is named as without it. The function must return
+// a bounded set of names (route templates): every name may become a
+// rate-limit key. Raw paths are unbounded (IDs in paths), so name a
+// request by its path only when paths are few:
+//
+//	interceptor.WithRoute(func(r *http.Request) string { return r.Method + " " + r.URL.Path })
 func WithRoute(route func(r *http.Request) string) Option {
 	return func(c *config) {
 		c.builds = true
@@ -394,15 +397,6 @@ func WithServeMux(mux *http.ServeMux) Option {
 			return
 		}
 		c.mux = mux
-	}
-}
-
-// WithMethodPathFallback names a request "METHOD /path" when no route
-// pattern is known. Raw paths are unbounded (IDs in paths), so this is
-// opt-in: only use it when paths are few.
-func WithMethodPathFallback() Option {
-	return func(c *config) {
-		c.builds, c.methodFallback = true, true
 	}
 }
 

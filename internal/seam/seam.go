@@ -1,22 +1,26 @@
 // Package seam is what package interceptor lends the adapters of other
-// transports in this repository, which are modules of their own: module
-// connectmw admits Connect calls through a Gate and retries a Connect
-// client's calls through a Retrier; module grpcmw's log fields ask
-// InStreamMessage. A user reaches these through those modules (or package
-// guard), never through this package.
+// transports and middleware in this repository, which are modules of
+// their own: module connectmw admits Connect calls through a Gate and
+// retries a Connect client's calls through a Retrier; module grpcmw hands
+// the client address go-grpc-middleware's realip resolved to the
+// Interceptor (WithClientAddr) and its log fields ask InStreamMessage. A
+// user reaches these through those modules (or package guard), never
+// through this package.
 //
 // What it decides: how an admitted call that ended with a gRPC code is
 // released (CallResult, CodeOutcome, which package interceptor's own
 // gRPC interceptors use too) and how a per-message decision is marked in
 // its context. Everything else is package interceptor's: it supplies
-// NewGate and NewRetrier when it is linked (SetNewGate and SetNewRetrier,
-// from its init), with the Interceptor's options and the client options.
+// NewGate, NewRetrier and WithClientAddr when it is linked (SetNewGate,
+// SetNewRetrier and SetWithClientAddr, from its init), over its own
+// types.
 package seam
 
 import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -132,13 +136,14 @@ type Retrier interface {
 	Wait(ctx context.Context, n int, err error, trailer metadata.MD) bool
 }
 
-// newGate and newRetrier are what SetNewGate and SetNewRetrier were
-// given: funcs over package interceptor's own types, which this package
-// cannot name (interceptor imports it).
-var newGate, newRetrier any
+// newGate, newRetrier and withClientAddr are what SetNewGate,
+// SetNewRetrier and SetWithClientAddr were given: funcs over package
+// interceptor's own types, which this package cannot name (interceptor
+// imports it).
+var newGate, newRetrier, withClientAddr any
 
-// errUnlinked is the error of NewGate and NewRetrier when package
-// interceptor did not supply them with the types the caller passes.
+// errUnlinked is the error of NewGate, NewRetrier and WithClientAddr when
+// package interceptor did not supply them with the types the caller uses.
 var errUnlinked = errors.New("seam: package interceptor did not supply this constructor for these types")
 
 // SetNewGate is how package interceptor supplies NewGate, from its init:
@@ -172,6 +177,30 @@ func NewRetrier[O any](opts ...O) (Retrier, error) {
 		return nil, errUnlinked
 	}
 	return f(opts...)
+}
+
+// SetWithClientAddr is how package interceptor supplies WithClientAddr,
+// from its init: f returns the interceptor.Option taking the client
+// address from addr.
+func SetWithClientAddr[O any](f func(addr func(ctx context.Context) (netip.Addr, bool)) O) {
+	withClientAddr = f
+}
+
+// WithClientAddr returns the interceptor.Option (O) that takes the client
+// address (Identity.IP) from addr, a function over the call's context,
+// instead of resolving it from the peer and the forwarding header: how a
+// middleware that already resolved the client, and runs before floodgate,
+// hands its answer over (go-grpc-middleware v2's realip.FromContext has
+// this signature). When addr reports false or an invalid address, the
+// address is resolved as without the option. The error is for an O that
+// is not interceptor.Option.
+func WithClientAddr[O any](addr func(ctx context.Context) (netip.Addr, bool)) (O, error) {
+	f, ok := withClientAddr.(func(func(context.Context) (netip.Addr, bool)) O)
+	if !ok {
+		var zero O
+		return zero, errUnlinked
+	}
+	return f(addr), nil
 }
 
 // CodeOutcome classifies how an admitted call that ended with the gRPC

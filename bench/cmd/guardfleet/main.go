@@ -65,6 +65,10 @@ func main() {
 	}
 }
 
+// byPath names each request "METHOD /path": the service has a handful of
+// paths and no mux.
+var byPath = interceptor.WithRoute(func(r *http.Request) string { return r.Method + " " + r.URL.Path })
+
 func serve(mode string, port int, redisURL string) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
@@ -73,7 +77,7 @@ func serve(mode string, port int, redisURL string) error {
 	switch mode {
 	case "guard":
 		g, err := guard.New(context.Background(), guard.WithPolicy([]byte(policy)), guard.WithRedisURL(redisURL),
-			guard.WithService("shop"), guard.WithLogger(logger), guard.WithInterceptor(interceptor.WithMethodPathFallback()))
+			guard.WithService("shop"), guard.WithLogger(logger), guard.WithInterceptor(byPath))
 		if err != nil {
 			return err
 		}
@@ -99,7 +103,7 @@ func serve(mode string, port int, redisURL string) error {
 		if err != nil {
 			return err
 		}
-		fg, err := interceptor.New(interceptor.WithMethodPathFallback())
+		fg, err := interceptor.New(byPath)
 		if err != nil {
 			return err
 		}
