@@ -44,8 +44,10 @@ type PerKey struct {
 	// Cap is the most requests in flight per key, fleet-wide. Required: at
 	// least 1.
 	Cap int64
-	// Key computes the key. Required: nil is an error.
-	Key concurrency.KeyFunc
+	// Key computes the key a request is counted under, as
+	// concurrency.PerKey.Key does (ok false: the cap does not apply to
+	// r). Required: nil is an error.
+	Key func(r *floodgate.Request) (key string, ok bool)
 	// Client is the Redis client. Required: nil is an error. Each key is
 	// one Redis key, so Redis Cluster works too.
 	Client redis.UniversalClient
@@ -210,7 +212,7 @@ var (
 type fleetLimit struct {
 	name       string
 	cap        int64
-	key        concurrency.KeyFunc
+	key        func(*floodgate.Request) (string, bool)
 	client     redis.UniversalClient
 	prefix     string // Prefix + Name + ":"
 	leaseMs    int64
