@@ -7,9 +7,10 @@ import (
 	"math"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 )
 
 // Priority is the importance of a request to the load shedder. Higher values
@@ -18,7 +19,7 @@ import (
 // source named a priority; stages then use their configured default.
 type Priority uint8
 
-// Priorities, least important first.
+// Priorities, least important first, and how many there are.
 const (
 	// PriorityUnspecified means nothing set the priority.
 	PriorityUnspecified Priority = iota
@@ -31,11 +32,12 @@ const (
 	// PriorityCritical is traffic the service must keep serving (payments,
 	// auth); the worker-utilisation shedder never sheds it.
 	PriorityCritical
-)
 
-// NumPriorities is the number of Priority values including
-// PriorityUnspecified; arrays indexed by Priority use it as their length.
-const NumPriorities = int(PriorityCritical) + 1
+	// NumPriorities is the number of Priority values including
+	// PriorityUnspecified; arrays indexed by Priority use it as their
+	// length.
+	NumPriorities = int(PriorityCritical) + 1
+)
 
 var priorityNames = [NumPriorities]string{"unspecified", "test", "read", "write", "critical"}
 
@@ -103,7 +105,8 @@ type Identity struct {
 
 // Request is the transport-neutral view of one call that every stage decides
 // on. The first floodgate interceptor on a call builds it once and stores it
-// in the context (NewRequestContext); later interceptors reuse it.
+// in the context (FromContext finds it), in one allocation with the
+// context; later interceptors reuse it.
 type Request struct {
 	// Method is the gRPC full method ("/pkg.Svc/Method") or the HTTP route
 	// pattern ("GET /v1/items/{id}").
@@ -148,55 +151,12 @@ func (r *Request) Header(name string) string {
 	return ""
 }
 
-type requestKey struct{}
-
-type originKey struct{}
-
-// NewRequestContext returns a context carrying a new, empty Request, and that
-// Request, in a single allocation: the way transports start a call. origin
-// identifies what built the Request (a transport's configuration; it may be
-// nil) and is what Origin reports, so that a later layer can tell whether it
-// would have built the same Request.
-func NewRequestContext(parent context.Context, origin any) (context.Context, *Request) {
-	c := &requestContext{Context: parent, origin: origin}
-	return c, &c.r
-}
-
-// requestContext is a context node and the Request it carries, allocated
-// together. Done, Err and Deadline are the parent's (embedded), so
-// context.WithCancel below it still finds the parent's cancellation without a
-// goroutine.
-type requestContext struct {
-	context.Context
-	r      Request
-	origin any
-	cost   atomic.Int64 // ReportCost's value plus one; 0 when none was reported
-}
-
-type costKey struct{}
-
-func (c *requestContext) Value(key any) any {
-	switch key {
-	case requestKey{}:
-		return &c.r
-	case originKey{}:
-		return c.origin
-	case costKey{}:
-		return c
-	}
-	return c.Context.Value(key)
-}
-
-// FromContext returns the Request stored in ctx by NewRequestContext, if
-// any.
+// FromContext returns the Request a floodgate interceptor stored in ctx
+// (the first floodgate interceptor of a call builds it; the handler and
+// every later stage find it here), if any.
 func FromContext(ctx context.Context) (*Request, bool) {
-	r, ok := ctx.Value(requestKey{}).(*Request)
-	return r, ok
+	return reqctx.Request[Request](ctx)
 }
-
-// Origin returns the origin given to NewRequestContext for the Request in
-// ctx, or nil.
-func Origin(ctx context.Context) any { return ctx.Value(originKey{}) }
 
 // MethodOptions are the floodgate settings of one method (a gRPC full
 // method or an HTTP route pattern): what one call costs and how important
@@ -428,32 +388,16 @@ var Ignored = Result{Outcome: OutcomeIgnored, HasCost: true}
 // stage's Done as Result.Cost when the request finishes. A handler calls it
 // once it knows the cost (tokens generated, rows scanned); a later call
 // replaces an earlier one. It returns an error, and records nothing, when
-// n is negative or ctx carries no Request built by NewRequestContext (the
-// handler is not behind a floodgate interceptor).
+// n is negative or ctx carries no Request of a floodgate interceptor (the
+// handler is not behind one).
 func ReportCost(ctx context.Context, n int64) error {
 	if n < 0 {
 		return fmt.Errorf("floodgate: ReportCost: negative cost %d", n)
 	}
-	c, ok := ctx.Value(costKey{}).(*requestContext)
-	if !ok {
+	if !reqctx.SetCost(ctx, n) {
 		return errors.New("floodgate: ReportCost: the context carries no floodgate request (is the handler behind a floodgate interceptor?)")
 	}
-	c.cost.Store(n + 1)
 	return nil
-}
-
-// ReportedCost returns the cost last given to ReportCost for the request in
-// ctx, and whether one was given. Transports call it when the request
-// finishes to fill Result.Cost and Result.HasCost.
-func ReportedCost(ctx context.Context) (int64, bool) {
-	c, ok := ctx.Value(costKey{}).(*requestContext)
-	if !ok {
-		return 0, false
-	}
-	if v := c.cost.Load(); v > 0 {
-		return v - 1, true
-	}
-	return 0, false
 }
 
 // Admitter is one stage of the chain.

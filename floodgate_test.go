@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 )
 
 func TestParsePriority(t *testing.T) {
@@ -191,16 +192,16 @@ func TestRequestContext(t *testing.T) {
 	type key struct{}
 	parent := context.WithValue(context.Background(), key{}, "v")
 	origin := new(int)
-	ctx, r := floodgate.NewRequestContext(parent, origin)
+	ctx, r := reqctx.New[floodgate.Request](parent, origin)
 	r.Method = "/a.B/C"
 	got, ok := floodgate.FromContext(ctx)
 	if !ok || got != r || got.Method != "/a.B/C" {
 		t.Fatal("request not found in its context")
 	}
-	if floodgate.Origin(ctx) != origin {
+	if reqctx.Origin(ctx) != origin {
 		t.Fatal("Origin does not report the origin the request was built with")
 	}
-	if floodgate.Origin(parent) != nil {
+	if reqctx.Origin(parent) != nil {
 		t.Fatal("a context without a request has an origin")
 	}
 	if ctx.Value(key{}) != "v" {
@@ -263,10 +264,13 @@ func TestChainReleasesEveryStageForAnyLength(t *testing.T) {
 	}
 }
 
-func TestNewRequestContext(t *testing.T) {
+// TestRequestContextNode: the context a transport starts a call with
+// (reqctx.New) carries the Request, its parent's values and cancellation,
+// in one allocation.
+func TestRequestContextNode(t *testing.T) {
 	type otherKey struct{}
 	parent, cancel := context.WithCancel(context.WithValue(context.Background(), otherKey{}, "v"))
-	ctx, r := floodgate.NewRequestContext(parent, nil)
+	ctx, r := reqctx.New[floodgate.Request](parent, nil)
 	r.Method = "/a.B/C"
 	got, ok := floodgate.FromContext(ctx)
 	if !ok || got != r || got.Method != "/a.B/C" {
@@ -282,8 +286,8 @@ func TestNewRequestContext(t *testing.T) {
 	if ctx.Err() != context.Canceled {
 		t.Fatalf("Err = %v", ctx.Err())
 	}
-	if n := testing.AllocsPerRun(100, func() { sinkCtx, _ = floodgate.NewRequestContext(context.Background(), nil) }); n != 1 {
-		t.Fatalf("NewRequestContext allocates %v times, want 1", n)
+	if n := testing.AllocsPerRun(100, func() { sinkCtx, _ = reqctx.New[floodgate.Request](context.Background(), nil) }); n != 1 {
+		t.Fatalf("reqctx.New allocates %v times, want 1", n)
 	}
 }
 
@@ -293,12 +297,12 @@ func TestReportCost(t *testing.T) {
 	if err := floodgate.ReportCost(context.Background(), 3); err == nil {
 		t.Fatal("ReportCost without a floodgate request succeeded")
 	}
-	if _, ok := floodgate.ReportedCost(context.Background()); ok {
-		t.Fatal("ReportedCost without a floodgate request reported one")
+	if _, ok := reqctx.Cost(context.Background()); ok {
+		t.Fatal("reqctx.Cost without a floodgate request reported one")
 	}
-	ctx, _ := floodgate.NewRequestContext(context.Background(), nil)
-	if n, ok := floodgate.ReportedCost(ctx); ok || n != 0 {
-		t.Fatalf("ReportedCost before any report = %d, %v; want 0, false", n, ok)
+	ctx, _ := reqctx.New[floodgate.Request](context.Background(), nil)
+	if n, ok := reqctx.Cost(ctx); ok || n != 0 {
+		t.Fatalf("reqctx.Cost before any report = %d, %v; want 0, false", n, ok)
 	}
 	if err := floodgate.ReportCost(ctx, -1); err == nil {
 		t.Fatal("ReportCost(-1) succeeded")
@@ -310,8 +314,8 @@ func TestReportCost(t *testing.T) {
 		if err := floodgate.ReportCost(child, n); err != nil {
 			t.Fatal(err)
 		}
-		if got, ok := floodgate.ReportedCost(ctx); !ok || got != n {
-			t.Fatalf("ReportedCost = %d, %v; want %d, true (the last report)", got, ok, n)
+		if got, ok := reqctx.Cost(ctx); !ok || got != n {
+			t.Fatalf("reqctx.Cost = %d, %v; want %d, true (the last report)", got, ok, n)
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Defaults.
+// Defaults and bounds.
 const (
 	// DefaultRetryAfter is the RetryAfter of a deny.
 	DefaultRetryAfter = 100 * time.Millisecond
@@ -20,6 +20,8 @@ const (
 	DefaultPolicy = "concurrency"
 	// DefaultMaxKeys is a per-key cap's MaxKeys when it is 0.
 	DefaultMaxKeys = 10_000
+	// DefaultQueue is Wait.Queue when it is 0.
+	DefaultQueue = 1000
 	// MaxPerKeyCaps is the most per-key caps one Limiter holds (and the
 	// most fleet caps a fleetconc.Limiter holds); it keeps Admit free of
 	// allocations.
@@ -30,12 +32,8 @@ const (
 // PerKey.MaxKeys keys and the request's key is a new one.
 var ErrTooManyKeys = errors.New("concurrency: per-key cap tracks its maximum number of keys; new key denied")
 
-// KeyFunc computes the key a per-key cap counts a request under. ok false
-// means the cap does not apply to r (for example another method). The
-// empty string is a valid key: every request that maps to it shares one
-// count. It must be fast and, to keep Admit allocation-free, should return
-// a string that already exists (a field of r) rather than build one.
-type KeyFunc func(r *floodgate.Request) (key string, ok bool)
+// keyFunc is PerKey.Key: the key a per-key cap counts a request under.
+type keyFunc = func(r *floodgate.Request) (key string, ok bool)
 
 // Limiter is the in-flight limiter, a floodgate.Admitter. It is safe for
 // concurrent use. See the package documentation.

@@ -63,8 +63,13 @@ type PerKey struct {
 	Name string
 	// Cap is the most requests in flight per key. Required: at least 1.
 	Cap int64
-	// Key computes the key. Required: nil is an error.
-	Key KeyFunc
+	// Key computes the key a request is counted under. ok false means the
+	// cap does not apply to r (for example another method). The empty
+	// string is a valid key: every request that maps to it shares one
+	// count. It must be fast and, to keep Admit allocation-free, should
+	// return a string that already exists (a field of r) rather than
+	// build one. Required: nil is an error.
+	Key func(r *floodgate.Request) (key string, ok bool)
 	// MaxKeys bounds the number of keys in flight at once; a request for a
 	// new key beyond it is denied with ErrTooManyKeys. 0 means
 	// DefaultMaxKeys; it must not be negative.
@@ -158,7 +163,7 @@ func (f fields) bad(field, format string, args ...any) {
 }
 
 // checkCap checks the fields every cap description has besides Name.
-func (f fields) checkCap(capN int64, key KeyFunc) {
+func (f fields) checkCap(capN int64, key keyFunc) {
 	if capN < 1 {
 		f.bad("Cap", "%d must be >= 1", capN)
 	}

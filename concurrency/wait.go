@@ -13,9 +13,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/field"
 )
 
-// DefaultQueue is Wait.Queue when it is 0.
-const DefaultQueue = 1000
-
 // WaitOrder is which of the requests of one priority waiting for a slot
 // gets the next one that frees.
 type WaitOrder uint8

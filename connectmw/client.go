@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/seam"
 )
 
 // NewClient returns the connect.Interceptor of a Connect client
@@ -26,7 +27,7 @@ import (
 // (IsClientThrottled tells a call it did not send). The error names every
 // invalid option. On a handler it lets every call through.
 func NewClient(opts ...interceptor.ClientOption) (connect.Interceptor, error) {
-	r, err := interceptor.NewRetrier(opts...)
+	r, err := seam.NewRetrier(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +35,7 @@ func NewClient(opts ...interceptor.ClientOption) (connect.Interceptor, error) {
 }
 
 // client is the Interceptor of NewClient.
-type client struct{ r *interceptor.Retrier }
+type client struct{ r seam.Retrier }
 
 // WrapUnary retries a client's unary calls.
 func (c *client) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/seam"
 )
 
 // WrapStreamingClient applies interceptor.StreamClient's rules to a
@@ -62,7 +62,7 @@ func (c *refusedConn) ResponseTrailer() http.Header { return http.Header{} }
 // answeredConn tells the throttle a client or bidi stream's first answer.
 type answeredConn struct {
 	connect.StreamingClientConn
-	r    *interceptor.Retrier
+	r    seam.Retrier
 	once sync.Once
 }
 
@@ -75,7 +75,7 @@ func (c *answeredConn) Receive(m any) error {
 // serverStream replays a server stream's single request when its first
 // answer is a denial with a server delay.
 type serverStream struct {
-	r    *interceptor.Retrier
+	r    seam.Retrier
 	ctx  context.Context
 	spec connect.Spec
 	next connect.StreamingClientFunc

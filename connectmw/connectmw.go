@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/seam"
 )
 
 // NewHandler returns the connect.Interceptor admitting the calls of a
@@ -39,20 +40,24 @@ func NewHandler(fg *interceptor.Interceptor, a floodgate.Admitter) (i connect.In
 		return nil, err
 	}
 	defer func() {
-		// Gate panics on a configuration mistake it finds while wrapping a
-		// (interceptor.WithStrictIdentity); return it instead.
+		// The Gate panics on a configuration mistake it finds while
+		// wrapping a (interceptor.WithStrictIdentity); return it instead.
 		if r := recover(); r != nil {
 			i, err = nil, fmt.Errorf("connectmw: NewHandler: %v", r)
 		}
 	}()
-	return &handler{gate: fg.Gate(a)}, nil
+	gate, err := seam.NewGate(fg, a)
+	if err != nil {
+		return nil, fmt.Errorf("connectmw: NewHandler: %w", err)
+	}
+	return &handler{gate: gate}, nil
 }
 
 // handler is the Interceptor of NewHandler.
-type handler struct{ gate *interceptor.Gate }
+type handler struct{ gate seam.Gate }
 
-func call(spec connect.Spec, peer connect.Peer, h map[string][]string, msg any, response func(context.Context) http.Header) interceptor.Call {
-	return interceptor.Call{Method: spec.Procedure, Header: h, RemoteAddr: peer.Addr, Message: msg, ResponseHeader: response}
+func call(spec connect.Spec, peer connect.Peer, h map[string][]string, msg any, response func(context.Context) http.Header) seam.Call {
+	return seam.Call{Method: spec.Procedure, Header: h, RemoteAddr: peer.Addr, Message: msg, ResponseHeader: response}
 }
 
 // unaryHeader returns the header of the response of a unary handler call
@@ -114,10 +119,10 @@ func (h *handler) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 }
 
 // messageConn charges every received message of an admitted stream when
-// the Interceptor was made WithPerMessage (Gate.AdmitMessage).
+// the Interceptor was made WithPerMessage (seam.Gate.AdmitMessage).
 type messageConn struct {
 	connect.StreamingHandlerConn
-	gate *interceptor.Gate
+	gate seam.Gate
 	ctx  context.Context
 }
 
@@ -137,7 +142,7 @@ func (c *messageConn) Receive(m any) error {
 // false): ignored, with the cost it reported, as fg.UnaryServer does.
 func release(ctx context.Context, done floodgate.Done, ran *bool) {
 	if !*ran {
-		done(interceptor.CallResult(ctx, codes.Canceled))
+		done(seam.CallResult(ctx, codes.Canceled))
 	}
 }
 
@@ -148,15 +153,15 @@ func result(ctx context.Context, err error) floodgate.Result {
 	var sd *stageDenial
 	switch {
 	case err == nil:
-		return interceptor.CallResult(ctx, codes.OK)
+		return seam.CallResult(ctx, codes.OK)
 	case errors.As(err, &sd):
 		return floodgate.Ignored
 	case errors.Is(err, context.DeadlineExceeded):
-		return interceptor.CallResult(ctx, codes.DeadlineExceeded)
+		return seam.CallResult(ctx, codes.DeadlineExceeded)
 	case errors.Is(err, context.Canceled):
-		return interceptor.CallResult(ctx, codes.Canceled)
+		return seam.CallResult(ctx, codes.Canceled)
 	}
-	return interceptor.CallResult(ctx, codes.Code(connect.CodeOf(err)))
+	return seam.CallResult(ctx, codes.Code(connect.CodeOf(err)))
 }
 
 // stageDenial is the error of a call a floodgate stage denied: the
@@ -172,7 +177,7 @@ func (e *stageDenial) Unwrap() error { return e.err }
 // metadata the denial's HTTP fields and the pushback trailer, which every
 // protocol sends (the gRPC protocol in its trailers, where grpc-go's
 // retry policy reads it).
-func denyError(den *interceptor.Denial) *connect.Error {
+func denyError(den *seam.Denial) *connect.Error {
 	e := connect.NewError(connect.Code(den.Status.Code()), errors.New(den.Status.Message()))
 	for _, a := range den.Status.Proto().GetDetails() {
 		if d, err := connect.NewErrorDetail(a); err == nil {

@@ -9,8 +9,9 @@
 //
 // # Handlers
 //
-// NewHandler adapts floodgate stages to connect.Interceptor through
-// package interceptor's Gate, with one interceptor.Interceptor's options:
+// NewHandler adapts floodgate stages to connect.Interceptor with one
+// interceptor.Interceptor's options, as its UnaryServer adapts them to
+// grpc-go:
 //
 //	fg, err := interceptor.New(interceptor.WithUser(interceptor.FromHeader("x-user")))
 //	guard, err := connectmw.NewHandler(fg, floodgate.Chain{shed, limits})

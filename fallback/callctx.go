@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/lateanswer"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -36,7 +37,7 @@ type callCtx struct {
 
 	// s is set when the call's answer is wanted even after its budget
 	// (the take has local buckets and the primary answers late): the
-	// context then offers itself as the quota.LateAnswers, and late is
+	// context then offers itself as the lateanswer.Receiver, and late is
 	// the late call the primary opened with Late, if it did.
 	s    *Store
 	late *lateCall
@@ -157,13 +158,13 @@ func (c *callCtx) Err() error {
 }
 
 // Value implements context.Context with the caller's values, except
-// quota.LateAnswersKey: the context itself when the call's late answer is
-// wanted (see Late), else nothing (a LateAnswers of the caller's is not
+// lateanswer.Key: the context itself when the call's late answer is
+// wanted (see Late), else nothing (a Receiver of the caller's is not
 // the primary's business: this Store answers its caller itself).
 func (c *callCtx) Value(key any) any {
-	if key == quota.LateAnswersKey {
+	if key == lateanswer.Key {
 		if c.s != nil {
-			return quota.LateAnswers(c)
+			return lateanswer.Receiver(c)
 		}
 		return nil
 	}
@@ -183,7 +184,7 @@ func (c *callCtx) expire() {
 	c.mu.Unlock()
 }
 
-// Late implements quota.LateAnswers: the primary gave up waiting on a take
+// Late implements lateanswer.Receiver: the primary gave up waiting on a take
 // it sent, and will hand its answer to the returned function. It opens the
 // late call that failed's local decision is matched with (see reconcile).
 // It is called before the primary's Take returns, in the caller's

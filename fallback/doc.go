@@ -196,10 +196,11 @@
 // primary that answers late itself (a layer with an AnswersLate() bool
 // method reporting true: tiers/redisstore with batching, its default, on a
 // standalone, Sentinel-managed or Cluster Redis), every call runs as on the
-// healthy path, and its context carries a quota.LateAnswers that the
-// primary hands the answer of a call abandoned after it was sent: a call
-// never costs more until it runs out of its budget, and every one that does
-// is matched, the first of a stall as much as the last. Over any other
+// healthy path, and its context carries a receiver of late answers (the
+// contract is package internal/lateanswer's) that the primary hands the
+// answer of a call abandoned after it was sent: a call never costs more
+// until it runs out of its budget, and every one that does is matched,
+// the first of a stall as much as the last. Over any other
 // primary that takes reports and has a backend to be late with (no layer of
 // it answers for its own failures: memstore, which has no backend, never is
 // late), a take with local buckets does not abandon its call while the

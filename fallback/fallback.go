@@ -70,7 +70,7 @@ type Store struct {
 	lateOpen atomic.Int64
 	// lateOK: calls may run late (see callLate): the primary takes
 	// reports and has a backend to be late with. lateNative: the primary
-	// answers every abandoned take late itself (quota.LateAnswers), so
+	// answers every abandoned take late itself (lateanswer.Receiver), so
 	// every call of a take with local buckets can be late at no cost
 	// until it is, and callLate is never needed.
 	lateOK, lateNative bool
@@ -186,7 +186,7 @@ func decidesItself(primary quota.Store) bool {
 }
 
 // answersLate reports whether a layer of primary calls
-// quota.LateAnswers.Late for every take it abandons after sending (an
+// lateanswer.Receiver.Late for every take it abandons after sending (an
 // AnswersLate() bool method reporting true).
 func answersLate(primary quota.Store) bool {
 	for l := range quota.Layers(primary) {

@@ -99,7 +99,7 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 
 // abandonedLate ends a call its caller stopped waiting for while it still
 // runs (callLate's goroutine, or the primary itself, which hands its
-// answer over through quota.LateAnswers; see callCtx.Late): an answer
+// answer over through lateanswer.Receiver; see callCtx.Late): an answer
 // that came in the meantime is the take's after all; otherwise the call
 // rides along with the error, so that the local decision can be matched
 // with what the primary did.

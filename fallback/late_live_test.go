@@ -16,7 +16,7 @@ import (
 )
 
 // TestLiveFirstTimeoutIsReconciled: over a batched Redis store (which
-// answers abandoned takes late, quota.LateAnswers), the first call of a
+// answers abandoned takes late, lateanswer.Receiver), the first call of a
 // pause that starts long after the store was made, on a store that had
 // been fast for longer than any warm-up, is reconciled like every later
 // one: decided locally, applied by Redis when it resumes, and charged

@@ -10,20 +10,37 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/cause"
 )
 
-// Defaults for the options of New.
+// The defaults of New's options, and the keys of Stats: the causes of a
+// failed call to the primary store, as counted in Stats.Causes and named
+// in logs (and, through package otel, as a store call's error.type), and
+// the Stats.ByRule entry of the rules beyond the first 1024.
 const (
-	DefaultTimeout          = 5 * time.Millisecond
-	DefaultClosedTimeout    = 250 * time.Millisecond
-	DefaultSlowGrace        = time.Second
-	DefaultFailures         = 5
-	DefaultOpenInterval     = time.Second
-	DefaultProbes           = 1
-	DefaultLocalCapacity    = 10_000
-	DefaultName             = "floodgate-store"
-	defaultFailureLogPeriod = time.Second
+	DefaultTimeout       = 5 * time.Millisecond
+	DefaultClosedTimeout = 250 * time.Millisecond
+	DefaultSlowGrace     = time.Second
+	DefaultFailures      = 5
+	DefaultOpenInterval  = time.Second
+	DefaultProbes        = 1
+	DefaultLocalCapacity = 10_000
+	DefaultName          = "floodgate-store"
+
+	CauseTimeout  = cause.Timeout  // the call ran out of its budget
+	CauseRefused  = cause.Refused  // nothing listens: the server is down
+	CauseReset    = cause.Reset    // the connection broke mid-call
+	CauseNoScript = cause.NoScript // the script cache was lost and not reloaded
+	CauseOOM      = cause.OOM      // Redis is out of memory (maxmemory, noeviction)
+	CauseRedirect = cause.Redirect // a Redis Cluster redirect (MOVED, ASK, CLUSTERDOWN, TRYAGAIN)
+	CauseOther    = cause.Other
+
+	// OtherRule is the ByRule entry for rules beyond the first 1024.
+	OtherRule = "_other"
 )
+
+// defaultFailureLogPeriod is how often store failures are logged at most.
+const defaultFailureLogPeriod = time.Second
 
 // config is what the options set.
 type config struct {

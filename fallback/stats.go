@@ -34,9 +34,6 @@ type modeCounts [3][2]atomic.Uint64
 // policy, so the bound only matters for buckets built by hand.
 const maxRules = 1024
 
-// OtherRule is the ByRule entry for rules beyond the first 1024.
-const OtherRule = "_other"
-
 // rule returns the counters of the named rule, creating them on first use.
 func (c *counters) rule(name string) *modeCounts {
 	if v, ok := c.byRule.Load(name); ok {

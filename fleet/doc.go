@@ -7,14 +7,14 @@
 //
 // # Heartbeats
 //
-// Every instance beats every interval (Run; default DefaultInterval). A
+// Every instance beats every interval (Run; default 1s). A
 // beat is one Lua script call, atomic: it records this instance in a sorted
 // set (instance ID -> expiry in Unix milliseconds, now + TTL), removes the
 // members whose expiry has passed, reads how many remain, and sets the
 // key's own expiry to the TTL, so the set of a fleet that is gone vanishes
 // from Redis. An instance is live while now is before its expiry: one that
 // stops beating drops out of the others' counts at their first beat a TTL
-// (default DefaultTTL) after its last one; Leave (called by Run when it
+// (default 5s) after its last one; Leave (called by Run when it
 // stops) removes it at once, and the others count one fewer at their next
 // beat. Now is Redis TIME, read in the script, so instances with skewed
 // clocks agree on expiries; WithClock passes the time instead (tests on
@@ -47,7 +47,7 @@
 //
 // # Keys
 //
-// All instances of one service use one key (WithKey; default DefaultKey),
+// All instances of one service use one key (WithKey; default "fg:fleet:{members}"),
 // one Redis key, so on Redis Cluster it lives in one slot. Two services that
 // share one Redis must use different keys. A stage that keeps state beside
 // the set derives its keys from this one, in its slot.

@@ -15,3 +15,11 @@ func (m *Members) Key() string { return m.key }
 func (m *Members) Settings() (interval, ttl, timeout time.Duration) {
 	return m.interval, m.ttl, m.timeout
 }
+
+// The defaults and bound of the options, for the tests that check them.
+const (
+	DefaultKey          = defaultKey
+	DefaultInterval     = defaultInterval
+	DefaultTTL          = defaultTTL
+	MaxInstanceIDLength = maxInstanceIDLength
+)

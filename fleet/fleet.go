@@ -62,7 +62,7 @@ type Members struct {
 }
 
 // New returns a Members that keeps this instance's heartbeat in client
-// under the key of WithKey (default DefaultKey). Call Run in a goroutine
+// under the key of WithKey (default "fg:fleet:{members}"). Call Run in a goroutine
 // to beat every interval, or call Beat yourself. client may be nil only
 // with WithStatic. New returns an error naming every bad option.
 func New(client redis.UniversalClient, opts ...Option) (*Members, error) {

@@ -10,20 +10,18 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Defaults of a Members.
+// Defaults of a Members (the options say each).
 const (
-	// DefaultKey is the Redis key of the member set. Instances of one
-	// service must agree on it; two services sharing one Redis must each
-	// set their own with WithKey, or they count each other.
-	DefaultKey = "fg:fleet:{members}"
-	// DefaultInterval is how often Run beats.
-	DefaultInterval = time.Second
-	// DefaultTTL is how long an instance counts as live after its last
+	// defaultKey is the Redis key of the member set.
+	defaultKey = "fg:fleet:{members}"
+	// defaultInterval is how often Run beats.
+	defaultInterval = time.Second
+	// defaultTTL is how long an instance counts as live after its last
 	// beat.
-	DefaultTTL = 5 * time.Second
+	defaultTTL = 5 * time.Second
 
-	// MaxInstanceIDLength is the longest instance ID WithInstanceID takes.
-	MaxInstanceIDLength = 200
+	// maxInstanceIDLength is the longest instance ID WithInstanceID takes.
+	maxInstanceIDLength = 200
 )
 
 // logEvery is the least time between two log lines about failed beats.
@@ -50,9 +48,9 @@ func (c *config) fail(format string, args ...any) {
 
 func newConfig(opts []Option) config {
 	c := config{
-		key:      DefaultKey,
-		interval: DefaultInterval,
-		ttl:      DefaultTTL,
+		key:      defaultKey,
+		interval: defaultInterval,
+		ttl:      defaultTTL,
 		logger:   slog.Default(),
 	}
 	for _, o := range opts {
@@ -71,9 +69,11 @@ func newConfig(opts []Option) config {
 	return c
 }
 
-// WithKey sets the Redis key of the member set (default DefaultKey). It
-// must not be empty. The set is one key, so on Redis Cluster it lives in
-// one slot whatever its name.
+// WithKey sets the Redis key of the member set (default
+// "fg:fleet:{members}"). It must not be empty. Instances of one service
+// must agree on it; two services sharing one Redis must each set their
+// own, or they count each other. The set is one key, so on Redis Cluster
+// it lives in one slot whatever its name.
 func WithKey(key string) Option {
 	return func(c *config) {
 		if key == "" {
@@ -85,22 +85,20 @@ func WithKey(key string) Option {
 }
 
 // WithInstanceID names this instance in the member set (default a random
-// 26-character string from crypto/rand.Text). It must be 1 to
-// MaxInstanceIDLength bytes and unique in the fleet: two instances with
-// one ID count as one.
+// 26-character string from crypto/rand.Text). It must be 1 to 200 bytes
+// and unique in the fleet: two instances with one ID count as one.
 func WithInstanceID(id string) Option {
 	return func(c *config) {
-		if id == "" || len(id) > MaxInstanceIDLength {
-			c.fail("WithInstanceID: ID of %d bytes must be 1 to %d bytes", len(id), MaxInstanceIDLength)
+		if id == "" || len(id) > maxInstanceIDLength {
+			c.fail("WithInstanceID: ID of %d bytes must be 1 to %d bytes", len(id), maxInstanceIDLength)
 			return
 		}
 		c.id = id
 	}
 }
 
-// WithHeartbeat sets how often Run beats (interval, default
-// DefaultInterval) and how long an instance counts as live after its last
-// beat (ttl, default DefaultTTL). interval must be at least 1ms; ttl must
+// WithHeartbeat sets how often Run beats (interval, default 1s) and how
+// long an instance counts as live after its last beat (ttl, default 5s). interval must be at least 1ms; ttl must
 // be longer than interval and whole milliseconds. A ttl of a few intervals
 // lets an instance miss a beat or two without dropping out of the count.
 func WithHeartbeat(interval, ttl time.Duration) Option {

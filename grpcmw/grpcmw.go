@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/concurrency/fleetconc"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/seam"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/shedder/fleetshed"
 )
@@ -25,9 +26,13 @@ import (
 // client address go-grpc-middleware's realip interceptor resolved
 // (realip.FromContext); run realip before floodgate's interceptors. Calls
 // for which realip resolved nothing fall back to floodgate's own
-// resolution (see interceptor.WithClientAddr).
+// resolution: the peer, and the forwarding header only through
+// interceptor.WithTrustedProxies.
 func WithRealIP() interceptor.Option {
-	return interceptor.WithClientAddr(realip.FromContext)
+	// Package interceptor supplies the option; were it not to, the nil
+	// Option is an error of interceptor.New.
+	o, _ := seam.WithClientAddr[interceptor.Option](realip.FromContext)
+	return o
 }
 
 // WithLogFields is the interceptor option that adds every decision to the
@@ -41,7 +46,7 @@ func WithLogFields() interceptor.Option {
 type logFields struct{}
 
 func (logFields) Observe(ctx context.Context, r *floodgate.Request, d floodgate.Decision, _ error) {
-	if interceptor.InStreamMessage(ctx) {
+	if seam.InStreamMessage(ctx) {
 		return
 	}
 	logging.AddFields(ctx, decisionFields(r, d))

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/seam"
 	"github.com/floodgate-go/floodgate/internal/testpb"
 )
 
@@ -53,7 +54,11 @@ func TestWithClientAddrGRPC(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &stage{}
-			opts := []Option{WithClientAddr(resolvedAddr)}
+			opt, err := seam.WithClientAddr[Option](resolvedAddr) // as module grpcmw gets it
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := []Option{opt}
 			if tc.trusted != nil {
 				opts = append(opts, WithTrustedProxies(tc.trusted...))
 			}
@@ -69,7 +74,7 @@ func TestWithClientAddrGRPC(t *testing.T) {
 	}
 }
 
-// TestWithClientAddrLaterInterceptor: an Interceptor with WithClientAddr
+// TestWithClientAddrLaterInterceptor: an Interceptor with withClientAddr
 // that is not the first of the chain decides its stage on the Request the
 // first one built (the peer's address), as every stage of a call does; its
 // options do not apply, and it says so.
@@ -77,7 +82,7 @@ func TestWithClientAddrLaterInterceptor(t *testing.T) {
 	logs := captureSlog(t)
 	first, second := &stage{}, &stage{}
 	cc := startLoopback(t, &echoServer{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(
-		mustUnary(first), resolver, mustUnary(second, WithClientAddr(resolvedAddr)))})
+		mustUnary(first), resolver, mustUnary(second, withClientAddr(resolvedAddr)))})
 	ctx := metadata.AppendToOutgoingContext(testCtx(t), "test-resolved", "203.0.113.7")
 	if _, err := testpb.NewEchoClient(cc).Plain(ctx, &testpb.EchoRequest{}); err != nil {
 		t.Fatal(err)
@@ -96,7 +101,7 @@ func TestWithClientAddrLaterInterceptor(t *testing.T) {
 func TestWithClientAddrHTTP(t *testing.T) {
 	t.Parallel()
 	s := &stage{}
-	h := mustHTTP(s, WithClientAddr(resolvedAddr), WithMethodPathFallback())(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := mustHTTP(s, withClientAddr(resolvedAddr), WithRoute(func(r *http.Request) string { return r.URL.Path }))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	resolve := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if v := r.Header.Get("Test-Resolved"); v != "" {
@@ -121,13 +126,16 @@ func TestWithClientAddrHTTP(t *testing.T) {
 
 func TestWithClientAddrNil(t *testing.T) {
 	t.Parallel()
-	_, err := New(WithClientAddr(nil))
-	if err == nil || !strings.Contains(err.Error(), "interceptor: WithClientAddr: nil func") {
-		t.Fatalf("New(WithClientAddr(nil)) = %v", err)
+	_, err := New(withClientAddr(nil))
+	if err == nil || !strings.Contains(err.Error(), "interceptor: client address func is nil") {
+		t.Fatalf("New(withClientAddr(nil)) = %v", err)
+	}
+	if _, err := seam.WithClientAddr[int](resolvedAddr); err == nil {
+		t.Error("seam.WithClientAddr[int] = nil error")
 	}
 }
 
-// TestInStreamMessage: the decision as a stream opens is not marked, the
+// TestInStreamMessage: as module grpcmw reads it (seam.InStreamMessage), the decision as a stream opens is not marked, the
 // per-message decisions are, and unary calls never are.
 func TestInStreamMessage(t *testing.T) {
 	t.Parallel()
@@ -137,7 +145,7 @@ func TestInStreamMessage(t *testing.T) {
 	)
 	obs := floodgate.ObserverFunc(func(ctx context.Context, _ *floodgate.Request, _ floodgate.Decision, _ error) {
 		mu.Lock()
-		seen = append(seen, InStreamMessage(ctx))
+		seen = append(seen, seam.InStreamMessage(ctx))
 		mu.Unlock()
 	})
 	fg := MustNew(WithPerMessage(), WithObserver(obs))
@@ -172,9 +180,9 @@ func TestInStreamMessage(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []bool{false, false, true, true}; !slices.Equal(seen, want) {
-		t.Errorf("InStreamMessage per decision = %v, want %v (unary, stream open, 2 messages)", seen, want)
+		t.Errorf("seam.InStreamMessage per decision = %v, want %v (unary, stream open, 2 messages)", seen, want)
 	}
-	if InStreamMessage(context.Background()) {
-		t.Error("InStreamMessage(Background) = true")
+	if seam.InStreamMessage(context.Background()) {
+		t.Error("seam.InStreamMessage(Background) = true")
 	}
 }

@@ -13,22 +13,19 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// CostFunc estimates what a call will cost before it is admitted, from
-// what is known of it then: its method and its metadata (the decoded
-// request message of a unary gRPC call, the HTTP request; see Metadata).
-// It returns 0 to leave the method's cost as it is.
-type CostFunc func(ctx context.Context, method string, md Metadata) int64
-
-// WithCost sets the estimate of each call's cost: a positive value f
-// returns becomes Request.Cost, replacing the method's cost (the
-// policy's methods:, WithMethods, the proto annotation), and 0 keeps it.
-// It is what a rate-limit rule that settles (tiers.Rule.Settle) charges
-// at admission when the rule has no cost of its own: for a completion,
-// say, the request's max_tokens. The handler then reports the actual
-// cost with floodgate.ReportCost and the difference is settled when the
-// call ends. A negative estimate is a bug in f: it is logged (at most
-// once per 10 s) and ignored.
-func WithCost(f CostFunc) Option {
+// WithCost sets the estimate of each call's cost. f estimates what a call
+// will cost before it is admitted, from what is known of it then: its
+// method and its metadata (the decoded request message of a unary gRPC
+// call, the HTTP request; see Metadata). A positive value f returns
+// becomes Request.Cost, replacing the method's cost (the policy's
+// methods:, WithMethods, the proto annotation), and 0 keeps it. It is what
+// a rate-limit rule that settles (tiers.Rule.Settle) charges at admission
+// when the rule has no cost of its own: for a completion, say, the
+// request's max_tokens. The handler then reports the actual cost with
+// floodgate.ReportCost and the difference is settled when the call ends. A
+// negative estimate is a bug in f: it is logged (at most once per 10 s)
+// and ignored.
+func WithCost(f func(ctx context.Context, method string, md Metadata) int64) Option {
 	return func(c *config) {
 		if f == nil {
 			c.fail("WithCost: func is nil")

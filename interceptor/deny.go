@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/seam"
 )
 
 // DenyResponse answers denials in an API's own error format
@@ -78,30 +79,13 @@ func WithDenyResponse(r DenyResponse) Option {
 	}
 }
 
-// Denial is what a denied call is answered with, for adapters of other
-// transports (connectmw's Connect interceptors) that send it themselves:
-// what UnaryServer and HTTP send for the same Decision, the
-// WithDenyResponse message included.
-type Denial struct {
-	// Status is the gRPC status: code, message and details (DenyStatus,
-	// with WithDenyResponse's Message when set).
-	Status *status.Status
-	// Header holds the HTTP fields of the denial: Retry-After, the
-	// RateLimit-Policy and RateLimit fields (and X-RateLimit-* with
-	// WithLegacyHeaders) and Cache-Control; never Content-Type or
-	// Content-Length.
-	Header http.Header
-	// Pushback is the value of the PushbackTrailer (grpc-retry-pushback-ms):
-	// the retry delay in milliseconds rounded up, or "-1" ("do not retry")
-	// when waiting cannot help.
-	Pushback string
-}
-
-// denial builds the Denial of d, denied on the call of ctx.
-func (i *Interceptor) denial(ctx context.Context, d floodgate.Decision) *Denial {
+// denial builds the seam.Denial of d, denied on the call of ctx: what
+// UnaryServer and HTTP send for the same Decision, for an adapter of
+// another transport (connectmw) to send.
+func (i *Interceptor) denial(ctx context.Context, d floodgate.Decision) *seam.Denial {
 	h := make(http.Header, 4)
 	i.denyHeaders(h, d)
-	return &Denial{Status: i.denyStatus(ctx, d), Header: h, Pushback: pushbackValue(d.RetryAfter)}
+	return &seam.Denial{Status: i.denyStatus(ctx, d), Header: h, Pushback: pushbackValue(d.RetryAfter)}
 }
 
 // denyStatus is DenyStatus with the message of WithDenyResponse, if any.

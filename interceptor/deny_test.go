@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/seam"
 	"github.com/floodgate-go/floodgate/internal/testpb"
 )
 
@@ -188,7 +189,7 @@ func TestDenyResponseErrors(t *testing.T) {
 func TestDenialMatchesTransports(t *testing.T) {
 	t.Parallel()
 	fg := MustNew(WithDenyResponse(kong), WithDomain("x.example"))
-	ctx, done, den := fg.Gate(denyStage()).Admit(context.Background(), Call{Method: "/floodgate.test.v1.Echo/Plain", RemoteAddr: "192.0.2.1:4000"})
+	ctx, done, den := mustGate(t, fg, denyStage()).Admit(context.Background(), seam.Call{Method: "/floodgate.test.v1.Echo/Plain", RemoteAddr: "192.0.2.1:4000"})
 	if done != nil || den == nil {
 		t.Fatalf("Admit: done %v, denial %v", done != nil, den)
 	}
@@ -206,9 +207,9 @@ func TestDenialMatchesTransports(t *testing.T) {
 	}
 	// Health checks and skipped methods are not admitted at all.
 	s := &stage{}
-	g := MustNew(WithSkip(func(m string) bool { return strings.HasSuffix(m, "/Free") })).Gate(s)
+	g := mustGate(t, MustNew(WithSkip(func(m string) bool { return strings.HasSuffix(m, "/Free") })), s)
 	for _, m := range []string{"/grpc.health.v1.Health/Check", "/x.Svc/Free"} {
-		if _, done, den := g.Admit(context.Background(), Call{Method: m}); done != nil || den != nil {
+		if _, done, den := g.Admit(context.Background(), seam.Call{Method: m}); done != nil || den != nil {
 			t.Errorf("%s: admitted", m)
 		}
 	}

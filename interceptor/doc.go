@@ -125,14 +125,16 @@
 //
 // # Other transports
 //
-// Gate admits the calls of a transport this package does not serve
-// itself (module connectmw adapts connect-go with it) with the same
-// options and the same Request building as the gRPC interceptors; its
-// Denial is what UnaryServer and HTTP send for the same decision (the
-// gRPC status with its details, the HTTP fields, the pushback), for the
-// adapter to send in its transport's terms. CallResult classifies how an
-// admitted call ended, and Retrier applies UnaryClient's retry rules and
-// throttle to another transport's client.
+// Module connectmw adapts connect-go with the same options and the same
+// Request building as the gRPC interceptors: an Interceptor given to
+// connectmw.NewHandler admits Connect calls as UnaryServer admits gRPC
+// calls and denies them with what UnaryServer and HTTP send for the same
+// decision (the gRPC status with its details, the HTTP fields, the
+// pushback), in Connect's terms; connectmw.NewClient applies UnaryClient's
+// retry rules and throttle to a Connect client. It reaches this package
+// through a seam of the repository's own (package internal/seam), which
+// is not part of the API: a transport of the user's admits its calls with
+// floodgate.Admitter directly.
 //
 // # Trust
 //
@@ -144,9 +146,9 @@
 // proxy is the client. An unparsable, "unknown" or obfuscated hop stops the
 // walk at the last address a trusted proxy vouched for. A client sending
 // X-Forwarded-For from an untrusted address is identified by that address.
-// When another middleware before floodgate already resolved the client
-// (go-grpc-middleware's realip), WithClientAddr takes its answer instead,
-// and falls back to the walk above when it has none.
+// When go-grpc-middleware's realip already resolved the client before
+// floodgate, module grpcmw's WithRealIP takes its answer instead, and
+// falls back to the walk above when it has none.
 //
 // The address resolved is unmapped (an IPv4-mapped IPv6 address is the
 // IPv4 address) and has no zone. Rate limits key it by network, not by

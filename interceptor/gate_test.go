@@ -12,14 +12,44 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/seam"
 )
+
+// mustGate is the seam.Gate of fg over a, as module connectmw gets it
+// (seam.NewGate).
+func mustGate(t *testing.T, fg *Interceptor, a floodgate.Admitter) seam.Gate {
+	t.Helper()
+	g, err := seam.NewGate(fg, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestSeamTypes: the seam's constructors answer for an Interceptor and
+// ClientOptions, and refuse other types with an error (no panic).
+func TestSeamTypes(t *testing.T) {
+	t.Parallel()
+	if _, err := seam.NewGate(struct{}{}, &stage{}); err == nil {
+		t.Error("seam.NewGate(struct{}{}) = nil error")
+	}
+	if _, err := seam.NewRetrier(1, 2); err == nil {
+		t.Error("seam.NewRetrier(1, 2) = nil error")
+	}
+	if _, err := seam.NewRetrier(WithMaxAttempts(0)); err == nil || err.Error() != "interceptor: WithMaxAttempts(0): want at least 1" {
+		t.Errorf("seam.NewRetrier(WithMaxAttempts(0)) = %v", err)
+	}
+	if _, err := seam.NewGate(MustNew(), &stage{}); err != nil {
+		t.Errorf("seam.NewGate(*Interceptor) = %v", err)
+	}
+}
 
 // TestCallResult: a Gate's call ends with the outcome of its gRPC code and
 // the cost its handler reported.
 func TestCallResult(t *testing.T) {
 	t.Parallel()
 	fg := MustNew()
-	ctx, done, den := fg.Gate(&stage{}).Admit(context.Background(), Call{Method: "/x.Svc/M", RemoteAddr: "192.0.2.9:1"})
+	ctx, done, den := mustGate(t, fg, &stage{}).Admit(context.Background(), seam.Call{Method: "/x.Svc/M", RemoteAddr: "192.0.2.9:1"})
 	if done == nil || den != nil {
 		t.Fatal("not admitted")
 	}
@@ -33,8 +63,8 @@ func TestCallResult(t *testing.T) {
 		codes.Canceled: floodgate.OutcomeIgnored, codes.InvalidArgument: floodgate.OutcomeFailed,
 		codes.Internal: floodgate.OutcomeFailed, codes.Unknown: floodgate.OutcomeFailed,
 	} {
-		if got := CallResult(ctx, code); got != (floodgate.Result{Outcome: want, Cost: 7, HasCost: true}) {
-			t.Errorf("CallResult(%v) = %+v, want %v with cost 7", code, got, want)
+		if got := seam.CallResult(ctx, code); got != (floodgate.Result{Outcome: want, Cost: 7, HasCost: true}) {
+			t.Errorf("seam.CallResult(%v) = %+v, want %v with cost 7", code, got, want)
 		}
 	}
 }
@@ -48,12 +78,12 @@ func TestGateMessagesAndWait(t *testing.T) {
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, Waited: 1500 * time.Microsecond}, nil
 	}}
 	h := http.Header{}
-	call := Call{Method: "/x.Svc/Stream", ResponseHeader: func(context.Context) http.Header { return h }}
-	ctx, done, _ := MustNew().Gate(s).Admit(context.Background(), call)
+	call := seam.Call{Method: "/x.Svc/Stream", ResponseHeader: func(context.Context) http.Header { return h }}
+	ctx, done, _ := mustGate(t, MustNew(), s).Admit(context.Background(), call)
 	if got := h.Values("Server-Timing"); len(got) != 1 || got[0] != "floodgate-wait;dur=1.5" {
 		t.Errorf("Server-Timing = %q", got)
 	}
-	if den := MustNew().Gate(s).AdmitMessage(ctx); den != nil || s.admits.Load() != 1 {
+	if den := mustGate(t, MustNew(), s).AdmitMessage(ctx); den != nil || s.admits.Load() != 1 {
 		t.Fatalf("without WithPerMessage: %v, %d admissions", den, s.admits.Load())
 	}
 	done(floodgate.Ignored)
@@ -65,8 +95,8 @@ func TestGateMessagesAndWait(t *testing.T) {
 		}
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency}, nil
 	}
-	g := MustNew(WithPerMessage()).Gate(s)
-	ctx, done, _ = g.Admit(context.Background(), Call{Method: "/x.Svc/Stream"})
+	g := mustGate(t, MustNew(WithPerMessage()), s)
+	ctx, done, _ = g.Admit(context.Background(), seam.Call{Method: "/x.Svc/Stream"})
 	if den := g.AdmitMessage(ctx); den != nil {
 		t.Fatal(den.Status)
 	}
@@ -87,7 +117,7 @@ func TestGateMessagesAndWait(t *testing.T) {
 func TestRetrier(t *testing.T) {
 	t.Parallel()
 	var slept []time.Duration
-	r, err := NewRetrier(WithMaxAttempts(3), WithRand(func() float64 { return 0.5 }),
+	r, err := seam.NewRetrier(WithMaxAttempts(3), WithRand(func() float64 { return 0.5 }),
 		WithSleep(func(_ context.Context, d time.Duration) error { slept = append(slept, d); return nil }))
 	if err != nil {
 		t.Fatal(err)

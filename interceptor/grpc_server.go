@@ -20,12 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/seam"
 )
-
-// PushbackTrailer is the gRPC trailer (gRFC A6) carrying how many
-// milliseconds a client should wait before retrying; grpc-go's built-in
-// retry policy reads it.
-const PushbackTrailer = "grpc-retry-pushback-ms"
 
 // healthPrefix is the gRPC health service; its calls are never limited.
 const healthPrefix = "/grpc.health.v1.Health/"
@@ -272,7 +268,7 @@ func (i *Interceptor) gateStream(a floodgate.Admitter, ss grpc.ServerStream, met
 	if nctx != ctx || i.c.perMessage {
 		w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
 		if i.c.perMessage {
-			w.msgCtx = context.WithValue(nctx, streamMessageKey{}, true)
+			w.msgCtx = seam.WithStreamMessage(nctx)
 		}
 		ss = w
 	}
@@ -282,22 +278,10 @@ func (i *Interceptor) gateStream(a floodgate.Admitter, ss grpc.ServerStream, met
 type serverStream struct {
 	grpc.ServerStream
 	ctx    context.Context
-	msgCtx context.Context // ctx marked for InStreamMessage (WithPerMessage)
+	msgCtx context.Context // ctx marked as a message's (seam.WithStreamMessage; WithPerMessage)
 	i      *Interceptor
 	a      floodgate.Admitter
 	r      *floodgate.Request
-}
-
-type streamMessageKey struct{}
-
-// InStreamMessage reports whether ctx is the context of a decision on one
-// message of a stream (WithPerMessage), made while the handler runs, rather
-// than of the decision made as the call opens, before any handler code. An
-// Observer that updates per-call state which is not safe for concurrent use
-// once the handler runs (go-grpc-middleware's logging.AddFields) checks it.
-func InStreamMessage(ctx context.Context) bool {
-	v, _ := ctx.Value(streamMessageKey{}).(bool)
-	return v
 }
 
 func (s *serverStream) Context() context.Context { return s.ctx }

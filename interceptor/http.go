@@ -12,7 +12,7 @@ import (
 // route names r: by the pattern of WithServeMux's mux first (an outer
 // router's r.Pattern, "/" for a mux mounted under it, names the outer
 // route, never the one the policy's rules are written for), then
-// r.Pattern, WithRoute, WithMethodPathFallback.
+// r.Pattern, WithRoute.
 func (i *Interceptor) route(r *http.Request) string {
 	if i.c.mux != nil {
 		if _, p := i.c.mux.Handler(r); p != "" {
@@ -26,9 +26,6 @@ func (i *Interceptor) route(r *http.Request) string {
 		if p := i.c.route(r); p != "" {
 			return p
 		}
-	}
-	if i.c.methodFallback {
-		return r.Method + " " + r.URL.Path
 	}
 	logThrottled(&i.logs.route, "floodgate: HTTP request without a route pattern; limiting it with an empty method (wrap handlers inside the mux, or use WithServeMux/WithRoute)")
 	return ""
@@ -53,10 +50,11 @@ func httpPriority(method string) floodgate.Priority {
 // mw(h))) and r.Pattern is there. Middleware wrapping the whole mux sees an
 // empty r.Pattern, and middleware mounted under an outer router sees the
 // outer route's ("/" for top.Handle("/", mw(mux))): give it
-// WithServeMux(mux), whose pattern then wins over r.Pattern, or WithRoute; WithMethodPathFallback names requests
-// "METHOD /path" but only when asked, since raw paths are unbounded. With
-// none of these, an unrouted request has an empty Method (rules keyed on
-// method do not match it) and a warning is logged, rate-limited.
+// WithServeMux(mux), whose pattern then wins over r.Pattern, or WithRoute
+// (which can name requests "METHOD /path", but only when asked, since raw
+// paths are unbounded). With neither, an unrouted request has an empty
+// Method (rules keyed on method do not match it) and a warning is logged,
+// rate-limited.
 func (i *Interceptor) HTTP(a floodgate.Admitter) func(http.Handler) http.Handler {
 	i.requireScopes(a, transportHTTP)
 	a = i.stage(a)

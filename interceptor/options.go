@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -33,11 +34,23 @@ const (
 	XRealIP
 )
 
-// Default values.
+// What the server and the client put on the wire, and their defaults.
 const (
 	// DefaultDomain is the google.rpc.ErrorInfo domain unless WithDomain
 	// names another.
 	DefaultDomain = "floodgate-go.github.io"
+	// PushbackTrailer is the gRPC trailer (gRFC A6) carrying how many
+	// milliseconds a client should wait before retrying; grpc-go's
+	// built-in retry policy reads it.
+	PushbackTrailer = "grpc-retry-pushback-ms"
+	// ReasonClientThrottled is the google.rpc.ErrorInfo reason of a call
+	// the client throttled itself, without sending it (WithThrottle).
+	ReasonClientThrottled = "CLIENT_THROTTLED"
+	// DefaultThrottleK is Throttle.K unless set: the client keeps sending
+	// while its requests stay under twice what the server accepts.
+	DefaultThrottleK = 2
+	// DefaultThrottleWindow is Throttle.Window unless set.
+	DefaultThrottleWindow = 30 * time.Second
 )
 
 type config struct {
@@ -52,14 +65,14 @@ type config struct {
 
 	trusted    []netip.Prefix
 	ipHeader   ClientIPHeader
-	clientAddr func(context.Context) (netip.Addr, bool) // WithClientAddr
+	clientAddr func(context.Context) (netip.Addr, bool) // withClientAddr
 
 	user, tenant, apiKey, tier Extractor
 	priorityHeader             string
 
 	methods     map[string]floodgate.MethodOptions
 	annotations bool
-	cost        CostFunc // WithCost
+	cost        func(ctx context.Context, method string, md Metadata) int64 // WithCost
 
 	// builds is set by every option that changes how the Request is
 	// built; see Interceptor.request.
@@ -74,10 +87,9 @@ type config struct {
 	strictIdentity bool
 
 	// HTTP only.
-	route          func(*http.Request) string
-	mux            *http.ServeMux
-	methodFallback bool
-	legacyHeaders  bool
+	route         func(*http.Request) string
+	mux           *http.ServeMux
+	legacyHeaders bool
 }
 
 func newConfig(opts []Option) (*config, error) {
@@ -354,9 +366,13 @@ func WithPerMessage() Option {
 }
 
 // WithRoute sets how the HTTP middleware names a request when r.Pattern is
-// empty (the middleware wraps the mux instead of the handlers in it). The
-// function must return a bounded set of names (route templates, not raw
-// paths): every name may become a rate-limit key.
+// empty (the middleware wraps the mux instead of the handlers in it); a
+// request route names "" is named as without it. The function must return
+// a bounded set of names (route templates): every name may become a
+// rate-limit key. Raw paths are unbounded (IDs in paths), so name a
+// request by its path only when paths are few:
+//
+//	interceptor.WithRoute(func(r *http.Request) string { return r.Method + " " + r.URL.Path })
 func WithRoute(route func(r *http.Request) string) Option {
 	return func(c *config) {
 		c.builds = true
@@ -381,15 +397,6 @@ func WithServeMux(mux *http.ServeMux) Option {
 			return
 		}
 		c.mux = mux
-	}
-}
-
-// WithMethodPathFallback names a request "METHOD /path" when no route
-// pattern is known. Raw paths are unbounded (IDs in paths), so this is
-// opt-in: only use it when paths are few.
-func WithMethodPathFallback() Option {
-	return func(c *config) {
-		c.builds, c.methodFallback = true, true
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/seam"
 )
 
 // grpcOutcome classifies how a gRPC handler ended. Overload signals
@@ -26,7 +27,7 @@ func grpcOutcome(err error) floodgate.Outcome {
 		return floodgate.OutcomeIgnored
 	}
 	if c := status.Code(err); c != codes.OK {
-		return codeOutcome(c)
+		return seam.CodeOutcome(c)
 	}
 	return floodgate.OutcomeFailed
 }
@@ -50,11 +51,9 @@ func httpOutcome(code int, ctx context.Context) floodgate.Outcome {
 
 // result is what the transport hands every admitted stage's Done: the
 // outcome and, when the handler called floodgate.ReportCost, the actual
-// cost.
+// cost (seam.Result, which adapters of other transports use too).
 func result(ctx context.Context, o floodgate.Outcome) floodgate.Result {
-	res := floodgate.Result{Outcome: o}
-	res.Cost, res.HasCost = floodgate.ReportedCost(ctx)
-	return res
+	return seam.Result(ctx, o)
 }
 
 // finish calls done once the handler has returned (ran is true) or

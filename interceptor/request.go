@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 	floodgatev1 "github.com/floodgate-go/floodgate/proto/floodgate/v1"
 )
 
@@ -170,7 +171,7 @@ type call struct {
 // built.
 func (cl *call) peer(ctx context.Context) netip.Addr {
 	if cl.grpcMethod && cl.remoteAddr == "" {
-		return peerAddr(ctx) // a gRPC call; a Gate's call names its peer
+		return peerAddr(ctx) // a gRPC call; a seam.Gate call names its peer
 	}
 	if ap, err := netip.ParseAddrPort(cl.remoteAddr); err == nil {
 		return normalize(ap.Addr())
@@ -225,12 +226,12 @@ func (i *Interceptor) build(ctx context.Context, r *floodgate.Request, cl *call)
 // should be made from one Interceptor.
 func (i *Interceptor) request(ctx context.Context, cl *call) (*floodgate.Request, context.Context) {
 	if r, ok := floodgate.FromContext(ctx); ok {
-		if floodgate.Origin(ctx) != i && i.changes(r.Method) {
+		if reqctx.Origin(ctx) != i && i.changes(r.Method) {
 			i.logForeign(cl.method)
 		}
 		return r, ctx
 	}
-	nctx, r := floodgate.NewRequestContext(ctx, i)
+	nctx, r := reqctx.New[floodgate.Request](ctx, i)
 	i.build(ctx, r, cl)
 	return r, nctx
 }

@@ -13,19 +13,8 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Client-side adaptive throttling defaults.
-const (
-	// DefaultThrottleK is Throttle.K unless set: the client keeps sending
-	// while its requests stay under twice what the server accepts.
-	DefaultThrottleK = 2
-	// DefaultThrottleWindow is Throttle.Window unless set.
-	DefaultThrottleWindow = 30 * time.Second
-	// ReasonClientThrottled is the google.rpc.ErrorInfo reason of a call
-	// the client throttled itself, without sending it.
-	ReasonClientThrottled = "CLIENT_THROTTLED"
-	// throttleBuckets is how many buckets a Throttle's window slides by.
-	throttleBuckets = 30
-)
+// throttleBuckets is how many buckets a Throttle's window slides by.
+const throttleBuckets = 30
 
 // Throttle configures client-side adaptive throttling (WithThrottle), as
 // the Google SRE book describes it: the client counts, over the last

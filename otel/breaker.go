@@ -10,13 +10,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Circuit breaker states as they appear in floodgate.breaker.state.
-const (
-	BreakerClosed   = "closed"
-	BreakerHalfOpen = "half_open"
-	BreakerOpen     = "open"
-)
-
 var breakerStates = [...]string{BreakerClosed, BreakerHalfOpen, BreakerOpen}
 
 // parseBreakerState accepts the state names above and gobreaker's

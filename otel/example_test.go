@@ -24,7 +24,7 @@ func Example() {
 	limits := floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 		return floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourceStore, Policy: "search", Limit: 20}, nil, nil
 	})
-	fg, err := interceptor.New(interceptor.WithObserver(obs), interceptor.WithMethodPathFallback())
+	fg, err := interceptor.New(interceptor.WithObserver(obs), interceptor.WithRoute(func(r *http.Request) string { return r.Method + " " + r.URL.Path }))
 	if err != nil {
 		log.Fatal(err)
 	}

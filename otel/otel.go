@@ -17,13 +17,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/cause"
 )
 
-// ScopeName is the instrumentation scope name of the tracer and meter this
-// package uses: its import path.
-const ScopeName = "github.com/floodgate-go/floodgate/otel"
-
-// Version is the instrumentation scope version reported with ScopeName.
-const Version = "0.1.0"
-
 // Caps on distinct attribute values.
 const (
 	// defaultMaxPolicies caps policy names, see WithMaxPolicies.
@@ -36,8 +29,22 @@ const (
 	maxBreakers = 32
 )
 
-// Attribute keys. Each is documented in the package doc.
+// The names this package records under: its instrumentation scope, the
+// span event of a decision, the attribute keys (each documented in the
+// package doc) and the values of floodgate.breaker.state.
 const (
+	// ScopeName is the instrumentation scope name of the tracer and meter
+	// this package uses: its import path.
+	ScopeName = "github.com/floodgate-go/floodgate/otel"
+	// Version is the instrumentation scope version reported with
+	// ScopeName.
+	Version = "0.1.0"
+
+	// EventDecision is the name of the span event added for every
+	// decision.
+	EventDecision = "floodgate.decision"
+
+	// Attribute keys.
 	AttrDecision     = attribute.Key("floodgate.decision")
 	AttrStage        = attribute.Key("floodgate.stage")
 	AttrPolicy       = attribute.Key("floodgate.policy")
@@ -56,10 +63,12 @@ const (
 	AttrBreakerFrom  = attribute.Key("floodgate.breaker.from")
 	AttrBreakerTo    = attribute.Key("floodgate.breaker.to")
 	AttrErrorType    = attribute.Key("error.type")
-)
 
-// EventDecision is the name of the span event added for every decision.
-const EventDecision = "floodgate.decision"
+	// Circuit breaker states as they appear in floodgate.breaker.state.
+	BreakerClosed   = "closed"
+	BreakerHalfOpen = "half_open"
+	BreakerOpen     = "open"
+)
 
 // stageNames are the floodgate.stage values every Observer knows from the
 // start, beyond its cap: the empty stage and every kind package floodgate

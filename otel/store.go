@@ -21,8 +21,8 @@ import (
 // a store never changes what a Limiter or a local-first store can do with
 // it: it implements quota.Settler (Settle, CanSettle), quota.Reporter
 // (Report, Resolve), DecidesOnStoreError, Close and Unwrap
-// whatever s is; a quota.LateAnswers in a Take's context reaches s with
-// the context. A method s lacks returns an error naming s's type, and
+// whatever s is; the receiver of late answers package fallback puts in a
+// Take's context reaches s with the context. A method s lacks returns an error naming s's type, and
 // the capability checks report the capability missing (quota.Settles and
 // the checks of packages tiers and tiers/localfirst follow Unwrap to s),
 // so a Limiter refuses at construction what would fail per request.

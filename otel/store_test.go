@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/floodgate-go/floodgate/internal/lateanswer"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -68,7 +69,7 @@ func TestStoreForwardsCapabilities(t *testing.T) {
 	}
 }
 
-// answersLate is a store that hands every take to the quota.LateAnswers
+// answersLate is a store that hands every take to the lateanswer.Receiver
 // of its context, as a batched Redis store does with a take its caller
 // gave up on, and says so.
 type answersLate struct{}
@@ -76,7 +77,7 @@ type answersLate struct{}
 func (answersLate) AnswersLate() bool { return true }
 
 func (answersLate) Take(ctx context.Context, b []quota.Bucket, _ []quota.Result) (bool, error) {
-	if la, ok := ctx.Value(quota.LateAnswersKey).(quota.LateAnswers); ok {
+	if la, ok := ctx.Value(lateanswer.Key).(lateanswer.Receiver); ok {
 		la.Late(b)(true, []quota.Result{{Allowed: true}}, nil)
 	}
 	return false, context.DeadlineExceeded
@@ -89,7 +90,7 @@ func (r *lateRecorder) Late([]quota.Bucket) func(bool, []quota.Result, error) {
 }
 
 // TestStoreForwardsLateAnswers: the late answers of a store that gives
-// them (quota.LateAnswers) reach the caller through the instrumented
+// them (lateanswer.Receiver) reach the caller through the instrumented
 // store, whose context is the caller's, and the capability is found
 // beneath it along Unwrap.
 func TestStoreForwardsLateAnswers(t *testing.T) {
@@ -108,7 +109,7 @@ func TestStoreForwardsLateAnswers(t *testing.T) {
 		t.Fatal("AnswersLate not found along quota.Layers of the instrumented store")
 	}
 	rec := &lateRecorder{}
-	ctx := context.WithValue(context.Background(), quota.LateAnswersKey, quota.LateAnswers(rec))
+	ctx := context.WithValue(context.Background(), lateanswer.Key, lateanswer.Receiver(rec))
 	if _, err := w.Take(ctx, []quota.Bucket{{Key: "k"}}, make([]quota.Result, 1)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Take: %v, want the wrapped store's error", err)
 	}

@@ -20,7 +20,7 @@ import (
 // perKeyScopes are the identities a per_key cap's key: may name, and the
 // key function of each: the request's own field, so Admit allocates
 // nothing; a request without it is not counted by the cap.
-var perKeyScopes = map[string]concurrency.KeyFunc{
+var perKeyScopes = map[string]func(*floodgate.Request) (string, bool){
 	"user":    func(r *floodgate.Request) (string, bool) { return r.Identity.User, r.Identity.User != "" },
 	"tenant":  func(r *floodgate.Request) (string, bool) { return r.Identity.Tenant, r.Identity.Tenant != "" },
 	"api_key": func(r *floodgate.Request) (string, bool) { return r.Identity.APIKey, r.Identity.APIKey != "" },

@@ -39,9 +39,10 @@
 //     see a store error (package tiers warns about on_store_error local
 //     rules otherwise);
 //   - answering abandoned takes late (an AnswersLate() bool method
-//     reporting true, see LateAnswers: tiers/redisstore with batching):
-//     any layer, since the LateAnswers travels in the take's context,
-//     which every wrapper passes on;
+//     reporting true: tiers/redisstore with batching, which hands package
+//     fallback the answer to a take its caller stopped waiting on): any
+//     layer, since fallback's receiver of late answers travels in the
+//     take's context, which every wrapper passes on;
 //   - deciding leased and async buckets locally (a
 //     DecidesConsistency(Consistency) bool method: package
 //     tiers/localfirst): any layer (package tiers refuses leased and

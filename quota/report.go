@@ -6,13 +6,6 @@ import (
 	"time"
 )
 
-// ReportRecordTTL is how long a Reporter remembers a report call: within
-// it, Resolve says whether a call whose reply never came was applied.
-// Resolved later, a call that was applied reads as not applied, and its
-// units are charged once more when sent again (package tiers/localfirst
-// caps what it resends at its share of the bucket).
-const ReportRecordTTL = time.Minute
-
 // ReportResult is what a Reporter did with one bucket of a report call.
 type ReportResult struct {
 	// Applied: the bucket was charged (false: its call failed, or was

@@ -3,17 +3,7 @@ package quota
 import (
 	"context"
 	"fmt"
-	"time"
 )
-
-// MaxMaxWait is the longest Bucket.MaxWait (and rule max_wait) allowed: a
-// request held longer than a minute is better told to come back.
-const MaxMaxWait = time.Minute
-
-// MaxSettle bounds the size of one settlement adjustment (|Bucket.Cost|
-// in Settle): 2^53, where a double (the Redis scripts' numbers) stops
-// being exact.
-const MaxSettle = 1 << 53
 
 // Settler is a Store that can adjust charges after the fact: what a
 // Limiter needs for rules that settle a request's cost when it ends

@@ -227,12 +227,56 @@ func (l Limit) Capacity() int64 {
 	return l.Rate
 }
 
-// Limits on Limit fields, enforced by Validate. They keep every intermediate
-// value of the algorithms exact in IEEE doubles (and so in Redis Lua).
+// The numbers of the contract: the bounds on a bucket's fields, which
+// keep every intermediate value of the algorithms exact in IEEE doubles
+// (and so in Redis Lua), GCRA's constants, and the durations every store
+// and every caller agree on.
 const (
+	// MaxRate, MinPeriod and MaxPeriod bound a Limit's Rate (and Burst)
+	// and Period, enforced by Limit.Validate.
 	MaxRate   = 1_000_000_000
 	MinPeriod = time.Millisecond
 	MaxPeriod = 366 * 24 * time.Hour
+
+	// MaxSpan is the longest Bucket.Span: a leap year and an hour.
+	MaxSpan = 366*24*time.Hour + time.Hour
+
+	// MaxMaxWait is the longest Bucket.MaxWait (and rule max_wait)
+	// allowed: a request held longer than a minute is better told to
+	// come back.
+	MaxMaxWait = time.Minute
+
+	// MaxSettle bounds the size of one settlement adjustment
+	// (|Bucket.Cost| in Settle): 2^53, where a double (the Redis scripts'
+	// numbers) stops being exact.
+	MaxSettle = 1 << 53
+
+	// GCRAEpoch is the origin, in Unix microseconds, of GCRA's stored
+	// times: 2026-01-01T00:00:00Z.
+	GCRAEpoch int64 = 1_767_225_600_000_000
+
+	// GCRASlack is the tolerance, in microseconds, of GCRA's comparison,
+	// capped at half the emission interval (S in the formulas of the
+	// Algorithm doc).
+	GCRASlack = 0.5
+
+	// Never is the RetryAfter of a bucket whose cost exceeds its
+	// capacity: no amount of waiting admits the request.
+	Never time.Duration = -1
+
+	// StoreErrorRetryAfter is the RetryAfter of every deny decided
+	// without the store that only the store could lift: a rule with
+	// on_store_error "closed", and a cost above a rule's local share in a
+	// fallback.
+	StoreErrorRetryAfter = time.Second
+
+	// ReportRecordTTL is how long a Reporter remembers a report call:
+	// within it, Resolve says whether a call whose reply never came was
+	// applied. Resolved later, a call that was applied reads as not
+	// applied, and its units are charged once more when sent again
+	// (package tiers/localfirst caps what it resends at its share of the
+	// bucket).
+	ReportRecordTTL = time.Minute
 )
 
 // Validate reports what is wrong with l, or nil.
@@ -445,21 +489,6 @@ type Span struct {
 
 // IsZero reports whether s is the zero Span (no calendar window).
 func (s Span) IsZero() bool { return s.Start.IsZero() && s.End.IsZero() }
-
-// MaxSpan is the longest Bucket.Span: a leap year and an hour.
-const MaxSpan = 366*24*time.Hour + time.Hour
-
-// GCRAEpoch is the origin, in Unix microseconds, of GCRA's stored times:
-// 2026-01-01T00:00:00Z.
-const GCRAEpoch int64 = 1_767_225_600_000_000
-
-// GCRASlack is the tolerance, in microseconds, of GCRA's comparison,
-// capped at half the emission interval (S in the formulas above).
-const GCRASlack = 0.5
-
-// Never is the RetryAfter of a bucket whose cost exceeds its capacity: no
-// amount of waiting admits the request.
-const Never time.Duration = -1
 
 // Result is what a Store reports for one bucket of a Take.
 type Result struct {

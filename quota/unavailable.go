@@ -1,15 +1,6 @@
 package quota
 
-import (
-	"time"
-
-	"github.com/floodgate-go/floodgate"
-)
-
-// StoreErrorRetryAfter is the RetryAfter of every deny decided without the
-// store that only the store could lift: a rule with on_store_error
-// "closed", and a cost above a rule's local share in a fallback.
-const StoreErrorRetryAfter = time.Second
+import "github.com/floodgate-go/floodgate"
 
 // DecideUnavailable answers a Take the store could not decide, bucket by
 // bucket by its OnStoreError, all or nothing: the one place where the fail

@@ -17,22 +17,9 @@ import (
 // cgroup-aware one; tests pass a fake.
 type CPUMeter = core.CPUMeter
 
-// Defaults of AdaptiveCapacity.
-const (
-	DefaultAdaptiveWindow     = core.DefaultAdaptiveWindow
-	DefaultAdaptiveMinSamples = core.DefaultAdaptiveMinSamples
-	DefaultAdaptiveHistory    = core.DefaultAdaptiveHistory
-	DefaultAdaptiveProbe      = core.DefaultAdaptiveProbe
-	DefaultAdaptiveTolerance  = core.DefaultAdaptiveTolerance
-	DefaultAdaptiveHeadroom   = core.DefaultAdaptiveHeadroom
-	DefaultAdaptiveGrowth     = core.DefaultAdaptiveGrowth
-	DefaultAdaptiveBackoff    = core.DefaultAdaptiveBackoff
-	DefaultAdaptiveMax        = core.DefaultAdaptiveMax
-)
-
 // AdaptiveCapacity makes the capacity follow the service instead of a
-// hand-tuned number (WithAdaptiveCapacity, fleetshed.WithAdaptiveCapacity, or
-// a policy file's shedder: adaptive: section). The package documentation
+// hand-tuned number (WithAdaptiveCapacity, fleetshed.Config.Adaptive, or a
+// policy file's shedder: adaptive: section). The package documentation
 // ("Adaptive capacity") gives the rule. The zero value of every field is
 // its default; a bad field is reported by name.
 type AdaptiveCapacity struct {
@@ -73,13 +60,11 @@ type AdaptiveCapacity struct {
 	Backoff float64
 	// CPUTarget, when above 0, counts the service as overloaded when the
 	// CPU it used over a window is at least this share of its quota (0.9:
-	// 90%); it needs a CPU meter (CPU below, or WithCPU /
-	// fleetshed.WithCPU). 0, the default, leaves CPU out. It must lie in
-	// [0, 1].
+	// 90%); it needs a CPU meter (CPU below, or the Shedder's WithCPU).
+	// 0, the default, leaves CPU out. It must lie in [0, 1].
 	CPUTarget float64
 	// CPU is the meter CPUTarget is checked against; nil keeps the one
-	// given to WithCPU (fleetshed.WithCPU), or the one set before
-	// (Reconfigure).
+	// given to WithCPU, or the one set before (Reconfigure).
 	CPU CPUMeter
 }
 
@@ -224,7 +209,7 @@ func (s *Shedder) Check(c Config) error {
 		m := s.meter
 		s.mu.Unlock()
 		if m == nil {
-			return core.NoMeterError("shedder", c.Adaptive.CPUTarget)
+			return core.NoMeterError("shedder", c.Adaptive.CPUTarget, "build it WithCPU")
 		}
 	}
 	return nil

@@ -46,7 +46,7 @@
 //
 // A fixed capacity is a guess: too high and a sick service drowns before
 // anything is shed, too low and a healthy one sheds work it could do.
-// WithAdaptiveCapacity (fleetshed.WithAdaptiveCapacity for the fleet-usage
+// WithAdaptiveCapacity (fleetshed.Config.Adaptive for the fleet-usage
 // shedder, or the policy file's shedder: adaptive: section) makes the
 // capacity follow the service; the thresholds and the priority order stay
 // as they are, only the capacity they are shares of moves, within [Min,

@@ -10,7 +10,8 @@ import (
 	"github.com/floodgate-go/floodgate/shedder/internal/core"
 )
 
-// Default settings of a Shedder.
+// Default settings of a Shedder and of its AdaptiveCapacity, and the
+// largest capacity.
 const (
 	// DefaultTestThreshold is the share of capacity from which test traffic is shed.
 	DefaultTestThreshold = 0.70
@@ -28,6 +29,24 @@ const (
 	DefaultPriority = core.DefaultPriority
 	// DefaultPolicy is the Policy of a Shedder's shed Decisions.
 	DefaultPolicy = "shedder"
+
+	// The defaults of AdaptiveCapacity's fields.
+	DefaultAdaptiveWindow     = core.DefaultAdaptiveWindow
+	DefaultAdaptiveMinSamples = core.DefaultAdaptiveMinSamples
+	DefaultAdaptiveHistory    = core.DefaultAdaptiveHistory
+	DefaultAdaptiveProbe      = core.DefaultAdaptiveProbe
+	DefaultAdaptiveTolerance  = core.DefaultAdaptiveTolerance
+	DefaultAdaptiveHeadroom   = core.DefaultAdaptiveHeadroom
+	DefaultAdaptiveGrowth     = core.DefaultAdaptiveGrowth
+	DefaultAdaptiveBackoff    = core.DefaultAdaptiveBackoff
+	DefaultAdaptiveMax        = core.DefaultAdaptiveMax
+
+	// MaxCapacity is the largest capacity (fixed, adaptive bound, or
+	// fleet) a shedder accepts: 2^53, beyond which capacities and their
+	// thresholds are no longer exact in the float64 arithmetic that
+	// computes them (2^63 converted back to int64 became negative,
+	// shedding everything).
+	MaxCapacity = core.MaxCapacity
 )
 
 // ErrInvalidPriority is returned, with a decision taken at the default
@@ -128,12 +147,6 @@ func (s *Shedder) setFrom(e *core.Estimator, capacity int64) {
 		s.layout(capacity)
 	}
 }
-
-// MaxCapacity is the largest capacity (fixed, adaptive bound, or fleet)
-// a shedder accepts: 2^53, beyond which capacities and their thresholds
-// are no longer exact in the float64 arithmetic that computes them
-// (2^63 converted back to int64 became negative, shedding everything).
-const MaxCapacity = core.MaxCapacity
 
 // Capacity returns the capacity in force: the one the Shedder was built
 // or reconfigured with, or, with an adaptive capacity, the one it learnt.

@@ -102,7 +102,7 @@
 //
 // # Imports
 //
-// fleetconc imports the floodgate core, package concurrency (KeyFunc and
+// fleetconc imports the floodgate core, package concurrency (Wait and
 // the defaults it shares), go-redis and floodgate's internal Redis
 // plumbing (internal/redisnow); never a transport.
 package fleetconc

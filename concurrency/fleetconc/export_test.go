@@ -37,3 +37,7 @@ func (l *Limiter) FleetInFlight(ctx context.Context, name, key string) (int64, e
 // WaitedSlots returns how many fleet slots requests got after waiting in
 // the queue (WithWait); a slot an acquire got at once is not counted.
 func (l *Limiter) WaitedSlots() int64 { return l.wait.got.Load() }
+
+// DefaultPrefix is PerKey.Prefix's default, for the tests that read the
+// keys.
+const DefaultPrefix = defaultPrefix

@@ -20,16 +20,16 @@ import (
 	"github.com/floodgate-go/floodgate/internal/redisnow"
 )
 
-// Defaults of a fleet cap.
+// Defaults of a fleet cap (PerKey says each).
 const (
-	// DefaultPrefix starts every fleet cap's Redis keys.
-	DefaultPrefix = "floodgate:concurrency:"
-	// DefaultLease is how long a fleet slot lives without Done or renewal.
-	DefaultLease = 30 * time.Second
-	// DefaultTimeout bounds each Redis call of a fleet cap.
-	DefaultTimeout = 250 * time.Millisecond
-	// MinLease is the shortest lease a fleet cap accepts.
-	MinLease = 10 * time.Millisecond
+	// defaultPrefix starts every fleet cap's Redis keys.
+	defaultPrefix = "floodgate:concurrency:"
+	// defaultLease is how long a fleet slot lives without Done or renewal.
+	defaultLease = 30 * time.Second
+	// defaultTimeout bounds each Redis call of a fleet cap.
+	defaultTimeout = 250 * time.Millisecond
+	// minLease is the shortest lease a fleet cap accepts.
+	minLease = 10 * time.Millisecond
 )
 
 // PerKey describes a per-key cap across every instance sharing one Redis,
@@ -44,20 +44,22 @@ type PerKey struct {
 	// Cap is the most requests in flight per key, fleet-wide. Required: at
 	// least 1.
 	Cap int64
-	// Key computes the key. Required: nil is an error.
-	Key concurrency.KeyFunc
+	// Key computes the key a request is counted under, as
+	// concurrency.PerKey.Key does (ok false: the cap does not apply to
+	// r). Required: nil is an error.
+	Key func(r *floodgate.Request) (key string, ok bool)
 	// Client is the Redis client. Required: nil is an error. Each key is
 	// one Redis key, so Redis Cluster works too.
 	Client redis.UniversalClient
-	// Prefix starts every Redis key; "" means DefaultPrefix. The full key
+	// Prefix starts every Redis key; "" means "floodgate:concurrency:". The full key
 	// is Prefix + Name + ":" + key; Name has no ':', so no key can collide
 	// with another cap's.
 	Prefix string
 	// Lease is how long a slot lives without Done or renewal: a crashed
-	// instance's slots are freed after it. 0 means DefaultLease; otherwise
-	// it must be at least MinLease and whole milliseconds.
+	// instance's slots are freed after it. 0 means 30s; otherwise it
+	// must be at least 10ms and whole milliseconds.
 	Lease time.Duration
-	// Timeout bounds each Redis call; 0 means DefaultTimeout. It must not
+	// Timeout bounds each Redis call; 0 means 250ms. It must not
 	// be negative.
 	Timeout time.Duration
 	// FailClosed makes the cap deny (SourceFailClosed, with RetryAfter)
@@ -111,16 +113,16 @@ func WithPerKey(c PerKey) Option {
 			bad("Client", "is nil")
 		}
 		if c.Prefix == "" {
-			c.Prefix = DefaultPrefix
+			c.Prefix = defaultPrefix
 		}
 		if c.Lease == 0 {
-			c.Lease = DefaultLease
+			c.Lease = defaultLease
 		}
-		if c.Lease < MinLease || c.Lease%time.Millisecond != 0 {
-			bad("Lease", "%s must be at least %s and whole milliseconds", c.Lease, MinLease)
+		if c.Lease < minLease || c.Lease%time.Millisecond != 0 {
+			bad("Lease", "%s must be at least %s and whole milliseconds", c.Lease, minLease)
 		}
 		if c.Timeout == 0 {
-			c.Timeout = DefaultTimeout
+			c.Timeout = defaultTimeout
 		}
 		if c.Timeout < 0 {
 			bad("Timeout", "%s is negative", c.Timeout)
@@ -210,7 +212,7 @@ var (
 type fleetLimit struct {
 	name       string
 	cap        int64
-	key        concurrency.KeyFunc
+	key        func(*floodgate.Request) (string, bool)
 	client     redis.UniversalClient
 	prefix     string // Prefix + Name + ":"
 	leaseMs    int64

@@ -47,8 +47,8 @@ type Option func(*config)
 
 type config struct {
 	scope Scope
-	root  fs.FS
-	clock floodgate.Clock
+	root  fs.FS           // where proc/ and the cgroup files are read; tests set it (export_test.go)
+	clock floodgate.Clock // elapsed time; tests set it (export_test.go)
 	limit float64
 	errs  []error
 }
@@ -60,29 +60,6 @@ func WithScope(s Scope) Option {
 			c.errs = append(c.errs, fmt.Errorf("cpu: WithScope: unknown scope %d", uint8(s)))
 		}
 		c.scope = s
-	}
-}
-
-// WithRoot sets the file system the Meter reads proc/self/cgroup,
-// proc/self/mountinfo and the cgroup files from, paths relative to "/"
-// (default os.DirFS("/")). Tests hand it a directory of fixture files.
-func WithRoot(root fs.FS) Option {
-	return func(c *config) {
-		if root == nil {
-			c.errs = append(c.errs, errors.New("cpu: WithRoot: nil file system"))
-		}
-		c.root = root
-	}
-}
-
-// WithClock sets the Clock elapsed time is read from (default
-// floodgate.SystemClock()).
-func WithClock(clock floodgate.Clock) Option {
-	return func(c *config) {
-		if clock == nil {
-			c.errs = append(c.errs, errors.New("cpu: WithClock: nil clock"))
-		}
-		c.clock = clock
 	}
 }
 

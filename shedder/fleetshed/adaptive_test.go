@@ -26,7 +26,7 @@ func TestFleetAdaptiveCapacitySums(t *testing.T) {
 		t.Helper()
 		// Min = Max pins the learnt share, so the sums are exact.
 		return newFleet(t, srv.NewClient(), clk, id, share,
-			fleetshed.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: share, Max: share}))
+			fleetshed.Config{Capacity: share, Adaptive: &shedder.AdaptiveCapacity{Min: share, Max: share}})
 	}
 	a, b := adaptive("a", 30), adaptive("b", 50)
 	c := newFleet(t, srv.NewClient(), clk, "c", 100) // fixed: publishes no capacity
@@ -89,12 +89,15 @@ func TestFleetAdaptiveCluster(t *testing.T) {
 	t.Parallel()
 	cl := wait()
 	clk := clock.New(time.Time{})
-	for _, key := range []string{fleet.DefaultKey, "svc:fleet", "{svc}:fleet"} {
+	for _, key := range []string{"fg:fleet:{members}", "svc:fleet", "{svc}:fleet"} { // fleet's default key first
 		var fs []*fleetshed.Shedder
 		for _, id := range []string{"a", "b"} {
 			m := members(t, cl.Client(), clk, id, 500*time.Millisecond, ttl, fleet.WithKey(key))
-			f, err := fleetshed.New(m, 20, fleetshed.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: 20, Max: 20}))
+			f, err := fleetshed.New(m, 20)
 			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Reconfigure(fleetshed.Config{Capacity: 20, Adaptive: &shedder.AdaptiveCapacity{Min: 20, Max: 20}}); err != nil {
 				t.Fatal(err)
 			}
 			fs = append(fs, f)

@@ -49,9 +49,10 @@
 //
 // # Adaptive capacity
 //
-// With WithAdaptiveCapacity each instance learns its own share as a
-// shedder.Shedder learns its capacity (the capacity given to New is where
-// this instance's share starts) and publishes it at every Sync. The fleet
+// With an adaptive capacity (Config.Adaptive, set by Reconfigure) each
+// instance learns its own share as a shedder.Shedder learns its capacity
+// (Config.Capacity is where this instance's share starts) and publishes
+// it at every Sync. The fleet
 // capacity is this instance's share plus the shares the other live
 // instances published; a live instance that published none (a fixed one)
 // counts as this instance's share. While the counts are stale, an

@@ -18,12 +18,13 @@ import (
 	"github.com/floodgate-go/floodgate/shedder/internal/core"
 )
 
-// Defaults of a Shedder.
+// Defaults of a Shedder (Config says each).
 const (
-	// DefaultReserve is the share of fleet capacity kept for critical traffic.
-	DefaultReserve = 0.20
-	// DefaultPolicy is the Policy of a Shedder's shed Decisions.
-	DefaultPolicy = "fleet-shedder"
+	// defaultReserve is the share of fleet capacity kept for critical
+	// traffic.
+	defaultReserve = 0.20
+	// defaultPolicy is the Policy of a Shedder's shed Decisions.
+	defaultPolicy = "fleet-shedder"
 )
 
 // ErrStale is returned, alongside a decision taken on this instance's own
@@ -43,7 +44,7 @@ var syncScript = redisnow.Script(liveness.BeatLua + syncLua)
 // reserves 20%): with fleet capacity C and reserve r, a non-critical request
 // starts being shed when the fleet has C × (1 − r) or more requests in
 // flight, and is admitted again once the fleet falls below that minus the
-// hysteresis band (5% of C by default; see WithHysteresis); critical
+// hysteresis band (shedder.DefaultHysteresis, 5% of C); critical
 // requests are never shed (the reserve is theirs; hard caps are package
 // concurrency's job). It is safe for concurrent use.
 type Shedder struct {
@@ -85,13 +86,12 @@ var _ floodgate.Admitter = (*Shedder)(nil)
 // interval, TTL, call timeout and Clock are the Shedder's too. members must
 // count from Redis (not fleet.WithStatic), and its key must keep the keys
 // derived from it in its Redis Cluster slot: a hash tag ({tag}, not empty)
-// or no '}' at all. Call Run in a goroutine to keep the counts fresh (or
-// Sync yourself). New returns an error naming every bad option.
-func New(members *fleet.Members, capacity int64, opts ...Option) (*Shedder, error) {
-	c := config{
-		Settings: core.NewSettings("fleetshed", DefaultPolicy),
-		reserve:  DefaultReserve,
-	}
+// or no '}' at all. Its reserve is 0.20 and its capacity fixed until
+// Reconfigure sets a Config (a policy file's shedder: fleet: section).
+// Call Run in a goroutine to keep the counts fresh (or Sync yourself). New
+// returns an error naming every bad argument.
+func New(members *fleet.Members, capacity int64) (*Shedder, error) {
+	c := core.NewSettings("fleetshed", defaultPolicy)
 	m, ok := liveness.Lookup(members)
 	switch {
 	case members == nil:
@@ -110,10 +110,6 @@ func New(members *fleet.Members, capacity int64, opts ...Option) (*Shedder, erro
 	if ok {
 		c.Clock = m.Clock
 	}
-	core.Apply(&c, &c.Settings, "Option", opts)
-	if c.adaptive != nil && c.adaptive.CPUTarget > 0 && c.meter == nil {
-		c.Fail("WithAdaptiveCapacity", "AdaptiveCapacity.CPUTarget %v needs a CPU meter (AdaptiveCapacity.CPU or WithCPU)", c.adaptive.CPUTarget)
-	}
 	if len(c.Errs) > 0 {
 		return nil, errors.Join(c.Errs...)
 	}
@@ -122,12 +118,11 @@ func New(members *fleet.Members, capacity int64, opts ...Option) (*Shedder, erro
 		keys:    []string{m.Key, derivedKey(m.Key, "shed"), derivedKey(m.Key, "shed:capacity")},
 		clock:   c.TimeSource(),
 		fixed:   capacity,
-		reserve: c.reserve,
+		reserve: defaultReserve,
 		band:    c.Hysteresis,
-		meter:   c.meter,
 	}
-	s.v.Init(&c.Settings, capacity)
-	s.gate.Init(&c.Settings)
+	s.v.Init(&c, capacity)
+	s.gate.Init(&c)
 	s.stale.Store(true)
 	for p := floodgate.PriorityTest; p <= floodgate.PriorityCritical; p++ {
 		s.dones[p] = func(floodgate.Result) {
@@ -137,10 +132,6 @@ func New(members *fleet.Members, capacity int64, opts ...Option) (*Shedder, erro
 	}
 	s.tickets.New = func() any { return core.NewTicket(s.release) }
 	s.relayout()
-	if c.adaptive != nil {
-		s.adaptive = *c.adaptive
-		s.startAdaptive(s.adaptive, s.meter, capacity)
-	}
 	return s, nil
 }
 

@@ -36,11 +36,18 @@ func members(t testing.TB, c redis.UniversalClient, clk floodgate.Clock, id stri
 	return m
 }
 
-func newFleet(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, id string, capacity int64, opts ...fleetshed.Option) *fleetshed.Shedder {
+// newFleet returns an instance id of a fleet of capacity, reconfigured
+// with cfg when given.
+func newFleet(t *testing.T, c redis.UniversalClient, clk floodgate.Clock, id string, capacity int64, cfg ...fleetshed.Config) *fleetshed.Shedder {
 	t.Helper()
-	f, err := fleetshed.New(members(t, c, clk, id, 500*time.Millisecond, ttl), capacity, opts...)
+	f, err := fleetshed.New(members(t, c, clk, id, 500*time.Millisecond, ttl), capacity)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, c := range cfg {
+		if err := f.Reconfigure(c); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return f
 }

@@ -2,108 +2,35 @@ package fleetshed
 
 import (
 	"errors"
-	"time"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/field"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/shedder/internal/core"
 )
 
-// Option configures New; New reports every bad one.
-type Option func(*config)
-
-// config is what Options set.
-type config struct {
-	core.Settings
-	adaptive *shedder.AdaptiveCapacity
-	meter    shedder.CPUMeter
-	reserve  float64
-}
-
-// WithReserve sets the share of fleet capacity, in (0, 1), kept for
-// critical traffic: non-critical requests are shed when the fleet's
-// in-flight count reaches (1 − reserve) × capacity. Default DefaultReserve.
-func WithReserve(share float64) Option {
-	return func(c *config) {
-		if !(share > 0 && share < 1) {
-			c.Fail("WithReserve", "reserve %v is out of range (0, 1)", share)
-		}
-		c.reserve = share
-	}
-}
-
-// WithHysteresis sets the band, a fraction of fleet capacity in [0, 0.5),
-// by which the fleet's in-flight count must fall below the threshold
-// before shedding stops (default shedder.DefaultHysteresis), and the hold,
-// the least time (>= 0) shedding lasts after it was last at or above the
-// threshold (default 0: no hold), as shedder.WithHysteresis does for one
-// instance.
-func WithHysteresis(band float64, hold time.Duration) Option {
-	return func(c *config) { c.SetHysteresis("WithHysteresis", band, hold) }
-}
-
-// WithRetryAfter sets the RetryAfter of a shed Decision (default
-// shedder.DefaultRetryAfter); it must be > 0.
-func WithRetryAfter(d time.Duration) Option {
-	return func(c *config) { c.SetRetryAfter("WithRetryAfter", d) }
-}
-
-// WithDefaultPriority sets the priority used for requests whose Priority
-// is PriorityUnspecified (default shedder.DefaultPriority). It must be a
-// named priority other than unspecified.
-func WithDefaultPriority(p floodgate.Priority) Option {
-	return func(c *config) { c.SetDefaultPriority("WithDefaultPriority", p) }
-}
-
-// WithPolicy sets the Policy name of shed Decisions (default
-// DefaultPolicy).
-func WithPolicy(name string) Option {
-	return func(c *config) { c.SetPolicy("WithPolicy", name) }
-}
-
-// WithAdaptiveCapacity makes each instance learn its own share of the
-// fleet capacity from its own requests, in [a.Min, a.Max], as a
-// shedder.Shedder learns its capacity (the capacity given to New is where
-// this instance's share starts); the fleet capacity is the sum over live
-// instances (see the package documentation). A bad field of a is reported
-// by name.
-func WithAdaptiveCapacity(a shedder.AdaptiveCapacity) Option {
-	return func(c *config) {
-		a = shedder.AdaptiveCapacity(core.Adaptive(a).WithDefaults())
-		c.Errs = append(c.Errs, core.Adaptive(a).Check("fleetshed", "WithAdaptiveCapacity", "")...)
-		c.adaptive = &a
-		if a.CPU != nil {
-			c.meter = a.CPU
-		}
-	}
-}
-
-// WithCPU gives the Shedder the CPU meter an adaptive capacity's
-// CPUTarget is checked against (*cpu.Meter of package shedder/cpu). It is
-// read once per window, only while the capacity is adaptive with a
-// CPUTarget.
-func WithCPU(m shedder.CPUMeter) Option {
-	return func(c *config) {
-		if m == nil {
-			c.Fail("WithCPU", "meter is nil")
-		}
-		c.meter = m
-	}
-}
-
-// Config is the part of a Shedder's settings that can change at run time
-// (Reconfigure), and what a policy file's shedder: fleet: section holds.
+// Config is what a Shedder is configured with beyond New's fleet and
+// capacity: set it with Reconfigure, at start as at run time (a policy
+// file's shedder: fleet: section holds it, and package guard applies it
+// so). Everything else is package shedder's default: a hysteresis band of
+// shedder.DefaultHysteresis of the fleet capacity and no hold, a
+// RetryAfter of shedder.DefaultRetryAfter, requests without a priority at
+// shedder.DefaultPriority, and the Policy "fleet-shedder".
 type Config struct {
 	// Capacity is the fleet capacity of a fixed Shedder (>= 1). With
 	// Adaptive it is where this instance's share starts when the capacity
 	// was fixed before.
 	Capacity int64
 	// Reserve is the share of fleet capacity kept for critical traffic,
-	// in (0, 1); 0 means DefaultReserve.
+	// in (0, 1): non-critical requests are shed when the fleet's
+	// in-flight count reaches (1 − Reserve) × capacity. 0 means 0.20.
 	Reserve float64
-	// Adaptive, when not nil, makes each instance learn its share (see
-	// WithAdaptiveCapacity).
+	// Adaptive, when not nil, makes each instance learn its own share of
+	// the fleet capacity from its own requests, in [Adaptive.Min,
+	// Adaptive.Max], as a shedder.Shedder learns its capacity (Capacity
+	// is where this instance's share starts); the fleet capacity is the
+	// sum over live instances (see the package documentation). A
+	// CPUTarget needs a meter: Adaptive.CPU (*cpu.Meter of package
+	// shedder/cpu), which later Configs without one keep using.
 	Adaptive *shedder.AdaptiveCapacity
 }
 
@@ -139,7 +66,7 @@ func (s *Shedder) Config() Config {
 }
 
 // Check reports whether Reconfigure would accept c: c is valid, and a
-// CPUTarget has a meter (c.Adaptive.CPU, WithCPU, or one set before).
+// CPUTarget has a meter (c.Adaptive.CPU, or one set before).
 func (s *Shedder) Check(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
@@ -149,7 +76,7 @@ func (s *Shedder) Check(c Config) error {
 		m := s.meter
 		s.capMu.Unlock()
 		if m == nil {
-			return core.NoMeterError("fleetshed", c.Adaptive.CPUTarget)
+			return core.NoMeterError("fleetshed", c.Adaptive.CPUTarget, "give it in AdaptiveCapacity.CPU")
 		}
 	}
 	return nil
@@ -163,7 +90,7 @@ func (s *Shedder) Reconfigure(c Config) error {
 		return err
 	}
 	if c.Reserve == 0 {
-		c.Reserve = DefaultReserve
+		c.Reserve = defaultReserve
 	}
 	s.capMu.Lock()
 	s.fixed, s.reserve = c.Capacity, c.Reserve

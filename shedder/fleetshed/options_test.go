@@ -27,8 +27,8 @@ func unreachable(t testing.TB) *fleet.Members {
 	return m
 }
 
-// Every bad argument or option makes New return an error that names it
-// ("fleetshed: <Option>: …"), and no value.
+// Every bad argument makes New return an error that names it, and no
+// value.
 func TestConstructorErrors(t *testing.T) {
 	t.Parallel()
 	m := unreachable(t)
@@ -36,9 +36,9 @@ func TestConstructorErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newFleet := func(m *fleet.Members, capacity int64, opts ...fleetshed.Option) func() error {
+	newFleet := func(m *fleet.Members, capacity int64) func() error {
 		return func() error {
-			f, err := fleetshed.New(m, capacity, opts...)
+			f, err := fleetshed.New(m, capacity)
 			if f != nil {
 				t.Errorf("New returned a Shedder with error %v", err)
 			}
@@ -54,15 +54,6 @@ func TestConstructorErrors(t *testing.T) {
 		{"static members", newFleet(static, 10), "fleetshed: fleet members count statically"},
 		{"fleet capacity", newFleet(m, -1), "fleetshed: fleet capacity -1 must be at least 1"},
 		{"fleet capacity max", newFleet(m, shedder.MaxCapacity+1), "must be at most MaxCapacity"},
-		{"nil fleet option", newFleet(m, 10, nil), "fleetshed: nil Option"},
-		{"fleet band", newFleet(m, 10, fleetshed.WithHysteresis(-0.1, 0)), "fleetshed: WithHysteresis: hysteresis band -0.1"},
-		{"fleet retry", newFleet(m, 10, fleetshed.WithRetryAfter(-time.Second)), "fleetshed: WithRetryAfter: retry-after -1s"},
-		{"fleet default", newFleet(m, 10, fleetshed.WithDefaultPriority(9)), "fleetshed: WithDefaultPriority: default priority"},
-		{"fleet policy", newFleet(m, 10, fleetshed.WithPolicy("")), "fleetshed: WithPolicy: policy name is empty"},
-		{"reserve", newFleet(m, 10, fleetshed.WithReserve(1)), "fleetshed: WithReserve: reserve 1 is out of range"},
-		{"cpu", newFleet(m, 10, fleetshed.WithCPU(nil)), "fleetshed: WithCPU: meter is nil"},
-		{"adaptive", newFleet(m, 10, fleetshed.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: 5, Max: 4})), "fleetshed: WithAdaptiveCapacity: max: 4 must be >= min 5"},
-		{"cpu target", newFleet(m, 10, fleetshed.WithAdaptiveCapacity(shedder.AdaptiveCapacity{CPUTarget: 0.5})), "fleetshed: WithAdaptiveCapacity: AdaptiveCapacity.CPUTarget 0.5 needs a CPU meter (AdaptiveCapacity.CPU or WithCPU)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.new()
@@ -73,21 +64,37 @@ func TestConstructorErrors(t *testing.T) {
 	}
 }
 
-// The settings both shedders take behave alike in either package.
-func TestFleetSharedOptions(t *testing.T) {
+// TestFleetDefaults: a Config sets a fleet Shedder's capacity, reserve
+// and adaptive capacity; its sheds carry package shedder's defaults
+// otherwise (the hysteresis band, RetryAfter and default priority) and the
+// Policy "fleet-shedder". A Config the Shedder cannot take is refused by
+// name, and changes nothing.
+func TestFleetDefaults(t *testing.T) {
 	t.Parallel()
-	f, err := fleetshed.New(unreachable(t), 10,
-		fleetshed.WithPolicy("fleet"),
-		fleetshed.WithRetryAfter(3*time.Second),
-		fleetshed.WithDefaultPriority(floodgate.PriorityTest),
-		fleetshed.WithHysteresis(0, 0),
-		fleetshed.WithReserve(0.5),
-	)
+	f, err := fleetshed.New(unreachable(t), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if start, stop := f.Threshold(); start != 5 || stop != 5 {
-		t.Fatalf("threshold %d/%d, want 5/5 (reserve 50%%, no band)", start, stop)
+	if start, stop := f.Threshold(); start != 8 || stop != 7 {
+		t.Fatalf("threshold %d/%d, want 8/7 (reserve 20%%, a band of 5%% of 10 rounded up)", start, stop)
+	}
+	for _, tc := range []struct {
+		cfg  fleetshed.Config
+		want string
+	}{
+		{fleetshed.Config{Capacity: 10, Reserve: 1}, "fleetshed: Config: reserve: 1 is out of range (0, 1)"},
+		{fleetshed.Config{Capacity: 10, Adaptive: &shedder.AdaptiveCapacity{Min: 5, Max: 4}}, "max: 4 must be >= min 5"},
+		{fleetshed.Config{Capacity: 10, Adaptive: &shedder.AdaptiveCapacity{CPUTarget: 0.5}}, "fleetshed: Config: adaptive.cpu_target: 0.5 needs a CPU meter, and the Shedder has none (give it in AdaptiveCapacity.CPU)"},
+	} {
+		if err := f.Reconfigure(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Reconfigure(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	if err := f.Reconfigure(fleetshed.Config{Capacity: 10, Reserve: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	if start, stop := f.Threshold(); start != 5 || stop != 4 {
+		t.Fatalf("threshold %d/%d, want 5/4 (reserve 50%%)", start, stop)
 	}
 	var dones []floodgate.Done
 	for range 5 {
@@ -96,7 +103,7 @@ func TestFleetSharedOptions(t *testing.T) {
 	}
 	d, done, _ := f.Admit(ctx, &floodgate.Request{})
 	want := floodgate.Decision{Stage: floodgate.StageShedder, Source: floodgate.SourceShedder,
-		Policy: "fleet", Limit: 10, Remaining: 5, RetryAfter: 3 * time.Second, Priority: floodgate.PriorityTest}
+		Policy: "fleet-shedder", Limit: 10, Remaining: 5, RetryAfter: shedder.DefaultRetryAfter, Priority: shedder.DefaultPriority}
 	if done != nil || d != want {
 		t.Fatalf("decision %+v, want %+v", d, want)
 	}
@@ -132,8 +139,11 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	adaptive, err := fleetshed.New(unreachable(t), 100, fleetshed.WithAdaptiveCapacity(shedder.AdaptiveCapacity{}))
+	adaptive, err := fleetshed.New(unreachable(t), 100)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adaptive.Reconfigure(fleetshed.Config{Capacity: 100, Adaptive: &shedder.AdaptiveCapacity{}}); err != nil {
 		t.Fatal(err)
 	}
 	req := &floodgate.Request{Priority: floodgate.PriorityRead}

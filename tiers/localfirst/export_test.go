@@ -8,3 +8,7 @@ func WithManualSync() Option { return func(c *config) { c.manual = true } }
 
 // Ledger is what New takes as its ledger, named for the tests' fakes.
 type Ledger = quota.Reporter
+
+// DefaultLeaseTarget is WithLeaseTarget's default, for the tests that
+// bound a wait by it.
+const DefaultLeaseTarget = defaultLeaseTarget

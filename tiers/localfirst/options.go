@@ -8,13 +8,13 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Defaults of the options.
+// Defaults of the options (each option says its own).
 const (
-	DefaultLeaseTTL    = time.Second
-	DefaultLeaseTarget = 100 * time.Millisecond
-	DefaultLeaseShare  = 0.5
-	DefaultSyncTimeout = 250 * time.Millisecond
-	DefaultMaxKeys     = 100_000
+	defaultLeaseTTL    = time.Second
+	defaultLeaseTarget = 100 * time.Millisecond
+	defaultLeaseShare  = 0.5
+	defaultSyncTimeout = 250 * time.Millisecond
+	defaultMaxKeys     = 100_000
 )
 
 type config struct {
@@ -64,7 +64,7 @@ func WithInstances(count func() int) Option {
 }
 
 // WithLeaseTTL sets how long leased units may be spent before the unspent
-// ones go back to the store (default DefaultLeaseTTL; at least 10ms).
+// ones go back to the store (default 1s; at least 10ms).
 func WithLeaseTTL(d time.Duration) Option {
 	return func(c *config) {
 		if d < 10*time.Millisecond {
@@ -76,7 +76,7 @@ func WithLeaseTTL(d time.Duration) Option {
 }
 
 // WithLeaseTarget sets how long a lease should last at the key's current
-// demand when the key nears its limit (default DefaultLeaseTarget;
+// demand when the key nears its limit (default 100ms;
 // positive, below the lease TTL). A key whose bucket was far from empty
 // at its last lease leases for longer, up to half the lease TTL in
 // proportion to what the bucket held (see the package documentation).
@@ -91,7 +91,7 @@ func WithLeaseTarget(d time.Duration) Option {
 }
 
 // WithLeaseShare caps one lease at share × the bucket's capacity ÷ live
-// instances (default DefaultLeaseShare; in (0, 1]).
+// instances (default 0.5; in (0, 1]).
 func WithLeaseShare(share float64) Option {
 	return func(c *config) {
 		if !(share > 0 && share <= 1) {
@@ -103,7 +103,7 @@ func WithLeaseShare(share float64) Option {
 }
 
 // WithSyncTimeout bounds each background call to the ledger: a report or
-// a lease return (default DefaultSyncTimeout; positive).
+// a lease return (default 250ms; positive).
 func WithSyncTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -114,7 +114,7 @@ func WithSyncTimeout(d time.Duration) Option {
 	}
 }
 
-// WithMaxKeys bounds the keys held locally (default DefaultMaxKeys; at
+// WithMaxKeys bounds the keys held locally (default 100 000; at
 // least 1). Idle keys (nothing leased, nothing unreported) are dropped
 // after 30s, and at the bound a new key takes the place of one idle and
 // untouched for a second (it looks at a few keys, not all: a flood of

@@ -67,11 +67,11 @@ func New(exact quota.Store, ledger quota.Reporter, opts ...Option) (*Store, erro
 	c := config{
 		clock:       floodgate.SystemClock(),
 		instances:   func() int { return 1 },
-		leaseTTL:    DefaultLeaseTTL,
-		leaseTarget: DefaultLeaseTarget,
-		leaseShare:  DefaultLeaseShare,
-		syncTimeout: DefaultSyncTimeout,
-		maxKeys:     DefaultMaxKeys,
+		leaseTTL:    defaultLeaseTTL,
+		leaseTarget: defaultLeaseTarget,
+		leaseShare:  defaultLeaseShare,
+		syncTimeout: defaultSyncTimeout,
+		maxKeys:     defaultMaxKeys,
 		logger:      slog.Default(),
 	}
 	if exact == nil {

@@ -83,10 +83,10 @@
 //     A batched take whose caller gives up (its context ends) after its
 //     parts were queued is finished in the background as a whole: the
 //     store waits for every part's answer, refunds the charging slots if
-//     one denied, and hands the outcome to the quota.LateAnswers in the
-//     take's context, if any, so a take abandoned half-way never leaves
-//     one slot's charge standing after another denied
-//     (TestClusterAbandonedTake). Unbatched, an abandoned part's answer is
+//     one denied, and hands the outcome to the receiver of late answers in
+//     the take's context (package fallback's), if any, so a take abandoned
+//     half-way never leaves one slot's charge standing after another
+//     denied (TestClusterAbandonedTake). Unbatched, an abandoned part's answer is
 //     lost with its caller.
 //     No CROSSSLOT error can reach a caller. A slot moving to another
 //     master (resharding) is followed through go-redis's redirects (ASK,

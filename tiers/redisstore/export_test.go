@@ -31,7 +31,7 @@ func (s *Store) CacheLen() int {
 // Batched reports whether s sends takes through the batcher.
 func Batched(s *Store) bool { return s.batch != nil }
 
-// LateSink is a quota.LateAnswers that records the buckets it is given
+// LateSink is a lateanswer.Receiver that records the buckets it is given
 // and sends each answer it is handed to Got.
 type LateSink struct {
 	Buckets []quota.Bucket

@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/floodgate-go/floodgate/internal/lateanswer"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
-// AnswersLate reports whether the store calls quota.LateAnswers.Late for
-// every take it abandons after sending: with batching on (the default), a
-// take whose caller's context ends is already queued to a flusher, which
-// sends it and reads its answer whatever the caller does, so the answer is
-// handed to the LateAnswers in the take's context, if it has one. On a
+// AnswersLate reports whether the store hands the answer to every take it
+// abandons after sending to the receiver of late answers in the take's
+// context (package fallback puts one there): with batching on (the
+// default), a take whose caller's context ends is already queued to a
+// flusher, which sends it and reads its answer whatever the caller does,
+// so the answer is handed to that receiver, if the context has one. On a
 // Cluster, a take spanning several slots is finished as a whole in the
 // background (its parts' answers, then a refund of the charging slots if
 // one denied), and that outcome is what is handed on. A store with
@@ -20,12 +22,12 @@ import (
 func (s *Store) AnswersLate() bool { return s.batch != nil }
 
 // answerLate hands the answer of a batched take whose caller stopped
-// waiting after queueing it (p) to the quota.LateAnswers in the take's
+// waiting after queueing it (p) to the lateanswer.Receiver in the take's
 // context, if it has one: Late is called now, before Take returns, and
 // what it returned once the flusher has the answer. Nothing is done
 // unless a caller asked for it, and only here, on the abandoned path.
 func (s *Store) answerLate(ctx context.Context, p *pending, buckets []quota.Bucket, idx []int) {
-	la, _ := ctx.Value(quota.LateAnswersKey).(quota.LateAnswers)
+	la, _ := ctx.Value(lateanswer.Key).(lateanswer.Receiver)
 	if la == nil || s.batch == nil {
 		return
 	}
@@ -81,7 +83,7 @@ func (s *Store) answerLate(ctx context.Context, p *pending, buckets []quota.Buck
 // charged, else what the charging slots charged is given back. So a take
 // abandoned half-way is all-or-nothing like any other, instead of leaving
 // the charge of a slot that allowed in place after another denied. The
-// outcome goes to the quota.LateAnswers in ctx, if any, whose Late is
+// outcome goes to the lateanswer.Receiver in ctx, if any, whose Late is
 // called before this returns. It takes the groups' calls over (their
 // entries in groups become nil) and copies what it keeps of buckets and
 // out, which are the caller's again once Take returns.
@@ -96,7 +98,7 @@ func (s *Store) answerLateMulti(ctx context.Context, groups []slotGroup, buckets
 	}
 	outs := append([]answer(nil), out...)
 	var deliver func(bool, []quota.Result, error)
-	if la, _ := ctx.Value(quota.LateAnswersKey).(quota.LateAnswers); la != nil {
+	if la, _ := ctx.Value(lateanswer.Key).(lateanswer.Receiver); la != nil {
 		deliver = la.Late(append([]quota.Bucket(nil), buckets...))
 	}
 	b := s.batch

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/internal/lateanswer"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
@@ -16,9 +17,9 @@ import (
 
 // TestLateAnswer: a batched take whose caller's context ends while Redis
 // is paused is still sent; Take returns the context's error, and the
-// answer Redis gives when it resumes reaches the quota.LateAnswers in the
+// answer Redis gives when it resumes reaches the lateanswer.Receiver in the
 // context: allowed, with what the bucket holds after the charge, which a
-// later take confirms. A take without a LateAnswers is abandoned as
+// later take confirms. A take without a Receiver is abandoned as
 // before, and a store with batching off does not claim to answer late.
 // The caller gives up (its context cancelled) when a hook sees the take's
 // call leave for the paused Redis: the order holds on any machine.
@@ -51,7 +52,7 @@ func TestLateAnswer(t *testing.T) {
 
 	sink := &redisstore.LateSink{Got: make(chan redisstore.LateAnswer, 1)}
 	srv.Pause()
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), quota.LateAnswersKey, quota.LateAnswers(sink)))
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), lateanswer.Key, lateanswer.Receiver(sink)))
 	giveUp.Store(&cancel)
 	_, err = st.Take(ctx, []quota.Bucket{b}, res)
 	cancel()

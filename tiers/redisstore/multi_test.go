@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/internal/lateanswer"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
@@ -334,7 +335,7 @@ func TestClusterRefundCalendarWindow(t *testing.T) {
 // denies at once, and x's part charges when its master resumes, so that
 // charge is refunded: x reads what it read before (when the caller's
 // give-up ended the take, those 5 units stayed charged), and the caller's
-// quota.LateAnswers gets the deny. With y2, a bucket with room in y's
+// lateanswer.Receiver gets the deny. With y2, a bucket with room in y's
 // slot, both parts charge: the late answer allows, and both charges stand
 // (when the give-up ended the take, y2 was refunded and x stayed charged).
 // The caller gives up when a hook has seen both parts' calls leave (its
@@ -372,7 +373,7 @@ func TestClusterAbandonedTake(t *testing.T) {
 				t.Fatalf("x reads %d before the take, want 990", got)
 			}
 			sink := &LateSink{Got: make(chan LateAnswer, 1)}
-			ctx, cancel := context.WithCancel(context.WithValue(context.Background(), quota.LateAnswersKey, quota.LateAnswers(sink)))
+			ctx, cancel := context.WithCancel(context.WithValue(context.Background(), lateanswer.Key, lateanswer.Receiver(sink)))
 			defer cancel()
 			var parts atomic.Int64
 			f := func() {

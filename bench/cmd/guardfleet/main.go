@@ -154,7 +154,7 @@ func serveOld(port int, redisURL string) error {
 	if err != nil {
 		return err
 	}
-	fg, err := interceptor.New(interceptor.WithMethodPathFallback())
+	fg, err := interceptor.New(interceptor.WithRoute(func(r *http.Request) string { return r.Method + " " + r.URL.Path }))
 	if err != nil {
 		return err
 	}

@@ -72,12 +72,11 @@ type Adaptive struct {
 	Backoff float64
 	// CPUTarget, when above 0, counts the service as overloaded when the
 	// CPU it used over a window is at least this share of its quota (0.9:
-	// 90%); it needs a CPU meter (CPU below, or WithCPU /
-	// fleetshed.WithCPU). 0, the default, leaves CPU out. It must lie in
-	// [0, 1].
+	// 90%); it needs a CPU meter (CPU below, or the Shedder's WithCPU).
+	// 0, the default, leaves CPU out. It must lie in [0, 1].
 	CPUTarget float64
 	// CPU is the meter CPUTarget is checked against; nil keeps the one
-	// given to WithCPU (fleetshed.WithCPU), or the one set before.
+	// given to WithCPU, or the one set before.
 	CPU CPUMeter
 }
 
@@ -165,9 +164,9 @@ func (a Adaptive) Check(pkg, option, parent string) []error {
 }
 
 // NoMeterError is Check's error, from pkg's Config, for a CPU target with
-// no CPU meter to check it against.
-func NoMeterError(pkg string, target float64) error {
-	return Wrap(pkg, "Config", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Shedder has none (build it WithCPU)", target)})[0]
+// no meter to check it against; how says where a meter is given.
+func NoMeterError(pkg string, target float64, how string) error {
+	return Wrap(pkg, "Config", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Shedder has none (%s)", target, how)})[0]
 }
 
 // Wrap returns each of errs as an error of pkg's option ("shedder: Config:

@@ -1,0 +1,90 @@
+// Package reqctx is the context node that carries a call's
+// floodgate.Request: how a transport (package interceptor) starts a call,
+// how a later floodgate interceptor of the same call finds the Request
+// and who built it, and where floodgate.ReportCost leaves the actual cost
+// for the transport to read when the call ends.
+//
+// What it decides: that the Request and the context that carries it are
+// one allocation, and that the context still cancels as its parent does
+// without a goroutine. It is generic over the request type so that the
+// core package floodgate can build on it while it imports nothing of
+// floodgate (the core's FromContext and ReportCost read what it stores).
+package reqctx
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+type (
+	requestKey struct{}
+	originKey  struct{}
+	costKey    struct{}
+)
+
+// node is a context node and the request it carries, allocated together.
+// Done, Err and Deadline are the parent's (embedded), so context.WithCancel
+// below it still finds the parent's cancellation without a goroutine.
+type node[R any] struct {
+	context.Context
+	r      R
+	origin any
+	cost   atomic.Int64 // SetCost's value plus one; 0 when none was set
+}
+
+func (c *node[R]) Value(key any) any {
+	switch key {
+	case requestKey{}:
+		return &c.r
+	case originKey{}:
+		return c.origin
+	case costKey{}:
+		return &c.cost
+	}
+	return c.Context.Value(key)
+}
+
+// New returns a context carrying a new, zero request, and that request,
+// in a single allocation: the way a transport starts a call. origin
+// identifies what built the request (a transport's configuration; it may
+// be nil) and is what Origin reports, so that a later layer can tell
+// whether it would have built the same request.
+func New[R any](parent context.Context, origin any) (context.Context, *R) {
+	c := &node[R]{Context: parent, origin: origin}
+	return c, &c.r
+}
+
+// Request returns the request stored in ctx by New, if any.
+func Request[R any](ctx context.Context) (*R, bool) {
+	r, ok := ctx.Value(requestKey{}).(*R)
+	return r, ok
+}
+
+// Origin returns the origin given to New for the request in ctx, or nil.
+func Origin(ctx context.Context) any { return ctx.Value(originKey{}) }
+
+// SetCost records n (>= 0) as the actual cost of the request in ctx,
+// replacing an earlier one. It reports false, and records nothing, when
+// ctx carries no request made by New.
+func SetCost(ctx context.Context, n int64) bool {
+	c, ok := ctx.Value(costKey{}).(*atomic.Int64)
+	if !ok {
+		return false
+	}
+	c.Store(n + 1)
+	return true
+}
+
+// Cost returns the cost last given to SetCost for the request in ctx, and
+// whether one was given. A transport reads it when the request finishes,
+// for Result.Cost and Result.HasCost.
+func Cost(ctx context.Context) (int64, bool) {
+	c, ok := ctx.Value(costKey{}).(*atomic.Int64)
+	if !ok {
+		return 0, false
+	}
+	if v := c.Load(); v > 0 {
+		return v - 1, true
+	}
+	return 0, false
+}
