@@ -19,9 +19,11 @@
 //     and guarded by package fallback's circuit breaker, whose local
 //     limiters share each rule among the live instances of the service
 //     (package fleet, heartbeats in the same Redis under the key
-//     "fg:fleet:{SERVICE}"), so six replicas with Redis down admit the
-//     limit, not six times it; and a local-first store above it for the
-//     policy's leased and async rules, sharing by the same count;
+//     "fg:fleet:{SERVICE}"; WithKeyPrefix puts a prefix before it and
+//     before every bucket's key, for environments sharing one Redis),
+//     so six replicas with Redis down admit the limit, not six times it;
+//     and a local-first store above it for the policy's leased and async
+//     rules, sharing by the same count;
 //   - the four stages, in the order that keeps every promise: the
 //     priority load shedder (the policy's shedder: section; without one
 //     an adaptive capacity that starts at 64 requests in flight and
@@ -54,6 +56,11 @@
 // loses no unit: the local-first store reports and returns its leases,
 // the fallback hands what it admitted locally over to Redis, the fleet
 // membership is left, then the Redis store and client close.
+//
+// Its parts stay readable: Limiter (the policy in force, Inspect),
+// Shedder (in flight, capacity) and Fallback (the breaker's state and
+// the counters of what was decided without Redis); WithOnBreakerChange
+// tells the breaker's changes as they happen.
 //
 // What this package decides: the order of the stages, the store stack,
 // the defaults above and that a fleet's share follows live membership.

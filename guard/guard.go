@@ -11,10 +11,12 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/fleet"
 	"github.com/floodgate-go/floodgate/interceptor"
 	fgotel "github.com/floodgate-go/floodgate/otel"
 	"github.com/floodgate-go/floodgate/policyfile"
+	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -27,8 +29,11 @@ type Guard struct {
 	limiter  *tiers.Limiter
 	observer *fgotel.Observer
 	targets  policyfile.Targets
-	// members counts the service's live instances (nil in process).
+	// members counts the service's live instances, and fallback guards
+	// Redis (both nil in process).
 	members   *fleet.Members
+	fallback  *fallback.Store
+	shedder   *shedder.Shedder
 	storeDesc string
 
 	closers   []func(context.Context) error
@@ -149,6 +154,7 @@ func (g *Guard) newStages(file *policyfile.File, st *stores) (floodgate.Chain, e
 			return nil, fmt.Errorf("guard: policy concurrency.wait: %w", err)
 		}
 	}
+	g.shedder = shed
 	g.targets = policyfile.Targets{Limits: g.limiter, Shedder: shed, Concurrency: conc}
 	chain := floodgate.Chain{g.observer.TrackInFlight(shed)}
 	if file.Fleet != nil {
@@ -233,6 +239,18 @@ func (g *Guard) Chain() floodgate.Admitter { return g.chain }
 // Limiter returns the rate-limit stage, for what it can tell (its policy,
 // Inspect) and hot reloads of one's own.
 func (g *Guard) Limiter() *tiers.Limiter { return g.limiter }
+
+// Shedder returns the priority load shedder, the chain's first stage, for
+// what it can tell (InFlight, Capacity); the policy file's shedder:
+// section configures it.
+func (g *Guard) Shedder() *shedder.Shedder { return g.shedder }
+
+// Fallback returns the store guarding Redis: its circuit breaker's State
+// and its counters (Stats: calls, failures, decisions made without
+// Redis). It is nil in process (WithInProcess), where there is no Redis
+// to guard. WithOnBreakerChange tells the breaker's changes as they
+// happen.
+func (g *Guard) Fallback() *fallback.Store { return g.fallback }
 
 // Store says where the rate limits are kept, for a startup line, with
 // the password masked (redisstore.Redact): "Redis at

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
+
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
@@ -62,6 +64,11 @@ func TestNewRefusesWhatIsMissing(t *testing.T) {
 		{"bad service", []Option{WithPolicy([]byte(oneRule)), WithRedisURL("redis://127.0.0.1:1"), WithService("a}b")}, `WithService: "a}b" holds '}'`},
 		{"nil option", []Option{nil, WithPolicy([]byte(oneRule)), WithInProcess()}, "nil Option"},
 		{"bad policy", []Option{WithPolicy([]byte("rules:\n  - name: x\n    rate: 5/minute\n")), WithInProcess()}, "at line 3"},
+		{"empty key prefix", []Option{WithPolicy([]byte(oneRule)), WithRedisURL("redis://127.0.0.1:1"), WithService("s"), WithKeyPrefix("")}, "WithKeyPrefix: empty prefix"},
+		{"key prefix with a hash tag", []Option{WithPolicy([]byte(oneRule)), WithRedisURL("redis://127.0.0.1:1"), WithService("s"), WithKeyPrefix("env{a}:")}, `WithKeyPrefix: "env{a}:" holds '{' or '}'`},
+		{"key prefix in process", []Option{WithPolicy([]byte(oneRule)), WithInProcess(), WithKeyPrefix("env:")}, "WithKeyPrefix needs Redis"},
+		{"nil breaker func", []Option{WithPolicy([]byte(oneRule)), WithRedisURL("redis://127.0.0.1:1"), WithService("s"), WithOnBreakerChange(nil)}, "WithOnBreakerChange: nil func"},
+		{"breaker func in process", []Option{WithPolicy([]byte(oneRule)), WithInProcess(), WithOnBreakerChange(func(string, gobreaker.State, gobreaker.State) {})}, "WithOnBreakerChange needs Redis"},
 		{"identity without a source", []Option{WithPolicy([]byte(tenantRule)), WithInProcess()}, `rule "per-tenant" (rules[0], line 3) is keyed on tenant, which the grpc and http transport never fills`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -52,6 +54,8 @@ type config struct {
 	claims      func(context.Context) (map[string]any, bool)
 	timeout     time.Duration
 	interval    time.Duration
+	keyPrefix   string
+	onBreaker   func(name string, from, to gobreaker.State)
 	errs        []error
 }
 
@@ -229,6 +233,42 @@ func WithPolicyInterval(d time.Duration) Option {
 	}
 }
 
+// WithKeyPrefix puts prefix before every Redis key the Guard writes: the
+// rate limits' buckets (redisstore.WithPrefix; they start "fg:" without
+// it) and the fleet's member set ("fg:fleet:{SERVICE}" without it). The
+// default is none. Give each environment sharing one Redis (staging and
+// production, say) its own prefix, or their buckets and their instance
+// counts mix. A prefix must not be empty and must not hold '{' or '}',
+// which would change the keys' Redis Cluster hash tags; it needs Redis
+// (WithRedisURL or WithRedisClient).
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) {
+		switch {
+		case prefix == "":
+			c.fail("WithKeyPrefix: empty prefix (leave the option out for none)")
+		case strings.ContainsAny(prefix, "{}"):
+			c.fail("WithKeyPrefix: %q holds '{' or '}', which would change the keys' Redis Cluster hash tags", prefix)
+		}
+		c.keyPrefix = prefix
+	}
+}
+
+// WithOnBreakerChange calls fn on every state change of the circuit
+// breaker guarding Redis (closed, open, half-open), as it happens, next
+// to the Guard's own logging and metrics of it (package fallback,
+// WithOnStateChange), after them. fn runs with the breaker's lock held:
+// it must be quick and must not call the Guard or its Fallback. It needs
+// Redis (WithRedisURL or WithRedisClient): in process there is no
+// breaker.
+func WithOnBreakerChange(fn func(name string, from, to gobreaker.State)) Option {
+	return func(c *config) {
+		if fn == nil {
+			c.fail("WithOnBreakerChange: nil func")
+		}
+		c.onBreaker = fn
+	}
+}
+
 func newConfig(opts []Option) (*config, error) {
 	c := &config{logger: slog.Default(), timeout: fallback.DefaultTimeout, interval: defaultPolicyInterval}
 	for _, o := range opts {
@@ -252,6 +292,12 @@ func newConfig(opts []Option) (*config, error) {
 		c.fail("no store: WithRedisURL or WithRedisClient for a fleet, WithInProcess for one instance")
 	case stores > 1:
 		c.fail("give one of WithRedisURL, WithRedisClient and WithInProcess")
+	}
+	if c.inProcess && c.keyPrefix != "" {
+		c.fail("WithKeyPrefix needs Redis: WithInProcess keeps no keys")
+	}
+	if c.inProcess && c.onBreaker != nil {
+		c.fail("WithOnBreakerChange needs Redis: WithInProcess has no breaker")
 	}
 	if !c.inProcess && c.service == "" {
 		c.fail("WithService is required with Redis: it names the fleet whose live instances share the limits")

@@ -68,7 +68,11 @@ func (g *Guard) newStore(ctx context.Context, file *policyfile.File) (*stores, e
 	if unreachable != nil {
 		g.c.logger.Warn("floodgate: Redis does not answer yet; deciding locally until it does", "redis", addr, "err", unreachable)
 	}
-	rs, err := redisstore.New(st.client, redisstore.WithBatching(2, 64))
+	rsOpts := []redisstore.Option{redisstore.WithBatching(2, 64)}
+	if g.c.keyPrefix != "" {
+		rsOpts = append(rsOpts, redisstore.WithPrefix(g.c.keyPrefix))
+	}
+	rs, err := redisstore.New(st.client, rsOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("guard: Redis store: %w", err)
 	}
@@ -83,6 +87,9 @@ func (g *Guard) newStore(ctx context.Context, file *policyfile.File) (*stores, e
 		fallback.WithLogger(g.c.logger),
 		fallback.WithOnStateChange(func(name string, from, to gobreaker.State) {
 			g.observer.BreakerStateChanged(name, from.String(), to.String())
+			if g.c.onBreaker != nil {
+				g.c.onBreaker(name, from, to)
+			}
 		}),
 	)
 	if err != nil {
@@ -93,6 +100,7 @@ func (g *Guard) newStore(ctx context.Context, file *policyfile.File) (*stores, e
 		defer cancel()
 		return guarded.Close(ctx)
 	})
+	g.fallback = guarded
 	g.storeDesc = "Redis at " + addr + " (circuit breaker, local fallback shared by the live instances of " + g.c.service + ")"
 	lf, err := g.localFirst(guarded, rs, st.members.Count)
 	if err != nil {
@@ -102,10 +110,10 @@ func (g *Guard) newStore(ctx context.Context, file *policyfile.File) (*stores, e
 	return st, nil
 }
 
-// join counts the live instances of the service by heartbeats in Redis,
-// until Close, which leaves the fleet.
+// join counts the live instances of the service by heartbeats in Redis
+// (under WithKeyPrefix's prefix), until Close, which leaves the fleet.
 func (g *Guard) join(st *stores) error {
-	m, err := fleet.New(st.client, fleet.WithKey("fg:fleet:{"+g.c.service+"}"), fleet.WithLogger(g.c.logger))
+	m, err := fleet.New(st.client, fleet.WithKey(g.c.keyPrefix+"fg:fleet:{"+g.c.service+"}"), fleet.WithLogger(g.c.logger))
 	if err != nil {
 		return fmt.Errorf("guard: fleet membership: %w", err)
 	}
