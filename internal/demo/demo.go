@@ -15,16 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/concurrency"
-	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/guard"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
-	"github.com/floodgate-go/floodgate/quota"
-	"github.com/floodgate-go/floodgate/shedder"
-	"github.com/floodgate-go/floodgate/tiers"
-	"github.com/floodgate-go/floodgate/tiers/localfirst"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
@@ -94,7 +87,8 @@ func (c Config) Validate() error {
 const DefaultDuration = 20 * time.Second
 
 // Headers the demo's edge proxy (the load generator) sets and the services
-// trust. A real deployment would strip them from client requests at its edge.
+// trust. A real deployment would strip them from client requests at its
+// edge. policy.yaml's identity: section names the first three.
 const (
 	headerTenant   = "X-Tenant"
 	headerUser     = "X-User"
@@ -102,8 +96,9 @@ const (
 	headerPriority = "X-Priority"
 )
 
-// Shedder capacity and the handlers' simulated work: at capacity the
-// service is saturated, and the shedder starts with test traffic at 70%.
+// Shedder capacity (policy.yaml's shedder: section says it; Run checks
+// they agree) and the handlers' simulated work: at capacity the service
+// is saturated, and the shedder starts with test traffic at 70%.
 const (
 	shedCapacity = 40
 	workTime     = 20 * time.Millisecond
@@ -136,115 +131,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	axis := axisFor(cfg.Duration)
 	tl := newTimeline(axis)
 
-	policy, err := tiers.Load(Policy)
-	if err != nil {
-		return nil, fmt.Errorf("demo: embedded policy: %w", err)
-	}
-	var (
-		store     quota.Store
-		ledger    quota.Reporter // leases and async reports go here
-		storeName = "in-process memory store"
-		fb        *fallback.Store
-	)
-	if cfg.RedisURL != "" {
-		// NewClient sets go-redis up for the fallback (deadlines from the
-		// context, no retries inside the budget); any URL form go-redis
-		// parses: standalone, redis+sentinel://, redis+cluster://.
-		client, err := redisstore.NewClient(cfg.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("demo: REDIS_URL: %w", err)
-		}
-		defer client.Close()
-		addr := redisHost(cfg.RedisURL)
-		redisstore.SetRedisLogger(logger, slog.LevelDebug) // go-redis's own lines stay out of the progress output
-		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		unreachable := client.Ping(pingCtx).Err()
-		cancel()
-		if unreachable != nil {
-			// Not fatal: the breaker opens, rules decide locally, and
-			// Redis takes over when it answers.
-			logger.Warn("floodgate demo: Redis does not answer yet; deciding locally until it does", "addr", addr, "error", unreachable)
-		}
-		// Batching: the demo's concurrent callers share script calls.
-		rs, err := redisstore.New(client, redisstore.WithPrefix(fmt.Sprintf("fgdemo:%d:", time.Now().UnixNano())),
-			redisstore.WithBatching(2, 64))
-		if err != nil {
-			return nil, fmt.Errorf("demo: redis store: %w", err)
-		}
-		defer rs.Close()
-		// The demo is one process: it holds every limit whole.
-		fb, err = fallback.New(rs, fallback.WithName("demo-redis"), fallback.WithTimeout(50*time.Millisecond), fallback.WithLogger(logger),
-			fallback.WithInstances(func() int { return 1 }),
-			fallback.WithOnStateChange(tl.breakerChanged))
-		if err != nil {
-			return nil, fmt.Errorf("demo: fallback store: %w", err)
-		}
-		// The hand-over at exit: what the fallback admitted locally while
-		// Redis was away goes to Redis. Deferred after rs and client, so it
-		// runs before they close (and after lf, deferred later).
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			if err := fb.Close(cctx); err != nil {
-				logger.Warn("floodgate demo: fallback hand-over at exit", "error", err)
-			}
-		}()
-		store, ledger = fb, rs
-		storeName = "Redis at " + addr + " (behind the circuit-breaker fallback)"
-		if faultSrv != nil {
-			storeName = "redis-server started by the demo at " + addr + " (behind the circuit-breaker fallback)"
-		}
-		if unreachable != nil {
-			storeName += ", unreachable at start"
-		}
-	} else {
-		mem, err := memstore.New()
-		if err != nil {
-			return nil, fmt.Errorf("demo: memory store: %w", err)
-		}
-		store, ledger = mem, mem
-	}
-	// Local-first: the tenant plans are decided async and the IP safety
-	// net leased (see the policy); every other rule asks the store.
-	lf, err := localfirst.New(store, ledger, localfirst.WithLogger(logger))
-	if err != nil {
-		return nil, fmt.Errorf("demo: local-first store: %w", err)
-	}
-	defer lf.Close(context.Background())
-	store = lf
-
-	limits, err := tiers.NewLimiter(store, policy)
-	if err != nil {
-		return nil, fmt.Errorf("demo: limiter: %w", err)
-	}
-	shed, err := shedder.New(shedCapacity)
-	if err != nil {
-		return nil, fmt.Errorf("demo: shedder: %w", err)
-	}
-	conc, err := concurrency.New(
-		concurrency.WithGlobal(2*shedCapacity),
-		concurrency.WithPerKey(concurrency.PerKey{
-			Name: "per-user-in-flight",
-			Cap:  8,
-			Key: func(r *floodgate.Request) (string, bool) {
-				return r.Identity.User, r.Identity.User != ""
-			},
-		}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("demo: concurrency: %w", err)
-	}
-
-	opts := []interceptor.Option{
-		interceptor.WithTrustedProxies("127.0.0.0/8", "::1/128"),
-		interceptor.WithTenant(interceptor.FromHeader(headerTenant)),
-		interceptor.WithUser(interceptor.FromHeader(headerUser)),
-		interceptor.WithTier(interceptor.FromHeader(headerTier)),
-		interceptor.WithPriorityHeader(headerPriority),
-		interceptor.WithHealthPaths("/healthz"),
-		interceptor.WithObserver(tl),
-	}
-
 	// HTTP service.
 	mux := http.NewServeMux()
 	work := func(w http.ResponseWriter, r *http.Request) {
@@ -260,31 +146,82 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		mux.HandleFunc(route, work)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	httpFG, err := interceptor.New(append(opts, interceptor.WithServeMux(mux))...)
-	if err != nil {
-		return nil, fmt.Errorf("demo: interceptor: %w", err)
+
+	// The chain comes from package guard, as a service's would: the
+	// policy (with its shedder:, concurrency: and identity: sections), the
+	// store, the stages in order. The demo is one process: it holds every
+	// limit whole, as a fleet of one counts one live instance.
+	gopts := []guard.Option{
+		guard.WithPolicy(Policy),
+		guard.WithLogger(logger),
+		guard.WithServeMux(mux),
+		guard.WithInterceptor(
+			interceptor.WithPriorityHeader(headerPriority),
+			interceptor.WithHealthPaths("/healthz"),
+			interceptor.WithObserver(tl),
+		),
 	}
-	mw := httpFG.HTTP(floodgate.Chain{shed, conc, limits})
+	storeName := "in-process memory store"
+	if cfg.RedisURL != "" {
+		// NewClient sets go-redis up for the fallback (deadlines from the
+		// context, no retries inside the budget); any URL form go-redis
+		// parses: standalone, redis+sentinel://, redis+cluster://.
+		client, err := redisstore.NewClient(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("demo: REDIS_URL: %w", err)
+		}
+		defer client.Close() // after the guard's Close, deferred later
+		addr := redisHost(cfg.RedisURL)
+		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		unreachable := client.Ping(pingCtx).Err()
+		cancel()
+		// Not fatal: the breaker opens, rules decide locally, and Redis
+		// takes over when it answers (guard logs it).
+		storeName = "Redis at " + addr + " (behind the circuit-breaker fallback)"
+		if faultSrv != nil {
+			storeName = "redis-server started by the demo at " + addr + " (behind the circuit-breaker fallback)"
+		}
+		if unreachable != nil {
+			storeName += ", unreachable at start"
+		}
+		gopts = append(gopts,
+			guard.WithRedisClient(client),
+			guard.WithService("floodgate-demo"),
+			// Each run has buckets and a fleet of its own, so that runs on
+			// one Redis start alike.
+			guard.WithKeyPrefix(fmt.Sprintf("fgdemo:%d:", time.Now().UnixNano())),
+			guard.WithStoreTimeout(50*time.Millisecond),
+			guard.WithOnBreakerChange(tl.breakerChanged),
+		)
+	} else {
+		gopts = append(gopts, guard.WithInProcess())
+	}
+	g, err := guard.New(ctx, gopts...)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	// The hand-over at exit: the local-first store reports, and what the
+	// fallback admitted locally while Redis was away goes to Redis.
+	defer func() {
+		if err := g.Close(context.Background()); err != nil {
+			logger.Warn("floodgate demo: closing the guard", "error", err)
+		}
+	}()
+	shed := g.Shedder()
+	if c := shed.Capacity(); c != shedCapacity {
+		return nil, fmt.Errorf("demo: policy.yaml's shedder capacity is %d; the report and the comparison say %d", c, shedCapacity)
+	}
+
 	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo: listen: %w", err)
 	}
-	httpSrv := &http.Server{Handler: mw(mux), ReadHeaderTimeout: 5 * time.Second}
+	httpSrv := &http.Server{Handler: g.HTTP(mux), ReadHeaderTimeout: 5 * time.Second}
 	go httpSrv.Serve(httpLn)
 	defer httpSrv.Close()
 
-	// gRPC service: the same stages, one interceptor each, in chain order.
-	fg, err := interceptor.New(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("demo: interceptor: %w", err)
-	}
-	grpcSrv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(
-			fg.UnaryServer(shed),
-			fg.UnaryServer(conc),
-			fg.UnaryServer(limits),
-		),
-	)
+	// gRPC service: the same chain.
+	grpcSrv := grpc.NewServer(g.ServerOptions()...)
 	shoppb.RegisterShopServer(grpcSrv, shopServer{})
 	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -383,7 +320,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Events = append(rep.Events, *faultEvent)
 	}
 	rep.Notes = append(tl.notes(), faultNotes...)
-	if fb != nil {
+	if fb := g.Fallback(); fb != nil {
 		rep.Breaker = tl.breakerSpans(cfg.Duration)
 		st := fb.Stats()
 		rep.Notes = append(rep.Notes, fmt.Sprintf(

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/demo"
-	"github.com/floodgate-go/floodgate/tiers"
+	"github.com/floodgate-go/floodgate/policyfile"
 )
 
+// TestEmbeddedPolicyIsValid: the policy loads as package guard loads it,
+// rules and the shedder:, concurrency: and identity: sections.
 func TestEmbeddedPolicyIsValid(t *testing.T) {
-	if _, err := tiers.Load(demo.Policy); err != nil {
+	if _, err := policyfile.Load(demo.Policy); err != nil {
 		t.Fatalf("demo policy: %v", err)
 	}
 }

@@ -8,11 +8,18 @@
 // store (in-process, or Redis when a URL is given) and an optional Redis
 // fault change.
 //
-// It wires the chain from the packages below package guard, by hand:
-// its report draws each state change of the fallback's circuit breaker
-// when it happens and quotes the fallback's counters (fallback.Stats),
-// and each run keeps its buckets under a key prefix of its own, so that
-// runs on one Redis start alike; guard hands out none of these.
+// The main run's services build on package guard, as a service would:
+// the embedded policy (its rules and its shedder:, concurrency: and
+// identity: sections, guard.WithPolicy), the store in process or in
+// Redis behind the fallback (a fleet of one: the demo holds every limit
+// whole), and the one chain in front of the HTTP and the gRPC service.
+// The report draws each state change of the fallback's circuit breaker
+// when it happens (guard.WithOnBreakerChange) and quotes the fallback's
+// counters (Guard.Fallback, fallback.Stats); each run keeps its buckets
+// and its fleet under a key prefix of its own (guard.WithKeyPrefix), so
+// that runs on one Redis start alike. The overload comparison below
+// drives one stage alone, which guard does not build, so it makes its
+// stages from packages shedder and concurrency.
 //
 // # The report
 //
