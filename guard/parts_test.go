@@ -67,8 +67,8 @@ func TestKeyPrefix(t *testing.T) {
 
 // TestFallbackAndBreakerChanges: in process there is no fallback; with
 // Redis, Fallback is the store guarding it, whose breaker opens once
-// Redis is killed, and WithOnBreakerChange is told closed -> open as
-// the Guard's own hook is.
+// Redis is killed, and WithOnBreakerChange is told closed -> open under
+// the breaker's name, "redis".
 func TestFallbackAndBreakerChanges(t *testing.T) {
 	t.Parallel()
 	g, err := New(context.Background(), WithInProcess(), WithLogger(quiet), WithPolicy([]byte(oneRule)))
