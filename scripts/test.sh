@@ -106,7 +106,7 @@ system() {
 		dirs=$(cd "$m" && files '^//go:build system' | { grep '_system_test\.go$' || true; } | xargs -r -n 1 dirname | sort -u)
 		for d in $dirs; do
 			local names
-			names=$(cd "$m/$d" && grep -ho '^func Test[A-Za-z0-9_]*(' ./*_system_test.go | sed 's/^func //; s/($//' | sort -u | paste -sd '|' -)
+			names=$(cd "$m/$d" && grep -ho '^func Test[A-Za-z0-9_]*(' ./*_system_test.go | sed 's/^func //; s/($//' | { grep -vx TestMain || true; } | sort -u | paste -sd '|' -)
 			[[ -z $names ]] && continue
 			echo "== system tier ($m/$d): $names" | sed 's#/\./#/#; s#(\./#(#'
 			(cd "$m" && $GO test -race -count=1 -vet=off -p 1 -timeout 15m -tags system -run "^($names)\$" "./$d") || return
