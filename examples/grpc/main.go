@@ -39,6 +39,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/floodgate-go/floodgate/examples/internal/telemetry"
 	"github.com/floodgate-go/floodgate/grpcmw"
 	"github.com/floodgate-go/floodgate/guard"
 	"github.com/floodgate-go/floodgate/interceptor"
@@ -84,11 +85,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *trace {
 		traces = stdout
 	}
-	tel, err := newTelemetry(traces)
+	tel, err := telemetry.New("github.com/floodgate-go/floodgate/examples/grpc", traces)
 	if err != nil {
 		return err
 	}
-	defer tel.shutdown(context.Background())
+	defer tel.Shutdown(context.Background())
 
 	// The chain, from the policy file; the policy's methods: section and
 	// then the proto annotations give each method its cost and priority.
@@ -105,7 +106,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		guard.WithService("shop-grpc"),
 		guard.WithStoreTimeout(25*time.Millisecond), // a Redis call's budget before the rules decide locally
 		guard.WithLogger(logger),
-		guard.WithMeterProvider(tel.mp), guard.WithTracerProvider(tel.tp),
+		guard.WithMeterProvider(tel.MP), guard.WithTracerProvider(tel.TP),
 		guard.WithInterceptor(
 			grpcmw.WithRealIP(),    // limit the client realip resolved
 			grpcmw.WithLogFields(), // floodgate.* fields on each call's log line
@@ -127,14 +128,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer g.Close(context.Background())
-	unobserve, err := tel.observeStages(g.Chain())
+	unobserve, err := tel.ObserveStages(g.Chain())
 	if err != nil {
 		return err
 	}
 	defer unobserve()
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
-			otelgrpc.WithMeterProvider(tel.mp), otelgrpc.WithTracerProvider(tel.tp))),
+			otelgrpc.WithMeterProvider(tel.MP), otelgrpc.WithTracerProvider(tel.TP))),
 		// go-grpc-middleware v2 around floodgate's chain: logging first,
 		// so its line sees denials; realip before floodgate; a selector
 		// keeps -unlimited methods away from it; recovery innermost.
@@ -164,7 +165,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	metrics, stopMetrics, err := serveMetrics(*metricsAddr, tel.metrics)
+	metrics, stopMetrics, err := telemetry.ServeMetrics(*metricsAddr, tel.Metrics)
 	if err != nil {
 		ln.Close()
 		return err

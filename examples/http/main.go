@@ -27,6 +27,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
+	"github.com/floodgate-go/floodgate/examples/internal/telemetry"
 	"github.com/floodgate-go/floodgate/guard"
 	"github.com/floodgate-go/floodgate/interceptor"
 )
@@ -63,11 +64,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *trace {
 		traces = stdout
 	}
-	tel, err := newTelemetry(traces)
+	tel, err := telemetry.New("github.com/floodgate-go/floodgate/examples/http", traces)
 	if err != nil {
 		return err
 	}
-	defer tel.shutdown(context.Background())
+	defer tel.Shutdown(context.Background())
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/login", handle(*work, func(r *http.Request) (int, any) {
@@ -102,7 +103,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		guard.WithStoreTimeout(25*time.Millisecond), // a Redis call's budget before the rules decide locally
 		guard.WithServeMux(mux),                     // requests are named by route pattern
 		guard.WithLogger(logger),
-		guard.WithMeterProvider(tel.mp), guard.WithTracerProvider(tel.tp),
+		guard.WithMeterProvider(tel.MP), guard.WithTracerProvider(tel.TP),
 		guard.WithInterceptor(
 			interceptor.WithHealthPaths("/healthz"), // never limited
 			// Identity: an auth proxy in front sets these headers and
@@ -119,19 +120,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer g.Close(context.Background())
-	unobserve, err := tel.observeStages(g.Chain())
+	unobserve, err := tel.ObserveStages(g.Chain())
 	if err != nil {
 		return err
 	}
 	defer unobserve()
 	handler := otelhttp.NewHandler(g.HTTP(mux), "shop-http",
-		otelhttp.WithMeterProvider(tel.mp), otelhttp.WithTracerProvider(tel.tp))
+		otelhttp.WithMeterProvider(tel.MP), otelhttp.WithTracerProvider(tel.TP))
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	metrics, stopMetrics, err := serveMetrics(*metricsAddr, tel.metrics)
+	metrics, stopMetrics, err := telemetry.ServeMetrics(*metricsAddr, tel.Metrics)
 	if err != nil {
 		ln.Close()
 		return err

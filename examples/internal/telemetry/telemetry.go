@@ -1,4 +1,9 @@
-package main
+// Package telemetry is the example services' OpenTelemetry SDK: a meter
+// provider exported to Prometheus on a port of its own, a tracer provider
+// that prints spans with -trace, and two gauges of what the overload
+// stages hold. What it decides: the examples' telemetry wiring, which a
+// real service makes its own (package guard takes any providers).
+package telemetry
 
 import (
 	"context"
@@ -22,53 +27,62 @@ import (
 	"github.com/floodgate-go/floodgate/shedder"
 )
 
-// telemetry is the service's OpenTelemetry SDK: a meter provider whose
+// Telemetry is a service's OpenTelemetry SDK: a meter provider whose
 // Prometheus exporter has a registry of its own, served on a port of its
 // own, and a tracer provider that prints every span as a line of JSON
 // with -trace, written synchronously (for watching a run, not for
 // production, where a batching OTLP exporter belongs) and samples none
 // without it. guard records floodgate's metrics and span attributes on
-// both (guard.WithMeterProvider, WithTracerProvider); otelgrpc its own.
-type telemetry struct {
-	mp      *sdkmetric.MeterProvider
-	tp      *sdktrace.TracerProvider
-	metrics http.Handler
+// both (guard.WithMeterProvider, WithTracerProvider); otelhttp and
+// otelgrpc their own.
+type Telemetry struct {
+	// MP and TP are the providers, for guard and the transport's own
+	// instrumentation.
+	MP *sdkmetric.MeterProvider
+	TP *sdktrace.TracerProvider
+	// Metrics serves the Prometheus exposition of every metric.
+	Metrics http.Handler
+	// service names the meter of the stage gauges.
+	service string
 }
 
-func newTelemetry(traces io.Writer) (*telemetry, error) {
+// New builds the providers of the example service (its import path
+// names the meter); traces, when not nil, receives every span.
+func New(service string, traces io.Writer) (*Telemetry, error) {
 	reg := promclient.NewRegistry()
 	exporter, err := promexporter.New(promexporter.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	t := &telemetry{
-		mp:      sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)),
-		tp:      sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())),
-		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	t := &Telemetry{
+		MP:      sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)),
+		TP:      sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		service: service,
 	}
 	if traces != nil {
 		spans, err := stdouttrace.New(stdouttrace.WithWriter(traces))
 		if err != nil {
 			return nil, fmt.Errorf("span exporter: %w", err)
 		}
-		t.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		t.TP = sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	}
 	return t, nil
 }
 
-// shutdown flushes and stops both providers.
-func (t *telemetry) shutdown(ctx context.Context) error {
-	return errors.Join(t.tp.Shutdown(ctx), t.mp.Shutdown(ctx))
+// Shutdown flushes and stops both providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	return errors.Join(t.TP.Shutdown(ctx), t.MP.Shutdown(ctx))
 }
 
-// observeStages exports what the overload stages of chain hold now,
+// ObserveStages exports what the overload stages of chain hold now,
 // found through guard's wrappers (floodgate.As), as two gauges read at
 // every scrape:
 //
 //	shop_shedder_capacity          the shedder's capacity: the policy's, or what an adaptive one learnt
 //	shop_adaptive_in_flight_limit  the adaptive in-flight limit, with the policy's concurrency: adaptive:
-func (t *telemetry) observeStages(chain floodgate.Admitter) (unregister func() error, err error) {
-	meter := t.mp.Meter("github.com/floodgate-go/floodgate/examples/grpc")
+func (t *Telemetry) ObserveStages(chain floodgate.Admitter) (unregister func() error, err error) {
+	meter := t.MP.Meter(t.service)
 	shed, ok := floodgate.As[*shedder.Shedder](chain)
 	if !ok {
 		return nil, errors.New("no shedder in the chain")
@@ -101,10 +115,10 @@ func (t *telemetry) observeStages(chain floodgate.Admitter) (unregister func() e
 	return reg.Unregister, nil
 }
 
-// serveMetrics serves h on /metrics at addr in the background. It returns
+// ServeMetrics serves h on /metrics at addr in the background. It returns
 // the address it listens on (addr may name port 0) and a function that
 // stops it.
-func serveMetrics(addr string, h http.Handler) (string, func(), error) {
+func ServeMetrics(addr string, h http.Handler) (string, func(), error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
 	ln, err := net.Listen("tcp", addr)
