@@ -175,7 +175,8 @@ func TestServeRLSBadInvocations(t *testing.T) {
 		want string
 	}{
 		{[]string{"serve-rls"}, 2, "-policy is required"},
-		{[]string{"serve-rls", "-policy", bad, "-instances", "0"}, 2, "-instances 0 must be at least 1"},
+		{[]string{"serve-rls", "-policy", bad, "-instances", "-1"}, 2, "-instances -1 is negative"},
+		{[]string{"serve-rls", "-policy", bad, "-service", "a b"}, 2, `-service "a b" holds ' '`},
 		{[]string{"serve-rls", "-policy", bad}, 1, `rules[0].rate: "5/minute" is not N/duration, at line 2`},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 		{nil, 2, "usage:"},
