@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +37,9 @@ func (g *Guard) newStore(ctx context.Context, file *policyfile.File) (*stores, e
 		Observer:  g.observer,
 		OnBreaker: g.c.onBreaker,
 	})
+	if urlErr := (*storestack.URLError)(nil); errors.As(err, &urlErr) {
+		return nil, fmt.Errorf("guard: WithRedisURL: %w", urlErr.Err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("guard: %w", err)
 	}

@@ -113,6 +113,19 @@ type Stack struct {
 	closers []func(context.Context) error
 }
 
+// URLError is New's error for a Config.URL the Redis client refuses, so
+// that a caller can name its own option or flag for it.
+type URLError struct {
+	// Err is redisstore.NewClient's error.
+	Err error
+}
+
+// Error says the URL is bad, and why.
+func (e *URLError) Error() string { return "redis URL: " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *URLError) Unwrap() error { return e.Err }
+
 func (c *Config) check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -179,7 +192,7 @@ func (s *Stack) build(ctx context.Context, c Config) error {
 	if s.Client == nil {
 		client, err := redisstore.NewClient(c.URL)
 		if err != nil {
-			return fmt.Errorf("redis URL: %w", err)
+			return &URLError{Err: err}
 		}
 		s.Client = client
 		s.closers = append(s.closers, func(context.Context) error { return client.Close() })

@@ -76,7 +76,7 @@ func TestBadConfig(t *testing.T) {
 		{Config{URL: "redis://127.0.0.1:1", Service: "s", KeyPrefix: "a{b}", Observer: obs}, `KeyPrefix "a{b}" holds '{' or '}'`},
 		{Config{InProcess: true, KeyPrefix: "p:", Observer: obs}, "need Redis"},
 		{Config{URL: "redis://127.0.0.1:1", Observer: obs}, "Service is required"},
-		{Config{URL: "nope://x", Service: "s", Observer: obs}, "redis URL:"},
+		{Config{URL: "nope://x", Service: "s", Observer: obs}, `redis URL: redisstore: NewClient: "nope://x"`},
 	} {
 		if _, err := New(context.Background(), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one holding %q", c.cfg, err, c.want)

@@ -292,6 +292,9 @@ func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *
 		cfg.FleetKey = c.keyPrefix + "fleet:{" + c.service + "}"
 	}
 	st, err := storestack.New(ctx, cfg)
+	if urlErr := (*storestack.URLError)(nil); errors.As(err, &urlErr) {
+		return stores{}, fmt.Errorf("-redis: %w", urlErr.Err)
+	}
 	if err != nil {
 		return stores{}, err
 	}
