@@ -2,7 +2,7 @@
 // policy, and translates envoyproxy/ratelimit configurations into one.
 //
 //	floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL]
-//	                        [-metrics 127.0.0.1:9464] [-watch 2s] [-instances 1]
+//	                        [-metrics 127.0.0.1:9464] [-watch 2s] [-service floodgate-rls] [-instances 0]
 //	                        [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true]
 //	                        [-rlqs=true] [-rlqs-tick 500ms]
 //	floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-merge-domains] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
@@ -17,8 +17,12 @@
 // (or REDIS_URL) names a Redis server, which is then used through the
 // circuit-breaking fallback store (package fallback), and, for rules with
 // consistency leased or async, a local-first store (package
-// tiers/localfirst). The services must use the same key prefix
-// (tiers.WithKeyPrefix; "fg:" by default) to share the budget. The policy
+// tiers/localfirst): the store stack package guard builds. While Redis
+// does not answer, each serve-rls admits its share of every limit: the
+// limit divided by the live serve-rls of the same -service on that Redis,
+// counted by heartbeats (package fleet, key KEY-PREFIX+"fleet:{SERVICE}"),
+// unless -instances fixes the count. The services must use the same key
+// prefix (tiers.WithKeyPrefix; "fg:" by default) to share the budget. The policy
 // file is watched (-watch; 0 disables) and reloaded when it changes; a
 // file that does not load leaves the policy in force and is logged with
 // the line of every error. -metrics serves the OpenTelemetry metrics of
@@ -42,7 +46,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -52,22 +55,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 	promexp "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"google.golang.org/grpc"
 
-	"github.com/floodgate-go/floodgate/fallback"
+	"github.com/floodgate-go/floodgate/internal/storestack"
 	fgotel "github.com/floodgate-go/floodgate/otel"
 	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/rls/translate"
 	"github.com/floodgate-go/floodgate/tiers"
-	"github.com/floodgate-go/floodgate/tiers/localfirst"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
-	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
 func main() {
@@ -77,7 +76,7 @@ func main() {
 }
 
 const usage = `usage:
-  floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL] [-metrics ADDR] [-watch 2s] [-instances N] [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true] [-rlqs=true] [-rlqs-tick 500ms]
+  floodgate-rls serve-rls -policy POLICY.yaml [-listen 127.0.0.1:8081] [-redis URL] [-metrics ADDR] [-watch 2s] [-service floodgate-rls] [-instances N] [-key-prefix fg:] [-store-timeout 5ms] [-drain 10s] [-headers=true] [-rlqs=true] [-rlqs-tick 500ms]
   floodgate-rls translate [-as KEY=SCOPE]... [-ignore-metric-options] [-merge-domains] [-consistency exact|leased|async] [-o FILE] CONFIG.yaml...
 `
 
@@ -102,10 +101,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // serveConfig is what serve-rls's flags say.
 type serveConfig struct {
-	policy, listen, redis, metrics, keyPrefix string
-	watch, storeTimeout, drain, quotaTick     time.Duration
-	instances                                 int
-	headers, quota                            bool
+	policy, listen, redis, metrics, keyPrefix, service string
+	watch, storeTimeout, drain, quotaTick              time.Duration
+	instances                                          int
+	headers, quota                                     bool
 }
 
 func serveRLS(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -117,7 +116,8 @@ func serveRLS(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.redis, "redis", os.Getenv("REDIS_URL"), "Redis `URL` (redis://, redis+sentinel://, redis+cluster://); empty: in-process buckets (default $REDIS_URL)")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics; empty: none")
 	fs.DurationVar(&c.watch, "watch", 2*time.Second, "how often to check the policy file for changes; 0: never")
-	fs.IntVar(&c.instances, "instances", 1, "how many serve-rls instances share the budget (each one's local share while Redis is down)")
+	fs.StringVar(&c.service, "service", "floodgate-rls", "the `name` of this serve-rls fleet: its live instances on the same Redis are counted together (a deployment of its own per name)")
+	fs.IntVar(&c.instances, "instances", 0, "how many serve-rls share each limit while Redis is down (each one's local share): 0 counts the live instances of -service by heartbeats in Redis; N >= 1 is a fixed count")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "fg:", "bucket key prefix; the services must use the same one")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 0, "budget of one Redis call before the rules decide by on_store_error; 0: package fallback's default")
 	fs.DurationVar(&c.drain, "drain", rls.DefaultDrainTimeout, "at shutdown, how long calls in flight may take")
@@ -134,8 +134,11 @@ func serveRLS(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if c.policy == "" {
 		bad = append(bad, "-policy is required")
 	}
-	if c.instances < 1 {
-		bad = append(bad, fmt.Sprintf("-instances %d must be at least 1", c.instances))
+	if c.instances < 0 {
+		bad = append(bad, fmt.Sprintf("-instances %d is negative (0 counts the live instances, N >= 1 is a fixed count)", c.instances))
+	}
+	if msg := checkService(c.service); msg != "" {
+		bad = append(bad, msg)
 	}
 	if c.watch < 0 || c.storeTimeout < 0 || c.drain <= 0 {
 		bad = append(bad, "-watch and -store-timeout must be >= 0, -drain > 0")
@@ -264,92 +267,59 @@ type stores struct {
 	close  func()
 }
 
-// newStore returns the store: in process, or Redis behind the fallback;
-// either way behind a local-first store for leased and async rules. It is
-// the stack package guard builds, wired here by hand: RLQS charges the
-// store beneath (the ledger), -instances is a fixed count where guard
-// counts a fleet's live members, -key-prefix names the buckets, and
-// guard.New refuses a rule keyed on a scope its interceptor never fills,
-// which the rules keyed on the descriptors' scopes (tenant, header:...)
-// are.
+// newStore returns the store stack package guard builds (package
+// internal/storestack): in process, or Redis behind the fallback; either
+// way behind a local-first store for leased and async rules. RLQS charges
+// the store beneath (the ledger). The instances sharing each limit are
+// the live serve-rls of -service on the same Redis unless -instances
+// fixes them; their heartbeats are under -key-prefix ("fg:fleet:{...}"
+// by default). -key-prefix names the buckets through the limiter
+// (tiers.WithKeyPrefix), as the services do, so the Redis store adds no
+// prefix of its own. guard.New itself does not fit: it refuses a rule
+// keyed on a scope its interceptor never fills, which the rules keyed on
+// the descriptors' scopes (tenant, header:...) are.
 func newStore(ctx context.Context, c serveConfig, obs *fgotel.Observer, logger *slog.Logger) (stores, error) {
-	var (
-		exact  quota.Store
-		ledger quota.Reporter
-		rc     redis.UniversalClient
-		name   string
-		closes []func()
-	)
-	closeAll := func() {
-		for i := len(closes) - 1; i >= 0; i-- {
-			closes[i]()
-		}
+	cfg := storestack.Config{
+		InProcess: c.redis == "",
+		URL:       c.redis,
+		Timeout:   c.storeTimeout,
+		Instances: c.instances,
+		Logger:    logger,
+		Observer:  obs,
 	}
-	if c.redis == "" {
-		mem, err := memstore.New()
-		if err != nil {
-			return stores{}, err
-		}
-		exact, ledger, name = obs.Store(mem), mem, "process memory"
-	} else {
-		client, err := redisstore.NewClient(c.redis)
-		if err != nil {
-			return stores{}, err
-		}
-		rc = client
-		closes = append(closes, func() { _ = client.Close() })
-		redisstore.SetRedisLogger(logger, slog.LevelDebug)
-		host := c.redis
-		if u, err := url.Parse(c.redis); err == nil && u.Host != "" {
-			host = u.Host // never print credentials
-		}
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := client.Ping(pctx).Err(); err != nil {
-			logger.Warn("floodgate-rls: Redis does not answer yet; deciding locally until it does", "addr", host, "error", err)
-		}
-		cancel()
-		rs, err := redisstore.New(client)
-		if err != nil {
-			closeAll()
-			return stores{}, err
-		}
-		closes = append(closes, func() { _ = rs.Close() })
-		fopts := []fallback.Option{fallback.WithName("redis"), fallback.WithLogger(logger),
-			fallback.WithInstances(func() int { return c.instances }),
-			fallback.WithOnStateChange(func(name string, from, to gobreaker.State) {
-				obs.BreakerStateChanged(name, from.String(), to.String())
-			})}
-		if c.storeTimeout > 0 {
-			fopts = append(fopts, fallback.WithTimeout(c.storeTimeout))
-		}
-		fb, err := fallback.New(obs.Store(rs), fopts...)
-		if err != nil {
-			closeAll()
-			return stores{}, err
-		}
-		closes = append(closes, func() {
-			// After the local-first store, before the Redis store and
-			// client: hands Redis the units admitted locally while it
-			// was away.
-			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			if err := fb.Close(cctx); err != nil {
-				logger.Warn("floodgate-rls: the fallback hand-over at exit", "error", err)
-			}
-		})
-		exact, ledger, name = fb, rs, "Redis at "+host+" (circuit breaker, local fallback)"
+	if !cfg.InProcess {
+		cfg.Service = c.service
+		cfg.FleetKey = c.keyPrefix + "fleet:{" + c.service + "}"
 	}
-	lf, err := localfirst.New(exact, ledger, localfirst.WithLogger(logger), localfirst.WithInstances(func() int { return c.instances }))
+	st, err := storestack.New(ctx, cfg)
+	if urlErr := (*storestack.URLError)(nil); errors.As(err, &urlErr) {
+		return stores{}, fmt.Errorf("-redis: %w", urlErr.Err)
+	}
 	if err != nil {
-		closeAll()
 		return stores{}, err
 	}
-	closes = append(closes, func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = lf.Close(cctx) // returns unspent leases
-	})
-	return stores{store: lf, ledger: ledger, redis: rc, name: name, close: closeAll}, nil
+	name := st.Desc
+	if cfg.InProcess {
+		name = "process memory"
+	}
+	return stores{store: st.Store, ledger: st.Ledger, redis: st.Client, name: name, close: func() {
+		if err := st.Close(context.Background()); err != nil {
+			logger.Warn("floodgate-rls: closing the store", "error", err)
+		}
+	}}, nil
+}
+
+// checkService says what is wrong with a -service name, or "".
+func checkService(name string) string {
+	if name == "" {
+		return "-service is empty"
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Sprintf("-service %q holds %q (letters, digits, '-', '_' and '.' only)", name, r)
+		}
+	}
+	return ""
 }
 
 // asFlags collects -as KEY=SCOPE.

@@ -169,13 +169,19 @@ func TestServeRLSBadInvocations(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("rules:\n  - {name: x, key: [ip], rate: 5/minute}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		code int
 		want string
 	}{
 		{[]string{"serve-rls"}, 2, "-policy is required"},
-		{[]string{"serve-rls", "-policy", bad, "-instances", "0"}, 2, "-instances 0 must be at least 1"},
+		{[]string{"serve-rls", "-policy", good, "-listen", "127.0.0.1:0", "-redis", "mysql://x"}, 1, "-redis: redisstore: NewClient: \"mysql://x\": redis: invalid URL scheme: mysql"},
+		{[]string{"serve-rls", "-policy", bad, "-instances", "-1"}, 2, "-instances -1 is negative"},
+		{[]string{"serve-rls", "-policy", bad, "-service", "a b"}, 2, `-service "a b" holds ' '`},
 		{[]string{"serve-rls", "-policy", bad}, 1, `rules[0].rate: "5/minute" is not N/duration, at line 2`},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 		{nil, 2, "usage:"},
