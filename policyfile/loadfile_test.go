@@ -20,7 +20,7 @@ func TestLoadFileNamesTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := policyfile.LoadFile(path)
-	want := path + ":\n" + `rules[0].rate: "5/minute" is not N/duration, at line 3`
+	want := path + ":\n" + `rules[0].rate: "5/minute" is not N/duration (write 5/1m), at line 3`
 	if err == nil || err.Error() != want {
 		t.Fatalf("policyfile.LoadFile error = %v, want %s", err, want)
 	}

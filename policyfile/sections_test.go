@@ -66,7 +66,7 @@ concurrency:
 func TestLoadErrorsInFileOrder(t *testing.T) {
 	_, err := policyfile.Load([]byte("shedder:\n  capacity: 0\nrules:\n  - {name: a, rate: 5/minute}\nconcurrency: {adaptive: {beta: 0.5}}\n"))
 	want := `shedder.capacity: 0 must be at least 1, at line 2
-rules[0].rate: "5/minute" is not N/duration, at line 4
+rules[0].rate: "5/minute" is not N/duration (write 5/1m), at line 4
 concurrency.adaptive.alpha: 3 and beta 0.5 must satisfy 1 <= alpha < beta (finite), at line 5`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load:\n got %v\nwant %s", err, want)

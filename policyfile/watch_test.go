@@ -107,7 +107,7 @@ func TestWatchGoodBrokenGood(t *testing.T) {
 
 	writeAtomic(t, path, broken)
 	rl := nextReload(t, reloads)
-	if rl.f != nil || rl.err == nil || rl.err.Error() != `rules[0].rate: "1/hour" is not N/duration, at line 2` {
+	if rl.f != nil || rl.err == nil || rl.err.Error() != `rules[0].rate: "1/hour" is not N/duration (write 1/1h), at line 2` {
 		t.Fatalf("broken reload: %+v", rl)
 	}
 	if l.Policy().Rules[0].Name != "first" {

@@ -12,7 +12,7 @@
 // testdata/policy.yaml. Load validates everything and reports every
 // problem, each with its field path and line:
 //
-//	rules[2].rate: "5/minute" is not N/duration, at line 14
+//	rules[2].rate: "5/minute" is not N/duration (write 5/1m), at line 14
 //
 // Unknown and repeated fields are errors, and so are YAML aliases, a second
 // document and an empty file (a truncated file must not lift every limit).

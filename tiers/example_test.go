@@ -47,7 +47,7 @@ rules:
 	// Output:
 	// search [user] 10/1s
 	// tenant-plan [tenant] tier
-	// rules[0].rate: "5/minute" is not N/duration, at line 4
+	// rules[0].rate: "5/minute" is not N/duration (write 5/1m), at line 4
 	// rules[0].key[1]: unknown scope "usr" (want endpoint, user, api_key, ip, tenant or header:<name>), at line 5
 }
 

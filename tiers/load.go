@@ -19,7 +19,7 @@ import (
 // problem is reported, not only the first: the error is a *PolicyError
 // whose FieldErrors carry the field path and line, e.g.
 //
-//	rules[2].rate: "5/minute" is not N/duration, at line 14
+//	rules[2].rate: "5/minute" is not N/duration (write 5/1m), at line 14
 //
 // Unknown fields, repeated fields, YAML aliases and more than one document
 // are errors. An empty document is an error too (an accidentally

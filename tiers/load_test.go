@@ -72,7 +72,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown top-level field", "rulez: []\nrules: []\n", "rulez: unknown field, at line 1"},
 		{"unknown rule field", rule + "    rate: 1/1s\n    retries: 3\n", "rules[0].retries: unknown field, at line 4"},
 		{"repeated field", rule + "    rate: 10/1s\n    rate: 5/1s\n", "rules[0].rate: repeated field (first at line 3), at line 4"},
-		{"rate not N/duration", rule + "    rate: 5/minute\n", `rules[0].rate: "5/minute" is not N/duration, at line 3`},
+		{"rate not N/duration", rule + "    rate: 5/minute\n", `rules[0].rate: "5/minute" is not N/duration (write 5/1m), at line 3`},
 		{"rate zero", rule + "    rate: 0/1s\n", "rules[0].rate: rate 0 is out of range [1, 1000000000], at line 3"},
 		{"period too short", rule + "    rate: 10/100us\n", "rules[0].rate: period 100µs is out of range [1ms, 8784h0m0s], at line 3"},
 		{"period too long", rule + "    rate: 10/9000h\n", "rules[0].rate: period 9000h0m0s is out of range [1ms, 8784h0m0s], at line 3"},
@@ -122,7 +122,7 @@ func TestLoadErrors(t *testing.T) {
 			`overrides[0].algorithm: rule "a" is leased, which needs token_bucket or gcra, not fixed_window, at line 7`},
 		{"alias", "rules:\n  - &x {name: a, rate: 10/1s}\n  - *x\n", "rules[1]: YAML aliases are not supported, at line 3"},
 		{"every error at once", "rules:\n  - name: a\n    rate: 5/minute\n  - name: a\n    rate: 0/1s\n    burst: 0\n    bogus: 1\n",
-			"rules[0].rate: \"5/minute\" is not N/duration, at line 3\n" +
+			"rules[0].rate: \"5/minute\" is not N/duration (write 5/1m), at line 3\n" +
 				"rules[1].name: \"a\" is already the name of rules[0], at line 4\n" +
 				"rules[1].rate: rate 0 is out of range [1, 1000000000], at line 5\n" +
 				"rules[1].burst: 0 must be at least 1, at line 6\n" +
@@ -185,9 +185,24 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("Rate.String() = %q, want %q", s, in)
 		}
 	}
-	for _, bad := range []string{"", "5", "/1s", "5/", "-5/1s", "+5/1s", "5/minute", "5 /1s", "99999999999999999999/1s", "Tier"} {
-		if _, err := tiers.ParseRate(bad); err == nil || err.Error() != `"`+bad+`" is not N/duration` {
-			t.Errorf("ParseRate(%q) error = %v", bad, err)
+	for _, bad := range []struct{ in, want string }{
+		{"", "(10/1s, 100/1h, 1000/1d) or tier"}, {"5", "(10/1s, 100/1h, 1000/1d) or tier"}, {"/1s", "or tier"}, {"5/", "or tier"},
+		{"-5/1s", "or tier"}, {"+5/1s", "or tier"}, {"5 /1s", "or tier"}, {"Tier", "or tier"},
+		{"99999999999999999999/1s", "99999999999999999999 is not a 64-bit count"},
+		{"5/minute", "(write 5/1m)"}, {"5/Minutes", "(write 5/1m)"}, {"5/sec", "(write 5/1s)"}, {"10/hour", "(write 10/1h)"},
+		{"10/days", "(write 10/1d for a rolling day, or 10/day for calendar days)"}, {"3/weeks", "(write 3/1w for a rolling week, or 3/week"},
+		{"5/fortnight", "(the duration is 500ms, 10s, 1m, 1h, 1d or 1w; day, week, month or year"},
+		{"5/1.5d", "the duration is"}, {"5/d", "the duration is"}, {"5/99999999999d", "the duration is"},
+	} {
+		_, err := tiers.ParseRate(bad.in)
+		if err == nil || !strings.HasPrefix(err.Error(), `"`+bad.in+`" is not N/duration`) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("ParseRate(%q) error = %v, want it to say %q", bad.in, err, bad.want)
+		}
+	}
+	// Whole days and weeks are rolling periods of 24 and 168 hours.
+	for in, want := range map[string]time.Duration{"1000/1d": 24 * time.Hour, "5/7d": 7 * 24 * time.Hour, "9/2w": 14 * 24 * time.Hour} {
+		if got, err := tiers.ParseRate(in); err != nil || got.Period != want || got.Calendar != tiers.NoCalendar {
+			t.Errorf("ParseRate(%q) = %+v, %v; want a rolling period of %s", in, got, err, want)
 		}
 	}
 }

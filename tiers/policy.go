@@ -123,7 +123,9 @@ const maxWindows = 8
 
 // Rate is "N per Period", or, when Tier is true, "whatever the caller's plan
 // tier says". In YAML it is written "N/duration" ("10/1s", "100/1h",
-// "10/500ms") or "tier".
+// "10/500ms", and whole days or weeks: "1000/1d", "5000/1w", rolling
+// periods of 24 and 168 hours), "N/day", "N/week", "N/month", "N/year"
+// (a calendar rate) or "tier".
 type Rate struct {
 	// N is how many units the period admits.
 	N int64
@@ -142,30 +144,70 @@ type Rate struct {
 }
 
 // parseRate parses "N/duration" (N a decimal integer, duration as accepted
-// by time.ParseDuration), "N/day", "N/week", "N/month", "N/year" (a
-// calendar rate) or "tier". It checks syntax only; Policy
-// validation checks the ranges (N >= 1, quota.MinPeriod <= period <=
-// quota.MaxPeriod, whole microseconds).
+// by time.ParseDuration, or whole days or weeks: "1d", "7d", "2w", rolling
+// periods of 24 and 168 hours), "N/day", "N/week", "N/month", "N/year" (a
+// calendar rate) or "tier". It checks syntax only; Policy validation
+// checks the ranges (N >= 1, quota.MinPeriod <= period <=
+// quota.MaxPeriod, whole microseconds). A rate it cannot parse is refused
+// with the spelling to use when the mistake is a common one ("5/minute":
+// write 5/1m).
 func parseRate(s string) (Rate, error) {
 	if s == "tier" {
 		return Rate{Tier: true}, nil
 	}
 	num, dur, ok := strings.Cut(s, "/")
 	if !ok || num == "" || dur == "" || !allDigits(num) {
-		return Rate{}, fmt.Errorf("%q is not N/duration", s)
+		return Rate{}, fmt.Errorf("%q is not N/duration (10/1s, 100/1h, 1000/1d) or tier", s)
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil {
-		return Rate{}, fmt.Errorf("%q is not N/duration", s)
+		return Rate{}, fmt.Errorf("%q is not N/duration: %s is not a 64-bit count", s, num)
 	}
 	if u, ok := parseCalendar(dur); ok {
 		return Rate{N: n, Period: nominal[u], Calendar: u}, nil
 	}
-	d, err := time.ParseDuration(dur)
-	if err != nil {
-		return Rate{}, fmt.Errorf("%q is not N/duration", s)
+	d, ok := parsePeriod(dur)
+	if !ok {
+		return Rate{}, fmt.Errorf("%q is not N/duration (%s)", s, spelling(num, dur))
 	}
 	return Rate{N: n, Period: d}, nil
+}
+
+// parsePeriod parses a rate's duration: time.ParseDuration's forms, or a
+// whole number of days or weeks ("1d", "2w"), which it does not know.
+func parsePeriod(s string) (time.Duration, bool) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return d, true
+	}
+	n, unit := s[:len(s)-1], s[len(s)-1]
+	if n == "" || !allDigits(n) || (unit != 'd' && unit != 'w') {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || v > int64(quota.MaxPeriod/(24*time.Hour)) {
+		return 0, false // beyond any valid period: refused by name
+	}
+	if unit == 'w' {
+		return time.Duration(v) * 7 * 24 * time.Hour, true
+	}
+	return time.Duration(v) * 24 * time.Hour, true
+}
+
+// spelling says how to write a rate whose duration unit is a word.
+func spelling(num, unit string) string {
+	switch strings.ToLower(strings.TrimSuffix(unit, "s")) {
+	case "sec", "second":
+		return "write " + num + "/1s"
+	case "min", "minute":
+		return "write " + num + "/1m"
+	case "hr", "hour":
+		return "write " + num + "/1h"
+	case "day":
+		return "write " + num + "/1d for a rolling day, or " + num + "/day for calendar days"
+	case "week":
+		return "write " + num + "/1w for a rolling week, or " + num + "/week for calendar weeks"
+	}
+	return "the duration is 500ms, 10s, 1m, 1h, 1d or 1w; day, week, month or year for calendar windows"
 }
 
 func allDigits(s string) bool {

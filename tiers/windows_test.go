@@ -237,7 +237,7 @@ func TestWindowsLoadErrors(t *testing.T) {
 		{"same period", "rules:\n  - name: a\n    rate: [1/1m, 2/60s]\n",
 			"rules[0].rate[1]: rate[0] has the same period, 1m: the windows of one limit need distinct periods, at line 3"},
 		{"bad window", "rules:\n  - name: a\n    rate: [1/1m,\n      5/fortnight]\n",
-			`rules[0].rate[1]: "5/fortnight" is not N/duration, at line 4`},
+			`rules[0].rate[1]: "5/fortnight" is not N/duration (the duration is 500ms, 10s, 1m, 1h, 1d or 1w; day, week, month or year for calendar windows), at line 4`},
 		{"tier in a list", "rules:\n  - name: a\n    rate: [tier, 1/1m]\n",
 			`rules[0].rate[0]: "tier" cannot be one window of several (give the tiers several windows instead), at line 3`},
 		{"empty list", "rules:\n  - name: a\n    rate: []\n",

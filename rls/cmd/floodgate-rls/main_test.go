@@ -182,7 +182,7 @@ func TestServeRLSBadInvocations(t *testing.T) {
 		{[]string{"serve-rls", "-policy", good, "-listen", "127.0.0.1:0", "-redis", "mysql://x"}, 1, "-redis: redisstore: NewClient: \"mysql://x\": redis: invalid URL scheme: mysql"},
 		{[]string{"serve-rls", "-policy", bad, "-instances", "-1"}, 2, "-instances -1 is negative"},
 		{[]string{"serve-rls", "-policy", bad, "-service", "a b"}, 2, `-service "a b" holds ' '`},
-		{[]string{"serve-rls", "-policy", bad}, 1, `rules[0].rate: "5/minute" is not N/duration, at line 2`},
+		{[]string{"serve-rls", "-policy", bad}, 1, `rules[0].rate: "5/minute" is not N/duration (write 5/1m), at line 2`},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 		{nil, 2, "usage:"},
 	} {
