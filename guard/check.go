@@ -66,8 +66,9 @@ func (g *Guard) CheckServer(srv interface {
 // exact method names a linked service that has no such method is an
 // error, a typo found at New without CheckServer. A rule naming a
 // service that is not linked (a hand-written ServiceDesc, or a service
-// of another binary) is logged, as is a glob that matches no linked
-// method: CheckServer, once the server is built, checks them exactly.
+// of another binary sharing the policy) is logged at debug level, as is a
+// glob that matches no linked method: CheckServer, once the server is
+// built, checks them exactly.
 func (g *Guard) checkLinked(p *tiers.Policy) error {
 	services := map[string]map[string]bool{} // service -> method -> true
 	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
@@ -93,7 +94,7 @@ func (g *Guard) checkLinked(p *tiers.Policy) error {
 			case linked && !ms[method]:
 				errs = append(errs, fmt.Errorf("rule %q (rules[%d]): method %q: service %s has no method %s (it has %s)", r.Name, i, m, svc, method, strings.Join(slices.Sorted(maps.Keys(ms)), ", ")))
 			case !linked:
-				g.c.logger.Warn("floodgate: a rule names a gRPC service this binary does not link; CheckServer(srv) checks it against the server", "rule", r.Name, "method", m)
+				g.c.logger.Debug("floodgate: a rule names a gRPC service this binary does not link; CheckServer(srv) checks it against the server", "rule", r.Name, "method", m)
 			}
 			continue
 		}
@@ -106,7 +107,7 @@ func (g *Guard) checkLinked(p *tiers.Policy) error {
 			}
 		}
 		if !matched {
-			g.c.logger.Warn("floodgate: a rule's gRPC method glob matches no method of the services this binary links; CheckServer(srv) checks it against the server", "rule", r.Name, "method", m)
+			g.c.logger.Debug("floodgate: a rule's gRPC method glob matches no method of the services this binary links; CheckServer(srv) checks it against the server", "rule", r.Name, "method", m)
 		}
 	}
 	if len(errs) > 0 {
