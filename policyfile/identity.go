@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/floodgate-go/floodgate/internal/syntax"
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
@@ -91,7 +92,7 @@ func (d *decoder) sources(n *yaml.Node, path string) []string {
 			d.rep.fail(sp, sn, "%q is not header:NAME or claim:NAME", s)
 		case name == "":
 			d.rep.fail(sp, sn, "%q names no %s", s, kind)
-		case kind == "header" && !validHeader(name):
+		case kind == "header" && !syntax.Name(name):
 			d.rep.fail(sp, sn, "%q is not a header name ([A-Za-z0-9_.-])", name)
 		default:
 			if kind == "header" {
@@ -101,15 +102,6 @@ func (d *decoder) sources(n *yaml.Node, path string) []string {
 		}
 	}
 	return out
-}
-
-func validHeader(s string) bool {
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // clientIP decodes identity.client_ip.
@@ -137,7 +129,8 @@ func (d *decoder) clientIP(n *yaml.Node, path string, id *Identity) {
 	}
 }
 
-// prefixes decodes a list of CIDRs or addresses.
+// prefixes decodes a list of CIDRs or addresses, as the policy's other
+// network lists are (exempt:, deny:).
 func (d *decoder) prefixes(n *yaml.Node, path string) []netip.Prefix {
 	if !d.kind(n, path, yaml.SequenceNode, "a list") {
 		return nil
@@ -149,17 +142,9 @@ func (d *decoder) prefixes(n *yaml.Node, path string) []netip.Prefix {
 		if !ok {
 			continue
 		}
-		if a, err := netip.ParseAddr(s); err == nil {
-			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
+		p, err := syntax.ParseNet(s)
 		if err != nil {
-			d.rep.fail(pp, pn, "%q is not an address or a CIDR (10.0.0.0/8)", s)
-			continue
-		}
-		if p != p.Masked() {
-			d.rep.fail(pp, pn, "%q has bits set past its length: %s", s, p.Masked())
+			d.rep.fail(pp, pn, "%s", err)
 			continue
 		}
 		out = append(out, p)

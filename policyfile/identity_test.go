@@ -63,8 +63,8 @@ func TestIdentityErrors(t *testing.T) {
 		{"identity:\n  group: header:x-group\n", "identity.group: unknown field, at line 2"},
 		{"identity:\n  client_ip:\n    header: x-client-ip\n    trusted_proxies: [10.0.0.0/8]\n", `identity.client_ip.header: "x-client-ip" is not one of x-forwarded-for, forwarded, x-real-ip, at line 3`},
 		{"identity:\n  client_ip:\n    header: x-real-ip\n", "identity.client_ip.header: a forwarding header is believed only from trusted proxies"},
-		{"identity:\n  client_ip:\n    trusted_proxies: [10.0.0.1/8]\n", `identity.client_ip.trusted_proxies[0]: "10.0.0.1/8" has bits set past its length: 10.0.0.0/8, at line 3`},
-		{"identity:\n  client_ip:\n    trusted_proxies: [proxy.internal]\n", `"proxy.internal" is not an address or a CIDR`},
+		{"identity:\n  client_ip:\n    trusted_proxies: [10.0.0.1/8]\n", `identity.client_ip.trusted_proxies[0]: 10.0.0.1/8 has bits set past /8: write 10.0.0.0/8, at line 3`},
+		{"identity:\n  client_ip:\n    trusted_proxies: [proxy.internal]\n", `"proxy.internal" is not an IP address or CIDR`},
 		{"identity:\n  client_ip:\n    ipv4_prefix: 33\n", "identity.client_ip.ipv4_prefix: 33 is more than 32 bits, at line 3"},
 	} {
 		_, err := policyfile.Load([]byte(tc.yaml + "rules: []\n"))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/syntax"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -201,7 +202,7 @@ func compileTiers(rep *reporter, p *Policy, c *compiled) []string {
 	for _, n := range tierNames {
 		t := p.Tiers[n]
 		tp := "tiers." + n
-		if !validName(n) {
+		if !syntax.Name(n) {
 			tp = "tiers[" + strconv.Quote(n) + "]"
 			rep.addf(tp, "tier name %q must match [A-Za-z0-9_.-]+", n)
 			continue
@@ -355,7 +356,7 @@ func netList(rep *reporter, field string, nets []netip.Prefix) *netSet {
 	}
 	set := &netSet{}
 	for i, n := range nets {
-		norm, err := checkNet(n)
+		norm, err := syntax.CheckNet(n)
 		if err != nil {
 			rep.add(field+"["+strconv.Itoa(i)+"]", err.Error())
 			continue

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/syntax"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -198,7 +199,7 @@ func (rc *ruleCompiler) overrideRequest(op string, o *Override, r *cRule, oh map
 // overrideNet parses o's ip value: an address or a network, no narrower
 // than rule r's buckets (every address of one bucket shares its limit).
 func (rc *ruleCompiler) overrideNet(op string, o *Override, r *cRule) (netip.Prefix, bool) {
-	n, err := parseNet(o.Key[ScopeIP])
+	n, err := syntax.ParseNet(o.Key[ScopeIP])
 	if err != nil {
 		rc.rep.add(op+".key.ip", err.Error())
 		return netip.Prefix{}, false

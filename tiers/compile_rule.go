@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/floodgate-go/floodgate/internal/syntax"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -108,7 +109,7 @@ func (rc *ruleCompiler) ruleName(rp string, r *Rule, i int) bool {
 	switch j, dup := rc.names[r.Name]; {
 	case r.Name == "":
 		rc.rep.add(rp+".name", "required")
-	case !validName(r.Name):
+	case !syntax.Name(r.Name):
 		rc.rep.addf(rp+".name", "%q must match [A-Za-z0-9_.-]+", r.Name)
 	case dup:
 		rc.rep.addf(rp+".name", "%q is already the name of rules[%d]", r.Name, j)

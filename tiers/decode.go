@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgate-go/floodgate/internal/syntax"
 )
 
 // The YAML forms of the richer policy fields: several windows per limit
@@ -158,7 +160,7 @@ func (d *decoder) headerMatch(n *yaml.Node, path string, m *Match) {
 			continue
 		}
 		hp := path + "." + name
-		if !validName(name) {
+		if !syntax.Name(name) {
 			hp = path + "[" + strconv.Quote(name) + "]"
 		}
 		if _, dup := m.Header[name]; dup {

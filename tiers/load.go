@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/syntax"
 	"github.com/floodgate-go/floodgate/internal/yamldoc"
 	"github.com/floodgate-go/floodgate/quota"
 )
@@ -278,7 +279,7 @@ func (d *decoder) tiers(n *yaml.Node, path string, p *Policy) {
 			continue
 		}
 		tp := path + "." + name
-		if !validName(name) {
+		if !syntax.Name(name) {
 			tp = path + "[" + strconv.Quote(name) + "]"
 		}
 		if _, dup := p.Tiers[name]; dup {
@@ -483,7 +484,7 @@ func (d *decoder) nets(n *yaml.Node, path string) []netip.Prefix {
 			out = append(out, netip.Prefix{})
 			continue
 		}
-		p, err := parseNet(s)
+		p, err := syntax.ParseNet(s)
 		if err != nil {
 			d.fail(ep, en, "%s", err.Error())
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/syntax"
 )
 
 // Matches beyond the method (Match.Header, Match.Tier) and header key
@@ -108,7 +109,7 @@ func compileCond(rep *reporter, rp string, m *Match, p *Policy, names map[string
 	seen := make(map[string]string, len(hnames))
 	for _, raw := range hnames {
 		hp := rp + ".match.header." + raw
-		if !validName(raw) {
+		if !syntax.Name(raw) {
 			hp = rp + ".match.header[" + strconv.Quote(raw) + "]"
 		}
 		n, err := headerName(raw)
