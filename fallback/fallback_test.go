@@ -682,10 +682,22 @@ func TestLocalLimitChangeKeepsConsumption(t *testing.T) {
 	for i := 0; i < 9; i++ {
 		take(t, fx.s, b)
 	}
+	// Spent 10 of 10; raised to 20: the 10 more are there at once.
 	b.Limit.Burst, b.Limit.Rate = 20, 20
-	ok, res := take(t, fx.s, b)
-	if ok || res[0].Limit != 20 || res[0].RetryAfter != 50*time.Millisecond {
-		t.Fatalf("after raising the limit: allowed=%v %+v, want still empty, limit 20, retry 50ms", ok, res[0])
+	for i := range 10 {
+		ok, res := take(t, fx.s, b)
+		if !ok || res[0].Limit != 20 || res[0].Remaining != int64(9-i) {
+			t.Fatalf("take %d after raising the limit: allowed=%v %+v, want allowed, limit 20, remaining %d", i+1, ok, res[0], 9-i)
+		}
+	}
+	if ok, res := take(t, fx.s, b); ok || res[0].RetryAfter != 50*time.Millisecond {
+		t.Fatalf("take 11 after raising the limit: allowed=%v %+v, want denied, retry 50ms (one unit at 20/s)", ok, res[0])
+	}
+	// Spent 20; cut to 5: 15 over the new burst, none now, the next unit
+	// in 16 units' time at 5/s.
+	b.Limit.Burst, b.Limit.Rate = 5, 5
+	if ok, res := take(t, fx.s, b); ok || res[0].Limit != 5 || res[0].RetryAfter != 3200*time.Millisecond {
+		t.Fatalf("after cutting the limit: allowed=%v %+v, want denied, limit 5, retry 3.2s", ok, res[0])
 	}
 }
 

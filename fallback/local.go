@@ -66,10 +66,14 @@ func (l *localLimiters) get(key string, limit quota.Limit, n int, now time.Time,
 		l.ll.MoveToFront(el)
 		e := el.Value.(*localEntry)
 		if e.limit != limit || e.n != n {
+			// What the share spent stays spent (quota.Algorithm, "Limit
+			// changes"): x/time/rate keeps a limiter's tokens across
+			// SetBurst, so they move by the change of the local burst.
 			r, b := share(limit, n)
-			e.lim.SetLimitAt(now, r)
-			e.lim.SetBurstAt(now, int(b))
+			tokens := e.lim.TokensAt(now) + float64(b-e.burst)
 			e.limit, e.burst, e.n = limit, b, n
+			e.lim.SetLimitAt(now, r)
+			e.setTokens(tokens, now)
 		}
 		if rem, at, ok := seen(key, now); ok && at.After(e.used) {
 			// The primary answered for the key since the limiter last

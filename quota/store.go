@@ -133,6 +133,39 @@ import (
 //	reset       = max(1, z - now)
 //	TTL         = max(1, z - now)
 //
+// Limit changes. State is kept by Key, and a state records the limit it
+// was written under, so a take (settlement, report) under a changed Limit
+// on the same Key — a rule's new rate, burst or window, a tenant's new
+// plan tier — keeps what its callers consumed: a raise gives its extra
+// room at once, a cut takes effect at once (units consumed beyond the new
+// capacity are waited out as debt is), and nothing is refilled or
+// forgotten. Before the arithmetic above, a state written under another
+// limit reads (t, T as in GCRA; w, W of the limit in force):
+//
+//	TokenBucket (Bw: the burst it was written under):
+//	  tokens = tokens + (B - Bw)                                   (f)
+//	GCRA (Tw: the emission interval it was written under):
+//	  tat > t: tat = t + ((tat - t) / Tw) * T                      (f)
+//	FixedWindow: the stored count counts while the window it was counted
+//	  in lasts (its end is after now), in whatever window holds now
+//	SlidingWindowCounter (Ww: the window it was written under): each
+//	  stored count (curr, of [win*Ww, (win+1)*Ww), and prev, of the
+//	  window before it) counts in the newest window of length W that its
+//	  own window overlaps: curr if it ends after w*W, else prev if it
+//	  ends after (w-1)*W, else nowhere; until win's next window is over
+//	SlidingWindowLog: its timestamps are its state: a changed rate counts
+//	  them against the new limit, a shorter window forgets those now
+//	  outside it, a longer one counts those its key still holds (each
+//	  charge keeps the key for the window it was made under)
+//
+// A state reads as absent from the moment it would under the limit it was
+// written under (a token bucket's refill to its own burst at its own rate,
+// a window's end), so a change never makes an expired state count again,
+// and a store that keeps state longer than that still decides the same. A
+// rule that changes algorithm starts from fresh state (the policy's keys
+// name the algorithm), and so does a window of a rule with several
+// windows whose period changes (each is keyed by its period).
+//
 // An allowed bucket reports its wait in Result.Wait (remaining and reset
 // as after the charge); a denied one reports RetryAfter as without M (the
 // wait until it would admit at once). The window algorithms cannot book
@@ -430,8 +463,9 @@ type Bucket struct {
 	// when present, is the first "{...}" in Key.
 	Key string
 	// Limit is the bucket's arithmetic. State is kept by Key alone, so a
-	// rule whose rate changes keeps its callers' consumption; Key names the
-	// algorithm, so a rule that changes algorithm starts from fresh state.
+	// rule whose rate, burst or window changes keeps its callers'
+	// consumption (Algorithm, "Limit changes"); Key names the algorithm,
+	// so a rule that changes algorithm starts from fresh state.
 	Limit Limit
 	// Cost is charged when every bucket of the Take allows.
 	Cost int64

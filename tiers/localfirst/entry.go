@@ -90,8 +90,12 @@ type state struct {
 	// unreported when the store answers, spent by local admits, refilled
 	// at tokAt. Refill beyond the cap is lost, spending never is, so a
 	// long outage admits the share's rate, not only its capacity.
-	tok        float64
-	tokAt      time.Time
+	tok   float64
+	tokAt time.Time
+	// carryFrom, when not zero, is the limit tok was kept under before
+	// the key's limit changed: the next decision refills tok under it
+	// and carries its consumption to the new limit (carry).
+	carryFrom  quota.Limit
 	u          int64 // admitted here, not yet reported (debt included)
 	inflight   int64 // units of the report under way
 	lastReport time.Time
@@ -107,15 +111,37 @@ type state struct {
 }
 
 // reset makes e the fresh state of b: a key whose limit or consistency
-// changed starts over (what it held goes back first, see Sync).
+// changed starts over (what it held goes back first, see Sync), except
+// that an Async share whose limit changed keeps what it spent, as the
+// store's bucket does (quota.Algorithm, "Limit changes"): a raise gives
+// its room at once, a cut takes effect at once.
 func (e *entry) reset(b *quota.Bucket, now time.Time) {
 	owed, returning, u, inflight := e.owed+e.units, e.returning, e.u, e.inflight
+	keep := e.mode == quota.Async && b.Consistency == quota.Async && e.known
+	was, assumed, tok, tokAt := e.limit, e.assumed, e.tok, e.tokAt
 	e.state = state{}
 	e.b = *b
 	e.b.Cost = 0
 	e.limit, e.mode = b.Limit, b.Consistency
 	e.owed, e.returning, e.u, e.inflight = owed, returning, u, inflight
 	e.lastReport = now
+	if keep {
+		e.known, e.assumed, e.tok, e.tokAt, e.carryFrom = true, assumed, tok, tokAt, was
+	}
+}
+
+// carry brings a share kept across a limit change (carryFrom) to now:
+// refilled under the old limit to now and capped at its C/n, then moved
+// by the change of C/n, so what it spent stays spent.
+func (e *entry) carry(now time.Time, n int) {
+	old := e.carryFrom
+	e.carryFrom = quota.Limit{}
+	if el := now.Sub(e.tokAt); el > 0 {
+		e.tok += float64(old.Rate) / float64(old.Period) * float64(el) / float64(n)
+		e.tokAt = now
+	}
+	e.tok = math.Min(e.tok, float64(old.Capacity())/float64(n))
+	e.tok += float64(e.capacity()-old.Capacity()) / float64(n)
 }
 
 func (e *entry) capacity() int64 { return e.limit.Capacity() }
@@ -262,6 +288,9 @@ func (e *entry) reserveAsync(b *quota.Bucket, now time.Time, n int, res *quota.R
 		e.known, e.assumed = true, true
 		e.tok, e.tokAt = c/float64(n)-float64(e.u+e.inflight), now
 	}
+	if e.carryFrom != (quota.Limit{}) {
+		e.carry(now, n)
+	}
 	e.refill(now, n)
 	// Short by need units of this instance's share, which refills at
 	// rate/n; a bucket that may wait books them when they come in time.
@@ -336,7 +365,7 @@ func (e *entry) refill(now time.Time, n int) {
 // instance's share is then remaining/n less what it admitted and has not
 // reported.
 func (e *entry) learn(remaining float64, now time.Time, n int) {
-	e.known, e.assumed = true, false
+	e.known, e.assumed, e.carryFrom = true, false, quota.Limit{}
 	e.tok = remaining/float64(n) - float64(e.u+e.inflight)
 	e.tokAt = now
 }

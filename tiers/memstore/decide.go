@@ -73,7 +73,7 @@ func decideTokenBucket(p *pending, b *quota.Bucket, now int64) {
 	B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
 	tokens, ts := B, now
 	if !p.fresh {
-		tokens, ts = p.e.f, p.e.ts
+		tokens, ts = p.e.tokens(B, now)
 	}
 	elapsed := now - ts
 	if elapsed < 0 {
@@ -96,9 +96,10 @@ func decideTokenBucket(p *pending, b *quota.Bucket, now int64) {
 	}
 	if p.allow {
 		t2 := tokens - cf
-		p.f, p.ts = t2, now
+		p.f, p.ts, p.under = t2, now, B
 		p.remCh = max(0, floorI(t2))
 		p.resetCh = ceilI(((B - t2) * P) / N)
+		p.full = satAdd(now, p.resetCh)
 		p.expires = satAdd(now, max(p.resetCh, minTTL))
 	}
 	if over {
@@ -126,7 +127,7 @@ func decideGCRA(p *pending, b *quota.Bucket, now int64) {
 	tf := float64(now - quota.GCRAEpoch)
 	tat := tf
 	if !p.fresh {
-		tat = p.e.f
+		tat = p.e.tat(T, tf)
 	}
 	tat0 := tat
 	if tf > tat0 {
@@ -143,7 +144,7 @@ func decideGCRA(p *pending, b *quota.Bucket, now int64) {
 		}
 	}
 	if p.allow {
-		p.f = tat1
+		p.f, p.under = tat1, T
 		p.remCh = max(0, floorI((tol-(tat1-tf))/T))
 		p.resetCh = ceilI(tat1 - tf)
 		p.expires = satAdd(now, max(p.resetCh, minTTL))
@@ -162,12 +163,7 @@ func decideSlidingCounter(p *pending, b *quota.Bucket, now int64) {
 	e := now - w*W
 	var curr, prev int64
 	if !p.fresh {
-		switch p.e.win {
-		case w:
-			curr, prev = p.e.curr, p.e.prev
-		case w - 1:
-			prev = p.e.curr
-		}
+		curr, prev = p.e.counts(w, W, now)
 	}
 	Wf, Lf := float64(W), float64(L)
 	weighted := (float64(prev)*float64(W-e))/Wf + float64(curr)
@@ -175,7 +171,7 @@ func decideSlidingCounter(p *pending, b *quota.Bucket, now int64) {
 	p.remNo = max(0, floorI(Lf-weighted))
 	p.resetNo = swcReset(curr, prev, w, W, now)
 	if p.allow {
-		p.win, p.curr, p.prev = w, curr+c, prev
+		p.win, p.curr, p.prev, p.under = w, curr+c, prev, float64(W)
 		p.remCh = max(0, floorI(Lf-weighted-float64(c)))
 		p.resetCh = swcReset(curr+c, prev, w, W, now)
 		p.expires = (w + 2) * W
@@ -232,19 +228,20 @@ func decideFixedWindow(p *pending, b *quota.Bucket, now int64) {
 	per, over := int64(lim.Period/time.Microsecond), c > lim.Rate
 	W, L := per, lim.Rate
 	w := floorDiv(now, W)
-	end := (w + 1) * W
+	end, z := (w+1)*W, (w+1)*W
 	if !b.Span.IsZero() { // a calendar window: identified by its start
-		w, end = b.Span.Start.UnixMicro(), max(b.Span.End.UnixMicro(), now+1)
+		w, z = b.Span.Start.UnixMicro(), b.Span.End.UnixMicro()
+		end = max(z, now+1)
 	}
 	var count int64
-	if !p.fresh && p.e.win == w {
-		count = p.e.curr
+	if !p.fresh {
+		count = p.e.windowCount(now)
 	}
 	p.allow = count+c <= L
 	p.remNo = max(0, L-count) // a lowered limit can leave count > L
 	p.resetNo = end - now
 	if p.allow {
-		p.win, p.curr = w, count+c
+		p.win, p.curr, p.under = w, count+c, float64(z)
 		p.remCh = max(0, L-count-c)
 		p.resetCh = p.resetNo
 		p.expires = end

@@ -130,7 +130,14 @@ type entry struct {
 	win     int64
 	curr    int64
 	prev    int64
-	log     *ring
+	// under is the limit the state was written under (carry.go): a
+	// token bucket's burst, GCRA's emission interval, a fixed window's
+	// end (µs), a sliding window counter's window (µs).
+	under float64
+	// full is when a token bucket refills to its burst at the rate it
+	// was written under (µs): from then on it reads as absent.
+	full int64
+	log  *ring
 }
 
 // Entries for short keys carry the key's bytes in the same allocation,
@@ -216,6 +223,8 @@ type pending struct {
 	win     int64
 	curr    int64
 	prev    int64
+	under   float64
+	full    int64
 	expires int64
 	h       uint64
 	homeH   uint64 // hash in h's home slot
@@ -403,9 +412,9 @@ func (s *Store) commit(p *pending, b *quota.Bucket, all []quota.Bucket, now int6
 	}
 	switch alg {
 	case quota.TokenBucket, quota.GCRA:
-		e.f, e.ts = p.f, p.ts
+		e.f, e.ts, e.under, e.full = p.f, p.ts, p.under, p.full
 	case quota.SlidingWindowCounter, quota.FixedWindow:
-		e.win, e.curr, e.prev = p.win, p.curr, p.prev
+		e.win, e.curr, e.prev, e.under = p.win, p.curr, p.prev, p.under
 	case quota.SlidingWindowLog:
 		if e.log == nil {
 			e.log = new(ring)

@@ -184,32 +184,28 @@ func (s *Store) chargeWindow(b *quota.Bucket, now int64) (charged, remaining int
 	}
 	switch alg {
 	case quota.FixedWindow:
-		end, counts := (w+1)*W, floorDiv(a, W) == w
+		end, z, counts := (w+1)*W, (w+1)*W, floorDiv(a, W) == w
 		if sp := b.Span; !sp.IsZero() { // a calendar window: identified by its start
-			w, end = sp.Start.UnixMicro(), max(sp.End.UnixMicro(), now+1)
-			counts = now < sp.End.UnixMicro() && (fresh || e.win <= w)
+			w, z = sp.Start.UnixMicro(), sp.End.UnixMicro()
+			end = max(z, now+1)
+			counts = now < z && (fresh || e.win <= w)
 		}
 		var count int64
-		if !fresh && e.win == w {
-			count = e.curr
+		if !fresh {
+			count = e.windowCount(now)
 		}
 		if counts && (u > 0 || count > 0) {
 			next := max(0, count+u)
 			charged, count = next-count, next
 			e := state()
-			e.win, e.curr = w, count
+			e.win, e.curr, e.under = w, count, float64(z)
 			e.expires = satAdd(end, ttlSlack)
 		}
 		return charged, max(0, L-count)
 	case quota.SlidingWindowCounter:
 		var curr, prev int64
 		if !fresh {
-			switch e.win {
-			case w:
-				curr, prev = e.curr, e.prev
-			case w - 1:
-				prev = e.curr
-			}
+			curr, prev = e.counts(w, W, now)
 		}
 		wa := floorDiv(a, W)
 		switch {
@@ -222,7 +218,7 @@ func (s *Store) chargeWindow(b *quota.Bucket, now int64) (charged, remaining int
 		}
 		if charged != 0 {
 			e := state()
-			e.win, e.curr, e.prev = w, curr, prev
+			e.win, e.curr, e.prev, e.under = w, curr, prev, float64(W)
 			e.expires = satAdd((w+2)*W, ttlSlack)
 		}
 		el := now - w*W

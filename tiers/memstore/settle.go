@@ -97,7 +97,7 @@ func settle(e *entry, b *quota.Bucket, now int64, fresh bool) {
 	case quota.TokenBucket:
 		tokens, ts := B, now
 		if !fresh {
-			tokens, ts = e.f, e.ts
+			tokens, ts = e.tokens(B, now)
 		}
 		elapsed := now - ts
 		if elapsed < 0 {
@@ -111,14 +111,15 @@ func settle(e *entry, b *quota.Bucket, now int64, fresh bool) {
 		if tokens > B {
 			tokens = B
 		}
-		e.f, e.ts = tokens, now
-		expires = satAdd(now, max(ceilI(((B-tokens)*P)/N), minTTL))
+		reset := ceilI(((B - tokens) * P) / N)
+		e.f, e.ts, e.under, e.full = tokens, now, B, satAdd(now, reset)
+		expires = satAdd(now, max(reset, minTTL))
 	case quota.GCRA:
 		T := P / N
 		tf := float64(now - quota.GCRAEpoch)
 		tat := tf
 		if !fresh {
-			tat = e.f
+			tat = e.tat(T, tf)
 		}
 		if d > 0 {
 			if tf > tat {
@@ -131,36 +132,31 @@ func settle(e *entry, b *quota.Bucket, now int64, fresh bool) {
 				tat = tf
 			}
 		}
-		e.f = tat
+		e.f, e.under = tat, T
 		expires = satAdd(now, max(ceilI(tat-tf), minTTL))
 	case quota.FixedWindow:
 		W := per
 		w := floorDiv(now, W)
 		var count int64
-		if !fresh && e.win == w {
-			count = e.curr
+		if !fresh {
+			count = e.windowCount(now)
 		}
 		if d < 0 && count == 0 {
 			return // nothing counted in this window to give back
 		}
-		e.win, e.curr = w, max(0, count+d)
+		e.win, e.curr, e.under = w, max(0, count+d), float64((w+1)*W)
 		expires = (w + 1) * W
 	case quota.SlidingWindowCounter:
 		W := per
 		w := floorDiv(now, W)
 		var curr, prev int64
 		if !fresh {
-			switch e.win {
-			case w:
-				curr, prev = e.curr, e.prev
-			case w - 1:
-				prev = e.curr
-			}
+			curr, prev = e.counts(w, W, now)
 		}
 		if d < 0 && curr == 0 {
 			return // nothing counted in this window to give back
 		}
-		e.win, e.curr, e.prev = w, max(0, curr+d), prev
+		e.win, e.curr, e.prev, e.under = w, max(0, curr+d), prev, float64(W)
 		expires = (w + 2) * W
 	case quota.SlidingWindowLog:
 		if e.log == nil {

@@ -20,14 +20,18 @@ import (
 // store, and requires identical decisions and results at every step. On a
 // cluster the buckets sit in different slots, so every denied take
 // exercises refund.lua for each algorithm, and a partial grant is decided
-// in two steps (read, then charge).
+// in two steps (read, then charge). The limits switch now and then
+// between SmallLimits and ChangedLimits (changeLimits), so both stores
+// read states written under another rate, burst and window.
 func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 	d := newDiffRig(t, client, "diff", seed, 42)
 	clk, rng := d.clk, d.rng
 	keys := []string{"{a}tb", "{b}gcra", "{c}swc", "{d}swl", "{e}fw", "{f}cal"}
-	allowed, denied, partial := 0, 0, 0
+	allowed, denied, partial, changed := 0, 0, 0, 0
+	lims := append([]quota.Limit(nil), redisstore.SmallLimits...)
 	for step := 0; step < 400; step++ {
 		clk.Advance(time.Duration(rng.IntN(120_000)) * time.Microsecond)
+		changed += changeLimits(rng, lims)
 		var bs []quota.Bucket
 		most, atMost := int64(-1), false
 		if rng.IntN(3) == 0 {
@@ -42,8 +46,8 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 				cost = 50 // above every capacity
 			}
 			b := quota.Bucket{Key: d.prefix + k, Cost: cost}
-			if i < len(redisstore.SmallLimits) {
-				b.Limit = redisstore.SmallLimits[i]
+			if i < len(lims) {
+				b.Limit = lims[i]
 			} else {
 				b.Limit, b.Span = redisstore.SmallLimits[4], calendarSpan(clk.Now())
 			}
@@ -64,9 +68,28 @@ func differential(t *testing.T, client redis.UniversalClient, seed uint64) {
 			denied++
 		}
 	}
-	if allowed < 20 || denied < 20 || partial < 40 {
-		t.Fatalf("trace too one-sided to prove much: %d allowed, %d denied, %d partial grants", allowed, denied, partial)
+	if allowed < 20 || denied < 20 || partial < 40 || changed < 40 {
+		t.Fatalf("trace too one-sided to prove much: %d allowed, %d denied, %d partial grants, %d limit changes", allowed, denied, partial, changed)
 	}
+}
+
+// changeLimits switches, with a chance of 1 in 10 each, every limit of
+// lims between its SmallLimits and its ChangedLimits value, and returns
+// how many it switched.
+func changeLimits(rng interface{ IntN(int) int }, lims []quota.Limit) int {
+	n := 0
+	for i := range lims {
+		if rng.IntN(10) != 0 {
+			continue
+		}
+		if lims[i] == redisstore.SmallLimits[i] {
+			lims[i] = redisstore.ChangedLimits[i]
+		} else {
+			lims[i] = redisstore.SmallLimits[i]
+		}
+		n++
+	}
+	return n
 }
 
 // calendarSpan is the calendar window holding now in a made-up calendar

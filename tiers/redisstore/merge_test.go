@@ -28,6 +28,19 @@ var SmallLimits = []quota.Limit{
 	{Algorithm: quota.FixedWindow, Rate: 5, Period: 600 * time.Millisecond},
 }
 
+// ChangedLimits is SmallLimits with each limit changed (rate, burst and
+// period; the log's rate only: a log's window change counts what its key
+// still holds, which its TTL decides), so that traces which switch a key
+// between the two check how a state written under one limit reads under
+// the other (quota.Algorithm's "Limit changes") in both stores.
+var ChangedLimits = []quota.Limit{
+	{Algorithm: quota.TokenBucket, Rate: 3, Period: 700 * time.Millisecond, Burst: 7},
+	{Algorithm: quota.GCRA, Rate: 5, Period: time.Second, Burst: 2},
+	{Algorithm: quota.SlidingWindowCounter, Rate: 4, Period: 1300 * time.Millisecond},
+	{Algorithm: quota.SlidingWindowLog, Rate: 6, Period: 800 * time.Millisecond},
+	{Algorithm: quota.FixedWindow, Rate: 3, Period: 400 * time.Millisecond},
+}
+
 // newStore starts a redis-server and returns a store on it (Redis time, no
 // denial cache, opts after) and a client of the server.
 func newStore(t *testing.T, opts ...Option) (*Store, *redis.Client) {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"crypto/sha1"
+	_ "embed"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -68,10 +69,16 @@ type script struct {
 	shaArg any
 }
 
-// newScript returns the script of the prelude followed by parts, the
-// embedded sources, in order.
+// carrySrc is carry.lua, how a state reads under the limit in force,
+// which every script shares: it follows the prelude in each.
+//
+//go:embed carry.lua
+var carrySrc string
+
+// newScript returns the script of the prelude and carry.lua followed by
+// parts, the embedded sources, in order.
 func newScript(parts ...string) script {
-	src := prelude + strings.Join(parts, "")
+	src := prelude + carrySrc + strings.Join(parts, "")
 	h := sha1.Sum([]byte(src))
 	sha := hex.EncodeToString(h[:])
 	return script{src: src, sha: sha, srcArg: src, shaArg: sha}

@@ -701,7 +701,7 @@ func parsePre(vals []int64, c *call, n int) (int64, []int64, error) {
 
 // cutPre cuts the part of a mode "p" reply of a take of n buckets that
 // starts at vals[o]: its integers (the charged flag, then 6 per bucket),
-// its states (per bucket two, each its length in 32-bit words, 4 to 8,
+// its states (per bucket two, each its length in 32-bit words, 4 to 10,
 // or 0, then its words), and where the next take's part starts.
 func cutPre(vals []int64, o, n int) (seg, st []int64, end int, err error) {
 	ints := o + 1 + 6*n
@@ -714,7 +714,7 @@ func cutPre(vals []int64, o, n int) (seg, st []int64, end int, err error) {
 			return nil, nil, 0, fmt.Errorf("redisstore: take.lua replied %d values in mode p, short of the states of a take of %d buckets", len(vals), n)
 		}
 		k := vals[end]
-		if k != 0 && (k < 4 || k > 8) {
+		if k != 0 && (k < 4 || k > 10) {
 			return nil, nil, 0, fmt.Errorf("redisstore: take.lua replied a state of %d words in mode p", k)
 		}
 		end += 1 + int(k)

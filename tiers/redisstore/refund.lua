@@ -21,7 +21,8 @@
 -- When the key still holds exactly what the take wrote (no other take
 -- touched it since), the old state is put back byte for byte (or the key
 -- deleted if it was absent), so the bucket is as if never charged. When
--- another take came in between, the units are given back arithmetically:
+-- another take came in between, the units are given back arithmetically,
+-- in the limit the state was written under (carry.lua):
 -- token bucket tokens + c (capped at B), GCRA tat - c*T (both exact up to
 -- one rounding of a double; the GCRA tat is in µs since quota.GCRAEpoch,
 -- as take.lua stores it, and subtracting c*T needs no epoch), the window
@@ -40,10 +41,13 @@ local t0 = tonumber(ARGV[1])
 -- key's deadline, then n numbers of the algorithm); nil for a string of
 -- another length, which take.lua reads as absent. The deadline is kept:
 -- the key's TTL, which a refund keeps, is never shorter.
-local layouts = {'<dd', '<ddd', '<dddd'}
-local function split(v, n)
-  if #v ~= 8 * (n + 1) then return nil end
-  return {sunpack(layouts[n], v)}
+local layouts = {'<dd', '<ddd', '<dddd', '<ddddd'}
+local function split(v)
+  local n = #v / 8 - 1
+  if not layouts[n] then return nil end
+  local s = {sunpack(layouts[n], v)}
+  s[n + 2] = nil -- unpack's next position
+  return s, n + 1
 end
 local function window(W)
   local w = floor(t0 / W)
@@ -90,23 +94,36 @@ for i = 1, n do
       else redis.call('SET', k, before, 'KEEPTTL') end
       done = done + 1
     elseif v then
-      local nv, s
-      if alg == TOKEN_BUCKET then
-        s = split(v, 2)
-        if s then nv = pack('<ddd', s[1], math.min(B, s[2] + c), s[3]) end
+      -- a state as take.lua writes it now (with the limit it was
+      -- written under, carry.lua), or as it wrote it before states
+      -- recorded their limit (read under the limit in force)
+      local nv
+      local s, ns = split(v)
+      if not s then
+      elseif alg == TOKEN_BUCKET then
+        if ns == 5 then -- X kept: a later one changes no decision
+          nv = pack('<ddddd', s[1], math.min(s[4], s[2] + c), s[3], s[4], s[5])
+        elseif ns == 3 then nv = pack('<ddd', s[1], math.min(B, s[2] + c), s[3]) end
       elseif alg == GCRA then
-        s = split(v, 1)
-        if s then nv = pack('<dd', s[1], s[2] - c * (P / N)) end
+        if ns == 3 then nv = pack('<ddd', s[1], s[2] - c * s[3], s[3])
+        elseif ns == 2 then nv = pack('<dd', s[1], s[2] - c * (P / N)) end
       elseif alg == SLIDING_WINDOW_COUNTER then
+        -- the charged window, as the state's window counts it (a state
+        -- since written under another window is left as it is)
         local w = window(P)
-        s = split(v, 3)
-        if not s then
-        elseif s[2] == w then nv = pack('<dddd', s[1], s[2], math.max(0, s[3] - c), s[4])
-        elseif s[2] == w + 1 then nv = pack('<dddd', s[1], s[2], s[3], math.max(0, s[4] - c)) end
+        if ns == 4 then s[5] = P end
+        if (ns == 4 or ns == 5) and s[5] == P then
+          if s[2] == w then s[3] = math.max(0, s[3] - c)
+          elseif s[2] == w + 1 then s[4] = math.max(0, s[4] - c)
+          else s = nil end
+          if s then nv = pack(layouts[ns - 1], unpack(s, 1, ns)) end
+        end
       else -- FIXED_WINDOW
         local w = cw or window(P)
-        s = split(v, 2)
-        if s and s[2] == w then nv = pack('<ddd', s[1], s[2], math.max(0, s[3] - c)) end
+        if (ns == 3 or ns == 4) and s[2] == w then
+          s[3] = math.max(0, s[3] - c)
+          nv = pack(layouts[ns - 1], unpack(s, 1, ns))
+        end
       end
       if nv then
         redis.call('SET', k, nv, 'KEEPTTL')

@@ -82,33 +82,26 @@ local function chargeWindow(alg, k, v, N, P, u, a, s0, s1)
   local w = window(now, W)
   local c = 0
   if alg == FIXED_WINDOW then
-    local e0, count, sw, sc = 0, 0, nil, 0
-    if v and #v == 24 then e0, sw, sc = sunpack('<ddd', v) end
-    local tu, counts = (w + 1) * W - now, window(a, W) == w
+    local ws, z = w * W, (w + 1) * W
+    local tu, counts = z - now, window(a, W) == w
     if s1 ~= 0 then -- a calendar window: identified by its start
-      w = s0
+      w, ws, z = s0, s0, s1
       tu = s1 - now
       if tu < 1 then tu = 1 end
-      counts = now < s1 and not (sw and sw > w)
     end
-    if sw == w then count = sc end
+    local e0, count, sw = fwread(v, w, now)
+    if s1 ~= 0 then counts = now < s1 and not (sw and sw > w) end
     if counts and (u > 0 or count > 0) then
       local nc = count + u
       if nc < 0 then nc = 0 end
       c, count = nc - count, nc
-      put(k, '<ddd', e0, w, count, nil, tu)
+      put(k, '<dddd', e0, w, count, z, nil, tu)
     end
     local rem = L - count
     if rem < 0 then rem = 0 end
     return c, rem
   elseif alg == SLIDING_WINDOW_COUNTER then
-    local e0, curr, prev = 0, 0, 0
-    if v and #v == 32 then
-      local sw, sc, sp
-      e0, sw, sc, sp = sunpack('<dddd', v)
-      if sw == w then curr, prev = sc, sp
-      elseif sw == w - 1 then prev = sc end
-    end
+    local e0, curr, prev = swcread(v, w, W, now)
     local wa = window(a, W)
     if wa == w and (u > 0 or curr > 0) then
       local nc = curr + u
@@ -119,7 +112,7 @@ local function chargeWindow(alg, k, v, N, P, u, a, s0, s1)
       if np < 0 then np = 0 end
       c, prev = np - prev, np
     end
-    if c ~= 0 then put(k, '<dddd', e0, w, curr, prev, (w + 2) * W - now) end
+    if c ~= 0 then put(k, '<ddddd', e0, w, curr, prev, W, (w + 2) * W - now) end
     local e = now - w * W
     return c, floor0(L - ((prev * (W - e)) / W + curr))
   end
@@ -175,9 +168,7 @@ local function report1(K, n, rk, x, vals)
     if alg ~= TOKEN_BUCKET and alg ~= GCRA then
       c, rem = chargeWindow(alg, k, v, N, P, u, a, s0, s1)
     elseif alg == TOKEN_BUCKET then
-      local e0, tokens, ts = 0, B, now
-      local live = v and #v == 24
-      if live then e0, tokens, ts = sunpack('<ddd', v) end
+      local e0, tokens, ts, live = tbread(v, B, now)
       local elapsed = now - ts
       if elapsed < 0 then elapsed = 0 end
       local t = tokens + (elapsed * N) / P
@@ -190,16 +181,17 @@ local function report1(K, n, rk, x, vals)
       local t1 = tokens - c
       if t1 > B then t1 = B end
       rem = floor0(t1)
-      if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, t1, now, nil, ceil(((B - t1) * P) / N)) end
+      if c > 0 or (c < 0 and live) then
+        local tu = ceil(((B - t1) * P) / N)
+        put(k, '<ddddd', e0, t1, now, B, now + tu, tu)
+      end
     else -- GCRA
       local em = P / N
       local sl = SLACK -- at most half an emission interval
       if em / 2 < sl then sl = em / 2 end
       local tol = B * em + sl
       local t = now - EPOCH
-      local e0, tat = 0, t
-      local live = v and #v == 16
-      if live then e0, tat = sunpack('<dd', v) end
+      local e0, tat, live = gcraread(v, em, t)
       local tat1
       if u < 0 then -- given back whole, as settle.lua does
         c = u
@@ -217,7 +209,7 @@ local function report1(K, n, rk, x, vals)
         tat1 = tat + c * em
       end
       rem = floor0((tol - (tat1 - t)) / em)
-      if c > 0 or (c < 0 and live) then put(k, '<dd', e0, tat1, nil, nil, ceil(tat1 - t)) end
+      if c > 0 or (c < 0 and live) then put(k, '<ddd', e0, tat1, em, nil, nil, ceil(tat1 - t)) end
     end
     if c ~= u and not owed then
       owed = {}

@@ -74,9 +74,7 @@ for i = 1, n do
   end
   if c == 0 then
   elseif alg == TOKEN_BUCKET then
-    local e0, tokens, ts = 0, B, now
-    local live = v and #v == 24
-    if live then e0, tokens, ts = sunpack('<ddd', v) end
+    local e0, tokens, ts, live = tbread(v, B, now)
     if live or c > 0 then
       local elapsed = now - ts
       if elapsed < 0 then elapsed = 0 end
@@ -84,17 +82,15 @@ for i = 1, n do
       if t < B then tokens = t else tokens = B end
       t = tokens - c
       if t < B then tokens = t else tokens = B end
-      put(k, '<ddd', e0, tokens, now, nil, ceil(((B - tokens) * P) / N))
+      local tu = ceil(((B - tokens) * P) / N)
+      put(k, '<ddddd', e0, tokens, now, B, now + tu, tu)
       done = done + 1
     end
   elseif alg == GCRA then
-    local e0 = 0
     local t = now - EPOCH
-    local tat = t
-    local live = v and #v == 16
-    if live then e0, tat = sunpack('<dd', v) end
+    local em = P / N
+    local e0, tat, live = gcraread(v, em, t)
     if live or c > 0 then
-      local em = P / N
       if c > 0 then
         if t > tat then tat = t end
         tat = tat + c * em
@@ -102,38 +98,27 @@ for i = 1, n do
         tat = tat + c * em
         if tat < t then tat = t end
       end
-      put(k, '<dd', e0, tat, nil, nil, ceil(tat - t))
+      put(k, '<ddd', e0, tat, em, nil, nil, ceil(tat - t))
       done = done + 1
     end
   elseif alg == FIXED_WINDOW then
     local W = P
     local w = window(W)
-    local e0, count = 0, 0
-    if v and #v == 24 then
-      local sw, sc
-      e0, sw, sc = sunpack('<ddd', v)
-      if sw == w then count = sc end
-    end
+    local e0, count = fwread(v, w, now)
     if c > 0 or count > 0 then
       count = count + c
       if count < 0 then count = 0 end
-      put(k, '<ddd', e0, w, count, nil, (w + 1) * W - now)
+      put(k, '<dddd', e0, w, count, (w + 1) * W, nil, (w + 1) * W - now)
       done = done + 1
     end
   elseif alg == SLIDING_WINDOW_COUNTER then
     local W = P
     local w = window(W)
-    local e0, curr, prev = 0, 0, 0
-    if v and #v == 32 then
-      local sw, sc, sp
-      e0, sw, sc, sp = sunpack('<dddd', v)
-      if sw == w then curr, prev = sc, sp
-      elseif sw == w - 1 then prev = sc end
-    end
+    local e0, curr, prev = swcread(v, w, W, now)
     if c > 0 or curr > 0 then
       curr = curr + c
       if curr < 0 then curr = 0 end
-      put(k, '<dddd', e0, w, curr, prev, (w + 2) * W - now)
+      put(k, '<ddddd', e0, w, curr, prev, W, (w + 2) * W - now)
       done = done + 1
     end
   else -- SLIDING_WINDOW_LOG

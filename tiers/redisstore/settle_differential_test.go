@@ -23,8 +23,10 @@ func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64
 	clk, rng := d.clk, d.rng
 	keys := []string{"{a}tb", "{b}gcra", "{c}swc", "{d}swl", "{e}fw"}
 	settled, waited, allowed, denied := 0, 0, 0, 0
+	lims := append([]quota.Limit(nil), redisstore.SmallLimits...)
 	for step := 0; step < 600; step++ {
 		clk.Advance(time.Duration(rng.IntN(120_000)) * time.Microsecond)
+		changeLimits(rng, lims)
 		var bs []quota.Bucket
 		settle := rng.IntN(4) == 0
 		// Half the takes charge only the two algorithms that can wait, so
@@ -34,7 +36,7 @@ func differentialShaping(t *testing.T, client redis.UniversalClient, seed uint64
 			if rng.IntN(3) == 0 || waitOnly && i >= 2 {
 				continue
 			}
-			b := quota.Bucket{Key: d.prefix + k, Limit: redisstore.SmallLimits[i], Cost: int64(rng.IntN(4))}
+			b := quota.Bucket{Key: d.prefix + k, Limit: lims[i], Cost: int64(rng.IntN(4))}
 			switch {
 			case settle:
 				b.Cost = int64(rng.IntN(11)) - 5

@@ -44,17 +44,18 @@ local function ttl(tu)
 end
 
 -- put writes a string state: its layout sf, the deadline e0 it was read
--- with (0: none), its numbers and the µs it needs.
-local function put(k, sf, e0, x1, x2, x3, tu)
+-- with (0: none), its numbers (the last of them the limit it is written
+-- under: carry.lua) and the µs it needs.
+local function put(k, sf, e0, x1, x2, x3, x4, tu)
   if rtime then
     local d = nowms + ttl(tu)
     if e0 >= d then
-      call('SET', k, pack(sf, e0, x1, x2, x3), 'KEEPTTL')
+      call('SET', k, pack(sf, e0, x1, x2, x3, x4), 'KEEPTTL')
     else
       local E = ceil(d + minttl)
-      call('SET', k, pack(sf, E, x1, x2, x3), 'PXAT', fmt('%d', E))
+      call('SET', k, pack(sf, E, x1, x2, x3, x4), 'PXAT', fmt('%d', E))
     end
   else
-    call('SET', k, pack(sf, 0, x1, x2, x3), 'PX', fmt('%d', ttl(tu)))
+    call('SET', k, pack(sf, 0, x1, x2, x3, x4), 'PX', fmt('%d', ttl(tu)))
   end
 end

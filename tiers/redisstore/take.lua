@@ -67,11 +67,14 @@
 -- cheaper to read and write than text (tonumber and string.format cost
 -- about half a microsecond each); a string of any other length (a state
 -- written by another version, or garbage) reads as absent. The first
--- number is the key's deadline (below), then the algorithm's:
---   token bucket            E, tokens, ts          24 bytes
---   GCRA                    E, tat (µs since quota.GCRAEpoch)  16 bytes
---   sliding window counter  E, win, curr, prev     32 bytes
---   fixed window            E, win, count          24 bytes
+-- number is the key's deadline (below), then the algorithm's, the last
+-- of them the limit the state was written under (carry.lua says how a
+-- state reads under another limit, and under none: one written before
+-- states recorded their limit):
+--   token bucket            E, tokens, ts, B, X (when it is full)  40 bytes
+--   GCRA                    E, tat (µs since quota.GCRAEpoch), T  24 bytes
+--   sliding window counter  E, win, curr, prev, W  40 bytes
+--   fixed window            E, win, count, z (the window's end, µs)  32 bytes
 --   sliding window log      sorted set: one member per admitted unit,
 --                           score = its timestamp, member "ts:k" with k
 --                           counting 1.. the units sharing that timestamp
@@ -188,8 +191,7 @@ end
 local function avail(alg, N, P, B, v, k, ss)
   local x
   if alg == TOKEN_BUCKET then
-    local tokens, ts = B, now
-    if v and #v == 24 then local _; _, tokens, ts = sunpack('<ddd', v) end
+    local _, tokens, ts = tbread(v, B, now)
     local elapsed = now - ts
     if elapsed < 0 then elapsed = 0 end
     local t = tokens + (elapsed * N) / P
@@ -201,8 +203,7 @@ local function avail(alg, N, P, B, v, k, ss)
     if em / 2 < sl then sl = em / 2 end
     local tol = BT + sl
     local t = now - EPOCH
-    local tat = t
-    if v and #v == 16 then local _; _, tat = sunpack('<dd', v) end
+    local _, tat = gcraread(v, em, t)
     if t > tat then tat = t end
     x = (tol - (tat - t)) / em
   elseif alg == SLIDING_WINDOW_COUNTER then
@@ -211,28 +212,20 @@ local function avail(alg, N, P, B, v, k, ss)
     w = w - w % 1
     if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
     local e = now - w * W
-    local curr, prev = 0, 0
-    if v and #v == 32 then
-      local _, sw, sc, sp = sunpack('<dddd', v)
-      if sw == w then curr, prev = sc, sp
-      elseif sw == w - 1 then prev = sc end
-    end
+    local _, curr, prev = swcread(v, w, W, now)
     x = L - ((prev * (W - e)) / W + curr)
   elseif alg == SLIDING_WINDOW_LOG then
     call('ZREMRANGEBYSCORE', k, '-inf', fmt('%.17g', now - P))
     x = N - call('ZCARD', k)
   else -- FIXED_WINDOW
-    local w = ss
+    local w, s = ss, ss
     if not w then
       w = now / P
       w = w - w % 1
       if w * P > now then w = w - 1 elseif (w + 1) * P <= now then w = w + 1 end
+      s = w * P
     end
-    local count = 0
-    if v and #v == 24 then
-      local _, sw, sc = sunpack('<ddd', v)
-      if sw == w then count = sc end
-    end
+    local _, count = fwread(v, w, now)
     x = N - count
   end
   if x > 0 then return x - x % 1 end
@@ -335,15 +328,15 @@ for j = 1, T do
     local wt = 0
     -- the state's deadline as read (0: none), and the state to build: its
     -- struct layout (nil: none to build) and numbers after the deadline
-    local e0, sf, x1, x2, x3 = 0
+    local e0, sf, x1, x2, x3, x4 = 0
     -- the state as it stands: as read, or as an earlier take of this call
     -- charged it (a log's sorted set reads as nil, and no log is merged)
     v = vals[i]
     if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
 
     if alg == TOKEN_BUCKET then
-      local tokens, ts = B, now
-      if v and #v == 24 then e0, tokens, ts = sunpack('<ddd', v) end
+      local tokens, ts
+      e0, tokens, ts = tbread(v, B, now)
       local elapsed = now - ts
       if elapsed < 0 then elapsed = 0 end
       local t = tokens + (elapsed * N) / P
@@ -362,7 +355,7 @@ for j = 1, T do
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(((c - tokens) * P) / N) end
       if ra > 0 and ra <= mw then allow, wt, ra = true, ra, 0 end
-      if all and allow then sf, x1, x2 = '<ddd', t1, now end
+      if all and allow then sf, x1, x2, x3, x4 = '<ddddd', t1, now, B, now + rst1 end
       tu = rst1
 
     elseif alg == GCRA then
@@ -372,8 +365,8 @@ for j = 1, T do
       if em / 2 < sl then sl = em / 2 end
       local tol = BT + sl
       local t = now - EPOCH
-      local tat = t
-      if v and #v == 16 then e0, tat = sunpack('<dd', v) end
+      local tat
+      e0, tat = gcraread(v, em, t)
       local tat0 = tat
       if t > tat0 then tat0 = t end
       local tat1 = tat0 + c * em
@@ -391,7 +384,7 @@ for j = 1, T do
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
       if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - sl) end
       if ra > 0 and ra <= mw then allow, wt, ra = true, ra, 0 end
-      if all and allow then sf, x1 = '<dd', tat1 end
+      if all and allow then sf, x1, x2 = '<ddd', tat1, em end
       tu = rst1
 
     elseif alg == SLIDING_WINDOW_COUNTER then
@@ -401,13 +394,8 @@ for j = 1, T do
       w = w - w % 1
       if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
       local e = now - w * W
-      local curr, prev = 0, 0
-      if v and #v == 32 then
-        local sw, sc, sp
-        e0, sw, sc, sp = sunpack('<dddd', v)
-        if sw == w then curr, prev = sc, sp
-        elseif sw == w - 1 then prev = sc end
-      end
+      local curr, prev
+      e0, curr, prev = swcread(v, w, W, now)
       local weighted = (prev * (W - e)) / W + curr
       allow = weighted + c <= L
       -- remaining: floor, and below 0 (where x % 1 is not exact) 0
@@ -428,7 +416,7 @@ for j = 1, T do
         ra = (W - e) + x
       end
       if all and allow then
-        sf, x1, x2, x3 = '<dddd', w, curr + c, prev
+        sf, x1, x2, x3, x4 = '<ddddd', w, curr + c, prev, W
       end
       tu = (w + 2) * W - now
 
@@ -470,23 +458,21 @@ for j = 1, T do
       -- window index of now, exact for now < 2^53, or a calendar window's
       -- start; r: the time to the window's end (a calendar window's: at
       -- least 1)
-      local w, r
+      local w, r, z, ws
       local q = 2 * (i - first) + 1
       if sp and sp[q] then
-        w, r = sp[q], sp[q + 1] - now
+        w, z = sp[q], sp[q + 1]
+        ws, r = w, z - now
         if r < 1 then r = 1 end
       else
         w = now / W
         w = w - w % 1
         if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
-        r = (w + 1) * W - now
+        ws, z = w * W, (w + 1) * W
+        r = z - now
       end
-      local count = 0
-      if v and #v == 24 then
-        local sw, sc
-        e0, sw, sc = sunpack('<ddd', v)
-        if sw == w then count = sc end
-      end
+      local count
+      e0, count = fwread(v, w, now)
       allow = count + c <= L
       rem0 = L - count
       if rem0 < 0 then rem0 = 0 end
@@ -494,7 +480,7 @@ for j = 1, T do
       if rem1 < 0 then rem1 = 0 end
       rst0, rst1 = r, r
       if allow then ra = 0 elseif c > L then ra = -1 else ra = r end
-      if all and allow then sf, x1, x2 = '<ddd', w, count + c end
+      if all and allow then sf, x1, x2, x3 = '<dddd', w, count + c, z end
       tu = r
     end
 
@@ -518,7 +504,7 @@ for j = 1, T do
         local f = E % 1
         if f ~= 0 then E = E - f + 1 end
       end
-      s = pack(sf, E, x1, x2, x3)
+      s = pack(sf, E, x1, x2, x3, x4)
     elseif sf or all then
       ms = tu / 1000 -- >= 0
       local f = ms % 1
@@ -527,7 +513,7 @@ for j = 1, T do
       if ms > 1000 then ms = ms / 1000; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 1000
       elseif ms > 100 then ms = ms / 100; f = ms % 1; if f ~= 0 then ms = ms - f + 1 end; ms = ms * 100 end
       if ms > MAXTTL then ms = MAXTTL end
-      if sf then s = pack(sf, 0, x1, x2, x3) end
+      if sf then s = pack(sf, 0, x1, x2, x3, x4) end
     end
     -- the values after the charge, as a charged take reports them; a take
     -- that denies overwrites them
@@ -638,9 +624,9 @@ if not pre then return out end
 -- then per bucket the state before and the state written, each as its
 -- length in 32-bit words (0: none) and its words, little-endian, as
 -- integers: a reply of integers only, which a client reads without boxing
--- a value per integer (a state is 4, 6 or 8 words; any other string was
+-- a value per integer (a state is 4, 6, 8 or 10 words; any other string was
 -- read as no state)
-local wl = {[16] = '<I4I4I4I4', [24] = '<I4I4I4I4I4I4', [32] = '<I4I4I4I4I4I4I4I4'}
+local wl = {[16] = '<I4I4I4I4', [24] = '<I4I4I4I4I4I4', [32] = '<I4I4I4I4I4I4I4I4', [40] = '<I4I4I4I4I4I4I4I4I4I4'}
 local r, o = {now}, 1
 local function words(v)
   local f = v and wl[#v]
@@ -649,7 +635,8 @@ local function words(v)
   r[o + 1] = k
   if k == 4 then r[o + 2], r[o + 3], r[o + 4], r[o + 5] = sunpack(f, v)
   elseif k == 6 then r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6], r[o + 7] = sunpack(f, v)
-  else r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6], r[o + 7], r[o + 8], r[o + 9] = sunpack(f, v) end
+  elseif k == 8 then r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6], r[o + 7], r[o + 8], r[o + 9] = sunpack(f, v)
+  else r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6], r[o + 7], r[o + 8], r[o + 9], r[o + 10], r[o + 11] = sunpack(f, v) end
   o = o + 1 + k
 end
 i = 0
