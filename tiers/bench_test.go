@@ -2,8 +2,10 @@ package tiers_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
@@ -120,3 +122,33 @@ func BenchmarkAdmitAPIKey(b *testing.B) { benchAPIKey(b, 1) }
 // BenchmarkAdmitAPIKeyMany cycles through 100000 API keys, more than any
 // cache of their hashes holds: the cost of a miss.
 func BenchmarkAdmitAPIKeyMany(b *testing.B) { benchAPIKey(b, 100000) }
+
+// BenchmarkAdmitPolicySize: one Admit over memstore as the policy grows,
+// N rules each on its own method (a rule per route) plus one global
+// rule, so two apply to the request whatever N is: what a policy's size
+// costs a request that none of its other rules concern.
+func BenchmarkAdmitPolicySize(b *testing.B) {
+	for _, n := range []int{10, 100, 1000, 5000} {
+		b.Run("rules="+strconv.Itoa(n), func(b *testing.B) {
+			var y strings.Builder
+			y.WriteString("rules:\n")
+			for i := range n {
+				fmt.Fprintf(&y, "  - {name: r%d, match: {method: /svc.v1.S/M%d}, key: [user], rate: 1000000000/1s}\n", i, i)
+			}
+			y.WriteString("  - {name: global, rate: 1000000000/1s}\n")
+			l := mustLimiter(b, newMemstore(b), y.String())
+			r := &floodgate.Request{Method: "/svc.v1.S/M" + strconv.Itoa(n/2), Identity: floodgate.Identity{User: "u1"}}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				d, _, err := l.Admit(ctx, r)
+				if err != nil || !d.Allowed {
+					b.Fatalf("%+v %v", d, err)
+				}
+			}
+			if bs := l.Buckets(nil, r); len(bs) != 2 {
+				b.Fatalf("%d buckets apply, want 2 (the method's rule and the global one)", len(bs))
+			}
+		})
+	}
+}

@@ -33,6 +33,9 @@ type compiled struct {
 	shaping bool
 	// rls is the compiled rls: section and the rules by name.
 	rls *rlsCompiled
+	// byMethod and others index rules by method (index).
+	byMethod map[string][]int32
+	others   []int32
 }
 
 type tierLimit struct {
@@ -188,7 +191,23 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 	sort.SliceStable(rules, func(i, j int) bool { return len(rules[i].key) > len(rules[j].key) })
 	c.rules = rules
 	c.rls.bind(c.rules) // rule indices after the sort
+	c.index()
 	return c, nil
+}
+
+// index files the rules by the method they match, so that a request
+// looks at the rules its method can match, not the whole list: byMethod
+// holds the rules of one exact method, others the rules with a glob or
+// no method, each in rule order (most specific first).
+func (c *compiled) index() {
+	c.byMethod = make(map[string][]int32)
+	for i := range c.rules {
+		if r := &c.rules[i]; !r.any && r.glob == "" {
+			c.byMethod[r.exact] = append(c.byMethod[r.exact], int32(i))
+		} else {
+			c.others = append(c.others, int32(i))
+		}
+	}
 }
 
 // compileTiers compiles p.Tiers into c.tiers, in name order so errors

@@ -122,81 +122,100 @@ func (l *Limiter) release(sc *scratch) {
 
 // resolve appends to sc.metas and sc.all (without the keys built in
 // sc.buf: see setKeys) the buckets r is charged to at the rules
-// c.rules[lo:hi], building their keys in sc.buf.
+// c.rules[lo:hi], building their keys in sc.buf. For the whole list it
+// looks only at the rules r's method can match (compiled.index), in rule
+// order: a policy's size costs a request one map lookup, not a scan.
 func (sc *scratch) resolve(c *compiled, r *floodgate.Request, lo, hi int) {
 	sc.buf = sc.buf[:0]
 	sc.skipped = sc.skipped[:0]
-	rules := c.rules[lo:hi]
-	for k := range rules {
-		cr, i := &rules[k], lo+k
-		if !cr.applies(c, r) { // method, headers, tier
-			continue
+	if lo != 0 || hi != len(c.rules) {
+		for i := lo; i < hi; i++ {
+			sc.resolveRule(c, r, i)
 		}
-		m := meta{rule: int32(i), start: -1, shadow: cr.shadow}
-		cost := cr.cost
+		return
+	}
+	ex, ot := c.byMethod[r.Method], c.others
+	for len(ex) > 0 || len(ot) > 0 {
+		var i int32
+		if len(ot) == 0 || len(ex) > 0 && ex[0] < ot[0] {
+			i, ex = ex[0], ex[1:]
+		} else {
+			i, ot = ot[0], ot[1:]
+		}
+		sc.resolveRule(c, r, int(i))
+	}
+}
+
+// resolveRule is resolve's work for rule i.
+func (sc *scratch) resolveRule(c *compiled, r *floodgate.Request, i int) {
+	cr := &c.rules[i]
+	if !cr.applies(c, r) { // method, headers, tier
+		return
+	}
+	m := meta{rule: int32(i), start: -1, shadow: cr.shadow}
+	cost := cr.cost
+	if cost == 0 {
+		cost, m.fromRequest = r.Cost, true
 		if cost == 0 {
-			cost, m.fromRequest = r.Cost, true
-			if cost == 0 {
-				cost, m.fromRequest = 1, false
-			}
+			cost, m.fromRequest = 1, false
 		}
-		tl := &cr.limit
-		known := false
-		if cr.byTier {
-			if t, ok := c.tiers[r.Tier]; ok {
-				tl, known = &t, true
-			} else {
-				tl = &c.defaultTier
-			}
+	}
+	tl := &cr.limit
+	known := false
+	if cr.byTier {
+		if t, ok := c.tiers[r.Tier]; ok {
+			tl, known = &t, true
+		} else {
+			tl = &c.defaultTier
 		}
-		if len(cr.key) == 0 {
-			var k string
-			switch {
-			case !cr.byTier:
-				k = cr.constKey
-			case known:
-				k = cr.tierKeys[r.Tier]
-			default:
-				k = cr.defaultKey
-			}
-			m.shadow = m.shadow || !cr.enforces(nil, r) // the roll-out share (enforce_percent)
-			m.multi = tl.more != nil
-			sc.metas = append(sc.metas, m)
-			sc.addBucket(k, tl.limit, cost, cr)
-			if tl.more != nil { // the other windows
-				sc.addWindows(tl, m, cost, cr, 0, 0, cr.noKey)
-			}
-			continue
+	}
+	if len(cr.key) == 0 {
+		var k string
+		switch {
+		case !cr.byTier:
+			k = cr.constKey
+		case known:
+			k = cr.tierKeys[r.Tier]
+		default:
+			k = cr.defaultKey
 		}
-		start := len(sc.buf)
-		bodyStart := start + len(cr.prefix)
-		sc.buf = append(sc.buf, cr.head...)
-		var ok bool
-		if sc.buf, ok = sc.kb.appendKeyValues(sc.buf, start, cr, r); !ok {
-			sc.skipped = append(sc.skipped, int32(i))
-			continue
-		}
-		bodyEnd := len(sc.buf)
-		overridden := false
-		if cr.overrides != nil {
-			if o, has := cr.overrides[string(sc.buf[bodyStart:])]; has {
-				tl, overridden = &o, true
-			}
-		}
-		if !overridden && cr.cidrs != nil {
-			if o := cr.matchCIDR(r); o != nil {
-				tl = o
-			}
-		}
-		m.shadow = m.shadow || !cr.enforces(sc.buf[bodyStart:bodyEnd], r) // the roll-out share (enforce_percent)
+		m.shadow = m.shadow || !cr.enforces(nil, r) // the roll-out share (enforce_percent)
 		m.multi = tl.more != nil
-		sc.buf = append(sc.buf, tl.suffix...)
-		m.start, m.end = int32(start), int32(len(sc.buf))
 		sc.metas = append(sc.metas, m)
-		sc.addBucket("", tl.limit, cost, cr)
+		sc.addBucket(k, tl.limit, cost, cr)
 		if tl.more != nil { // the other windows
-			sc.addWindows(tl, m, cost, cr, start, bodyEnd, "")
+			sc.addWindows(tl, m, cost, cr, 0, 0, cr.noKey)
 		}
+		return
+	}
+	start := len(sc.buf)
+	bodyStart := start + len(cr.prefix)
+	sc.buf = append(sc.buf, cr.head...)
+	var ok bool
+	if sc.buf, ok = sc.kb.appendKeyValues(sc.buf, start, cr, r); !ok {
+		sc.skipped = append(sc.skipped, int32(i))
+		return
+	}
+	bodyEnd := len(sc.buf)
+	overridden := false
+	if cr.overrides != nil {
+		if o, has := cr.overrides[string(sc.buf[bodyStart:])]; has {
+			tl, overridden = &o, true
+		}
+	}
+	if !overridden && cr.cidrs != nil {
+		if o := cr.matchCIDR(r); o != nil {
+			tl = o
+		}
+	}
+	m.shadow = m.shadow || !cr.enforces(sc.buf[bodyStart:bodyEnd], r) // the roll-out share (enforce_percent)
+	m.multi = tl.more != nil
+	sc.buf = append(sc.buf, tl.suffix...)
+	m.start, m.end = int32(start), int32(len(sc.buf))
+	sc.metas = append(sc.metas, m)
+	sc.addBucket("", tl.limit, cost, cr)
+	if tl.more != nil { // the other windows
+		sc.addWindows(tl, m, cost, cr, start, bodyEnd, "")
 	}
 }
 
