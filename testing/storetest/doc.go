@@ -62,7 +62,25 @@
 //     Resolve tells what an applied call charged, and makes a call that
 //     never arrived refused when it arrives late; the buckets of one call
 //     are each decided on their own; and bad input is refused with
-//     quota.ValidateReport's error.
+//     quota.ValidateReport's error;
+//   - keeps each algorithm's promises over random sequences of takes on
+//     fake time (Properties: random costs from 0 to the capacity + 2,
+//     random steps of whole ms, from 0 to beyond the period, on every
+//     algorithm): every Result's Remaining is within [0, Capacity()]; a
+//     cost above the capacity is denied with quota.Never and charges
+//     nothing; the units admitted within any interval of the period stay
+//     within the algorithm's bound (token bucket and GCRA: the burst plus
+//     what refills in it; sliding window log: the rate in (t-P, t]; fixed
+//     window and sliding window counter: the rate in an aligned window,
+//     twice the rate in any); a take of the same cost at RetryAfter is
+//     admitted, and RetryAfter is never more than one refill interval
+//     ceil(P/N) longer than needed; and a bucket's consumption carries
+//     across a change of its limit, at one instant (remaining' =
+//     max(0, remaining + capacity' - capacity)). Each failure names a
+//     seed (seed=N): the environment variable FLOODGATE_STORETEST_SEED=N
+//     replays that run's sequences exactly, and
+//     FLOODGATE_STORETEST_SEQUENCES=M runs M sequences per algorithm
+//     instead of the default 12, for a long local run.
 //
 // # Running it
 //

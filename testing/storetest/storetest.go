@@ -54,6 +54,9 @@ func Run(t *testing.T, newStore Factory) {
 		st, clk, prefix := fresh(t)
 		gcraTrace(t, st, clk, prefix)
 	})
+	t.Run("Properties", func(t *testing.T) {
+		runProperties(t, fresh)
+	})
 	for _, group := range []struct {
 		name string
 		vs   []Vector
