@@ -25,9 +25,10 @@ import (
 //	tokens  = min(B, tokens + (elapsed * N) / P)          (f)
 //	allow iff c <= tokens; then tokens = tokens - c       (f)
 //	remaining   = floor(tokens)
-//	retry_after = deny ? ceil(((c - tokens) * P) / N) : 0 (f, then ceil)
+//	retry_after = deny ? ceil(((c - tokens) * P) / N) : 0 (f, then ceil; one
+//	              µs more if tokens + (retry_after * N) / P < c)
 //	reset       = ceil(((B - tokens) * P) / N)            (f, then ceil)
-//	state saved (tokens, ts = now) only when allowed; TTL = reset (at least 1 ms)
+//	state saved (tokens, ts = now) only when allowed and c > 0; TTL = reset (at least 1 ms)
 //
 // GCRA (state: tat (f), in µs since GCRAEpoch); T = P / N (f):
 //
@@ -40,7 +41,7 @@ import (
 //	remaining   = floor((B * T + S - ((allow ? tat1 : tat0) - t)) / T), at least 0
 //	retry_after = deny ? ceil(tat1 - t - B * T - S) : 0
 //	reset       = ceil((allow ? tat1 : tat0) - t)
-//	state saved (tat = tat1) only when allowed; TTL = reset (at least 1 ms)
+//	state saved (tat = tat1) only when allowed and c > 0; TTL = reset (at least 1 ms)
 //
 // Times are taken relative to GCRAEpoch so the stored TAT keeps about 0.01 µs
 // of precision for centuries (an absolute Unix µs double has only 0.25 µs), and
@@ -64,7 +65,7 @@ import (
 //	    ceil(W - ((L - curr - c) * W) / prev) - e         (f, then ceil)
 //	  else: (W - e) + ceil(max(0, W - ((L - c) * W) / curr))
 //	reset = curr > 0 ? (w+2)*W - now : prev > 0 ? (w+1)*W - now : 0
-//	state saved only when allowed; TTL = (w+2)*W - now
+//	state saved only when allowed and c > 0; TTL = (w+2)*W - now
 //
 // SlidingWindowLog (state: the timestamps of admitted units); W = P, L = N:
 //
@@ -137,33 +138,43 @@ import (
 // was written under, so a take (settlement, report) under a changed Limit
 // on the same Key — a rule's new rate, burst or window, a tenant's new
 // plan tier — keeps what its callers consumed: a raise gives its extra
-// room at once, a cut takes effect at once (units consumed beyond the new
-// capacity are waited out as debt is), and nothing is refilled or
-// forgotten. Before the arithmetic above, a state written under another
-// limit reads (t, T as in GCRA; w, W of the limit in force):
+// room at once, a cut takes effect at once, and nothing is refilled or
+// forgotten. Until a take that charges (c > 0) writes it under the new
+// limit, the state counts down at the pace of the limit it was written
+// under: what was consumed comes back on the schedule it was consumed
+// under, and the state reads as absent exactly when that limit says, so a
+// store that keeps state longer (a TTL rounded up) decides the same. A
+// state written under another limit reads, in place of the arithmetic
+// above (Bw, Rw: the burst and rate N/P it was written under; Tw its
+// emission interval; t, T, BT, S as in GCRA; w, W, e of the limit in force):
 //
-//	TokenBucket (Bw: the burst it was written under):
-//	  tokens = tokens + (B - Bw)                                   (f)
-//	GCRA (Tw: the emission interval it was written under):
-//	  tat > t: tat = t + ((tat - t) / Tw) * T                      (f)
-//	FixedWindow: the stored count counts while the window it was counted
-//	  in lasts (its end is after now), in whatever window holds now
+//	TokenBucket:  tokens = min(Bw, tokens + elapsed * Rw) + (B - Bw)        (f)
+//	              reset  = ceil((B - tokens) / Rw)                           (f, then ceil)
+//	              retry_after = ceil((c - tokens) / Rw)                      (f, then ceil)
+//	GCRA (tat > t): tat0 = t + ((tat - t) / Tw) * T                         (f)
+//	              reset  = ceil(tat - t)  (the TAT as stored)
+//	              retry_after = ceil((tat - t) - ((BT + S - c * T) * Tw) / T) (f, then ceil)
+//	FixedWindow:  the stored count counts while the window it was counted
+//	              in lasts (its end z is after now), in whatever window
+//	              holds now; reset and retry_after (a count above 0) z - now
 //	SlidingWindowCounter (Ww: the window it was written under): each
-//	  stored count (curr, of [win*Ww, (win+1)*Ww), and prev, of the
-//	  window before it) counts in the newest window of length W that its
-//	  own window overlaps: curr if it ends after w*W, else prev if it
-//	  ends after (w-1)*W, else nowhere; until win's next window is over
+//	              stored count (curr, of [win*Ww, (win+1)*Ww), and prev, of
+//	              the window before it) counts in the newest window of
+//	              length W that its own window overlaps (curr if it ends
+//	              after w*W, else prev if it ends after (w-1)*W), until
+//	              x = (win+2)*Ww; reset and retry_after at most x - now
 //	SlidingWindowLog: its timestamps are its state: a changed rate counts
-//	  them against the new limit, a shorter window forgets those now
-//	  outside it, a longer one counts those its key still holds (each
-//	  charge keeps the key for the window it was made under)
+//	              them against the new limit, a shorter window forgets
+//	              those now outside it; every take that finds entries
+//	              keeps the log a window (the one in force) beyond its
+//	              newest, so a longer window counts what the log still
+//	              holds
 //
-// A state reads as absent from the moment it would under the limit it was
-// written under (a token bucket's refill to its own burst at its own rate,
-// a window's end), so a change never makes an expired state count again,
-// and a store that keeps state longer than that still decides the same. A
-// rule that changes algorithm starts from fresh state (the policy's keys
-// name the algorithm), and so does a window of a rule with several
+// With the limit it was written under these are the arithmetic above.
+// A token bucket's retry_after, in both forms, is one µs more when the
+// rounded quotient leaves tokens + retry_after * N / P (or * Rw) below c.
+// A rule that changes algorithm starts from fresh state (the policy's
+// keys name the algorithm), and so does a window of a rule with several
 // windows whose period changes (each is keyed by its period).
 //
 // An allowed bucket reports its wait in Result.Wait (remaining and reset

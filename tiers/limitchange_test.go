@@ -72,7 +72,9 @@ func setPolicy(t *testing.T, l *tiers.Limiter, y string) {
 // raised to 20/1h burst 20 and the user has exactly the 10 more at once
 // (their consumption, 10, carried over, not their tokens, 0); then cut
 // to 5/1h burst 5 and the user has none, and waits out the 15 units
-// consumed beyond the new burst plus the one asked for, at the new rate.
+// consumed beyond the new burst plus the one asked for at the rate they
+// were consumed under (20/h: 48 minutes), the bucket full again in an
+// hour, as that rate would have made it.
 func TestRaiseGivesRoomAtOnce(t *testing.T) {
 	t.Parallel()
 	for name, newStore := range limitChangeStores(t) {
@@ -103,8 +105,8 @@ rules:
   - {name: probe-hour, key: [user], rate: 5/1h, burst: 5}
 `)
 			d = admit(t, l, r)
-			if d.Allowed || d.Limit != 5 || d.Remaining != 0 || d.RetryAfter != 16*12*time.Minute {
-				t.Fatalf("after the cut: %+v, want denied, limit 5, remaining 0, retry-after 3h12m (16 units at 5/h)", d)
+			if d.Allowed || d.Limit != 5 || d.Remaining != 0 || d.RetryAfter != 48*time.Minute || d.Reset != time.Hour {
+				t.Fatalf("after the cut: %+v, want denied, limit 5, remaining 0, retry-after 48m (16 units at 20/h), reset 1h", d)
 			}
 			// Another user's bucket is untouched by any of it.
 			other := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{User: "u2"}}

@@ -40,11 +40,11 @@ import (
 // of a log over its new rate. Flip an entry to true once the stores carry
 // consumption across those changes.
 var carryAcrossChanges = map[quota.Algorithm]bool{
-	quota.TokenBucket:          false,
-	quota.GCRA:                 false,
+	quota.TokenBucket:          true,
+	quota.GCRA:                 true,
 	quota.SlidingWindowCounter: true, // the rate only: no other change is promised
-	quota.SlidingWindowLog:     false,
-	quota.FixedWindow:          false,
+	quota.SlidingWindowLog:     true,
+	quota.FixedWindow:          true,
 }
 
 // The size of the properties run, per Run call: for each algorithm,
@@ -285,7 +285,7 @@ type admission struct{ at, cost int64 }
 // 0.99999999999999989 tokens and is denied again, with retry-after 1 µs.
 // Turn it on once the stores' retry-after is exact (for instance one more
 // µs when tokens + (r·N)/P < c).
-var tokenBucketDecimalPeriods = false
+var tokenBucketDecimalPeriods = true
 
 // The limits sequences draw from; see checkProperties on exactness.
 var (

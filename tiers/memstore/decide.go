@@ -71,40 +71,56 @@ func decideTokenBucket(p *pending, b *quota.Bucket, now int64) {
 	lim, c, mw := &b.Limit, b.Cost, maxWait(b)
 	per, over := int64(lim.Period/time.Microsecond), c > lim.Burst
 	B, N, P, cf := float64(lim.Burst), float64(lim.Rate), float64(per), float64(c)
-	tokens, ts := B, now
+	var e *entry
 	if !p.fresh {
-		tokens, ts = p.e.tokens(B, now)
+		e = p.e
 	}
-	elapsed := now - ts
-	if elapsed < 0 {
-		elapsed = 0
-	}
-	tokens = tokens + (float64(elapsed)*N)/P
-	if tokens > B {
-		tokens = B
-	}
+	tokens, r := e.tokens(p.fresh, B, N, P, now)
 	p.allow = cf <= tokens
 	// Below 0 tokens (a settlement's debt, units booked ahead) there
 	// is nothing remaining.
 	p.remNo = max(0, floorI(tokens))
-	p.resetNo = ceilI(((B - tokens) * P) / N)
+	if r == 0 {
+		p.resetNo = ceilI(((B - tokens) * P) / N)
+	} else {
+		p.resetNo = ceilI((B - tokens) / r)
+	}
 	if !p.allow && !over {
-		p.retry = ceilI(((cf - tokens) * P) / N)
+		p.retry = tbRetry(e, now, tokens, cf, B, N, P, r)
 		if p.retry <= mw {
 			p.allow, p.wait, p.retry = true, p.retry, 0
 		}
 	}
 	if p.allow {
 		t2 := tokens - cf
-		p.f, p.ts, p.under = t2, now, B
+		p.f, p.ts, p.under, p.rate = t2, now, B, N/P
 		p.remCh = max(0, floorI(t2))
 		p.resetCh = ceilI(((B - t2) * P) / N)
-		p.full = satAdd(now, p.resetCh)
 		p.expires = satAdd(now, max(p.resetCh, minTTL))
 	}
 	if over {
 		denyOver(p)
 	}
+}
+
+// tbRetry is the retry-after at now of a token bucket e (never absent:
+// an absent bucket denies only a cost above its burst) for cost c, with
+// tokens at rate N/P (r == 0) or r units per µs: the µs until tokens
+// reach c, one more when the rounded quotient leaves the tokens a read
+// at that time finds short of c by the last bit.
+func tbRetry(e *entry, now int64, tokens, c, B, N, P, r float64) int64 {
+	var retry int64
+	if r == 0 {
+		retry = ceilI(((c - tokens) * P) / N)
+	} else {
+		retry = ceilI((c - tokens) / r)
+	}
+	if e != nil && retry < math.MaxInt64-now {
+		if t, _ := e.tokensAfter(max(0, now-e.ts)+retry, B, N, P); t < c {
+			retry++
+		}
+	}
+	return retry
 }
 
 // decideGCRA is decide for GCRA.
@@ -125,10 +141,11 @@ func decideGCRA(p *pending, b *quota.Bucket, now int64) {
 	// Times relative to quota.GCRAEpoch: the int64 difference is exact,
 	// and so is its conversion for any now within 285 years of it.
 	tf := float64(now - quota.GCRAEpoch)
-	tat := tf
+	var e *entry
 	if !p.fresh {
-		tat = p.e.tat(T, tf)
+		e = p.e
 	}
+	tat, stored, tw := e.tat(p.fresh, T, tf)
 	tat0 := tat
 	if tf > tat0 {
 		tat0 = tf
@@ -136,9 +153,17 @@ func decideGCRA(p *pending, b *quota.Bucket, now int64) {
 	tat1 := tat0 + float64(cf*T)
 	p.allow = tat1-tf <= tol
 	p.remNo = max(0, floorI((tol-(tat0-tf))/T))
-	p.resetNo = ceilI(tat0 - tf)
+	if tw == 0 {
+		p.resetNo = ceilI(tat0 - tf)
+	} else { // draining at tw until written: full at the stored TAT
+		p.resetNo = ceilI(stored - tf)
+	}
 	if !p.allow && !over {
-		p.retry = ceilI(tat1 - tf - BT - sl)
+		if tw == 0 {
+			p.retry = ceilI(tat1 - tf - BT - sl)
+		} else { // when (stored - t) / tw units, at T each, leave room for c
+			p.retry = ceilI((stored - tf) - float64(float64(tol-float64(cf*T))*tw)/T)
+		}
 		if p.retry <= mw {
 			p.allow, p.wait, p.retry = true, p.retry, 0
 		}
@@ -162,14 +187,15 @@ func decideSlidingCounter(p *pending, b *quota.Bucket, now int64) {
 	w := floorDiv(now, W)
 	e := now - w*W
 	var curr, prev int64
+	left := int64(noEnd)
 	if !p.fresh {
-		curr, prev = p.e.counts(w, W, now)
+		curr, prev, left = p.e.counts(w, W, now)
 	}
 	Wf, Lf := float64(W), float64(L)
 	weighted := (float64(prev)*float64(W-e))/Wf + float64(curr)
 	p.allow = weighted+float64(c) <= Lf
 	p.remNo = max(0, floorI(Lf-weighted))
-	p.resetNo = swcReset(curr, prev, w, W, now)
+	p.resetNo = min(swcReset(curr, prev, w, W, now), left)
 	if p.allow {
 		p.win, p.curr, p.prev, p.under = w, curr+c, prev, float64(W)
 		p.remCh = max(0, floorI(Lf-weighted-float64(c)))
@@ -181,6 +207,7 @@ func decideSlidingCounter(p *pending, b *quota.Bucket, now int64) {
 		} else {
 			p.retry = (W - e) + ceilI(math.Max(0, Wf-(float64(L-c)*Wf)/float64(curr)))
 		}
+		p.retry = min(p.retry, left)
 	}
 	if over {
 		denyOver(p)
@@ -198,6 +225,12 @@ func decideSlidingLog(p *pending, b *quota.Bucket, now int64) {
 		lg = p.e.log
 		lg.dropThrough(now - W)
 		n = lg.total
+		// The log lasts a window beyond its newest entry, the window in
+		// force: a longer one than it was charged under keeps it longer
+		// (as the Redis store's PEXPIRE GT on every take).
+		if n > 0 {
+			p.e.expires = max(p.e.expires, satAdd(lg.newest()+W, ttlSlack))
+		}
 	}
 	p.allow = n+c <= L
 	p.remNo = max(0, L-n) // a lowered limit can leave n > L
@@ -234,19 +267,24 @@ func decideFixedWindow(p *pending, b *quota.Bucket, now int64) {
 		end = max(z, now+1)
 	}
 	var count int64
+	left := end - now
 	if !p.fresh {
-		count = p.e.windowCount(now)
+		// a count carried from a window of another length lasts as long
+		// as that window
+		if count, left = p.e.windowCount(now); count == 0 {
+			left = end - now
+		}
 	}
 	p.allow = count+c <= L
 	p.remNo = max(0, L-count) // a lowered limit can leave count > L
-	p.resetNo = end - now
+	p.resetNo = left
 	if p.allow {
 		p.win, p.curr, p.under = w, count+c, float64(z)
 		p.remCh = max(0, L-count-c)
-		p.resetCh = p.resetNo
+		p.resetCh = end - now
 		p.expires = end
 	} else if !over {
-		p.retry = end - now
+		p.retry = left
 	}
 	if over {
 		denyOver(p)

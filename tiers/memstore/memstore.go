@@ -134,9 +134,8 @@ type entry struct {
 	// token bucket's burst, GCRA's emission interval, a fixed window's
 	// end (µs), a sliding window counter's window (µs).
 	under float64
-	// full is when a token bucket refills to its burst at the rate it
-	// was written under (µs): from then on it reads as absent.
-	full int64
+	// rate is the rate a token bucket was written under, units per µs.
+	rate float64
 	log  *ring
 }
 
@@ -224,7 +223,7 @@ type pending struct {
 	curr    int64
 	prev    int64
 	under   float64
-	full    int64
+	rate    float64
 	expires int64
 	h       uint64
 	homeH   uint64 // hash in h's home slot
@@ -306,7 +305,11 @@ func (s *Store) Take(_ context.Context, buckets []quota.Bucket, res []quota.Resu
 	}
 	if allowed {
 		for i := range buckets {
-			s.commit(&ps[i], &buckets[i], buckets, now)
+			// A cost of 0 reads: its state stays as written (under the
+			// limit it was written under, quota.Algorithm "Limit changes").
+			if buckets[i].Cost != 0 {
+				s.commit(&ps[i], &buckets[i], buckets, now)
+			}
 		}
 	}
 	for k := len(lock) - 1; k >= 0; k-- {
@@ -412,7 +415,7 @@ func (s *Store) commit(p *pending, b *quota.Bucket, all []quota.Bucket, now int6
 	}
 	switch alg {
 	case quota.TokenBucket, quota.GCRA:
-		e.f, e.ts, e.under, e.full = p.f, p.ts, p.under, p.full
+		e.f, e.ts, e.under, e.rate = p.f, p.ts, p.under, p.rate
 	case quota.SlidingWindowCounter, quota.FixedWindow:
 		e.win, e.curr, e.prev, e.under = p.win, p.curr, p.prev, p.under
 	case quota.SlidingWindowLog:

@@ -192,7 +192,7 @@ func (s *Store) chargeWindow(b *quota.Bucket, now int64) (charged, remaining int
 		}
 		var count int64
 		if !fresh {
-			count = e.windowCount(now)
+			count, _ = e.windowCount(now)
 		}
 		if counts && (u > 0 || count > 0) {
 			next := max(0, count+u)
@@ -205,7 +205,7 @@ func (s *Store) chargeWindow(b *quota.Bucket, now int64) (charged, remaining int
 	case quota.SlidingWindowCounter:
 		var curr, prev int64
 		if !fresh {
-			curr, prev = e.counts(w, W, now)
+			curr, prev, _ = e.counts(w, W, now)
 		}
 		wa := floorDiv(a, W)
 		switch {

@@ -95,32 +95,18 @@ func settle(e *entry, b *quota.Bucket, now int64, fresh bool) {
 	var expires int64
 	switch lim.Algorithm {
 	case quota.TokenBucket:
-		tokens, ts := B, now
-		if !fresh {
-			tokens, ts = e.tokens(B, now)
-		}
-		elapsed := now - ts
-		if elapsed < 0 {
-			elapsed = 0
-		}
-		tokens = tokens + (float64(elapsed)*N)/P
-		if tokens > B {
-			tokens = B
-		}
+		tokens, _ := e.tokens(fresh, B, N, P, now)
 		tokens = tokens - df
 		if tokens > B {
 			tokens = B
 		}
 		reset := ceilI(((B - tokens) * P) / N)
-		e.f, e.ts, e.under, e.full = tokens, now, B, satAdd(now, reset)
+		e.f, e.ts, e.under, e.rate = tokens, now, B, N/P
 		expires = satAdd(now, max(reset, minTTL))
 	case quota.GCRA:
 		T := P / N
 		tf := float64(now - quota.GCRAEpoch)
-		tat := tf
-		if !fresh {
-			tat = e.tat(T, tf)
-		}
+		tat, _, _ := e.tat(fresh, T, tf)
 		if d > 0 {
 			if tf > tat {
 				tat = tf
@@ -139,7 +125,7 @@ func settle(e *entry, b *quota.Bucket, now int64, fresh bool) {
 		w := floorDiv(now, W)
 		var count int64
 		if !fresh {
-			count = e.windowCount(now)
+			count, _ = e.windowCount(now)
 		}
 		if d < 0 && count == 0 {
 			return // nothing counted in this window to give back
@@ -151,7 +137,7 @@ func settle(e *entry, b *quota.Bucket, now int64, fresh bool) {
 		w := floorDiv(now, W)
 		var curr, prev int64
 		if !fresh {
-			curr, prev = e.counts(w, W, now)
+			curr, prev, _ = e.counts(w, W, now)
 		}
 		if d < 0 && curr == 0 {
 			return // nothing counted in this window to give back

@@ -229,13 +229,16 @@ func TestBatchingStopsWithoutClose(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for flushers() != base {
+	for flushers() > base {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d flushers still running 5s after the store was dropped", flushers()-base)
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Counted again: a store another test dropped without Close may have
+	// been collected meanwhile, taking its flushers with it.
+	base = flushers()
 	st, err := redisstore.New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -246,8 +249,8 @@ func TestBatchingStopsWithoutClose(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := flushers(); n != base {
-		t.Fatalf("%d flushers after Close, want %d", n, base)
+	if n := flushers(); n > base {
+		t.Fatalf("%d flushers after Close, want at most %d", n, base)
 	}
 }
 

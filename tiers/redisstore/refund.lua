@@ -101,7 +101,7 @@ for i = 1, n do
       local s, ns = split(v)
       if not s then
       elseif alg == TOKEN_BUCKET then
-        if ns == 5 then -- X kept: a later one changes no decision
+        if ns == 5 then
           nv = pack('<ddddd', s[1], math.min(s[4], s[2] + c), s[3], s[4], s[5])
         elseif ns == 3 then nv = pack('<ddd', s[1], math.min(B, s[2] + c), s[3]) end
       elseif alg == GCRA then

@@ -168,11 +168,7 @@ local function report1(K, n, rk, x, vals)
     if alg ~= TOKEN_BUCKET and alg ~= GCRA then
       c, rem = chargeWindow(alg, k, v, N, P, u, a, s0, s1)
     elseif alg == TOKEN_BUCKET then
-      local e0, tokens, ts, live = tbread(v, B, now)
-      local elapsed = now - ts
-      if elapsed < 0 then elapsed = 0 end
-      local t = tokens + (elapsed * N) / P
-      if t < B then tokens = t else tokens = B end
+      local e0, tokens, _, live = tbnow(v, B, N, P, now)
       if u < 0 then c = u -- given back whole, as settle.lua does
       else
         c = floor0(tokens)
@@ -182,8 +178,7 @@ local function report1(K, n, rk, x, vals)
       if t1 > B then t1 = B end
       rem = floor0(t1)
       if c > 0 or (c < 0 and live) then
-        local tu = ceil(((B - t1) * P) / N)
-        put(k, '<ddddd', e0, t1, now, B, now + tu, tu)
+        put(k, '<ddddd', e0, t1, now, B, N / P, ceil(((B - t1) * P) / N))
       end
     else -- GCRA
       local em = P / N
@@ -191,7 +186,7 @@ local function report1(K, n, rk, x, vals)
       if em / 2 < sl then sl = em / 2 end
       local tol = B * em + sl
       local t = now - EPOCH
-      local e0, tat, live = gcraread(v, em, t)
+      local e0, tat, _, _, live = gcraread(v, em, t)
       local tat1
       if u < 0 then -- given back whole, as settle.lua does
         c = u

@@ -74,22 +74,17 @@ for i = 1, n do
   end
   if c == 0 then
   elseif alg == TOKEN_BUCKET then
-    local e0, tokens, ts, live = tbread(v, B, now)
+    local e0, tokens, _, live = tbnow(v, B, N, P, now)
     if live or c > 0 then
-      local elapsed = now - ts
-      if elapsed < 0 then elapsed = 0 end
-      local t = tokens + (elapsed * N) / P
+      local t = tokens - c
       if t < B then tokens = t else tokens = B end
-      t = tokens - c
-      if t < B then tokens = t else tokens = B end
-      local tu = ceil(((B - tokens) * P) / N)
-      put(k, '<ddddd', e0, tokens, now, B, now + tu, tu)
+      put(k, '<ddddd', e0, tokens, now, B, N / P, ceil(((B - tokens) * P) / N))
       done = done + 1
     end
   elseif alg == GCRA then
     local t = now - EPOCH
     local em = P / N
-    local e0, tat, live = gcraread(v, em, t)
+    local e0, tat, _, _, live = gcraread(v, em, t)
     if live or c > 0 then
       if c > 0 then
         if t > tat then tat = t end

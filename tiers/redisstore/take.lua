@@ -71,7 +71,7 @@
 -- of them the limit the state was written under (carry.lua says how a
 -- state reads under another limit, and under none: one written before
 -- states recorded their limit):
---   token bucket            E, tokens, ts, B, X (when it is full)  40 bytes
+--   token bucket            E, tokens, ts, B, N / P  40 bytes
 --   GCRA                    E, tat (µs since quota.GCRAEpoch), T  24 bytes
 --   sliding window counter  E, win, curr, prev, W  40 bytes
 --   fixed window            E, win, count, z (the window's end, µs)  32 bytes
@@ -191,11 +191,8 @@ end
 local function avail(alg, N, P, B, v, k, ss)
   local x
   if alg == TOKEN_BUCKET then
-    local _, tokens, ts = tbread(v, B, now)
-    local elapsed = now - ts
-    if elapsed < 0 then elapsed = 0 end
-    local t = tokens + (elapsed * N) / P
-    if t < B then x = t else x = B end
+    local _
+    _, x = tbnow(v, B, N, P, now)
   elseif alg == GCRA then
     local em = P / N
     local BT = B * em
@@ -335,15 +332,14 @@ for j = 1, T do
     if T > 1 then local ci = cur[k]; if ci then v = st[ci] end end
 
     if alg == TOKEN_BUCKET then
-      local tokens, ts
-      e0, tokens, ts = tbread(v, B, now)
-      local elapsed = now - ts
-      if elapsed < 0 then elapsed = 0 end
-      local t = tokens + (elapsed * N) / P
-      if t < B then tokens = t else tokens = B end
+      -- r: 0 under the limit the state was written under, else the
+      -- rate it goes on refilling at (carry.lua)
+      local tokens, r, live, tk, el, bw, rw
+      e0, tokens, r, live, tk, el, bw, rw = tbnow(v, B, N, P, now)
       allow = c <= tokens
       local t1 = tokens - c
-      local x = ((B - tokens) * P) / N -- >= 0: tokens <= B
+      local x -- >= 0: tokens <= B
+      if r == 0 then x = ((B - tokens) * P) / N else x = (B - tokens) / r end
       local f = x % 1
       if f == 0 then rst0 = x else rst0 = x - f + 1 end
       -- remaining: floor, and below 0 (a settlement's debt, units booked
@@ -353,9 +349,16 @@ for j = 1, T do
       x = ((B - t1) * P) / N -- >= 0: t1 <= tokens
       f = x % 1
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
-      if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(((c - tokens) * P) / N) end
+      if allow then ra = 0
+      elseif c > B then ra = -1
+      else
+        if r == 0 then ra = ceil(((c - tokens) * P) / N) else ra = ceil((c - tokens) / r) end
+        -- one µs more when a read then would find the tokens short of c
+        -- by the rounding's last bit (a denying bucket has a state)
+        if live and tbat(tk, el + ra, B, N, P, bw, rw) < c then ra = ra + 1 end
+      end
       if ra > 0 and ra <= mw then allow, wt, ra = true, ra, 0 end
-      if all and allow then sf, x1, x2, x3, x4 = '<ddddd', t1, now, B, now + rst1 end
+      if all and allow and c > 0 then sf, x1, x2, x3, x4 = '<ddddd', t1, now, B, N / P end
       tu = rst1
 
     elseif alg == GCRA then
@@ -365,8 +368,10 @@ for j = 1, T do
       if em / 2 < sl then sl = em / 2 end
       local tol = BT + sl
       local t = now - EPOCH
-      local tat
-      e0, tat = gcraread(v, em, t)
+      -- tw: 0 under the interval the state was written under, else the
+      -- interval its units go on draining at, until tat (carry.lua)
+      local tat, stored, tw
+      e0, tat, stored, tw = gcraread(v, em, t)
       local tat0 = tat
       if t > tat0 then tat0 = t end
       local tat1 = tat0 + c * em
@@ -376,15 +381,17 @@ for j = 1, T do
       if x > 0 then rem0 = x - x % 1 else rem0 = 0 end
       x = (tol - (tat1 - t)) / em
       if x > 0 then rem1 = x - x % 1 else rem1 = 0 end
-      x = tat0 - t -- >= 0
+      if tw == 0 then x = tat0 - t else x = stored - t end -- >= 0
       local f = x % 1
       if f == 0 then rst0 = x else rst0 = x - f + 1 end
       x = tat1 - t -- >= 0
       f = x % 1
       if f == 0 then rst1 = x else rst1 = x - f + 1 end
-      if allow then ra = 0 elseif c > B then ra = -1 else ra = ceil(tat1 - t - BT - sl) end
+      if allow then ra = 0 elseif c > B then ra = -1
+      elseif tw == 0 then ra = ceil(tat1 - t - BT - sl)
+      else ra = ceil((stored - t) - ((tol - c * em) * tw) / em) end
       if ra > 0 and ra <= mw then allow, wt, ra = true, ra, 0 end
-      if all and allow then sf, x1, x2 = '<ddd', tat1, em end
+      if all and allow and c > 0 then sf, x1, x2 = '<ddd', tat1, em end
       tu = rst1
 
     elseif alg == SLIDING_WINDOW_COUNTER then
@@ -394,8 +401,10 @@ for j = 1, T do
       w = w - w % 1
       if w * W > now then w = w - 1 elseif (w + 1) * W <= now then w = w + 1 end
       local e = now - w * W
-      local curr, prev
-      e0, curr, prev = swcread(v, w, W, now)
+      -- xe: when counts carried from a window of another length stop
+      -- counting (carry.lua), which caps reset and retry-after
+      local curr, prev, xe
+      e0, curr, prev, xe = swcread(v, w, W, now)
       local weighted = (prev * (W - e)) / W + curr
       allow = weighted + c <= L
       -- remaining: floor, and below 0 (where x % 1 is not exact) 0
@@ -415,7 +424,11 @@ for j = 1, T do
         if x > 0 then x = ceil(x) else x = ceil(0) end
         ra = (W - e) + x
       end
-      if all and allow then
+      if xe then
+        if rst0 > xe - now then rst0 = xe - now end
+        if ra > xe - now then ra = xe - now end
+      end
+      if all and allow and c > 0 then
         sf, x1, x2, x3, x4 = '<ddddd', w, curr + c, prev, W
       end
       tu = (w + 2) * W - now
@@ -427,6 +440,13 @@ for j = 1, T do
       local W, L = P, N
       call('ZREMRANGEBYSCORE', k, '-inf', fmt('%.17g', now - W))
       local cnt = call('ZCARD', k)
+      -- the log lasts a window (the one in force) beyond any take that
+      -- finds it: a longer window than it was charged under keeps it
+      if cnt > 0 then
+        local lm = ceil(W / 1000)
+        if lm < minttl then lm = minttl end
+        call('PEXPIRE', k, fmt('%d', lm), 'GT')
+      end
       allow = cnt + c <= L
       -- a lowered limit can leave more counted than L: remaining is at least 0
       rem0 = L - cnt
@@ -471,16 +491,21 @@ for j = 1, T do
         ws, z = w * W, (w + 1) * W
         r = z - now
       end
-      local count
-      e0, count = fwread(v, w, now)
+      -- zc: the end of the window a counting count was counted in,
+      -- which may be another length's (carry.lua): the count lasts as
+      -- long as that window
+      local count, zc, _
+      e0, count, _, zc = fwread(v, w, now)
+      local r0 = r
+      if count > 0 and zc then r0 = zc - now end
       allow = count + c <= L
       rem0 = L - count
       if rem0 < 0 then rem0 = 0 end
       rem1 = L - count - c
       if rem1 < 0 then rem1 = 0 end
-      rst0, rst1 = r, r
-      if allow then ra = 0 elseif c > L then ra = -1 else ra = r end
-      if all and allow then sf, x1, x2, x3 = '<dddd', w, count + c, z end
+      rst0, rst1 = r0, r
+      if allow then ra = 0 elseif c > L then ra = -1 else ra = r0 end
+      if all and allow and c > 0 then sf, x1, x2, x3 = '<dddd', w, count + c, z end
       tu = r
     end
 
