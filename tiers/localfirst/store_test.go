@@ -904,3 +904,34 @@ func TestLeaseLengthFollowsHeadroom(t *testing.T) {
 		t.Fatalf("store takes %d (full bucket) and %d (nearly spent), want 7 and 11", fullTakes, spentTakes)
 	}
 }
+
+// TestAsyncLimitChangeKeepsConsumption: an async share whose limit
+// changes keeps what it spent, as the store's bucket does (quota.Algorithm,
+// "Limit changes"): spent 10 of a burst of 10 and reported (so the share
+// comes from the store's answer, not from what is unreported), raised to
+// 20, it has the 10 more at once, locally, not a fresh 20; then cut to 5,
+// none. On one instance; 12.5 ms pass for the report (0.125 units refill).
+func TestAsyncLimitChangeKeepsConsumption(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := f.instance(t, 1)
+	b := bucket("async-change", quota.Async, 10, 10)
+	if n, src := drain(t, s, 100, b); n != 10 || src[floodgate.SourceAsync] != 10 {
+		t.Fatalf("admitted %d (%v), want 10 local", n, src)
+	}
+	f.clk.Advance(12500 * time.Microsecond)
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.ReportedUnits != 10 {
+		t.Fatalf("reported %d units, want 10", st.ReportedUnits)
+	}
+	b.Limit.Rate, b.Limit.Burst = 20, 20
+	if n, src := drain(t, s, 100, b); n != 10 || src[floodgate.SourceAsync] != 10 {
+		t.Fatalf("after the raise to 20: admitted %d (%v), want the 10 more, local", n, src)
+	}
+	b.Limit.Rate, b.Limit.Burst = 5, 5
+	if ok, res := take(t, s, b); ok || res[0].Limit != 5 {
+		t.Fatalf("after the cut to 5: %+v, want denied, limit 5", res[0])
+	}
+}
