@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/failover"
 	"github.com/floodgate-go/floodgate/internal/liveness"
 	"github.com/floodgate-go/floodgate/internal/redisnow"
 )
@@ -158,6 +159,7 @@ func (m *Members) Beat(ctx context.Context) error {
 		if ctx.Err() == nil {
 			m.failures.Add(1)
 		}
+		failover.Follow(m.client, err)
 		return fmt.Errorf("fleet: beat of instance %q on key %q: %w", m.id, m.key, err)
 	}
 	m.observe(res[0], res[1] == 1, start)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/concurrency"
+	"github.com/floodgate-go/floodgate/internal/failover"
 	"github.com/floodgate-go/floodgate/internal/redisnow"
 )
 
@@ -288,6 +289,7 @@ func (l *Limiter) removeOrphans() {
 			ctx, cancel := context.WithTimeout(context.Background(), o.s.fl.timeout)
 			n, err := o.s.fl.client.ZRem(ctx, o.s.key, o.s.id).Result()
 			cancel()
+			failover.Follow(o.s.fl.client, err)
 			if err != nil || n == 0 {
 				keep = append(keep, o) // not there (yet), or Redis did not answer
 			}
@@ -473,7 +475,11 @@ func (l *Limiter) acquire(ctx context.Context, s slot) (n int64, got bool, gone,
 	defer cancel()
 	res, err := acquireScript.Run(cctx, s.fl.client, []string{s.key}, redisnow.Arg(l.clock), s.fl.leaseMs, s.fl.cap, s.id).Int64Slice()
 	if err != nil {
-		return 0, false, callerErr(ctx, cctx), err
+		gone := callerErr(ctx, cctx)
+		if gone == nil {
+			failover.Follow(s.fl.client, err)
+		}
+		return 0, false, gone, err
 	}
 	if len(res) != 2 {
 		return 0, false, nil, fmt.Errorf("acquire script returned %d values, want 2", len(res))
@@ -554,6 +560,7 @@ func (l *Limiter) Renew(ctx context.Context) error {
 		})
 		cancel()
 		if err != nil {
+			failover.Follow(fl.client, err)
 			errs = append(errs, fmt.Errorf("fleetconc: renewing %d slots of cap %q: %w", len(slots), fl.name, err))
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fleet"
+	"github.com/floodgate-go/floodgate/internal/failover"
 	"github.com/floodgate-go/floodgate/internal/liveness"
 	"github.com/floodgate-go/floodgate/internal/redisnow"
 	"github.com/floodgate-go/floodgate/shedder"
@@ -298,6 +299,7 @@ func (s *Shedder) Sync(ctx context.Context) error {
 	}
 	now := s.clock.Now().UnixNano()
 	if err != nil {
+		failover.Follow(s.m.Client, err)
 		if last := s.lastOK.Load(); last == 0 || now-last >= int64(s.m.TTL) {
 			s.forgetOthers()
 			s.relayout()

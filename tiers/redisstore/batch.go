@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate/internal/failover"
 )
 
 // batcher sends the takes of concurrent callers together: each flusher
@@ -229,7 +231,7 @@ func (f *flusher) flush() {
 	follow := func(err error) {
 		if err != nil && !followed {
 			followed = true
-			followFailover(f.client, err)
+			failover.Follow(f.client, err)
 		}
 	}
 	for g := range f.groups {

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/failover"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -481,7 +482,7 @@ func runScript[C redis.Cmder](ctx context.Context, client redis.UniversalClient,
 		if isNoScript(err) {
 			c.args[0], c.args[1] = "eval", sc.srcArg
 		} else if !refused(err) || attempt > maxRefused || !backoff(ctx, attempt) {
-			followFailover(client, err)
+			failover.Follow(client, err)
 			return cmd, err
 		}
 		cmd, err = send()
@@ -523,35 +524,11 @@ func runScripts[C redis.Cmder](ctx context.Context, client redis.UniversalClient
 			cmds[j], err = runScript(ctx, client, c, sc, keyPos, newCmd)
 		case err != nil && !followed:
 			followed = true
-			followFailover(client, err)
+			failover.Follow(client, err)
 		}
 		errs[j] = err
 	}
 	return cmds, errs
-}
-
-// followFailover asks a cluster client to reload its slot map when err
-// says the node it sent to may no longer serve the slot: the connection
-// failed or timed out (a dead or unreachable master), or Redis answered
-// CLUSTERDOWN (a master failed and its replica is not yet promoted). A
-// promoted replica sends no MOVED for the slots of a dead master, and
-// go-redis otherwise reloads the map only on MOVED, READONLY or every
-// ClusterStateReloadInterval (60 s by default), so without this a caller
-// would keep sending to the dead address that long. go-redis runs one
-// reload at a time and at most one every 200 ms, however many calls fail.
-func followFailover(client redis.UniversalClient, err error) {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed) {
-		return
-	}
-	cc, ok := client.(*redis.ClusterClient)
-	if !ok {
-		return
-	}
-	var reply redis.Error
-	if errors.As(err, &reply) && !strings.HasPrefix(reply.Error(), "CLUSTERDOWN") {
-		return
-	}
-	cc.ReloadState(context.Background())
 }
 
 // isNoScript reports whether err is Redis's NOSCRIPT error.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-go/floodgate/internal/failover"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -227,7 +228,7 @@ func (r *retrier) send(due []refundJob) []refundJob {
 		} else {
 			if !followed {
 				followed = true
-				followFailover(r.client, err)
+				failover.Follow(r.client, err)
 			}
 			wait := min(refundRetryFirst<<j.attempt, refundRetryMax)
 			j.attempt++
