@@ -13,35 +13,33 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
-// limitChangeStores are the stores the policy-change tests run on: the
-// in-process store and Redis, standalone and a 3-master Cluster, each on
-// fake time.
-func limitChangeStores(t *testing.T) map[string]func(*testing.T, *clock.Fake) quota.Store {
-	return map[string]func(*testing.T, *clock.Fake) quota.Store{
-		"memstore": func(t *testing.T, clk *clock.Fake) quota.Store {
-			s, err := memstore.New(memstore.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
+// onEveryStore runs test, in parallel, on a limiter of policy y over each
+// store the policy-change tests run on: the in-process store and Redis,
+// standalone and a 3-master Cluster, each on fake time.
+func onEveryStore(t *testing.T, y string, test func(t *testing.T, l *tiers.Limiter)) {
+	stores := map[string]func(*testing.T, *clock.Fake) (quota.Store, error){
+		"memstore": func(_ *testing.T, clk *clock.Fake) (quota.Store, error) {
+			return memstore.New(memstore.WithClock(clk))
 		},
-		"redis": func(t *testing.T, clk *clock.Fake) quota.Store {
-			s, err := redisstore.New(redistest.Start(t).Client(), redisstore.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
+		"redis": func(t *testing.T, clk *clock.Fake) (quota.Store, error) {
+			return redisstore.New(redistest.Start(t).Client(), redisstore.WithClock(clk))
 		},
-		"redis_cluster": func(t *testing.T, clk *clock.Fake) quota.Store {
+		"redis_cluster": func(t *testing.T, clk *clock.Fake) (quota.Store, error) {
 			if testing.Short() {
 				t.Skip("starts a Redis Cluster")
 			}
-			s, err := redisstore.New(redistest.StartCluster(t).Client(), redisstore.WithClock(clk))
+			return redisstore.New(redistest.StartCluster(t).Client(), redisstore.WithClock(clk))
+		},
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st, err := newStore(t, clock.New(time.Unix(1_800_000_000, 0)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			return s
-		},
+			test(t, mustLimiter(t, st, y))
+		})
 	}
 }
 
@@ -77,44 +75,39 @@ func setPolicy(t *testing.T, l *tiers.Limiter, y string) {
 // hour, as that rate would have made it.
 func TestRaiseGivesRoomAtOnce(t *testing.T) {
 	t.Parallel()
-	for name, newStore := range limitChangeStores(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			clk := clock.New(time.Unix(1_800_000_000, 0))
-			l := mustLimiter(t, newStore(t, clk), `
+	onEveryStore(t, `
 rules:
   - {name: probe-hour, key: [user], rate: 10/1h, burst: 10}
-`)
-			r := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{User: "u1"}}
-			if n, d := admitN(t, l, r, 11); n != 10 || d.Allowed {
-				t.Fatalf("before the raise: %d of 11 allowed (last %+v), want 10", n, d)
-			}
-			setPolicy(t, l, `
+`, func(t *testing.T, l *tiers.Limiter) {
+		r := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{User: "u1"}}
+		if n, d := admitN(t, l, r, 11); n != 10 || d.Allowed {
+			t.Fatalf("before the raise: %d of 11 allowed (last %+v), want 10", n, d)
+		}
+		setPolicy(t, l, `
 rules:
   - {name: probe-hour, key: [user], rate: 20/1h, burst: 20}
 `)
-			d := admit(t, l, r)
-			if !d.Allowed || d.Limit != 20 || d.Remaining != 9 {
-				t.Fatalf("first request after the raise: %+v, want allowed, limit 20, remaining 9", d)
-			}
-			if n, d := admitN(t, l, r, 10); n != 9 || d.Allowed {
-				t.Fatalf("after the raise: %d more of 10 allowed (last %+v), want 9 (10 in all)", n, d)
-			}
-			setPolicy(t, l, `
+		d := admit(t, l, r)
+		if !d.Allowed || d.Limit != 20 || d.Remaining != 9 {
+			t.Fatalf("first request after the raise: %+v, want allowed, limit 20, remaining 9", d)
+		}
+		if n, d := admitN(t, l, r, 10); n != 9 || d.Allowed {
+			t.Fatalf("after the raise: %d more of 10 allowed (last %+v), want 9 (10 in all)", n, d)
+		}
+		setPolicy(t, l, `
 rules:
   - {name: probe-hour, key: [user], rate: 5/1h, burst: 5}
 `)
-			d = admit(t, l, r)
-			if d.Allowed || d.Limit != 5 || d.Remaining != 0 || d.RetryAfter != 48*time.Minute || d.Reset != time.Hour {
-				t.Fatalf("after the cut: %+v, want denied, limit 5, remaining 0, retry-after 48m (16 units at 20/h), reset 1h", d)
-			}
-			// Another user's bucket is untouched by any of it.
-			other := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{User: "u2"}}
-			if n, _ := admitN(t, l, other, 6); n != 5 {
-				t.Fatalf("another user after the cut: %d of 6 allowed, want 5", n)
-			}
-		})
-	}
+		d = admit(t, l, r)
+		if d.Allowed || d.Limit != 5 || d.Remaining != 0 || d.RetryAfter != 48*time.Minute || d.Reset != time.Hour {
+			t.Fatalf("after the cut: %+v, want denied, limit 5, remaining 0, retry-after 48m (16 units at 20/h), reset 1h", d)
+		}
+		// Another user's bucket is untouched by any of it.
+		other := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{User: "u2"}}
+		if n, _ := admitN(t, l, other, 6); n != 5 {
+			t.Fatalf("another user after the cut: %d of 6 allowed, want 5", n)
+		}
+	})
 }
 
 // TestTierUpgradeGivesRoomAtOnce: a tenant on the free tier (10/1h burst
@@ -123,30 +116,25 @@ rules:
 // to free, it has none.
 func TestTierUpgradeGivesRoomAtOnce(t *testing.T) {
 	t.Parallel()
-	for name, newStore := range limitChangeStores(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			clk := clock.New(time.Unix(1_800_000_000, 0))
-			l := mustLimiter(t, newStore(t, clk), `
+	onEveryStore(t, `
 tiers:
   free: {rate: 10/1h, burst: 10}
   pro:  {rate: 100/1h, burst: 100}
 default_tier: free
 rules:
   - {name: tenant-plan, key: [tenant], rate: tier}
-`)
-			r := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{Tenant: "acme"}, Tier: "free"}
-			if n, d := admitN(t, l, r, 11); n != 10 || d.Allowed {
-				t.Fatalf("on free: %d of 11 allowed (last %+v), want 10", n, d)
-			}
-			r.Tier = "pro"
-			if n, d := admitN(t, l, r, 91); n != 90 || d.Allowed || d.Limit != 100 {
-				t.Fatalf("upgraded to pro: %d of 91 allowed (last %+v), want 90, limit 100", n, d)
-			}
-			r.Tier = "free"
-			if d := admit(t, l, r); d.Allowed || d.Limit != 10 {
-				t.Fatalf("back on free: %+v, want denied, limit 10", d)
-			}
-		})
-	}
+`, func(t *testing.T, l *tiers.Limiter) {
+		r := &floodgate.Request{Method: "/a.B/C", Identity: floodgate.Identity{Tenant: "acme"}, Tier: "free"}
+		if n, d := admitN(t, l, r, 11); n != 10 || d.Allowed {
+			t.Fatalf("on free: %d of 11 allowed (last %+v), want 10", n, d)
+		}
+		r.Tier = "pro"
+		if n, d := admitN(t, l, r, 91); n != 90 || d.Allowed || d.Limit != 100 {
+			t.Fatalf("upgraded to pro: %d of 91 allowed (last %+v), want 90, limit 100", n, d)
+		}
+		r.Tier = "free"
+		if d := admit(t, l, r); d.Allowed || d.Limit != 10 {
+			t.Fatalf("back on free: %+v, want denied, limit 10", d)
+		}
+	})
 }
