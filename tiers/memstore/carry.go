@@ -64,7 +64,8 @@ func (e *entry) tat(fresh bool, T, tf float64) (tat, stored, tw float64) {
 
 // windowCount returns what a fixed window's count counts at now: all of
 // it while the window it was counted in (which ends at e.under) lasts,
-// else nothing.
+// else nothing; and left, how long it lasts from now (µs; noEnd when it
+// counts nothing).
 func (e *entry) windowCount(now int64) (count, left int64) {
 	if e.under > float64(now) {
 		return e.curr, int64(e.under) - now
@@ -76,7 +77,8 @@ func (e *entry) windowCount(now int64) (count, left int64) {
 // window w of length W: as they stand when e was written under W (win ==
 // w: both; win == w - 1: its curr is prev), else, until its curr's window
 // and the next one are over, each count in the newest window of length W
-// that its own window overlaps, or nowhere.
+// that its own window overlaps, or nowhere; and left, how long carried
+// counts last from now (µs; noEnd under the window in force or absent).
 func (e *entry) counts(w, W, now int64) (curr, prev, left int64) {
 	if e.under == float64(W) {
 		switch e.win {
