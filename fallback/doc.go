@@ -64,12 +64,30 @@
 // for WithOpenInterval (default 1s). Then it is half-open: WithProbes calls
 // (default 1) go to the primary while every other call keeps falling back,
 // so a recovering Redis is not hit by the whole fleet's traffic at once.
-// A probe waits up to WithClosedTimeout (default 250ms), not the per-call
-// timeout: it is one call per interval, and a store that has just come back
-// (a restarted Redis, a loaded host) may answer slowly at first, which a
-// few-millisecond budget would mistake for another failure and hold the
-// breaker open for another interval. When the probes all succeed the breaker
-// closes; a failed probe opens it for another interval. gobreaker measures the interval on the system clock;
+// A store that has just come back (a restarted Redis, a loaded host) may
+// answer slowly at first, which a few-millisecond budget would mistake for
+// another failure and hold the breaker open for another interval; so the
+// breaker hears a probe's outcome whenever it comes (within four closed
+// budgets; later, the probe counts as failed), while the request that
+// carries it waits no more than a healthy
+// call would: a probe of a take with local buckets (its rules'
+// on_store_error local) waits the call budget, and is decided locally if
+// the store has not answered by then; the store's answer, when it comes,
+// is the probe's outcome (and is matched with the local decision, as any
+// late answer), and until it comes no other take is sent. This needs a
+// primary that answers abandoned takes late (the Redis store with
+// batching, its default); with any other, and for a take with a rule
+// that fails closed, the probe waits up to WithClosedTimeout (default
+// 250ms). When the probes all succeed the breaker closes; a failed probe
+// opens it for another interval.
+//
+// What a request waits for the store, by the breaker's state: closed, the
+// call budget (WithTimeout, adaptive up to WithClosedTimeout; a take with a
+// fail-closed rule, WithClosedTimeout); open, nothing (decided at once);
+// half-open, the call budget as when closed, the probe included, except as
+// said above. A take the local limiters deny while a call it sent is late
+// may wait for that call's answer up to the closed budget (an admit never
+// waits); a probe's never does. gobreaker measures the interval on the system clock;
 // WithClock only drives the local limiters. Every transition is logged with
 // log/slog (Warn when opening, Info otherwise, naming the last store error)
 // and passed to the WithOnStateChange callback, which telemetry (package otel)

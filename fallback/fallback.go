@@ -58,8 +58,14 @@ type Store struct {
 	// of calls begun in an earlier state).
 	gen atomic.Uint64
 	// halfOpen is set while the breaker lets its probes through: a probe
-	// waits the closed budget (see callPrimary).
+	// waits the closed budget, or answers late (see callPrimary).
 	halfOpen atomic.Bool
+	// probing is set while a probe's answer comes late (see probeLate),
+	// from probeAt (unix nanoseconds, system clock): the breaker hears
+	// the probe's outcome when it comes, and meanwhile no other take is
+	// sent.
+	probing atomic.Bool
+	probeAt atomic.Int64
 	// lateFrom is when a call last ran out of its budget (unix
 	// nanoseconds; 0: never): for lateFor after it, calls run late (see
 	// callLate).
@@ -203,6 +209,7 @@ func (s *Store) stateChanged(name string, from, to gobreaker.State) {
 	s.gen.Add(1)
 	s.closed.Store(to == gobreaker.StateClosed)
 	s.halfOpen.Store(to == gobreaker.StateHalfOpen)
+	s.probing.Store(false) // a late probe of an earlier state counts no more
 	s.dirty()
 	if int(to) < len(s.c.transitions) {
 		s.c.transitions[to].Add(1)
@@ -279,6 +286,13 @@ func (s *Store) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Re
 			_, _ = s.cb.Execute(func() (bool, error) { return false, err })
 		}
 		return s.failed(ctx, buckets, res, err)
+	}
+	if s.probing.Load() && s.halfOpen.Load() {
+		if time.Now().UnixNano()-s.probeAt.Load() < int64(probeWait*s.closedTO) {
+			// A probe's answer is on its way: gobreaker's one probe.
+			return s.failed(ctx, buckets, res, gobreaker.ErrTooManyRequests)
+		}
+		s.probeDone(errProbeLost) // it never came
 	}
 	allowed, err := s.cb.Execute(func() (bool, error) {
 		return s.callPrimary(ctx, buckets, res)
@@ -396,22 +410,32 @@ func (e badInputError) Error() string { return e.err.Error() }
 // bad input, is excluded from the breaker's counts.
 func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []quota.Result) (bool, error) {
 	budget := s.budget.get()
-	if s.halfOpen.Load() {
-		// A probe decides whether the whole instance goes back to the
-		// store; it is one call per open interval, so it may wait the
-		// closed budget: a store that came back busy (a restarted Redis
-		// reloading its scripts, a loaded host) is not held open by a
-		// probe that timed out after a few milliseconds.
-		budget = s.closedTO
-	}
-	local := false
+	local, closed := false, false
 	for i := range buckets {
 		switch buckets[i].OnStoreError {
 		case quota.FailClosed:
-			budget = s.closedTO
+			closed = true
 		case quota.FailLocal:
 			local = true
 		}
+	}
+	probe := false
+	if s.halfOpen.Load() {
+		// A probe decides whether the whole instance goes back to the
+		// store, and a store that came back busy (a restarted Redis
+		// reloading its scripts, a loaded host) must not be held open
+		// by a probe that timed out after a few milliseconds. So a probe
+		// the primary answers late (a take with local buckets, of a
+		// primary with late answers) waits a healthy call's budget and
+		// is decided locally if need be, the breaker hearing its outcome
+		// when it comes (probeLate); any other waits the closed budget.
+		probe = local && !closed && s.lateNative
+		if !probe {
+			budget = s.closedTO
+		}
+	}
+	if closed {
+		budget = s.closedTO
 	}
 	if local && s.lateOK && s.lateFrom.Load() != 0 {
 		// shut is read after lateN is claimed: Close sets it before
@@ -445,9 +469,57 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 	late := cctx.late
 	releaseCallCtx(cctx)
 	if late != nil {
+		if probe {
+			return s.probeLate(ctx, buckets, res, err, gone, late)
+		}
 		return s.abandonedLate(ctx, buckets, res, err, gone, late)
 	}
 	return false, s.classify(buckets, res, err, gone, nil)
+}
+
+// probeWait bounds, in closed budgets, how long a probe's late answer is
+// waited for (probing) before the probe counts as failed.
+const probeWait = 4
+
+// errProbeLost is the outcome of a probe whose late answer never came.
+var errProbeLost = errors.New("fallback: the breaker's probe got no answer")
+
+// probeLate ends a probe whose caller waited a healthy call's budget while
+// the primary still runs it: the caller is decided locally (abandonedLate;
+// a take the local limiters deny waits no longer), the breaker counts
+// nothing now, and the probe's answer, when it comes, is its outcome
+// (finishLate: probeDone). Meanwhile no other take is sent (Take).
+func (s *Store) probeLate(ctx context.Context, buckets []quota.Bucket, res []quota.Result, err error, gone bool, l *lateCall) (bool, error) {
+	s.probeAt.Store(time.Now().UnixNano())
+	s.probing.Store(true)
+	l.mu.Lock()
+	fin := l.finished
+	if !fin {
+		l.probe = true
+		l.deadline = time.Now() // a local deny does not wait for it either
+	}
+	l.mu.Unlock()
+	allowed, err := s.abandonedLate(ctx, buckets, res, err, gone, l)
+	if fin {
+		// It answered just now: the breaker counts this answer.
+		s.probing.Store(false)
+		return allowed, err
+	}
+	var le lateError
+	if errors.As(err, &le) {
+		// Not the probe's outcome, which comes late: not counted.
+		return allowed, slowError(le)
+	}
+	return allowed, err
+}
+
+// probeDone tells the breaker the outcome of a probe whose answer came
+// late (nil: the primary answered), once.
+func (s *Store) probeDone(err error) {
+	if !s.probing.CompareAndSwap(true, false) {
+		return
+	}
+	_, _ = s.cb.Execute(func() (bool, error) { return err == nil, err })
 }
 
 // answered records an answer of the primary to a take.

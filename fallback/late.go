@@ -46,6 +46,7 @@ type lateCall struct {
 	decided   bool // the caller's local decision is known
 	deadline  time.Time
 	local     bool // the local decision allowed the take
+	probe     bool // the breaker's probe: its answer is its outcome
 }
 
 // callLate (with s.lateN counting it) is callPrimary for a take with local buckets while the primary
@@ -131,9 +132,12 @@ func (s *Store) abandonedLate(ctx context.Context, buckets []quota.Bucket, res [
 func (s *Store) finishLate(l *lateCall) {
 	l.mu.Lock()
 	l.finished = true
-	ab, dec, local := l.abandoned, l.decided, l.local
+	ab, dec, local, probe := l.abandoned, l.decided, l.local, l.probe
 	l.mu.Unlock()
 	close(l.done)
+	if probe {
+		s.probeDone(l.err)
+	}
 	if !ab {
 		return // the caller took the answer
 	}
