@@ -158,7 +158,11 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	cnt := &harness.Counter{}
 	client := newFleetClient(cfg.Cluster, cfg.Addrs, cfg.Goroutines+8, 1)
 	client.AddHook(cnt)
-	if cfg.HistoryFile != "" {
+	if cfg.HistoryFile != "" && !cfg.Batch {
+		// Unbatched, each take is sent under its own context, where
+		// NowHook finds its record to put the Redis time in; a batched
+		// take has none (the check then places it anywhere between its
+		// send and its answer).
 		client.AddHook(history.NowHook{})
 	}
 	defer client.Close()
@@ -166,9 +170,7 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	defer fleetClient.Close()
 
 	var ropts []redisstore.Option
-	if !cfg.Batch || cfg.HistoryFile != "" {
-		// A recorded take must be sent under its own context for NowHook
-		// to read its Redis time.
+	if !cfg.Batch {
 		ropts = append(ropts, redisstore.WithBatching(0, 0))
 	}
 	rs, err := redisstore.New(client, ropts...)

@@ -35,9 +35,10 @@
 // admitted locally) equal to what the fleet admitted.
 //
 // With -history, every process of an exact run also records each take its
-// Redis store makes (package bench/internal/history; the store's batching
-// is then off, so that each take's Redis time is read from its own reply),
-// and the parent checks the merged history, with the restart of a killed
+// Redis store makes (package bench/internal/history; with the store's
+// batching on, its default, each take is placed anywhere between its send
+// and its answer; with -batch=false its Redis time is read from its own
+// reply, which places it exactly), and the parent checks the merged history, with the restart of a killed
 // run, for linearizability under the bucket model: it prints the takes
 // checked, the verdict and the time the check took, and a counterexample
 // when it fails, which fails the run. -broken breaks process 0's store on
@@ -153,7 +154,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&c.count, "count", false, "add a rule per principal that never binds (capacity 1e9) and, after each run but a killed one, read from Redis every unit charged to it: the ledger's count beside what the fleet admitted")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the principal streams")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "bound on the whole program")
-	fs.BoolVar(&c.history, "history", false, "exact runs: every process records its takes (batching off, so each take's Redis time is read from its reply) and the merged history is checked for linearizability against the bucket model (bench/internal/history)")
+	fs.BoolVar(&c.history, "history", false, "exact runs: every process records its takes and the merged history is checked for linearizability against the bucket model (bench/internal/history); with -batch=false each take's Redis time is read from its reply, which places it exactly")
 	fs.StringVar(&c.broken, "broken", "off", "with -history, to show the checker catches it: off, skip (every 7th take of process 0 answers allowed without Redis) or split (every 7th take of process 0 charges its levels one at a time, not all or nothing)")
 	fs.BoolVar(&c.cluster, "cluster", false, "run on a Redis Cluster of 3 masters (testing/redistest) instead of one redis-server; every process uses a cluster client")
 	fs.StringVar(&c.pauseNodes, "pause-nodes", "all", "with -cluster and -pause: all (every master stopped together, as a stalled host would) or rotate (one master a pause, in turn)")
@@ -713,8 +714,6 @@ func batchDesc(cfg config) string {
 	switch {
 	case !cfg.batch:
 		return " (batching off)"
-	case cfg.history:
-		return " (default batching; off in exact runs, -history)"
 	}
 	return " (default batching)"
 }
@@ -724,7 +723,10 @@ func historyDesc(cfg config) string {
 	if !cfg.history {
 		return "off"
 	}
-	d := "exact runs record every take (batching off, Redis time from each reply) and check the merged history for linearizability"
+	d := "exact runs record every take (batched: each placed between its send and its answer) and check the merged history for linearizability"
+	if !cfg.batch {
+		d = "exact runs record every take (batching off, Redis time from each reply) and check the merged history for linearizability"
+	}
 	if cfg.broken != "off" {
 		d += "; process 0's store deliberately broken (-broken " + cfg.broken + "): the check must fail"
 	}
