@@ -256,7 +256,8 @@ func TestHistory(t *testing.T) {
 // TestHistoryBatched is the history check over the default path, the
 // store's batching on (a take then carries no Redis time: the check
 // places it anywhere between its send and its answer): on one Redis
-// paused every 300ms, at four levels; and on a 3-master Cluster whose
+// paused every 300ms, and on one killed and restarted empty, at four
+// levels; and on a 3-master Cluster whose
 // master of the key is killed and its replica promoted (the promoted
 // replica may lack the dead master's last charges, which the check allows
 // once per bucket), at one level: four levels keyed on different scopes
@@ -278,6 +279,7 @@ func TestHistoryBatched(t *testing.T) {
 		args []string
 	}{
 		{"paused", []string{"-pause", "on", "-pause-every", "300ms"}},
+		{"killed", []string{"-kill", "1s", "-kill-at", "500ms", "-dur", "4s", "-pause", "off"}},
 		{"cluster_failover", []string{"-cluster", "-failover", "-node-timeout", "500ms", "-kill-at", "1s", "-dur", "7s", "-pause", "off", "-levels", "1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
