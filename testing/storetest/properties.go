@@ -16,29 +16,19 @@ import (
 	"github.com/floodgate-go/floodgate/testing/clock"
 )
 
-// carryAcrossChanges says, per algorithm, whether the stores under test
-// carry a bucket's consumption across every change of its limit that the
-// properties make (property 5 below). Where it is false, the sequences
-// change the limit only in the ways today's stores already carry:
-//
-//   - TokenBucket: rate and period (the burst stays), where the tokens
-//     are kept as they are;
-//   - GCRA: the burst, or rate and period by one factor (the emission
-//     interval T stays), where the TAT is kept as it is;
-//   - FixedWindow: the rate (the period stays), where the window's count
-//     is kept as it is;
-//   - SlidingWindowLog: the rate, and the period: shorter, or longer only
-//     when the log cannot be over the new rate (the rate not lowered, and
-//     no earlier change left it over). A log over its new rate denies
-//     even a cost-0 read, so nothing renews its life, and memstore drops
-//     it when the old period has passed since its newest unit: it then
-//     admits while its own RetryAfter (from the log under the longer
-//     period) says wait.
-//
-// With true they also change the burst of a token bucket, the emission
-// interval of GCRA, the period of a fixed window, and lengthen the period
-// of a log over its new rate. Flip an entry to true once the stores carry
-// consumption across those changes.
+// carryAcrossChanges says, per algorithm, which changes of a bucket's
+// limit the sequences make (property 5 below). With true, every change
+// the algorithm's promise covers (quota.Algorithm, "Limit changes"): a
+// token bucket's rate, period and burst; GCRA's burst and emission
+// interval; a fixed window's rate and period; a sliding window log's rate
+// and period, shorter or longer; a sliding window counter's rate only
+// (its period's change is capped, not exact, and checked by the
+// differential test in tiers/redisstore). With false, only the changes
+// the stores carried before they recorded the limit a state was written
+// under: a token bucket's rate and period, GCRA's burst or its rate and
+// period by one factor, a fixed window's rate, a log's rate and a period
+// that cannot leave it over its new rate. Every store in this repository
+// carries every change.
 var carryAcrossChanges = map[quota.Algorithm]bool{
 	quota.TokenBucket:          true,
 	quota.GCRA:                 true,
@@ -274,17 +264,13 @@ type admission struct{ at, cost int64 }
 
 // tokenBucketDecimalPeriods makes the even-numbered token bucket
 // sequences draw decimal periods (50 ms, 1 s, 7 s, 1 min, 1 h) instead of
-// binaryPeriods, with property 4's follow-ups and no changes of limit.
-// It is off because the Algorithm doc's token bucket arithmetic, in
-// doubles, then gives a RetryAfter 1 µs short now and then (property 4;
-// about one such sequence in 30, on memstore and Redis alike). The
-// smallest case: 1/100ms burst 2, a new bucket; a take of 2 at 0, of 1 at
-// 113 ms (leaving 1.13 - 1 = 0.12999999999999989 tokens), of 1 at 117 ms:
-// denied, tokens 0.1699999999999999, retry_after = ceil((1 - tokens)·P/N)
-// = 83 ms; a take of 1 at 200 ms sees 0.12999999999999989 + 0.87 =
-// 0.99999999999999989 tokens and is denied again, with retry-after 1 µs.
-// Turn it on once the stores' retry-after is exact (for instance one more
-// µs when tokens + (r·N)/P < c).
+// binaryPeriods, with property 4's follow-ups and no changes of limit. In
+// doubles, the token bucket's retry-after, ceil((c - tokens)·P/N), can
+// fall 1 µs short (1/100ms burst 2, a new bucket: takes of 2 at 0 and of
+// 1 at 113 ms leave 0.12999999999999989 tokens; a take of 1 at 117 ms is
+// denied with 83 ms, and at 200 ms a read finds 0.99999999999999989
+// tokens); the stores add the µs (quota.Algorithm), and these sequences
+// are where that is checked.
 var tokenBucketDecimalPeriods = true
 
 // The limits sequences draw from; see checkProperties on exactness.
