@@ -3,7 +3,6 @@
 package fleetconc_test
 
 import (
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,34 +43,9 @@ func TestClusterFailoverFollowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shards, err := c.ClusterShards(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	masterOf := func(slot int64) string {
-		for _, sh := range shards {
-			for _, sr := range sh.Slots {
-				if slot >= sr.Start && slot <= sr.End {
-					for _, nd := range sh.Nodes {
-						if nd.Role == "master" {
-							return net.JoinHostPort(nd.IP, strconv.FormatInt(nd.Port, 10))
-						}
-					}
-				}
-			}
-		}
-		return ""
-	}
-	victimAddr := masterOf(slot)
-	var victim, heir *redistest.Server
-	for i, n := range cl.Nodes() {
-		if n.Addr() == victimAddr {
-			victim, heir = n, cl.Replicas()[i]
-		}
-	}
-	if victim == nil {
-		t.Fatalf("no master found for slot %d (%q)", slot, victimAddr)
-	}
+	vi := cl.MasterOf(slot)
+	victim, heir := cl.Nodes()[vi], cl.Replicas()[vi]
+	victimAddr := victim.Addr()
 
 	var lastOK, lastFail atomic.Int64 // Unix ns
 	var admitted, failed atomic.Int64
@@ -101,7 +75,7 @@ func TestClusterFailoverFollowed(t *testing.T) {
 	holder := ""
 	for i := 0; i < 1000 && holder == ""; i++ {
 		u := "bob" + strconv.Itoa(i)
-		if s, err := c.ClusterKeySlot(ctx, prefix+"fo:"+u).Result(); err == nil && masterOf(s) == victimAddr {
+		if s, err := c.ClusterKeySlot(ctx, prefix+"fo:"+u).Result(); err == nil && cl.MasterOf(s) == vi {
 			holder = u
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -297,6 +298,39 @@ func (c *Cluster) Nodes() []*Server {
 // for StartCluster): Replicas()[i] replicated Nodes()[i] at start.
 func (c *Cluster) Replicas() []*Server {
 	return append([]*Server(nil), c.replicas...)
+}
+
+// MasterOf returns the index, in Nodes and Replicas, of the master that
+// serves slot (0 to 16383) as the cluster says now, asking each master in
+// turn until one answers; the test fails when none serves it.
+func (c *Cluster) MasterOf(slot int64) int {
+	c.t.Helper()
+	var errs []error
+	for _, n := range c.nodes {
+		shards, err := n.Client().ClusterShards(context.Background()).Result()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if slot < r.Start || slot > r.End {
+					continue
+				}
+				for _, nd := range sh.Nodes {
+					addr := net.JoinHostPort(nd.IP, strconv.FormatInt(nd.Port, 10))
+					for i, m := range c.nodes {
+						if nd.Role == "master" && m.Addr() == addr {
+							return i
+						}
+					}
+				}
+			}
+		}
+		c.t.Fatalf("redistest: no master of this cluster serves slot %d", slot)
+	}
+	c.t.Fatalf("redistest: no master answered CLUSTER SHARDS: %v", errs)
+	return -1
 }
 
 func (c *Cluster) all() []*Server {
