@@ -16,27 +16,6 @@ import (
 	"github.com/floodgate-go/floodgate/testing/clock"
 )
 
-// carryAcrossChanges says, per algorithm, which changes of a bucket's
-// limit the sequences make (property 5 below). With true, every change
-// the algorithm's promise covers (quota.Algorithm, "Limit changes"): a
-// token bucket's rate, period and burst; GCRA's burst and emission
-// interval; a fixed window's rate and period; a sliding window log's rate
-// and period, shorter or longer; a sliding window counter's rate only
-// (its period's change is capped, not exact, and checked by the
-// differential test in tiers/redisstore). With false, only the changes
-// the stores carried before they recorded the limit a state was written
-// under: a token bucket's rate and period, GCRA's burst or its rate and
-// period by one factor, a fixed window's rate, a log's rate and a period
-// that cannot leave it over its new rate. Every store in this repository
-// carries every change.
-var carryAcrossChanges = map[quota.Algorithm]bool{
-	quota.TokenBucket:          true,
-	quota.GCRA:                 true,
-	quota.SlidingWindowCounter: true, // the rate only: no other change is promised
-	quota.SlidingWindowLog:     true,
-	quota.FixedWindow:          true,
-}
-
 // The size of the properties run, per Run call: for each algorithm,
 // propSequences sequences of propSteps steps, each step one take (plus
 // the reads and follow-ups some properties add). Each take is a round trip
@@ -60,10 +39,6 @@ type propConfig struct {
 	seed      uint64
 	sequences int
 	steps     int
-	// carry: make every change of limit (carryAcrossChanges).
-	carry bool
-	// decimal: tokenBucketDecimalPeriods.
-	decimal bool
 }
 
 // propStats counts what a run did.
@@ -102,7 +77,7 @@ func runProperties(t *testing.T, fresh func(t *testing.T) (quota.Store, *clock.F
 	for _, alg := range propAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			st, clk, prefix := fresh(t)
-			s := checkProperties(t, st, clk, prefix, propConfig{alg: alg, seed: seed, sequences: sequences, steps: propSteps, carry: carryAcrossChanges[alg], decimal: tokenBucketDecimalPeriods})
+			s := checkProperties(t, st, clk, prefix, propConfig{alg: alg, seed: seed, sequences: sequences, steps: propSteps})
 			total.add(s)
 		})
 	}
@@ -171,7 +146,7 @@ func propSeed(t *testing.T) uint64 {
 //     rate and the period (a shorter period forgets units older than the
 //     new window: there rem2 >= max(0, rem + cap' - cap)); fixed window,
 //     the rate and the period (the old window that holds now carries into
-//     the new one that holds now); see carryAcrossChanges. When an earlier
+//     the new one that holds now); see nextLimit. When an earlier
 //     change left more consumed than the capacity (rem + cap' - cap < 0)
 //     and no Result has shown room since, rem understates the
 //     consumption: then only rem2 <= max(0, rem + cap' - cap) is checked.
@@ -185,8 +160,8 @@ func propSeed(t *testing.T) uint64 {
 //   - token bucket: periods of whole powers of two µs (binaryPeriods:
 //     65.536 ms to 71.6 min), so e·N/P is exact in a double for any e µs,
 //     and so are the tokens, their floor, floor(tokens + cap' - cap) and
-//     retry-after; every sequence makes both follow-ups and changes (see
-//     tokenBucketDecimalPeriods for why not decimal periods);
+//     retry-after; odd-numbered sequences change their limit on them,
+//     even-numbered ones make follow-ups on decimal periods (see run);
 //   - GCRA: even-numbered sequences make follow-ups on any period and
 //     never change their limit; odd-numbered ones change it and make no
 //     follow-ups, on periods of 1.024, 2.048 and 4.096 s and rates up to
@@ -213,9 +188,15 @@ func checkProperties(r reporter, st quota.Store, clk *clock.Fake, prefix string,
 			g:   rand.New(rand.NewPCG(cfg.seed, uint64(cfg.alg)<<32|uint64(i))),
 		}
 		// GCRA alternates: follow-ups on any period, or changes on the
-		// grid (see Exactness above); so does the token bucket with
-		// decimal periods (tokenBucketDecimalPeriods).
-		alternate := cfg.alg == quota.GCRA || (cfg.alg == quota.TokenBucket && cfg.decimal)
+		// grid (see Exactness above); so does the token bucket, whose
+		// even-numbered sequences draw decimal periods (50 ms, 1 s, 7 s,
+		// 1 min, 1 h) with follow-ups and no changes: in doubles its
+		// retry-after, ceil((c - tokens)·P/N), can fall 1 µs short (1/100ms
+		// burst 2, a new bucket: takes of 2 at 0 and of 1 at 113 ms leave
+		// 0.12999999999999989 tokens; a take of 1 at 117 ms is denied with
+		// 83 ms, and at 200 ms a read finds 0.99999999999999989 tokens),
+		// which the stores make up with one µs more (quota.Algorithm).
+		alternate := cfg.alg == quota.GCRA || cfg.alg == quota.TokenBucket
 		s.retries = !alternate || i%2 == 0
 		s.changes = !alternate || i%2 == 1
 		s.lim = s.firstLimit()
@@ -261,17 +242,6 @@ type propSeq struct {
 }
 
 type admission struct{ at, cost int64 }
-
-// tokenBucketDecimalPeriods makes the even-numbered token bucket
-// sequences draw decimal periods (50 ms, 1 s, 7 s, 1 min, 1 h) instead of
-// binaryPeriods, with property 4's follow-ups and no changes of limit. In
-// doubles, the token bucket's retry-after, ceil((c - tokens)·P/N), can
-// fall 1 µs short (1/100ms burst 2, a new bucket: takes of 2 at 0 and of
-// 1 at 113 ms leave 0.12999999999999989 tokens; a take of 1 at 117 ms is
-// denied with 83 ms, and at 200 ms a read finds 0.99999999999999989
-// tokens); the stores add the µs (quota.Algorithm), and these sequences
-// are where that is checked.
-var tokenBucketDecimalPeriods = true
 
 // The limits sequences draw from; see checkProperties on exactness.
 var (
@@ -325,8 +295,12 @@ func (s *propSeq) firstLimit() quota.Limit {
 	return l
 }
 
-// nextLimit returns a limit different from s.lim, changed as
-// carryAcrossChanges allows.
+// nextLimit returns a limit different from s.lim, changed in every way
+// the algorithm's promise covers (quota.Algorithm, "Limit changes"): a
+// token bucket's rate, period and burst; GCRA's rate, period and burst; a
+// sliding window counter's rate (its period's change is capped, not
+// exact, and checked by the differential test in tiers/redisstore); a
+// log's and a fixed window's rate and period.
 func (s *propSeq) nextLimit() quota.Limit {
 	old := s.lim
 	for range 20 {
@@ -339,28 +313,18 @@ func (s *propSeq) nextLimit() quota.Limit {
 			if s.g.IntN(2) == 0 {
 				l.Period = pick(s.g, binaryPeriods)
 			}
-			if s.cfg.carry && s.g.IntN(2) == 0 {
+			if s.g.IntN(2) == 0 {
 				l.Burst = pick(s.g, propBursts)
 			}
 		case quota.GCRA:
-			switch {
-			case s.cfg.carry:
-				if s.g.IntN(2) == 0 {
-					l.Rate = pick(s.g, gridRates)
-				}
-				if s.g.IntN(2) == 0 {
-					l.Period = pick(s.g, gridPeriods)
-				}
-				if s.g.IntN(2) == 0 {
-					l.Burst = pick(s.g, propBursts)
-				}
-			case s.g.IntN(2) == 0:
+			if s.g.IntN(2) == 0 {
+				l.Rate = pick(s.g, gridRates)
+			}
+			if s.g.IntN(2) == 0 {
+				l.Period = pick(s.g, gridPeriods)
+			}
+			if s.g.IntN(2) == 0 {
 				l.Burst = pick(s.g, propBursts)
-			default: // rate and period by one factor: T stays
-				p := pick(s.g, gridPeriods)
-				if n := old.Rate * int64(p) / int64(old.Period); n*int64(old.Period) == old.Rate*int64(p) && n >= 1 && n <= 200 {
-					l.Rate, l.Period = n, p
-				}
 			}
 		case quota.SlidingWindowCounter:
 			l.Rate = pick(s.g, windowRates)
@@ -368,11 +332,8 @@ func (s *propSeq) nextLimit() quota.Limit {
 			if s.g.IntN(3) != 0 {
 				l.Rate = pick(s.g, windowRates)
 			}
-			if (s.cfg.carry || s.cfg.alg == quota.SlidingWindowLog) && s.g.IntN(2) == 0 {
+			if s.g.IntN(2) == 0 {
 				l.Period = pick(s.g, windowPeriods)
-			}
-			if !s.cfg.carry && l.Period > old.Period && (l.Rate < old.Rate || s.owes) {
-				l.Period = old.Period // a log that may be over its new rate
 			}
 		}
 		if l != old {
@@ -380,13 +341,9 @@ func (s *propSeq) nextLimit() quota.Limit {
 		}
 	}
 	// Twenty draws gave the same limit (a small set): change the rate by
-	// one, which every algorithm carries today.
+	// one.
 	l := old
-	if l.Algorithm == quota.GCRA && !s.cfg.carry {
-		l.Burst = old.Burst%20 + 1
-	} else {
-		l.Rate = old.Rate%20 + 1
-	}
+	l.Rate = old.Rate%20 + 1
 	return l
 }
 

@@ -113,7 +113,7 @@ func propRun(t *testing.T, alg quota.Algorithm, seed uint64, how string) ([]stri
 	}
 	var stats propStats
 	msgs := runRecorded(func(r reporter) {
-		stats = checkProperties(r, st, clk, "p:", propConfig{alg: alg, seed: seed, sequences: propSequences, steps: propSteps, carry: carryAcrossChanges[alg], decimal: tokenBucketDecimalPeriods})
+		stats = checkProperties(r, st, clk, "p:", propConfig{alg: alg, seed: seed, sequences: propSequences, steps: propSteps})
 	})
 	return msgs, stats
 }
@@ -160,7 +160,7 @@ func TestPropertiesRetryAfterBothWays(t *testing.T) {
 	}
 }
 
-// memstore passes every property (with carryAcrossChanges as it is), on
+// memstore passes every property , on
 // several seeds, and the sequences exercise every property.
 func TestPropertiesPassMemstore(t *testing.T) {
 	for seed := uint64(1); seed <= 8; seed++ {
@@ -192,7 +192,7 @@ func TestPropertiesReplay(t *testing.T) {
 		clk := clock.New(time.Time{})
 		st := broken{mem(t, clk), "retryShort"}
 		msgs := runRecorded(func(r reporter) {
-			checkProperties(r, st, clk, "p:", propConfig{alg: quota.SlidingWindowCounter, seed: 99, sequences: 3, steps: propSteps, carry: true})
+			checkProperties(r, st, clk, "p:", propConfig{alg: quota.SlidingWindowCounter, seed: 99, sequences: 3, steps: propSteps})
 		})
 		return strings.Join(msgs, "\n")
 	}
