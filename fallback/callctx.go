@@ -29,7 +29,8 @@ import (
 type callCtx struct {
 	parent   context.Context
 	budget   time.Duration
-	started  atomic.Bool // deadline and callerDeadline are set
+	started  atomic.Bool // at, deadline and callerDeadline are set
+	at       time.Time   // when the budget started
 	deadline time.Time
 	// callerDeadline is true when deadline is the caller's own, earlier
 	// than the budget: running out of it is the caller's doing.
@@ -70,7 +71,8 @@ func (c *callCtx) start() {
 	}
 	c.mu.Lock()
 	if !c.started.Load() {
-		c.deadline = time.Now().Add(c.budget)
+		c.at = time.Now()
+		c.deadline = c.at.Add(c.budget)
 		c.callerDeadline = false
 		if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
 			c.deadline, c.callerDeadline = d, true
@@ -136,6 +138,15 @@ func (c *callCtx) elapsed() (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Since(c.deadline.Add(-c.budget)), true
+}
+
+// waited returns how long the call has run, when the primary consulted
+// the context (which starts it).
+func (c *callCtx) waited() (time.Duration, bool) {
+	if !c.started.Load() {
+		return 0, false
+	}
+	return time.Since(c.at), true
 }
 
 // callerGone reports whether the caller's own deadline, which this context

@@ -420,6 +420,50 @@ func TestLateAnswerIsReconciled(t *testing.T) {
 	}
 }
 
+// TestSilentStoreIsNotAwaited: a take denied locally waits for the late
+// answer only while the primary has answered within the closed budget; a
+// primary silent for longer (a paused Redis) is stalled, and the take is
+// decided locally at once, its answer reconciled when it comes. The gate
+// opens once the call has run out of its budget, as in
+// TestLateAnswerIsReconciled, where the same take, with the primary heard
+// from just now, gets the store's admit: here it is denied.
+func TestSilentStoreIsNotAwaited(t *testing.T) {
+	t.Parallel()
+	clk := clock.New(time.Unix(1_700_000_000, 0))
+	mem := newMemStore(t, clk).(quota.Reporter)
+	g := &gated{Reporter: mem}
+	s, err := fallback.New(g, fallback.WithClock(clk), fallback.WithManualSync(), fallback.WithSlowGrace(time.Hour),
+		fallback.WithTimeout(5*time.Millisecond), fallback.WithClosedTimeout(healthyBudget),
+		fallback.WithInstances(func() int { return 4 }), fallback.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := tokenBucket("late:silent", 1, 40, time.Hour, quota.FailLocal)
+	b.Cost = 15                                   // above the local burst of 40 / 4: denied locally
+	clk.Advance(healthyBudget + time.Millisecond) // nothing answered since New
+	g.close()
+	go func() {
+		waitFor(lateWait, func() bool { return s.Stats().Slow > 0 })
+		g.open()
+	}()
+	ok, res := take(t, s, b)
+	if ok || res[0].Source != floodgate.SourceLocalFallback {
+		t.Fatalf("take: %v %+v, want denied locally without waiting for a silent store", ok, res[0])
+	}
+	if !waitFor(lateWait, func() bool { return s.Stats().Late >= 1 }) {
+		t.Fatalf("the late answer was not reconciled: %+v", s.Stats())
+	}
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, mem, b); got != 40 {
+		t.Fatalf("store holds %d, want 40: the take denied locally must not stay charged", got)
+	}
+	if st := s.Stats(); st.LateAnswered != 0 || st.GivenBack != 15 {
+		t.Fatalf("Stats: late answered %d, given back %d; want 0, 15", st.LateAnswered, st.GivenBack)
+	}
+}
+
 // TestNoReporterWarns: over a primary that takes no report calls, New
 // says at construction that local admits will not be charged, and the
 // Store still decides.

@@ -87,7 +87,12 @@
 // half-open, the call budget as when closed, the probe included, except as
 // said above. A take the local limiters deny while a call it sent is late
 // may wait for that call's answer up to the closed budget (an admit never
-// waits); a probe's never does. gobreaker measures the interval on the system clock;
+// waits), and no longer than the closed budget after the store's last
+// answer of any call (a store silent that long is stalled: from then on a
+// deny is decided at once); a probe's never waits. Time a request waits on
+// a failing store is added to its wait counter, which the adaptive
+// shedder takes out of its latency sample (package shedder): a stalled
+// store is not an overloaded service. gobreaker measures the interval on the system clock;
 // WithClock only drives the local limiters. Every transition is logged with
 // log/slog (Warn when opening, Info otherwise, naming the last store error)
 // and passed to the WithOnStateChange callback, which telemetry (package otel)
@@ -233,7 +238,8 @@
 // its units charged without being admitted, and they are given back by a
 // report of a negative charge (the same recorded calls). And a take the
 // local limiters deny waits for the store's answer up to the closed budget
-// from its start: a short stall then costs denied requests some latency,
+// from its start, while the store has answered within the closed budget:
+// a short stall then costs denied requests some latency,
 // not the requests themselves, while a local admit never waits. The healthy
 // path never runs a call in the background (a store fast for 10s leaves the
 // mode); at most 256 calls of one Store run so at a time, and the rest as

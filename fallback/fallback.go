@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/cause"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -467,6 +468,9 @@ func (s *Store) callPrimary(ctx context.Context, buckets []quota.Bucket, res []q
 	}
 	gone := ctx.Err() != nil || cctx.callerGone()
 	late := cctx.late
+	if d, ok := cctx.waited(); ok {
+		reqctx.AddWait(ctx, d) // the request waited on a failing store
+	}
 	releaseCallCtx(cctx)
 	if late != nil {
 		if probe {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -76,6 +77,7 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 		}
 		s.finishLate(l)
 	}()
+	t0 := time.Now()
 	t := time.NewTimer(budget)
 	defer t.Stop()
 	var err error
@@ -95,6 +97,7 @@ func (s *Store) callLate(ctx context.Context, buckets []quota.Bucket, res []quot
 	case <-t.C:
 		err = context.DeadlineExceeded
 	}
+	reqctx.AddWait(ctx, time.Since(t0)) // the request waited on a slow store
 	return s.abandonedLate(ctx, buckets, res, err, ctx.Err() != nil, l)
 }
 
@@ -193,13 +196,26 @@ func (s *Store) reconcile(l *lateCall, local bool) {
 
 // awaitLate waits, for a take the local limiters denied, for the late
 // call's answer, up to the closed budget from the call's start (or the
-// caller's end): a deny decided locally costs a request that the store
+// caller's end), and no longer than the closed budget from the primary's
+// last answer: a deny decided locally costs a request that the store
 // may well admit, and a short stall should not turn into denials, while
-// an admit decided locally costs nothing to wait for. If the primary
-// answers in time, its answer is the take's (res is overwritten; the
-// local decision charged nothing) and awaitLate reports true.
+// an admit decided locally costs nothing to wait for; but a store silent
+// for the closed budget is stalled, and a request that waited for it
+// would only hold its slot (every stage before it counts it in flight).
+// If the primary answers in time, its answer is the take's (res is
+// overwritten; the local decision charged nothing) and awaitLate reports
+// true.
 func (s *Store) awaitLate(ctx context.Context, l *lateCall, buckets []quota.Bucket, res []quota.Result) bool {
-	t := time.NewTimer(time.Until(l.deadline))
+	wait := time.Until(l.deadline)
+	if silent := time.Duration(s.lastOK.Load() + int64(s.closedTO) - s.clock.Now().UnixNano()); silent < wait {
+		wait = silent
+	}
+	if wait <= 0 {
+		return false
+	}
+	t0 := time.Now()
+	defer func() { reqctx.AddWait(ctx, time.Since(t0)) }()
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-l.done:

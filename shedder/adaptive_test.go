@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/testing/clock"
 )
@@ -139,6 +140,34 @@ func TestAdaptiveCapacityChainDenialIsNoSample(t *testing.T) {
 		if (st.Windows > 0) != (tc.windows > 0) || s.InFlight() != 0 || st.Capacity != 40 && tc.windows == 0 {
 			t.Errorf("%s: %+v, in flight %d", tc.name, st, s.InFlight())
 		}
+	}
+}
+
+// A request's wait on a degraded store (a later stage waiting for a
+// stalled Redis, reqctx.Wait) is not the service's latency: what was added
+// after the shedder admitted the request is taken out of its sample, what
+// was added before is not the shedder's to take. Without it, the 40ms a
+// stalled store added would read as an overload (50ms against 10ms).
+func TestAdaptiveCapacityStoreWaitIsNoLatency(t *testing.T) {
+	t.Parallel()
+	clk := clock.New(time.Time{})
+	s := newAdaptiveShedder(t, clk, 40, shedder.AdaptiveCapacity{Min: 1, Max: 100, MinSamples: 5})
+	w := waves{t, s, clk, 100 * time.Millisecond}
+	w.wave(5, 10*time.Millisecond, floodgate.OutcomeSuccess)
+	clk.Advance(50 * time.Millisecond)
+	dones := make([]floodgate.Done, 5)
+	for i := range dones {
+		rctx, _ := reqctx.New[floodgate.Request](ctx, nil)
+		reqctx.AddWait(rctx, time.Second) // before the shedder: not its to take
+		_, dones[i], _ = s.Admit(rctx, &floodgate.Request{Priority: floodgate.PriorityCritical})
+		reqctx.AddWait(rctx, 40*time.Millisecond)
+	}
+	clk.Advance(50 * time.Millisecond)
+	for _, d := range dones {
+		d(floodgate.Result{})
+	}
+	if st := s.Stats(); st.Windows != 2 || st.Latency != 10*time.Millisecond || st.Overloaded || st.Capacity != 40 {
+		t.Fatalf("a window whose requests waited 40ms of their 50ms on a store: %+v; want 10ms, no overload, capacity 40", st)
 	}
 }
 

@@ -57,7 +57,11 @@
 // work, a drop (deadline passed, the handler answered overloaded) a
 // latency sample only, an ignored request (a later stage of a Chain
 // denied it, the client went away) nothing at all: a chain's denial is
-// never a fast sample. Samples are collected in windows (a window closes
+// never a fast sample. Time a later stage spent waiting on a failing
+// store after the shedder admitted the request (a rate-limit call to a
+// stalled Redis, package fallback, which counts it in the request's
+// context) is taken out of its sample: a stalled store is not an
+// overloaded service. Samples are collected in windows (a window closes
 // at the first Done at least Window, 100ms, after it opened that brings
 // it to MinSamples, 10). At the end of a window:
 //

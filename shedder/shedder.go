@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 	"github.com/floodgate-go/floodgate/shedder/internal/core"
 )
 
@@ -169,12 +170,12 @@ func (s *Shedder) InFlight() int64 { return s.inflight.Load() }
 
 // Admit implements floodgate.Admitter. It never blocks and never returns a
 // nil Done with an allow.
-func (s *Shedder) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	p, err := s.v.Priority(r)
 	e := s.est.Load()
 	if p == floodgate.PriorityCritical {
 		n := s.inflight.Add(1)
-		return s.v.Allow(p, n), s.doneOf(e, p, n), err
+		return s.v.Allow(p, n), s.doneOf(ctx, e, p, n), err
 	}
 	for {
 		n := s.inflight.Load()
@@ -185,7 +186,7 @@ func (s *Shedder) Admit(_ context.Context, r *floodgate.Request) (floodgate.Deci
 			return s.v.Shed(p, n), nil, err
 		}
 		if s.inflight.CompareAndSwap(n, n+1) {
-			return s.v.Allow(p, n+1), s.doneOf(e, p, n+1), err
+			return s.v.Allow(p, n+1), s.doneOf(ctx, e, p, n+1), err
 		}
 	}
 }
@@ -208,12 +209,12 @@ func (s *Shedder) aboveSheds(p floodgate.Priority, n int64) bool {
 // doneOf returns the Done of a request of priority p admitted with
 // inflight requests in flight (itself included): the prebuilt one of a
 // fixed capacity, or a pooled ticket that times the request for e.
-func (s *Shedder) doneOf(e *core.Estimator, p floodgate.Priority, inflight int64) floodgate.Done {
+func (s *Shedder) doneOf(ctx context.Context, e *core.Estimator, p floodgate.Priority, inflight int64) floodgate.Done {
 	if e == nil {
 		return s.done
 	}
 	t := s.tickets.Get().(*core.Ticket)
-	t.Start(e, p, inflight)
+	t.Start(e, p, inflight, reqctx.Wait(ctx))
 	return t.Done
 }
 

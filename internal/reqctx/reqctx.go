@@ -14,12 +14,14 @@ package reqctx
 import (
 	"context"
 	"sync/atomic"
+	"time"
 )
 
 type (
 	requestKey struct{}
 	originKey  struct{}
 	costKey    struct{}
+	waitKey    struct{}
 )
 
 // node is a context node and the request it carries, allocated together.
@@ -30,6 +32,7 @@ type node[R any] struct {
 	r      R
 	origin any
 	cost   atomic.Int64 // SetCost's value plus one; 0 when none was set
+	wait   atomic.Int64 // nanoseconds a stage waited on a degraded store (Wait)
 }
 
 func (c *node[R]) Value(key any) any {
@@ -40,6 +43,8 @@ func (c *node[R]) Value(key any) any {
 		return c.origin
 	case costKey{}:
 		return &c.cost
+	case waitKey{}:
+		return &c.wait
 	}
 	return c.Context.Value(key)
 }
@@ -87,4 +92,24 @@ func Cost(ctx context.Context) (int64, bool) {
 		return v - 1, true
 	}
 	return 0, false
+}
+
+// Wait returns the counter of the nanoseconds the request in ctx spent
+// waiting on a degraded store (a stalled Redis: a call that ran out of
+// its budget, a local deny waiting for a late answer), or nil when ctx
+// carries no request made by New. The stage that waits adds to it, on its
+// slow paths only; a stage that learns the service's latency from its
+// requests (the adaptive shedder) takes from a request's latency what
+// was added after it admitted the request, so that a store's stall is not
+// read as the service's overload.
+func Wait(ctx context.Context) *atomic.Int64 {
+	w, _ := ctx.Value(waitKey{}).(*atomic.Int64)
+	return w
+}
+
+// AddWait adds d to the wait counter of the request in ctx, if any.
+func AddWait(ctx context.Context, d time.Duration) {
+	if w := Wait(ctx); w != nil && d > 0 {
+		w.Add(int64(d))
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/failover"
 	"github.com/floodgate-go/floodgate/internal/liveness"
 	"github.com/floodgate-go/floodgate/internal/redisnow"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/shedder/internal/core"
 )
@@ -214,12 +215,12 @@ func (s *Shedder) Stats() shedder.Stats {
 
 // doneOf returns the Done of a request of priority p admitted with
 // inflight requests in flight on this instance, itself included.
-func (s *Shedder) doneOf(e *core.Estimator, p floodgate.Priority, inflight int64) floodgate.Done {
+func (s *Shedder) doneOf(ctx context.Context, e *core.Estimator, p floodgate.Priority, inflight int64) floodgate.Done {
 	if e == nil {
 		return s.dones[p]
 	}
 	t := s.tickets.Get().(*core.Ticket)
-	t.Start(e, p, inflight)
+	t.Start(e, p, inflight, reqctx.Wait(ctx))
 	return t.Done
 }
 
@@ -233,7 +234,7 @@ func (s *Shedder) release(t *core.Ticket) {
 // whose Priority is none of the named ones is decided at the default
 // priority and returns shedder.ErrInvalidPriority; while the counts are
 // stale it returns ErrStale.
-func (s *Shedder) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
+func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.Decision, floodgate.Done, error) {
 	p, err := s.v.Priority(r)
 	others := s.othersTotal.Load()
 	stale := s.stale.Load()
@@ -252,7 +253,7 @@ func (s *Shedder) Admit(_ context.Context, r *floodgate.Request) (floodgate.Deci
 	if p == floodgate.PriorityCritical {
 		s.local[p].Add(1)
 		n := s.localTotal.Add(1)
-		return s.v.Allow(p, others+n), s.doneOf(e, p, n), err
+		return s.v.Allow(p, others+n), s.doneOf(ctx, e, p, n), err
 	}
 	for {
 		n := s.localTotal.Load()
@@ -265,7 +266,7 @@ func (s *Shedder) Admit(_ context.Context, r *floodgate.Request) (floodgate.Deci
 		}
 		if s.localTotal.CompareAndSwap(n, n+1) {
 			s.local[p].Add(1)
-			return s.v.Allow(p, total+1), s.doneOf(e, p, n+1), err
+			return s.v.Allow(p, total+1), s.doneOf(ctx, e, p, n+1), err
 		}
 	}
 }

@@ -56,3 +56,34 @@ func TestReadmeFleetKeepsTheLimit(t *testing.T) {
 		t.Errorf("former snippet: %d admitted while Redis was down (bound %.0f): want more than twice the bound, as one process per share of six does", o.downAdmitted, o.bound())
 	}
 }
+
+// TestReadmeServiceUnderAStall: the README's service, one process, 200
+// requests/s, Redis SIGSTOPped for 3 s. The store's breaker opens within
+// the stall's first second (its slow grace); from the second after it
+// on, no request waits anywhere near the closed budget (250 ms), which is
+// what each half-open probe cost a request before probes waited a
+// healthy call's budget, and what every local deny cost while Redis was
+// silent (second 1 waited 251 ms on the code before the silence bound).
+//
+// Bounds, and why they hold on a loaded 2-core machine: a healthy call's
+// budget is 5 ms and adapts up to the closed budget only from calls that
+// answered slowly, which a stalled Redis does not; the bound, 150 ms, is
+// the closed budget less 100 ms of scheduling delay.
+func TestReadmeServiceUnderAStall(t *testing.T) {
+	cfg := config{mode: "readme", procs: 1, offered: 200, dur: 7 * time.Second, killAt: 2 * time.Second, down: 3 * time.Second, warmup: 2 * time.Second, fault: "stop"}
+	res, err := drive(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	report(&out, cfg, res)
+	t.Log(out.String())
+	if len(res.seconds) < 4 {
+		t.Fatalf("%d seconds measured from the stop, want at least 4", len(res.seconds))
+	}
+	for i, s := range res.seconds[1:4] {
+		if s.max >= 150*time.Millisecond {
+			t.Errorf("second %d from the stop: a request waited %s, want under 150ms once the breaker has opened", i+1, s.max)
+		}
+	}
+}

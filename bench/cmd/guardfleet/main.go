@@ -6,6 +6,12 @@
 // Redis was down, beside package fallback's bound for an outage of T
 // seconds: C + r·T (capacity 50, rate 50/s: 300 for 5 s).
 //
+// -fault stop SIGSTOPs Redis instead (for -down, then SIGCONT) and prints,
+// for each second from the stop on, what the requests sent in it waited
+// (p99 and max): with the README's service, a stalled Redis costs a
+// request no more than a healthy call's budget once the store's breaker
+// has opened, within the first second of the stall.
+//
 // -mode readme is the README's first screen as a user copies it: its
 // policy.yaml and its HTTP service's main.go, taken from README.md,
 // written into a fresh module in a temporary directory outside the
@@ -18,6 +24,7 @@
 //
 //	cd bench && go run ./cmd/guardfleet -mode readme
 //	cd bench && go run ./cmd/guardfleet -mode old
+//	cd bench && go run ./cmd/guardfleet -procs 1 -offered 200 -fault stop -kill-at 4s -down 10s -dur 16s
 package main
 
 import (
@@ -33,6 +40,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +74,7 @@ type config struct {
 	offered           int // requests/s, the whole fleet
 	dur, killAt, down time.Duration
 	warmup            time.Duration // after every process listens, before load
+	fault             string        // "kill" (restarted empty) or "stop" (SIGSTOP, then SIGCONT)
 	verbose           bool
 }
 
@@ -75,6 +84,13 @@ type result struct {
 	downAdmitted             int64         // admitted while Redis was down
 	downFor                  time.Duration // from the kill to the restart
 	elapsed                  time.Duration
+	seconds                  []second // -fault stop: each second from the stop on
+}
+
+// second is what the requests sent in one second of a run waited.
+type second struct {
+	sent     int
+	p99, max time.Duration
 }
 
 // bound is package fallback's bound on what the fleet admits locally in
@@ -90,6 +106,7 @@ func main() {
 	flag.DurationVar(&cfg.killAt, "kill-at", 7*time.Second, "when Redis is killed")
 	flag.DurationVar(&cfg.down, "down", 5*time.Second, "how long Redis stays down")
 	flag.DurationVar(&cfg.warmup, "warmup", 3*time.Second, "wait after the processes listen, so the fleet counts them all")
+	flag.StringVar(&cfg.fault, "fault", "kill", "kill (Redis restarted empty after -down) or stop (SIGSTOPped for -down, then resumed)")
 	flag.BoolVar(&cfg.verbose, "v", false, "pass the services' logs through")
 	flag.Parse()
 	serveIfAsked()
@@ -102,10 +119,52 @@ func main() {
 }
 
 func report(w io.Writer, cfg config, r result) {
+	if cfg.fault == "stop" {
+		reportStop(w, cfg, r)
+		return
+	}
 	allowed := capacity + rate*r.elapsed.Seconds() + capacity // Redis restarts empty: a second burst
 	fmt.Fprintf(w, "mode %s: %d processes, %d req/s offered for %s: admitted %d (%d while Redis was down %s: bound C + r·T = %.0f), denied %d, failed %d; the limit allows about %.0f in all; ratio %.2f\n",
 		cfg.mode, cfg.procs, cfg.offered, r.elapsed.Round(time.Millisecond), r.admitted, r.downAdmitted,
 		r.downFor.Round(time.Millisecond), r.bound(), r.denied, r.failed, allowed, float64(r.admitted)/allowed)
+}
+
+// reportStop prints what requests waited in each second from the stop on
+// (second 0 holds the stop, and the breaker's opening in it).
+func reportStop(w io.Writer, cfg config, r result) {
+	fmt.Fprintf(w, "mode %s: %d processes, %d req/s offered for %s, Redis SIGSTOPped %s in for %s: admitted %d, denied %d, failed %d\n",
+		cfg.mode, cfg.procs, cfg.offered, r.elapsed.Round(time.Millisecond), cfg.killAt, cfg.down, r.admitted, r.denied, r.failed)
+	fmt.Fprintln(w, "second from the stop   sent   p99 ms   max ms")
+	for i, s := range r.seconds {
+		fmt.Fprintf(w, "%20d   %4d   %6.1f   %6.1f\n", i, s.sent, ms(s.p99), ms(s.max))
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// bySecond groups the waits of requests sent from the stop on by the
+// second they were sent in.
+func bySecond(sent []time.Time, waits []time.Duration, from time.Time) []second {
+	var groups [][]time.Duration
+	for i, at := range sent {
+		if at.Before(from) || waits[i] < 0 {
+			continue
+		}
+		k := int(at.Sub(from) / time.Second)
+		for len(groups) <= k {
+			groups = append(groups, nil)
+		}
+		groups[k] = append(groups[k], waits[i])
+	}
+	out := make([]second, len(groups))
+	for k, g := range groups {
+		slices.Sort(g)
+		if len(g) == 0 {
+			continue
+		}
+		out[k] = second{sent: len(g), p99: g[(len(g)*99)/100], max: g[len(g)-1]}
+	}
+	return out
 }
 
 // serveEnv, set in a process drive starts for -mode old, holds its port
@@ -300,6 +359,15 @@ func (r *redisServer) start() error {
 	return waitListening(r.port, 10*time.Second)
 }
 
+// pause stops (SIGSTOP) or resumes (SIGCONT) the server.
+func (r *redisServer) pause(stop bool) {
+	sig := syscall.SIGCONT
+	if stop {
+		sig = syscall.SIGSTOP
+	}
+	r.cmd.Process.Signal(sig)
+}
+
 func (r *redisServer) kill() {
 	r.cmd.Process.Kill()
 	r.cmd.Wait()
@@ -335,6 +403,9 @@ func drive(cfg config) (res result, err error) {
 		}
 	default:
 		return res, fmt.Errorf("-mode %q: want readme or old", cfg.mode)
+	}
+	if cfg.fault != "" && cfg.fault != "kill" && cfg.fault != "stop" {
+		return res, fmt.Errorf("-fault %q: want kill or stop", cfg.fault)
 	}
 	rport, err := freePort()
 	if err != nil {
@@ -391,28 +462,43 @@ func load(cfg config, ports []int, path string, redis *redisServer) (res result,
 	client := &http.Client{Timeout: 2 * time.Second}
 	start := time.Now()
 	outage := make(chan error, 1)
+	n := cfg.offered * int(cfg.dur/time.Second+1)
+	sent, waits := make([]time.Time, n), make([]time.Duration, n)
+	var killed time.Time
 	go func() {
 		time.Sleep(cfg.killAt)
-		redis.kill()
+		if cfg.fault == "stop" {
+			redis.pause(true)
+		} else {
+			redis.kill()
+		}
 		down.Store(true)
-		killed := time.Now()
+		killed = time.Now()
 		time.Sleep(cfg.down)
 		down.Store(false)
 		res.downFor = time.Since(killed)
+		if cfg.fault == "stop" {
+			redis.pause(false)
+			outage <- nil
+			return
+		}
 		outage <- redis.start()
 	}()
 	tick := time.NewTicker(time.Second / time.Duration(cfg.offered))
 	defer tick.Stop()
 	var wg sync.WaitGroup
-	for i := 0; time.Since(start) < cfg.dur && i < cfg.offered*int(cfg.dur/time.Second+1); i++ {
+	for i := 0; time.Since(start) < cfg.dur && i < n; i++ {
 		<-tick.C
 		port := ports[i%len(ports)]
 		wg.Add(1)
+		waits[i] = -1
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+path, nil)
 			req.Header.Set("x-user-id", "u1")
+			t0 := time.Now()
 			resp, err := client.Do(req)
+			sent[i], waits[i] = t0, time.Since(t0)
 			if err != nil {
 				failed.Add(1)
 				return
@@ -438,5 +524,8 @@ func load(cfg config, ports []int, path string, redis *redisServer) (res result,
 		return res, err
 	}
 	res.admitted, res.denied, res.failed, res.downAdmitted = admitted.Load(), denied.Load(), failed.Load(), downAdmitted.Load()
+	if cfg.fault == "stop" {
+		res.seconds = bySecond(sent, waits, killed)
+	}
 	return res, nil
 }

@@ -399,6 +399,8 @@ func (e *Estimator) Snapshot() Stats {
 // capacity is adaptive; pooled, its Done is built once.
 type Ticket struct {
 	start    time.Time
+	wait     *atomic.Int64 // the request's wait on degraded stores (reqctx.Wait), or nil
+	wait0    int64         // *wait when the request was admitted
 	gen      uint64
 	inflight int64 // in flight when it was admitted, itself included
 	e        *Estimator
@@ -418,13 +420,26 @@ func NewTicket(release func(*Ticket)) *Ticket {
 
 // Start times a request admitted with inflight requests in flight, itself
 // included, for e.
-func (t *Ticket) Start(e *Estimator, p floodgate.Priority, inflight int64) {
+//
+// wait, when not nil, is the request's counter of the time it spends
+// waiting on a degraded store (reqctx.Wait): what a later stage adds to
+// it is not the service's latency (a stalled Redis is not an overloaded
+// service) and is taken out of the request's sample.
+func (t *Ticket) Start(e *Estimator, p floodgate.Priority, inflight int64, wait *atomic.Int64) {
 	t.e, t.P, t.gen, t.inflight, t.start = e, p, e.gen.Load(), inflight, e.clock.Now()
+	t.wait, t.wait0 = wait, 0
+	if wait != nil {
+		t.wait0 = wait.Load()
+	}
 }
 
 func (t *Ticket) finish(res floodgate.Result) {
 	e, gen, inflight := t.e, t.gen, t.inflight
 	latency := e.clock.Now().Sub(t.start)
+	if t.wait != nil {
+		latency -= time.Duration(t.wait.Load() - t.wait0)
+		t.wait = nil
+	}
 	t.e = nil
 	t.release(t)
 	e.record(res.Outcome, latency, gen, inflight)
