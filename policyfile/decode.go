@@ -24,8 +24,9 @@ var waitKeys = []string{"max", "queue", "order"}
 // sections, by path. The decoder accepts exactly these keys, and a test
 // holds the package documentation to them.
 var schema = map[string][]string{
-	"shedder":                {"capacity", "thresholds", "adaptive", "fleet"},
+	"shedder":                {"capacity", "thresholds", "adaptive", "retries", "fleet"},
 	"shedder.thresholds":     {"test", "read", "write"},
+	"shedder.retries":        {"margin", "attempt_header"},
 	"shedder.adaptive":       adaptiveCapacityKeys,
 	"shedder.fleet":          {"capacity", "reserve", "adaptive"},
 	"shedder.fleet.adaptive": adaptiveCapacityKeys,
@@ -276,6 +277,17 @@ func (d *decoder) shedder(n *yaml.Node, f *File) {
 			})
 		case "adaptive":
 			cfg.Adaptive = d.adaptiveCapacity(v, fp)
+		case "retries":
+			instance = true
+			cfg.Retries = &shedder.Retries{}
+			d.fields(v, fp, func(rk string, rv *yaml.Node, rp string) {
+				switch rk {
+				case "margin":
+					cfg.Retries.Margin = d.number(rv, rp)
+				case "attempt_header":
+					cfg.Retries.AttemptHeader, _ = d.str(rv, rp)
+				}
+			})
 		case "fleet":
 			f.Fleet = d.fleet(v, fp)
 		}

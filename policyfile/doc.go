@@ -29,7 +29,7 @@
 // Every key, with an example value; each is optional unless said
 // otherwise, and leaving one out means the stage's default. The keys are
 // the snake_case names of the Go fields (shedder.Config,
-// shedder.Thresholds, shedder.AdaptiveCapacity, fleetshed.Config,
+// shedder.Thresholds, shedder.AdaptiveCapacity, shedder.Retries, fleetshed.Config,
 // concurrency.PerKey, concurrency.AdaptiveConfig, concurrency.Wait), with
 // the same defaults and the same validation. Numbers must be greater than
 // 0 and durations are strings ("100ms").
@@ -49,6 +49,9 @@
 //	    growth: 0.1
 //	    backoff: 0.9
 //	    cpu_target: 0.9        # needs the Shedder built WithCPU
+//	  retries:                 # retries shed before first attempts (shedder.Retries)
+//	    margin: 0.05           # below each priority's threshold, a share of capacity
+//	    attempt_header: x-envoy-attempt-count   # besides grpc-previous-rpc-attempts
 //	  fleet:                   # a *fleetshed.Shedder (Targets.Fleet)
 //	    capacity: 4000         # required unless adaptive is set
 //	    reserve: 0.2
@@ -97,7 +100,8 @@
 //	    ipv4_prefix: 32        # the default of rules keyed on ip that do not say
 //	    ipv6_prefix: 64
 //
-// shedder: sets a Shedder when it has capacity, thresholds or adaptive;
+// shedder: sets a Shedder when it has capacity, thresholds, adaptive or
+// retries (retries alone needs capacity or adaptive beside it);
 // a section with only fleet: leaves the Shedder alone. Watch refuses a
 // file that sets a stage Targets leaves nil, and a setting the stage
 // would refuse (a cpu_target for a Shedder without a CPU meter, global

@@ -161,6 +161,9 @@ type Config struct {
 	Thresholds Thresholds
 	// Adaptive, when not nil, makes the capacity adaptive.
 	Adaptive *AdaptiveCapacity
+	// Retries, when not nil, sheds retries before first attempts of the
+	// same priority (WithRetries).
+	Retries *Retries
 }
 
 // Validate reports every bad field of c, or nil.
@@ -172,8 +175,12 @@ func (c Config) Validate() error {
 	if c.Capacity > MaxCapacity {
 		errs = append(errs, field.Errorf("capacity", "%d must be <= %d (MaxCapacity)", c.Capacity, int64(MaxCapacity)))
 	}
-	for _, msg := range c.Thresholds.orDefault().check() {
+	bad := c.Thresholds.orDefault().check()
+	for _, msg := range bad {
 		errs = append(errs, &field.Error{Path: "thresholds", Err: errors.New(msg)})
+	}
+	if len(bad) == 0 {
+		errs = append(errs, retriesErrors(c)...)
 	}
 	out := core.Wrap("shedder", "Config", "", errs)
 	if c.Adaptive != nil {
@@ -194,6 +201,9 @@ func (s *Shedder) Config() Config {
 	if s.est.Load() != nil {
 		a := s.adaptive
 		c.Adaptive = &a
+	}
+	if rs := s.retries.Load(); rs != nil {
+		c.Retries = &Retries{Margin: rs.margin, AttemptHeader: rs.attempt}
 	}
 	return c
 }
@@ -226,6 +236,7 @@ func (s *Shedder) Reconfigure(c Config) error {
 	t := c.Thresholds.orDefault()
 	s.mu.Lock()
 	s.thresholds[floodgate.PriorityTest], s.thresholds[floodgate.PriorityRead], s.thresholds[floodgate.PriorityWrite] = t.Test, t.Read, t.Write
+	s.setRetries(c.Retries)
 	s.fixed = c.Capacity
 	if c.Adaptive == nil {
 		s.est.Store(nil)

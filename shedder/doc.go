@@ -22,6 +22,16 @@
 // WithRetryAfter says otherwise); transports turn it into UNAVAILABLE / 503
 // with Retry-After.
 //
+// With WithRetries, a retry (a request carrying grpc-previous-rpc-attempts
+// above 0, or the Retries' attempt header above 1: the transport copies
+// them into Request.Headers, as RequestHeaders asks) is shed a margin
+// (5% of capacity) below its priority's threshold, before the first
+// attempts of its priority: with capacity 100 a retried read is shed from
+// 75, a first-attempt read from 80. Its Decision's Policy is
+// "shedder.retries". Retries of a refused call are the load that turns an
+// overload into a retry storm (gRFC A6); a first attempt has not failed
+// yet.
+//
 // Shedding starts and stops with hysteresis so that a load hovering around a
 // threshold does not flap: a priority starts being shed when in flight
 // reaches its threshold, and stops only when in flight has fallen below

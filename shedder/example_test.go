@@ -39,3 +39,31 @@ func ExampleNew() {
 	// critical allowed=true policy="" retry-after=0s
 	// in flight: 0
 }
+
+// With retries shed first, a Shedder sized for 20 requests in flight
+// sheds a retried read (grpc-previous-rpc-attempts above 0, which the
+// transport copies into the Request) from 15 in flight, one margin of 5%
+// of capacity below the reads' threshold of 16, while a first attempt
+// still passes.
+func ExampleWithRetries() {
+	s, err := shedder.New(20, shedder.WithRetries(shedder.Retries{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("the transport copies:", s.RequestHeaders())
+	ctx := context.Background()
+	for range 15 {
+		s.Admit(ctx, &floodgate.Request{Priority: floodgate.PriorityCritical}) // held in flight
+	}
+	first := &floodgate.Request{Priority: floodgate.PriorityRead}
+	retry := &floodgate.Request{Priority: floodgate.PriorityRead,
+		Headers: []floodgate.Header{{Name: "grpc-previous-rpc-attempts", Value: "1"}}}
+	for _, r := range []*floodgate.Request{retry, first} {
+		d, _, _ := s.Admit(ctx, r)
+		fmt.Printf("retry=%-5v allowed=%v policy=%q\n", r.Headers != nil, d.Allowed, d.Policy)
+	}
+	// Output:
+	// the transport copies: [grpc-previous-rpc-attempts]
+	// retry=true  allowed=false policy="shedder.retries"
+	// retry=false allowed=true policy=""
+}

@@ -16,6 +16,7 @@ type config struct {
 	thresholds [floodgate.NumPriorities]float64
 	adaptive   *AdaptiveCapacity
 	meter      CPUMeter
+	retries    *Retries
 }
 
 // WithThresholds sets the fraction of capacity at which test, read and write

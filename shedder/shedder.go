@@ -30,6 +30,12 @@ const (
 	DefaultPriority = core.DefaultPriority
 	// DefaultPolicy is the Policy of a Shedder's shed Decisions.
 	DefaultPolicy = "shedder"
+	// DefaultRetryMargin is the Margin of Retries: retries are shed from
+	// 5% of capacity below their priority's threshold.
+	DefaultRetryMargin = 0.05
+	// RetriesPolicySuffix follows the Policy of a Shedder's Decisions on
+	// the retries it sheds before first attempts (WithRetries).
+	RetriesPolicySuffix = core.RetriesPolicySuffix
 
 	// The defaults of AdaptiveCapacity's fields.
 	DefaultAdaptiveWindow     = core.DefaultAdaptiveWindow
@@ -60,6 +66,8 @@ var ErrInvalidPriority = core.ErrInvalidPriority
 type Shedder struct {
 	inflight atomic.Int64
 	gates    [floodgate.NumPriorities]core.Gate // critical's is never consulted
+	retry    [floodgate.NumPriorities]core.Gate // retries' gates (WithRetries)
+	retries  atomic.Pointer[retrySet]           // nil: retries are shed as first attempts
 	v        core.Verdicts
 	done     floodgate.Done                 // the Done of a fixed capacity
 	est      atomic.Pointer[core.Estimator] // nil: the capacity is fixed
@@ -68,6 +76,7 @@ type Shedder struct {
 
 	mu         sync.Mutex // serialises capacity and threshold changes
 	thresholds [floodgate.NumPriorities]float64
+	margin     float64 // the retries' margin; 0 while off
 	band       float64
 	fixed      int64 // the capacity Config reports
 	adaptive   AdaptiveCapacity
@@ -90,6 +99,11 @@ func New(capacity int64, opts ...Option) (*Shedder, error) {
 		c.Errorf("capacity %d must be at most MaxCapacity (%d)", capacity, int64(MaxCapacity))
 	}
 	core.Apply(&c, &c.Settings, "Option", opts)
+	if c.retries != nil {
+		for _, e := range c.retries.check(c.thresholds) {
+			c.Fail("WithRetries", "%s", e.Error())
+		}
+	}
 	if c.adaptive != nil && c.adaptive.CPUTarget > 0 && c.meter == nil {
 		c.Fail("WithAdaptiveCapacity", "AdaptiveCapacity.CPUTarget %v needs a CPU meter (AdaptiveCapacity.CPU or WithCPU)", c.adaptive.CPUTarget)
 	}
@@ -99,9 +113,12 @@ func New(capacity int64, opts ...Option) (*Shedder, error) {
 	s := &Shedder{thresholds: c.thresholds, band: c.Hysteresis, fixed: capacity, clock: c.TimeSource(), meter: c.meter}
 	for p := floodgate.PriorityTest; p < floodgate.PriorityCritical; p++ {
 		s.gates[p].Init(&c.Settings)
+		s.retry[p].Init(&c.Settings)
 	}
 	s.v.Init(&c.Settings, capacity)
 	s.gates[floodgate.PriorityCritical].Close()
+	s.retry[floodgate.PriorityCritical].Close()
+	s.setRetries(c.retries)
 	s.setCapacity(capacity)
 	s.done = func(floodgate.Result) { s.inflight.Add(-1) }
 	s.tickets.New = func() any { return core.NewTicket(s.release) }
@@ -124,7 +141,25 @@ func (s *Shedder) layout(capacity int64) {
 	s.v.Capacity.Store(capacity)
 	for p := floodgate.PriorityTest; p < floodgate.PriorityCritical; p++ {
 		s.gates[p].Layout(core.FractionOf(s.thresholds[p], capacity), capacity, s.band)
+		if s.margin > 0 {
+			s.retry[p].Layout(max(1, core.FractionOf(s.thresholds[p]-s.margin, capacity)), capacity, s.band)
+		}
 	}
+}
+
+// setRetries installs r (nil: off); mu held, or s not shared yet. The
+// gates are laid out by the next layout.
+func (s *Shedder) setRetries(r *Retries) {
+	old := s.retries.Load()
+	rs := newRetrySet(r)
+	if rs != nil && old != nil && rs.attempt == old.attempt {
+		rs.headers = old.headers // the same slice: the transport keeps its copy
+	}
+	s.margin = 0
+	if rs != nil {
+		s.margin = rs.margin
+	}
+	s.retries.Store(rs)
 }
 
 // startAdaptive installs an estimator of settings a starting from
@@ -177,11 +212,19 @@ func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		n := s.inflight.Add(1)
 		return s.v.Allow(p, n), s.doneOf(ctx, e, p, n), err
 	}
+	g := &s.gates[p]
+	retry := false
+	if rs := s.retries.Load(); rs != nil && rs.isRetry(r) {
+		g, retry = &s.retry[p], true
+	}
 	for {
 		n := s.inflight.Load()
-		if s.gates[p].Shed(n) || s.aboveSheds(p, n) {
+		if g.Shed(n) || s.aboveSheds(p, n) {
 			if e != nil {
 				e.Shed.Add(1)
+			}
+			if retry {
+				return s.v.ShedRetry(p, n), nil, err
 			}
 			return s.v.Shed(p, n), nil, err
 		}

@@ -35,11 +35,13 @@ type Verdicts struct {
 	retryAfter      time.Duration
 	defaultPriority floodgate.Priority
 	policy          string
+	retryPolicy     string // policy + ".retries"
 }
 
 // Init takes the settings of s and the starting capacity.
 func (v *Verdicts) Init(s *Settings, capacity int64) {
 	v.retryAfter, v.defaultPriority, v.policy = s.RetryAfter, s.DefaultPriority, s.Policy
+	v.retryPolicy = s.Policy + RetriesPolicySuffix
 	v.Capacity.Store(capacity)
 }
 
@@ -79,6 +81,17 @@ func (v *Verdicts) Allow(p floodgate.Priority, inflight int64) floodgate.Decisio
 func (v *Verdicts) Shed(p floodgate.Priority, inflight int64) floodgate.Decision {
 	d := v.Allow(p, inflight)
 	d.Allowed, d.Policy, d.RetryAfter = false, v.policy, v.retryAfter
+	return d
+}
+
+// RetriesPolicySuffix follows the Policy of a shed retry (ShedRetry).
+const RetriesPolicySuffix = ".retries"
+
+// ShedRetry is the Decision shedding a retry of priority p, before first
+// attempts of p, with inflight requests in flight.
+func (v *Verdicts) ShedRetry(p floodgate.Priority, inflight int64) floodgate.Decision {
+	d := v.Shed(p, inflight)
+	d.Policy = v.retryPolicy
 	return d
 }
 
