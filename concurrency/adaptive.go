@@ -415,7 +415,7 @@ func (a *Adaptive) try(r *floodgate.Request) (floodgate.Decision, floodgate.Done
 				if once.CompareAndSwap(false, true) {
 					a.finish(res.Outcome, start, n+1)
 					a.inflight.Add(-1)
-					a.wait.wake()
+					a.wait.freed()
 				}
 			}
 			return floodgate.Decision{

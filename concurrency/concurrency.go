@@ -22,6 +22,12 @@ const (
 	DefaultMaxKeys = 10_000
 	// DefaultQueue is Wait.Queue when it is 0.
 	DefaultQueue = 1000
+	// DefaultWaitTarget is Wait.Target when it is 0: under CoDel, the
+	// wait a standing queue is cut to (CoDel's target, RFC 8289).
+	DefaultWaitTarget = 5 * time.Millisecond
+	// DefaultWaitInterval is Wait.Interval when it is 0: under CoDel,
+	// how long the queue must stay non-empty to stand.
+	DefaultWaitInterval = 100 * time.Millisecond
 	// MaxPerKeyCaps is the most per-key caps one Limiter holds (and the
 	// most fleet caps a fleetconc.Limiter holds); it keeps Admit free of
 	// allocations.
@@ -74,7 +80,7 @@ func New(opts ...Option) (*Limiter, error) {
 	if l.hasGlobal {
 		l.releaseGlobal = func(floodgate.Result) {
 			l.inflight.Add(-1)
-			l.wait.wake()
+			l.wait.freed()
 		}
 	}
 	l.wait.init(o.wait, o.clock, l.try)
@@ -221,7 +227,7 @@ func (l *Limiter) localDone(held []*entry) floodgate.Done {
 // what it freed to requests waiting for a slot.
 func (l *Limiter) releaseLocal(held []*entry) {
 	l.releaseHeld(held)
-	l.wait.wake()
+	l.wait.freed()
 }
 
 // releaseHeld releases local entries and the global slot a try took; a
@@ -374,7 +380,7 @@ func (k *keyLimit) newEntry() *entry {
 		if l.hasGlobal {
 			l.inflight.Add(-1)
 		}
-		l.wait.wake()
+		l.wait.freed()
 	}
 	return e
 }

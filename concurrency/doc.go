@@ -73,6 +73,16 @@
 //     ends first it is denied with RetryAfter 0 and an error wrapping the
 //     context's, and its place in the queue is free again. A slot handed
 //     over just as the context ended is released (OutcomeIgnored).
+//   - A request whose context has a deadline is refused at once (as when
+//     the queue is full: the deny it would have had without waiting, no
+//     error) when the queue's pace would hand it a slot and let it run
+//     past that deadline: one slot for each request a freed slot reaches
+//     before it and one for it, each after the mean interval between
+//     slots freed while requests waited, then the mean time a request
+//     from the queue held its slot. It would only have held a place and,
+//     once handed a slot, done work nobody reads. Until the pace is
+//     measured (the queue's first slots after it was empty), every
+//     request waits.
 //   - Waits are timed on the Clock (WithClock, AdaptiveConfig.Clock): one
 //     with an After method, as package testing/clock's fake has, times
 //     them itself, so tests run on fake time.
@@ -80,7 +90,13 @@
 // FIFO is fair, but under sustained overload every request that runs has
 // waited about Max. LIFO serves the newest first: those that run waited
 // little, and the ones left waiting longest are the ones denied when Max
-// passes, so latency stays low under overload. BenchmarkWaitOverload
+// passes, so latency stays low under overload. CoDel is FIFO until the
+// queue has not emptied for Wait.Interval (100ms), then LIFO with every
+// new wait cut to Wait.Target (5ms) until it empties: a burst is served
+// in order, a standing queue as LIFO with little waiting. Offered 3x its
+// capacity with 100ms deadlines (bench/cmd/deadline), a service behind a
+// FIFO queue that ignored deadlines answered none of its calls in time;
+// with CoDel it answered 96% of its capacity in time (LIFO: 97%). BenchmarkWaitOverload
 // measures the p99 of both against denying at once; bench/README.md has
 // the figures and the command.
 //

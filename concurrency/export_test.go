@@ -88,3 +88,7 @@ func (a *Adaptive) LongRTT() float64 {
 // request's release handed them while they waited (not those the cap let
 // in as they joined the queue).
 func (l *Limiter) Waited() int64 { return l.wait.waited.Load() }
+
+// Late returns how many requests the Limiter refused at once because the
+// queue's pace would serve them after their deadline.
+func (l *Limiter) Late() int64 { return l.wait.late.Load() }

@@ -116,7 +116,7 @@ func WithWait(w Wait) Option {
 }
 
 // waitFieldNames maps Wait's policy file keys to its Go field names.
-var waitFieldNames = map[string]string{"max": "Max", "queue": "Queue", "order": "Order"}
+var waitFieldNames = map[string]string{"max": "Max", "queue": "Queue", "order": "Order", "target": "Target", "interval": "Interval"}
 
 // WithClock sets the Clock a wait for a slot is timed on (default
 // floodgate.SystemClock(); a Clock with an After method, as package

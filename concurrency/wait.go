@@ -28,11 +28,19 @@ const (
 	// ones that waited longest are those denied when their wait ends
 	// (Netflix concurrency-limits' LIFO blocking limiter).
 	LIFO
+	// CoDel is FIFO while the queue drains, and LIFO with waits cut to
+	// Wait.Target once it stands: once it has not emptied for
+	// Wait.Interval (the controlled delay of Facebook's request queues,
+	// after CoDel, RFC 8289, with their adaptive LIFO), until it empties.
+	// Under sustained overload the requests that run waited little, and
+	// the rest are refused after Target rather than Max; a burst the
+	// service absorbs within Interval is served in order.
+	CoDel
 )
 
-var orderNames = [...]string{"fifo", "lifo"}
+var orderNames = [...]string{"fifo", "lifo", "codel"}
 
-// String returns "fifo" or "lifo".
+// String returns "fifo", "lifo" or "codel".
 func (o WaitOrder) String() string {
 	if int(o) < len(orderNames) {
 		return orderNames[o]
@@ -50,7 +58,7 @@ func (o *WaitOrder) UnmarshalText(text []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("concurrency: unknown wait order %q (want fifo or lifo)", string(text))
+	return fmt.Errorf("concurrency: unknown wait order %q (want fifo, lifo or codel)", string(text))
 }
 
 // Wait is how long a request may wait for a slot instead of being denied
@@ -69,12 +77,29 @@ type Wait struct {
 	// Order is which request of one priority a freed slot goes to; the
 	// zero value is FIFO.
 	Order WaitOrder
+	// Target is, with Order CoDel, the wait a standing queue is cut to; 0
+	// means DefaultWaitTarget (or Max, when shorter). It must not be
+	// negative, nor above Max.
+	Target time.Duration
+	// Interval is, with Order CoDel, how long the queue must stay
+	// non-empty to stand; 0 means DefaultWaitInterval. It must not be
+	// negative.
+	Interval time.Duration
 }
 
-// withDefaults returns w with Queue set when it waits.
+// withDefaults returns w with Queue set when it waits, and Target and
+// Interval under CoDel.
 func (w Wait) withDefaults() Wait {
 	if w.Max > 0 && w.Queue == 0 {
 		w.Queue = DefaultQueue
+	}
+	if w.Order == CoDel {
+		if w.Target == 0 {
+			w.Target = min(DefaultWaitTarget, w.Max)
+		}
+		if w.Interval == 0 {
+			w.Interval = DefaultWaitInterval
+		}
 	}
 	return w
 }
@@ -96,7 +121,15 @@ func (w Wait) fieldErrors(parent string) []*field.Error {
 		add(field.Errorf("queue", "%d is negative", w.Queue))
 	}
 	if int(w.Order) >= len(orderNames) {
-		add(field.Errorf("order", "%d is not a known order (FIFO, LIFO)", uint8(w.Order)))
+		add(field.Errorf("order", "%d is not a known order (FIFO, LIFO, CoDel)", uint8(w.Order)))
+	}
+	if w.Target < 0 {
+		add(field.Errorf("target", "%s is negative", w.Target))
+	} else if w.Max >= 0 && w.Target > w.Max {
+		add(field.Errorf("target", "%s is above max %s: a standing queue would wait longer than any other", w.Target, w.Max))
+	}
+	if w.Interval < 0 {
+		add(field.Errorf("interval", "%s is negative", w.Interval))
 	}
 	return errs
 }
@@ -127,9 +160,26 @@ type waiters struct {
 	// waited counts the requests admitted with a slot that another
 	// request's release handed them while they waited (tests read it).
 	waited atomic.Int64
+	// gap is the mean interval between two slots freed while requests
+	// waited, held the mean time a request handed a slot from the queue
+	// held it (ns, moving averages over about the last 8; 0 until
+	// measured): the queue's pace, which a request's deadline is held to
+	// (see wait).
+	gap, held atomic.Int64
+	// late counts the requests refused at once because the queue's pace
+	// would hand them a slot too late for their deadline (tests read it).
+	late atomic.Int64
 
 	mu    sync.Mutex
 	lists [floodgate.NumPriorities]waitList // by rank; guarded by mu
+	count [floodgate.NumPriorities]int      // waiters by rank; guarded by mu
+	// lastFree is when a slot last freed while requests waited (ns on the
+	// clock; 0: none since the queue was last empty). Guarded by mu.
+	lastFree int64
+	// busySince is when the queue last became non-empty (ns on the
+	// clock; 0 while empty): under CoDel it stands once that is Interval
+	// ago. Guarded by mu.
+	busySince int64
 }
 
 // waitList is a doubly linked list of waiters, oldest at head.
@@ -139,6 +189,7 @@ type waitList struct{ head, tail *waiter }
 type waiter struct {
 	r          *floodgate.Request
 	rank       int
+	at         int64 // when it joined the queue (ns on the clock)
 	prev, next *waiter
 	queued     bool          // in a list; guarded by waiters.mu
 	handed     bool          // granted by another request's scan, not its own; set before ch receives
@@ -180,13 +231,68 @@ func (q *waiters) wake() {
 	q.mu.Unlock()
 }
 
+// freed is wake for a slot a request released: while requests wait, it
+// also times the queue's pace (gap).
+func (q *waiters) freed() {
+	if q.n.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	now := q.clock.Now().UnixNano()
+	if q.lastFree != 0 && now > q.lastFree {
+		average(&q.gap, now-q.lastFree)
+	}
+	q.lastFree = now
+	q.scan(nil)
+	q.mu.Unlock()
+}
+
+// average moves the moving average at a 1/8 of the way to x (x itself
+// when a holds none yet).
+func average(a *atomic.Int64, x int64) {
+	old := a.Load()
+	if old == 0 {
+		a.Store(x)
+		return
+	}
+	a.Store(old + (x-old)/8)
+}
+
+// timed wraps the Done of a request handed a slot at now from the
+// queue, to time how long it holds it (held).
+func (q *waiters) timed(done floodgate.Done, now int64) floodgate.Done {
+	return func(res floodgate.Result) {
+		average(&q.held, q.clock.Now().UnixNano()-now)
+		done(res)
+	}
+}
+
+// ahead returns how many waiting requests a freed slot would reach
+// before one of rank rk that joins now: those of a higher priority, and
+// under FIFO those of its own. mu is held.
+func (q *waiters) ahead(rk int, lifo bool) int {
+	n := 0
+	for r := rk + 1; r < len(q.count); r++ {
+		n += q.count[r]
+	}
+	if !lifo {
+		n += q.count[rk]
+	}
+	return n
+}
+
 // scan tries the waiting requests in the order a freed slot goes to them
 // (priority, then FIFO or LIFO) and hands a slot to each that now fits;
 // it stops at a deny that refuses every request. self, when not nil, is
 // the request that just joined: when the scan stops before trying it, it
 // takes the deny that stopped the scan. mu is held.
 func (q *waiters) scan(self *waiter) {
-	lifo := q.cfg.Load().Order == LIFO
+	cfg := q.cfg.Load()
+	now := int64(0)
+	if cfg.Order == CoDel {
+		now = q.clock.Now().UnixNano()
+	}
+	lifo := q.lifo(cfg, now)
 	for rk := len(q.lists) - 1; rk >= 0; rk-- {
 		w := q.lists[rk].first(lifo)
 		for w != nil {
@@ -195,6 +301,12 @@ func (q *waiters) scan(self *waiter) {
 			if d.Allowed || err != nil {
 				q.remove(w)
 				w.d, w.done, w.handed = d, done, w != self
+				if w.handed && done != nil {
+					if now == 0 {
+						now = q.clock.Now().UnixNano()
+					}
+					w.done = q.timed(done, now)
+				}
 				w.ch <- struct{}{}
 			} else {
 				w.d = d
@@ -225,8 +337,25 @@ func (l *waitList) after(w *waiter, lifo bool) *waiter {
 	return w.next
 }
 
+// lifo reports whether a freed slot goes to the newest waiting request
+// of a priority at now: under LIFO, and under CoDel while the queue
+// stands. mu is held.
+func (q *waiters) lifo(cfg *Wait, now int64) bool {
+	return cfg.Order == LIFO || q.standing(cfg, now)
+}
+
+// standing reports whether, under CoDel, the queue stands at now: it has
+// not emptied for Interval. mu is held.
+func (q *waiters) standing(cfg *Wait, now int64) bool {
+	return cfg.Order == CoDel && q.busySince != 0 && now-q.busySince >= int64(cfg.Interval)
+}
+
 // push appends w (mu held).
 func (q *waiters) push(w *waiter) {
+	if q.n.Load() == 0 {
+		q.busySince = max(w.at, 1)
+	}
+	q.count[w.rank]++
 	l := &q.lists[w.rank]
 	w.prev, w.next, w.queued = l.tail, nil, true
 	if l.tail != nil {
@@ -252,7 +381,11 @@ func (q *waiters) remove(w *waiter) {
 		l.tail = w.prev
 	}
 	w.prev, w.next, w.queued = nil, nil, false
-	q.n.Add(-1)
+	q.count[w.rank]--
+	if q.n.Add(-1) == 0 {
+		// Empty: the pace starts anew, and a standing queue has drained.
+		q.lastFree, q.busySince = 0, 0
+	}
 }
 
 // last returns the waiter a freed slot would reach last: the lowest
@@ -281,12 +414,27 @@ func (q *waiters) wait(ctx context.Context, r *floodgate.Request, denied *floodg
 		w.d = *denied
 	}
 	q.mu.Lock()
+	now := q.clock.Now().UnixNano()
+	w.at = now
+	lifo := q.lifo(cfg, now)
+	maxWait := cfg.Max
+	if q.standing(cfg, now) {
+		maxWait = cfg.Target
+	}
 	q.push(w)
 	q.scan(w)
+	if w.queued && q.tooLate(ctx, w, now, lifo) {
+		// Its deadline comes before the queue's pace would hand it a
+		// slot and let it run: refused at once, as without waiting.
+		q.remove(w)
+		q.late.Add(1)
+		q.mu.Unlock()
+		return w.d, nil, nil
+	}
 	if w.queued && int(q.n.Load()) > cfg.Queue {
 		// Full: r takes the place of the waiter a slot would reach last
 		// if r outranks it, and is refused otherwise.
-		evict := q.last(cfg.Order == LIFO)
+		evict := q.last(lifo)
 		if evict.rank >= w.rank {
 			evict = w
 		}
@@ -299,7 +447,7 @@ func (q *waiters) wait(ctx context.Context, r *floodgate.Request, denied *floodg
 		return q.granted(w)
 	default:
 	}
-	timer, stop := q.after(cfg.Max)
+	timer, stop := q.after(maxWait)
 	defer stop()
 	var ended error
 	select {
@@ -325,6 +473,25 @@ func (q *waiters) wait(ctx context.Context, r *floodgate.Request, denied *floodg
 		return q.gone(r, &w.d, ended)
 	}
 	return q.granted(w)
+}
+
+// tooLate reports whether w, which joined the queue at now, would be
+// handed a slot and hold it past its context's deadline at the queue's
+// pace: a slot for each request ahead of it and one for it, each after
+// the mean interval between freed slots, and then the mean time a
+// request from the queue holds its slot. Without a deadline, or before
+// the pace is measured, it is never too late. mu is held.
+func (q *waiters) tooLate(ctx context.Context, w *waiter, now int64, lifo bool) bool {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	gap := q.gap.Load()
+	if gap == 0 {
+		return false
+	}
+	ahead := q.ahead(w.rank, lifo) - 1 // w itself is counted
+	return now+int64(ahead+1)*gap+q.held.Load() >= dl.UnixNano()
 }
 
 // granted is the decision of w, whose wait ended with a slot or a final

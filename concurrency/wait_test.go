@@ -312,7 +312,7 @@ func TestSetWait(t *testing.T) {
 	_, done := mustAdmit(t, l, req("/m", "acme", "holder"))
 	mustDeny(t, l, req("/m", "acme", "x")) // no wait configured: at once
 	err := l.SetWait(concurrency.Wait{Max: -time.Second, Queue: -1, Order: 9})
-	want := "concurrency: Wait: max: -1s is negative\nconcurrency: Wait: queue: -1 is negative\nconcurrency: Wait: order: 9 is not a known order (FIFO, LIFO)"
+	want := "concurrency: Wait: max: -1s is negative\nconcurrency: Wait: queue: -1 is negative\nconcurrency: Wait: order: 9 is not a known order (FIFO, LIFO, CoDel)"
 	if err == nil || err.Error() != want {
 		t.Fatalf("SetWait(bad) = %v\nwant %s", err, want)
 	}
@@ -337,7 +337,7 @@ func TestWaitOptionErrors(t *testing.T) {
 		t.Fatalf("New = %v\nwant %s", err, want)
 	}
 	_, err = concurrency.NewAdaptive(concurrency.AdaptiveConfig{Wait: concurrency.Wait{Order: 3}})
-	if want := "concurrency: NewAdaptive: wait.order: 3 is not a known order (FIFO, LIFO)"; err == nil || err.Error() != want {
+	if want := "concurrency: NewAdaptive: wait.order: 3 is not a known order (FIFO, LIFO, CoDel)"; err == nil || err.Error() != want {
 		t.Fatalf("NewAdaptive = %v\nwant %s", err, want)
 	}
 	var o concurrency.WaitOrder

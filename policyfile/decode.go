@@ -18,7 +18,7 @@ import (
 var adaptiveCapacityKeys = []string{"min", "max", "window", "min_samples", "history", "probe", "tolerance", "headroom", "growth", "backoff", "cpu_target"}
 
 // waitKeys are the keys of a concurrency.Wait.
-var waitKeys = []string{"max", "queue", "order"}
+var waitKeys = []string{"max", "queue", "order", "target", "interval"}
 
 // schema lists the keys of every mapping of the shedder: and concurrency:
 // sections, by path. The decoder accepts exactly these keys, and a test
@@ -418,10 +418,14 @@ func (d *decoder) wait(n *yaml.Node, path string) *concurrency.Wait {
 			w.Max = d.duration(v, fp)
 		case "queue":
 			w.Queue = d.count(v, fp)
+		case "target":
+			w.Target = d.duration(v, fp)
+		case "interval":
+			w.Interval = d.duration(v, fp)
 		case "order":
 			if s, ok := d.str(v, fp); ok {
 				if err := w.Order.UnmarshalText([]byte(s)); err != nil {
-					d.rep.fail(fp, v, "unknown order %q (want fifo or lifo)", s)
+					d.rep.fail(fp, v, "unknown order %q (want fifo, lifo or codel)", s)
 				}
 			}
 		}

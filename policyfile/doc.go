@@ -67,7 +67,9 @@
 //	  wait:                    # that Limiter's requests wait for a slot (Limiter.SetWait)
 //	    max: 50ms              # the longest wait; leave wait out to deny at once
 //	    queue: 200             # the most requests waiting
-//	    order: lifo            # or fifo (default); priority first either way
+//	    order: lifo            # or fifo (default), or codel; priority first either way
+//	    target: 5ms            # codel: the wait a standing queue is cut to
+//	    interval: 100ms        # codel: how long the queue stays non-empty for that
 //	  adaptive:                # a *concurrency.Adaptive (Targets.Adaptive)
 //	    name: adaptive-concurrency
 //	    algorithm: gradient2   # or vegas, aimd
@@ -88,7 +90,7 @@
 //	    beta: 6
 //	    probe_every: 60
 //	    timeout: 2s            # aimd
-//	    wait: {max: 50ms, queue: 200, order: lifo}
+//	    wait: {max: 50ms, queue: 200, order: lifo, target: 5ms, interval: 100ms}
 //	identity:                  # where the transport finds identities (Targets.Identity)
 //	  user: header:x-user-id   # header:NAME (HTTP header or gRPC metadata) or claim:NAME
 //	  tenant: [claim:tenant, header:x-tenant-id]   # a list: the first that gives a value

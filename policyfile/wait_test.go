@@ -37,10 +37,10 @@ concurrency:
 func TestLoadWaitErrors(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"concurrency:\n  wait:\n    max: soon\n", `concurrency.wait.max: "soon" is not a positive duration such as 100ms, at line 4`},
-		{"concurrency:\n  wait:\n    max: 1s\n    order: stack\n", `concurrency.wait.order: unknown order "stack" (want fifo or lifo), at line 5`},
+		{"concurrency:\n  wait:\n    max: 1s\n    order: stack\n", `concurrency.wait.order: unknown order "stack" (want fifo, lifo or codel), at line 5`},
 		{"concurrency:\n  wait: {max: 1s, queue: 0}\n", "concurrency.wait.queue: 0 must be at least 1, at line 3"},
 		{"concurrency:\n  wait: {maxx: 1s}\n", "concurrency.wait.maxx: unknown field, at line 3"},
-		{"concurrency:\n  adaptive:\n    min: 2\n    wait:\n      order: random\n", `concurrency.adaptive.wait.order: unknown order "random" (want fifo or lifo), at line 6`},
+		{"concurrency:\n  adaptive:\n    min: 2\n    wait:\n      order: random\n", `concurrency.adaptive.wait.order: unknown order "random" (want fifo, lifo or codel), at line 6`},
 	} {
 		_, err := policyfile.Load([]byte("rules: []\n" + tc.yaml))
 		if err == nil || err.Error() != tc.want {
