@@ -23,21 +23,33 @@ type injector struct {
 }
 
 // startInjector pauses nodes (all of them, or with rotate one at a time)
-// for pauseFor every `every`, the first pause after one interval, until
-// stop is called or `total` has passed.
-func startInjector(nodes []*redistest.Process, rotate bool, every, pauseFor, total time.Duration) *injector {
+// for pauseFor every `every`, the first pause start into the run (0: one
+// interval in), until stop is called or `total` has passed.
+func startInjector(nodes []*redistest.Process, rotate bool, start, every, pauseFor, total time.Duration) *injector {
 	inj := &injector{stopc: make(chan struct{})}
+	if start <= 0 {
+		start = every
+	}
 	inj.wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
+		next := time.Now().Add(start)
 		end := time.After(total)
 		for {
+			wait := time.NewTimer(time.Until(next))
 			select {
 			case <-inj.stopc:
+				wait.Stop()
 				return
 			case <-end:
+				wait.Stop()
 				return
-			case <-t.C:
+			case <-wait.C:
+			}
+			// The next pause is one interval after this one began (a
+			// late wake-up skips the pauses it missed, as a ticker's
+			// dropped ticks did).
+			next = next.Add(every)
+			for !next.After(time.Now()) {
+				next = next.Add(every)
 			}
 			these := nodes
 			if rotate {
