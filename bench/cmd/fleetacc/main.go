@@ -17,6 +17,16 @@
 // per bucket, the window running from the first decision of any process to
 // the last. See bench/README.md, "Fleet accuracy", for every column.
 //
+// -algorithm sets every rule's algorithm, the counting rule's too:
+// token_bucket (the default), fixed_window or sliding_window_counter,
+// whose rules count -rate units per 1 s window and have no burst (exact
+// mode only: leased and async book units ahead, which a window cannot).
+// A window algorithm's bound is its limit per window the decisions' span
+// touches (for the sliding counter an upper bound, see boundsFor), and a
+// note gives what a perfect limiter of it admits of each window's demand.
+// -pause-start puts the first pause that far into the run (a slow period
+// after the stores' first seconds), then one every -pause-every.
+//
 // What this program decides: whether a run met the consistency modes' targets. Exact
 // and leased must never admit more than a bucket's bound (the exit status
 // is 1 if either did in any run); async's targets (within n × rate × sync
