@@ -40,6 +40,7 @@ type childConfig struct {
 	Prefix       string // key prefix of the run's buckets
 	FleetKey     string
 	Mode         string // exact, leased or async
+	Algorithm    string // of every rule (quota.Algorithm's name)
 	Levels       int
 	Keys         int
 	Rate, Burst  int64
@@ -62,6 +63,7 @@ type childConfig struct {
 	HistoryFile string `json:",omitempty"`
 	Broken      string `json:",omitempty"`
 	Count       bool
+	windowed    bool // Algorithm counts per window (set by childMain)
 }
 
 // childResult is the line a process prints when it is done.
@@ -81,6 +83,10 @@ type childResult struct {
 	LastBack int64
 	// PerKey is the admitted count of each principal, Demand its decisions.
 	PerKey, Demand []uint64
+	// WinDemand, of a window algorithm's run, is each principal's
+	// decisions by the window of ruleWindow their start fell in (the key:
+	// floor(start / ruleWindow), start in Unix ns).
+	WinDemand map[int64][]uint64 `json:",omitempty"`
 	// Sources counts decisions by Decision.Source ("+" admitted, "-"
 	// denied): what decided.
 	Sources map[string]uint64
@@ -145,6 +151,11 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var alg quota.Algorithm
+	if err := alg.UnmarshalText([]byte(cfg.Algorithm)); err != nil {
+		return err
+	}
+	cfg.windowed = windowed(alg)
 	// Background failures (reports and returns during a pause) are logged
 	// by the stores at Warn; the parent shows standard error only when a
 	// process fails.
@@ -248,14 +259,14 @@ func childMain(args []string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	ls := levelsFor(cfg.Levels, cfg.Rate, cfg.Burst, cfg.Keys)
-	limits, err := tiers.NewLimiter(lf, policyFor(ls, mode, cfg.Sync, onErr, cfg.Count), tiers.WithKeyPrefix(cfg.Prefix))
+	limits, err := tiers.NewLimiter(lf, policyFor(ls, alg, mode, cfg.Sync, onErr, cfg.Count), tiers.WithKeyPrefix(cfg.Prefix))
 	if err != nil {
 		_ = lf.Close(context.Background())
 		return err
 	}
 	// Warm up on keys of their own (scripts loaded, connections dialled),
 	// so the measured keys start full.
-	warm, err := tiers.NewLimiter(lf, policyFor(ls, mode, cfg.Sync, onErr, cfg.Count), tiers.WithKeyPrefix(cfg.Prefix+"warm:"))
+	warm, err := tiers.NewLimiter(lf, policyFor(ls, alg, mode, cfg.Sync, onErr, cfg.Count), tiers.WithKeyPrefix(cfg.Prefix+"warm:"))
 	if err != nil {
 		_ = lf.Close(context.Background())
 		return err
@@ -402,6 +413,7 @@ type worker struct {
 	decisions, admitted, errors, degraded uint64
 	lastDegraded                          int64
 	perKey, demand                        []uint64
+	winDemand                             map[int64][]uint64 // of a window algorithm, by start's window
 	sources                               map[string]uint64
 	first, last                           int64
 	firstErr                              error
@@ -428,6 +440,9 @@ func hammer(limits *tiers.Limiter, cfg *childConfig, res *childResult) {
 		w := &ws[i]
 		w.perKey, w.demand = make([]uint64, cfg.Keys), make([]uint64, cfg.Keys)
 		w.sources = make(map[string]uint64)
+		if cfg.windowed {
+			w.winDemand = make(map[int64][]uint64)
+		}
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Index)<<16|uint64(i)))
 			reqs := make([]floodgate.Request, cfg.Keys)
@@ -466,6 +481,14 @@ func hammer(limits *tiers.Limiter, cfg *childConfig, res *childResult) {
 				w.last = t1
 				w.decisions++
 				w.demand[k]++
+				if w.winDemand != nil {
+					wd := w.winDemand[floorDiv(t0, int64(ruleWindow))]
+					if wd == nil {
+						wd = make([]uint64, cfg.Keys)
+						w.winDemand[floorDiv(t0, int64(ruleWindow))] = wd
+					}
+					wd[k]++
+				}
 				if err != nil {
 					if w.errors == 0 {
 						w.firstErr = err
@@ -510,6 +533,17 @@ func hammer(limits *tiers.Limiter, cfg *childConfig, res *childResult) {
 		}
 		for src, n := range w.sources {
 			res.Sources[src] += n
+		}
+		for win, wd := range w.winDemand {
+			if res.WinDemand == nil {
+				res.WinDemand = make(map[int64][]uint64)
+			}
+			if res.WinDemand[win] == nil {
+				res.WinDemand[win] = make([]uint64, cfg.Keys)
+			}
+			for k, n := range wd {
+				res.WinDemand[win][k] += n
+			}
 		}
 		if res.FirstErr == "" && w.firstErr != nil {
 			res.FirstErr = w.firstErr.Error()

@@ -292,7 +292,7 @@ func principalKey(cfg config, s spec, prefix string) (string, error) {
 		return "", err
 	}
 	ls := levelsFor(s.levels, cfg.rate, cfg.burst, cfg.keys)
-	lim, err := tiers.NewLimiter(ms, policyFor(ls, quota.Exact, cfg.sync, quota.FailClosed, false), tiers.WithKeyPrefix(prefix))
+	lim, err := tiers.NewLimiter(ms, policyFor(ls, cfg.alg, quota.Exact, cfg.sync, quota.FailClosed, false), tiers.WithKeyPrefix(prefix))
 	if err != nil {
 		return "", err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-go/floodgate/quota"
 	"github.com/floodgate-go/floodgate/tiers"
@@ -10,10 +11,24 @@ import (
 )
 
 // readCount reads, after a run, what Redis's counting rule (-count) was
-// charged over every principal: its capacity less what its bucket holds,
-// read by a take of cost 0 (which charges nothing). The rule refills 1 unit
-// an hour, less than one unit over any run, so the count is exact.
-func readCount(ctx context.Context, cfg config, t *fleetTarget, prefix string, s spec) (uint64, error) {
+// charged over every principal, by a take of cost 0 (which charges
+// nothing) of each principal's bucket: its capacity less the remaining it
+// reports. For a token bucket, remaining is the tokens left: the rule
+// refills 1 unit an hour, less than one unit over any run, so the count is
+// exact. For a window algorithm, remaining is the limit less the window's
+// count (fixed_window: L − count; sliding_window_counter: L − the weighted
+// count, prev × (W − e)/W + curr, where prev is 0 while the run lies in
+// one window of the rule): the count itself, exact as long as every unit
+// was charged in the window the read is in. The rule's window is
+// countWindow (366 days, aligned on the Unix epoch), so a run crossing its
+// boundary is refused rather than read wrong; first is the run's first
+// decision (Unix ns).
+func readCount(ctx context.Context, cfg config, t *fleetTarget, prefix string, s spec, first int64) (uint64, error) {
+	if windowed(cfg.alg) && first != 0 {
+		if windowsTouched(first, time.Now().UnixNano(), countWindow) != 1 {
+			return 0, fmt.Errorf("the counting rule's %s window (%s) ended within the run: its count holds only what was charged since", countWindow, cfg.alg)
+		}
+	}
 	c := t.newClient()
 	defer c.Close()
 	rs, err := redisstore.New(c, redisstore.WithBatching(0, 0))
@@ -29,7 +44,7 @@ func readCount(ctx context.Context, cfg config, t *fleetTarget, prefix string, s
 	if err := onErr.UnmarshalText([]byte(cfg.onErr)); err != nil {
 		return 0, err
 	}
-	lim, err := tiers.NewLimiter(rs, policyFor(levelsFor(s.levels, cfg.rate, cfg.burst, cfg.keys), mode, cfg.sync, onErr, true), tiers.WithKeyPrefix(prefix))
+	lim, err := tiers.NewLimiter(rs, policyFor(levelsFor(s.levels, cfg.rate, cfg.burst, cfg.keys), cfg.alg, mode, cfg.sync, onErr, true), tiers.WithKeyPrefix(prefix))
 	if err != nil {
 		return 0, err
 	}

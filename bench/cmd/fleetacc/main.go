@@ -17,6 +17,16 @@
 // per bucket, the window running from the first decision of any process to
 // the last. See bench/README.md, "Fleet accuracy", for every column.
 //
+// -algorithm sets every rule's algorithm, the counting rule's too:
+// token_bucket (the default), fixed_window or sliding_window_counter,
+// whose rules count -rate units per 1 s window and have no burst (exact
+// mode only: leased and async book units ahead, which a window cannot).
+// A window algorithm's bound is its limit per window the decisions' span
+// touches (for the sliding counter an upper bound, see boundsFor), and a
+// note gives what a perfect limiter of it admits of each window's demand.
+// -pause-start puts the first pause that far into the run (a slow period
+// after the stores' first seconds), then one every -pause-every.
+//
 // What this program decides: whether a run met the consistency modes' targets. Exact
 // and leased must never admit more than a bucket's bound (the exit status
 // is 1 if either did in any run); async's targets (within n × rate × sync
@@ -102,6 +112,8 @@ type config struct {
 	levels               []int
 	pauses               []bool
 	pauseEvery, pauseFor time.Duration
+	pauseStart           time.Duration // 0: the first pause one -pause-every in
+	alg                  quota.Algorithm
 	kill, killAt         time.Duration
 	sync                 time.Duration
 	rate, burst          int64
@@ -137,6 +149,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	pause := fs.String("pause", "both", "Redis latency spikes: off, on, or both (a healthy and a paused run of each); none runs only the -kill or -failover runs")
 	fs.DurationVar(&c.pauseEvery, "pause-every", 500*time.Millisecond, "with -pause: stop Redis this often")
 	fs.DurationVar(&c.pauseFor, "pause-for", 30*time.Millisecond, "with -pause: for this long (SIGSTOP, then SIGCONT)")
+	fs.DurationVar(&c.pauseStart, "pause-start", 0, "with -pause: the first pause begins this long into the run, then one every -pause-every (0: the first one -pause-every in)")
+	alg := fs.String("algorithm", "token_bucket", "algorithm of every rule, the counting rule (-count) too: token_bucket, fixed_window or sliding_window_counter (a window algorithm's rules count -rate units per 1s window and have no burst)")
 	fs.DurationVar(&c.kill, "kill", 0, "also run each mode and level with Redis killed (SIGKILL) for this long, then restarted empty on the same port (0: no killed runs)")
 	fs.DurationVar(&c.killAt, "kill-at", time.Second, "with -kill: how far into the run Redis is killed")
 	fs.DurationVar(&c.sync, "sync", 50*time.Millisecond, "sync_interval of the async rules")
@@ -168,6 +182,17 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := c.alg.UnmarshalText([]byte(*alg)); err != nil {
+		if strings.TrimSpace(strings.ToLower(*alg)) == "sliding_window" {
+			bad("-algorithm: %q names no algorithm of the library: the sliding window counter is sliding_window_counter", *alg)
+		} else {
+			bad("-algorithm: %v", err)
+		}
+	} else if !slices.Contains(algorithms, c.alg) {
+		bad("-algorithm: %s is not measured by fleetacc (token_bucket, fixed_window or sliding_window_counter)", c.alg)
+	}
 	for _, m := range strings.Split(*modes, ",") {
 		m = strings.TrimSpace(m)
 		if err := new(quota.Consistency).UnmarshalText([]byte(m)); err != nil || m != strings.ToLower(m) {
@@ -267,6 +292,31 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 			bad("-broken %s needs -history", c.broken)
 		}
 	}
+	if slices.Contains(c.pauses, true) && (c.pauseStart < 0 || c.pauseStart >= c.dur) {
+		bad("-pause-start: %s must be at least 0 and below -dur %s", c.pauseStart, c.dur)
+	}
+	if c.pauseStart != 0 && !slices.Contains(c.pauses, true) {
+		bad("-pause-start needs paused runs (-pause on or both)")
+	}
+	if windowed(c.alg) {
+		// A window's capacity is its rate: -burst has no meaning, and
+		// the levels' burst (their bound's capacity) is the rate.
+		if set["burst"] && c.burst != c.rate {
+			bad("-burst %d: %s has no burst (its capacity is -rate %d a window); leave -burst out or set it to -rate", c.burst, c.alg, c.rate)
+		}
+		c.burst = c.rate
+		for _, m := range c.modes {
+			if m != "exact" {
+				bad("-algorithm %s with -modes %s: leased and async rules need token_bucket (they book units ahead)", c.alg, m)
+			}
+		}
+		if c.history {
+			bad("-algorithm %s with -history: the history check models token buckets", c.alg)
+		}
+		if c.kill > 0 || c.failover {
+			bad("-algorithm %s with -kill or -failover: their outage bounds are a token bucket's", c.alg)
+		}
+	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("bad flags: %w", errors.Join(errs...))
 	}
@@ -299,11 +349,14 @@ func (s spec) String() string {
 // row is one measured run.
 type row struct {
 	spec
-	results  []childResult
-	window   time.Duration
-	redisCPU time.Duration
-	cpuKnown bool
-	pauses   int
+	results []childResult
+	window  time.Duration
+	// first and last are the start of the fleet's first decision and the
+	// end of its last (Unix ns): the span the bounds are of.
+	first, last int64
+	redisCPU    time.Duration
+	cpuKnown    bool
+	pauses      int
 	// killed runs: when Redis was killed and answered again (Unix ns),
 	// and the last decision any process made without it.
 	killedAt, restartedAt, lastDegraded, lastBack int64
@@ -333,6 +386,11 @@ type row struct {
 	closeErr  string
 	minInst   int
 	sources   map[string]uint64 // admitted decisions by Source
+	// winCapped, of a window algorithm's run, is the most a perfect
+	// limiter of that algorithm could admit given when the demand came:
+	// per window (of each decision's start), the demand capped at the
+	// limits (winCappedDemand); 0 otherwise.
+	winCapped float64
 	// hist is the check of the run's history (-history, exact runs).
 	hist *history.Result
 }
@@ -370,6 +428,9 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 	pauseDesc := "off"
 	if slices.Contains(cfg.pauses, true) {
 		pauseDesc = fmt.Sprintf("SIGSTOP %s every %s in paused runs", cfg.pauseFor, cfg.pauseEvery)
+		if cfg.pauseStart > 0 {
+			pauseDesc += fmt.Sprintf(", the first %s into the run", cfg.pauseStart)
+		}
 		if cfg.cluster {
 			pauseDesc += map[string]string{"all": ", every master at once", "rotate": ", one master a pause in turn"}[cfg.pauseNodes]
 		}
@@ -382,9 +443,9 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 		"redis:   " + target.where,
 		fmt.Sprintf("fleet:   %d processes x %d goroutines, %s, %d shared principals, %s per process per run (max %d decisions), instances %s",
 			cfg.procs, cfg.g, offered, cfg.keys, cfg.dur, cfg.maxOps, cfg.instances),
-		fmt.Sprintf("stack:   redisstore%s -> fallback (timeout %s, closed timeout %s, instances as counted) -> localfirst -> tiers.Limiter; token bucket, on_store_error %s, async sync_interval %s",
-			batchDesc(cfg), cfg.fbTimeout, closedBudget(cfg), cfg.onErr, cfg.sync),
-		"policy:  " + describeLevels(levelsFor(1, cfg.rate, cfg.burst, cfg.keys)) + " | " + describeLevels(levelsFor(4, cfg.rate, cfg.burst, cfg.keys)),
+		fmt.Sprintf("stack:   redisstore%s -> fallback (timeout %s, closed timeout %s, instances as counted) -> localfirst -> tiers.Limiter; %s, on_store_error %s, async sync_interval %s",
+			batchDesc(cfg), cfg.fbTimeout, closedBudget(cfg), cfg.alg, cfg.onErr, cfg.sync),
+		"policy:  " + describeLevels(cfg.alg, levelsFor(1, cfg.rate, cfg.burst, cfg.keys)) + " | " + describeLevels(cfg.alg, levelsFor(4, cfg.rate, cfg.burst, cfg.keys)),
 		"pause:   " + pauseDesc,
 		"kill:    " + killDesc(cfg),
 		"failover: " + failoverDesc(cfg),
@@ -436,12 +497,16 @@ func runFleet(ctx context.Context, args []string, out io.Writer) ([]*row, error)
 	return rows, nil
 }
 
-func describeLevels(ls []level) string {
+func describeLevels(alg quota.Algorithm, ls []level) string {
 	var parts []string
 	for _, l := range ls {
 		k := "per principal"
 		if l.shared {
 			k = "shared"
+		}
+		if windowed(alg) {
+			parts = append(parts, fmt.Sprintf("%s %d per %s window (%s)", l.name, l.rate, ruleWindow, k))
+			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %d/s burst %d (%s)", l.name, l.rate, l.burst, k))
 	}
@@ -508,7 +573,7 @@ func measure(ctx context.Context, cfg config, exe string, target *fleetTarget, s
 	for i := range procs {
 		cc := childConfig{
 			Index: i, Procs: cfg.procs, Addrs: target.addrs, Cluster: target.cluster, Prefix: prefix, FleetKey: prefix + "{fleet}",
-			Mode: s.mode, Levels: s.levels, Keys: cfg.keys, Rate: cfg.rate, Burst: cfg.burst, Sync: cfg.sync,
+			Mode: s.mode, Algorithm: cfg.alg.String(), Levels: s.levels, Keys: cfg.keys, Rate: cfg.rate, Burst: cfg.burst, Sync: cfg.sync,
 			Goroutines: cfg.g, Dur: cfg.dur, MaxOps: cfg.maxOps, Offered: offered, Instances: cfg.instances,
 			OnStoreError: cfg.onErr, FBTimeout: cfg.fbTimeout, ClosedTimeout: cfg.closedTimeout, Batch: cfg.batch, Seed: cfg.seed, Count: cfg.count,
 		}
@@ -602,7 +667,7 @@ func measure(ctx context.Context, cfg config, exe string, target *fleetTarget, s
 	var fo *failer
 	switch s.cond {
 	case paused:
-		inj = startInjector(target.nodes, cfg.pauseNodes == "rotate", cfg.pauseEvery, cfg.pauseFor, cfg.dur)
+		inj = startInjector(target.nodes, cfg.pauseNodes == "rotate", cfg.pauseStart, cfg.pauseEvery, cfg.pauseFor, cfg.dur)
 		defer inj.stop() // on an early return: Redis is left running
 	case killed:
 		k = startKiller(target.proc, cfg.killAt, cfg.kill)
@@ -680,7 +745,7 @@ func measure(ctx context.Context, cfg config, exe string, target *fleetTarget, s
 		r.hist = &res
 	}
 	if cfg.count && s.cond != killed {
-		n, err := readCount(ctx, cfg, target, prefix, s)
+		n, err := readCount(ctx, cfg, target, prefix, s, r.first)
 		if err != nil {
 			return nil, fmt.Errorf("reading Redis's count: %w", err)
 		}
@@ -736,6 +801,7 @@ func historyDesc(cfg config) string {
 // compute sums the processes' results and compares them with the bounds.
 func (r *row) compute(cfg config) {
 	perKey, demand := make([]uint64, cfg.keys), make([]uint64, cfg.keys)
+	winDemand := map[int64][]uint64{}
 	var first, last int64
 	r.minInst = cfg.procs
 	for _, c := range r.results {
@@ -768,6 +834,14 @@ func (r *row) compute(cfg config) {
 		for k, n := range c.Demand {
 			demand[k] += n
 		}
+		for win, wd := range c.WinDemand {
+			if winDemand[win] == nil {
+				winDemand[win] = make([]uint64, cfg.keys)
+			}
+			for k, n := range wd {
+				winDemand[win][k] += n
+			}
+		}
 		if r.firstErr == "" {
 			r.firstErr = c.FirstErr
 		}
@@ -788,6 +862,7 @@ func (r *row) compute(cfg config) {
 		r.opens += c.Opens
 	}
 	r.window = time.Duration(last - first)
+	r.first, r.last = first, last
 	slack := func(level) float64 { return 0 }
 	if r.mode == "async" {
 		slack = func(l level) float64 { return asyncSlack(cfg, l) }
@@ -801,7 +876,11 @@ func (r *row) compute(cfg config) {
 	if r.cond == paused && r.mode == "exact" && cfg.onErr == "local" {
 		slack = func(l level) float64 { return localSlack(cfg, l) }
 	}
-	r.acc = measureAccuracy(levelsFor(r.levels, cfg.rate, cfg.burst, cfg.keys), perKey, demand, r.window, slack)
+	ls := levelsFor(r.levels, cfg.rate, cfg.burst, cfg.keys)
+	r.acc = measureAccuracy(ls, perKey, demand, boundsFor(cfg.alg, first, last), slack)
+	if windowed(cfg.alg) {
+		r.winCapped = winCappedDemand(ls, winDemand)
+	}
 }
 
 func writeTable(w io.Writer, cfg config, rows []*row) error {
@@ -863,6 +942,10 @@ func writeTable(w io.Writer, cfg config, rows []*row) error {
 		}
 		if r.cond == failover {
 			notes = append(notes, failoverNote(cfg, r))
+		}
+		if windowed(cfg.alg) {
+			notes = append(notes, fmt.Sprintf("a perfect %s admits at most %.0f here: each window's demand (by decision start) capped at its limits (under %.2f%% against it)",
+				cfg.alg, r.winCapped, 100*max(0, r.winCapped-float64(r.admitted))/max(1, r.winCapped)))
 		}
 		if r.degraded > 0 || r.acc.Excess > 0 {
 			notes = append(notes, "admitted by source: "+formatSources(r.sources))

@@ -14,7 +14,7 @@ type injector struct {
 	err error
 }
 
-func startInjector([]*redistest.Process, bool, time.Duration, time.Duration, time.Duration) *injector {
+func startInjector([]*redistest.Process, bool, time.Duration, time.Duration, time.Duration, time.Duration) *injector {
 	return &injector{err: errors.New("pausing redis-server needs SIGSTOP (unix only); run with -pause off")}
 }
 

@@ -23,21 +23,33 @@ type injector struct {
 }
 
 // startInjector pauses nodes (all of them, or with rotate one at a time)
-// for pauseFor every `every`, the first pause after one interval, until
-// stop is called or `total` has passed.
-func startInjector(nodes []*redistest.Process, rotate bool, every, pauseFor, total time.Duration) *injector {
+// for pauseFor every `every`, the first pause start into the run (0: one
+// interval in), until stop is called or `total` has passed: a pause at
+// start + k × every, up to and including `total` (as a ticker of `every`
+// racing a timer of `total` did, the timer's deadline set after the
+// ticker's).
+func startInjector(nodes []*redistest.Process, rotate bool, start, every, pauseFor, total time.Duration) *injector {
 	inj := &injector{stopc: make(chan struct{})}
+	if start <= 0 {
+		start = every
+	}
 	inj.wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		end := time.After(total)
-		for {
+		t0 := time.Now()
+		end := t0.Add(total)
+		for next := t0.Add(start); !next.After(end); {
+			wait := time.NewTimer(time.Until(next))
 			select {
 			case <-inj.stopc:
+				wait.Stop()
 				return
-			case <-end:
-				return
-			case <-t.C:
+			case <-wait.C:
+			}
+			// The next pause is one interval after this one began (a
+			// late wake-up skips the pauses it missed, as a ticker's
+			// dropped ticks did).
+			next = next.Add(every)
+			for !next.After(time.Now()) {
+				next = next.Add(every)
 			}
 			these := nodes
 			if rotate {
