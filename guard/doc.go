@@ -28,7 +28,9 @@
 //     priority load shedder (the policy's shedder: section; without one
 //     an adaptive capacity that starts at 64 requests in flight and
 //     follows the service's latency, never below 8; a cpu_target there
-//     is read against the container's CPU, package shedder/cpu), then
+//     is read against the container's CPU, package shedder/cpu, and a
+//     memory_target against GOMEMLIMIT or the cgroup's memory limit,
+//     package shedder/mem), then
 //     the fleet-wide shedder when the policy has shedder: fleet:, the
 //     in-flight limiter (concurrency: global:, 1024 without it, and the
 //     per-key caps of concurrency: per_key:, which are made at New: a

@@ -7,6 +7,7 @@ import (
 	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/shedder/cpu"
+	"github.com/floodgate-go/floodgate/shedder/mem"
 )
 
 // newShedder builds the priority shedder as the policy's shedder:
@@ -18,30 +19,57 @@ import (
 // from New on and when a reload adds one. Where the CPU cannot be read
 // (no cgroup), a cpu_target at New is an error naming why, and a reload
 // adding one is refused as policyfile refuses it for a Shedder without
-// a meter.
+// a meter. So with the memory meter (package shedder/mem: the Go heap
+// against GOMEMLIMIT, the cgroup's memory against its limit) and a
+// memory_target: where no memory limit is known, a memory_target at New
+// is an error naming why.
 func (g *Guard) newShedder(file *policyfile.File) (*shedder.Shedder, error) {
 	var opts []shedder.Option
+	var adaptive *shedder.AdaptiveCapacity // the section's, if any
+	if file.Shedder != nil {
+		adaptive = file.Shedder.Adaptive
+	}
 	if m, err := cpu.New(); err == nil {
 		opts = append(opts, shedder.WithCPU(m))
-	} else if s := file.Shedder; s != nil && s.Adaptive != nil && s.Adaptive.CPUTarget > 0 {
-		return nil, fmt.Errorf("guard: policy shedder.adaptive.cpu_target %v: the CPU cannot be read: %w", s.Adaptive.CPUTarget, err)
+	} else if adaptive != nil && adaptive.CPUTarget > 0 {
+		return nil, fmt.Errorf("guard: policy shedder.adaptive.cpu_target %v: the CPU cannot be read: %w", adaptive.CPUTarget, err)
 	} else {
 		g.c.logger.Debug("floodgate: no CPU meter for the shedder; a policy's shedder.adaptive.cpu_target will be refused", "err", err)
 	}
+	var memory shedder.CPUMeter // nil unless a memory limit is known
+	if m, err := mem.New(); err == nil {
+		memory = m
+	} else if adaptive != nil && adaptive.MemoryTarget > 0 {
+		return nil, fmt.Errorf("guard: policy shedder.adaptive.memory_target %v: %w", adaptive.MemoryTarget, err)
+	} else {
+		g.c.logger.Debug("floodgate: no memory meter for the shedder; a policy's shedder.adaptive.memory_target will be refused", "err", err)
+	}
 	if file.Shedder == nil {
-		shed, err := shedder.New(defaultShedStart, append(opts, shedder.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: defaultShedMin}))...)
+		shed, err := shedder.New(defaultShedStart, append(opts, shedder.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Min: defaultShedMin, Memory: memory}))...)
 		if err != nil {
 			return nil, fmt.Errorf("guard: shedder: %w", err)
 		}
 		return shed, nil
 	}
+	cfg := *file.Shedder
+	switch {
+	case memory != nil && adaptive != nil:
+		a := *adaptive
+		a.Memory = memory
+		cfg.Adaptive = &a
+	case memory != nil:
+		// A fixed capacity: the meter is given at New, and the Shedder
+		// keeps it through the Reconfigure to the fixed capacity below,
+		// so that a reload adding a memory_target finds it.
+		opts = append(opts, shedder.WithAdaptiveCapacity(shedder.AdaptiveCapacity{Memory: memory}))
+	}
 	// Built fixed and then given the section, a Shedder starts an
 	// adaptive capacity where the section says.
-	shed, err := shedder.New(file.Shedder.Capacity, opts...)
+	shed, err := shedder.New(cfg.Capacity, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("guard: policy shedder: %w", err)
 	}
-	if err := shed.Reconfigure(*file.Shedder); err != nil {
+	if err := shed.Reconfigure(cfg); err != nil {
 		return nil, fmt.Errorf("guard: policy shedder: %w", err)
 	}
 	return shed, nil

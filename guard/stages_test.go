@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/shedder/cpu"
+	"github.com/floodgate-go/floodgate/shedder/mem"
 )
 
 // The policy's per-key caps (concurrency: per_key:) cap each user's
@@ -154,5 +158,46 @@ shedder:
 	defer g.Close(context.Background())
 	if a := g.targets.Shedder.Config().Adaptive; a == nil || a.CPUTarget != 0.9 || g.targets.Shedder.Capacity() != 8 {
 		t.Fatalf("shedder: %+v (capacity %d), want adaptive from 8 with cpu_target 0.9", a, g.targets.Shedder.Capacity())
+	}
+}
+
+// A memory_target in the policy's shedder.adaptive is read against the
+// memory limit package shedder/mem finds (GOMEMLIMIT here, set as a
+// service's environment would); without a limit it is an error naming
+// why. Not parallel: it sets the process's memory limit.
+func TestShedderMemoryTarget(t *testing.T) {
+	policy := WithPolicy([]byte(oneRule + `
+shedder:
+  adaptive: {min: 8, max: 256, memory_target: 0.8}
+`))
+	old := debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetMemoryLimit(old)
+	if _, memErr := mem.New(); memErr != nil {
+		_, err := New(context.Background(), WithInProcess(), WithLogger(quiet), policy)
+		if err == nil || !strings.Contains(err.Error(), "guard: policy shedder.adaptive.memory_target 0.8: mem: no memory limit is known: GOMEMLIMIT is not set") {
+			t.Fatalf("New with a memory_target and no memory limit (%v): %v", memErr, err)
+		}
+	}
+	debug.SetMemoryLimit(1 << 30)
+	g, err := New(context.Background(), WithInProcess(), WithLogger(quiet), policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	a := g.targets.Shedder.Config().Adaptive
+	if a == nil || a.MemoryTarget != 0.8 || a.Memory == nil || g.targets.Shedder.Capacity() != 8 {
+		t.Fatalf("shedder: %+v (capacity %d), want adaptive from 8 with memory_target 0.8 and a meter", a, g.targets.Shedder.Capacity())
+	}
+	// A fixed section keeps the meter for a reload that adds a target.
+	g2, err := New(context.Background(), WithInProcess(), WithLogger(quiet), WithPolicy([]byte(oneRule+"shedder: {capacity: 40}\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close(context.Background())
+	if c := g2.targets.Shedder.Config(); c.Adaptive != nil || c.Capacity != 40 {
+		t.Fatalf("fixed section: %+v", c)
+	}
+	if err := g2.targets.Shedder.Check(shedder.Config{Capacity: 40, Adaptive: &shedder.AdaptiveCapacity{MemoryTarget: 0.8}}); err != nil {
+		t.Errorf("a reload adding a memory_target to a fixed section: %v", err)
 	}
 }

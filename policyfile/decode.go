@@ -15,7 +15,7 @@ import (
 )
 
 // adaptiveCapacityKeys are the keys of a shedder.AdaptiveCapacity.
-var adaptiveCapacityKeys = []string{"min", "max", "window", "min_samples", "history", "probe", "tolerance", "headroom", "growth", "backoff", "cpu_target"}
+var adaptiveCapacityKeys = []string{"min", "max", "window", "min_samples", "history", "probe", "tolerance", "headroom", "growth", "backoff", "cpu_target", "memory_target"}
 
 // waitKeys are the keys of a concurrency.Wait.
 var waitKeys = []string{"max", "queue", "order", "target", "interval"}
@@ -330,6 +330,8 @@ func (d *decoder) adaptiveCapacity(n *yaml.Node, path string) *shedder.AdaptiveC
 			a.Backoff = d.number(v, fp)
 		case "cpu_target":
 			a.CPUTarget = d.number(v, fp)
+		case "memory_target":
+			a.MemoryTarget = d.number(v, fp)
 		}
 	})
 	return a

@@ -49,6 +49,7 @@
 //	    growth: 0.1
 //	    backoff: 0.9
 //	    cpu_target: 0.9        # needs the Shedder built WithCPU
+//	    memory_target: 0.8     # needs a memory meter (AdaptiveCapacity.Memory, package shedder/mem)
 //	  retries:                 # retries shed before first attempts (shedder.Retries)
 //	    margin: 0.05           # below each priority's threshold, a share of capacity
 //	    attempt_header: x-envoy-attempt-count   # besides grpc-previous-rpc-attempts
@@ -56,7 +57,8 @@
 //	    capacity: 4000         # required unless adaptive is set
 //	    reserve: 0.2
 //	    adaptive: {min: 16, max: 2000, window: 100ms, min_samples: 10, history: 50, probe: 10s,
-//	      tolerance: 1.5, headroom: 1.25, growth: 0.1, backoff: 0.9, cpu_target: 0.9}
+//	      tolerance: 1.5, headroom: 1.25, growth: 0.1, backoff: 0.9, cpu_target: 0.9,
+//	      memory_target: 0.8}
 //	concurrency:
 //	  global: 500              # a *concurrency.Limiter built WithGlobal (Targets.Concurrency)
 //	  per_key:                 # that Limiter's caps per key (WithPerKey; Limiter.SetPerKey)
@@ -106,8 +108,9 @@
 // retries (retries alone needs capacity or adaptive beside it);
 // a section with only fleet: leaves the Shedder alone. Watch refuses a
 // file that sets a stage Targets leaves nil, and a setting the stage
-// would refuse (a cpu_target for a Shedder without a CPU meter, global
-// for a Limiter built without WithGlobal). wait: applies to the Limiter
+// would refuse (a cpu_target or memory_target for a Shedder without a
+// CPU or memory meter, global for a Limiter built without WithGlobal).
+// wait: applies to the Limiter
 // of Targets.Concurrency whatever its caps (global or per key); a reload
 // without it sets the Limiter's wait back to what it had when Watch
 // started. per_key: sets the per-key caps of that Limiter by name: a

@@ -24,6 +24,7 @@ shedder:
     window: 200ms
     tolerance: 1.4
     cpu_target: 0.9
+    memory_target: 0.8
   fleet:
     capacity: 4000
     reserve: 0.25
@@ -48,7 +49,7 @@ func TestLoadOverloadSections(t *testing.T) {
 	if sc == nil || sc.Capacity != 8 || sc.Thresholds != (shedder.Thresholds{Test: 0.6, Read: 0.7, Write: 0.85}) {
 		t.Fatalf("shedder: %+v", sc)
 	}
-	if a := sc.Adaptive; a == nil || a.Min != 8 || a.Max != 400 || a.Window != 200*time.Millisecond || a.Tolerance != 1.4 || a.CPUTarget != 0.9 {
+	if a := sc.Adaptive; a == nil || a.Min != 8 || a.Max != 400 || a.Window != 200*time.Millisecond || a.Tolerance != 1.4 || a.CPUTarget != 0.9 || a.MemoryTarget != 0.8 {
 		t.Fatalf("shedder.adaptive: %+v", sc.Adaptive)
 	}
 	if f := p.Fleet; f == nil || f.Capacity != 4000 || f.Reserve != 0.25 || f.Adaptive != nil {
@@ -81,6 +82,8 @@ func TestLoadOverloadErrors(t *testing.T) {
 		{"shedder:\n  adaptive:\n    tolerance: 1\n", "shedder.adaptive.tolerance: 1 must be a finite number > 1, at line 3"},
 		{"shedder:\n  adaptive:\n    cpu_target: 0\n", "shedder.adaptive.cpu_target: 0 must be greater than 0 (leave the key out for the default), at line 3"},
 		{"shedder:\n  adaptive:\n    cpu_target: 1.5\n", "shedder.adaptive.cpu_target: 1.5 is out of range [0, 1], at line 3"},
+		{"shedder:\n  adaptive:\n    memory_target: 1.5\n", "shedder.adaptive.memory_target: 1.5 is out of range [0, 1], at line 3"},
+		{"shedder:\n  fleet:\n    adaptive: {memory_target: 0}\n", "shedder.fleet.adaptive.memory_target: 0 must be greater than 0 (leave the key out for the default), at line 3"},
 		{"shedder:\n  fleet:\n    capacity: 100\n    reserve: 1.5\n", "shedder.fleet.reserve: 1.5 is out of range (0, 1), at line 4"},
 		{"shedder:\n  fleet:\n    adaptive: {min: 9, max: 3}\n", "shedder.fleet.adaptive.max: 3 must be >= min 9, at line 3"},
 		{"shedder:\n  thresholds: {test: 0.5}\n", "shedder.capacity: required: a fixed capacity, or adaptive: for one that follows the service, at line 2"},
@@ -203,6 +206,8 @@ concurrency:
 	for _, bad := range []struct{ yaml, want string }{
 		{strings.Replace(good, "{min: 20, max: 300}", "{min: 20, max: 300, cpu_target: 0.8}", 1),
 			"shedder.adaptive.cpu_target: 0.8 needs a CPU meter, and the Shedder has none (build it WithCPU), at line 5"},
+		{strings.Replace(good, "{min: 20, max: 300}", "{min: 20, max: 300, memory_target: 0.8}", 1),
+			"shedder.adaptive.memory_target: 0.8 needs a memory meter, and the Shedder has none (give it in AdaptiveCapacity.Memory), at line 5"},
 		{good + "  fleet_typo: 1\n", "concurrency.fleet_typo: unknown field, at line 9"},
 		{strings.Replace(good, "capacity: 40", "capacity: 40\n  fleet: {capacity: 10}", 1),
 			"shedder.fleet: the file sets a Fleet's settings, but Watch was given none (Targets.Fleet), at line 5"},

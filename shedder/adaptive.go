@@ -66,6 +66,18 @@ type AdaptiveCapacity struct {
 	// CPU is the meter CPUTarget is checked against; nil keeps the one
 	// given to WithCPU, or the one set before (Reconfigure).
 	CPU CPUMeter
+	// MemoryTarget, when above 0, counts the service as overloaded when
+	// the memory it holds as a window closes is at least this share of
+	// its limit (0.8: 80% of GOMEMLIMIT or of the cgroup's memory
+	// limit); it needs a memory meter (Memory below). 0, the default,
+	// leaves memory out. It must lie in [0, 1].
+	MemoryTarget float64
+	// Memory is the meter MemoryTarget is checked against: its
+	// Utilization reports the memory in use as a share of the limit
+	// (*mem.Meter of package shedder/mem; tests pass a fake). nil keeps
+	// the one set before, by New's WithAdaptiveCapacity or a
+	// Reconfigure, even across a Reconfigure to a fixed capacity.
+	Memory interface{ Utilization() (float64, error) }
 }
 
 // withDefaults returns a with every zero field set to its default.
@@ -99,9 +111,12 @@ type Stats struct {
 	Latency time.Duration
 	// CPU is the CPU share used over the last window; -1 without a meter.
 	CPU float64
+	// Memory is the memory share held at the end of the last window; -1
+	// without a meter or a MemoryTarget.
+	Memory float64
 	// Overloaded reports whether the last window found the service
-	// overloaded (latency above Tolerance x MinLatency, or CPU at or
-	// above CPUTarget).
+	// overloaded (latency above Tolerance x MinLatency, CPU at or above
+	// CPUTarget, or memory at or above MemoryTarget).
 	Overloaded bool
 	// Probing reports whether the current window is a probe at half the
 	// capacity.
@@ -109,8 +124,11 @@ type Stats struct {
 	// Windows is the number of windows closed so far.
 	Windows int64
 	// CPUErr is the error of the last CPU reading, if it failed (the
-	// window was then decided on latency alone).
+	// window was then decided without CPU).
 	CPUErr error
+	// MemoryErr is the error of the last memory reading, if it failed
+	// (the window was then decided without memory).
+	MemoryErr error
 }
 
 // Thresholds are the shares of capacity from which test, read and write
@@ -208,19 +226,24 @@ func (s *Shedder) Config() Config {
 	return c
 }
 
-// Check reports whether Reconfigure would accept c: c is valid, and a
-// CPUTarget has a meter (c.Adaptive.CPU, WithCPU, or one set before).
+// Check reports whether Reconfigure would accept c: c is valid, a
+// CPUTarget has a meter (c.Adaptive.CPU, WithCPU, or one set before), and
+// so has a MemoryTarget (c.Adaptive.Memory, or one set before).
 func (s *Shedder) Check(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if c.Adaptive != nil && c.Adaptive.CPUTarget > 0 && c.Adaptive.CPU == nil {
-		s.mu.Lock()
-		m := s.meter
-		s.mu.Unlock()
-		if m == nil {
-			return core.NoMeterError("shedder", c.Adaptive.CPUTarget, "build it WithCPU")
-		}
+	if c.Adaptive == nil {
+		return nil
+	}
+	s.mu.Lock()
+	cpu, mem := s.meter, s.mem
+	s.mu.Unlock()
+	if c.Adaptive.CPUTarget > 0 && c.Adaptive.CPU == nil && cpu == nil {
+		return core.NoMeterError("shedder", "cpu_target", "CPU", c.Adaptive.CPUTarget, "build it WithCPU")
+	}
+	if c.Adaptive.MemoryTarget > 0 && c.Adaptive.Memory == nil && mem == nil {
+		return core.NoMeterError("shedder", "memory_target", "memory", c.Adaptive.MemoryTarget, "give it in AdaptiveCapacity.Memory")
 	}
 	return nil
 }
@@ -249,14 +272,17 @@ func (s *Shedder) Reconfigure(c Config) error {
 	if a.CPU != nil {
 		s.meter = a.CPU
 	}
+	if a.Memory != nil {
+		s.mem = a.Memory
+	}
 	s.adaptive = a
-	meter := s.meter
+	meter, mem := s.meter, s.mem
 	e := s.est.Load()
 	s.mu.Unlock()
 	if e == nil {
-		s.startAdaptive(a, meter, c.Capacity)
+		s.startAdaptive(a, meter, mem, c.Capacity)
 		return nil
 	}
-	e.Reconfigure(core.Adaptive(a), meter) // publishes the clamped capacity: the new thresholds apply
+	e.Reconfigure(core.Adaptive(a), meter, mem) // publishes the clamped capacity: the new thresholds apply
 	return nil
 }

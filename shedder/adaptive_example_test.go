@@ -21,7 +21,9 @@ func ExampleWithAdaptiveCapacity() {
 		Max: 2000,
 		// CPUTarget: 0.9, with shedder.WithCPU(meter) (package
 		// shedder/cpu), also counts the service as overloaded when the
-		// container uses 90% of its CPU quota.
+		// container uses 90% of its CPU quota; MemoryTarget: 0.8 with
+		// Memory: a *mem.Meter (package shedder/mem), when it holds 80%
+		// of GOMEMLIMIT or of its cgroup's memory limit.
 	}))
 	if err != nil {
 		log.Fatal(err)

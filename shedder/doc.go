@@ -83,6 +83,9 @@
 //	overloaded = latency > Tolerance x least (1.5)
 //	             or CPU >= CPUTarget         (when set; the CPU meter's share
 //	                                         of the container's quota)
+//	             or memory >= MemoryTarget   (when set; the memory meter's share
+//	                                         of GOMEMLIMIT or the cgroup's
+//	                                         memory limit, as the window closes)
 //	overloaded:            capacity = min(capacity x Backoff (0.9), little x Headroom (1.25))
 //	healthy, and it shed:  capacity = capacity x (1 + Growth (0.1)), or
 //	                       capacity x 2 until the first overloaded window (slow start)
@@ -94,7 +97,12 @@
 // and one with a CPU target keeps the container's CPU under it (package
 // shedder/cpu reads the cgroup v2 cpu.max or v1 cfs quota, not the host's
 // cores; the CPU signal is off unless CPUTarget is set, go-zero's and
-// sentinel's BBR rule in the same shape). The mean is the statistic of
+// sentinel's BBR rule in the same shape), and one with a memory target
+// keeps the memory it holds under it: a handler that holds a buffer for
+// each call can run a service out of memory (GOMEMLIMIT, the cgroup's
+// memory.max) before its CPU or latency shows anything (package
+// shedder/mem reads the Go runtime's live heap and the cgroup's working
+// set; off unless MemoryTarget is set). The mean is the statistic of
 // Little's law (L = λW holds for means), and a window's mean over many
 // requests is steady enough that no percentile is needed here.
 //

@@ -16,6 +16,7 @@ type config struct {
 	thresholds [floodgate.NumPriorities]float64
 	adaptive   *AdaptiveCapacity
 	meter      CPUMeter
+	mem        CPUMeter
 	retries    *Retries
 }
 
@@ -78,6 +79,9 @@ func WithAdaptiveCapacity(a AdaptiveCapacity) Option {
 		c.adaptive = &a
 		if a.CPU != nil {
 			c.meter = a.CPU
+		}
+		if a.Memory != nil {
+			c.mem = a.Memory
 		}
 	}
 }

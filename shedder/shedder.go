@@ -81,6 +81,7 @@ type Shedder struct {
 	fixed      int64 // the capacity Config reports
 	adaptive   AdaptiveCapacity
 	meter      CPUMeter // WithCPU's, or the last AdaptiveCapacity.CPU
+	mem        CPUMeter // the last AdaptiveCapacity.Memory
 }
 
 var _ floodgate.Admitter = (*Shedder)(nil)
@@ -107,10 +108,13 @@ func New(capacity int64, opts ...Option) (*Shedder, error) {
 	if c.adaptive != nil && c.adaptive.CPUTarget > 0 && c.meter == nil {
 		c.Fail("WithAdaptiveCapacity", "AdaptiveCapacity.CPUTarget %v needs a CPU meter (AdaptiveCapacity.CPU or WithCPU)", c.adaptive.CPUTarget)
 	}
+	if c.adaptive != nil && c.adaptive.MemoryTarget > 0 && c.mem == nil {
+		c.Fail("WithAdaptiveCapacity", "AdaptiveCapacity.MemoryTarget %v needs a memory meter (AdaptiveCapacity.Memory)", c.adaptive.MemoryTarget)
+	}
 	if len(c.Errs) > 0 {
 		return nil, errors.Join(c.Errs...)
 	}
-	s := &Shedder{thresholds: c.thresholds, band: c.Hysteresis, fixed: capacity, clock: c.TimeSource(), meter: c.meter}
+	s := &Shedder{thresholds: c.thresholds, band: c.Hysteresis, fixed: capacity, clock: c.TimeSource(), meter: c.meter, mem: c.mem}
 	for p := floodgate.PriorityTest; p < floodgate.PriorityCritical; p++ {
 		s.gates[p].Init(&c.Settings)
 		s.retry[p].Init(&c.Settings)
@@ -124,7 +128,7 @@ func New(capacity int64, opts ...Option) (*Shedder, error) {
 	s.tickets.New = func() any { return core.NewTicket(s.release) }
 	if c.adaptive != nil {
 		s.adaptive = *c.adaptive
-		s.startAdaptive(s.adaptive, s.meter, capacity)
+		s.startAdaptive(s.adaptive, s.meter, s.mem, capacity)
 	}
 	return s, nil
 }
@@ -164,10 +168,10 @@ func (s *Shedder) setRetries(r *Retries) {
 
 // startAdaptive installs an estimator of settings a starting from
 // initial.
-func (s *Shedder) startAdaptive(a AdaptiveCapacity, meter CPUMeter, initial int64) {
+func (s *Shedder) startAdaptive(a AdaptiveCapacity, meter, mem CPUMeter, initial int64) {
 	initial = min(max(initial, a.Min), a.Max)
 	var e *core.Estimator
-	e = core.NewEstimator(core.Adaptive(a), meter, initial, s.clock, func(c int64) { s.setFrom(e, c) })
+	e = core.NewEstimator(core.Adaptive(a), meter, mem, initial, s.clock, func(c int64) { s.setFrom(e, c) })
 	s.est.Store(e)
 	s.setCapacity(initial)
 }
@@ -191,7 +195,7 @@ func (s *Shedder) Capacity() int64 { return s.v.Capacity.Load() }
 // Stats returns a snapshot of the Shedder's capacity and, when it is
 // adaptive, what it was learnt from.
 func (s *Shedder) Stats() Stats {
-	st := Stats{CPU: -1}
+	st := Stats{CPU: -1, Memory: -1}
 	if e := s.est.Load(); e != nil {
 		st = Stats(e.Snapshot())
 	}

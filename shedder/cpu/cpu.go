@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/shedder/internal/cgroupfs"
 )
 
 // Scope is whose CPU time a Meter counts.
@@ -210,22 +209,15 @@ func (cg *cgroup) usage() (time.Duration, error) {
 	return time.Duration(n), nil
 }
 
-// mount is one cgroup line of mountinfo.
-type mount struct {
-	root, point string // the hierarchy path mounted, and where (unrooted)
-	fstype      string
-	opts        []string // super options: the v1 controllers
-}
-
 // detect finds the process's cgroup CPU files under root.
 func detect(root fs.FS) (*cgroup, error) {
-	groups, err := readCgroups(root)
+	groups, err := cgroupfs.Groups(root)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
-	mounts, err := readMounts(root)
+	mounts, err := cgroupfs.Mounts(root)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	// v1 when a v1 hierarchy has the cpu controllers (a hybrid host's
 	// cgroup2 mount then holds none), v2 otherwise.
@@ -239,10 +231,10 @@ func detect(root fs.FS) (*cgroup, error) {
 		return nil, errors.New("cpu: /proc/self/cgroup names neither a cgroup v2 path nor v1 cpu controllers")
 	}
 	for _, m := range mounts {
-		if m.fstype != "cgroup2" {
+		if m.FSType != "cgroup2" {
 			continue
 		}
-		dir, ok := resolve(m, p)
+		dir, ok := cgroupfs.Resolve(m, p)
 		if !ok {
 			continue
 		}
@@ -250,7 +242,7 @@ func detect(root fs.FS) (*cgroup, error) {
 		if _, err := fs.Stat(root, cg.usageFile); err != nil {
 			return nil, fmt.Errorf("cpu: %w", err)
 		}
-		if err := cg.v2Quota(dir, m.point); err != nil {
+		if err := cg.v2Quota(dir, m.Point); err != nil {
 			return nil, err
 		}
 		return cg, nil
@@ -259,24 +251,24 @@ func detect(root fs.FS) (*cgroup, error) {
 }
 
 // detectV1 finds the cpu and cpuacct hierarchies of a v1 (or hybrid) host.
-func detectV1(root fs.FS, groups map[string]string, mounts []mount) (*cgroup, error) {
+func detectV1(root fs.FS, groups map[string]string, mounts []cgroupfs.Mount) (*cgroup, error) {
 	cg := &cgroup{version: 1, root: root}
 	var cpuDir, acctDir, cpuPoint string
 	for _, m := range mounts {
-		if m.fstype != "cgroup" {
+		if m.FSType != "cgroup" {
 			continue
 		}
-		for _, o := range m.opts {
+		for _, o := range m.Opts {
 			p, ok := groups[o]
 			if !ok || (o != "cpu" && o != "cpuacct") {
 				continue
 			}
-			dir, ok := resolve(m, p)
+			dir, ok := cgroupfs.Resolve(m, p)
 			if !ok {
 				continue
 			}
 			if o == "cpu" && cpuDir == "" {
-				cpuDir, cpuPoint = dir, m.point
+				cpuDir, cpuPoint = dir, m.Point
 			}
 			if o == "cpuacct" && acctDir == "" {
 				acctDir = dir
@@ -368,107 +360,4 @@ func (cg *cgroup) lower(cpus float64, file string) {
 	if cg.quota == 0 || cpus < cg.quota {
 		cg.quota, cg.quotaFile = cpus, file
 	}
-}
-
-// readCgroups parses proc/self/cgroup into controller -> cgroup path; the
-// v2 entry ("0::/path") is under "" and a named v1 hierarchy
-// ("name=systemd") under its name.
-func readCgroups(root fs.FS) (map[string]string, error) {
-	data, err := fs.ReadFile(root, "proc/self/cgroup")
-	if err != nil {
-		return nil, fmt.Errorf("cpu: %w", err)
-	}
-	out := map[string]string{}
-	for i, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
-		parts := strings.SplitN(string(line), ":", 3)
-		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") {
-			return nil, fmt.Errorf("cpu: /proc/self/cgroup line %d: %q is not ID:controllers:/path", i+1, line)
-		}
-		if parts[1] == "" {
-			out[""] = parts[2]
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			out[c] = parts[2]
-		}
-	}
-	return out, nil
-}
-
-// readMounts returns the cgroup and cgroup2 mounts of
-// proc/self/mountinfo.
-func readMounts(root fs.FS) ([]mount, error) {
-	f, err := root.Open("proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("cpu: %w", err)
-	}
-	defer f.Close()
-	var out []mount
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		// ID parent major:minor root point options [optional...] - fstype source super
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 6 || len(fields) < sep+4 {
-			return nil, fmt.Errorf("cpu: /proc/self/mountinfo line %d is malformed", n)
-		}
-		fstype := fields[sep+1]
-		if fstype != "cgroup" && fstype != "cgroup2" {
-			continue
-		}
-		out = append(out, mount{
-			root:   unescape(fields[3]),
-			point:  strings.TrimPrefix(path.Clean(unescape(fields[4])), "/"),
-			fstype: fstype,
-			opts:   strings.Split(fields[sep+3], ","),
-		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("cpu: /proc/self/mountinfo: %w", err)
-	}
-	return out, nil
-}
-
-// resolve returns the unrooted directory of cgroup path p in mount m, and
-// false when p lies outside what m mounts.
-func resolve(m mount, p string) (string, bool) {
-	rel := p
-	if m.root != "/" {
-		r, ok := strings.CutPrefix(p, m.root)
-		if !ok || (r != "" && !strings.HasPrefix(r, "/")) {
-			return "", false
-		}
-		rel = r
-	}
-	dir := path.Join(m.point, rel)
-	if dir == "" {
-		dir = "."
-	}
-	return dir, true
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

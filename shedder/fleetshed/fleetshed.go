@@ -71,6 +71,7 @@ type Shedder struct {
 	othersNoCap int64 // adaptive: live instances that published none
 	adaptive    shedder.AdaptiveCapacity
 	meter       shedder.CPUMeter
+	mem         shedder.CPUMeter
 
 	m     liveness.Member
 	keys  []string // member set, counts hash, capacity hash
@@ -161,10 +162,10 @@ func clusterSafeKey(key string) bool {
 
 // startAdaptive installs an estimator of settings a for this instance's
 // share, starting from initial.
-func (s *Shedder) startAdaptive(a shedder.AdaptiveCapacity, meter shedder.CPUMeter, initial int64) {
+func (s *Shedder) startAdaptive(a shedder.AdaptiveCapacity, meter, mem shedder.CPUMeter, initial int64) {
 	initial = min(max(initial, a.Min), a.Max)
 	var e *core.Estimator
-	e = core.NewEstimator(core.Adaptive(a), meter, initial, s.clock, func(c int64) {
+	e = core.NewEstimator(core.Adaptive(a), meter, mem, initial, s.clock, func(c int64) {
 		if s.est.Load() == e { // not an estimator a Reconfigure replaced
 			s.setOwn(c)
 		}
@@ -205,7 +206,7 @@ func (s *Shedder) Capacity() int64 { return s.v.Capacity.Load() }
 // Stats returns a snapshot of the fleet capacity and, when it is adaptive,
 // of what this instance learnt its own share from (Estimate).
 func (s *Shedder) Stats() shedder.Stats {
-	st := shedder.Stats{CPU: -1}
+	st := shedder.Stats{CPU: -1, Memory: -1}
 	if e := s.est.Load(); e != nil {
 		st = shedder.Stats(e.Snapshot())
 	}

@@ -30,7 +30,8 @@ type Config struct {
 	// is where this instance's share starts); the fleet capacity is the
 	// sum over live instances (see the package documentation). A
 	// CPUTarget needs a meter: Adaptive.CPU (*cpu.Meter of package
-	// shedder/cpu), which later Configs without one keep using.
+	// shedder/cpu), which later Configs without one keep using; so does a
+	// MemoryTarget: Adaptive.Memory (*mem.Meter of package shedder/mem).
 	Adaptive *shedder.AdaptiveCapacity
 }
 
@@ -65,19 +66,24 @@ func (s *Shedder) Config() Config {
 	return c
 }
 
-// Check reports whether Reconfigure would accept c: c is valid, and a
-// CPUTarget has a meter (c.Adaptive.CPU, or one set before).
+// Check reports whether Reconfigure would accept c: c is valid, a
+// CPUTarget has a meter (c.Adaptive.CPU, or one set before), and so has a
+// MemoryTarget (c.Adaptive.Memory, or one set before).
 func (s *Shedder) Check(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if c.Adaptive != nil && c.Adaptive.CPUTarget > 0 && c.Adaptive.CPU == nil {
-		s.capMu.Lock()
-		m := s.meter
-		s.capMu.Unlock()
-		if m == nil {
-			return core.NoMeterError("fleetshed", c.Adaptive.CPUTarget, "give it in AdaptiveCapacity.CPU")
-		}
+	if c.Adaptive == nil {
+		return nil
+	}
+	s.capMu.Lock()
+	cpu, mem := s.meter, s.mem
+	s.capMu.Unlock()
+	if c.Adaptive.CPUTarget > 0 && c.Adaptive.CPU == nil && cpu == nil {
+		return core.NoMeterError("fleetshed", "cpu_target", "CPU", c.Adaptive.CPUTarget, "give it in AdaptiveCapacity.CPU")
+	}
+	if c.Adaptive.MemoryTarget > 0 && c.Adaptive.Memory == nil && mem == nil {
+		return core.NoMeterError("fleetshed", "memory_target", "memory", c.Adaptive.MemoryTarget, "give it in AdaptiveCapacity.Memory")
 	}
 	return nil
 }
@@ -105,14 +111,17 @@ func (s *Shedder) Reconfigure(c Config) error {
 	if a.CPU != nil {
 		s.meter = a.CPU
 	}
+	if a.Memory != nil {
+		s.mem = a.Memory
+	}
 	s.adaptive = a
-	meter := s.meter
+	meter, mem := s.meter, s.mem
 	e := s.est.Load()
 	s.capMu.Unlock()
 	if e == nil {
-		s.startAdaptive(a, meter, c.Capacity)
+		s.startAdaptive(a, meter, mem, c.Capacity)
 		return nil
 	}
-	e.Reconfigure(core.Adaptive(a), meter)
+	e.Reconfigure(core.Adaptive(a), meter, mem)
 	return nil
 }

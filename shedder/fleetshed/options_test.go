@@ -85,6 +85,8 @@ func TestFleetDefaults(t *testing.T) {
 		{fleetshed.Config{Capacity: 10, Reserve: 1}, "fleetshed: Config: reserve: 1 is out of range (0, 1)"},
 		{fleetshed.Config{Capacity: 10, Adaptive: &shedder.AdaptiveCapacity{Min: 5, Max: 4}}, "max: 4 must be >= min 5"},
 		{fleetshed.Config{Capacity: 10, Adaptive: &shedder.AdaptiveCapacity{CPUTarget: 0.5}}, "fleetshed: Config: adaptive.cpu_target: 0.5 needs a CPU meter, and the Shedder has none (give it in AdaptiveCapacity.CPU)"},
+		{fleetshed.Config{Capacity: 10, Adaptive: &shedder.AdaptiveCapacity{MemoryTarget: 0.8}}, "fleetshed: Config: adaptive.memory_target: 0.8 needs a memory meter, and the Shedder has none (give it in AdaptiveCapacity.Memory)"},
+		{fleetshed.Config{Capacity: 10, Adaptive: &shedder.AdaptiveCapacity{MemoryTarget: -0.1}}, "fleetshed: Config: adaptive.memory_target: -0.1 is out of range [0, 1]"},
 	} {
 		if err := f.Reconfigure(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Reconfigure(%+v) = %v, want %q", tc.cfg, err, tc.want)

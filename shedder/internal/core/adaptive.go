@@ -78,6 +78,14 @@ type Adaptive struct {
 	// CPU is the meter CPUTarget is checked against; nil keeps the one
 	// given to WithCPU, or the one set before.
 	CPU CPUMeter
+	// MemoryTarget, when above 0, counts the service as overloaded when
+	// the memory it holds at the end of a window is at least this share
+	// of its limit; it needs a memory meter (Memory below). 0, the
+	// default, leaves memory out. It must lie in [0, 1].
+	MemoryTarget float64
+	// Memory is the meter MemoryTarget is checked against; nil keeps the
+	// one set before.
+	Memory interface{ Utilization() (float64, error) }
 }
 
 // WithDefaults returns a with every zero field set to its default.
@@ -160,13 +168,17 @@ func (a Adaptive) Check(pkg, option, parent string) []error {
 	if !(a.CPUTarget >= 0 && a.CPUTarget <= 1) {
 		bad("cpu_target", "%v is out of range [0, 1]", a.CPUTarget)
 	}
+	if !(a.MemoryTarget >= 0 && a.MemoryTarget <= 1) {
+		bad("memory_target", "%v is out of range [0, 1]", a.MemoryTarget)
+	}
 	return Wrap(pkg, option, parent, errs)
 }
 
-// NoMeterError is Check's error, from pkg's Config, for a CPU target with
-// no meter to check it against; how says where a meter is given.
-func NoMeterError(pkg string, target float64, how string) error {
-	return Wrap(pkg, "Config", "", []*field.Error{field.Errorf("adaptive.cpu_target", "%v needs a CPU meter, and the Shedder has none (%s)", target, how)})[0]
+// NoMeterError is Check's error, from pkg's Config, for a target (key
+// "cpu_target" or "memory_target") with no meter of kind ("CPU",
+// "memory") to check it against; how says where a meter is given.
+func NoMeterError(pkg, key, kind string, target float64, how string) error {
+	return Wrap(pkg, "Config", "", []*field.Error{field.Errorf("adaptive."+key, "%v needs a %s meter, and the Shedder has none (%s)", target, kind, how)})[0]
 }
 
 // Wrap returns each of errs as an error of pkg's option ("shedder: Config:
@@ -203,9 +215,12 @@ type Stats struct {
 	Latency time.Duration
 	// CPU is the CPU share used over the last window; -1 without a meter.
 	CPU float64
+	// Memory is the memory share held at the end of the last window; -1
+	// without a meter or a MemoryTarget.
+	Memory float64
 	// Overloaded reports whether the last window found the service
-	// overloaded (latency above Tolerance x MinLatency, or CPU at or
-	// above CPUTarget).
+	// overloaded (latency above Tolerance x MinLatency, CPU at or above
+	// CPUTarget, or memory at or above MemoryTarget).
 	Overloaded bool
 	// Probing reports whether the current window is a probe at half the
 	// capacity.
@@ -213,8 +228,11 @@ type Stats struct {
 	// Windows is the number of windows closed so far.
 	Windows int64
 	// CPUErr is the error of the last CPU reading, if it failed (the
-	// window was then decided on latency alone).
+	// window was then decided without CPU).
 	CPUErr error
+	// MemoryErr is the error of the last memory reading, if it failed
+	// (the window was then decided without memory).
+	MemoryErr error
 }
 
 // Estimator learns a capacity from the requests a shedder admitted. Its
@@ -229,6 +247,7 @@ type Estimator struct {
 	mu        sync.Mutex
 	cfg       Adaptive
 	meter     CPUMeter
+	mem       CPUMeter
 	win       capWindow
 	thru      []float64 // throughput of the last History windows, a ring
 	thruPos   int
@@ -253,22 +272,23 @@ type capWindow struct {
 }
 
 // NewEstimator returns an estimator of settings cfg (valid, defaults
-// applied) starting at initial, reading meter (nil: none) and clock, that
-// calls set with every new whole capacity.
-func NewEstimator(cfg Adaptive, meter CPUMeter, initial int64, clock floodgate.Clock, set func(int64)) *Estimator {
-	e := &Estimator{clock: clock, set: set, meter: meter, est: float64(initial)}
+// applied) starting at initial, reading the CPU meter and the memory
+// meter mem (nil: none) and clock, that calls set with every new whole
+// capacity.
+func NewEstimator(cfg Adaptive, meter, mem CPUMeter, initial int64, clock floodgate.Clock, set func(int64)) *Estimator {
+	e := &Estimator{clock: clock, set: set, meter: meter, mem: mem, est: float64(initial)}
 	e.cfg = cfg
 	e.win.start = clock.Now()
-	e.stats.CPU = -1
+	e.stats.CPU, e.stats.Memory = -1, -1
 	return e
 }
 
-// Reconfigure installs cfg (valid, defaults applied), keeping what was
-// learnt and clamping the estimate to the new bounds.
-func (e *Estimator) Reconfigure(cfg Adaptive, meter CPUMeter) {
+// Reconfigure installs cfg (valid, defaults applied) and the meters,
+// keeping what was learnt and clamping the estimate to the new bounds.
+func (e *Estimator) Reconfigure(cfg Adaptive, meter, mem CPUMeter) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.cfg, e.meter = cfg, meter
+	e.cfg, e.meter, e.mem = cfg, meter, mem
 	if len(e.thru) > cfg.History {
 		e.thru, e.thruPos = e.thru[:0], 0
 	}
@@ -333,6 +353,15 @@ func (e *Estimator) close(now time.Time) {
 			st.CPU = u
 		}
 	}
+	st.Memory, st.MemoryErr = -1, nil
+	if e.mem != nil && e.cfg.MemoryTarget > 0 {
+		// A level: the memory held as the window closes.
+		if u, err := e.mem.Utilization(); err != nil {
+			st.MemoryErr = err
+		} else {
+			st.Memory = u
+		}
+	}
 	if e.probing {
 		// A probe runs at half the capacity: a first window lets the
 		// requests admitted before it drain, a second measures the
@@ -373,7 +402,8 @@ func (e *Estimator) close(now time.Time) {
 	}
 	littles := maxThru * e.minLat.Seconds() // requests in flight with no queue
 	st.Overloaded = float64(mean) > e.cfg.Tolerance*float64(e.minLat) ||
-		(e.cfg.CPUTarget > 0 && st.CPU >= e.cfg.CPUTarget)
+		(e.cfg.CPUTarget > 0 && st.CPU >= e.cfg.CPUTarget) ||
+		(e.cfg.MemoryTarget > 0 && st.Memory >= e.cfg.MemoryTarget)
 	switch {
 	case st.Overloaded:
 		e.started = true
