@@ -28,6 +28,7 @@
 package load
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,11 +129,14 @@ func (m *Meter) Arrive() {
 	var u [MaxSources]float64
 	top, _ := m.utilizations(&u)
 	for i := range m.sources {
-		m.sums[i].Add(int64(u[i] * scale))
+		m.sums[i].Add(fixed(u[i]))
 	}
-	m.maxSum.Add(int64(top * scale))
+	m.maxSum.Add(fixed(top))
 	m.arrivals.Add(1)
 }
+
+// fixed is u in millionths, rounded: 0.7 is 700000, not 699999.
+func fixed(u float64) int64 { return int64(math.Round(u * scale)) }
 
 // Refuse counts one arrival refused for overload.
 func (m *Meter) Refuse() { m.refused.Add(1) }
