@@ -52,7 +52,12 @@
 //   - the transports: net/http middleware (HTTP), the gRPC server's
 //     interceptors (ServerOptions, UnaryServer, StreamServer) and client
 //     interceptors (DialOptions), and for connect-go what package
-//     connectmw takes (Interceptor, Chain).
+//     connectmw takes (Interceptor, Chain);
+//   - with WithLoadReports, ORCA load reports of the chain's utilisation
+//     in every gRPC call's trailer (ServerOptions) and on the
+//     out-of-band stream (RegisterLoadReports), so clients balancing
+//     with weighted_round_robin send a busy replica less before it
+//     sheds; LoadReport returns what is reported.
 //
 // One Close(ctx) stops the policy watch and shuts down in the order that
 // loses no unit: the local-first store reports and returns its leases,

@@ -14,3 +14,8 @@ func typeName(v any) string {
 	}
 	return fmt.Sprintf("%T", v)
 }
+
+// withClock gives the load meter clk.
+func withClock(clk floodgate.Clock) Option {
+	return func(c *config) { c.clock = clk }
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/fleet"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/load"
 	fgotel "github.com/floodgate-go/floodgate/otel"
 	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/shedder"
@@ -35,6 +36,9 @@ type Guard struct {
 	fallback  *fallback.Store
 	shedder   *shedder.Shedder
 	storeDesc string
+	// meter measures the load reported with WithLoadReports (nil
+	// without).
+	meter *load.Meter
 
 	closers   []func(context.Context) error
 	stop      context.CancelFunc
@@ -156,23 +160,40 @@ func (g *Guard) newStages(file *policyfile.File, st *stores) (floodgate.Chain, e
 	}
 	g.shedder = shed
 	g.targets = policyfile.Targets{Limits: g.limiter, Shedder: shed, Concurrency: conc}
-	chain := floodgate.Chain{g.observer.TrackInFlight(shed)}
+	var fleet, adaptive floodgate.Admitter
 	if file.Fleet != nil {
 		fs, err := g.fleetShedder(file, st)
 		if err != nil {
 			return nil, err
 		}
-		g.targets.Fleet = fs
-		chain = append(chain, g.observer.TrackInFlight(fs))
+		g.targets.Fleet, fleet = fs, fs
 	}
-	chain = append(chain, g.observer.TrackInFlight(conc))
 	if file.Adaptive != nil {
 		a, err := concurrency.NewAdaptive(*file.Adaptive)
 		if err != nil {
 			return nil, fmt.Errorf("guard: policy concurrency.adaptive: %w", err)
 		}
-		g.targets.Adaptive = a
-		chain = append(chain, g.observer.TrackInFlight(a))
+		g.targets.Adaptive, adaptive = a, a
+	}
+	// With load reports, the stages that refuse for overload are counted
+	// (metered), the first one counting every request.
+	count := func(a floodgate.Admitter, first bool) floodgate.Admitter {
+		a = g.observer.TrackInFlight(a)
+		if g.meter == nil {
+			return a
+		}
+		return metered{a: a, m: g.meter, first: first}
+	}
+	if g.c.loadReports {
+		g.meter = g.newMeter(shed, conc, g.targets.Adaptive)
+	}
+	chain := floodgate.Chain{count(shed, true)}
+	if fleet != nil {
+		chain = append(chain, count(fleet, false))
+	}
+	chain = append(chain, count(conc, false))
+	if adaptive != nil {
+		chain = append(chain, count(adaptive, false))
 	}
 	return append(chain, g.observer.TrackInFlight(g.limiter)), nil
 }
@@ -211,11 +232,17 @@ func (g *Guard) StreamServer() grpc.StreamServerInterceptor { return g.ic.Stream
 
 // ServerOptions returns the gRPC server options that put the whole chain
 // in front of every unary and streaming call: grpc.NewServer(g.ServerOptions()...).
+// With WithLoadReports, every call's trailer also carries the ORCA load
+// report, from an interceptor before the chain's.
 func (g *Guard) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	var opts []grpc.ServerOption
+	if g.meter != nil {
+		opts = g.perCallOptions()
+	}
+	return append(opts,
 		grpc.ChainUnaryInterceptor(g.UnaryServer()),
 		grpc.ChainStreamInterceptor(g.StreamServer()),
-	}
+	)
 }
 
 // DialOptions returns the gRPC client options that honour a server's

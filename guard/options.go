@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/interceptor"
 )
@@ -56,6 +57,8 @@ type config struct {
 	interval    time.Duration
 	keyPrefix   string
 	onBreaker   func(name string, from, to gobreaker.State)
+	loadReports bool
+	clock       floodgate.Clock // the load meter's, for tests
 	errs        []error
 }
 

@@ -184,7 +184,10 @@
 // stages only; this package never logs them or puts them in errors.
 //
 // Health checks are never limited: every /grpc.health.v1.Health/ method,
-// and the HTTP paths given to WithHealthPaths. WithSkip exempts more.
+// and the HTTP paths given to WithHealthPaths. Nor are the ORCA load
+// report streams (/xds.service.orca.v3.OpenRcaService/, package guard's
+// WithLoadReports): a report of overload must not be shed by it, and a
+// stream held open for reports is not load. WithSkip exempts more.
 //
 // # Request headers a policy reads
 //

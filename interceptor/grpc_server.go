@@ -26,6 +26,10 @@ import (
 // healthPrefix is the gRPC health service; its calls are never limited.
 const healthPrefix = "/grpc.health.v1.Health/"
 
+// orcaPrefix is the ORCA load report service (out-of-band reports); its
+// streams are never limited nor counted in flight.
+const orcaPrefix = "/xds.service.orca.v3.OpenRcaService/"
+
 // Interceptor makes the gRPC interceptors and the net/http middleware of
 // one chain from one configuration: how a call becomes a floodgate.Request
 // (identity, trusted proxies, methods, routes) and how a Decision is
@@ -116,7 +120,8 @@ func (i *Interceptor) addMethodSource(src methodSource) {
 }
 
 func (i *Interceptor) exempt(method string) bool {
-	return strings.HasPrefix(method, healthPrefix) || (i.c.skip != nil && i.c.skip(method))
+	return strings.HasPrefix(method, healthPrefix) || strings.HasPrefix(method, orcaPrefix) ||
+		(i.c.skip != nil && i.c.skip(method))
 }
 
 // grpcRequest returns the call's Request and the context carrying it. msg

@@ -195,7 +195,8 @@ func WithClock(clk floodgate.Clock) Option {
 
 // WithSkip exempts methods from limiting: calls for which skip returns true
 // pass untouched (no decision, no headers). method is the gRPC full method
-// or the HTTP route (see HTTP). Health checks are always exempt.
+// or the HTTP route (see HTTP). Health checks and ORCA load report
+// streams are always exempt.
 func WithSkip(skip func(method string) bool) Option {
 	return func(c *config) {
 		if skip == nil {
