@@ -8,7 +8,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/connectmw"
-	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/testpb"
 )
 
@@ -28,7 +27,7 @@ func BenchmarkHandlerUnary(b *testing.B) {
 		return connect.NewResponse(&testpb.EchoResponse{}), nil
 	})
 	wrap := func(a floodgate.Admitter) connect.UnaryFunc {
-		guard, err := connectmw.NewHandler(interceptor.MustNew(), a)
+		guard, err := connectmw.NewHandler(mustInterceptor(), a)
 		if err != nil {
 			b.Fatal(err)
 		}

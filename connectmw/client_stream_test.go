@@ -21,7 +21,7 @@ func TestClientRetriesServerStream(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			stage := &script{deny: 1, retry: 20 * time.Millisecond}
-			guard, err := connectmw.NewHandler(interceptor.MustNew(interceptor.WithUser(interceptor.FromHeader("x-user"))), stage)
+			guard, err := connectmw.NewHandler(mustInterceptor(interceptor.WithUser(interceptor.FromHeader("x-user"))), stage)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,7 +54,7 @@ func TestClientRetriesServerStream(t *testing.T) {
 			}
 
 			bidiStage := &script{deny: 1, retry: time.Millisecond}
-			guard, _ = connectmw.NewHandler(interceptor.MustNew(), bidiStage)
+			guard, _ = connectmw.NewHandler(mustInterceptor(), bidiStage)
 			srv = serve(t, connect.WithInterceptors(guard))
 			bidi := connect.NewClient[testpb.EchoRequest, testpb.EchoResponse](srv.Client(), srv.URL+bidiProc, opts...)
 			bs := bidi.CallBidiStream(testCtx(t))
@@ -77,7 +77,7 @@ func TestClientRetriesServerStream(t *testing.T) {
 func TestClientThrottlesStreams(t *testing.T) {
 	t.Parallel()
 	stage := &script{deny: 1 << 30}
-	guard, _ := connectmw.NewHandler(interceptor.MustNew(), stage)
+	guard, _ := connectmw.NewHandler(mustInterceptor(), stage)
 	srv := serve(t, connect.WithInterceptors(guard))
 	thr, err := connectmw.NewClient(interceptor.WithThrottle(interceptor.Throttle{K: 1}), interceptor.WithMaxAttempts(1))
 	if err != nil {

@@ -32,7 +32,7 @@ func TestClientRetries(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
 			stage := &script{deny: 1, retry: 20 * time.Millisecond}
-			guard, err := connectmw.NewHandler(interceptor.MustNew(), stage)
+			guard, err := connectmw.NewHandler(mustInterceptor(), stage)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestClientRetries(t *testing.T) {
 
 			// RetryAfter 0: pushback -1, "do not retry".
 			never := &script{deny: 5}
-			guard, _ = connectmw.NewHandler(interceptor.MustNew(), never)
+			guard, _ = connectmw.NewHandler(mustInterceptor(), never)
 			srv = serve(t, connect.WithInterceptors(guard))
 			c = unaryClient(srv, plainProc, append(p.opt, connect.WithInterceptors(retry))...)
 			_, err = c.CallUnary(testCtx(t), connect.NewRequest(&testpb.EchoRequest{}))
@@ -93,7 +93,7 @@ func TestClientRetries(t *testing.T) {
 				t.Fatal(err)
 			}
 			stage = &script{deny: 1, retry: time.Millisecond}
-			guard, _ = connectmw.NewHandler(interceptor.MustNew(), stage)
+			guard, _ = connectmw.NewHandler(mustInterceptor(), stage)
 			srv = serve(t, connect.WithInterceptors(guard))
 			c = unaryClient(srv, plainProc, append(p.opt, connect.WithInterceptors(once))...)
 			if _, err := c.CallUnary(testCtx(t), connect.NewRequest(&testpb.EchoRequest{})); connect.CodeOf(err) != connect.CodeUnavailable {
@@ -113,7 +113,7 @@ func TestClientRetries(t *testing.T) {
 func TestClientDeadline(t *testing.T) {
 	t.Parallel()
 	stage := &script{deny: 1, retry: 5 * time.Second}
-	guard, _ := connectmw.NewHandler(interceptor.MustNew(), stage)
+	guard, _ := connectmw.NewHandler(mustInterceptor(), stage)
 	srv := serve(t, connect.WithInterceptors(guard))
 	clk := clock.New(time.Now())
 	retry, _ := connectmw.NewClient(interceptor.WithClientClock(clk))
@@ -141,7 +141,7 @@ func TestClientDeadline(t *testing.T) {
 func TestClientThrottle(t *testing.T) {
 	t.Parallel()
 	stage := &script{deny: 1 << 30}
-	guard, _ := connectmw.NewHandler(interceptor.MustNew(), stage)
+	guard, _ := connectmw.NewHandler(mustInterceptor(), stage)
 	srv := serve(t, connect.WithInterceptors(guard))
 	thr, err := connectmw.NewClient(interceptor.WithThrottle(interceptor.Throttle{K: 1}))
 	if err != nil {
@@ -175,7 +175,7 @@ func TestClientThrottle(t *testing.T) {
 func TestGRPCClientReadsDenial(t *testing.T) {
 	t.Parallel()
 	stage := &script{deny: 1, retry: 20 * time.Millisecond}
-	guard, _ := connectmw.NewHandler(interceptor.MustNew(interceptor.WithDomain("echo.example")), stage)
+	guard, _ := connectmw.NewHandler(mustInterceptor(interceptor.WithDomain("echo.example")), stage)
 	srv := serve(t, connect.WithInterceptors(guard))
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())

@@ -77,7 +77,7 @@ func TestDenialPerProtocol(t *testing.T) {
 	const msg = `rate limit exceeded (policy "per-user"); retry after 30s`
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			fg := interceptor.MustNew(interceptor.WithDomain("echo.example"), interceptor.WithUser(interceptor.FromHeader("x-user")))
+			fg := mustInterceptor(interceptor.WithDomain("echo.example"), interceptor.WithUser(interceptor.FromHeader("x-user")))
 			guard, err := connectmw.NewHandler(fg, perUser(t))
 			if err != nil {
 				t.Fatal(err)
@@ -165,7 +165,7 @@ func (r *recorder) Observe(_ context.Context, req *floodgate.Request, _ floodgat
 func TestRequestOfACall(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
-	fg := interceptor.MustNew(interceptor.WithUser(interceptor.FromHeader("x-user")), interceptor.WithObserver(rec))
+	fg := mustInterceptor(interceptor.WithUser(interceptor.FromHeader("x-user")), interceptor.WithObserver(rec))
 	guard, err := connectmw.NewHandler(fg, &script{})
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestDoneOutcomes(t *testing.T) {
 	const anyError connect.Code = 1000
 	first := &script{}
 	later := &script{deny: 1, retry: time.Second}
-	fg := interceptor.MustNew()
+	fg := mustInterceptor()
 	g1, err1 := connectmw.NewHandler(fg, first)
 	g2, err2 := connectmw.NewHandler(fg, later)
 	if err := errors.Join(err1, err2); err != nil {
@@ -243,7 +243,7 @@ func TestPerMessage(t *testing.T) {
 	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			fg := interceptor.MustNew(interceptor.WithDomain("echo.example"), interceptor.WithUser(interceptor.FromHeader("x-user")), interceptor.WithPerMessage())
+			fg := mustInterceptor(interceptor.WithDomain("echo.example"), interceptor.WithUser(interceptor.FromHeader("x-user")), interceptor.WithPerMessage())
 			guard, err := connectmw.NewHandler(fg, perUser(t))
 			if err != nil {
 				t.Fatal(err)
@@ -275,7 +275,7 @@ func TestPerMessage(t *testing.T) {
 func TestPerMessageOutcome(t *testing.T) {
 	t.Parallel()
 	s := &script{from: 2} // the stream opens, its first message is shed
-	guard, err := connectmw.NewHandler(interceptor.MustNew(interceptor.WithPerMessage()), s)
+	guard, err := connectmw.NewHandler(mustInterceptor(interceptor.WithPerMessage()), s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestPerMessageOutcome(t *testing.T) {
 // calls and streams, in every protocol.
 func TestServerTiming(t *testing.T) {
 	t.Parallel()
-	guard, err := connectmw.NewHandler(interceptor.MustNew(), &script{waited: 250 * time.Millisecond})
+	guard, err := connectmw.NewHandler(mustInterceptor(), &script{waited: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestServerTiming(t *testing.T) {
 // denial's message; its code, details and metadata stay.
 func TestDenyResponseMessage(t *testing.T) {
 	t.Parallel()
-	fg := interceptor.MustNew(interceptor.WithDomain("echo.example"), interceptor.WithUser(interceptor.FromHeader("x-user")),
+	fg := mustInterceptor(interceptor.WithDomain("echo.example"), interceptor.WithUser(interceptor.FromHeader("x-user")),
 		interceptor.WithDenyResponse(interceptor.DenyResponse{Message: func(_ context.Context, d floodgate.Decision) string {
 			return "E_QUOTA: slow down for " + d.RetryAfter.String()
 		}}))
@@ -360,7 +360,7 @@ func TestNewHandlerRefusesNil(t *testing.T) {
 	if _, err := connectmw.NewHandler(nil, &script{}); err == nil || err.Error() != "connectmw: NewHandler: nil Interceptor" {
 		t.Errorf("nil Interceptor: %v", err)
 	}
-	if _, err := connectmw.NewHandler(interceptor.MustNew(), nil); err == nil || err.Error() != "connectmw: NewHandler: nil Admitter" {
+	if _, err := connectmw.NewHandler(mustInterceptor(), nil); err == nil || err.Error() != "connectmw: NewHandler: nil Admitter" {
 		t.Errorf("nil Admitter: %v", err)
 	}
 	if _, err := connectmw.NewHandler(nil, nil); err == nil || err.Error() != "connectmw: NewHandler: nil Interceptor\nconnectmw: NewHandler: nil Admitter" {
@@ -368,7 +368,7 @@ func TestNewHandlerRefusesNil(t *testing.T) {
 	}
 	// A rule keyed on the user, and no user extractor: refused under
 	// WithStrictIdentity.
-	_, err := connectmw.NewHandler(interceptor.MustNew(interceptor.WithStrictIdentity()), perUser(t))
+	_, err := connectmw.NewHandler(mustInterceptor(interceptor.WithStrictIdentity()), perUser(t))
 	if err == nil || !strings.HasPrefix(err.Error(), "connectmw: NewHandler: interceptor: WithStrictIdentity: ") || !strings.Contains(err.Error(), "per-user") {
 		t.Errorf("strict identity: %v", err)
 	}
@@ -383,7 +383,7 @@ func TestNewHandlerRefusesNil(t *testing.T) {
 // body.
 func TestConnectProtocolOverPlainHTTP(t *testing.T) {
 	t.Parallel()
-	fg := interceptor.MustNew(interceptor.WithUser(interceptor.FromHeader("x-user")))
+	fg := mustInterceptor(interceptor.WithUser(interceptor.FromHeader("x-user")))
 	guard, err := connectmw.NewHandler(fg, perUser(t))
 	if err != nil {
 		t.Fatal(err)

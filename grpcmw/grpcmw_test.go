@@ -280,7 +280,7 @@ rules:
     rate: 2/1m
     burst: 2
 `)
-	lim, err := grpcmw.NewLimiter(interceptor.MustNew(grpcmw.WithRealIP()), limits)
+	lim, err := grpcmw.NewLimiter(mustInterceptor(grpcmw.WithRealIP()), limits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ methods:
 		return floodgate.Decision{Allowed: true, Stage: floodgate.StageShedder}, nil, nil
 	})
 	var limited []*floodgate.Request
-	fg := interceptor.MustNew(interceptor.WithObserver(floodgate.ObserverFunc(func(_ context.Context, r *floodgate.Request, d floodgate.Decision, _ error) {
+	fg := mustInterceptor(interceptor.WithObserver(floodgate.ObserverFunc(func(_ context.Context, r *floodgate.Request, d floodgate.Decision, _ error) {
 		if d.Stage == floodgate.StageTiers {
 			mu.Lock()
 			limited = append(limited, r)
@@ -376,7 +376,7 @@ methods:
 
 func TestLimiterOutsideServerCall(t *testing.T) {
 	t.Parallel()
-	lim, err := grpcmw.NewLimiter(interceptor.MustNew(), limiter(t, "rules:\n  - {name: r, key: [ip], rate: 1/1s}\n"))
+	lim, err := grpcmw.NewLimiter(mustInterceptor(), limiter(t, "rules:\n  - {name: r, key: [ip], rate: 1/1s}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestNewLimiterErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var fg *interceptor.Interceptor
 			if tc.name != "nil Interceptor" {
-				fg = interceptor.MustNew(tc.opts...)
+				fg = mustInterceptor(tc.opts...)
 			}
 			l, err := grpcmw.NewLimiter(fg, tc.a)
 			if l != nil || err == nil {

@@ -36,7 +36,7 @@ func (g *Guard) newShedder(file *policyfile.File) (*shedder.Shedder, error) {
 	} else {
 		g.c.logger.Debug("floodgate: no CPU meter for the shedder; a policy's shedder.adaptive.cpu_target will be refused", "err", err)
 	}
-	var memory shedder.CPUMeter // nil unless a memory limit is known
+	var memory interface{ Utilization() (float64, error) } // nil unless a memory limit is known
 	if m, err := mem.New(); err == nil {
 		memory = m
 	} else if adaptive != nil && adaptive.MemoryTarget > 0 {

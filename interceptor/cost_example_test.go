@@ -25,13 +25,18 @@ rules:
 `))
 	store, _ := memstore.New(memstore.WithClock(clock.New(time.Time{}))) // time stands still: the output is exact
 	limits, _ := tiers.NewLimiter(store, policy)
-	mw := interceptor.MustNew(
+	fg, err := interceptor.New(
 		interceptor.WithTenant(interceptor.FromHeader("X-Tenant")),
 		interceptor.WithCost(func(_ context.Context, _ string, md interceptor.Metadata) int64 {
 			n, _ := strconv.ParseInt(md.Get("X-Max-Tokens"), 10, 64)
 			return n // 0 (absent, unparsable): the method's cost
 		}),
-	).HTTP(limits)
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mw := fg.HTTP(limits)
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/complete", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// ... generate the completion ...

@@ -45,7 +45,11 @@ func (echo) Plain(_ context.Context, in *testpb.EchoRequest) (*testpb.EchoRespon
 // client that reads the denial.
 func ExampleInterceptor_UnaryServer() {
 	lis := bufconn.Listen(1 << 16)
-	fg := interceptor.MustNew(interceptor.WithDomain("echo.example.com"))
+	fg, err := interceptor.New(interceptor.WithDomain("echo.example.com"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 		fg.UnaryServer(onePerMinute()),
 	))
@@ -77,7 +81,12 @@ func ExampleInterceptor_UnaryServer() {
 // names the request.
 func ExampleInterceptor_HTTP() {
 	mux := http.NewServeMux()
-	limit := interceptor.MustNew(interceptor.WithHealthPaths("/healthz")).HTTP(onePerMinute())
+	fg, err := interceptor.New(interceptor.WithHealthPaths("/healthz"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	limit := fg.HTTP(onePerMinute())
 	mux.Handle("GET /v1/items/{id}", limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "item", r.PathValue("id"))
 	})))

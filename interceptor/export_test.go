@@ -32,3 +32,12 @@ func WithRand(f func() float64) ClientOption {
 		c.rand = f
 	}
 }
+
+// MustNew is New for the tests: it panics with New's error.
+func MustNew(opts ...Option) *Interceptor {
+	i, err := New(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return i
+}

@@ -66,16 +66,6 @@ func New(opts ...Option) (*Interceptor, error) {
 	return &Interceptor{c: c}, nil
 }
 
-// MustNew is New for package-level variables and inline use: it panics
-// with New's error.
-func MustNew(opts ...Option) *Interceptor {
-	i, err := New(opts...)
-	if err != nil {
-		panic(err)
-	}
-	return i
-}
-
 // stage prepares a for the interceptors that wrap it: it records the
 // per-method options a offers (every stage of a that has a MethodOptions
 // method, found through wrappers and Chains with floodgate.All) and wraps

@@ -11,12 +11,6 @@ import (
 	"github.com/floodgate-go/floodgate/shedder/internal/core"
 )
 
-// CPUMeter reports the CPU the service used since the previous call, as a
-// share of the CPU it may use (1 = the whole quota): its one method is
-// Utilization() (float64, error). *cpu.Meter (package shedder/cpu) is the
-// cgroup-aware one; tests pass a fake.
-type CPUMeter = core.CPUMeter
-
 // AdaptiveCapacity makes the capacity follow the service instead of a
 // hand-tuned number (WithAdaptiveCapacity, fleetshed.Config.Adaptive, or a
 // policy file's shedder: adaptive: section). The package documentation
@@ -63,9 +57,13 @@ type AdaptiveCapacity struct {
 	// 90%); it needs a CPU meter (CPU below, or the Shedder's WithCPU).
 	// 0, the default, leaves CPU out. It must lie in [0, 1].
 	CPUTarget float64
-	// CPU is the meter CPUTarget is checked against; nil keeps the one
-	// given to WithCPU, or the one set before (Reconfigure).
-	CPU CPUMeter
+	// CPU is the meter CPUTarget is checked against: its Utilization
+	// reports the CPU the service used since the previous call, as a
+	// share of the CPU it may use (1 = the whole quota; *cpu.Meter of
+	// package shedder/cpu, the cgroup-aware one; tests pass a fake). nil
+	// keeps the one given to WithCPU, or the one set before
+	// (Reconfigure).
+	CPU interface{ Utilization() (float64, error) }
 	// MemoryTarget, when above 0, counts the service as overloaded when
 	// the memory it holds as a window closes is at least this share of
 	// its limit (0.8: 80% of GOMEMLIMIT or of the cgroup's memory

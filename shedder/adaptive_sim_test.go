@@ -148,7 +148,7 @@ func (s *service) run(t *testing.T, a floodgate.Admitter, capacity func() int64,
 // cpuOf is a fake CPU meter for s: the requests in flight on average since
 // its previous reading, over cores; a service whose CPU saturates at
 // cores requests in flight.
-func (s *service) cpuOf(cores float64) shedder.CPUMeter {
+func (s *service) cpuOf(cores float64) interface{ Utilization() (float64, error) } {
 	return cpuFunc(func() (float64, error) {
 		if s.steps == 0 {
 			return 0, nil

@@ -125,7 +125,7 @@
 // # Options and imports
 //
 // New takes Options, all named With…, and returns an error naming every
-// bad one. The settings types AdaptiveCapacity, Stats and CPUMeter are
+// bad one. The settings types AdaptiveCapacity and Stats are
 // shared with package shedder/fleetshed, which builds on the same
 // machinery (package shedder/internal/core).
 //

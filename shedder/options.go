@@ -15,8 +15,8 @@ type config struct {
 	core.Settings
 	thresholds [floodgate.NumPriorities]float64
 	adaptive   *AdaptiveCapacity
-	meter      CPUMeter
-	mem        CPUMeter
+	meter      core.CPUMeter
+	mem        core.CPUMeter
 	retries    *Retries
 }
 
@@ -90,7 +90,7 @@ func WithAdaptiveCapacity(a AdaptiveCapacity) Option {
 // is checked against (*cpu.Meter of package shedder/cpu, for the
 // container's cgroup quota). It is read once per window, only while the
 // capacity is adaptive with a CPUTarget.
-func WithCPU(m CPUMeter) Option {
+func WithCPU(m interface{ Utilization() (float64, error) }) Option {
 	return func(c *config) {
 		if m == nil {
 			c.Fail("WithCPU", "meter is nil")

@@ -80,8 +80,8 @@ type Shedder struct {
 	band       float64
 	fixed      int64 // the capacity Config reports
 	adaptive   AdaptiveCapacity
-	meter      CPUMeter // WithCPU's, or the last AdaptiveCapacity.CPU
-	mem        CPUMeter // the last AdaptiveCapacity.Memory
+	meter      core.CPUMeter // WithCPU's, or the last AdaptiveCapacity.CPU
+	mem        core.CPUMeter // the last AdaptiveCapacity.Memory
 }
 
 var _ floodgate.Admitter = (*Shedder)(nil)
@@ -168,7 +168,7 @@ func (s *Shedder) setRetries(r *Retries) {
 
 // startAdaptive installs an estimator of settings a starting from
 // initial.
-func (s *Shedder) startAdaptive(a AdaptiveCapacity, meter, mem CPUMeter, initial int64) {
+func (s *Shedder) startAdaptive(a AdaptiveCapacity, meter, mem core.CPUMeter, initial int64) {
 	initial = min(max(initial, a.Min), a.Max)
 	var e *core.Estimator
 	e = core.NewEstimator(core.Adaptive(a), meter, mem, initial, s.clock, func(c int64) { s.setFrom(e, c) })

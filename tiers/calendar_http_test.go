@@ -30,7 +30,11 @@ func TestCalendarDenyHeaders(t *testing.T) {
 rules:
   - {name: plan, key: [ip], rate: 2/month, time_zone: Europe/Berlin}
 `, tiers.WithClock(clk))
-	h := interceptor.MustNew(interceptor.WithClock(clk)).HTTP(l)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	fg, err := interceptor.New(interceptor.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fg.HTTP(l)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	var rec *httptest.ResponseRecorder
 	for range 3 {
 		rec = httptest.NewRecorder()

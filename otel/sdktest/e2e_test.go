@@ -185,7 +185,7 @@ func TestGRPCEndToEnd(t *testing.T) {
 	const method = "/grpc.testing.TestService/EmptyCall"
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(h.tp))),
-		grpc.ChainUnaryInterceptor(interceptor.MustNew(
+		grpc.ChainUnaryInterceptor(mustInterceptor(
 			interceptor.WithObserver(h.obs),
 			interceptor.WithUser(interceptor.FromHeader("x-user")),
 			interceptor.WithAPIKey(interceptor.FromHeader("x-api-key")),
@@ -221,7 +221,7 @@ func TestGRPCEndToEnd(t *testing.T) {
 func TestHTTPEndToEnd(t *testing.T) {
 	h := newHarness(t)
 	var cur atomic.Pointer[scenario]
-	mw := interceptor.MustNew(
+	mw := mustInterceptor(
 		interceptor.WithObserver(h.obs),
 		interceptor.WithUser(interceptor.FromHeader("X-User")),
 		interceptor.WithAPIKey(interceptor.FromHeader("X-Api-Key")),

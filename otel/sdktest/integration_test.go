@@ -77,7 +77,7 @@ rules:
 	})
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(h.tp))),
-		grpc.ChainUnaryInterceptor(interceptor.MustNew(
+		grpc.ChainUnaryInterceptor(mustInterceptor(
 			interceptor.WithObserver(h.obs, capture),
 			interceptor.WithUser(interceptor.FromHeader("x-user")),
 		).UnaryServer(limiter)),

@@ -70,8 +70,8 @@ type Shedder struct {
 	othersCap   int64 // adaptive: the capacities other live instances published
 	othersNoCap int64 // adaptive: live instances that published none
 	adaptive    shedder.AdaptiveCapacity
-	meter       shedder.CPUMeter
-	mem         shedder.CPUMeter
+	meter       core.CPUMeter
+	mem         core.CPUMeter
 
 	m     liveness.Member
 	keys  []string // member set, counts hash, capacity hash
@@ -162,7 +162,7 @@ func clusterSafeKey(key string) bool {
 
 // startAdaptive installs an estimator of settings a for this instance's
 // share, starting from initial.
-func (s *Shedder) startAdaptive(a shedder.AdaptiveCapacity, meter, mem shedder.CPUMeter, initial int64) {
+func (s *Shedder) startAdaptive(a shedder.AdaptiveCapacity, meter, mem core.CPUMeter, initial int64) {
 	initial = min(max(initial, a.Min), a.Max)
 	var e *core.Estimator
 	e = core.NewEstimator(core.Adaptive(a), meter, mem, initial, s.clock, func(c int64) {

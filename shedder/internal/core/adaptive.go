@@ -77,7 +77,7 @@ type Adaptive struct {
 	CPUTarget float64
 	// CPU is the meter CPUTarget is checked against; nil keeps the one
 	// given to WithCPU, or the one set before.
-	CPU CPUMeter
+	CPU interface{ Utilization() (float64, error) }
 	// MemoryTarget, when above 0, counts the service as overloaded when
 	// the memory it holds at the end of a window is at least this share
 	// of its limit; it needs a memory meter (Memory below). 0, the
