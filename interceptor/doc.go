@@ -10,8 +10,7 @@
 // UnaryServer, StreamServer and HTTP methods make one interceptor per
 // stage, in chain order, for grpc.ChainUnaryInterceptor /
 // grpc.ChainStreamInterceptor, or one around a floodgate.Chain. That is
-// the one way to wire a chain: every interceptor of it from one New
-// (MustNew panics with New's error instead, for package-level variables).
+// the one way to wire a chain: every interceptor of it from one New.
 // The first floodgate interceptor of a call builds the floodgate.Request
 // and stores it in the context, where floodgate.FromContext finds it
 // (Request and context are one allocation); every later one reuses it, so
