@@ -29,7 +29,7 @@ const (
 // and the call's decision. The statuses, their durations and the limits
 // are allocated together; limits are shared between answers (cached by
 // name and rate: messages are only read once built).
-func (s *Server) response(out []tiers.DescriptorDecision, call floodgate.Decision) *rlsv3.RateLimitResponse {
+func (s *Server) response(out []tiers.DescriptorDecision, call *floodgate.Decision) *rlsv3.RateLimitResponse {
 	n := len(out)
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
@@ -80,7 +80,7 @@ func (s *Server) response(out []tiers.DescriptorDecision, call floodgate.Decisio
 		st.DurationUntilReset = du
 	}
 	if s.cfg.headers {
-		resp.ResponseHeadersToAdd = quotaHeaders(out, call)
+		resp.ResponseHeadersToAdd = quotaHeaders(out, *call)
 	}
 	return resp
 }

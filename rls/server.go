@@ -206,15 +206,24 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	cs := s.pool.Get().(*callScratch)
 	defer s.release(cs)
 	if err := cs.convert(req); err != nil {
-		s.logf("floodgate-rls: call refused", err)
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, s.refused(err)
 	}
 	d, err := s.limiter.AdmitDescriptors(ctx, req.GetDomain(), cs.ds, cs.out)
 	if err != nil {
 		s.logf("floodgate-rls: call decided with an error", err)
 	}
-	s.observe(ctx, cs, d, err)
-	return s.response(cs.out, d), nil
+	s.observe(ctx, cs, &d, err)
+	return s.response(cs.out, &d), nil
+}
+
+// refused logs a call refused for bad input and returns its error. It is
+// a call of its own, never inlined, so that a call that decides keeps a
+// small frame (see tiers/localfirst's takeLocal).
+//
+//go:noinline
+func (s *Server) refused(err error) error {
+	s.logf("floodgate-rls: call refused", err)
+	return status.Error(codes.InvalidArgument, err.Error())
 }
 
 func (s *Server) release(cs *callScratch) {
@@ -323,7 +332,7 @@ func growTo[T any](s []T, n int) []T {
 
 // observe reports every descriptor's decision, the binding one last: the
 // descriptor whose decision is the call's.
-func (s *Server) observe(ctx context.Context, cs *callScratch, call floodgate.Decision, err error) {
+func (s *Server) observe(ctx context.Context, cs *callScratch, call *floodgate.Decision, err error) {
 	if s.cfg.obs == nil {
 		return
 	}

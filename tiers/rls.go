@@ -273,13 +273,10 @@ const MaxDescriptors = 64
 // and a descriptor with a negative Cost or a bad Limit, or more than
 // MaxDescriptors descriptors, deny the call without charging anything.
 func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Descriptor, out []DescriptorDecision) (floodgate.Decision, error) {
-	allow := floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers}
-	switch {
-	case len(out) < len(ds):
-		return floodgate.Decision{Stage: floodgate.StageTiers}, fmt.Errorf("tiers: AdmitDescriptors: out has room for %d decisions, want one per descriptor (%d)", len(out), len(ds))
-	case len(ds) > MaxDescriptors:
-		return floodgate.Decision{Stage: floodgate.StageTiers}, fmt.Errorf("tiers: AdmitDescriptors: %d descriptors; at most %d", len(ds), MaxDescriptors)
+	if err := checkDescriptors(ds, out); err != nil {
+		return floodgate.Decision{Stage: floodgate.StageTiers}, err
 	}
+	allow := floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers}
 	c := l.state.Load()
 	var root *rlsNode
 	if c.rls != nil {
@@ -287,15 +284,6 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	}
 	for i := range ds {
 		out[i] = DescriptorDecision{Decision: allow}
-	}
-	for i := range ds {
-		if ds[i].Cost < 0 {
-			return floodgate.Decision{Stage: floodgate.StageTiers}, fmt.Errorf("%w: descriptors[%d] costs %d", ErrInvalidCost, i, ds[i].Cost)
-		}
-		if lim := ds[i].Limit; lim != nil && (lim.Rate < 0 || lim.Rate > quota.MaxRate || lim.Period < quota.MinPeriod || lim.Period > quota.MaxPeriod) {
-			return floodgate.Decision{Stage: floodgate.StageTiers}, fmt.Errorf("tiers: AdmitDescriptors: descriptors[%d].Limit: %d per %s: want a rate in [0, %d] per a period in [%s, %s]",
-				i, lim.Rate, lim.Period, quota.MaxRate, quota.MinPeriod, quota.MaxPeriod)
-		}
 	}
 	if root == nil {
 		return allow, nil
@@ -312,16 +300,7 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 	}
 	if sc.denies {
 		if k := l.denyDescriptors(sc, ds, out); k >= 0 {
-			// Charging nothing, the other descriptors' buckets are only
-			// read, so their answers show their limits and what is left.
-			sc.descriptorItems(ds, out, false)
-			if len(sc.items) > 0 {
-				sc.dec = grow(sc.dec, len(sc.items))
-				var d floodgate.Decision
-				if _, err := l.run(ctx, c, sc, sc.dec, &d, call{read: true}); err == nil {
-					sc.decided(ds, out)
-				}
-			}
+			l.readDenied(ctx, c, sc, ds, out)
 			return out[k].Decision, giveErr
 		}
 	}
@@ -337,6 +316,48 @@ func (l *Limiter) AdmitDescriptors(ctx context.Context, domain string, ds []Desc
 		err = errors.Join(giveErr, err)
 	}
 	return d, err
+}
+
+// checkDescriptors reports what is wrong with a call's descriptors and
+// the room for their decisions, or nil. It is a call of its own, never
+// inlined, as readDenied is: the errors it builds are off the stack of a
+// call that decides (see localfirst's takeLocal).
+//
+//go:noinline
+func checkDescriptors(ds []Descriptor, out []DescriptorDecision) error {
+	switch {
+	case len(out) < len(ds):
+		return fmt.Errorf("tiers: AdmitDescriptors: out has room for %d decisions, want one per descriptor (%d)", len(out), len(ds))
+	case len(ds) > MaxDescriptors:
+		return fmt.Errorf("tiers: AdmitDescriptors: %d descriptors; at most %d", len(ds), MaxDescriptors)
+	}
+	for i := range ds {
+		if ds[i].Cost < 0 {
+			return fmt.Errorf("%w: descriptors[%d] costs %d", ErrInvalidCost, i, ds[i].Cost)
+		}
+		if lim := ds[i].Limit; lim != nil && (lim.Rate < 0 || lim.Rate > quota.MaxRate || lim.Period < quota.MinPeriod || lim.Period > quota.MaxPeriod) {
+			return fmt.Errorf("tiers: AdmitDescriptors: descriptors[%d].Limit: %d per %s: want a rate in [0, %d] per a period in [%s, %s]",
+				i, lim.Rate, lim.Period, quota.MaxRate, quota.MinPeriod, quota.MaxPeriod)
+		}
+	}
+	return nil
+}
+
+// readDenied fills in, for a call a descriptor denied before anything
+// was charged, what the other descriptors' buckets have left: charging
+// nothing, they are only read, so their answers show their limits.
+//
+//go:noinline
+func (l *Limiter) readDenied(ctx context.Context, c *compiled, sc *scratch, ds []Descriptor, out []DescriptorDecision) {
+	sc.descriptorItems(ds, out, false)
+	if len(sc.items) == 0 {
+		return
+	}
+	sc.dec = grow(sc.dec, len(sc.items))
+	var d floodgate.Decision
+	if _, err := l.run(ctx, c, sc, sc.dec, &d, call{read: true}); err == nil {
+		sc.decided(ds, out)
+	}
 }
 
 // decided writes into out the decision of each descriptor a take decided

@@ -186,6 +186,17 @@ func (s *Store) Take(ctx context.Context, buckets []quota.Bucket, res []quota.Re
 	if nLocal == 0 {
 		return s.exact.Take(ctx, buckets, res)
 	}
+	return s.takeLocal(ctx, buckets, res, nLocal)
+}
+
+// takeLocal is Take for a take with local buckets. It is a call of its
+// own, never inlined, so that its buffers are on the stack only when a
+// take has local buckets: a take of exact buckets alone goes through Take
+// to the exact store with a small frame, and the goroutine's stack,
+// which the runtime shrinks while it idles, need not grow for it.
+//
+//go:noinline
+func (s *Store) takeLocal(ctx context.Context, buckets []quota.Bucket, res []quota.Result, nLocal int) (bool, error) {
 	if err := quota.ValidateTake(buckets, res); err != nil {
 		return false, err
 	}
