@@ -31,16 +31,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -55,6 +52,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-go/floodgate/bench/internal/child"
 	"github.com/floodgate-go/floodgate/internal/testpb"
 )
 
@@ -192,7 +190,7 @@ func runRow(ctx context.Context, o options, cfg serverConfig, rate float64, seed
 	if err != nil {
 		return result{}, err
 	}
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		_, _ = c.stop()
 		return result{}, err
@@ -273,74 +271,22 @@ func print(out io.Writer, o options, results []result) {
 	}
 }
 
-// child is a running service process.
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Scanner
-	addr  string
-}
+// serviceProc is a running service process (package
+// bench/internal/child).
+type serviceProc struct{ *child.Child }
 
 // startChild starts the service with cfg in a process of its own with
 // GOMEMLIMIT and GOMAXPROCS set, and waits for its address.
-func startChild(ctx context.Context, cfg serverConfig, o options) (*child, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	js, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, exe, serveFlag, "-config", string(js))
-	cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(o.serverProcs), "GOMEMLIMIT="+strconv.FormatInt(o.limit, 10))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	c := &child{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
-	c.out.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	if !c.out.Scan() || !strings.HasPrefix(c.out.Text(), "ADDR ") {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-		return nil, fmt.Errorf("memload: the service printed no ADDR line (got %q)", c.out.Text())
-	}
-	c.addr = strings.TrimPrefix(c.out.Text(), "ADDR ")
-	return c, nil
+func startChild(ctx context.Context, cfg serverConfig, o options) (serviceProc, error) {
+	c, err := child.Start(ctx, "memload", serveFlag, cfg,
+		"GOMAXPROCS="+strconv.Itoa(o.serverProcs), "GOMEMLIMIT="+strconv.FormatInt(o.limit, 10))
+	return serviceProc{c}, err
 }
 
 // stop closes the service's stdin, reads its stats and waits for it,
 // for at most 10s.
-func (c *child) stop() (serverStats, error) {
-	_ = c.stdin.Close()
+func (s serviceProc) stop() (serverStats, error) {
 	var st serverStats
-	got := make(chan error, 1)
-	go func() {
-		for c.out.Scan() {
-			if js, ok := strings.CutPrefix(c.out.Text(), "STATS "); ok {
-				got <- json.Unmarshal([]byte(js), &st)
-				return
-			}
-		}
-		got <- fmt.Errorf("memload: the service ended without stats: %v", c.out.Err())
-	}()
-	select {
-	case err := <-got:
-		if werr := c.cmd.Wait(); err == nil && werr != nil {
-			err = werr
-		}
-		return st, err
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		_ = c.cmd.Wait()
-		return st, errors.New("memload: the service did not stop within 10s")
-	}
+	err := s.Stop(&st)
+	return st, err
 }

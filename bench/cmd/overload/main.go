@@ -519,7 +519,7 @@ func saturate(ctx context.Context, cfg serverConfig, o options) (mu float64, lat
 			err = serr
 		}
 	}()
-	cc, err := dial(ch.addr)
+	cc, err := dial(ch.Addr)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -576,7 +576,7 @@ func drive(ctx context.Context, cfg serverConfig, o options, rate float64, criti
 	if err != nil {
 		return nil, err
 	}
-	cc, err := dial(ch.addr)
+	cc, err := dial(ch.Addr)
 	if err != nil {
 		_, _ = ch.stop()
 		return nil, err

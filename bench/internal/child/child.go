@@ -1,0 +1,97 @@
+// Package child runs a benchmark's service in a process of its own: the
+// program starts its own binary with a flag that makes it serve, hands it
+// its configuration as JSON, reads the address it listens on from its
+// first line of output ("ADDR host:port") and, when the service's stdin
+// closes, its statistics from a line "STATS {json}". Commands overload and
+// memload measure services this way, so that the service's CPU and memory
+// (GOMAXPROCS, GOMEMLIMIT) are not the load generator's.
+//
+// What it decides: the protocol between a benchmark and its service
+// process, and that a service that does not stop within 10s is killed.
+package child
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Child is a running service process.
+type Child struct {
+	name  string // the program, for errors
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+	// Addr is the address the service printed on its ADDR line.
+	Addr string
+}
+
+// Start runs this program's own binary as "serveFlag -config JSON(cfg)"
+// with env added to its environment, and waits for its ADDR line. name
+// (the program) begins its errors.
+func Start(ctx context.Context, name, serveFlag string, cfg any, env ...string) (*Child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, serveFlag, "-config", string(js))
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &Child{name: name, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	c.out.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	if !c.out.Scan() || !strings.HasPrefix(c.out.Text(), "ADDR ") {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("%s: the service printed no ADDR line (got %q)", name, c.out.Text())
+	}
+	c.Addr = strings.TrimPrefix(c.out.Text(), "ADDR ")
+	return c, nil
+}
+
+// Stop closes the service's stdin, decodes its STATS line into stats and
+// waits for it, for at most 10s (then kills it).
+func (c *Child) Stop(stats any) error {
+	_ = c.stdin.Close()
+	got := make(chan error, 1)
+	go func() {
+		for c.out.Scan() {
+			if js, ok := strings.CutPrefix(c.out.Text(), "STATS "); ok {
+				got <- json.Unmarshal([]byte(js), stats)
+				return
+			}
+		}
+		got <- fmt.Errorf("%s: the service ended without stats: %v", c.name, c.out.Err())
+	}()
+	select {
+	case err := <-got:
+		if werr := c.cmd.Wait(); err == nil && werr != nil {
+			err = werr
+		}
+		return err
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		_ = c.cmd.Wait()
+		return fmt.Errorf("%s: the service did not stop within 10s", c.name)
+	}
+}
