@@ -171,6 +171,47 @@ func TestAdaptiveCapacityStoreWaitIsNoLatency(t *testing.T) {
 	}
 }
 
+// An adaptive Shedder refuses at once a request whose deadline is nearer
+// than the least latency it has seen (10ms here): it cannot finish in
+// time. Its Decision's policy is "shedder.deadline" with no retry delay;
+// a request with room, one without a deadline and a critical one pass;
+// before a window has closed nothing is known and nothing is refused.
+// The fake clock starts at the real time, so the contexts' (real)
+// deadlines are ahead of it by what each case says.
+func TestAdaptiveShedsWhatCannotFinish(t *testing.T) {
+	t.Parallel()
+	clk := clock.New(time.Now())
+	s := newAdaptiveShedder(t, clk, 40, shedder.AdaptiveCapacity{Min: 1, Max: 100, MinSamples: 5})
+	within := func(d time.Duration) context.Context {
+		c, cancel := context.WithDeadline(ctx, clk.Now().Add(d))
+		t.Cleanup(cancel)
+		return c
+	}
+	admit := func(c context.Context, p floodgate.Priority) floodgate.Decision {
+		d, done, _ := s.Admit(c, &floodgate.Request{Priority: p})
+		if done != nil {
+			done(floodgate.Result{Outcome: floodgate.OutcomeIgnored})
+		}
+		return d
+	}
+	if d := admit(within(time.Millisecond), floodgate.PriorityRead); !d.Allowed {
+		t.Fatalf("before any window, a near deadline: %+v; want admitted (nothing known)", d)
+	}
+	w := waves{t, s, clk, 100 * time.Millisecond}
+	w.wave(5, 10*time.Millisecond, floodgate.OutcomeSuccess)
+	if d := admit(within(9*time.Millisecond), floodgate.PriorityRead); d.Allowed || d.Policy != "shedder.deadline" || d.RetryAfter != 0 {
+		t.Fatalf("9ms to its deadline, least latency 10ms: %+v; want refused, policy shedder.deadline, no retry delay", d)
+	}
+	for _, c := range []struct {
+		ctx context.Context
+		p   floodgate.Priority
+	}{{within(10 * time.Millisecond), floodgate.PriorityRead}, {ctx, floodgate.PriorityTest}, {within(time.Millisecond), floodgate.PriorityCritical}} {
+		if d := admit(c.ctx, c.p); !d.Allowed {
+			t.Errorf("%v: %+v; want admitted", c.p, d)
+		}
+	}
+}
+
 // Reconfigure switches between fixed and adaptive capacity and changes the
 // thresholds at run time; a configuration Check rejects changes nothing.
 func TestShedderReconfigure(t *testing.T) {

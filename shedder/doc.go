@@ -32,6 +32,12 @@
 // overload into a retry storm (gRFC A6); a first attempt has not failed
 // yet.
 //
+// An adaptive Shedder also refuses at once a request (critical excepted)
+// whose context's deadline is nearer than the least latency it has seen
+// (Stats.MinLatency): it cannot finish in time, and would only take a
+// slot from one that can. Its Decision's Policy is "shedder.deadline",
+// with no retry delay.
+//
 // Shedding starts and stops with hysteresis so that a load hovering around a
 // threshold does not flap: a priority starts being shed when in flight
 // reaches its threshold, and stops only when in flight has fallen below

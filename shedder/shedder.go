@@ -36,6 +36,10 @@ const (
 	// RetriesPolicySuffix follows the Policy of a Shedder's Decisions on
 	// the retries it sheds before first attempts (WithRetries).
 	RetriesPolicySuffix = core.RetriesPolicySuffix
+	// DeadlinePolicySuffix follows the Policy of an adaptive Shedder's
+	// Decisions on requests whose deadline is nearer than the least
+	// latency it has seen: they cannot finish in time.
+	DeadlinePolicySuffix = core.DeadlinePolicySuffix
 
 	// The defaults of AdaptiveCapacity's fields.
 	DefaultAdaptiveWindow     = core.DefaultAdaptiveWindow
@@ -215,6 +219,14 @@ func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 	if p == floodgate.PriorityCritical {
 		n := s.inflight.Add(1)
 		return s.v.Allow(p, n), s.doneOf(ctx, e, p, n), err
+	}
+	if e != nil && e.Least() > 0 {
+		if dl, ok := ctx.Deadline(); ok && dl.Sub(s.clock.Now()) < e.Least() {
+			// It cannot finish before its deadline even at the least
+			// latency: work nobody would read. Not counted as shed for
+			// want of capacity (Shed), which grows the capacity.
+			return s.v.ShedLate(p, s.inflight.Load()), nil, err
+		}
 	}
 	g := &s.gates[p]
 	retry := false

@@ -242,6 +242,7 @@ type Estimator struct {
 	clock floodgate.Clock
 	set   func(int64)
 	Shed  atomic.Int64  // requests shed since the window opened
+	least atomic.Int64  // minLat, read without the lock (Least)
 	gen   atomic.Uint64 // windows closed: a ticket's gen is the window it was admitted in
 
 	mu        sync.Mutex
@@ -282,6 +283,10 @@ func NewEstimator(cfg Adaptive, meter, mem CPUMeter, initial int64, clock floodg
 	e.stats.CPU, e.stats.Memory = -1, -1
 	return e
 }
+
+// Least returns the least mean latency of a window seen within Probe
+// (0 until a window closed): what a request takes at the least.
+func (e *Estimator) Least() time.Duration { return time.Duration(e.least.Load()) }
 
 // Reconfigure installs cfg (valid, defaults applied) and the meters,
 // keeping what was learnt and clamping the estimate to the new bounds.
@@ -373,6 +378,7 @@ func (e *Estimator) close(now time.Time) {
 		}
 		e.probing, e.measuring = false, false
 		e.minLat, e.minAt = mean, now
+		e.least.Store(int64(mean))
 		st.Probing, st.MinLatency = false, mean
 		e.publish(e.saved)
 		return
@@ -385,6 +391,7 @@ func (e *Estimator) close(now time.Time) {
 	}
 	if e.minLat == 0 || mean < e.minLat {
 		e.minLat, e.minAt = mean, now
+		e.least.Store(int64(mean))
 	}
 	maxThru := 0.0
 	for _, v := range e.thru {

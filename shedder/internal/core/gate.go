@@ -36,12 +36,14 @@ type Verdicts struct {
 	defaultPriority floodgate.Priority
 	policy          string
 	retryPolicy     string // policy + ".retries"
+	latePolicy      string // policy + ".deadline"
 }
 
 // Init takes the settings of s and the starting capacity.
 func (v *Verdicts) Init(s *Settings, capacity int64) {
 	v.retryAfter, v.defaultPriority, v.policy = s.RetryAfter, s.DefaultPriority, s.Policy
 	v.retryPolicy = s.Policy + RetriesPolicySuffix
+	v.latePolicy = s.Policy + DeadlinePolicySuffix
 	v.Capacity.Store(capacity)
 }
 
@@ -84,14 +86,27 @@ func (v *Verdicts) Shed(p floodgate.Priority, inflight int64) floodgate.Decision
 	return d
 }
 
-// RetriesPolicySuffix follows the Policy of a shed retry (ShedRetry).
-const RetriesPolicySuffix = ".retries"
+// Suffixes of the Policy of a shed retry (ShedRetry) and of a request
+// shed because its deadline is nearer than the least latency (ShedLate).
+const (
+	RetriesPolicySuffix  = ".retries"
+	DeadlinePolicySuffix = ".deadline"
+)
 
 // ShedRetry is the Decision shedding a retry of priority p, before first
 // attempts of p, with inflight requests in flight.
 func (v *Verdicts) ShedRetry(p floodgate.Priority, inflight int64) floodgate.Decision {
 	d := v.Shed(p, inflight)
 	d.Policy = v.retryPolicy
+	return d
+}
+
+// ShedLate is the Decision shedding a request of priority p whose
+// deadline is nearer than the least latency, with inflight requests in
+// flight: no retry could be sooner than its deadline, so RetryAfter is 0.
+func (v *Verdicts) ShedLate(p floodgate.Priority, inflight int64) floodgate.Decision {
+	d := v.Shed(p, inflight)
+	d.Policy, d.RetryAfter = v.latePolicy, 0
 	return d
 }
 
