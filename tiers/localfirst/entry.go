@@ -56,9 +56,37 @@ func (e *entry) nextWake() int64 {
 	return w
 }
 
+// tmpl is what an entry keeps of the bucket it last saw, to send in its
+// reports and returns (bucket): the fields a leased or async bucket
+// sets, less its limit (state.limit) and cost. A whole quota.Bucket is
+// 176 bytes, most of it fields such a bucket never sets (a calendar
+// Span, Admitted: window algorithms are refused in these modes), and an
+// entry is kept per key: the collector marks them all on every cycle.
+type tmpl struct {
+	key, rule       string
+	sync, maxWait   time.Duration
+	onErr           quota.FailMode
+	cons            quota.Consistency
+	denials, atMost bool
+}
+
+// tmplOf is what an entry keeps of b.
+func tmplOf(b *quota.Bucket) tmpl {
+	return tmpl{key: b.Key, rule: b.Rule, sync: b.SyncInterval, maxWait: b.MaxWait, onErr: b.OnStoreError,
+		cons: b.Consistency, denials: b.CacheDenials, atMost: b.AtMost}
+}
+
+// bucket is the bucket the entry last saw, at cost 0: what its reports
+// and returns send (with their cost).
+func (e *entry) bucket() quota.Bucket {
+	t := &e.t
+	return quota.Bucket{Key: t.key, Limit: e.limit, Rule: t.rule, SyncInterval: t.sync, MaxWait: t.maxWait,
+		OnStoreError: t.onErr, Consistency: t.cons, CacheDenials: t.denials, AtMost: t.atMost}
+}
+
 // state is what an entry knows of its key.
 type state struct {
-	b     quota.Bucket // the bucket as last seen, Cost 0: what reports and returns send
+	t     tmpl // the bucket as last seen, less its limit and cost (bucket)
 	limit quota.Limit
 	mode  quota.Consistency
 
@@ -120,8 +148,7 @@ func (e *entry) reset(b *quota.Bucket, now time.Time) {
 	keep := e.mode == quota.Async && b.Consistency == quota.Async && e.known
 	was, assumed, tok, tokAt := e.limit, e.assumed, e.tok, e.tokAt
 	e.state = state{}
-	e.b = *b
-	e.b.Cost = 0
+	e.t = tmplOf(b)
 	e.limit, e.mode = b.Limit, b.Consistency
 	e.owed, e.returning, e.u, e.inflight = owed, returning, u, inflight
 	e.lastReport = now
@@ -305,7 +332,7 @@ func (e *entry) reserveAsync(b *quota.Bucket, now time.Time, n int, res *quota.R
 		e.spend(b.Cost, now)
 		// Every report waits at least a quarter interval: a key whose
 		// wake is already that soon needs no arithmetic here.
-		if soonest := e.lastReport.UnixNano() + int64(e.b.SyncInterval/4); e.wake.Load() > soonest {
+		if soonest := e.lastReport.UnixNano() + int64(e.t.sync/4); e.wake.Load() > soonest {
 			e.sooner(e.lastReport.Add(e.reportEvery()))
 		}
 		*res = quota.Result{Allowed: true, Limit: e.capacity(), Remaining: int64(math.Max(0, math.Floor(e.tok))), Wait: wait, Source: floodgate.SourceAsync}

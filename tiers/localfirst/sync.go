@@ -171,7 +171,7 @@ func (s *Store) sync(ctx context.Context, mode syncMode) error {
 			// Unspent lease units go back (a key whose consistency
 			// changed reports its hits at the next Sync: one call names
 			// a key once).
-			b := e.b
+			b := e.bucket()
 			b.Cost = -e.owed
 			e.returning, e.owed = e.owed, 0
 			jobs = append(jobs, job{e: e, b: b})
@@ -181,7 +181,7 @@ func (s *Store) sync(ctx context.Context, mode syncMode) error {
 				// A report is at most the capacity: the rest goes next
 				// time (after an outage, a key may owe more).
 				cost = min(cost, e.capacity())
-				b := e.b
+				b := e.bucket()
 				b.Cost = cost
 				e.u -= cost
 				e.inflight = cost
@@ -327,7 +327,7 @@ func (e *entry) share() float64 { return max(1, e.tok+float64(e.u)) }
 // reportEvery is how long e's unreported units may wait after its last
 // report (see due); e.u > 0.
 func (e *entry) reportEvery() time.Duration {
-	iv := e.b.SyncInterval
+	iv := e.t.sync
 	if !e.known {
 		return iv
 	}
