@@ -66,8 +66,13 @@ func TestWaitRefusesWhatCannotRunInTime(t *testing.T) {
 			// One waits (c); the slot is held. Under FIFO a new request's
 			// slot comes after 2 gaps and it runs 10s more: 30s.
 			if !tc.refused {
+				// LIFO: the newest first, so a slot in one gap and 10s
+				// to run: 20s.
+				if d, _, err := l.Admit(deadline(15*time.Second), req("/m", "acme", "near")); d.Allowed || err != nil || l.Late() != 1 {
+					t.Fatalf("LIFO, 15s to its deadline: %+v, err %v, %d late; want refused at once", d, err, l.Late())
+				}
 				waitingAdmit(t, l, deadline(25*time.Second), req("/m", "acme", "d"), "d", 2, out)
-				if l.Late() != 0 {
+				if l.Late() != 1 {
 					t.Fatal("LIFO, 25s to its deadline: refused")
 				}
 				return

@@ -490,7 +490,10 @@ func (q *waiters) tooLate(ctx context.Context, w *waiter, now int64, lifo bool) 
 	if gap == 0 {
 		return false
 	}
-	ahead := q.ahead(w.rank, lifo) - 1 // w itself is counted
+	ahead := q.ahead(w.rank, lifo)
+	if !lifo {
+		ahead-- // w itself, counted among its priority
+	}
 	return now+int64(ahead+1)*gap+q.held.Load() >= dl.UnixNano()
 }
 
