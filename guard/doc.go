@@ -52,7 +52,16 @@
 //   - the transports: net/http middleware (HTTP), the gRPC server's
 //     interceptors (ServerOptions, UnaryServer, StreamServer) and client
 //     interceptors (DialOptions), and for connect-go what package
-//     connectmw takes (Interceptor, Chain);
+//     connectmw takes (Interceptor, Chain). ServerOptions also decides
+//     the shedder early, in a grpc.InTapHandle that runs when a call's
+//     headers arrive, before its message is read and decoded and before
+//     a handler goroutine starts: under a flood, refusing a call costs
+//     little more than reading its headers. The rest of the chain (the
+//     fleet-wide shedder, the in-flight limiters, the rate limits) runs
+//     in the interceptors after the message is decoded, and the
+//     interceptors end the tap's admission with the call (with
+//     WithLoadReports the shedder stays in the interceptors, so that a
+//     shed call's trailer carries the load report);
 //   - with WithLoadReports, ORCA load reports of the chain's utilisation
 //     in every gRPC call's trailer (ServerOptions) and on the
 //     out-of-band stream (RegisterLoadReports), so clients balancing

@@ -6,11 +6,15 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate/internal/testpb"
@@ -132,5 +136,78 @@ rules:
 	out := logs.String()
 	if !strings.Contains(out, "rule=elsewhere") || !strings.Contains(out, "rule=glob-none") || strings.Contains(out, "rule=glob ") {
 		t.Errorf("logs:\n%s\nwant elsewhere and glob-none, not glob", out)
+	}
+}
+
+// countCodec is the proto codec, counting the messages the server decodes.
+type countCodec struct {
+	encoding.CodecV2
+	decoded atomic.Int64
+}
+
+func (c *countCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	c.decoded.Add(1)
+	return c.CodecV2.Unmarshal(data, v)
+}
+
+// TestGRPCServerOptionsShedAtTap: ServerOptions sheds at the tap: a shed
+// call's message is never decoded, and an admitted call holds one of the
+// shedder's slots, released when it ends.
+func TestGRPCServerOptionsShedAtTap(t *testing.T) {
+	t.Parallel()
+	g, err := New(context.Background(), WithInProcess(), WithLogger(quiet), WithPolicy([]byte(`
+rules: []
+shedder: {capacity: 2, thresholds: {test: 0.5, read: 0.5, write: 0.5}}
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	codec := &countCodec{CodecV2: encoding.GetCodecV2("proto")}
+	srv := grpc.NewServer(append(g.ServerOptions(), grpc.ForceServerCodecV2(codec))...)
+	h := holder{entered: make(chan struct{}), release: make(chan struct{})}
+	testpb.RegisterEchoServer(srv, h)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends at Stop
+	defer srv.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := testpb.NewEchoClient(conn)
+	held := make(chan error, 1)
+	go func() {
+		_, err := client.Plain(context.Background(), &testpb.EchoRequest{Message: "hold"})
+		held <- err
+	}()
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held call never reached the handler")
+	}
+	if n := g.Shedder().InFlight(); n != 1 {
+		t.Fatalf("in flight while held = %d, want 1", n)
+	}
+	_, err = client.Plain(context.Background(), &testpb.EchoRequest{Message: strings.Repeat("x", 64<<10)})
+	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.HasPrefix(st.Message(), "server overloaded: request shed") {
+		t.Fatalf("second call: %v, want Unavailable (shed)", err)
+	}
+	if n := codec.decoded.Load(); n != 1 {
+		t.Errorf("messages decoded = %d, want 1 (the held call's)", n)
+	}
+	close(h.release)
+	if err := <-held; err != nil {
+		t.Fatalf("held call: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for g.Shedder().InFlight() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := g.Shedder().InFlight(); n != 0 {
+		t.Errorf("in flight after = %d, want 0", n)
 	}
 }

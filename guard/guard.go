@@ -232,12 +232,31 @@ func (g *Guard) StreamServer() grpc.StreamServerInterceptor { return g.ic.Stream
 
 // ServerOptions returns the gRPC server options that put the whole chain
 // in front of every unary and streaming call: grpc.NewServer(g.ServerOptions()...).
+//
+// The shedder decides early: a grpc.InTapHandle
+// (interceptor.Interceptor.TapHandle) admits every call through it when
+// the call's headers arrive, before its message is read and decoded and
+// before a handler goroutine starts, so a shed call costs the server
+// little more than its headers; it gets the UNAVAILABLE status and
+// details the interceptor would send (without the
+// grpc-retry-pushback-ms trailer: the delay is in the status's
+// RetryInfo). The other stages (the fleet-wide shedder, the in-flight
+// limiters, the rate limits) still run in the interceptors, after the
+// message is decoded, so identities read from the message apply to them;
+// the interceptors take the tap's admission as the shedder's and end it
+// with the call. A server may hold one tap handle only: one of its own
+// needs the chain from UnaryServer and StreamServer instead.
+//
 // With WithLoadReports, every call's trailer also carries the ORCA load
-// report, from an interceptor before the chain's.
+// report, from an interceptor before the chain's; a tap sends no
+// trailer, so then the shedder decides in the interceptors, and a shed
+// call's trailer tells its client how loaded the replica is.
 func (g *Guard) ServerOptions() []grpc.ServerOption {
 	var opts []grpc.ServerOption
 	if g.meter != nil {
 		opts = g.perCallOptions()
+	} else {
+		opts = []grpc.ServerOption{grpc.InTapHandle(g.ic.TapHandle(g.chain[0]))}
 	}
 	return append(opts,
 		grpc.ChainUnaryInterceptor(g.UnaryServer()),

@@ -54,6 +54,7 @@ type Interceptor struct {
 	headers  atomic.Pointer[[]headerSource] // stages that name request headers (headerSource)
 	hnames   atomic.Pointer[headerNames]
 	logs     logs
+	tapped   atomic.Bool // a TapHandle was made: calls may carry a tap's admission
 }
 
 // New validates opts and returns an Interceptor. The error names every
@@ -157,12 +158,12 @@ func (i *Interceptor) logStageErr(r *floodgate.Request, d *floodgate.Decision, e
 // with WithStrictIdentity if a rule of a stage's policy can never apply.
 func (i *Interceptor) UnaryServer(a floodgate.Admitter) grpc.UnaryServerInterceptor {
 	i.requireScopes(a, transportGRPC)
-	a = i.stage(a)
+	s := &served{raw: a, a: i.stage(a)}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if i.exempt(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		ctx, done, err := i.gateUnary(a, ctx, info.FullMethod, req)
+		ctx, done, err := i.gateUnary(s, ctx, info.FullMethod, req)
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +183,11 @@ func (i *Interceptor) UnaryServer(a floodgate.Admitter) grpc.UnaryServerIntercep
 // stack (a copy of every frame) less often.
 //
 //go:noinline
-func (i *Interceptor) gateUnary(a floodgate.Admitter, ctx context.Context, method string, req any) (context.Context, floodgate.Done, error) {
+func (i *Interceptor) gateUnary(s *served, ctx context.Context, method string, req any) (context.Context, floodgate.Done, error) {
+	a := s.a
+	if i.tapped.Load() {
+		a = s.forCall(ctx) // a tap admitted the call through one of a's stages
+	}
 	r, ctx := i.grpcRequest(ctx, method, req)
 	d, done := i.admit(a, ctx, r)
 	if !d.Allowed {
@@ -222,12 +227,12 @@ func runUnary(ctx context.Context, req any, handler grpc.UnaryHandler, done floo
 // WithStrictIdentity if a rule of a stage's policy can never apply.
 func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterceptor {
 	i.requireScopes(a, transportGRPC)
-	a = i.stage(a)
+	s := &served{raw: a, a: i.stage(a)}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if i.exempt(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		ss, done, err := i.gateStream(a, ss, info.FullMethod)
+		ss, done, err := i.gateStream(s, ss, info.FullMethod)
 		if err != nil {
 			return err
 		}
@@ -251,8 +256,12 @@ func (i *Interceptor) StreamServer(a floodgate.Admitter) grpc.StreamServerInterc
 // set). Never inlined, as gateUnary.
 //
 //go:noinline
-func (i *Interceptor) gateStream(a floodgate.Admitter, ss grpc.ServerStream, method string) (grpc.ServerStream, floodgate.Done, error) {
+func (i *Interceptor) gateStream(s *served, ss grpc.ServerStream, method string) (grpc.ServerStream, floodgate.Done, error) {
 	ctx := ss.Context()
+	a := s.a
+	if i.tapped.Load() {
+		a = s.forCall(ctx) // a tap admitted the stream through one of a's stages
+	}
 	r, nctx := i.grpcRequest(ctx, method, nil)
 	d, done := i.admit(a, nctx, r)
 	if !d.Allowed {
@@ -261,7 +270,7 @@ func (i *Interceptor) gateStream(a floodgate.Admitter, ss grpc.ServerStream, met
 	}
 	waitStreamMD(ss, d) // max_wait: Server-Timing
 	if nctx != ctx || i.c.perMessage {
-		w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: a, r: r}
+		w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: s.a, r: r}
 		if i.c.perMessage {
 			w.msgCtx = seam.WithStreamMessage(nctx)
 		}
