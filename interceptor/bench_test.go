@@ -78,27 +78,36 @@ var lean = floodgate.AdmitFunc(func(context.Context, *floodgate.Request) (floodg
 // difference from "none".
 func BenchmarkUnaryBufconn(b *testing.B) {
 	stages, opts := fullChain(b)
-	cases := []struct {
+	fgTap := MustNew(opts...)
+	type benchCase struct {
 		name string
 		ics  []grpc.UnaryServerInterceptor
-	}{
-		{"none", nil},
+		tap  bool
+	}
+	cases := []benchCase{
+		{name: "none"},
 		// grpc-go's own cost of running any interceptor at all.
-		{"noopInterceptor", []grpc.UnaryServerInterceptor{func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		{name: "noopInterceptor", ics: []grpc.UnaryServerInterceptor{func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(ctx, req)
 		}}},
-		{"lean1", []grpc.UnaryServerInterceptor{mustUnary(lean)}},
+		{name: "lean1", ics: []grpc.UnaryServerInterceptor{mustUnary(lean)}},
 		// Every call denied with the status details of a rate limit.
-		{"leanDeny1", []grpc.UnaryServerInterceptor{mustUnary(leanDeny)}},
-		{"full3", func() []grpc.UnaryServerInterceptor {
+		{name: "leanDeny1", ics: []grpc.UnaryServerInterceptor{mustUnary(leanDeny)}},
+		{name: "full3", ics: func() []grpc.UnaryServerInterceptor {
 			fg := MustNew(opts...)
 			return []grpc.UnaryServerInterceptor{fg.UnaryServer(stages[0]), fg.UnaryServer(stages[1]), fg.UnaryServer(stages[2])}
 		}()},
-		{"fullChain", []grpc.UnaryServerInterceptor{mustUnary(floodgate.Chain(stages), opts...)}},
+		{name: "fullChain", ics: []grpc.UnaryServerInterceptor{mustUnary(floodgate.Chain(stages), opts...)}},
+		// The shedder decided at the tap (TapHandle), the chain in the
+		// interceptor taking its admission.
+		{name: "fullChainTap", ics: []grpc.UnaryServerInterceptor{fgTap.UnaryServer(floodgate.Chain(stages))}, tap: true},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			var sopts []grpc.ServerOption
+			if tc.tap {
+				sopts = append(sopts, grpc.InTapHandle(fgTap.TapHandle(stages[0])))
+			}
 			if tc.ics != nil {
 				sopts = append(sopts, grpc.ChainUnaryInterceptor(tc.ics...))
 			}
