@@ -57,13 +57,7 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == serveFlag {
-		if err := serve(os.Args[2:], os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		return
-	}
+	child.ServeIfAsked(serveFlag, serve)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if _, err := run(ctx, os.Args, os.Stdout); err != nil {

@@ -6,18 +6,14 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/floodgate-go/floodgate/bench/internal/child"
 )
 
 // TestMain lets the test binary be the service: startChild starts
 // os.Executable() with -serve, which here is this binary.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == serveFlag {
-		if err := serve(os.Args[2:], os.Stdin, os.Stdout); err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	child.ServeIfAsked(serveFlag, serve)
 	os.Exit(m.Run())
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -17,6 +16,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/floodgate-go/floodgate/bench/internal/child"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/testpb"
 	"github.com/floodgate-go/floodgate/shedder"
@@ -92,7 +92,7 @@ func serve(args []string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	go func() { _ = srv.Serve(lis) }()
-	fmt.Fprintf(stdout, "ADDR %s\n", lis.Addr())
+	child.Listening(stdout, lis.Addr().String())
 	stats.Limit = debug.SetMemoryLimit(-1)
 
 	var (
@@ -145,18 +145,13 @@ func serve(args []string, stdin io.Reader, stdout io.Writer) error {
 			mu.Unlock()
 		}
 	}()
-	_, _ = io.Copy(io.Discard, bufio.NewReader(stdin)) // until the parent closes it
+	child.AwaitStop(stdin)
 	close(stop)
 	<-done
 	srv.Stop()
 	mu.Lock()
 	defer mu.Unlock()
-	b, err := json.Marshal(stats)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "STATS %s\n", b)
-	return nil
+	return child.Report(stdout, stats)
 }
 
 // service is the Echo service under test: Plain allocates a buffer,

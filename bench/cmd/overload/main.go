@@ -62,6 +62,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bench/internal/child"
 	"github.com/floodgate-go/floodgate/bench/internal/harness"
 	"github.com/floodgate-go/floodgate/internal/testpb"
 )
@@ -70,13 +71,7 @@ import (
 const priorityHeader = "x-priority"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == serveFlag {
-		if err := serve(os.Args[2:], os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		return
-	}
+	child.ServeIfAsked(serveFlag, serve)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if _, err := run(ctx, os.Args, os.Stdout); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -16,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/floodgate-go/floodgate/bench/internal/child"
 	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/testpb"
 	"github.com/floodgate-go/floodgate/shedder"
@@ -115,7 +115,7 @@ func serve(args []string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	go func() { _ = srv.Serve(lis) }()
-	fmt.Fprintf(stdout, "ADDR %s\n", lis.Addr())
+	child.Listening(stdout, lis.Addr().String())
 
 	var (
 		mu    sync.Mutex
@@ -153,18 +153,13 @@ func serve(args []string, stdin io.Reader, stdout io.Writer) error {
 			}
 		}
 	}()
-	_, _ = io.Copy(io.Discard, bufio.NewReader(stdin)) // until the parent closes it
+	child.AwaitStop(stdin)
 	close(stop)
 	<-done
 	srv.Stop()
 	mu.Lock()
 	defer mu.Unlock()
-	b, err := json.Marshal(stats)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "STATS %s\n", b)
-	return nil
+	return child.Report(stdout, stats)
 }
 
 // service is the Echo service under test: Plain does the work.

@@ -48,13 +48,7 @@ const serveFlag = "-serve"
 const cpuMethod = "/tapshed.v1.Stats/CPU"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == serveFlag {
-		if err := serve(os.Args[2:], os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		return
-	}
+	child.ServeIfAsked(serveFlag, serve)
 	if err := run(os.Args, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -151,14 +145,13 @@ func serve(args []string, in io.Reader, out io.Writer) error {
 		return err
 	}
 	go func() { _ = srv.Serve(ln) }()
-	fmt.Fprintln(out, "ADDR "+ln.Addr().String())
-	_, _ = io.Copy(io.Discard, in) // until stdin closes
+	child.Listening(out, ln.Addr().String())
+	child.AwaitStop(in)
 	srv.Stop()
 	mu.Lock()
-	st, _ := json.Marshal(serverStats{Handled: handled})
+	st := serverStats{Handled: handled}
 	mu.Unlock()
-	fmt.Fprintln(out, "STATS "+string(st))
-	return nil
+	return child.Report(out, st)
 }
 
 // options are the program's flags.

@@ -95,3 +95,37 @@ func (c *Child) Stop(stats any) error {
 		return fmt.Errorf("%s: the service did not stop within 10s", c.name)
 	}
 }
+
+// ServeIfAsked is the service side's entry: when this process was
+// started with serveFlag as its first argument (by Start), it runs serve
+// with the arguments after it and exits, with status 1 and the error on
+// stderr if serve fails. A command's main calls it first, and its tests'
+// TestMain too, since Start runs the test binary.
+func ServeIfAsked(serveFlag string, serve func(args []string, stdin io.Reader, stdout io.Writer) error) {
+	if len(os.Args) < 2 || os.Args[1] != serveFlag {
+		return
+	}
+	if err := serve(os.Args[2:], os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// Listening tells the parent (Start) the address the service listens on.
+func Listening(stdout io.Writer, addr string) {
+	fmt.Fprintf(stdout, "ADDR %s\n", addr)
+}
+
+// AwaitStop returns when the parent closes the service's stdin (Stop).
+func AwaitStop(stdin io.Reader) { _, _ = io.Copy(io.Discard, stdin) }
+
+// Report hands the parent (Stop) the service's statistics.
+func Report(stdout io.Writer, stats any) error {
+	b, err := json.Marshal(stats)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "STATS %s\n", b)
+	return err
+}
