@@ -40,20 +40,10 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close(context.Background())
+	t.Cleanup(func() { g.Close(context.Background()) }) // after the server stops (serveLoopback)
 	srv := grpc.NewServer(g.ServerOptions()...)
 	testpb.RegisterEchoServer(srv, echo{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln) //nolint:errcheck // ends at Stop
-	defer srv.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), append(g.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveLoopback(t, srv, g.DialOptions()...)
 	client := testpb.NewEchoClient(conn)
 	codesSeen := map[codes.Code]int{}
 	for range 4 {
@@ -162,22 +152,12 @@ shedder: {capacity: 2, thresholds: {test: 0.5, read: 0.5, write: 0.5}}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close(context.Background())
+	t.Cleanup(func() { g.Close(context.Background()) }) // after the server stops (serveLoopback)
 	codec := &countCodec{CodecV2: encoding.GetCodecV2("proto")}
 	srv := grpc.NewServer(append(g.ServerOptions(), grpc.ForceServerCodecV2(codec))...)
 	h := holder{entered: make(chan struct{}), release: make(chan struct{})}
 	testpb.RegisterEchoServer(srv, h)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln) //nolint:errcheck // ends at Stop
-	defer srv.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveLoopback(t, srv)
 	client := testpb.NewEchoClient(conn)
 	held := make(chan error, 1)
 	go func() {
@@ -210,4 +190,23 @@ shedder: {capacity: 2, thresholds: {test: 0.5, read: 0.5, write: 0.5}}
 	if n := g.Shedder().InFlight(); n != 0 {
 		t.Errorf("in flight after = %d, want 0", n)
 	}
+}
+
+// serveLoopback serves srv on a free loopback port until the test ends
+// and returns a client connection to it (closed at the end) made with
+// opts and insecure credentials.
+func serveLoopback(t *testing.T, srv *grpc.Server, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends at Stop
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	v3orcaservicegrpc "github.com/cncf/xds/go/xds/service/orca/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -65,24 +63,14 @@ shedder: {capacity: 10, thresholds: {test: 0.5, read: 0.5, write: 0.5}}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close(context.Background())
+	t.Cleanup(func() { g.Close(context.Background()) }) // after the server stops (serveLoopback)
 	srv := grpc.NewServer(g.ServerOptions()...)
 	h := holder{entered: make(chan struct{}), release: make(chan struct{})}
 	testpb.RegisterEchoServer(srv, h)
 	if err := g.RegisterLoadReports(srv); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln) //nolint:errcheck // ends at Stop
-	defer srv.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveLoopback(t, srv)
 	client := testpb.NewEchoClient(conn)
 
 	// Five calls held one after the other: their arrivals saw 0, 1, 2, 3
@@ -166,24 +154,14 @@ func TestLoadReportsOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close(context.Background())
+	t.Cleanup(func() { g.Close(context.Background()) }) // after the server stops (serveLoopback)
 	srv := grpc.NewServer(g.ServerOptions()...)
 	testpb.RegisterEchoServer(srv, echo{})
 	err = g.RegisterLoadReports(srv)
 	if err == nil || err.Error() != "guard: RegisterLoadReports needs WithLoadReports" {
 		t.Errorf("RegisterLoadReports: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln) //nolint:errcheck // ends at Stop
-	defer srv.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveLoopback(t, srv)
 	var trailer metadata.MD
 	if _, err := testpb.NewEchoClient(conn).Plain(context.Background(), &testpb.EchoRequest{Message: "hi"}, grpc.Trailer(&trailer)); err != nil {
 		t.Fatal(err)
