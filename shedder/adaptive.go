@@ -237,13 +237,7 @@ func (s *Shedder) Check(c Config) error {
 	s.mu.Lock()
 	cpu, mem := s.meter, s.mem
 	s.mu.Unlock()
-	if c.Adaptive.CPUTarget > 0 && c.Adaptive.CPU == nil && cpu == nil {
-		return core.NoMeterError("shedder", "cpu_target", "CPU", c.Adaptive.CPUTarget, "build it WithCPU")
-	}
-	if c.Adaptive.MemoryTarget > 0 && c.Adaptive.Memory == nil && mem == nil {
-		return core.NoMeterError("shedder", "memory_target", "memory", c.Adaptive.MemoryTarget, "give it in AdaptiveCapacity.Memory")
-	}
-	return nil
+	return core.MissingMeter("shedder", core.Adaptive(*c.Adaptive), cpu, mem, "build it WithCPU")
 }
 
 // Reconfigure replaces the Shedder's capacity, thresholds and adaptive

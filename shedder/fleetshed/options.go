@@ -79,13 +79,7 @@ func (s *Shedder) Check(c Config) error {
 	s.capMu.Lock()
 	cpu, mem := s.meter, s.mem
 	s.capMu.Unlock()
-	if c.Adaptive.CPUTarget > 0 && c.Adaptive.CPU == nil && cpu == nil {
-		return core.NoMeterError("fleetshed", "cpu_target", "CPU", c.Adaptive.CPUTarget, "give it in AdaptiveCapacity.CPU")
-	}
-	if c.Adaptive.MemoryTarget > 0 && c.Adaptive.Memory == nil && mem == nil {
-		return core.NoMeterError("fleetshed", "memory_target", "memory", c.Adaptive.MemoryTarget, "give it in AdaptiveCapacity.Memory")
-	}
-	return nil
+	return core.MissingMeter("fleetshed", core.Adaptive(*c.Adaptive), cpu, mem, "give it in AdaptiveCapacity.CPU")
 }
 
 // Reconfigure replaces the Shedder's capacity, reserve and adaptive

@@ -174,11 +174,21 @@ func (a Adaptive) Check(pkg, option, parent string) []error {
 	return Wrap(pkg, option, parent, errs)
 }
 
-// NoMeterError is Check's error, from pkg's Config, for a target (key
-// "cpu_target" or "memory_target") with no meter of kind ("CPU",
-// "memory") to check it against; how says where a meter is given.
-func NoMeterError(pkg, key, kind string, target float64, how string) error {
-	return Wrap(pkg, "Config", "", []*field.Error{field.Errorf("adaptive."+key, "%v needs a %s meter, and the Shedder has none (%s)", target, kind, how)})[0]
+// MissingMeter is Check's error, from pkg's Config, when a's CPUTarget or
+// MemoryTarget has no meter: neither a's own (CPU, Memory) nor the one the
+// Shedder holds (cpu, mem); cpuHow says how pkg's Shedder is given a CPU
+// meter. nil when each target has one.
+func MissingMeter(pkg string, a Adaptive, cpu, mem CPUMeter, cpuHow string) error {
+	missing := func(key, kind string, target float64, how string) error {
+		return Wrap(pkg, "Config", "", []*field.Error{field.Errorf("adaptive."+key, "%v needs a %s meter, and the Shedder has none (%s)", target, kind, how)})[0]
+	}
+	if a.CPUTarget > 0 && a.CPU == nil && cpu == nil {
+		return missing("cpu_target", "CPU", a.CPUTarget, cpuHow)
+	}
+	if a.MemoryTarget > 0 && a.Memory == nil && mem == nil {
+		return missing("memory_target", "memory", a.MemoryTarget, "give it in AdaptiveCapacity.Memory")
+	}
+	return nil
 }
 
 // Wrap returns each of errs as an error of pkg's option ("shedder: Config:
@@ -284,6 +294,19 @@ func NewEstimator(cfg Adaptive, meter, mem CPUMeter, initial int64, clock floodg
 	return e
 }
 
+// reading is m's utilisation when a target is set for it, else -1; -1
+// and the error when it cannot be read.
+func reading(m CPUMeter, target float64) (float64, error) {
+	if m == nil || target <= 0 {
+		return -1, nil
+	}
+	u, err := m.Utilization()
+	if err != nil {
+		return -1, err
+	}
+	return u, nil
+}
+
 // Least returns the least mean latency of a window seen within Probe
 // (0 until a window closed): what a request takes at the least.
 func (e *Estimator) Least() time.Duration { return time.Duration(e.least.Load()) }
@@ -349,24 +372,10 @@ func (e *Estimator) close(now time.Time) {
 	st := &e.stats
 	st.Windows++
 	st.Latency = mean
-	st.CPU, st.CPUErr = -1, nil
-	if e.meter != nil && e.cfg.CPUTarget > 0 {
-		// Read every window, so each reading covers one window.
-		if u, err := e.meter.Utilization(); err != nil {
-			st.CPUErr = err
-		} else {
-			st.CPU = u
-		}
-	}
-	st.Memory, st.MemoryErr = -1, nil
-	if e.mem != nil && e.cfg.MemoryTarget > 0 {
-		// A level: the memory held as the window closes.
-		if u, err := e.mem.Utilization(); err != nil {
-			st.MemoryErr = err
-		} else {
-			st.Memory = u
-		}
-	}
+	// Read every window: the CPU's reading covers the window, the
+	// memory's is the level as it closes.
+	st.CPU, st.CPUErr = reading(e.meter, e.cfg.CPUTarget)
+	st.Memory, st.MemoryErr = reading(e.mem, e.cfg.MemoryTarget)
 	if e.probing {
 		// A probe runs at half the capacity: a first window lets the
 		// requests admitted before it drain, a second measures the
