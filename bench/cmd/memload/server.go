@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
-	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -52,14 +49,9 @@ type serverStats struct {
 // serve runs the service: it prints "ADDR host:port", serves until its
 // stdin closes, then prints "STATS {json}" and returns.
 func serve(args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := flag.NewFlagSet("memload -serve", flag.ContinueOnError)
-	cfgJSON := fs.String("config", "", "serverConfig in JSON")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
 	var cfg serverConfig
-	if err := json.Unmarshal([]byte(*cfgJSON), &cfg); err != nil {
-		return fmt.Errorf("memload -serve: -config: %w", err)
+	if err := child.Config("memload", args, &cfg); err != nil {
+		return err
 	}
 	a := shedder.AdaptiveCapacity{Min: cfg.Min, Max: cfg.Max, CPUTarget: cfg.CPUTarget, MemoryTarget: cfg.MemoryTarget}
 	var stats serverStats

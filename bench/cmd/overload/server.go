@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -60,14 +58,9 @@ type serverStats struct {
 // serve runs the service: it prints "ADDR host:port", serves until its
 // stdin closes, then prints "STATS {json}" and returns.
 func serve(args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := flag.NewFlagSet("overload -serve", flag.ContinueOnError)
-	cfgJSON := fs.String("config", "", "serverConfig in JSON")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
 	var cfg serverConfig
-	if err := json.Unmarshal([]byte(*cfgJSON), &cfg); err != nil {
-		return fmt.Errorf("overload -serve: -config: %w", err)
+	if err := child.Config("overload", args, &cfg); err != nil {
+		return err
 	}
 	svc := &service{cfg: cfg}
 	switch cfg.Variant {

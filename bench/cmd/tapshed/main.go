@@ -14,7 +14,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -88,13 +87,8 @@ func cpuNanos() int64 {
 }
 
 func serve(args []string, in io.Reader, out io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	js := fs.String("config", "{}", "JSON serverConfig")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
 	var cfg serverConfig
-	if err := json.Unmarshal([]byte(*js), &cfg); err != nil {
+	if err := child.Config("tapshed", args, &cfg); err != nil {
 		return err
 	}
 	if cfg.Profile != "" {

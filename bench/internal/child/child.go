@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -128,4 +129,19 @@ func Report(stdout io.Writer, stats any) error {
 	}
 	_, err = fmt.Fprintf(stdout, "STATS %s\n", b)
 	return err
+}
+
+// Config decodes, in the service, the configuration Start handed it:
+// args are those after serveFlag ("-config JSON"), cfg where they go.
+// name (the program) begins its errors.
+func Config(name string, args []string, cfg any) error {
+	fs := flag.NewFlagSet(name+" -serve", flag.ContinueOnError)
+	js := fs.String("config", "{}", "the service's configuration, in JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(*js), cfg); err != nil {
+		return fmt.Errorf("%s -serve: -config: %w", name, err)
+	}
+	return nil
 }
