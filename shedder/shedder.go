@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/reqctx"
@@ -218,14 +219,17 @@ func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 	e := s.est.Load()
 	if p == floodgate.PriorityCritical {
 		n := s.inflight.Add(1)
-		return s.v.Allow(p, n), s.doneOf(ctx, e, p, n), err
+		return s.v.Allow(p, n), s.doneOf(ctx, e, p, n, time.Time{}), err
 	}
-	if e != nil && e.Least() > 0 {
-		if dl, ok := ctx.Deadline(); ok && dl.Sub(s.clock.Now()) < e.Least() {
-			// It cannot finish before its deadline even at the least
-			// latency: work nobody would read. Not counted as shed for
-			// want of capacity (Shed), which grows the capacity.
-			return s.v.ShedLate(p, s.inflight.Load()), nil, err
+	var now time.Time // read once, for the deadline and the ticket
+	if least := e.Least(); least > 0 {
+		if dl, ok := ctx.Deadline(); ok {
+			if now = s.clock.Now(); dl.Sub(now) < least {
+				// It cannot finish before its deadline even at the least
+				// latency: work nobody would read. Not counted as shed
+				// for want of capacity (Shed), which grows the capacity.
+				return s.v.ShedLate(p, s.inflight.Load()), nil, err
+			}
 		}
 	}
 	g := &s.gates[p]
@@ -245,7 +249,7 @@ func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 			return s.v.Shed(p, n), nil, err
 		}
 		if s.inflight.CompareAndSwap(n, n+1) {
-			return s.v.Allow(p, n+1), s.doneOf(ctx, e, p, n+1), err
+			return s.v.Allow(p, n+1), s.doneOf(ctx, e, p, n+1, now), err
 		}
 	}
 }
@@ -268,12 +272,12 @@ func (s *Shedder) aboveSheds(p floodgate.Priority, n int64) bool {
 // doneOf returns the Done of a request of priority p admitted with
 // inflight requests in flight (itself included): the prebuilt one of a
 // fixed capacity, or a pooled ticket that times the request for e.
-func (s *Shedder) doneOf(ctx context.Context, e *core.Estimator, p floodgate.Priority, inflight int64) floodgate.Done {
+func (s *Shedder) doneOf(ctx context.Context, e *core.Estimator, p floodgate.Priority, inflight int64, now time.Time) floodgate.Done {
 	if e == nil {
 		return s.done
 	}
 	t := s.tickets.Get().(*core.Ticket)
-	t.Start(e, p, inflight, reqctx.Wait(ctx))
+	t.Start(e, p, inflight, reqctx.Wait(ctx), now)
 	return t.Done
 }
 

@@ -221,7 +221,7 @@ func (s *Shedder) doneOf(ctx context.Context, e *core.Estimator, p floodgate.Pri
 		return s.dones[p]
 	}
 	t := s.tickets.Get().(*core.Ticket)
-	t.Start(e, p, inflight, reqctx.Wait(ctx))
+	t.Start(e, p, inflight, reqctx.Wait(ctx), time.Time{})
 	return t.Done
 }
 

@@ -308,8 +308,14 @@ func reading(m CPUMeter, target float64) (float64, error) {
 }
 
 // Least returns the least mean latency of a window seen within Probe
-// (0 until a window closed): what a request takes at the least.
-func (e *Estimator) Least() time.Duration { return time.Duration(e.least.Load()) }
+// (0 until a window closed, and for a nil Estimator: a fixed capacity):
+// what a request takes at the least.
+func (e *Estimator) Least() time.Duration {
+	if e == nil {
+		return 0
+	}
+	return time.Duration(e.least.Load())
+}
 
 // Reconfigure installs cfg (valid, defaults applied) and the meters,
 // keeping what was learnt and clamping the estimate to the new bounds.
@@ -465,14 +471,18 @@ func NewTicket(release func(*Ticket)) *Ticket {
 }
 
 // Start times a request admitted with inflight requests in flight, itself
-// included, for e.
+// included, for e, from now (e's clock read when it is zero: a caller that
+// read it already passes it on).
 //
 // wait, when not nil, is the request's counter of the time it spends
 // waiting on a degraded store (reqctx.Wait): what a later stage adds to
 // it is not the service's latency (a stalled Redis is not an overloaded
 // service) and is taken out of the request's sample.
-func (t *Ticket) Start(e *Estimator, p floodgate.Priority, inflight int64, wait *atomic.Int64) {
-	t.e, t.P, t.gen, t.inflight, t.start = e, p, e.gen.Load(), inflight, e.clock.Now()
+func (t *Ticket) Start(e *Estimator, p floodgate.Priority, inflight int64, wait *atomic.Int64, now time.Time) {
+	if now.IsZero() {
+		now = e.clock.Now()
+	}
+	t.e, t.P, t.gen, t.inflight, t.start = e, p, e.gen.Load(), inflight, now
 	t.wait, t.wait0 = wait, 0
 	if wait != nil {
 		t.wait0 = wait.Load()
