@@ -86,11 +86,11 @@ func decodeRequest(b []byte, r *rlsv3.RateLimitRequest) error {
 			v, n := protowire.ConsumeBytes(b)
 			b = b[n:]
 			d := &descs[len(r.Descriptors)]
-			k := entriesIn(v)
-			d.Entries, eptrs = eptrs[:k:k], eptrs[k:]
-			if err := decodeDescriptor(v, d); err != nil {
+			k, err := decodeDescriptor(v, d, eptrs)
+			if err != nil {
 				return err
 			}
+			d.Entries, eptrs = eptrs[:k:k], eptrs[k:]
 			r.Descriptors = append(r.Descriptors, d)
 		case num == 3 && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
@@ -119,19 +119,6 @@ func countRequest(b []byte) (descs, entries int, err error) {
 		return nil
 	})
 	return descs, entries, err
-}
-
-// entriesIn returns how many entries a descriptor whose framing
-// countRequest checked holds.
-func entriesIn(b []byte) int {
-	k := 0
-	_ = eachField(b, func(f field) error {
-		if f.num == 1 && f.typ == protowire.BytesType {
-			k++
-		}
-		return nil
-	})
-	return k
 }
 
 // field is one field of a message: its number and wire type, and its
@@ -173,15 +160,16 @@ func eachField(b []byte, f func(field) error) error {
 }
 
 // decodeDescriptor decodes a descriptor whose framing countRequest
-// checked into d, whose Entries are allocated to the count of its entries
-// (each filled in order).
-func decodeDescriptor(b []byte, d *extrlsv3.RateLimitDescriptor) error {
+// checked into d, but its entries, which it decodes in order into those
+// of entries (countRequest made room for all of them), and returns how
+// many it used.
+func decodeDescriptor(b []byte, d *extrlsv3.RateLimitDescriptor, entries []*extrlsv3.RateLimitDescriptor_Entry) (int, error) {
 	next := 0
-	return eachField(b, func(f field) error {
+	err := eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.typ == protowire.BytesType:
 			next++
-			return decodeEntry(f.b, d.Entries[next-1])
+			return decodeEntry(f.b, entries[next-1])
 		case f.num == 2 && f.typ == protowire.BytesType:
 			if d.Limit == nil {
 				d.Limit = new(extrlsv3.RateLimitDescriptor_RateLimitOverride)
@@ -202,6 +190,7 @@ func decodeDescriptor(b []byte, d *extrlsv3.RateLimitDescriptor) error {
 		}
 		return nil
 	})
+	return next, err
 }
 
 func decodeEntry(b []byte, e *extrlsv3.RateLimitDescriptor_Entry) error {
