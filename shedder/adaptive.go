@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/fair"
 	"github.com/floodgate-go/floodgate/internal/field"
 	"github.com/floodgate-go/floodgate/shedder/internal/core"
 )
@@ -180,6 +181,12 @@ type Config struct {
 	// Retries, when not nil, sheds retries before first attempts of the
 	// same priority (WithRetries).
 	Retries *Retries
+	// Fairness, when not nil, shares each priority's room among the
+	// callers it names (floodgate.Fairness): while a priority is shed, a
+	// caller under its share is still let in, up to the next priority's
+	// threshold (the capacity, for writes), and one over it is shed with
+	// the Policy's FairnessPolicySuffix.
+	Fairness *floodgate.Fairness
 }
 
 // Validate reports every bad field of c, or nil.
@@ -197,6 +204,11 @@ func (c Config) Validate() error {
 	}
 	if len(bad) == 0 {
 		errs = append(errs, retriesErrors(c)...)
+	}
+	if c.Fairness != nil {
+		for _, e := range fair.FieldErrors(c.Fairness) {
+			errs = append(errs, e.Under("fairness"))
+		}
 	}
 	out := core.Wrap("shedder", "Config", "", errs)
 	if c.Adaptive != nil {
@@ -221,6 +233,7 @@ func (s *Shedder) Config() Config {
 	if rs := s.retries.Load(); rs != nil {
 		c.Retries = &Retries{Margin: rs.margin, AttemptHeader: rs.attempt}
 	}
+	c.Fairness = fair.Copy(s.fairness)
 	return c
 }
 
@@ -230,6 +243,9 @@ func (s *Shedder) Config() Config {
 func (s *Shedder) Check(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if e := s.scopes.Check(c.Fairness); e != nil {
+		return fmt.Errorf("shedder: Config: %w", e.Under("fairness"))
 	}
 	if c.Adaptive == nil {
 		return nil
@@ -252,6 +268,7 @@ func (s *Shedder) Reconfigure(c Config) error {
 	s.mu.Lock()
 	s.thresholds[floodgate.PriorityTest], s.thresholds[floodgate.PriorityRead], s.thresholds[floodgate.PriorityWrite] = t.Test, t.Read, t.Write
 	s.setRetries(c.Retries)
+	s.setFairness(c.Fairness)
 	s.fixed = c.Capacity
 	if c.Adaptive == nil {
 		s.est.Store(nil)

@@ -38,6 +38,17 @@
 // slot from one that can. Its Decision's Policy is "shedder.deadline",
 // with no retry delay.
 //
+// With Config.Fairness (a policy's shedder: fairness:), the room of each
+// priority is shared among the callers it names, by the plan tiers'
+// weights (floodgate.Fairness): while a priority is shed, a caller under
+// its share is still let in, up to the next priority's threshold (the
+// capacity, for writes), and one over it is shed with the Policy
+// "shedder.fairness"; a caller whose demand exceeds its share is held to
+// it even while the priority has room. With capacity 100 and five tenants
+// reading, each may hold 16 of the reads' 80 (24 while its demand is
+// within its share): one tenant's surge is shed, the others' reads are
+// served. It costs a sharded lock per admitted request and per Done.
+//
 // Shedding starts and stops with hysteresis so that a load hovering around a
 // threshold does not flap: a priority starts being shed when in flight
 // reaches its threshold, and stops only when in flight has fallen below

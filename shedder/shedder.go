@@ -3,11 +3,13 @@ package shedder
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/fair"
 	"github.com/floodgate-go/floodgate/internal/reqctx"
 	"github.com/floodgate-go/floodgate/shedder/internal/core"
 )
@@ -41,6 +43,10 @@ const (
 	// Decisions on requests whose deadline is nearer than the least
 	// latency it has seen: they cannot finish in time.
 	DeadlinePolicySuffix = core.DeadlinePolicySuffix
+	// FairnessPolicySuffix follows the Policy of a Shedder's Decisions on
+	// the requests it sheds, under Config.Fairness, because their caller
+	// holds its share of their priority's room.
+	FairnessPolicySuffix = core.FairnessPolicySuffix
 
 	// The defaults of AdaptiveCapacity's fields.
 	DefaultAdaptiveWindow     = core.DefaultAdaptiveWindow
@@ -73,6 +79,8 @@ type Shedder struct {
 	gates    [floodgate.NumPriorities]core.Gate // critical's is never consulted
 	retry    [floodgate.NumPriorities]core.Gate // retries' gates (WithRetries)
 	retries  atomic.Pointer[retrySet]           // nil: retries are shed as first attempts
+	fair     atomic.Pointer[fair.Share]         // nil: no fairness among callers
+	scopes   fair.Scopes                        // the identities the transport fills
 	v        core.Verdicts
 	done     floodgate.Done                 // the Done of a fixed capacity
 	est      atomic.Pointer[core.Estimator] // nil: the capacity is fixed
@@ -85,8 +93,9 @@ type Shedder struct {
 	band       float64
 	fixed      int64 // the capacity Config reports
 	adaptive   AdaptiveCapacity
-	meter      core.CPUMeter // WithCPU's, or the last AdaptiveCapacity.CPU
-	mem        core.CPUMeter // the last AdaptiveCapacity.Memory
+	meter      core.CPUMeter       // WithCPU's, or the last AdaptiveCapacity.CPU
+	mem        core.CPUMeter       // the last AdaptiveCapacity.Memory
+	fairness   *floodgate.Fairness // what Config reports
 }
 
 var _ floodgate.Admitter = (*Shedder)(nil)
@@ -171,6 +180,29 @@ func (s *Shedder) setRetries(r *Retries) {
 	s.retries.Store(rs)
 }
 
+// setFairness installs f (nil: off); mu held. The counts of an
+// unchanged f are kept; a changed one starts counting anew (the requests
+// in flight are released into the counts they were held in).
+func (s *Shedder) setFairness(f *floodgate.Fairness) {
+	f = fair.Copy(f)
+	s.fairness = f
+	if !s.fair.Load().Same(f) {
+		s.fair.Store(fair.New(f))
+	}
+}
+
+// RequireScopes is told by the transport (package interceptor) which
+// identities it fills: with strict (WithStrictIdentity, and package
+// guard), a Config whose Fairness is by an identity not among them is an
+// error, now and at every Reconfigure, for it would count every request
+// as one caller's.
+func (s *Shedder) RequireScopes(transport string, resolvable []string, strict bool) error {
+	if err := s.scopes.Require(resolvable, strict, s.Config().Fairness); err != nil {
+		return fmt.Errorf("shedder: fairness.%w", err)
+	}
+	return nil
+}
+
 // startAdaptive installs an estimator of settings a starting from
 // initial.
 func (s *Shedder) startAdaptive(a AdaptiveCapacity, meter, mem core.CPUMeter, initial int64) {
@@ -237,21 +269,59 @@ func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 	if rs := s.retries.Load(); rs != nil && rs.isRetry(r) {
 		g, retry = &s.retry[p], true
 	}
+	fs := s.fair.Load()
 	for {
 		n := s.inflight.Load()
 		if g.Shed(n) || s.aboveSheds(p, n) {
+			over := false
+			if fs != nil {
+				var in bool
+				if in, over = s.fairlyIn(fs, r, g, p, n); in {
+					if !s.inflight.CompareAndSwap(n, n+1) {
+						continue
+					}
+					return s.v.Allow(p, n+1), fs.Hold(r, s.doneOf(ctx, e, p, n+1, now)), err
+				}
+			}
 			if e != nil {
 				e.Shed.Add(1)
 			}
-			if retry {
+			switch {
+			case retry:
 				return s.v.ShedRetry(p, n), nil, err
+			case over:
+				return s.v.ShedUnfair(p, n), nil, err
 			}
 			return s.v.Shed(p, n), nil, err
 		}
+		if fs != nil {
+			if room, _ := g.Bounds(); !fs.Admits(r, room, false) {
+				return s.v.ShedUnfair(p, n), nil, err // over its share: held to it
+			}
+		}
 		if s.inflight.CompareAndSwap(n, n+1) {
-			return s.v.Allow(p, n+1), s.doneOf(ctx, e, p, n+1, now), err
+			return s.v.Allow(p, n+1), fs.Hold(r, s.doneOf(ctx, e, p, n+1, now)), err
 		}
 	}
+}
+
+// fairlyIn reports whether a request of priority p, which gate g (its
+// own) sheds with n in flight, is let in by fairness: no more important
+// priority sheds, n is below the next priority's threshold (or the
+// capacity, for writes), and its caller holds less than its share of g's
+// room (floodgate.Fairness). over reports that the caller's share alone
+// kept it out.
+func (s *Shedder) fairlyIn(fs *fair.Share, r *floodgate.Request, g *core.Gate, p floodgate.Priority, n int64) (in, over bool) {
+	ceiling := s.v.Capacity.Load()
+	if p+1 < floodgate.PriorityCritical {
+		ceiling, _ = s.gates[p+1].Bounds()
+	}
+	if n >= ceiling || s.aboveSheds(p, n) {
+		return false, false
+	}
+	room, _ := g.Bounds()
+	in = fs.Admits(r, room, true)
+	return in, !in
 }
 
 // aboveSheds reports whether a request of a priority above p (critical

@@ -37,6 +37,7 @@ type Verdicts struct {
 	policy          string
 	retryPolicy     string // policy + ".retries"
 	latePolicy      string // policy + ".deadline"
+	fairPolicy      string // policy + ".fairness"
 }
 
 // Init takes the settings of s and the starting capacity.
@@ -44,6 +45,7 @@ func (v *Verdicts) Init(s *Settings, capacity int64) {
 	v.retryAfter, v.defaultPriority, v.policy = s.RetryAfter, s.DefaultPriority, s.Policy
 	v.retryPolicy = s.Policy + RetriesPolicySuffix
 	v.latePolicy = s.Policy + DeadlinePolicySuffix
+	v.fairPolicy = s.Policy + FairnessPolicySuffix
 	v.Capacity.Store(capacity)
 }
 
@@ -86,12 +88,23 @@ func (v *Verdicts) Shed(p floodgate.Priority, inflight int64) floodgate.Decision
 	return d
 }
 
-// Suffixes of the Policy of a shed retry (ShedRetry) and of a request
-// shed because its deadline is nearer than the least latency (ShedLate).
+// Suffixes of the Policy of a shed retry (ShedRetry), of a request shed
+// because its deadline is nearer than the least latency (ShedLate) and of
+// one shed under fairness (ShedUnfair).
 const (
 	RetriesPolicySuffix  = ".retries"
 	DeadlinePolicySuffix = ".deadline"
+	FairnessPolicySuffix = ".fairness"
 )
+
+// ShedUnfair is the Decision shedding a request of priority p whose
+// caller holds its share of p's room or more (floodgate.Fairness), with
+// inflight requests in flight.
+func (v *Verdicts) ShedUnfair(p floodgate.Priority, inflight int64) floodgate.Decision {
+	d := v.Shed(p, inflight)
+	d.Policy = v.fairPolicy
+	return d
+}
 
 // ShedRetry is the Decision shedding a retry of priority p, before first
 // attempts of p, with inflight requests in flight.
