@@ -348,6 +348,9 @@ func (a *Adaptive) Reconfigure(cfg AdaptiveConfig) error {
 	if err := cfg.check("Reconfigure", false); err != nil {
 		return err
 	}
+	if err := a.wait.checkScopes(cfg.Wait); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	cfg.Initial = a.cfg.Initial
 	if cfg.Initial < cfg.Min || cfg.Initial > cfg.Max {
@@ -361,6 +364,15 @@ func (a *Adaptive) Reconfigure(cfg AdaptiveConfig) error {
 	a.mu.Unlock()
 	a.wait.wake() // a higher limit lets waiting requests in
 	return nil
+}
+
+// RequireScopes is told by the transport (package interceptor) which
+// identities it fills: with strict (WithStrictIdentity, and package
+// guard), a Wait whose Fairness is by an identity not among them is an
+// error, now and at every Reconfigure, for it would count every request
+// as one caller's.
+func (a *Adaptive) RequireScopes(transport string, resolvable []string, strict bool) error {
+	return a.wait.requireScopes(resolvable, strict)
 }
 
 // Config returns the limiter's settings, defaults applied.
@@ -384,7 +396,10 @@ func (a *Adaptive) Admit(ctx context.Context, r *floodgate.Request) (floodgate.D
 		return a.wait.wait(ctx, r, nil)
 	}
 	d, done, _, _ := a.try(r)
-	if d.Allowed || !a.wait.enabled() {
+	if d.Allowed {
+		return d, a.wait.hold(r, done), nil
+	}
+	if !a.wait.enabled() {
 		return d, done, nil
 	}
 	return a.wait.wait(ctx, r, &d)

@@ -127,12 +127,24 @@ func (l *Limiter) SetWait(w Wait) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
+	if err := l.wait.checkScopes(w); err != nil {
+		return err
+	}
 	l.wait.set(w)
 	return nil
 }
 
 // Wait returns how long a request may wait for a slot (defaults applied).
 func (l *Limiter) Wait() Wait { return *l.wait.cfg.Load() }
+
+// RequireScopes is told by the transport (package interceptor) which
+// identities it fills: with strict (WithStrictIdentity, and package
+// guard), a Wait whose Fairness is by an identity not among them is an
+// error, now and at every SetWait, for it would count every request as
+// one caller's.
+func (l *Limiter) RequireScopes(transport string, resolvable []string, strict bool) error {
+	return l.wait.requireScopes(resolvable, strict)
+}
 
 // Waiting returns the requests waiting for a slot now.
 func (l *Limiter) Waiting() int { return int(l.wait.n.Load()) }
@@ -160,7 +172,10 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		return l.wait.wait(ctx, r, nil)
 	}
 	d, done, _, err := l.try(r)
-	if d.Allowed || !l.wait.enabled() {
+	if d.Allowed {
+		return d, l.wait.hold(r, done), err
+	}
+	if !l.wait.enabled() {
 		return d, done, err
 	}
 	if err != nil { // not a full cap (too many keys): no wait

@@ -68,6 +68,14 @@
 //     waiting takes the place of the one a slot would reach last (the
 //     newest of that priority under FIFO, the oldest under LIFO), which is
 //     denied at once; any other request is denied at once.
+//   - With Wait.Fairness (floodgate.Fairness), a freed slot goes, among
+//     the waiting requests of one priority, to the one whose caller (the
+//     tenant, user, API key or IP it names) holds the fewest slots for its
+//     weight, FIFO or LIFO among equals; and a full queue refuses the
+//     waiting request of the lowest priority whose caller holds the most:
+//     one caller's surge waits behind the others' requests, and is the one
+//     refused. It costs a look at every waiting request of a priority per
+//     freed slot, and a sharded lock per admitted request.
 //   - When Max passes the request is denied as it would have been without
 //     waiting (same Policy, Limit, RetryAfter, no error). When its context
 //     ends first it is denied with RetryAfter 0 and an error wrapping the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/fair"
 	"github.com/floodgate-go/floodgate/internal/field"
 )
 
@@ -85,6 +86,14 @@ type Wait struct {
 	// non-empty to stand; 0 means DefaultWaitInterval. It must not be
 	// negative.
 	Interval time.Duration
+	// Fairness, when not nil, gives a freed slot to the waiting request
+	// of its priority whose caller (floodgate.Fairness.By) holds the
+	// fewest slots for its weight, FIFO or LIFO among equals, and, when
+	// the queue is full, refuses the waiting request whose caller holds
+	// the most: one caller's surge waits behind the others' requests
+	// instead of ahead of them. It costs a look at every waiting request
+	// of a priority per freed slot.
+	Fairness *floodgate.Fairness
 }
 
 // withDefaults returns w with Queue set when it waits, and Target and
@@ -131,6 +140,11 @@ func (w Wait) fieldErrors(parent string) []*field.Error {
 	if w.Interval < 0 {
 		add(field.Errorf("interval", "%s is negative", w.Interval))
 	}
+	if w.Fairness != nil {
+		for _, e := range fair.FieldErrors(w.Fairness) {
+			add(e.Under("fairness"))
+		}
+	}
 	return errs
 }
 
@@ -153,10 +167,13 @@ type tryFunc func(r *floodgate.Request) (d floodgate.Decision, done floodgate.Do
 // waiters holds the requests waiting for a slot of one limiter, by
 // priority, each priority a list in arrival order.
 type waiters struct {
-	cfg   atomic.Pointer[Wait] // defaults applied; Max 0: no waiting
-	clock floodgate.Clock
-	try   tryFunc
-	n     atomic.Int64 // requests queued
+	cfg  atomic.Pointer[Wait]       // defaults applied; Max 0: no waiting
+	fair atomic.Pointer[fair.Share] // Wait.Fairness's; nil: none
+	// scopes are the identities the transport fills (RequireScopes).
+	scopes fair.Scopes
+	clock  floodgate.Clock
+	try    tryFunc
+	n      atomic.Int64 // requests queued
 	// waited counts the requests admitted with a slot that another
 	// request's release handed them while they waited (tests read it).
 	waited atomic.Int64
@@ -180,6 +197,8 @@ type waiters struct {
 	// clock; 0 while empty): under CoDel it stands once that is Interval
 	// ago. Guarded by mu.
 	busySince int64
+	// scans numbers the scans under fairness. Guarded by mu.
+	scans uint64
 }
 
 // waitList is a doubly linked list of waiters, oldest at head.
@@ -193,20 +212,51 @@ type waiter struct {
 	prev, next *waiter
 	queued     bool          // in a list; guarded by waiters.mu
 	handed     bool          // granted by another request's scan, not its own; set before ch receives
+	tried      uint64        // the scan (waiters.scans) that last tried it, under fairness
+	fs         *fair.Share   // the Share counting it while it waits; nil: none
 	ch         chan struct{} // receives once the waiter is granted or evicted
 	d          floodgate.Decision
 	done       floodgate.Done
 }
 
 func (q *waiters) init(w Wait, clock floodgate.Clock, try tryFunc) {
-	w = w.withDefaults()
-	q.cfg.Store(&w)
 	q.clock, q.try = clock, try
+	q.set(w)
 }
 
 func (q *waiters) set(w Wait) {
 	w = w.withDefaults()
+	w.Fairness = fair.Copy(w.Fairness)
+	if !q.fair.Load().Same(w.Fairness) {
+		q.fair.Store(fair.New(w.Fairness))
+	}
 	q.cfg.Store(&w)
+}
+
+// requireScopes is the RequireScopes of the limiter that waits on q.
+func (q *waiters) requireScopes(resolvable []string, strict bool) error {
+	if err := q.scopes.Require(resolvable, strict, q.cfg.Load().Fairness); err != nil {
+		return fmt.Errorf("concurrency: wait.fairness.%w", err)
+	}
+	return nil
+}
+
+// checkScopes reports a w whose Fairness keys on an identity the
+// transport never fills.
+func (q *waiters) checkScopes(w Wait) error {
+	if e := q.scopes.Check(w.Fairness); e != nil {
+		return fmt.Errorf("concurrency: Wait: %w", e.Under("fairness"))
+	}
+	return nil
+}
+
+// hold counts a request admitted with done among its caller's, under
+// fairness (done itself otherwise).
+func (q *waiters) hold(r *floodgate.Request, done floodgate.Done) floodgate.Done {
+	if done == nil {
+		return nil
+	}
+	return q.fair.Load().Hold(r, done)
 }
 
 // enabled reports whether a denied request waits.
@@ -293,19 +343,26 @@ func (q *waiters) scan(self *waiter) {
 		now = q.clock.Now().UnixNano()
 	}
 	lifo := q.lifo(cfg, now)
+	fs := q.fair.Load()
+	if fs != nil {
+		q.scans++
+	}
 	for rk := len(q.lists) - 1; rk >= 0; rk-- {
-		w := q.lists[rk].first(lifo)
+		w := q.firstOf(fs, rk, lifo)
 		for w != nil {
-			next := q.lists[rk].after(w, lifo)
+			var next *waiter // under fairness, chosen after w's try moved the loads
+			if fs == nil {
+				next = q.lists[rk].after(w, lifo)
+			}
 			d, done, all, err := q.try(w.r)
 			if d.Allowed || err != nil {
 				q.remove(w)
-				w.d, w.done, w.handed = d, done, w != self
+				w.d, w.done, w.handed = d, q.hold(w.r, done), w != self
 				if w.handed && done != nil {
 					if now == 0 {
 						now = q.clock.Now().UnixNano()
 					}
-					w.done = q.timed(done, now)
+					w.done = q.timed(w.done, now)
 				}
 				w.ch <- struct{}{}
 			} else {
@@ -318,9 +375,35 @@ func (q *waiters) scan(self *waiter) {
 					return
 				}
 			}
+			if fs != nil {
+				next = q.firstOf(fs, rk, lifo)
+			}
 			w = next
 		}
 	}
+}
+
+// firstOf is the waiter of rank rk a scan tries first: the list's first,
+// or under fairness the untried one whose caller's load is least (the
+// list's order among equals). mu is held.
+func (q *waiters) firstOf(fs *fair.Share, rk int, lifo bool) *waiter {
+	if fs == nil {
+		return q.lists[rk].first(lifo)
+	}
+	var best *waiter
+	load := 0.0
+	for w := q.lists[rk].first(lifo); w != nil; w = q.lists[rk].after(w, lifo) {
+		if w.tried == q.scans {
+			continue
+		}
+		if l := fs.Load(w.r); best == nil || l < load {
+			best, load = w, l
+		}
+	}
+	if best != nil {
+		best.tried = q.scans
+	}
+	return best
 }
 
 func (l *waitList) first(lifo bool) *waiter {
@@ -355,6 +438,9 @@ func (q *waiters) push(w *waiter) {
 	if q.n.Load() == 0 {
 		q.busySince = max(w.at, 1)
 	}
+	if w.fs = q.fair.Load(); w.fs != nil {
+		w.fs.Queue(w.r, 1)
+	}
 	q.count[w.rank]++
 	l := &q.lists[w.rank]
 	w.prev, w.next, w.queued = l.tail, nil, true
@@ -381,6 +467,10 @@ func (q *waiters) remove(w *waiter) {
 		l.tail = w.prev
 	}
 	w.prev, w.next, w.queued = nil, nil, false
+	if w.fs != nil {
+		w.fs.Queue(w.r, -1)
+		w.fs = nil
+	}
 	q.count[w.rank]--
 	if q.n.Add(-1) == 0 {
 		// Empty: the pace starts anew, and a standing queue has drained.
@@ -397,6 +487,20 @@ func (q *waiters) last(lifo bool) *waiter {
 		}
 	}
 	return nil
+}
+
+// heaviest returns the waiter of rank rk whose caller's load is the
+// greatest, the one a freed slot would reach last among equals. mu is
+// held.
+func (q *waiters) heaviest(fs *fair.Share, rk int, lifo bool) *waiter {
+	var worst *waiter
+	load := 0.0
+	for w := q.lists[rk].first(!lifo); w != nil; w = q.lists[rk].after(w, !lifo) {
+		if l := fs.Load(w.r); worst == nil || l > load {
+			worst, load = w, l
+		}
+	}
+	return worst
 }
 
 // wait holds r, which found no slot (denied is that deny, or nil when r
@@ -435,7 +539,9 @@ func (q *waiters) wait(ctx context.Context, r *floodgate.Request, denied *floodg
 		// Full: r takes the place of the waiter a slot would reach last
 		// if r outranks it, and is refused otherwise.
 		evict := q.last(lifo)
-		if evict.rank >= w.rank {
+		if fs := q.fair.Load(); fs != nil {
+			evict = q.heaviest(fs, evict.rank, lifo) // of the lowest rank: w's, or below it
+		} else if evict.rank >= w.rank {
 			evict = w
 		}
 		q.remove(evict)

@@ -55,7 +55,9 @@
 //
 // # Waiting for a slot
 //
-// WithWait (a concurrency.Wait: Max, Queue, Order) lets a request that
+// WithWait (a concurrency.Wait: Max, Queue, Order; a Fairness is refused,
+// for each key waits in a queue of its own and a per-key cap already
+// bounds each caller fleet-wide) lets a request that
 // finds a fleet cap full wait up to Max for a slot of that cap and key
 // instead of being denied at once. Redis does not tell an instance when
 // another frees a slot, so the wait is a local queue in front of the

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/concurrency/fleetconc"
 	"github.com/floodgate-go/floodgate/testing/redistest"
 )
@@ -40,6 +41,7 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"nothing", nil, "fleetconc: no cap configured"},
 		{"nil option", []fleetconc.Option{valid, nil}, "fleetconc: nil Option"},
+		{"wait fairness", []fleetconc.Option{valid, fleetconc.WithWait(concurrency.Wait{Max: time.Second, Fairness: &floodgate.Fairness{By: "user"}})}, "fleetconc: WithWait: Fairness is not supported by the fleet-wide queue (its queues are per key; a per-key cap bounds each caller fleet-wide)"},
 		{"clock", []fleetconc.Option{valid, fleetconc.WithClock(nil)}, "fleetconc: WithClock: clock is nil"},
 		{"fleet name", []fleetconc.Option{fleet(fleetconc.PerKey{Cap: 1, Key: byUser})}, "fleetconc: WithPerKey: PerKey.Name is empty"},
 		{"fleet colon", []fleetconc.Option{fleet(fleetconc.PerKey{Name: "a:b", Cap: 1, Key: byUser})}, `fleetconc: WithPerKey: PerKey.Name "a:b" contains ':'`},

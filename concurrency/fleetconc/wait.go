@@ -26,6 +26,11 @@ func WithWait(w concurrency.Wait) Option {
 		if err := w.Validate(); err != nil {
 			o.fail("WithWait", "%v", err)
 		}
+		if w.Fairness != nil {
+			// Each key has its own queue here: a per-key cap already
+			// bounds each caller's share of the fleet.
+			o.fail("WithWait", "Fairness is not supported by the fleet-wide queue (its queues are per key; a per-key cap bounds each caller fleet-wide)")
+		}
 		if w.Max > 0 && w.Queue == 0 {
 			w.Queue = concurrency.DefaultQueue
 		}
