@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/fleet"
 	"github.com/floodgate-go/floodgate/internal/failover"
+	"github.com/floodgate-go/floodgate/internal/fair"
 	"github.com/floodgate-go/floodgate/internal/liveness"
 	"github.com/floodgate-go/floodgate/internal/redisnow"
 	"github.com/floodgate-go/floodgate/internal/reqctx"
@@ -78,6 +79,11 @@ type Shedder struct {
 	clock floodgate.Clock
 	dones [floodgate.NumPriorities]floodgate.Done
 
+	live     atomic.Int64               // live instances at the last Sync; 1 while stale
+	fair     atomic.Pointer[fair.Share] // nil: no fairness among callers
+	fairness *floodgate.Fairness        // what Config reports; capMu
+	scopes   fair.Scopes                // the identities the transport fills
+
 	syncMu sync.Mutex
 }
 
@@ -127,6 +133,7 @@ func New(members *fleet.Members, capacity int64) (*Shedder, error) {
 	s.v.Init(&c, capacity)
 	s.gate.Init(&c)
 	s.stale.Store(true)
+	s.live.Store(1)
 	for p := floodgate.PriorityTest; p <= floodgate.PriorityCritical; p++ {
 		s.dones[p] = func(floodgate.Result) {
 			s.local[p].Add(-1)
@@ -256,20 +263,48 @@ func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		n := s.localTotal.Add(1)
 		return s.v.Allow(p, others+n), s.doneOf(ctx, e, p, n), err
 	}
+	fs := s.fair.Load()
 	for {
 		n := s.localTotal.Load()
 		total := others + n
-		if s.gate.Shed(total) {
-			if e != nil {
+		shed, over := s.gate.Shed(total), false
+		if fs != nil {
+			shed, over = s.fairly(fs, r, total, shed)
+		}
+		if shed {
+			if e != nil && !over {
 				e.Shed.Add(1)
+			}
+			if over {
+				return s.v.ShedUnfair(p, total), nil, err
 			}
 			return s.v.Shed(p, total), nil, err
 		}
 		if s.localTotal.CompareAndSwap(n, n+1) {
 			s.local[p].Add(1)
-			return s.v.Allow(p, total+1), s.doneOf(ctx, e, p, n+1), err
+			return s.v.Allow(p, total+1), fs.Hold(r, s.doneOf(ctx, e, p, n+1)), err
 		}
 	}
+}
+
+// fairly is the decision of fairness on a request the gate sheds (or
+// not) with total in flight in the fleet: while it sheds, a caller under
+// its share of this instance's part of the room is let in up to the
+// hysteresis band above the threshold; while it does not, a caller over
+// its share is held to it. over reports that the caller's share decided.
+func (s *Shedder) fairly(fs *fair.Share, r *floodgate.Request, total int64, shedding bool) (shed, over bool) {
+	start, _ := s.gate.Bounds()
+	live := max(s.live.Load(), 1)
+	room := max(1, (start+live-1)/live)
+	if !shedding {
+		ok := fs.Admits(r, room, false)
+		return !ok, !ok
+	}
+	if total >= start+core.FractionOf(s.band, s.v.Capacity.Load()) {
+		return true, false
+	}
+	ok := fs.Admits(r, room, true)
+	return !ok, !ok
 }
 
 // Sync beats for this instance on the Members' set, which its Count and
@@ -309,6 +344,7 @@ func (s *Shedder) Sync(ctx context.Context) error {
 		return fmt.Errorf("fleetshed: sync of instance %q: %w", s.m.ID, err)
 	}
 	s.m.Observe(sums[6], sums[7] == 1, start)
+	s.live.Store(sums[6])
 	var total int64
 	for i, v := range sums[:4] {
 		s.others[i+1].Store(v)
@@ -329,6 +365,7 @@ func (s *Shedder) forgetOthers() {
 		s.others[p].Store(0)
 	}
 	s.othersTotal.Store(0)
+	s.live.Store(1)
 	s.stale.Store(true)
 }
 

@@ -2,7 +2,10 @@ package fleetshed
 
 import (
 	"errors"
+	"fmt"
 
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/fair"
 	"github.com/floodgate-go/floodgate/internal/field"
 	"github.com/floodgate-go/floodgate/shedder"
 	"github.com/floodgate-go/floodgate/shedder/internal/core"
@@ -33,6 +36,16 @@ type Config struct {
 	// shedder/cpu), which later Configs without one keep using; so does a
 	// MemoryTarget: Adaptive.Memory (*mem.Meter of package shedder/mem).
 	Adaptive *shedder.AdaptiveCapacity
+	// Fairness, when not nil, shares the non-critical room among the
+	// callers it names (floodgate.Fairness), each instance on its own
+	// counts: a caller's share of this instance's part of the room (the
+	// room over the live instances), so that a caller whose requests the
+	// load balancer spreads over the fleet is held to its share of the
+	// fleet. While the fleet sheds, a caller under its share is still let
+	// in, up to the hysteresis band above the threshold (a quarter of
+	// the default reserve); one over it is shed with the Policy
+	// "fleet-shedder.fairness".
+	Fairness *floodgate.Fairness
 }
 
 // Validate reports every bad field of c, or nil.
@@ -47,6 +60,11 @@ func (c Config) Validate() error {
 	if c.Reserve != 0 && !(c.Reserve > 0 && c.Reserve < 1) {
 		errs = append(errs, field.Errorf("reserve", "%v is out of range (0, 1)", c.Reserve))
 	}
+	if c.Fairness != nil {
+		for _, e := range fair.FieldErrors(c.Fairness) {
+			errs = append(errs, e.Under("fairness"))
+		}
+	}
 	out := core.Wrap("fleetshed", "Config", "", errs)
 	if c.Adaptive != nil {
 		out = append(out, core.Adaptive(*c.Adaptive).WithDefaults().Check("fleetshed", "Config", "adaptive")...)
@@ -58,7 +76,7 @@ func (c Config) Validate() error {
 func (s *Shedder) Config() Config {
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
-	c := Config{Capacity: s.fixed, Reserve: s.reserve}
+	c := Config{Capacity: s.fixed, Reserve: s.reserve, Fairness: fair.Copy(s.fairness)}
 	if s.est.Load() != nil {
 		a := s.adaptive
 		c.Adaptive = &a
@@ -73,6 +91,9 @@ func (s *Shedder) Check(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	if e := s.scopes.Check(c.Fairness); e != nil {
+		return fmt.Errorf("fleetshed: Config: %w", e.Under("fairness"))
+	}
 	if c.Adaptive == nil {
 		return nil
 	}
@@ -80,6 +101,18 @@ func (s *Shedder) Check(c Config) error {
 	cpu, mem := s.meter, s.mem
 	s.capMu.Unlock()
 	return core.MissingMeter("fleetshed", core.Adaptive(*c.Adaptive), cpu, mem, "give it in AdaptiveCapacity.CPU")
+}
+
+// RequireScopes is told by the transport (package interceptor) which
+// identities it fills: with strict (WithStrictIdentity, and package
+// guard), a Config whose Fairness is by an identity not among them is an
+// error, now and at every Reconfigure, for it would count every request
+// as one caller's.
+func (s *Shedder) RequireScopes(transport string, resolvable []string, strict bool) error {
+	if err := s.scopes.Require(resolvable, strict, s.Config().Fairness); err != nil {
+		return fmt.Errorf("fleetshed: fairness.%w", err)
+	}
+	return nil
 }
 
 // Reconfigure replaces the Shedder's capacity, reserve and adaptive
@@ -94,6 +127,10 @@ func (s *Shedder) Reconfigure(c Config) error {
 	}
 	s.capMu.Lock()
 	s.fixed, s.reserve = c.Capacity, c.Reserve
+	s.fairness = fair.Copy(c.Fairness)
+	if !s.fair.Load().Same(s.fairness) {
+		s.fair.Store(fair.New(s.fairness))
+	}
 	if c.Adaptive == nil {
 		s.est.Store(nil)
 		s.adaptive = shedder.AdaptiveCapacity{}
