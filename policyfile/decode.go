@@ -18,27 +18,44 @@ import (
 var adaptiveCapacityKeys = []string{"min", "max", "window", "min_samples", "history", "probe", "tolerance", "headroom", "growth", "backoff", "cpu_target", "memory_target"}
 
 // waitKeys are the keys of a concurrency.Wait.
-var waitKeys = []string{"max", "queue", "order", "target", "interval"}
+var waitKeys = []string{"max", "queue", "order", "target", "interval", "fairness"}
+
+// fairnessKeys are the keys of a floodgate.Fairness; its weights: is a
+// mapping of plan tiers to numbers (freeForm).
+var fairnessKeys = []string{"by", "weights"}
+
+// freeForm are the mappings whose keys are names of the user's (plan
+// tiers), not fields: the decoder takes any.
+var freeForm = map[string]bool{
+	"shedder.fairness.weights":                   true,
+	"shedder.fleet.fairness.weights":             true,
+	"concurrency.wait.fairness.weights":          true,
+	"concurrency.adaptive.wait.fairness.weights": true,
+}
 
 // schema lists the keys of every mapping of the shedder: and concurrency:
 // sections, by path. The decoder accepts exactly these keys, and a test
 // holds the package documentation to them.
 var schema = map[string][]string{
-	"shedder":                {"capacity", "thresholds", "adaptive", "retries", "fleet"},
-	"shedder.thresholds":     {"test", "read", "write"},
-	"shedder.retries":        {"margin", "attempt_header"},
-	"shedder.adaptive":       adaptiveCapacityKeys,
-	"shedder.fleet":          {"capacity", "reserve", "adaptive"},
-	"shedder.fleet.adaptive": adaptiveCapacityKeys,
-	"concurrency":            {"global", "wait", "adaptive", "per_key"},
-	"concurrency.wait":       waitKeys,
-	"concurrency.per_key":    {"name", "key", "cap", "max_keys"},
+	"shedder":                   {"capacity", "thresholds", "adaptive", "retries", "fairness", "fleet"},
+	"shedder.fairness":          fairnessKeys,
+	"shedder.thresholds":        {"test", "read", "write"},
+	"shedder.retries":           {"margin", "attempt_header"},
+	"shedder.adaptive":          adaptiveCapacityKeys,
+	"shedder.fleet":             {"capacity", "reserve", "adaptive", "fairness"},
+	"shedder.fleet.fairness":    fairnessKeys,
+	"shedder.fleet.adaptive":    adaptiveCapacityKeys,
+	"concurrency":               {"global", "wait", "adaptive", "per_key"},
+	"concurrency.wait":          waitKeys,
+	"concurrency.wait.fairness": fairnessKeys,
+	"concurrency.per_key":       {"name", "key", "cap", "max_keys"},
 	"concurrency.adaptive": {"name", "algorithm", "initial", "min", "max", "window", "min_samples", "max_samples",
 		"percentile", "backoff", "retry_after", "bypass", "smoothing", "tolerance", "long_window", "alpha", "beta",
 		"probe_every", "timeout", "wait"},
-	"concurrency.adaptive.wait": waitKeys,
-	"identity":                  {"user", "tenant", "api_key", "tier", "client_ip"},
-	"identity.client_ip":        {"header", "trusted_proxies", "ipv4_prefix", "ipv6_prefix"},
+	"concurrency.adaptive.wait":          waitKeys,
+	"concurrency.adaptive.wait.fairness": fairnessKeys,
+	"identity":                           {"user", "tenant", "api_key", "tier", "client_ip"},
+	"identity.client_ip":                 {"header", "trusted_proxies", "ipv4_prefix", "ipv6_prefix"},
 }
 
 // reporter collects the errors of the sections, with the line of every
@@ -288,6 +305,9 @@ func (d *decoder) shedder(n *yaml.Node, f *File) {
 					cfg.Retries.AttemptHeader, _ = d.str(rv, rp)
 				}
 			})
+		case "fairness":
+			instance = true
+			cfg.Fairness = d.fairness(v, fp)
 		case "fleet":
 			f.Fleet = d.fleet(v, fp)
 		}
@@ -302,6 +322,38 @@ func (d *decoder) shedder(n *yaml.Node, f *File) {
 		d.rep.fail(join(path, "capacity"), n, "required: a fixed capacity, or adaptive: for one that follows the service")
 	}
 	f.Shedder = &cfg
+}
+
+// fairness decodes a floodgate.Fairness: by: and weights:, a mapping of
+// plan tiers to positive numbers.
+func (d *decoder) fairness(n *yaml.Node, path string) *floodgate.Fairness {
+	f := &floodgate.Fairness{}
+	d.fields(n, path, func(k string, v *yaml.Node, fp string) {
+		switch k {
+		case "by":
+			f.By, _ = d.str(v, fp)
+		case "weights":
+			if !d.kind(v, fp, yaml.MappingNode, "a mapping of plan tiers to weights") {
+				return
+			}
+			f.Weights = map[string]float64{}
+			for i := 0; i+1 < len(v.Content); i += 2 {
+				tk, tv := v.Content[i], v.Content[i+1]
+				if tk.Kind != yaml.ScalarNode {
+					d.rep.fail(fp, tk, "keys must be plain strings, got %s", kindName(tk))
+					continue
+				}
+				tp := join(fp, tk.Value)
+				if _, dup := f.Weights[tk.Value]; dup {
+					d.rep.fail(tp, tk, "repeated tier")
+					continue
+				}
+				d.rep.lines[tp] = tv.Line
+				f.Weights[tk.Value] = d.number(tv, tp)
+			}
+		}
+	})
+	return f
 }
 
 func (d *decoder) adaptiveCapacity(n *yaml.Node, path string) *shedder.AdaptiveCapacity {
@@ -424,6 +476,8 @@ func (d *decoder) wait(n *yaml.Node, path string) *concurrency.Wait {
 			w.Target = d.duration(v, fp)
 		case "interval":
 			w.Interval = d.duration(v, fp)
+		case "fairness":
+			w.Fairness = d.fairness(v, fp)
 		case "order":
 			if s, ok := d.str(v, fp); ok {
 				if err := w.Order.UnmarshalText([]byte(s)); err != nil {

@@ -53,12 +53,16 @@
 //	  retries:                 # retries shed before first attempts (shedder.Retries)
 //	    margin: 0.05           # below each priority's threshold, a share of capacity
 //	    attempt_header: x-envoy-attempt-count   # besides grpc-previous-rpc-attempts
+//	  fairness:                # each priority's room shared among callers (floodgate.Fairness)
+//	    by: tenant             # or user, api_key, ip
+//	    weights: {free: 1, pro: 4}   # by plan tier; a tier not listed weighs 1
 //	  fleet:                   # a *fleetshed.Shedder (Targets.Fleet)
 //	    capacity: 4000         # required unless adaptive is set
 //	    reserve: 0.2
 //	    adaptive: {min: 16, max: 2000, window: 100ms, min_samples: 10, history: 50, probe: 10s,
 //	      tolerance: 1.5, headroom: 1.25, growth: 0.1, backoff: 0.9, cpu_target: 0.9,
 //	      memory_target: 0.8}
+//	    fairness: {by: tenant, weights: {pro: 4}}   # each instance shares its part of the room
 //	concurrency:
 //	  global: 500              # a *concurrency.Limiter built WithGlobal (Targets.Concurrency)
 //	  per_key:                 # that Limiter's caps per key (WithPerKey; Limiter.SetPerKey)
@@ -72,6 +76,7 @@
 //	    order: lifo            # or fifo (default), or codel; priority first either way
 //	    target: 5ms            # codel: the wait a standing queue is cut to
 //	    interval: 100ms        # codel: how long the queue stays non-empty for that
+//	    fairness: {by: tenant, weights: {pro: 4}}   # a freed slot to the caller holding fewest
 //	  adaptive:                # a *concurrency.Adaptive (Targets.Adaptive)
 //	    name: adaptive-concurrency
 //	    algorithm: gradient2   # or vegas, aimd
@@ -92,7 +97,8 @@
 //	    beta: 6
 //	    probe_every: 60
 //	    timeout: 2s            # aimd
-//	    wait: {max: 50ms, queue: 200, order: lifo, target: 5ms, interval: 100ms}
+//	    wait: {max: 50ms, queue: 200, order: lifo, target: 5ms, interval: 100ms,
+//	      fairness: {by: user, weights: {pro: 2}}}
 //	identity:                  # where the transport finds identities (Targets.Identity)
 //	  user: header:x-user-id   # header:NAME (HTTP header or gRPC metadata) or claim:NAME
 //	  tenant: [claim:tenant, header:x-tenant-id]   # a list: the first that gives a value
@@ -104,8 +110,9 @@
 //	    ipv4_prefix: 32        # the default of rules keyed on ip that do not say
 //	    ipv6_prefix: 64
 //
-// shedder: sets a Shedder when it has capacity, thresholds, adaptive or
-// retries (retries alone needs capacity or adaptive beside it);
+// shedder: sets a Shedder when it has capacity, thresholds, adaptive,
+// retries or fairness (the last two alone need capacity or adaptive
+// beside them);
 // a section with only fleet: leaves the Shedder alone. Watch refuses a
 // file that sets a stage Targets leaves nil, and a setting the stage
 // would refuse (a cpu_target or memory_target for a Shedder without a

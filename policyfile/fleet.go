@@ -20,6 +20,8 @@ func (d *decoder) fleet(n *yaml.Node, path string) *fleetshed.Config {
 			fc.Reserve = d.number(v, fp)
 		case "adaptive":
 			fc.Adaptive = d.adaptiveCapacity(v, fp)
+		case "fairness":
+			fc.Fairness = d.fairness(v, fp)
 		}
 	})
 	switch {
