@@ -39,6 +39,9 @@ type Guard struct {
 	// meter measures the load reported with WithLoadReports (nil
 	// without).
 	meter *load.Meter
+	// tap says that ServerOptions decides the shedder in a gRPC tap
+	// (chooseTap).
+	tap bool
 
 	closers   []func(context.Context) error
 	stop      context.CancelFunc
@@ -130,6 +133,9 @@ func (g *Guard) build(ctx context.Context, file *policyfile.File) error {
 	}
 	if err := g.ic.CheckIdentity(g.chain); err != nil {
 		return fmt.Errorf("guard: policy: %w", err)
+	}
+	if err := g.chooseTap(file); err != nil {
+		return err
 	}
 	g.targets.Identity = file.Identity
 	if g.targets.Identity == nil {
@@ -250,13 +256,16 @@ func (g *Guard) StreamServer() grpc.StreamServerInterceptor { return g.ic.Stream
 // With WithLoadReports, every call's trailer also carries the ORCA load
 // report, from an interceptor before the chain's; a tap sends no
 // trailer, so then the shedder decides in the interceptors, and a shed
-// call's trailer tells its client how loaded the replica is.
+// call's trailer tells its client how loaded the replica is. So it does
+// when the policy's shedder: fairness: is by an identity read from a
+// claim, which a tap cannot see (the auth middleware has not run); a
+// reload that sets such a fairness while the tap decides is refused.
 func (g *Guard) ServerOptions() []grpc.ServerOption {
 	var opts []grpc.ServerOption
-	if g.meter != nil {
-		opts = g.perCallOptions()
-	} else {
+	if g.tap {
 		opts = []grpc.ServerOption{grpc.InTapHandle(g.ic.TapHandle(g.chain[0]))}
+	} else if g.meter != nil {
+		opts = g.perCallOptions()
 	}
 	return append(opts,
 		grpc.ChainUnaryInterceptor(g.UnaryServer()),

@@ -78,3 +78,46 @@ func (c *config) identityOptions(id *policyfile.Identity) ([]interceptor.Option,
 	}
 	return opts, nil
 }
+
+// chooseTap decides whether ServerOptions sheds in a gRPC tap: not with
+// load reports (a tap sends no trailer), nor when the shedder's fairness
+// is by an identity the policy reads from a claim (a tap runs before the
+// auth middleware). With the tap, the shedder is told which identities
+// the tap fills, so a reload cannot make its fairness key on one it does
+// not.
+func (g *Guard) chooseTap(file *policyfile.File) error {
+	g.tap = g.meter == nil
+	if !g.tap {
+		return nil
+	}
+	fromClaim := func(sources []string) bool {
+		for _, s := range sources {
+			if strings.HasPrefix(s, "claim:") {
+				return true
+			}
+		}
+		return false
+	}
+	filled := []string{"endpoint", "ip", "header"}
+	id := file.Identity
+	if id == nil {
+		id = &policyfile.Identity{}
+	}
+	for _, s := range []struct {
+		name    string
+		sources []string
+	}{{"user", id.User}, {"tenant", id.Tenant}, {"api_key", id.APIKey}} {
+		if fromClaim(s.sources) {
+			if f := file.Shedder; f != nil && f.Fairness != nil && f.Fairness.By == s.name {
+				g.tap = false
+				return nil
+			}
+			continue
+		}
+		filled = append(filled, s.name)
+	}
+	if err := g.shedder.RequireScopes("grpc", filled, true); err != nil {
+		return fmt.Errorf("guard: policy: %w", err)
+	}
+	return nil
+}
