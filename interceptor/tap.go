@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/tap"
 
@@ -68,7 +69,7 @@ func (i *Interceptor) tapAdmit(ts *tapStage, ctx context.Context, method string)
 	i.build(ctx, r, &call{method: method, grpcMethod: true, md: Metadata{ctx: ctx}})
 	d, done := i.admit(ts.a, ctx, r)
 	if !d.Allowed {
-		return ctx, denial(i.denyStatus(ctx, d))
+		return ctx, ts.denial(i, ctx, d)
 	}
 	if done == nil {
 		// Nothing to end: the interceptor may admit the stage again, as
@@ -86,6 +87,40 @@ func (i *Interceptor) tapAdmit(ts *tapStage, ctx context.Context, method string)
 type tapStage struct {
 	raw floodgate.Admitter
 	a   floodgate.Admitter
+	// last is the error of the stage's last denial, which the next
+	// identical one reuses: under a flood, a shedder refuses call after
+	// call with one decision, and its status need not be built again.
+	last atomic.Pointer[tapDenial]
+}
+
+// tapDenial is a denial's error and what its status is made of.
+type tapDenial struct {
+	key denyKey
+	err error
+}
+
+// denyKey is what DenyStatus reads of a Decision with at most one quota.
+type denyKey struct {
+	stage         floodgate.Stage
+	policy        string
+	limit         int64
+	window, retry time.Duration
+	hideQuota     bool
+}
+
+// denial returns the error refusing a call the stage denied with d: the
+// last one's when d would give the same status.
+func (ts *tapStage) denial(i *Interceptor, ctx context.Context, d floodgate.Decision) error {
+	if (i.c.deny != nil && i.c.deny.Message != nil) || len(d.Quotas()) > 1 {
+		return denial(i.denyStatus(ctx, d)) // the status depends on more than the key
+	}
+	k := denyKey{d.Stage, d.Policy, d.Limit, d.Window, d.RetryAfter, d.HideQuota}
+	if l := ts.last.Load(); l != nil && l.key == k {
+		return l.err
+	}
+	err := denial(i.denyStatus(ctx, d))
+	ts.last.Store(&tapDenial{key: k, err: err})
+	return err
 }
 
 type tapKey struct{}

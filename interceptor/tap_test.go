@@ -300,3 +300,38 @@ func TestTapHealthPassesThrough(t *testing.T) {
 		t.Errorf("admits = %d, want 0", s.admits.Load())
 	}
 }
+
+// A tap's denial is built once for a run of identical decisions (the
+// status reads no in-flight count) and again when the decision changes;
+// with a custom deny message, which may read anything, never reused.
+func TestTapDenialReused(t *testing.T) {
+	fg, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &tapStage{}
+	shed := floodgate.Decision{Stage: floodgate.StageShedder, Policy: "shedder", Limit: 10, RetryAfter: time.Second}
+	e1 := ts.denial(fg, context.Background(), shed)
+	shed.Remaining = 3
+	if e2 := ts.denial(fg, context.Background(), shed); e2 != e1 {
+		t.Fatal("an identical denial built its status again")
+	}
+	fairly := shed
+	fairly.Policy = "shedder.fairness"
+	e3 := ts.denial(fg, context.Background(), fairly)
+	if e3 == e1 || !strings.Contains(status.Convert(e3).Message(), `"shedder.fairness"`) {
+		t.Fatalf("another policy's denial: %v", e3)
+	}
+	e4 := ts.denial(fg, context.Background(), shed)
+	if e4 == e3 || status.Convert(e4).Message() != status.Convert(e1).Message() {
+		t.Fatalf("back to the first decision: %v, want %v", e4, e1)
+	}
+	custom, err := New(WithDenyResponse(DenyResponse{Message: func(_ context.Context, d floodgate.Decision) string { return d.Policy }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts = &tapStage{}
+	if a, b := ts.denial(custom, context.Background(), shed), ts.denial(custom, context.Background(), shed); a == b {
+		t.Fatal("a custom message's denial was reused")
+	}
+}
