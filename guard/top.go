@@ -161,8 +161,8 @@ func appendDigest(b []byte, s string) []byte {
 // name no principal), from New on, with no code: a denial counts for its
 // binding rule and for every other rule it violated whose quota is shown
 // (floodgate.Decision.Quotas). Its memory is fixed: 64 principals per
-// rule in each of the six slices, 64 rules, about 55 KiB per rule denying
-// and 3.5 MiB at most, whatever the number of principals (package
+// rule in each of the six slices, 64 rules, about 54 KiB per rule denying
+// and 3.4 MiB at most, whatever the number of principals (package
 // internal/topk, Space-Saving). A count is exact while a rule meets at
 // most 64 distinct principals in each slice; beyond that it may overstate
 // by Error (at most the rule's denials over 64), and every principal

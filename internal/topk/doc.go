@@ -26,8 +26,9 @@
 // dropped and counted), and a principal is kept in a counter of fixed
 // size (MaxPrincipal bytes; a longer one is shortened with a hash). With
 // the defaults (64 counters, 6 slices of 10 s, 64 keys) a key holds about
-// 56 KiB and the whole Summary at most about 3.6 MiB, whatever the number
-// of distinct principals (TestMemoryFlat records a million).
+// 54 KiB and the whole Summary at most about 3.4 MiB, whatever the
+// number of distinct principals (TestMemoryFlat measures a key and
+// records a million principals).
 //
 // Cost: a record hashes the principal (hash/maphash), finds its counter
 // in an open-addressing table and moves it in a min-heap, under the

@@ -201,9 +201,17 @@ func TestMemoryFlat(t *testing.T) {
 		t.Skip("a million records")
 	}
 	s, _ := newSummary(t, topk.Config{})
-	s.Record("r", []byte("warm-up")) // the key's slices are allocated here
 	var before, after runtime.MemStats
 	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s.Record("r", []byte("warm-up")) // the key's slices are allocated here
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	keyBytes := after.TotalAlloc - before.TotalAlloc
+	t.Logf("one key's slices: %d bytes", keyBytes)
+	if keyBytes > 56<<10 {
+		t.Errorf("one key's slices took %d bytes, more than the 56 KiB the docs say", keyBytes)
+	}
 	runtime.ReadMemStats(&before)
 	allocs := testing.AllocsPerRun(1, func() { heavyStream(s) })
 	runtime.GC()
