@@ -40,16 +40,11 @@ func (l *Limiter) AppendPrincipal(dst []byte, policy string, r *floodgate.Reques
 		name = policy[:i] // a window: rule names never have a '/'
 	}
 	c := l.state.Load()
-	var cr *cRule
-	for i := range c.rules {
-		if c.rules[i].name == name {
-			cr = &c.rules[i]
-			break
-		}
-	}
-	if cr == nil {
+	i, ok := c.byName[name]
+	if !ok {
 		return dst, false
 	}
+	cr := &c.rules[i]
 	if len(cr.key) == 0 {
 		return append(dst, '*'), true
 	}
