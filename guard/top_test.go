@@ -253,3 +253,33 @@ func TestObserveDenialDoesNotAllocate(t *testing.T) {
 		t.Errorf("Observe of a new principal's denial: %.1f allocations, want 0", n)
 	}
 }
+
+// BenchmarkObserveDenial: what a denial costs the guard's summary: the
+// principal written (tiers.Limiter.AppendPrincipal) and counted, for a
+// principal already counted and for a new one each time.
+func BenchmarkObserveDenial(b *testing.B) {
+	g, err := New(context.Background(), WithPolicy([]byte(topPolicy)), WithInProcess(), WithLogger(quiet))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	ctx := context.Background()
+	r := &floodgate.Request{Method: "POST /login", Identity: floodgate.Identity{User: "admin", IP: netip.MustParseAddr("203.0.113.66")}}
+	var d floodgate.Decision
+	for d.Allowed || d.Policy == "" {
+		d, _, _ = g.limiter.Admit(ctx, r)
+	}
+	b.Run("tracked", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			g.top.Observe(ctx, r, d, nil)
+		}
+	})
+	b.Run("new", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r.Identity.IP = netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+			g.top.Observe(ctx, r, d, nil)
+		}
+	})
+}
