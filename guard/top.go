@@ -208,6 +208,9 @@ func (g *Guard) checkTop(rule string, n int) error {
 		names = append(names, c)
 	}
 	slices.Sort(names)
+	if len(names) > 20 {
+		names = append(names[:20], fmt.Sprintf("and %d more", len(names)-20))
+	}
 	return fmt.Errorf("guard: TopDenied: %q is no rule of the policy in force nor a per-key cap (%s, or deny)", rule, strings.Join(names, ", "))
 }
 

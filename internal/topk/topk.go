@@ -163,8 +163,15 @@ func (s *Summary) Record(key string, principal []byte) {
 		return
 	}
 	sk := sr.sk[mod(e, len(sr.sk))]
-	if sk.epoch != e {
-		sk.reset(e)
+	switch {
+	case sk.epoch < e:
+		sk.reset(e) // its time came round again: forget it
+	case sk.epoch > e:
+		// This record read the clock a whole interval before it got the
+		// lock: it is older than the interval, and must not wipe the
+		// slice that now holds its place.
+		sr.mu.Unlock()
+		return
 	}
 	sk.add(principal, h)
 	sr.mu.Unlock()

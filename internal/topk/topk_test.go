@@ -347,3 +347,20 @@ func TestReplacesLeastCounted(t *testing.T) {
 		t.Errorf("got %s, want %s", got, want)
 	}
 }
+
+// TestOlderRecordKeepsNewerSlice: a record whose time is a whole
+// interval older than the slice now in its place (it read the clock long
+// before it got the lock, or the clock stepped back) is not counted, and
+// does not wipe that slice.
+func TestOlderRecordKeepsNewerSlice(t *testing.T) {
+	t.Parallel()
+	s, clk := newSummary(t, topk.Config{Capacity: 4, Slices: 6, Interval: time.Minute})
+	clk.Advance(time.Minute) // slice 6, in the place of slice 0
+	record(s, "r", "a", 3)
+	clk.Advance(-time.Minute) // slice 0
+	record(s, "r", "b", 1)
+	clk.Advance(time.Minute)
+	if got, want := entries(s, "r", 0), "a=3±0"; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
