@@ -209,7 +209,7 @@ func TestMemoryFlat(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	keyBytes := after.TotalAlloc - before.TotalAlloc
 	t.Logf("one key's slices: %d bytes", keyBytes)
-	if keyBytes > 56<<10 {
+	if keyBytes > 56<<10 && !raceEnabled { // the race detector allocates beside
 		t.Errorf("one key's slices took %d bytes, more than the 56 KiB the docs say", keyBytes)
 	}
 	runtime.ReadMemStats(&before)
