@@ -78,6 +78,13 @@
 // the counters of what was decided without Redis); WithOnBreakerChange
 // tells the breaker's changes as they happen.
 //
+// Who is denied: every denial of the rate limits and of the per-key
+// in-flight caps is counted by rule and principal (the user, tenant, API
+// key (hashed) or client address the rule keys on) in a summary of fixed
+// memory over the last minute, with no per-principal metric; TopDenied
+// returns a rule's most denied principals and TopDeniedHandler serves them
+// as JSON for `floodgate top` (mount it on an admin listener).
+//
 // What this package decides: the order of the stages, the store stack,
 // the defaults above and that a fleet's share follows live membership.
 // Everything it builds comes from the packages below it, which stay

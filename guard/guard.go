@@ -42,6 +42,8 @@ type Guard struct {
 	// tap says that ServerOptions decides the shedder in a gRPC tap
 	// (chooseTap).
 	tap bool
+	// top counts the denials TopDenied reports.
+	top *topObserver
 
 	closers   []func(context.Context) error
 	stop      context.CancelFunc
@@ -118,12 +120,15 @@ func (g *Guard) build(ctx context.Context, file *policyfile.File) error {
 		return err
 	}
 	g.chain = stages
+	if err := g.newTop(file); err != nil {
+		return err
+	}
 	icOpts, err := g.c.identityOptions(file.Identity)
 	if err != nil {
 		return err
 	}
 	icOpts = append(icOpts, g.c.icOpts...)
-	icOpts = append(icOpts, interceptor.WithObserver(obs))
+	icOpts = append(icOpts, interceptor.WithObserver(obs, g.top))
 	if g.c.mux != nil {
 		icOpts = append(icOpts, interceptor.WithServeMux(g.c.mux))
 	}

@@ -58,7 +58,7 @@ type config struct {
 	keyPrefix   string
 	onBreaker   func(name string, from, to gobreaker.State)
 	loadReports bool
-	clock       floodgate.Clock // the load meter's, for tests
+	clock       floodgate.Clock // the load meter's and the denial summary's, for tests
 	errs        []error
 }
 

@@ -36,6 +36,8 @@ type compiled struct {
 	// byMethod and others index rules by method (index).
 	byMethod map[string][]int32
 	others   []int32
+	// byName finds a rule by its name (AppendPrincipal).
+	byName map[string]int32
 }
 
 type tierLimit struct {
@@ -198,10 +200,13 @@ func compile(p *Policy, prefix string, rep *reporter) (*compiled, error) {
 // index files the rules by the method they match, so that a request
 // looks at the rules its method can match, not the whole list: byMethod
 // holds the rules of one exact method, others the rules with a glob or
-// no method, each in rule order (most specific first).
+// no method, each in rule order (most specific first). byName files
+// them by name.
 func (c *compiled) index() {
 	c.byMethod = make(map[string][]int32)
+	c.byName = make(map[string]int32, len(c.rules))
 	for i := range c.rules {
+		c.byName[c.rules[i].name] = int32(i)
 		if r := &c.rules[i]; !r.any && r.glob == "" {
 			c.byMethod[r.exact] = append(c.byMethod[r.exact], int32(i))
 		} else {

@@ -284,6 +284,11 @@
 // and hashing. Keys name the algorithm, so changing a rule's algorithm
 // starts its buckets afresh, while changing its rate keeps them.
 //
+// Limiter.AppendPrincipal writes the principal of a rule's bucket for a
+// person to read ("ip=203.0.113.66 user=admin", an API key hashed as in
+// its key), for telling operators who is denied (package guard's
+// Guard.TopDenied).
+//
 // # Reload
 //
 // Limiter.SetPolicy swaps a validated policy in atomically. Package

@@ -11,8 +11,8 @@ import (
 )
 
 // A support engineer's view of one customer: every bucket that applies,
-// read without charging, then reset; docs/operators.md ("Operators:
-// inspect and reset a caller's buckets") shows the middle of it.
+// read without charging, then reset; docs/operators.md ("Inspect and
+// reset a caller's buckets") shows the middle of it.
 func ExampleLimiter_Inspect() {
 	store, err := memstore.New()
 	if err != nil {

@@ -13,9 +13,9 @@ func TestReadmeInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut("\n"+string(data), "\n# Operators: inspect and reset a caller's buckets\n")
+	_, section, ok := strings.Cut("\n"+string(data), "\n## Inspect and reset a caller's buckets\n")
 	if !ok {
-		t.Fatal("docs/operators.md has no operators heading")
+		t.Fatal("docs/operators.md has no \"## Inspect and reset a caller's buckets\" heading")
 	}
 	if i := strings.Index(section, "\n## "); i >= 0 {
 		section = section[:i]

@@ -4,6 +4,7 @@
 //	floodgate validate POLICY.yaml...
 //	floodgate inspect -policy POLICY.yaml [-redis URL] [-method M] [-user U] [-tenant T] [-api-key K] [-ip IP] [-tier T]
 //	floodgate reset -policy POLICY.yaml [-redis URL] [-method M] [-user U] ... [-rule NAME]... [-yes]
+//	floodgate top -url http://HOST:PORT/PATH [-rule NAME] [-n 10] [-watch 2s]
 //
 // demo starts an HTTP and a gRPC service in-process, protected by the whole
 // floodgate chain (priority load shedder, in-flight caps, hierarchical rate
@@ -40,6 +41,18 @@
 // (tiers.Limiter.Reset); -rule limits it to the rules named. Both exit 1,
 // naming the caller, when no rule applies, or a -rule is no rule that
 // applies.
+//
+// top answers what an operator asks first in an incident: who is denied
+// right now. It reads a running service's denial endpoint (the handler of
+// guard.Guard.TopDeniedHandler, served on an admin listener) and prints,
+// per rule, the principals it denied most over the last minute (the user,
+// tenant, API key (hashed) or client address the rule keys on), with each
+// count's error bound and its share of the rule's denials; the rules with
+// the most denials come first. -rule shows one rule (or per-key cap), -n
+// how many principals per rule (default 10, at most 64), and -watch reads
+// again every interval until interrupted. It exits 1 when the endpoint
+// cannot be read or answers an error (a rule the policy does not have),
+// naming why. `floodgate demo` serves such an endpoint and prints its URL.
 package main
 
 import (
@@ -71,6 +84,7 @@ const usage = `usage:
   floodgate validate POLICY.yaml...
   floodgate inspect -policy POLICY.yaml [-redis URL] [-method M] [-user U] [-tenant T] [-api-key K] [-ip IP] [-tier T]
   floodgate reset -policy POLICY.yaml [-redis URL] [-method M] [-user U] ... [-rule NAME]... [-yes]
+  floodgate top -url http://HOST:PORT/PATH [-rule NAME] [-n 10] [-watch 2s]
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -87,6 +101,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runInspect(args[1:], stdout, stderr)
 	case "reset":
 		return runReset(args[1:], stdout, stderr)
+	case "top":
+		return runTop(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

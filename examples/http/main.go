@@ -132,7 +132,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	metrics, stopMetrics, err := telemetry.ServeMetrics(*metricsAddr, tel.Metrics)
+	metrics, stopMetrics, err := telemetry.ServeMetrics(*metricsAddr, tel.Metrics, g.TopDeniedHandler())
 	if err != nil {
 		ln.Close()
 		return err
@@ -140,8 +140,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	defer stopMetrics()
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	fmt.Fprintf(stdout, "http example listening on http://%s\n", ln.Addr())
-	fmt.Fprintf(stdout, "  metrics: http://%s/metrics\n  store:   %s\n  policy:  %s (reloaded on change)\n",
-		metrics, g.Store(), *policyPath)
+	fmt.Fprintf(stdout, "  metrics: http://%s/metrics\n  denied:  floodgate top -url http://%s%s\n  store:   %s\n  policy:  %s (reloaded on change)\n",
+		metrics, metrics, telemetry.TopPath, g.Store(), *policyPath)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

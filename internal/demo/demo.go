@@ -6,19 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/floodgate-go/floodgate/guard"
-	"github.com/floodgate-go/floodgate/interceptor"
 	"github.com/floodgate-go/floodgate/internal/shoppb"
-	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
 // Policy is the demo's rate-limit policy (policy.yaml).
@@ -131,118 +123,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	axis := axisFor(cfg.Duration)
 	tl := newTimeline(axis)
 
-	// HTTP service.
-	mux := http.NewServeMux()
-	work := func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-time.After(workTime):
-		case <-r.Context().Done():
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"ok":true}`+"\n")
-	}
-	for _, route := range []string{"POST /v1/login", "GET /v1/search", "POST /v1/payments", "POST /v1/items", "GET /v1/items/{id}"} {
-		mux.HandleFunc(route, work)
-	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-
-	// The chain comes from package guard, as a service's would: the
-	// policy (with its shedder:, concurrency: and identity: sections), the
-	// store, the stages in order. The demo is one process: it holds every
-	// limit whole, as a fleet of one counts one live instance.
-	gopts := []guard.Option{
-		guard.WithPolicy(Policy),
-		guard.WithLogger(logger),
-		guard.WithServeMux(mux),
-		guard.WithInterceptor(
-			interceptor.WithPriorityHeader(headerPriority),
-			interceptor.WithHealthPaths("/healthz"),
-			interceptor.WithObserver(tl),
-		),
-	}
-	storeName := "in-process memory store"
-	if cfg.RedisURL != "" {
-		// NewClient sets go-redis up for the fallback (deadlines from the
-		// context, no retries inside the budget); any URL form go-redis
-		// parses: standalone, redis+sentinel://, redis+cluster://.
-		client, err := redisstore.NewClient(cfg.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("demo: REDIS_URL: %w", err)
-		}
-		defer client.Close() // after the guard's Close, deferred later
-		addr := redisHost(cfg.RedisURL)
-		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		unreachable := client.Ping(pingCtx).Err()
-		cancel()
-		// Not fatal: the breaker opens, rules decide locally, and Redis
-		// takes over when it answers (guard logs it).
-		storeName = "Redis at " + addr + " (behind the circuit-breaker fallback)"
-		if faultSrv != nil {
-			storeName = "redis-server started by the demo at " + addr + " (behind the circuit-breaker fallback)"
-		}
-		if unreachable != nil {
-			storeName += ", unreachable at start"
-		}
-		gopts = append(gopts,
-			guard.WithRedisClient(client),
-			guard.WithService("floodgate-demo"),
-			// Each run has buckets and a fleet of its own, so that runs on
-			// one Redis start alike.
-			guard.WithKeyPrefix(fmt.Sprintf("fgdemo:%d:", time.Now().UnixNano())),
-			guard.WithStoreTimeout(50*time.Millisecond),
-			guard.WithOnBreakerChange(tl.breakerChanged),
-		)
-	} else {
-		gopts = append(gopts, guard.WithInProcess())
-	}
-	g, err := guard.New(ctx, gopts...)
+	svc, err := startService(ctx, cfg, logger, tl, faultSrv != nil)
 	if err != nil {
-		return nil, fmt.Errorf("demo: %w", err)
+		return nil, err
 	}
-	// The hand-over at exit: the local-first store reports, and what the
-	// fallback admitted locally while Redis was away goes to Redis.
-	defer func() {
-		if err := g.Close(context.Background()); err != nil {
-			logger.Warn("floodgate demo: closing the guard", "error", err)
-		}
-	}()
+	defer svc.Close()
+	g, storeName := svc.Guard, svc.store
 	shed := g.Shedder()
-	if c := shed.Capacity(); c != shedCapacity {
-		return nil, fmt.Errorf("demo: policy.yaml's shedder capacity is %d; the report and the comparison say %d", c, shedCapacity)
-	}
-
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("demo: listen: %w", err)
-	}
-	httpSrv := &http.Server{Handler: g.HTTP(mux), ReadHeaderTimeout: 5 * time.Second}
-	go httpSrv.Serve(httpLn)
-	defer httpSrv.Close()
-
-	// gRPC service: the same chain.
-	grpcSrv := grpc.NewServer(g.ServerOptions()...)
-	shoppb.RegisterShopServer(grpcSrv, shopServer{})
-	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("demo: listen: %w", err)
-	}
-	go grpcSrv.Serve(grpcLn)
-	defer grpcSrv.Stop()
-
-	conn, err := grpc.NewClient(grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("demo: grpc client: %w", err)
-	}
-	defer conn.Close()
+	fmt.Fprintf(progress, "who is denied, live: floodgate top -url %s -watch 2s\n\n", svc.TopURL)
 
 	start := time.Now()
 	stats := NewStats(start, axis)
 	tl.begin(start)
 	d := &driver{
-		base:   "http://" + httpLn.Addr().String(),
-		http:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}, Timeout: 10 * time.Second},
-		shop:   shoppb.NewShopClient(conn),
+		base:   svc.URL,
+		http:   svc.client,
+		shop:   shoppb.NewShopClient(svc.conn),
 		stats:  stats,
 		start:  start,
 		window: cfg.Duration,

@@ -115,12 +115,18 @@ func (t *Telemetry) ObserveStages(chain floodgate.Admitter) (unregister func() e
 	return reg.Unregister, nil
 }
 
-// ServeMetrics serves h on /metrics at addr in the background. It returns
-// the address it listens on (addr may name port 0) and a function that
-// stops it.
-func ServeMetrics(addr string, h http.Handler) (string, func(), error) {
+// TopPath is where ServeMetrics serves the guard's denial summary.
+const TopPath = "/debug/floodgate/top"
+
+// ServeMetrics serves h on /metrics at addr in the background, and top
+// (guard.Guard.TopDeniedHandler: who is denied, for `floodgate top -url`)
+// on TopPath: an admin listener, never the public one. It returns the
+// address it listens on (addr may name port 0) and a function that stops
+// it.
+func ServeMetrics(addr string, h, top http.Handler) (string, func(), error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
+	mux.Handle("GET "+TopPath, top)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("metrics listener: %w", err)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package topk_test
+
+const raceEnabled = false
