@@ -197,9 +197,17 @@ type waiters struct {
 	// clock; 0 while empty): under CoDel it stands once that is Interval
 	// ago. Guarded by mu.
 	busySince int64
-	// scans numbers the scans under fairness. Guarded by mu.
-	scans uint64
+	// scans numbers the scans under fairness, and pushes the requests
+	// queued. Guarded by mu.
+	scans, pushes uint64
+	// callers are, under fairness, the waiters of each rank by caller,
+	// each caller's in the rank's order (linked by cprev, cnext): a scan
+	// looks at each caller's first, not at every waiter. Guarded by mu.
+	callers [floodgate.NumPriorities]map[fair.Key]*callerList
 }
+
+// callerList is one caller's waiters of one rank, oldest at head.
+type callerList struct{ head, tail *waiter }
 
 // waitList is a doubly linked list of waiters, oldest at head.
 type waitList struct{ head, tail *waiter }
@@ -210,10 +218,14 @@ type waiter struct {
 	rank       int
 	at         int64 // when it joined the queue (ns on the clock)
 	prev, next *waiter
-	queued     bool          // in a list; guarded by waiters.mu
-	handed     bool          // granted by another request's scan, not its own; set before ch receives
-	tried      uint64        // the scan (waiters.scans) that last tried it, under fairness
-	fs         *fair.Share   // the Share counting it while it waits; nil: none
+	queued     bool        // in a list; guarded by waiters.mu
+	handed     bool        // granted by another request's scan, not its own; set before ch receives
+	tried      uint64      // the scan (waiters.scans) that last tried it, under fairness
+	fs         *fair.Share // the Share counting it while it waits; nil: none
+	ck         fair.Key    // its caller, with fs
+	seq        uint64      // its place in arrival order (waiters.pushes)
+	cprev      *waiter     // its caller's waiters of its rank, with fs (waiters.callers)
+	cnext      *waiter
 	ch         chan struct{} // receives once the waiter is granted or evicted
 	d          floodgate.Decision
 	done       floodgate.Done
@@ -228,9 +240,81 @@ func (q *waiters) set(w Wait) {
 	w = w.withDefaults()
 	w.Fairness = fair.Copy(w.Fairness)
 	if !q.fair.Load().Same(w.Fairness) {
-		q.fair.Store(fair.New(w.Fairness))
+		q.mu.Lock()
+		q.refair(fair.New(w.Fairness))
+		q.mu.Unlock()
 	}
 	q.cfg.Store(&w)
+}
+
+// refair puts fs in force and moves the waiting requests to its counts
+// and callers' lists; mu is held.
+func (q *waiters) refair(fs *fair.Share) {
+	var all []*waiter
+	for rk := range q.lists {
+		for w := q.lists[rk].head; w != nil; w = w.next {
+			all = append(all, w)
+		}
+	}
+	for _, w := range all {
+		q.unfair(w)
+	}
+	q.fair.Store(fs)
+	for _, w := range all {
+		q.enfair(w)
+	}
+}
+
+// enfair counts w, which is queued, among its caller's under the Share
+// in force, at the end of its caller's list of its rank; mu is held.
+func (q *waiters) enfair(w *waiter) {
+	fs := q.fair.Load()
+	if fs == nil {
+		return
+	}
+	w.fs, w.ck = fs, fs.Caller(w.r)
+	fs.Queue(w.r, 1)
+	m := q.callers[w.rank]
+	if m == nil {
+		m = map[fair.Key]*callerList{}
+		q.callers[w.rank] = m
+	}
+	cl := m[w.ck]
+	if cl == nil {
+		cl = &callerList{}
+		m[w.ck] = cl
+	}
+	w.cprev, w.cnext = cl.tail, nil
+	if cl.tail != nil {
+		cl.tail.cnext = w
+	} else {
+		cl.head = w
+	}
+	cl.tail = w
+}
+
+// unfair undoes enfair; mu is held.
+func (q *waiters) unfair(w *waiter) {
+	if w.fs == nil {
+		return
+	}
+	w.fs.Queue(w.r, -1)
+	m := q.callers[w.rank]
+	cl := m[w.ck]
+	if w.cprev != nil {
+		w.cprev.cnext = w.cnext
+	} else {
+		cl.head = w.cnext
+	}
+	if w.cnext != nil {
+		w.cnext.cprev = w.cprev
+	} else {
+		cl.tail = w.cprev
+	}
+	if cl.head == nil {
+		delete(m, w.ck)
+	}
+	w.fs, w.ck, w.cprev, w.cnext = nil, fair.Key{}, nil, nil
 }
 
 // requireScopes is the RequireScopes of the limiter that waits on q.
@@ -384,19 +468,32 @@ func (q *waiters) scan(self *waiter) {
 }
 
 // firstOf is the waiter of rank rk a scan tries first: the list's first,
-// or under fairness the untried one whose caller's load is least (the
-// list's order among equals). mu is held.
+// or under fairness, among each caller's first untried waiter, the one
+// whose caller's load is least (the rank's order among equals). mu is
+// held.
 func (q *waiters) firstOf(fs *fair.Share, rk int, lifo bool) *waiter {
 	if fs == nil {
 		return q.lists[rk].first(lifo)
 	}
 	var best *waiter
 	load := 0.0
-	for w := q.lists[rk].first(lifo); w != nil; w = q.lists[rk].after(w, lifo) {
-		if w.tried == q.scans {
+	for _, cl := range q.callers[rk] {
+		w := cl.head
+		if lifo {
+			w = cl.tail
+		}
+		for w != nil && w.tried == q.scans {
+			if lifo {
+				w = w.cprev
+			} else {
+				w = w.cnext
+			}
+		}
+		if w == nil {
 			continue
 		}
-		if l := fs.Load(w.r); best == nil || l < load {
+		l := fs.Load(w.r)
+		if best == nil || l < load || (l == load && (w.seq < best.seq) != lifo) {
 			best, load = w, l
 		}
 	}
@@ -438,9 +535,7 @@ func (q *waiters) push(w *waiter) {
 	if q.n.Load() == 0 {
 		q.busySince = max(w.at, 1)
 	}
-	if w.fs = q.fair.Load(); w.fs != nil {
-		w.fs.Queue(w.r, 1)
-	}
+
 	q.count[w.rank]++
 	l := &q.lists[w.rank]
 	w.prev, w.next, w.queued = l.tail, nil, true
@@ -450,6 +545,9 @@ func (q *waiters) push(w *waiter) {
 		l.head = w
 	}
 	l.tail = w
+	q.pushes++
+	w.seq = q.pushes
+	q.enfair(w)
 	q.n.Add(1)
 }
 
@@ -467,10 +565,7 @@ func (q *waiters) remove(w *waiter) {
 		l.tail = w.prev
 	}
 	w.prev, w.next, w.queued = nil, nil, false
-	if w.fs != nil {
-		w.fs.Queue(w.r, -1)
-		w.fs = nil
-	}
+	q.unfair(w)
 	q.count[w.rank]--
 	if q.n.Add(-1) == 0 {
 		// Empty: the pace starts anew, and a standing queue has drained.
@@ -490,13 +585,18 @@ func (q *waiters) last(lifo bool) *waiter {
 }
 
 // heaviest returns the waiter of rank rk whose caller's load is the
-// greatest, the one a freed slot would reach last among equals. mu is
-// held.
+// greatest: that caller's waiter a freed slot would reach last, and among
+// callers of equal load the one reached last. mu is held.
 func (q *waiters) heaviest(fs *fair.Share, rk int, lifo bool) *waiter {
 	var worst *waiter
 	load := 0.0
-	for w := q.lists[rk].first(!lifo); w != nil; w = q.lists[rk].after(w, !lifo) {
-		if l := fs.Load(w.r); worst == nil || l > load {
+	for _, cl := range q.callers[rk] {
+		w := cl.tail
+		if lifo {
+			w = cl.head
+		}
+		l := fs.Load(w.r)
+		if worst == nil || l > load || (l == load && (w.seq > worst.seq) != lifo) {
 			worst, load = w, l
 		}
 	}

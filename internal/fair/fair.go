@@ -284,6 +284,15 @@ func (s *Share) Load(r *floodgate.Request) float64 {
 	return float64(n) / float64(w)
 }
 
+// Key is a caller as a Share tells callers apart (Caller).
+type Key = key
+
+// Caller returns r's caller.
+func (s *Share) Caller(r *floodgate.Request) Key {
+	k, _ := s.caller(r)
+	return k
+}
+
 // Queue counts a request of r's caller waiting in a queue (delta 1) or
 // leaving it (-1): the caller's Load counts it.
 func (s *Share) Queue(r *floodgate.Request, delta int64) {
