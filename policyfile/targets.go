@@ -79,7 +79,7 @@ func check(t Targets, f *File) error {
 		}
 	}
 	if f.Outbound != nil && t.Outbound == nil {
-		missing(rep, "outbound", "outbound rate limits", "Outbound")
+		missing(rep, "outbound", "an outbound Limiter's", "Outbound")
 	}
 	switch {
 	case t.Identity == nil && f.Identity != nil:
