@@ -49,7 +49,7 @@ func (g *Guard) setCooldown(f *policyfile.File) {
 		g.cooldown.Set(nil)
 		return
 	}
-	g.cooldown.Set(&cooldown.Config{Default: f.CooldownDefault, Max: f.CooldownMax, Sync: cooldownSync(f), Timeout: g.c.timeout})
+	g.cooldown.Set(&cooldown.Config{Default: f.CooldownDefault, Max: f.CooldownMax, Sync: cooldownSync(f)})
 }
 
 func cooldownSync(f *policyfile.File) time.Duration {

@@ -17,7 +17,8 @@
 //   - what a call costs on the healthy path: nothing but a map read while
 //     the key's end is known to be past and the last read of the Board is
 //     younger than Config.Sync; then one Board read (one Redis GET),
-//     made by one call of the process at a time. So a replica learns of
+//     made by one call of the process at a time (bounded by
+//     Config.ReadTimeout). So a replica learns of
 //     another's cooldown within Config.Sync, and reads the Board at most
 //     once per Sync per target, whatever its call rate;
 //   - a Board that fails: the cooldowns this process knows keep applying,
@@ -80,9 +81,12 @@ type Config struct {
 	// Sync is how old this process's knowledge of a target's cooldown may
 	// be before a call reads the Board again; 0 reads it on every call.
 	Sync time.Duration
-	// Timeout bounds a Board call made by a Done (which has no context);
-	// 0: one second.
+	// Timeout bounds the Board write of a Done (which has no context),
+	// tried up to three times within it; 0: one second.
 	Timeout time.Duration
+	// ReadTimeout bounds a Board read on a call's path: a read that takes
+	// longer is given up (logged) and the call is sent; 0: 100ms.
+	ReadTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -94,6 +98,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = time.Second
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 100 * time.Millisecond
 	}
 	return c
 }
@@ -166,7 +173,7 @@ func (c *Cooldown) Admit(ctx context.Context, r *floodgate.Request) (floodgate.D
 		return c.deny(end - now), nil, nil
 	}
 	if last := e.checked.Load(); (last == 0 || now-last >= int64(cfg.Sync)) && e.reading.CompareAndSwap(false, true) {
-		end, err := c.read(ctx, e, now)
+		end, err := c.read(ctx, e, now, cfg.ReadTimeout)
 		e.reading.Store(false)
 		if err != nil {
 			c.logError("read", e.key, err)
@@ -183,8 +190,10 @@ func (c *Cooldown) deny(left int64) floodgate.Decision {
 }
 
 // read reads e's cooldown from the Board and keeps the later end.
-func (c *Cooldown) read(ctx context.Context, e *entry, now int64) (int64, error) {
+func (c *Cooldown) read(ctx context.Context, e *entry, now int64, timeout time.Duration) (int64, error) {
 	c.Reads.Add(1)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	until, err := c.board.Until(ctx, e.key)
 	if err != nil {
 		return 0, err
@@ -215,7 +224,13 @@ func (e *entry) finish(res floodgate.Result) {
 	raise(&e.end, end.UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
-	if err := c.board.Extend(ctx, e.key, end); err != nil {
+	var err error
+	for range 3 { // the other replicas stop only once it is shared
+		if err = c.board.Extend(ctx, e.key, end); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
 		c.logError("share", e.key, err)
 	}
 }
