@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -87,5 +89,67 @@ outbound:
 	}
 	if v, err := srv.Client().Exists(context.Background(), "fg:out:cool:{"+refusing.Listener.Addr().String()+"}").Result(); err != nil || v != 1 {
 		t.Fatalf("cooldown key: %v, %v", v, err)
+	}
+}
+
+// A reload that adds the outbound: section turns the cooldown on: before
+// it a vendor's 429 stops nothing, after it the next call is not sent.
+func TestOutboundCooldownFollowsReload(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	vendor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(vendor.Close)
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte("rules: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := guard.New(context.Background(), guard.WithInProcess(), guard.WithPolicyFile(path), guard.WithPolicyInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	c := &http.Client{Transport: g.RoundTripper(nil)}
+	get := func() error {
+		res, err := c.Get(vendor.URL + "/v1/chat")
+		if err == nil {
+			_ = res.Body.Close()
+		}
+		return err
+	}
+	for range 2 {
+		if err := get(); err != nil {
+			t.Fatalf("without an outbound: section: %v, want the vendor's 429", err)
+		}
+	}
+	if n := hits.Load(); n != 2 {
+		t.Fatalf("the vendor received %d calls, want 2", n)
+	}
+	if err := os.WriteFile(path+".tmp", []byte("rules: []\noutbound:\n  cooldown: {max: 1m}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		before := hits.Load()
+		err := get()
+		if interceptor.IsClientThrottled(err) {
+			if n := hits.Load(); n != before {
+				t.Fatalf("a refused call reached the vendor")
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("a call: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reload never turned the cooldown on")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
