@@ -140,6 +140,11 @@ func (g *Guard) build(ctx context.Context, file *policyfile.File) error {
 	if err := g.ic.CheckIdentity(g.chain); err != nil {
 		return fmt.Errorf("guard: policy: %w", err)
 	}
+	// An outgoing call's identity is the incoming call's where the
+	// outgoing headers give none: the same scopes can be filled.
+	if err := g.ic.CheckIdentity(g.outLimiter); err != nil {
+		return fmt.Errorf("guard: policy outbound: %w", err)
+	}
 	g.targets.Outbound = g.outLimiter
 	g.targets.Identity = file.Identity
 	if g.targets.Identity == nil {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,4 +153,30 @@ func TestOutboundCooldownFollowsReload(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// An outbound rule keyed on an identity nothing provides is refused at
+// New, as an inbound one is.
+func TestOutboundIdentityChecked(t *testing.T) {
+	t.Parallel()
+	_, err := guard.New(context.Background(), guard.WithInProcess(), guard.WithPolicy([]byte(`
+rules: []
+outbound:
+  rules:
+    - {name: per-user, key: [user], rate: 5/1s}
+`)))
+	if err == nil || !strings.Contains(err.Error(), "guard: policy outbound:") || !strings.Contains(err.Error(), "per-user") {
+		t.Fatalf("New: %v, want the outbound rule per-user refused", err)
+	}
+	g, err := guard.New(context.Background(), guard.WithInProcess(), guard.WithPolicy([]byte(`
+rules: []
+identity: {user: header:x-user}
+outbound:
+  rules:
+    - {name: per-user, key: [user], rate: 5/1s}
+`)))
+	if err != nil {
+		t.Fatalf("with identity: user: %v", err)
+	}
+	_ = g.Close(context.Background())
 }

@@ -361,7 +361,7 @@ func serve(args []string, stdin io.Reader, stdout io.Writer) error {
 	if cc.Mode != "none" {
 		var err error
 		g, err = guard.New(context.Background(), guard.WithPolicy([]byte(cc.Policy)),
-			guard.WithRedisURL(cc.RedisURL), guard.WithService(cc.Service))
+			guard.WithRedisURL(cc.RedisURL), guard.WithService(cc.Service), guard.WithKeyPrefix(cc.Service+":"))
 		if err != nil {
 			return err
 		}
