@@ -124,6 +124,10 @@ func (i *Interceptor) httpResult(ctx context.Context, resp *http.Response, err e
 	return res
 }
 
+// maxRetryAfter caps a Retry-After's delay-seconds (a day), so that no
+// value overflows a Duration; the cooldown caps it far lower.
+const maxRetryAfter = 24 * 60 * 60
+
 // parseRetryAfter reads a Retry-After value (RFC 9110 10.2.3):
 // delay-seconds, or an HTTP-date, taken relative to now. A date in the
 // past is no delay (ok false); so is an unparsable or empty value.
@@ -134,10 +138,10 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	}
 	if v[0] >= '0' && v[0] <= '9' {
 		s, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || s <= 0 || s > int64(24*time.Hour/time.Second) {
+		if err != nil || s <= 0 {
 			return 0, false
 		}
-		return time.Duration(s) * time.Second, true
+		return time.Duration(min(s, maxRetryAfter)) * time.Second, true
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {

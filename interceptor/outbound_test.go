@@ -325,6 +325,7 @@ func TestParseRetryAfter(t *testing.T) {
 		"":                     0,
 		"1.5":                  0,
 		"99999999999999999999": 0,
+		"100000":               24 * time.Hour,
 	} {
 		got, ok := parseRetryAfter(v, now)
 		if got != want || ok != (want > 0) {

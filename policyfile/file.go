@@ -103,6 +103,7 @@ func Load(data []byte) (*File, error) {
 	f.Limits = p
 	if f.Identity != nil {
 		f.Identity.applyIdentity(p)
+		f.Identity.applyIdentity(f.Outbound)
 	}
 	f.validate(rep)
 	errs = append(errs, f.outboundErrs...)

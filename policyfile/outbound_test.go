@@ -37,6 +37,10 @@ outbound:
 	if err != nil || f.Outbound == nil || len(f.Outbound.Rules) != 0 || f.CooldownDefault != 3*time.Second {
 		t.Fatalf("cooldown alone: %+v, %v", f, err)
 	}
+	f, err = policyfile.Load([]byte("rules: []\nidentity: {client_ip: {ipv4_prefix: 24}}\noutbound:\n  rules:\n    - {name: per-net, key: [ip], rate: 5/1s}\n"))
+	if err != nil || f.Outbound.Rules[0].IPv4Prefix != 24 {
+		t.Fatalf("identity's ipv4_prefix on an outbound rule keyed on ip: %+v, %v", f, err)
+	}
 	if f, _ := policyfile.Load([]byte("rules: []\n")); f.Outbound != nil || len(f.OutboundLimits().Rules) != 0 {
 		t.Fatal("a file without outbound: has an outbound section")
 	}
