@@ -32,7 +32,7 @@ func startRedis(t *testing.T) (string, func()) {
 // margin, 200 ms of variation in the calls' transit (Redis reply to the
 // vendor's read) before it refuses one; today's client resends from every
 // process as soon as its own back-off ends, which the vendor refuses
-// about a tenth of (13% in bench/README.md), so the comparison has a
+// about a tenth of (11% in bench/README.md), so the comparison has a
 // margin of several times.
 func TestGuardKeepsTheVendorQuota(t *testing.T) {
 	cfg, err := parseFlags([]string{"vendor", "-procs", "4", "-offered", "100", "-dur", "8s",
