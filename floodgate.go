@@ -376,6 +376,16 @@ type Result struct {
 	// HasCost reports whether Cost is set. When false, the charge made at
 	// admission stands.
 	HasCost bool
+	// RetryAfter is, for an outgoing call (package interceptor's
+	// outbound RoundTripper and client interceptors), what the peer
+	// refused it with: the delay of an HTTP 429 or 503 Retry-After, or of
+	// a gRPC RESOURCE_EXHAUSTED or UNAVAILABLE status's RetryInfo or
+	// pushback; negative for an HTTP 429 that named no delay (the
+	// refusing stage's default then applies); 0 when the peer did not
+	// refuse the call for load, and for every incoming request. A stage
+	// that shares the peer's back-off (the guard's outbound cooldown)
+	// reads it.
+	RetryAfter time.Duration
 }
 
 // Ignored is the Result of a request that a stage admitted but that never

@@ -62,6 +62,14 @@
 //     interceptors end the tap's admission with the call (with
 //     WithLoadReports the shedder stays in the interceptors, so that a
 //     shed call's trailer carries the load report);
+//   - the calls the service makes: RoundTripper (an http.RoundTripper for
+//     the http.Client that calls a third party) and the outbound client
+//     interceptors DialOptions adds charge them to the policy's outbound:
+//     section, in the same store stack (a rule of 50/s is the fleet's),
+//     and stop every replica's calls to a host (gRPC: a service) while it
+//     asked to back off: a 429 or 503 with Retry-After, a RESOURCE_EXHAUSTED
+//     with RetryInfo, shared through the same Redis (package
+//     internal/cooldown); a refused call is not sent;
 //   - with WithLoadReports, ORCA load reports of the chain's utilisation
 //     in every gRPC call's trailer (ServerOptions) and on the
 //     out-of-band stream (RegisterLoadReports), so clients balancing

@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/fleet"
 	"github.com/floodgate-go/floodgate/interceptor"
+	"github.com/floodgate-go/floodgate/internal/cooldown"
 	"github.com/floodgate-go/floodgate/internal/load"
 	fgotel "github.com/floodgate-go/floodgate/otel"
 	"github.com/floodgate-go/floodgate/policyfile"
@@ -24,12 +25,17 @@ import (
 // Guard is the whole chain of one service, ready for its transports.
 // Its methods are safe for concurrent use.
 type Guard struct {
-	c        *config
-	ic       *interceptor.Interceptor
-	chain    floodgate.Chain
-	limiter  *tiers.Limiter
-	observer *fgotel.Observer
-	targets  policyfile.Targets
+	c       *config
+	ic      *interceptor.Interceptor
+	chain   floodgate.Chain
+	limiter *tiers.Limiter
+	// The outbound stages: the cooldown, the outbound rate limits, and
+	// the two as the chain outgoing calls are admitted through.
+	cooldown   *cooldown.Cooldown
+	outLimiter *tiers.Limiter
+	outbound   floodgate.Chain
+	observer   *fgotel.Observer
+	targets    policyfile.Targets
 	// members counts the service's live instances, and fallback guards
 	// Redis (both nil in process).
 	members   *fleet.Members
@@ -115,6 +121,9 @@ func (g *Guard) build(ctx context.Context, file *policyfile.File) error {
 	if err != nil {
 		return fmt.Errorf("guard: rate limits: %w", err)
 	}
+	if err := g.newOutbound(file, st); err != nil {
+		return err
+	}
 	stages, err := g.newStages(file, st)
 	if err != nil {
 		return err
@@ -142,6 +151,12 @@ func (g *Guard) build(ctx context.Context, file *policyfile.File) error {
 	if err := g.chooseTap(file); err != nil {
 		return err
 	}
+	// An outgoing call's identity is the incoming call's where the
+	// outgoing headers give none: the same scopes can be filled.
+	if err := g.ic.CheckIdentity(g.outLimiter); err != nil {
+		return fmt.Errorf("guard: policy outbound: %w", err)
+	}
+	g.targets.Outbound = g.outLimiter
 	g.targets.Identity = file.Identity
 	if g.targets.Identity == nil {
 		g.targets.Identity = &policyfile.Identity{} // a reload may not add one
@@ -219,7 +234,12 @@ func (g *Guard) watch() {
 	go func() {
 		defer close(g.watched)
 		err := policyfile.Watch(ctx, g.c.policyPath, g.targets,
-			policyfile.WithInterval(g.c.interval), policyfile.WithLogger(g.c.logger))
+			policyfile.WithInterval(g.c.interval), policyfile.WithLogger(g.c.logger),
+			policyfile.WithOnReload(func(f *policyfile.File, err error) {
+				if err == nil {
+					g.setCooldown(f)
+				}
+			}))
 		if err != nil && !errors.Is(err, context.Canceled) {
 			g.c.logger.Error("floodgate: policy watch stopped", "path", g.c.policyPath, "err", err)
 		}
@@ -281,12 +301,18 @@ func (g *Guard) ServerOptions() []grpc.ServerOption {
 // DialOptions returns the gRPC client options that honour a server's
 // pushback: a call refused with a retry delay waits it and retries
 // (interceptor.UnaryClient, StreamClient), with opts for attempts,
-// jitter and client-side throttling.
+// jitter and client-side throttling. Each attempt then goes through the
+// policy's outbound: section, as RoundTripper's requests do (the method is
+// the gRPC full method, the cooldown's target its service): a refused
+// attempt is not sent nor retried (RESOURCE_EXHAUSTED with RetryInfo,
+// interceptor.IsClientThrottled), and a RESOURCE_EXHAUSTED or UNAVAILABLE
+// with a retry delay stops the fleet's calls to that service for the
+// delay. Without an outbound: section they pass as before.
 func (g *Guard) DialOptions(opts ...interceptor.ClientOption) []grpc.DialOption {
-	return []grpc.DialOption{
+	return append([]grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(interceptor.UnaryClient(opts...)),
 		grpc.WithChainStreamInterceptor(interceptor.StreamClient(opts...)),
-	}
+	}, g.outboundDialOptions()...)
 }
 
 // Interceptor and Chain are what connectmw.NewHandler takes:

@@ -223,4 +223,35 @@
 // (WithPriorityHeader) overrides all of them for priority. Cost 0 means
 // unset: each rate-limit rule's own cost applies, or 1. A rule with a cost
 // of its own charges it whatever the request's cost.
+//
+// # Outbound calls
+//
+// RoundTripper, UnaryOutbound and StreamOutbound admit the
+// calls this service makes through stages of its own (package guard's
+// outbound rate limits and cooldown), as the server interceptors admit
+// the calls it receives. Two things differ from the server side:
+//
+//   - the Request is built afresh for every outgoing call, never reused
+//     from the context, which may carry the incoming call's; its Method is
+//     "/HOST/PATH" for HTTP (the URL's host, with its port when it names
+//     one, and its path) and the full method for gRPC; the identity
+//     extractors read the outgoing headers (metadata) and the context, and
+//     each identity part they leave empty is the incoming call's, when the
+//     context carries one (a per-tenant outbound rule keys on the tenant
+//     whose request made the call);
+//   - a refused call is not sent: the RoundTripper returns an error (which
+//     http.Client wraps in a *url.Error), never a response the peer did not
+//     send, and the client interceptors return it as the call's error. It is
+//     the status a server interceptor would send for the same decision
+//     (RESOURCE_EXHAUSTED with RetryInfo; status.FromError, RetryDelay read
+//     it through the *url.Error), and IsClientThrottled reports true for it.
+//
+// Every admitted call's Done is told how the peer answered, in
+// floodgate.Result: its Outcome and, when the peer refused it for load,
+// RetryAfter: an HTTP 429 or 503's Retry-After (delay-seconds, or an
+// HTTP-date read against WithClock's clock), -1 for a 429 without one;
+// a gRPC RESOURCE_EXHAUSTED or UNAVAILABLE's pushback trailer or RetryInfo.
+// An HTTP call's Done runs when the response headers arrive (or the call
+// fails), a gRPC unary call's when it returns, a stream's when its
+// first receive error (io.EOF included) or NewStream's error comes.
 package interceptor

@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -160,8 +161,13 @@ func throttledError(domain string) error {
 }
 
 // IsClientThrottled reports whether err is a call a client interceptor
-// with WithThrottle did not send.
+// did not send: one with WithThrottle, or an outbound stage's refusal
+// (RoundTripper, UnaryOutbound, StreamOutbound; through the *url.Error of
+// an http.Client too).
 func IsClientThrottled(err error) bool {
+	if oe := (*outboundError)(nil); errors.As(err, &oe) {
+		return true
+	}
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.Unavailable {
 		return false

@@ -56,6 +56,10 @@ var schema = map[string][]string{
 	"concurrency.adaptive.wait.fairness": fairnessKeys,
 	"identity":                           {"user", "tenant", "api_key", "tier", "client_ip"},
 	"identity.client_ip":                 {"header", "trusted_proxies", "ipv4_prefix", "ipv6_prefix"},
+	// outbound: also holds the rate-limit keys of outboundPolicyKeys,
+	// which package tiers decodes.
+	"outbound":          {"cooldown"},
+	"outbound.cooldown": {"default", "max", "sync"},
 }
 
 // reporter collects the errors of the sections, with the line of every

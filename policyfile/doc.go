@@ -109,6 +109,17 @@
 //	    trusted_proxies: [10.0.0.0/8, 192.168.1.10]
 //	    ipv4_prefix: 32        # the default of rules keyed on ip that do not say
 //	    ipv6_prefix: 64
+//	outbound:                  # the service's own outgoing calls (Targets.Outbound, File.Outbound)
+//	  cooldown:                # applied by package guard (see guard.Guard.RoundTripper)
+//	    default: 1s            # a 429 without Retry-After stops calls to its host this long
+//	    max: 1m                # the longest any refusal stops them, whatever it asks
+//	    sync: 100ms            # how stale a replica's view of the fleet's cooldowns may be
+//
+// outbound: also holds rate-limit rules (tiers, default_tier, rules,
+// overrides, shadow, as at the top of the file; see docs/policy.md) that
+// match outgoing calls by "/HOST/PATH" or gRPC full method; package tiers
+// decodes them, and their errors carry the outbound. path and line.
+// A file with an outbound: section needs Targets.Outbound.
 //
 // shedder: sets a Shedder when it has capacity, thresholds, adaptive,
 // retries or fairness (the last two alone need capacity or adaptive

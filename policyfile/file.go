@@ -3,6 +3,7 @@ package policyfile
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -43,8 +44,22 @@ type File struct {
 	// Identity is the identity: section: where the transport finds each
 	// part of a request's identity.
 	Identity *Identity
+	// Outbound is the outbound: section's rate limits: the rules the
+	// service's own outgoing calls are charged to (a *tiers.Limiter built
+	// over it, Targets.Outbound); nil when the file has no such section.
+	// Its rules match an outgoing call's method: "/HOST/PATH" for HTTP,
+	// the gRPC full method for gRPC.
+	Outbound *tiers.Policy
+	// CooldownDefault, CooldownMax and CooldownSync are outbound:
+	// cooldown:'s default, max and sync (0: the defaults, 1s, 1m and
+	// 100ms): how long a peer's refusal that names no delay stops calls
+	// to it, the longest any refusal does, and how stale a replica's
+	// knowledge of the fleet's cooldowns may be.
+	CooldownDefault, CooldownMax, CooldownSync time.Duration
 
 	lines map[string]int // path -> line of every key of the sections
+	// outboundErrs are package tiers' errors of the outbound: section.
+	outboundErrs []*tiers.FieldError
 }
 
 // LoadFile reads and loads the policy file at path (see Load). Its errors
@@ -88,8 +103,10 @@ func Load(data []byte) (*File, error) {
 	f.Limits = p
 	if f.Identity != nil {
 		f.Identity.applyIdentity(p)
+		f.Identity.applyIdentity(f.Outbound)
 	}
 	f.validate(rep)
+	errs = append(errs, f.outboundErrs...)
 	errs = append(errs, rep.errs...)
 	if len(errs) > 0 {
 		return nil, inFileOrder(errs)
@@ -109,7 +126,7 @@ func (f *File) sections(root *yaml.Node, rep *reporter) *yaml.Node {
 	seen := map[string]int{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
-		if k.Kind != yaml.ScalarNode || (k.Value != "shedder" && k.Value != "concurrency" && k.Value != "identity") {
+		if k.Kind != yaml.ScalarNode || (k.Value != "shedder" && k.Value != "concurrency" && k.Value != "identity" && k.Value != "outbound") {
 			rest.Content = append(rest.Content, k, v)
 			continue
 		}
@@ -128,6 +145,8 @@ func (f *File) sections(root *yaml.Node, rep *reporter) *yaml.Node {
 			d.shedder(v, f)
 		case "concurrency":
 			d.concurrency(v, f)
+		case "outbound":
+			f.outboundErrs = d.outbound(v, f)
 		default:
 			d.identity(v, f)
 		}
@@ -148,6 +167,19 @@ func (f *File) Validate() error {
 				return err
 			}
 			errs = append(errs, pe.Errs...)
+		}
+	}
+	if f.Outbound != nil {
+		if err := f.Outbound.Validate(); err != nil {
+			pe, ok := err.(*tiers.PolicyError)
+			if !ok {
+				return err
+			}
+			for _, fe := range pe.Errs {
+				c := *fe
+				c.Path = join("outbound", fe.Path)
+				errs = append(errs, &c)
+			}
 		}
 	}
 	rep := newReporter()
@@ -179,6 +211,7 @@ func (f *File) validate(rep *reporter) {
 	if f.Adaptive != nil {
 		stageErrors(rep, "concurrency.adaptive", f.Adaptive.Validate())
 	}
+	validateOutbound(rep, f)
 }
 
 // stageErrors reports each error of a stage's Validate or Check under

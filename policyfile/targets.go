@@ -78,6 +78,9 @@ func check(t Targets, f *File) error {
 			stageErrors(rep, "concurrency.adaptive", f.Adaptive.Validate())
 		}
 	}
+	if f.Outbound != nil && t.Outbound == nil {
+		missing(rep, "outbound", "an outbound Limiter's", "Outbound")
+	}
 	switch {
 	case t.Identity == nil && f.Identity != nil:
 		missing(rep, "identity", "a transport's identity", "Identity")

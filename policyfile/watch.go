@@ -42,6 +42,11 @@ type Targets struct {
 	// extractors once, so a reload whose identity: differs is refused,
 	// and nil refuses any identity: section.
 	Identity *Identity
+	// Outbound takes the outbound: section's rate limits
+	// (Limiter.SetPolicy with File.Outbound; a file without the section
+	// sets a policy without rules). Its cooldown: settings are package
+	// guard's, which applies them from WithOnReload.
+	Outbound *tiers.Limiter
 }
 
 // Option configures Watch; Watch reports every bad one before it polls.
@@ -208,6 +213,9 @@ func (w *watcher) poll() {
 	f, err := Load(data)
 	if err == nil {
 		err = check(w.t, f) // before anything is swapped
+	}
+	if err == nil && w.t.Outbound != nil {
+		err = w.t.Outbound.SetPolicy(f.OutboundLimits())
 	}
 	if err == nil {
 		err = w.t.Limits.SetPolicy(f.Limits)

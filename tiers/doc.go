@@ -298,7 +298,10 @@
 // # The rest of the policy file
 //
 // A policy file may also carry the load shedder's and the concurrency
-// limiters' settings (shedder:, concurrency:). Package tiers never imports
+// limiters' settings (shedder:, concurrency:), the transport's identity:
+// and the rules of the service's own outgoing calls (outbound:, a policy of
+// this package's form that package policyfile hands to a second Limiter).
+// Package tiers never imports
 // a stage, so Load refuses those sections with an error naming their line
 // and package policyfile, which decodes the whole file and applies each
 // section to its stage; a file loaded through tiers alone never drops

@@ -255,7 +255,7 @@ func (d *decoder) policy(n *yaml.Node, p *Policy) {
 // configure stages, not rate limits, by the stage each configures. Load
 // refuses them, so that a file loaded through package tiers alone never
 // drops them unseen; package policyfile decodes them.
-var stageSections = map[string]string{"shedder": "load shedder", "concurrency": "concurrency limiter", "identity": "transport"}
+var stageSections = map[string]string{"shedder": "load shedder", "concurrency": "concurrency limiter", "identity": "transport", "outbound": "outbound limits"}
 
 // keyNode returns the key node of key in the mapping n.
 func keyNode(n *yaml.Node, key string) *yaml.Node {

@@ -231,6 +231,12 @@ func stageNotes(f *policyfile.File) []string {
 			notes = append(notes, s.what)
 		}
 	}
+	if f.Outbound != nil {
+		notes = append(notes, fmt.Sprintf("outbound: %d rules on the service's outgoing calls, and the fleet-wide cooldown when a peer refuses one (guard.Guard.RoundTripper, DialOptions; policyfile.Targets.Outbound)", len(f.Outbound.Rules)))
+		for _, n := range policyNotes(f.Outbound) {
+			notes = append(notes, "outbound "+n)
+		}
+	}
 	return notes
 }
 

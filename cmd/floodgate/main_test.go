@@ -180,9 +180,10 @@ func TestValidateNotes(t *testing.T) {
 func TestValidateStageSections(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "stages.yaml")
-	os.WriteFile(good, []byte("rules: []\nshedder:\n  capacity: 50\nconcurrency:\n  global: 100\n  per_key:\n    - {name: per-user, key: user, cap: 4}\n"), 0o644)
+	os.WriteFile(good, []byte("rules: []\nshedder:\n  capacity: 50\nconcurrency:\n  global: 100\n  per_key:\n    - {name: per-user, key: user, cap: 4}\n"+
+		"outbound:\n  cooldown: {default: 2s}\n  rules:\n    - {name: vendor, match: {method: \"/api.vendor.com/v1/*\"}, rate: 50/1s, max_wait: 200ms}\n"), 0o644)
 	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(bad, []byte("rules: []\nshedder:\n  adaptive: {min: 10, max: 5}\n"), 0o644)
+	os.WriteFile(bad, []byte("rules: []\nshedder:\n  adaptive: {min: 10, max: 5}\noutbound:\n  rules:\n    - {name: v, rate: 5/1s, burst: -1}\n"), 0o644)
 	var out, errOut bytes.Buffer
 	if code := run([]string{"validate", good, bad}, &out, &errOut); code != 1 {
 		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, errOut.String())
@@ -190,11 +191,13 @@ func TestValidateStageSections(t *testing.T) {
 	want := good + ": ok (0 rules, 0 tiers, 0 overrides)\n" +
 		"  shedder: sets a shedder.Shedder's capacity and thresholds (policyfile.Targets.Shedder)\n" +
 		"  concurrency.global: sets a concurrency.Limiter's global cap (policyfile.Targets.Concurrency)\n" +
-		"  concurrency.per_key: sets the per-key caps a concurrency.Limiter was built with, by name (policyfile.Targets.Concurrency)\n"
+		"  concurrency.per_key: sets the per-key caps a concurrency.Limiter was built with, by name (policyfile.Targets.Concurrency)\n" +
+		"  outbound: 1 rules on the service's outgoing calls, and the fleet-wide cooldown when a peer refuses one (guard.Guard.RoundTripper, DialOptions; policyfile.Targets.Outbound)\n" +
+		"  outbound rule vendor: waits up to 200ms for its units instead of denying, at most 64 requests of a bucket at once per process\n"
 	if out.String() != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)
 	}
-	if !strings.Contains(errOut.String(), "shedder.adaptive.max: 5 must be >= min 10, at line 3") {
+	if !strings.Contains(errOut.String(), "shedder.adaptive.max: 5 must be >= min 10, at line 3") || !strings.Contains(errOut.String(), "outbound.rules[0].burst:") || !strings.Contains(errOut.String(), "at line 6") {
 		t.Errorf("stderr:\n%s", errOut.String())
 	}
 }
