@@ -65,9 +65,13 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/internal/demo"
 	"github.com/floodgate-go/floodgate/policyfile"
 	"github.com/floodgate-go/floodgate/quota"
@@ -231,6 +235,14 @@ func stageNotes(f *policyfile.File) []string {
 			notes = append(notes, s.what)
 		}
 	}
+	for _, fa := range []struct {
+		path string
+		f    *floodgate.Fairness
+	}{{"shedder.fairness", shedderFairness(f)}, {"shedder.fleet.fairness", fleetFairness(f)}, {"concurrency.wait.fairness", waitFairness(f.Wait)}} {
+		if fa.f != nil {
+			notes = append(notes, fairnessNote(fa.path, fa.f))
+		}
+	}
 	if f.Outbound != nil {
 		notes = append(notes, fmt.Sprintf("outbound: %d rules on the service's outgoing calls, and the fleet-wide cooldown when a peer refuses one (guard.Guard.RoundTripper, DialOptions; policyfile.Targets.Outbound)", len(f.Outbound.Rules)))
 		for _, n := range policyNotes(f.Outbound) {
@@ -238,6 +250,44 @@ func stageNotes(f *policyfile.File) []string {
 		}
 	}
 	return notes
+}
+
+func shedderFairness(f *policyfile.File) *floodgate.Fairness {
+	if f.Shedder == nil {
+		return nil
+	}
+	return f.Shedder.Fairness
+}
+
+func fleetFairness(f *policyfile.File) *floodgate.Fairness {
+	if f.Fleet == nil {
+		return nil
+	}
+	return f.Fleet.Fairness
+}
+
+func waitFairness(w *concurrency.Wait) *floodgate.Fairness {
+	if w == nil {
+		return nil
+	}
+	return w.Fairness
+}
+
+// fairnessNote says how a fairness shares its stage among callers.
+func fairnessNote(path string, f *floodgate.Fairness) string {
+	s := path + ": shares each priority among callers by " + f.By
+	if len(f.Weights) == 0 {
+		return s + ", each weighing 1 (the transport must fill the " + f.By + ")"
+	}
+	tiers := make([]string, 0, len(f.Weights))
+	for t := range f.Weights {
+		tiers = append(tiers, t)
+	}
+	sort.Strings(tiers)
+	for i, t := range tiers {
+		tiers[i] = t + " " + strconv.FormatFloat(f.Weights[t], 'g', -1, 64)
+	}
+	return s + ", weighted by plan tier (" + strings.Join(tiers, ", ") + "; other tiers 1; the transport must fill the " + f.By + ")"
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {

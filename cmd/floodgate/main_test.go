@@ -201,3 +201,29 @@ func TestValidateStageSections(t *testing.T) {
 		t.Errorf("stderr:\n%s", errOut.String())
 	}
 }
+
+// validate names each fairness and how it weighs callers.
+func TestValidateNotesFairness(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fair.yaml")
+	if err := os.WriteFile(path, []byte(`identity: {tenant: header:x-tenant}
+shedder:
+  capacity: 100
+  fairness: {by: tenant, weights: {pro: 4, free: 0.5}}
+  fleet: {capacity: 400, fairness: {by: ip}}
+rules: []
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"validate", path}, &out, &errOut); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, errOut.String())
+	}
+	for _, want := range []string{
+		"  shedder.fairness: shares each priority among callers by tenant, weighted by plan tier (free 0.5, pro 4; other tiers 1; the transport must fill the tenant)\n",
+		"  shedder.fleet.fairness: shares each priority among callers by ip, each weighing 1 (the transport must fill the ip)\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out.String())
+		}
+	}
+}
