@@ -291,3 +291,26 @@ func TestAvailableBadInput(t *testing.T) {
 		t.Fatalf("%d takes for bad input", st.takes.Load())
 	}
 }
+
+// Under AdmitAtMost a soft rule within its limit shares the grant (and
+// caps it at what it has left); one with nothing left is passed over,
+// the request granted what the hard rules give and marked.
+func TestSoftAtMost(t *testing.T) {
+	t.Parallel()
+	l := mustLimiter(t, newMemstore(t, memstore.WithClock(clock.New(time.Time{}))), `
+rules:
+  - {name: tokens, key: [tenant], rate: 10/1m, soft: true}
+  - {name: ip, key: [ip], rate: 100/1m}
+`)
+	r := &floodgate.Request{Method: "/a.B/C", Cost: 8, Identity: floodgate.Identity{Tenant: "acme", IP: netip.MustParseAddr("192.0.2.1")}}
+	for i, want := range []struct {
+		granted int64
+		soft    string
+	}{{8, ""}, {2, ""}, {8, "tokens"}} {
+		g, d, err := l.AdmitAtMost(context.Background(), r)
+		if err != nil || !d.Allowed || g != want.granted || d.SoftExceeded != want.soft {
+			t.Fatalf("call %d: granted %d, %+v, %v; want %d, soft %q", i+1, g, d, err, want.granted, want.soft)
+		}
+	}
+	sameLeft(t, "after", left(t, l, r), map[string]int64{"tokens": 0, "ip": 82})
+}
