@@ -59,8 +59,6 @@ const (
 	AttrKeyHash      = attribute.Key("floodgate.key_hash")
 	AttrSkipped      = attribute.Key("floodgate.skipped")
 	AttrWaited       = attribute.Key("floodgate.waited")
-	// AttrSoftExceeded names, on spans, the soft rate limits an admitted
-	// request went over (floodgate.Decision.SoftExceeded), comma-separated.
 	AttrSoftExceeded = attribute.Key("floodgate.soft_exceeded")
 	AttrBreaker      = attribute.Key("floodgate.breaker.name")
 	AttrBreakerState = attribute.Key("floodgate.breaker.state")
