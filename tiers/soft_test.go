@@ -314,3 +314,33 @@ rules:
 	}
 	sameLeft(t, "after", left(t, l, r), map[string]int64{"tokens": 0, "ip": 82})
 }
+
+// A soft rule that settles (token billing) is settled when its take
+// charged it, into debt like any settling rule, and not when the request
+// was over it (charged nothing, nothing to settle).
+func TestSoftSettle(t *testing.T) {
+	t.Parallel()
+	clk := clock.New(time.Time{})
+	l := mustLimiter(t, newMemstore(t, memstore.WithClock(clk)), `
+rules:
+  - {name: tokens, key: [tenant], rate: 100/1h, soft: true, settle: true}
+  - {name: ip, key: [ip], rate: 1000/1h, settle: true}
+`)
+	r := &floodgate.Request{Method: "/a.B/C", Cost: 10, Identity: floodgate.Identity{Tenant: "acme", IP: netip.MustParseAddr("192.0.2.1")}}
+	step := func(name string, actual int64, soft string, want map[string]int64) {
+		t.Helper()
+		d, done, err := l.Admit(context.Background(), r)
+		if err != nil || !d.Allowed || d.SoftExceeded != soft || done == nil {
+			t.Fatalf("%s: %+v, %v, done %v; want allowed, soft %q", name, d, err, done != nil, soft)
+		}
+		done(floodgate.Result{Outcome: floodgate.OutcomeSuccess, Cost: actual, HasCost: true})
+		sameLeft(t, name, left(t, l, r), want)
+	}
+	step("within", 90, "", map[string]int64{"tokens": 10, "ip": 910})
+	step("within, into debt", 30, "", map[string]int64{"tokens": 0, "ip": 880}) // 20 in debt
+	step("over", 50, "tokens", map[string]int64{"tokens": 0, "ip": 830})
+	// 18 minutes refill 30 tokens: 10 after the debt of 20 (70 of debt,
+	// had the request over the rule been settled there, would leave 0).
+	clk.Advance(18 * time.Minute)
+	sameLeft(t, "18m later", left(t, l, r), map[string]int64{"tokens": 10})
+}
