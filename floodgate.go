@@ -129,6 +129,11 @@ type Request struct {
 	// whatever the client sent unless an edge proxy sets it and strips
 	// the client's: it is no identity.
 	Headers []Header
+	// SoftExceeded is set by the transport once the stages have admitted
+	// the call: the soft rate limits it went over (Decision.SoftExceeded),
+	// comma-separated, or empty. The handler reads it here (FromContext)
+	// to bill the overage or downgrade the work; stages do not read it.
+	SoftExceeded string
 }
 
 // Header is one header or metadata value of a Request (Request.Headers).
@@ -260,6 +265,16 @@ type Decision struct {
 	// interceptor warns of one at start); one skipped by some requests
 	// (anonymous callers of a per-user rule) is how keyed rules work.
 	Skipped string
+	// SoftExceeded names the soft rate limits (package tiers: rules with
+	// soft: true; "rule/period" for one window of several) that this
+	// admitted request went over, comma-separated, in the order of its
+	// rules; empty when it went over none. A soft limit admits a request
+	// over it, charging it nothing there, and marks it: quota mode, for a
+	// caller that bills the overage or downgrades the request. Package
+	// interceptor sends it to the client and copies it into
+	// Request.SoftExceeded for the handler; package otel records it. A
+	// denied request is never marked.
+	SoftExceeded string
 }
 
 // Quota is one rate-limit window of a Decision (Decision.Quotas): a

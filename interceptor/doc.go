@@ -43,7 +43,14 @@
 // completion's max_tokens). A call a rate-limit rule held before letting
 // it proceed (max_wait; Decision.Waited) gets a Server-Timing metric,
 // "floodgate-wait;dur=<ms>", as an HTTP response header or gRPC response
-// metadata. HTTP handlers get a ResponseWriter
+// metadata. A call admitted over a soft rate limit
+// (floodgate.Decision.SoftExceeded; package tiers, soft: true) is marked:
+// the HTTP response header X-RateLimit-Soft-Exceeded, or the gRPC response
+// header metadata x-ratelimit-soft-exceeded (unary and streams), an RFC
+// 9651 List of Strings naming each soft limit ("plan", "tokens/1d"), and
+// floodgate.Request.SoftExceeded, which the handler reads through
+// floodgate.FromContext. A call within every soft limit, and a denied
+// one, carries no mark. HTTP handlers get a ResponseWriter
 // that records the status; it passes http.Flusher through and unwraps for
 // http.ResponseController.
 // WithObserver reports every stage's decision once, to each observer.

@@ -194,6 +194,9 @@ func (i *Interceptor) gateUnary(s *served, ctx context.Context, method string, r
 		return ctx, nil, i.denyUnary(ctx, &d)
 	}
 	waitMD(ctx, d) // max_wait: Server-Timing
+	if d.SoftExceeded != "" {
+		softMD(ctx, r, d)
+	}
 	return ctx, done, nil
 }
 
@@ -269,6 +272,9 @@ func (i *Interceptor) gateStream(s *served, ss grpc.ServerStream, method string)
 		return ss, nil, denial(i.denyStatus(nctx, d))
 	}
 	waitStreamMD(ss, d) // max_wait: Server-Timing
+	if d.SoftExceeded != "" {
+		softStreamMD(ss, r, d)
+	}
 	if nctx != ctx || i.c.perMessage {
 		w := &serverStream{ServerStream: ss, ctx: nctx, i: i, a: s.a, r: r}
 		if i.c.perMessage {

@@ -116,6 +116,9 @@ func (i *Interceptor) gateHTTP(a floodgate.Admitter, w http.ResponseWriter, r *h
 	}
 	i.quotaHeaders(w.Header(), d)
 	waitHeader(w, d) // max_wait: Server-Timing
+	if d.SoftExceeded != "" {
+		softHTTP(w, fr, d)
+	}
 	return r, done, true
 }
 

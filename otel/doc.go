@@ -43,6 +43,7 @@
 //	floodgate.key_hash      string   16 hex digits identifying the caller (see below); absent when anonymous
 //	floodgate.skipped       string   rules skipped for lack of identity (Decision.Skipped); absent when none
 //	floodgate.waited        double   seconds a max_wait rule held the request (Decision.Waited); absent when it did not wait
+//	floodgate.soft_exceeded string   soft limits the admitted request went over, comma-separated (Decision.SoftExceeded); absent when none
 //	error.type              string   on events only, when the stage returned an error: canceled | timeout | refused | reset | noscript | oom | redirect | _OTHER
 //
 // The decision is floodgate.Decision.Label: "allowed", or the Label of the
@@ -74,6 +75,7 @@
 //	metric                                  instrument            unit          attributes
 //	floodgate.decisions                     Int64Counter          {decision}    floodgate.stage, .decision, .policy, .source, .priority, .shadow
 //	floodgate.cache.hits                    Int64Counter          {hit}         floodgate.policy
+//	floodgate.soft_exceeded                 Int64Counter          {request}     floodgate.policy
 //	floodgate.store.duration                Float64Histogram      s             error.type (only on failed calls)
 //	floodgate.in_flight                     Int64UpDownCounter    {request}     floodgate.stage
 //	floodgate.fallback.breaker.state        Int64ObservableGauge  1             floodgate.breaker.name, floodgate.breaker.state
@@ -86,6 +88,9 @@
 // fail_open or fail_closed, and shadow denials are floodgate.shadow=true.
 // floodgate.cache.hits counts the decisions whose source is "cache" (the
 // over-limit cache answered without a store round trip), by policy.
+// floodgate.soft_exceeded counts the requests admitted over a soft rate
+// limit (package tiers, soft: true; quota mode), one for each soft limit
+// a request went over, by that limit's name: the overage to bill.
 // floodgate.fallback.breaker.state reports, per breaker, 1 for its current
 // state and 0 for the others (closed, half_open, open), from the first
 // BreakerStateChanged call on.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -58,6 +59,7 @@ const (
 	AttrKeyHash      = attribute.Key("floodgate.key_hash")
 	AttrSkipped      = attribute.Key("floodgate.skipped")
 	AttrWaited       = attribute.Key("floodgate.waited")
+	AttrSoftExceeded = attribute.Key("floodgate.soft_exceeded")
 	AttrBreaker      = attribute.Key("floodgate.breaker.name")
 	AttrBreakerState = attribute.Key("floodgate.breaker.state")
 	AttrBreakerFrom  = attribute.Key("floodgate.breaker.from")
@@ -182,6 +184,7 @@ type Observer struct {
 	storeDuration      metric.Float64Histogram
 	inFlight           metric.Int64UpDownCounter
 	breakerTransitions metric.Int64Counter
+	softExceeded       metric.Int64Counter
 
 	policies *interner
 	stages   *interner
@@ -189,6 +192,7 @@ type Observer struct {
 
 	series    cowMap[seriesKey, *series]
 	stageOpts cowMap[uint16, []metric.AddOption]
+	softOpts  cowMap[uint16, []metric.AddOption] // floodgate.soft_exceeded, by interned policy
 	storeOpts [numErrorTypes][]metric.RecordOption
 
 	hasher   *keyHasher
@@ -268,6 +272,9 @@ func New(opts ...Option) (*Observer, error) {
 	o.breakerTransitions = instrument[metric.Int64CounterOption](meter, metric.Meter.Int64Counter, "floodgate.fallback.breaker.transitions",
 		metric.WithUnit("{transition}"),
 		metric.WithDescription("Circuit breaker state changes, by breaker, previous and new state."))
+	o.softExceeded = instrument[metric.Int64CounterOption](meter, metric.Meter.Int64Counter, "floodgate.soft_exceeded",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("Requests admitted over a soft rate limit (quota mode), by the soft limit's policy name."))
 	o.breakers = newBreakerSet(maxBreakers)
 	_, err = meter.Int64ObservableGauge("floodgate.fallback.breaker.state",
 		metric.WithUnit("1"),
@@ -338,6 +345,9 @@ func (o *Observer) Observe(ctx context.Context, r *floodgate.Request, d floodgat
 	if d.Source == floodgate.SourceCache {
 		o.cacheHits.Add(ctx, 1, s.cache...)
 	}
+	if d.SoftExceeded != "" && d.Allowed {
+		o.countSoft(ctx, d.SoftExceeded)
+	}
 
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
@@ -367,7 +377,7 @@ func (o *Observer) newSeries(k seriesKey) *series {
 }
 
 func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.Decision, prio uint8, err error) {
-	var kv [14]attribute.KeyValue
+	var kv [15]attribute.KeyValue
 	kv[0] = AttrDecision.String(d.Label())
 	kv[1] = AttrStage.String(string(d.Stage))
 	kv[2] = AttrPolicy.String(d.Policy)
@@ -391,6 +401,10 @@ func (o *Observer) annotate(span trace.Span, r *floodgate.Request, d floodgate.D
 	}
 	if d.Waited > 0 {
 		kv[n] = AttrWaited.Float64(d.Waited.Seconds())
+		n++
+	}
+	if d.SoftExceeded != "" {
+		kv[n] = AttrSoftExceeded.String(d.SoftExceeded)
 		n++
 	}
 	span.SetAttributes(kv[:n]...)
@@ -473,6 +487,22 @@ func (o *Observer) StartStoreCall(ctx context.Context) (context.Context, func(er
 // this for any Admitter.
 func (o *Observer) AddInFlight(ctx context.Context, stage floodgate.Stage, delta int64) {
 	o.inFlight.Add(ctx, delta, o.stageOption(stage)...)
+}
+
+// countSoft adds one to floodgate.soft_exceeded for each soft limit
+// named in names (Decision.SoftExceeded), under its floodgate.policy,
+// interned and capped as on floodgate.decisions: never a principal.
+func (o *Observer) countSoft(ctx context.Context, names string) {
+	for name := range strings.SplitSeq(names, ",") {
+		i := o.policies.lookup(name)
+		opt, ok := o.softOpts.load(i)
+		if !ok {
+			opt = o.softOpts.loadOrStore(i, func() []metric.AddOption {
+				return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrPolicy.String(o.policies.name(i))))}
+			})
+		}
+		o.softExceeded.Add(ctx, 1, opt...)
+	}
 }
 
 func (o *Observer) stageOption(stage floodgate.Stage) []metric.AddOption {

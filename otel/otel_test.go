@@ -81,11 +81,12 @@ func TestNewSurvivesFailingInstruments(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.Observe(context.Background(), nil, floodgate.Decision{Stage: floodgate.StageTiers, Source: floodgate.SourceCache}, nil)
+	o.Observe(context.Background(), nil, floodgate.Decision{Allowed: true, Stage: floodgate.StageTiers, SoftExceeded: "plan"}, nil)
 	o.BreakerStateChanged("redis", "closed", "open")
 	mu.Lock()
 	defer mu.Unlock()
-	if len(handled) != 3 || handled[0] != "floodgate/otel: no counter" {
-		t.Errorf("otel.Handle got %q, want the error of each of the 3 counters", handled)
+	if len(handled) != 4 || handled[0] != "floodgate/otel: no counter" {
+		t.Errorf("otel.Handle got %q, want the error of each of the 4 counters", handled)
 	}
 }
 

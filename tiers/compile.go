@@ -64,6 +64,7 @@ type cRule struct {
 	cost    int64
 	hide    bool
 	shadow  bool
+	soft    bool // Rule.Soft, in a policy that is not a shadow one
 	cache   bool
 	fail    quota.FailMode
 	mode    quota.Consistency

@@ -43,6 +43,7 @@ func (rc *ruleCompiler) rule(i int) (cRule, bool) {
 	ok := rc.ruleName(rp, r, i)
 	cr := cRule{name: r.Name, index: i, line: r.line, cost: r.Cost, hide: r.HideQuota, shadow: r.Shadow || rc.p.Shadow, cache: r.CacheDenials, fail: r.OnStoreError, mode: r.Consistency}
 	ok = rc.rollout(rp, r, &cr) && ok
+	ok = rc.soft(rp, r, &cr) && ok
 	if co, cok := compileCond(rc.rep, rp, &r.Match, rc.p, rc.hdrNames); cok {
 		cr.cond = co
 	} else {
@@ -137,6 +138,31 @@ func (rc *ruleCompiler) rollout(rp string, r *Rule, cr *cRule) bool {
 		cr.rollout = uint8(r.EnforcePercent)
 	}
 	return true
+}
+
+// soft checks the rule's soft: a soft rule admits what it would deny, so
+// it cannot also be a shadow rule (which reports what it would deny),
+// be rolled out (a share of keys to deny), or hold requests (max_wait:
+// it would wait for units it does not need).
+func (rc *ruleCompiler) soft(rp string, r *Rule, cr *cRule) bool {
+	if !r.Soft {
+		return true
+	}
+	ok := true
+	if r.Shadow {
+		rc.rep.add(rp+".soft", "a rule is soft (admit and mark) or shadow (report only), not both: remove one")
+		ok = false
+	}
+	if r.EnforcePercent != 0 && r.EnforcePercent != 100 {
+		rc.rep.add(rp+".soft", "a soft rule denies nothing, so it has no share to enforce: remove enforce_percent")
+		ok = false
+	}
+	if r.MaxWait != 0 {
+		rc.rep.add(rp+".soft", "a soft rule admits a request over its limit at once, so it never waits: remove max_wait")
+		ok = false
+	}
+	cr.soft = ok && !rc.p.Shadow
+	return ok
 }
 
 // consistency checks the rule's consistency and sync_interval, and that a

@@ -133,6 +133,29 @@
 // rule's buckets are the same whether shadow, rolled out or enforced, so
 // enforcing a dark-launched rule starts from what it counted.
 //
+// Soft rules (quota mode; soft: true) never deny either, but they are
+// real limits: a soft rule is taken with the enforced rules, in the same
+// Take, and charged like them while the request is within its limit. When
+// that Take denies only at soft rules, their buckets are left out and the
+// rest is taken again (one more store call, only for a request over a
+// soft limit): the request is admitted, charged nothing at the soft rules
+// it is over (their buckets count what they admitted within the limit and
+// never go below empty), and Decision.SoftExceeded names them, which
+// package interceptor sends to the client and hands the handler, and
+// package otel counts per rule. A hard rule's deny charges nothing, at
+// soft rules neither, as always. A soft rule never binds a decision:
+// Policy, Limit, Remaining and the transports' RateLimit fields describe
+// the hard rules, and a request over a soft rule's capacity is marked
+// without a take. When the store fails, a soft rule whose on_store_error
+// would deny marks the request instead. AdmitMany marks each item by its
+// own soft rules and the call by all of them; under AdmitAtMost a soft
+// rule within its limit shares the grant like any rule (it caps it to
+// what it has left), and one with nothing left is passed over and marked.
+// Available reads every alternative's buckets in one Take without
+// charging them and says which alternatives would be admitted now, and
+// which only over a soft limit: how a gateway picks, among models,
+// backends or regions, one that still has quota.
+//
 // Store failures. on_store_error is applied in one place,
 // DecideUnavailable: "closed" denies (Source fail_closed, RetryAfter
 // StoreErrorRetryAfter), "open" allows (fail_open), and "local" (the

@@ -109,6 +109,9 @@ func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []flood
 	} else {
 		allowed, realErr = l.take(ctx, c, sc, false, hold)
 	}
+	if sc.softs && !allowed && !sc.gone {
+		allowed, realErr = l.soften(ctx, c, sc, realErr, hold, how.read)
+	}
 	shadowAllowed, shadowErr := !sc.over, error(nil)
 	switch {
 	case sc.over || !sc.shadows: // a shadow bucket over its capacity denies already
@@ -121,12 +124,18 @@ func (l *Limiter) run(ctx context.Context, c *compiled, sc *scratch, out []flood
 		shadowAllowed, shadowErr = l.peekTake(ctx, c, sc, true)
 	}
 	sc.bindItems(c, out, allowed, shadowAllowed, how)
+	if sc.softOver {
+		sc.markSoft(c, out)
+	}
 	var err error
 	if !how.single || !allowed || realErr != nil || shadowErr != nil {
 		err = sc.errors(c, out, allowed, realErr, shadowErr, how)
 	}
 	if !how.single {
 		sc.bindCall(c, allowed, whole)
+		if sc.softOver && whole.Allowed {
+			whole.SoftExceeded = sc.softNames(c, nil)
+		}
 		return nil, err
 	}
 	if b := sc.bound[0]; b >= 0 {
@@ -157,6 +166,7 @@ func (sc *scratch) reset() {
 		clear(sc.index)
 	}
 	sc.shadows, sc.costs, sc.over, sc.gone = false, false, false, false
+	sc.softs, sc.softOver = false, false
 }
 
 // gather resolves every request of the call into sc.all and starts each
@@ -254,6 +264,7 @@ func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how ca
 		for j := from; j < len(sc.all); j++ {
 			m := &sc.metas[j]
 			sc.shadows = sc.shadows || m.shadow
+			sc.softs = sc.softs || m.soft
 			sc.costs = sc.costs || m.fromRequest
 			sc.refs = append(sc.refs, int32(j))
 		}
@@ -277,6 +288,7 @@ func (sc *scratch) resolveItem(c *compiled, k int, d *floodgate.Decision, how ca
 			sc.all[n], sc.metas[n] = *b, *m
 		}
 		sc.shadows = sc.shadows || m.shadow
+		sc.softs = sc.softs || m.soft
 		sc.refs = append(sc.refs, int32(n))
 		n++
 		sc.indexMerged(n)
@@ -337,7 +349,8 @@ func (sc *scratch) indexMerged(n int) {
 // enforced one refuses the request before anything is charged: its
 // decision is written into d, and the error wraps ErrCostExceedsCapacity.
 // A shadow one is decided as denying without a take (sc.over), and then
-// no shadow bucket is taken.
+// no shadow bucket is taken. A soft one is left out of the takes, the
+// request marked as over it (meta.softOver).
 func (sc *scratch) overCapacity(c *compiled, d *floodgate.Decision) error {
 	for i := range sc.metas {
 		m, b := &sc.metas[i], &sc.all[i]
@@ -346,6 +359,10 @@ func (sc *scratch) overCapacity(c *compiled, d *floodgate.Decision) error {
 			continue
 		}
 		sc.res[i] = quota.Result{Limit: capacity}
+		if m.soft {
+			m.softOver, sc.softOver, sc.taken[i] = true, true, true
+			continue
+		}
 		if !m.shadow {
 			sc.describe(c, int32(i), d)
 			return fmt.Errorf("%w: rule %q capacity %d, cost %d", ErrCostExceedsCapacity, c.rules[m.rule].name, capacity, b.Cost)
@@ -365,10 +382,10 @@ func (sc *scratch) overCapacity(c *compiled, d *floodgate.Decision) error {
 // take that charged is noted for waiting and settling.
 func (l *Limiter) take(ctx context.Context, c *compiled, sc *scratch, shadow, hold bool) (bool, error) {
 	bs, idx, res := sc.all, []int32(nil), sc.res
-	if shadow || sc.shadows || sc.over {
+	if shadow || sc.shadows || sc.over || sc.softOver {
 		sc.part, sc.partIdx = sc.part[:0], sc.partIdx[:0]
 		for i := range sc.all {
-			if sc.metas[i].shadow == shadow && !sc.metas[i].over {
+			if m := &sc.metas[i]; m.shadow == shadow && !m.over && !m.softOver {
 				sc.part = append(sc.part, sc.all[i])
 				sc.partIdx = append(sc.partIdx, int32(i))
 			}
@@ -503,7 +520,7 @@ func verdictOf(allowed bool) verdict {
 func (sc *scratch) bind(refs []int32, real, shadow verdict) (br int32, realOK bool, bs int32, shadowOK bool) {
 	first, least, worst := [2]int32{-1, -1}, [2]int32{-1, -1}, [2]int32{-1, -1}
 	for _, i := range refs {
-		if !sc.taken[i] {
+		if !sc.taken[i] || sc.metas[i].soft { // a soft rule never binds
 			continue
 		}
 		s := 0
@@ -545,7 +562,7 @@ func pick(v verdict, first, least, worst int32) (int32, bool) {
 func (sc *scratch) bindCall(c *compiled, allowed bool, d *floodgate.Decision) {
 	bestReal, bestShadow := int32(-1), int32(-1)
 	for i := range sc.all {
-		if !sc.taken[i] {
+		if !sc.taken[i] || sc.metas[i].soft { // a soft rule never binds
 			continue
 		}
 		if sc.metas[i].shadow {

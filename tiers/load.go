@@ -365,6 +365,8 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 			r.HideQuota = d.boolean(v, fp)
 		case "shadow":
 			r.Shadow = d.boolean(v, fp)
+		case "soft":
+			r.Soft = d.boolean(v, fp)
 		case "cache_denials":
 			r.CacheDenials = d.boolean(v, fp)
 		case "consistency":

@@ -83,7 +83,7 @@ func (sc *scratch) grantShadows() {
 // were granted, or most when the take had none.
 func (sc *scratch) granted(most int64) int64 {
 	for i := range sc.all {
-		if sc.metas[i].shadow || !sc.all[i].AtMost || !sc.taken[i] {
+		if m := &sc.metas[i]; m.shadow || m.softOver || !sc.all[i].AtMost || !sc.taken[i] {
 			continue
 		}
 		return sc.res[i].Granted

@@ -389,6 +389,20 @@ type Rule struct {
 	// Shadow runs the rule in dry-run mode: it is decided and reported but
 	// never denies.
 	Shadow bool
+	// Soft makes the rule a soft limit (quota mode): it never denies, but
+	// a request it would deny is admitted and marked. Within its limit the
+	// rule is decided and charged like any rule, in the same Take; a
+	// request over it is admitted, charged nothing at the rule (its
+	// bucket counts the requests admitted within the limit and never
+	// goes below empty), and named in Decision.SoftExceeded, which the
+	// transports send to the client (see package interceptor) and package
+	// otel counts per rule. A request a hard rule denies charges nothing,
+	// at soft rules neither. A soft rule never binds a decision: Policy,
+	// Limit and Remaining, and the RateLimit fields, describe the hard
+	// rules. Not with Shadow, EnforcePercent or MaxWait; in a shadow
+	// policy (Policy.Shadow) it is a shadow rule like every other. YAML:
+	// soft: true.
+	Soft bool
 	// EnforcePercent, when in [1, 99], rolls the rule out gradually: it
 	// denies only requests whose key falls in that share of all keys, and
 	// acts as a shadow rule (Shadow) for the others, whose denials are

@@ -18,7 +18,7 @@ func TestReadmePolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, heading := range []string{"# The policy\n", "## Several windows per limit\n", "## Matching and keying on headers\n", "## Dark launch and gradual roll-out\n"} {
+	for _, heading := range []string{"# The policy\n", "## Several windows per limit\n", "## Matching and keying on headers\n", "## Dark launch and gradual roll-out\n", "## Soft limits (quota mode)\n"} {
 		_, section, ok := strings.Cut("\n"+string(data), "\n"+heading)
 		if !ok {
 			t.Errorf("docs/policy.md has no section %q", heading)

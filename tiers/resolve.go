@@ -15,6 +15,8 @@ type meta struct {
 	multi       bool  // one window of a limit with several: named "<rule>/<period>"
 	shadow      bool  // decided as a shadow rule: Rule.Shadow, Policy.Shadow, or outside EnforcePercent
 	over        bool  // a shadow bucket decided without a take: the request's cost is above its capacity
+	soft        bool  // a soft rule's (Rule.Soft): it never denies and never binds
+	softOver    bool  // a soft bucket that would deny: left out of the take, the request marked
 }
 
 // scratch is what one call of the engine needs; pooled per Limiter.
@@ -43,6 +45,9 @@ type scratch struct {
 	costs   bool
 	over    bool
 	gone    bool // a take failed after the caller's context ended (callerGone)
+	// softs: some bucket is a soft rule's; softOver: some soft bucket is
+	// left out of the takes (meta.softOver).
+	softs, softOver bool
 	// refs lists, request by request, the indices in all of its buckets:
 	// request k's are refs[ends[k-1]:ends[k]]. bound is each request's
 	// binding bucket (an index in all), or -1.
@@ -152,7 +157,7 @@ func (sc *scratch) resolveRule(c *compiled, r *floodgate.Request, i int) {
 	if !cr.applies(c, r) { // method, headers, tier
 		return
 	}
-	m := meta{rule: int32(i), start: -1, shadow: cr.shadow}
+	m := meta{rule: int32(i), start: -1, shadow: cr.shadow, soft: cr.soft}
 	cost := cr.cost
 	if cost == 0 {
 		cost, m.fromRequest = r.Cost, true

@@ -26,8 +26,9 @@
 // its field and line; it exits 1 if any file is invalid. For a valid file
 // it notes what an operator should know before deploying it: a shadow
 // policy (denies nothing), rules enforced for a share of their keys
-// (enforce_percent) or in shadow, the headers the policy reads, and the
-// stages its other sections set.
+// (enforce_percent), in shadow or soft (admitting over their limit, the
+// call marked), the headers the policy reads, and the stages its other
+// sections set.
 //
 // inspect and reset are for a support engineer whose customer is wrongly
 // blocked. inspect shows every rule of the policy that applies to a
@@ -159,7 +160,8 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 
 // policyNotes are what an operator should know of a valid policy before
 // deploying it: that it denies nothing (shadow), which rules deny for a
-// share of their keys only (enforce_percent), which are decided locally
+// share of their keys only (enforce_percent), which admit over their
+// limit and mark the call (soft), which are decided locally
 // (consistency leased or async: they need a local-first store), which
 // settle their cost or wait instead of denying (settle, max_wait: they
 // need a store that settles), and which headers, chosen by clients, it
@@ -176,6 +178,9 @@ func policyNotes(p *tiers.Policy) []string {
 		}
 		if r.Shadow && !p.Shadow {
 			notes = append(notes, fmt.Sprintf("rule %s: shadow, reported only", r.Name))
+		}
+		if r.Soft && !p.Shadow {
+			notes = append(notes, fmt.Sprintf("rule %s: soft, admits a call over its limit and marks it (X-RateLimit-Soft-Exceeded, Request.SoftExceeded, floodgate.soft_exceeded), charging it nothing there", r.Name))
 		}
 		switch r.Consistency {
 		case quota.Leased:

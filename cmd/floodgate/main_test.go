@@ -126,8 +126,9 @@ func TestDemoCompareFlag(t *testing.T) {
 }
 
 // TestValidateNotes: a valid policy's shadow mode, partial roll-outs,
-// local-first, settling and waiting rules and the client headers it reads
-// are printed under its verdict; a bad match is named with its line.
+// soft, local-first, settling and waiting rules and the client headers it
+// reads are printed under its verdict; a bad match and a rule both soft
+// and shadow are named with their lines.
 func TestValidateNotes(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "rollout.yaml")
@@ -138,6 +139,7 @@ func TestValidateNotes(t *testing.T) {
     rate: [5/1s, 100/1h]
     enforce_percent: 10
   - {name: dry, key: [ip], rate: 1/1s, shadow: true}
+  - {name: overage, key: [ip], rate: 5/1s, soft: true}
 `), 0o644)
 	shadow := filepath.Join(dir, "shadow.yaml")
 	os.WriteFile(shadow, []byte("shadow: true\nrules:\n  - {name: ip, key: [ip], rate: 1/1s, enforce_percent: 10}\n"), 0o644)
@@ -150,14 +152,17 @@ func TestValidateNotes(t *testing.T) {
 `), 0o644)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("rules:\n  - name: a\n    rate: 1/1s\n    match:\n      header: {cookie: [x]}\n"), 0o644)
+	badSoft := filepath.Join(dir, "bad-soft.yaml")
+	os.WriteFile(badSoft, []byte("rules:\n  - name: a\n    rate: 1/1s\n    shadow: true\n    soft: true\n"), 0o644)
 
 	var out, errOut bytes.Buffer
-	if code := run([]string{"validate", good, shadow, local, bad}, &out, &errOut); code != 1 {
+	if code := run([]string{"validate", good, shadow, local, bad, badSoft}, &out, &errOut); code != 1 {
 		t.Fatalf("exit code %d, want 1; stderr:\n%s", code, errOut.String())
 	}
-	want := good + ": ok (2 rules, 0 tiers, 0 overrides)\n" +
+	want := good + ": ok (3 rules, 0 tiers, 0 overrides)\n" +
 		"  rule search-mobile: enforced for 10% of its keys, reported only for the others\n" +
 		"  rule dry: shadow, reported only\n" +
+		"  rule overage: soft, admits a call over its limit and marks it (X-RateLimit-Soft-Exceeded, Request.SoftExceeded, floodgate.soft_exceeded), charging it nothing there\n" +
 		"  reads headers x-client-type, x-region (clients choose them: they select and split limits, they are no identity)\n" +
 		shadow + ": ok (1 rules, 0 tiers, 0 overrides)\n" +
 		"  shadow: every rule is decided and reported, none denies\n" +
@@ -171,6 +176,9 @@ func TestValidateNotes(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), `rules[0].match.header.cookie: header "cookie" cannot be matched or keyed on`) || !strings.Contains(errOut.String(), "at line 5") {
 		t.Errorf("stderr:\n%s", errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "rules[0].soft: a rule is soft (admit and mark) or shadow (report only), not both: remove one, at line 5") {
+		t.Errorf("stderr lacks the soft rule's error and line:\n%s", errOut.String())
 	}
 }
 
