@@ -2,6 +2,7 @@ package tiers_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -251,5 +252,113 @@ rules:
 	p.Rules[0].Meter = "output_tokens"
 	if _, err := tiers.NewLimiter(newMemstore(t), p); err != nil {
 		t.Errorf("NewLimiter with a valid meter: %v", err)
+	}
+}
+
+// meterEstimatePolicy: meter rules without a cost of their own, beside a
+// default-meter rule that charges the request's Cost.
+const meterEstimatePolicy = `
+rules:
+  - {name: calls, key: [tenant], rate: 1000/1h, settle: true}
+  - {name: input, key: [tenant], rate: 5000/1h, meter: input_tokens, settle: true}
+  - {name: output, key: [tenant], rate: 2000/1h, meter: output_tokens, settle: true}
+`
+
+// TestMeterEstimates: a meter rule without a cost of its own charges, at
+// admission, the value reported for its meter before admission (what a
+// WithCost func does), else 1, and never Request.Cost, which only the
+// default meter's rules charge; an estimate above the rule's capacity is
+// denied without a take. The estimate stands when the handler reports
+// nothing more, and a later report settles it.
+func TestMeterEstimates(t *testing.T) {
+	t.Parallel()
+	clk := clock.New(time.Time{})
+	s := newMemstore(t, memstore.WithClock(clk))
+	l := mustLimiter(t, s, meterEstimatePolicy)
+	rules := []string{"calls", "input", "output"}
+	ctx, r := reqctx.New[floodgate.Request](context.Background(), nil)
+	*r = *tenantReq("acme")
+	r.Cost = 7
+	admitCtx := func(ctx context.Context) (floodgate.Decision, floodgate.Done, error) {
+		return l.Admit(ctx, r)
+	}
+	// No estimate reported: the meter rules charge 1, the default meter 7.
+	d, done, err := admitCtx(ctx)
+	if err != nil || !d.Allowed || done == nil {
+		t.Fatalf("Admit = %+v, %v, %v", d, done != nil, err)
+	}
+	if got, want := left(t, s, l, r, rules...), []int64{993, 4999, 1999}; !equalInts(got, want) {
+		t.Fatalf("no estimates: left %v, want %v", got, want)
+	}
+	done(floodgate.Result{}) // nothing reported: every estimate stands
+	if got, want := left(t, s, l, r, rules...), []int64{993, 4999, 1999}; !equalInts(got, want) {
+		t.Fatalf("nothing reported: left %v, want %v", got, want)
+	}
+
+	// Estimates reported before admission, on a new request's context.
+	ctx, r2 := reqctx.New[floodgate.Request](context.Background(), nil)
+	*r2 = *r
+	r = r2
+	if err := floodgate.ReportMeter(ctx, "input_tokens", 300); err != nil {
+		t.Fatal(err)
+	}
+	if err := floodgate.ReportMeter(ctx, "output_tokens", 500); err != nil {
+		t.Fatal(err)
+	}
+	d, done, err = admitCtx(ctx)
+	if err != nil || !d.Allowed || done == nil {
+		t.Fatalf("Admit = %+v, %v, %v", d, done != nil, err)
+	}
+	if got, want := left(t, s, l, r, rules...), []int64{986, 4699, 1499}; !equalInts(got, want) {
+		t.Fatalf("estimates 300 and 500: left %v, want %v", got, want)
+	}
+	// The handler reports the output (120) and the default meter (2);
+	// the input keeps its estimate, as reported.
+	if err := floodgate.ReportMeter(ctx, "output_tokens", 120); err != nil {
+		t.Fatal(err)
+	}
+	if err := floodgate.ReportCost(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, _, m := reqctx.Costs(ctx)
+	done(floodgate.Result{Cost: 2, HasCost: true, Meters: m})
+	if got, want := left(t, s, l, r, rules...), []int64{991, 4699, 1879}; !equalInts(got, want) {
+		t.Fatalf("settled: left %v, want %v", got, want)
+	}
+
+	// An estimate above the output rule's capacity: denied, nothing taken.
+	ctx, r3 := reqctx.New[floodgate.Request](context.Background(), nil)
+	*r3 = *r
+	r = r3
+	if err := floodgate.ReportMeter(ctx, "output_tokens", 2001); err != nil {
+		t.Fatal(err)
+	}
+	d, done, err = admitCtx(ctx)
+	if d.Allowed || done != nil || !errors.Is(err, tiers.ErrCostExceedsCapacity) || d.Policy != "output" {
+		t.Fatalf("an estimate above capacity: %+v, done %v, err %v; want a deny by output wrapping ErrCostExceedsCapacity", d, done != nil, err)
+	}
+	if got, want := left(t, s, l, r, rules...), []int64{991, 4699, 1879}; !equalInts(got, want) {
+		t.Fatalf("after the deny: left %v, want %v (nothing charged)", got, want)
+	}
+}
+
+// TestMethodCostSparesMeterRules: a method's cost (methods:) is the
+// default meter's: it is checked against the capacity of the rules that
+// charge it, and not against a meter rule's, which never charges it.
+func TestMethodCostSparesMeterRules(t *testing.T) {
+	t.Parallel()
+	const y = `
+rules:
+  - {name: calls, key: [tenant], rate: 100/1m}
+  - {name: output, key: [tenant], rate: 50/1m, meter: output_tokens, settle: true}
+methods:
+  /llm.v1.LLM/Complete: {cost: 80}
+`
+	if _, err := tiers.NewLimiter(newMemstore(t), mustLoad(t, y)); err != nil {
+		t.Fatalf("a method cost above a meter rule's capacity: %v", err)
+	}
+	over := strings.Replace(y, "cost: 80", "cost: 101", 1)
+	if _, err := tiers.Load([]byte(over)); err == nil || !strings.Contains(err.Error(), `methods["/llm.v1.LLM/Complete"].cost: 101 exceeds the capacity 100 of rule "calls"`) {
+		t.Fatalf("a method cost above a default-meter rule's capacity: %v", err)
 	}
 }

@@ -49,6 +49,7 @@ func compileShaping(rep *reporter, rp string, r *Rule, cr *cRule, c *compiled, t
 			ok = false
 		}
 		cr.shape.meter = r.Meter
+		c.meterEst = c.meterEst || r.Cost == 0
 	}
 	switch {
 	case r.MaxWait < 0:
