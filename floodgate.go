@@ -408,7 +408,9 @@ var Ignored = Result{Outcome: OutcomeIgnored, HasCost: true}
 // stages that charged it on an estimate: the transport passes it to every
 // stage's Done as Result.Cost when the request finishes. A handler calls it
 // once it knows the cost (tokens generated, rows scanned); a later call
-// replaces an earlier one. It returns an error, and records nothing, when
+// replaces an earlier one. It reports the default meter: a cost counted
+// by several meters (input and output tokens) is reported per meter with
+// ReportMeter. It returns an error, and records nothing, when
 // n is negative or ctx carries no Request of a floodgate interceptor (the
 // handler is not behind one).
 func ReportCost(ctx context.Context, n int64) error {
@@ -428,7 +430,10 @@ func ReportCost(ctx context.Context, n int64) error {
 // charges that meter (tiers.Rule.Meter) settles its estimate to it. A
 // handler calls it once per meter it knows, after the response for a
 // count known only then; a later call for the same meter replaces an
-// earlier one. The name "" is the default meter: ReportMeter(ctx, "", n)
+// earlier one. Called before admission (from package interceptor's
+// WithCost func, on the context it is given), it is the meter's
+// estimate, which those rules charge at admission; a meter not reported
+// again keeps it. The name "" is the default meter: ReportMeter(ctx, "", n)
 // is ReportCost(ctx, n). It returns an error, and records nothing, when
 // the name is not one a policy can give (1 to 64 of [A-Za-z0-9_.-]), n is
 // negative, or ctx carries no Request of a floodgate interceptor. A

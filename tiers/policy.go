@@ -442,11 +442,11 @@ type Rule struct {
 	// default meter, settled to floodgate.ReportCost's value; a named
 	// meter is settled to what the handler reported with
 	// floodgate.ReportMeter for that name, and keeps its estimate when
-	// the handler reported nothing for it. What the rule charges at
-	// admission is its cost as for any rule (its own Cost, else the
-	// request's, else 1): give a meter rule its own Cost when
-	// Request.Cost estimates another meter. A meter rule must settle (a
-	// meter is only read at settlement); its name is 1 to 64 of
+	// the handler reported nothing for it. What a meter rule charges at
+	// admission is its own Cost, else its meter's estimate (the value
+	// reported with floodgate.ReportMeter before admission), else 1;
+	// never Request.Cost, which is the default meter's. A meter rule must
+	// settle (a meter is only read at settlement); its name is 1 to 64 of
 	// [A-Za-z0-9_.-]. YAML: meter. See the package doc, "Settlement".
 	Meter string
 	// MaxWait, when positive, shapes instead of denying: a request the
