@@ -461,23 +461,26 @@ func (l *Limiter) settle(ctx context.Context, bs []quota.Bucket, took []quota.Re
 // buckets as charged (Cost the estimate), what the store said of each, and
 // the meter each counts.
 type settlement struct {
-	l      *Limiter
-	ctx    context.Context
-	bs     []quota.Bucket
-	est    []int64
-	took   []quota.Result
-	meters []string
+	l    *Limiter
+	ctx  context.Context
+	bs   []quota.Bucket
+	est  []int64
+	took []quota.Result
+	// meters are the buckets' meters, nil when every one counts the
+	// default meter: a pointer, so that a settlement of a policy without
+	// meters stays in its allocation size class.
+	meters *meterList
 	once   atomic.Bool
 	// inline room for the common one or two settling rules
 	bbuf [2]quota.Bucket
 	ebuf [2]int64
 	tbuf [2]quota.Result
-	mbuf [2]string
 }
 
 func (l *Limiter) newSettlement(ctx context.Context, ch *charges) *settlement {
 	s := &settlement{l: l, ctx: context.WithoutCancel(ctx)}
-	s.bs, s.est, s.took, s.meters = s.bbuf[:0], s.ebuf[:0], s.tbuf[:0], s.mbuf[:0]
+	s.bs, s.est, s.took = s.bbuf[:0], s.ebuf[:0], s.tbuf[:0]
+	named := false
 	for i := range ch.buckets {
 		if !ch.settles[i] {
 			continue
@@ -485,9 +488,34 @@ func (l *Limiter) newSettlement(ctx context.Context, ch *charges) *settlement {
 		s.bs = append(s.bs, ch.buckets[i])
 		s.est = append(s.est, ch.buckets[i].Cost)
 		s.took = append(s.took, ch.took[i])
-		s.meters = append(s.meters, ch.meters[i])
+		named = named || ch.meters[i] != ""
+	}
+	if named { // only a policy with meters pays for them
+		ml := &meterList{}
+		ml.names = ml.buf[:0]
+		for i := range ch.buckets {
+			if ch.settles[i] {
+				ml.names = append(ml.names, ch.meters[i])
+			}
+		}
+		s.meters = ml
 	}
 	return s
+}
+
+// meter is the meter bucket i counts; "" the default one.
+func (s *settlement) meter(i int) string {
+	if s.meters == nil {
+		return ""
+	}
+	return s.meters.names[i]
+}
+
+// meterList is a settlement's meters, with inline room for the common
+// one or two settling rules.
+type meterList struct {
+	names []string
+	buf   [2]string
 }
 
 // finish settles, every bucket in one store call: each is charged the
@@ -507,7 +535,7 @@ func (s *settlement) finish(res floodgate.Result) {
 	n := 0 // the buckets to settle, moved to the front
 	for i := range s.bs {
 		actual, ok := res.Cost, res.HasCost
-		if m := s.meters[i]; m != "" && !ignored {
+		if m := s.meter(i); m != "" && !ignored {
 			actual, ok = 0, false
 			if res.Meters != nil {
 				actual, ok = res.Meters.Meter(m)
