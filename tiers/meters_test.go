@@ -362,3 +362,59 @@ methods:
 		t.Fatalf("a method cost above a default-meter rule's capacity: %v", err)
 	}
 }
+
+// TestHitsAddendChargesTheDefaultMeter: a gateway's hits_addend (a
+// descriptor's Cost, AdmitDescriptors) is the default meter's: a rule
+// without a meter is charged it, a meter rule its own cost, else 1.
+func TestHitsAddendChargesTheDefaultMeter(t *testing.T) {
+	t.Parallel()
+	l := mustLimiter(t, newMemstore(t, memstore.WithClock(clock.New(time.Time{}))), `
+rules:
+  - {name: requests, key: [tenant], rate: 100/1m}
+  - {name: output, key: [tenant], rate: 1000/1m, meter: output_tokens, settle: true}
+  - {name: input, key: [tenant], rate: 1000/1m, meter: input_tokens, cost: 7, settle: true}
+rls:
+  - domain: edge
+    descriptors:
+      - {entries: [{key: tenant, as: tenant}], rule: requests}
+      - {entries: [{key: tenant, as: tenant}, {key: meter, value: output}], rule: output}
+      - {entries: [{key: tenant, as: tenant}, {key: meter, value: input}], rule: input}
+`)
+	ds := []tiers.Descriptor{desc("tenant", "acme"), desc("tenant", "acme", "meter", "output"), desc("tenant", "acme", "meter", "input")}
+	for i := range ds {
+		ds[i].Cost = 40 // hits_addend
+	}
+	_, out := admitDescs(t, l, "edge", ds...)
+	for i, want := range []struct {
+		rule      string
+		remaining int64
+	}{{"requests", 60}, {"output", 999}, {"input", 993}} {
+		if d := out[i].Decision; !d.Allowed || d.Policy != want.rule || d.Remaining != want.remaining {
+			t.Errorf("descriptor %d: %+v; want %s allowed with %d remaining", i, d, want.rule, want.remaining)
+		}
+	}
+}
+
+// TestShadowMeterRuleSettles: a shadow rule with a meter is settled with
+// its meter's value, like a real one, when its take charged.
+func TestShadowMeterRuleSettles(t *testing.T) {
+	t.Parallel()
+	s := newMemstore(t, memstore.WithClock(clock.New(time.Time{})))
+	l := mustLimiter(t, s, `
+rules:
+  - {name: requests, key: [tenant], rate: 100/1m}
+  - {name: output, key: [tenant], rate: 1000/1h, meter: output_tokens, cost: 50, settle: true, shadow: true}
+`)
+	r := tenantReq("acme")
+	d, done := admitDone(t, l, r)
+	if !d.Allowed || done == nil {
+		t.Fatalf("allowed=%v done=%v", d.Allowed, done != nil)
+	}
+	if got := peek(t, s, l, r, "output"); got != 950 {
+		t.Fatalf("shadow bucket after admission: %d, want 950", got)
+	}
+	done(reported(t, "output_tokens", 300))
+	if got := peek(t, s, l, r, "output"); got != 700 {
+		t.Fatalf("shadow bucket after settling: %d, want 700", got)
+	}
+}
