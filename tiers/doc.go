@@ -188,9 +188,9 @@
 // whatever its meter. Every level that changes is settled in the one
 // Settler.Settle call above, each bucket by its own amount, so the store
 // contract is unchanged. meter: without settle is refused at load, naming
-// the line: a meter is read only at settlement. AdmitMany and
-// AdmitDescriptors read no estimates and settle nothing, so there a meter
-// rule charges its cost, else 1.
+// the line: a meter is read only at settlement. AdmitMany, AdmitAtMost
+// and AdmitDescriptors read no estimates and settle nothing, so there a
+// meter rule charges its cost, else 1.
 //
 // # Waiting (max_wait)
 //
