@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/internal/reqctx"
+	"github.com/floodgate-go/floodgate/internal/syntax"
 )
 
 // Priority is the importance of a request to the load shedder. Higher values
@@ -391,6 +392,16 @@ type Result struct {
 	// HasCost reports whether Cost is set. When false, the charge made at
 	// admission stands.
 	HasCost bool
+	// Meters are the actual values of the named meters the handler
+	// reported (ReportMeter), for rate-limit rules that charge a meter
+	// other than the default one (tiers.Rule.Meter); nil when it reported
+	// none. Meter returns the value last reported for name, and whether
+	// one was: a rule whose meter was not reported keeps its estimate.
+	// Cost and HasCost are the default meter's. A transport fills it;
+	// its value should be comparable (a pointer), as Result then is.
+	Meters interface {
+		Meter(name string) (n int64, ok bool)
+	}
 	// RetryAfter is, for an outgoing call (package interceptor's
 	// outbound RoundTripper and client interceptors), what the peer
 	// refused it with: the delay of an HTTP 429 or 503 Retry-After, or of
@@ -412,7 +423,9 @@ var Ignored = Result{Outcome: OutcomeIgnored, HasCost: true}
 // stages that charged it on an estimate: the transport passes it to every
 // stage's Done as Result.Cost when the request finishes. A handler calls it
 // once it knows the cost (tokens generated, rows scanned); a later call
-// replaces an earlier one. It returns an error, and records nothing, when
+// replaces an earlier one. It reports the default meter: a cost counted
+// by several meters (input and output tokens) is reported per meter with
+// ReportMeter. It returns an error, and records nothing, when
 // n is negative or ctx carries no Request of a floodgate interceptor (the
 // handler is not behind one).
 func ReportCost(ctx context.Context, n int64) error {
@@ -421,6 +434,37 @@ func ReportCost(ctx context.Context, n int64) error {
 	}
 	if !reqctx.SetCost(ctx, n) {
 		return errors.New("floodgate: ReportCost: the context carries no floodgate request (is the handler behind a floodgate interceptor?)")
+	}
+	return nil
+}
+
+// ReportMeter records the actual value of the named meter for the
+// request in ctx (tokens generated, bytes sent), as ReportCost does for
+// the default meter: the transport passes it to every stage's Done in
+// Result.Meters when the request finishes, and each rate-limit rule that
+// charges that meter (tiers.Rule.Meter) settles its estimate to it. A
+// handler calls it once per meter it knows, after the response for a
+// count known only then; a later call for the same meter replaces an
+// earlier one. Called before admission (from package interceptor's
+// WithCost func, on the context it is given), it is the meter's
+// estimate, which those rules charge at admission; a meter not reported
+// again keeps it. The name "" is the default meter: ReportMeter(ctx, "", n)
+// is ReportCost(ctx, n). It returns an error, and records nothing, when
+// the name is not one a policy can give (1 to 64 of [A-Za-z0-9_.-]), n is
+// negative, or ctx carries no Request of a floodgate interceptor. A
+// request's first named meter allocates; ReportCost never does.
+func ReportMeter(ctx context.Context, meter string, n int64) error {
+	if meter == "" {
+		return ReportCost(ctx, n)
+	}
+	if err := syntax.Meter(meter); err != nil {
+		return fmt.Errorf("floodgate: ReportMeter: meter %s", err)
+	}
+	if n < 0 {
+		return fmt.Errorf("floodgate: ReportMeter: meter %q: negative value %d", meter, n)
+	}
+	if !reqctx.SetMeter(ctx, meter, n) {
+		return errors.New("floodgate: ReportMeter: the context carries no floodgate request (is the handler behind a floodgate interceptor?)")
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
@@ -328,5 +329,83 @@ func TestOutcomeString(t *testing.T) {
 		if got := o.String(); got != want {
 			t.Errorf("Outcome(%d).String() = %q, want %q", o, got, want)
 		}
+	}
+}
+
+// TestReportMeter: named meters are recorded beside the default one, each
+// replaced by a later report, through derived contexts; bad names and
+// values are refused naming what is wrong, and record nothing; the name ""
+// is the default meter (ReportCost).
+func TestReportMeter(t *testing.T) {
+	if err := floodgate.ReportMeter(context.Background(), "output_tokens", 3); err == nil || !strings.Contains(err.Error(), "no floodgate request") {
+		t.Fatalf("ReportMeter without a floodgate request = %v, want an error saying so", err)
+	}
+	ctx, _ := reqctx.New[floodgate.Request](context.Background(), nil)
+	if _, _, m := reqctx.Costs(ctx); m != nil {
+		t.Fatal("a request that reported no meter has Meters")
+	}
+	for _, c := range []struct {
+		name string
+		n    int64
+		want string
+	}{
+		{"output tokens", 1, `floodgate: ReportMeter: meter "output tokens" is not a meter name: use one or more of [A-Za-z0-9_.-], such as output_tokens`},
+		{"tokens\n", 1, `floodgate: ReportMeter: meter "tokens\n" is not a meter name: use one or more of [A-Za-z0-9_.-], such as output_tokens`},
+		{strings.Repeat("x", 65), 1, `floodgate: ReportMeter: meter "xxxxxxxxxxxxxxxxxxxx"... is longer than 64 bytes`},
+		{"output_tokens", -1, `floodgate: ReportMeter: meter "output_tokens": negative value -1`},
+		{"", -2, `floodgate: ReportCost: negative cost -2`},
+	} {
+		if err := floodgate.ReportMeter(ctx, c.name, c.n); err == nil || err.Error() != c.want {
+			t.Errorf("ReportMeter(%q, %d) = %v, want %s", c.name, c.n, err, c.want)
+		}
+	}
+	if _, ok, m := reqctx.Costs(ctx); ok || m != nil {
+		t.Fatal("a refused report recorded something")
+	}
+	type k struct{}
+	child := context.WithValue(ctx, k{}, 1)
+	for _, r := range []struct {
+		meter string
+		n     int64
+	}{{"input_tokens", 120}, {"output_tokens", 7}, {"input_tokens", 130}, {"", 4}, {"a.b-C_9", 0}} {
+		if err := floodgate.ReportMeter(child, r.meter, r.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cost, has, m := reqctx.Costs(ctx)
+	if !has || cost != 4 {
+		t.Fatalf("default meter = %d, %v; want 4, true (ReportMeter with \"\")", cost, has)
+	}
+	for name, want := range map[string]int64{"input_tokens": 130, "output_tokens": 7, "a.b-C_9": 0} {
+		if got, ok := m.Meter(name); !ok || got != want {
+			t.Errorf("Meter(%q) = %d, %v; want %d, true (the last report)", name, got, ok, want)
+		}
+	}
+	if got, ok := m.Meter("bytes"); ok {
+		t.Errorf("Meter(bytes) = %d, true; want nothing reported", got)
+	}
+	if got, ok := m.Meter(""); ok {
+		t.Errorf("Meter(\"\") = %d, true; the default meter is Cost, not a named one", got)
+	}
+}
+
+// TestReportCostAllocatesNothing: the default meter's report and its
+// reading allocate nothing; a request's first named meter allocates once,
+// later reports of it none.
+func TestReportCostAllocatesNothing(t *testing.T) {
+	ctx, _ := reqctx.New[floodgate.Request](context.Background(), nil)
+	if n := testing.AllocsPerRun(100, func() {
+		_ = floodgate.ReportCost(ctx, 5)
+		_, _, _ = reqctx.Costs(ctx)
+	}); n != 0 {
+		t.Fatalf("ReportCost and reading it allocate %v times, want 0", n)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		c, _ := reqctx.New[floodgate.Request](context.Background(), nil)
+		_ = floodgate.ReportMeter(c, "output_tokens", 5)
+		_ = floodgate.ReportMeter(c, "output_tokens", 6)
+		_ = floodgate.ReportMeter(c, "input_tokens", 6)
+	}); n != 2 {
+		t.Fatalf("a request with two named meters allocates %v times, want 2 (its context node and its Meters)", n)
 	}
 }

@@ -24,7 +24,11 @@ import (
 // request's max_tokens. The handler then reports the actual cost with
 // floodgate.ReportCost and the difference is settled when the call ends. A
 // negative estimate is a bug in f: it is logged (at most once per 10 s)
-// and ignored.
+// and ignored. Rules that charge a named meter (tiers.Rule.Meter) do not
+// charge Request.Cost: f estimates those meters by reporting them on ctx
+// with floodgate.ReportMeter (a server call's ctx carries its Request;
+// an outgoing call's does not), and the handler's later reports replace
+// them.
 func WithCost(f func(ctx context.Context, method string, md Metadata) int64) Option {
 	return func(c *config) {
 		if f == nil {

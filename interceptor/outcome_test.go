@@ -184,3 +184,67 @@ func TestHTTPClientGoneIsIgnored(t *testing.T) {
 		t.Fatalf("Done got %+v, want one OutcomeIgnored", got)
 	}
 }
+
+// checkMeters fails unless res carries the default meter's cost 5 and the
+// named meters input_tokens 120 and output_tokens 7, as reported.
+func checkMeters(t *testing.T, res floodgate.Result) {
+	t.Helper()
+	if !res.HasCost || res.Cost != 5 || res.Meters == nil {
+		t.Fatalf("Done got %+v, want cost 5 and meters", res)
+	}
+	for name, want := range map[string]int64{"input_tokens": 120, "output_tokens": 7} {
+		if got, ok := res.Meters.Meter(name); !ok || got != want {
+			t.Errorf("Meters.Meter(%q) = %d, %v; want %d, true", name, got, ok, want)
+		}
+	}
+}
+
+// reportMeters reports what checkMeters expects, the output tokens
+// twice (the last report counts).
+func reportMeters(t *testing.T, ctx context.Context) {
+	for _, m := range []struct {
+		name string
+		n    int64
+	}{{"input_tokens", 120}, {"output_tokens", 1}, {"", 5}, {"output_tokens", 7}} {
+		if err := floodgate.ReportMeter(ctx, m.name, m.n); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestMetersReachDone: what a handler reports with floodgate.ReportMeter
+// reaches every stage's Done in Result.Meters, over HTTP and gRPC; a
+// handler that reports no meter leaves Meters nil.
+func TestMetersReachDone(t *testing.T) {
+	t.Parallel()
+	s := &stage{}
+	route := WithRoute(func(*http.Request) string { return "GET /x" })
+	h := mustHTTP(s, route)(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { reportMeters(t, r.Context()) }))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x", nil))
+	if got := s.finished(); len(got) != 1 {
+		t.Fatalf("%d Dones, want 1", len(got))
+	} else {
+		checkMeters(t, got[0])
+	}
+
+	g := &stage{}
+	handler := func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+		reportMeters(t, ctx)
+		return &testpb.EchoResponse{}, nil
+	}
+	c := unaryServer(t, &echoServer{}, mustUnary(g), handler)
+	if _, err := c.Plain(testCtx(t), &testpb.EchoRequest{Message: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.finished(); len(got) != 1 {
+		t.Fatalf("%d Dones, want 1", len(got))
+	} else {
+		checkMeters(t, got[0])
+	}
+
+	n := &stage{}
+	mustHTTP(n, route)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x", nil))
+	if got := n.finished(); len(got) != 1 || got[0] != (floodgate.Result{}) {
+		t.Fatalf("a handler that reported nothing: Dones %+v, want [{}]", got)
+	}
+}

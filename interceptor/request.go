@@ -232,7 +232,7 @@ func (i *Interceptor) request(ctx context.Context, cl *call) (*floodgate.Request
 		return r, ctx
 	}
 	nctx, r := reqctx.New[floodgate.Request](ctx, i)
-	i.build(ctx, r, cl)
+	i.build(nctx, r, cl) // nctx: a WithCost func may report meters' estimates
 	return r, nctx
 }
 

@@ -31,6 +31,10 @@ type compiled struct {
 	shadow bool
 	// shaping: a rule settles or waits.
 	shaping bool
+	// meterEst: a rule charges a named meter and has no cost of its own,
+	// so a single request's Admit reads the meters' estimates (what was
+	// reported with floodgate.ReportMeter before admission).
+	meterEst bool
 	// rls is the compiled rls: section and the rules by name.
 	rls *rlsCompiled
 	// byMethod and others index rules by method (index).
@@ -330,7 +334,7 @@ func methodCostFits(rep *reporter, mp string, c *compiled, rules []cRule, m stri
 	ok := true
 	for i := range rules {
 		r := &rules[i]
-		if r.cost > 0 || !r.matches(m) {
+		if r.cost > 0 || r.shape.meter != "" || !r.matches(m) { // a meter rule's cost is never Request.Cost
 			continue
 		}
 		for _, tl := range capacities(c, r) {

@@ -193,6 +193,28 @@
 // max_wait over one that is not, naming each rule). Shadow rules with
 // settle are settled like real ones, when their take charged.
 //
+// Meters. A settling rule may name the meter its settlement counts,
+// meter: output_tokens (Rule.Meter; 1 to 64 of [A-Za-z0-9_.-]); without
+// one it counts the default meter, the request's cost above. A plan
+// priced per meter (input tokens, output tokens, requests) is one rule
+// per meter, all levels of one take. A meter rule charges at admission its
+// own cost, else its meter's estimate (the value floodgate.ReportMeter
+// recorded for that meter on the request's context before Admit: package
+// interceptor's WithCost func may), else 1; never Request.Cost, which is
+// the default meter's (so Envoy's hits_addend, through AdmitDescriptors,
+// charges default-meter rules only, and a methods: cost is checked against
+// their capacities only). When the request ends, each settling level is
+// settled with its own meter's actual value: the default meter's from
+// Result.Cost (HasCost), a named meter's from Result.Meters (what the
+// handler last reported with floodgate.ReportMeter); a level whose meter
+// has no value keeps its estimate; floodgate.Ignored refunds every level,
+// whatever its meter. Every level that changes is settled in the one
+// Settler.Settle call above, each bucket by its own amount, so the store
+// contract is unchanged. meter: without settle is refused at load, naming
+// the line: a meter is read only at settlement. AdmitMany, AdmitAtMost
+// and AdmitDescriptors read no estimates and settle nothing, so there a
+// meter rule charges its cost, else 1.
+//
 // # Waiting (max_wait)
 //
 // A rule with max_wait shapes instead of denying: when its bucket would

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -180,6 +181,9 @@ func (l *Limiter) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 	sc := l.pool.Get().(*scratch)
 	defer l.release(sc)
 	sc.items = append(sc.items[:0], callItem{req: r, rule: -1})
+	if c.meterEst {
+		_, _, sc.est = reqctx.Costs(ctx) // the meters' estimates
+	}
 	var out [1]floodgate.Decision
 	done, err := l.run(ctx, c, sc, out[:], &out[0], call{single: true, hold: true})
 	return out[0], done, err

@@ -404,7 +404,7 @@ func (d *decoder) rule(n *yaml.Node, path string, r *Rule) {
 		case "ipv6_prefix":
 			n, _ := d.integer(v, fp)
 			r.IPv6Prefix = int(min(n, 1<<16))
-		case "settle", "max_wait", "max_waiters":
+		case "settle", "max_wait", "max_waiters", "meter":
 			d.shaping(key, v, fp, r)
 		case "time_zone", "week_starts":
 			d.calendarField(key, v, fp, r)

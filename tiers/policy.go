@@ -451,6 +451,18 @@ type Rule struct {
 	// refunded its whole charge. Any algorithm (see Algorithm,
 	// "Settlement"); the store must be a Settler. See the package doc.
 	Settle bool
+	// Meter names what the rule's settlement counts (a plan priced per
+	// meter: input_tokens, output_tokens, bytes): "" (the default) is the
+	// default meter, settled to floodgate.ReportCost's value; a named
+	// meter is settled to what the handler reported with
+	// floodgate.ReportMeter for that name, and keeps its estimate when
+	// the handler reported nothing for it. What a meter rule charges at
+	// admission is its own Cost, else its meter's estimate (the value
+	// reported with floodgate.ReportMeter before admission), else 1;
+	// never Request.Cost, which is the default meter's. A meter rule must
+	// settle (a meter is only read at settlement); its name is 1 to 64 of
+	// [A-Za-z0-9_.-]. YAML: meter. See the package doc, "Settlement".
+	Meter string
 	// MaxWait, when positive, shapes instead of denying: a request the
 	// rule would deny, but whose units arrive within MaxWait (and before
 	// its context's deadline), is admitted after waiting for them, its

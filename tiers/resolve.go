@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reqctx"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -63,6 +64,9 @@ type scratch struct {
 	partRes []quota.Result
 	// want is each bucket's cost while a take reads it at 0 (peekTake).
 	want []int64
+	// est are the named meters' estimates of the single request being
+	// admitted (compiled.meterEst); nil: none.
+	est *reqctx.Meters
 	// charged is what the takes charged, kept for rules that settle or
 	// wait.
 	charged charges
@@ -103,6 +107,7 @@ const maxPooledBuf = 64 << 10
 
 // release returns sc to the pool, unless a call made it unusually large.
 func (l *Limiter) release(sc *scratch) {
+	sc.est = nil
 	if cap(sc.buf) > maxPooledBuf || cap(sc.all) > 4*maxItems {
 		return
 	}
@@ -159,7 +164,16 @@ func (sc *scratch) resolveRule(c *compiled, r *floodgate.Request, i int) {
 	}
 	m := meta{rule: int32(i), start: -1, shadow: cr.shadow, soft: cr.soft}
 	cost := cr.cost
-	if cost == 0 {
+	switch {
+	case cost != 0:
+	case cr.shape.meter != "": // its meter's estimate, else 1; never Request.Cost
+		cost = 1
+		if sc.est != nil {
+			if v, ok := sc.est.Meter(cr.shape.meter); ok && v > 0 {
+				cost, m.fromRequest = v, true
+			}
+		}
+	default:
 		cost, m.fromRequest = r.Cost, true
 		if cost == 0 {
 			cost, m.fromRequest = 1, false

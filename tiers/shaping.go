@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/syntax"
 	"github.com/floodgate-go/floodgate/quota"
 )
 
@@ -23,6 +25,7 @@ import (
 // shaping is what a compiled rule settles or waits.
 type shaping struct {
 	settle     bool
+	meter      string // Rule.Meter: what the settlement counts; "" the default meter
 	maxWait    time.Duration
 	maxWaiters int
 }
@@ -37,6 +40,17 @@ const defaultSettleTimeout = time.Second
 func compileShaping(rep *reporter, rp string, r *Rule, cr *cRule, c *compiled, tierNames []string) bool {
 	ok := true
 	cr.shape.settle = r.Settle
+	if r.Meter != "" {
+		if err := syntax.Meter(r.Meter); err != nil {
+			rep.add(rp+".meter", err.Error())
+			ok = false
+		} else if !r.Settle {
+			rep.addf(rp+".meter", "%q needs settle: true (a meter is read only when a request's charge is settled; without settle the rule charges its cost at admission and the meter would say nothing)", r.Meter)
+			ok = false
+		}
+		cr.shape.meter = r.Meter
+		c.meterEst = c.meterEst || r.Cost == 0
+	}
 	switch {
 	case r.MaxWait < 0:
 		rep.addf(rp+".max_wait", "%s is negative", r.MaxWait)
@@ -85,7 +99,8 @@ func compileShaping(rep *reporter, rp string, r *Rule, cr *cRule, c *compiled, t
 	return ok
 }
 
-// shaping decodes a rule's settle, max_wait and max_waiters fields.
+// shaping decodes a rule's settle, meter, max_wait and max_waiters
+// fields.
 func (d *decoder) shaping(key string, v *yaml.Node, fp string, r *Rule) {
 	switch key {
 	case "settle":
@@ -97,6 +112,14 @@ func (d *decoder) shaping(key string, v *yaml.Node, fp string, r *Rule) {
 				d.fail(fp, v, "%q is not a positive duration such as 250ms", s)
 			} else {
 				r.MaxWait = w
+			}
+		}
+	case "meter":
+		if s, ok := d.str(v, fp); ok {
+			if strings.TrimSpace(s) == "" {
+				d.fail(fp, v, "is empty: leave meter out for the default meter")
+			} else {
+				r.Meter = s // its spelling is checked with the rule
 			}
 		}
 	case "max_waiters":
@@ -230,6 +253,7 @@ type charges struct {
 	buckets []quota.Bucket
 	took    []quota.Result
 	settles []bool
+	meters  []string // each bucket's rule's meter ("" the default)
 	// wait is the longest Result.Wait of the real take; waitKeys are the
 	// keys that booked one, with their rules' waiter caps.
 	wait     time.Duration
@@ -241,7 +265,8 @@ type charges struct {
 func (ch *charges) reset() {
 	clear(ch.buckets)
 	clear(ch.waitKeys)
-	ch.buckets, ch.took, ch.settles = ch.buckets[:0], ch.took[:0], ch.settles[:0]
+	clear(ch.meters)
+	ch.buckets, ch.took, ch.settles, ch.meters = ch.buckets[:0], ch.took[:0], ch.settles[:0], ch.meters[:0]
 	ch.waitKeys, ch.waitCaps = ch.waitKeys[:0], ch.waitCaps[:0]
 	ch.wait, ch.nsettle = 0, 0
 }
@@ -274,6 +299,7 @@ func (ch *charges) note(c *compiled, sc *scratch, bs []quota.Bucket, idx []int32
 		ch.buckets = append(ch.buckets, bs[i])
 		ch.took = append(ch.took, res[i])
 		ch.settles = append(ch.settles, cr.shape.settle)
+		ch.meters = append(ch.meters, cr.shape.meter)
 		if cr.shape.settle {
 			ch.nsettle++
 		}
@@ -432,14 +458,19 @@ func (l *Limiter) settle(ctx context.Context, bs []quota.Bucket, took []quota.Re
 }
 
 // settlement is the Done of a request with rules that settle: their
-// buckets as charged (Cost the estimate) and what the store said of each.
+// buckets as charged (Cost the estimate), what the store said of each, and
+// the meter each counts.
 type settlement struct {
 	l    *Limiter
 	ctx  context.Context
 	bs   []quota.Bucket
 	est  []int64
 	took []quota.Result
-	once atomic.Bool
+	// meters are the buckets' meters, nil when every one counts the
+	// default meter: a pointer, so that a settlement of a policy without
+	// meters stays in its allocation size class.
+	meters *meterList
+	once   atomic.Bool
 	// inline room for the common one or two settling rules
 	bbuf [2]quota.Bucket
 	ebuf [2]int64
@@ -449,6 +480,7 @@ type settlement struct {
 func (l *Limiter) newSettlement(ctx context.Context, ch *charges) *settlement {
 	s := &settlement{l: l, ctx: context.WithoutCancel(ctx)}
 	s.bs, s.est, s.took = s.bbuf[:0], s.ebuf[:0], s.tbuf[:0]
+	named := false
 	for i := range ch.buckets {
 		if !ch.settles[i] {
 			continue
@@ -456,24 +488,68 @@ func (l *Limiter) newSettlement(ctx context.Context, ch *charges) *settlement {
 		s.bs = append(s.bs, ch.buckets[i])
 		s.est = append(s.est, ch.buckets[i].Cost)
 		s.took = append(s.took, ch.took[i])
+		named = named || ch.meters[i] != ""
+	}
+	if named { // only a policy with meters pays for them
+		ml := &meterList{}
+		ml.names = ml.buf[:0]
+		for i := range ch.buckets {
+			if ch.settles[i] {
+				ml.names = append(ml.names, ch.meters[i])
+			}
+		}
+		s.meters = ml
 	}
 	return s
 }
 
-// finish settles: with an actual cost (res.HasCost), each bucket is
-// charged the difference from its estimate, or refunded it (floodgate.
-// Ignored, cost 0, refunds the whole charge); without one the charge
-// stands. Called more than once, it settles once.
+// meter is the meter bucket i counts; "" the default one.
+func (s *settlement) meter(i int) string {
+	if s.meters == nil {
+		return ""
+	}
+	return s.meters.names[i]
+}
+
+// meterList is a settlement's meters, with inline room for the common
+// one or two settling rules.
+type meterList struct {
+	names []string
+	buf   [2]string
+}
+
+// finish settles, every bucket in one store call: each is charged the
+// difference between its estimate and the actual value of its meter, or
+// refunded it: the default meter's is res.Cost (when res.HasCost), a named
+// meter's what res.Meters has of it. A bucket whose meter has no actual
+// value keeps its charge. floodgate.Ignored (a later stage denied the
+// request) refunds every bucket its whole charge, whatever its meter.
+// Called more than once, it settles once.
 func (s *settlement) finish(res floodgate.Result) {
-	if !s.once.CompareAndSwap(false, true) || !res.HasCost {
+	if !s.once.CompareAndSwap(false, true) {
 		return
 	}
-	any := false
+	// floodgate.Ignored, compared field by field: Meters may hold a value
+	// == cannot compare.
+	ignored := res.Outcome == floodgate.OutcomeIgnored && res.HasCost && res.Cost == 0 && res.Meters == nil
+	n := 0 // the buckets to settle, moved to the front
 	for i := range s.bs {
-		s.bs[i].Cost = res.Cost - s.est[i]
-		any = any || s.bs[i].Cost != 0
+		actual, ok := res.Cost, res.HasCost
+		if m := s.meter(i); m != "" && !ignored {
+			actual, ok = 0, false
+			if res.Meters != nil {
+				actual, ok = res.Meters.Meter(m)
+			}
+		}
+		if !ok || actual == s.est[i] {
+			continue
+		}
+		b, t := s.bs[i], s.took[i]
+		b.Cost = actual - s.est[i]
+		s.bs[n], s.took[n] = b, t
+		n++
 	}
-	if any {
-		s.l.settle(s.ctx, s.bs, s.took)
+	if n > 0 {
+		s.l.settle(s.ctx, s.bs[:n], s.took[:n])
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/floodgate-go/floodgate/tiers"
 )
 
-// TestReadmeShapingPolicies: the YAML of the settlement and max_wait
-// sections of docs/policy.md loads, and says what the sections say it does.
+// TestReadmeShapingPolicies: the YAML of the settlement, meters and
+// max_wait sections of docs/policy.md loads, and says what the sections say it does.
 func TestReadmeShapingPolicies(t *testing.T) {
 	data, err := os.ReadFile("../docs/policy.md")
 	if err != nil {
@@ -18,6 +18,9 @@ func TestReadmeShapingPolicies(t *testing.T) {
 	for heading, check := range map[string]func(p *tiers.Policy) bool{
 		"## Charge after the response: settlement\n": func(p *tiers.Policy) bool { return p.Rules[0].Settle },
 		"## Shape instead of deny: max_wait\n":       func(p *tiers.Policy) bool { return p.Rules[0].MaxWait > 0 && p.Rules[0].MaxWaiters == 32 },
+		"### Several meters: input and output tokens\n": func(p *tiers.Policy) bool {
+			return len(p.Rules) == 3 && p.Rules[0].Meter == "" && p.Rules[1].Meter == "input_tokens" && p.Rules[2].Meter == "output_tokens" && p.Rules[2].Cost == 1000 && p.Rules[1].Settle && p.Rules[2].Settle
+		},
 	} {
 		_, section, ok := strings.Cut(string(data), "\n"+heading)
 		if !ok {

@@ -192,7 +192,10 @@ func policyNotes(p *tiers.Policy) []string {
 			}
 			notes = append(notes, fmt.Sprintf("rule %s: async, decided locally and reported every %s or later, may admit over the limit by its documented bound (needs a tiers/localfirst store: a Limiter over any other refuses it)", r.Name, iv))
 		}
-		if r.Settle {
+		switch {
+		case r.Settle && r.Meter != "":
+			notes = append(notes, fmt.Sprintf("rule %s: settles meter %s, charged its cost or the meter's estimate when admitted and corrected to the value the handler reports for %s (floodgate.ReportMeter) when it ends", r.Name, r.Meter, r.Meter))
+		case r.Settle:
 			notes = append(notes, fmt.Sprintf("rule %s: settles, charged its cost when admitted and corrected to the request's actual cost when it ends", r.Name))
 		}
 		if r.MaxWait > 0 {

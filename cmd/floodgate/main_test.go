@@ -148,6 +148,7 @@ func TestValidateNotes(t *testing.T) {
   - {name: tenant, key: [tenant], rate: 1000/1s, consistency: async}
   - {name: user, key: [user], rate: 100/1s, consistency: leased}
   - {name: tokens, key: [tenant], rate: 10000/1m, settle: true}
+  - {name: output, key: [tenant], rate: 10000/1m, settle: true, meter: output_tokens}
   - {name: burst, key: [user], rate: 10/1s, max_wait: 200ms}
 `), 0o644)
 	bad := filepath.Join(dir, "bad.yaml")
@@ -166,10 +167,11 @@ func TestValidateNotes(t *testing.T) {
 		"  reads headers x-client-type, x-region (clients choose them: they select and split limits, they are no identity)\n" +
 		shadow + ": ok (1 rules, 0 tiers, 0 overrides)\n" +
 		"  shadow: every rule is decided and reported, none denies\n" +
-		local + ": ok (4 rules, 0 tiers, 0 overrides)\n" +
+		local + ": ok (5 rules, 0 tiers, 0 overrides)\n" +
 		"  rule tenant: async, decided locally and reported every 50ms or later, may admit over the limit by its documented bound (needs a tiers/localfirst store: a Limiter over any other refuses it)\n" +
 		"  rule user: leased, decided locally from units leased from the store, never over the limit (needs a tiers/localfirst store: a Limiter over any other refuses it)\n" +
 		"  rule tokens: settles, charged its cost when admitted and corrected to the request's actual cost when it ends\n" +
+		"  rule output: settles meter output_tokens, charged its cost or the meter's estimate when admitted and corrected to the value the handler reports for output_tokens (floodgate.ReportMeter) when it ends\n" +
 		"  rule burst: waits up to 200ms for its units instead of denying, at most 64 requests of a bucket at once per process\n"
 	if out.String() != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)

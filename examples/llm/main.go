@@ -1,9 +1,11 @@
-// Command llm is a fake LLM completion API whose tenants have a budget of
-// generated tokens: a request is admitted on an estimate (its max_tokens)
-// and, once the completion is done, the handler reports how many tokens it
-// really generated with floodgate.ReportCost, and the difference is
-// settled in the tenant's bucket. A per-tenant request rate shapes bursts
-// (max_wait) instead of failing them.
+// Command llm is a fake LLM completion API whose tenants have a plan
+// priced per meter: a budget of input (prompt) tokens and one of output
+// (generated) tokens. A request is admitted on an estimate of each (its
+// prompt's bytes, its max_tokens) and, once the completion is done, the
+// handler reports how many tokens it really read and generated with
+// floodgate.ReportMeter, and each budget is settled with its own meter's
+// count. A per-tenant request rate shapes bursts (max_wait) instead of
+// failing them.
 //
 //	cd examples && go run ./llm
 //	curl -i -H 'X-Tenant: acme' -d '{"prompt":"write a haiku about queues","max_tokens":256}' http://127.0.0.1:8081/v1/complete
@@ -168,8 +170,9 @@ func newHandler(store quota.Store, policy *tiers.Policy, clk floodgate.Clock) (h
 	fg, err := interceptor.New(
 		// An auth proxy in front sets X-Tenant and strips the client's.
 		interceptor.WithTenant(interceptor.FromHeader("X-Tenant")),
-		// The estimate charged at admission: the request's max_tokens,
-		// read from its body (which is put back for the handler).
+		// The estimates charged at admission: the prompt's bytes and
+		// the request's max_tokens, read from its body (which is put
+		// back for the handler).
 		interceptor.WithCost(estimate),
 	)
 	if err != nil {
@@ -190,9 +193,16 @@ type completionRequest struct {
 type completionResponse struct {
 	Completion string `json:"completion"`
 	Usage      struct {
-		Tokens int64 `json:"tokens"`
+		InputTokens  int64 `json:"input_tokens"`
+		OutputTokens int64 `json:"output_tokens"`
 	} `json:"usage"`
 }
+
+// The meters the policy's token rules charge (their meter:).
+const (
+	InputTokens  = "input_tokens"
+	OutputTokens = "output_tokens"
+)
 
 // readRequest decodes r's body and puts it back, so the estimate and the
 // handler can both read it.
@@ -216,9 +226,13 @@ func readRequest(r *http.Request) (completionRequest, error) {
 	return req, nil
 }
 
-// estimate is the WithCost func: the completion's max_tokens, or 0 (the
-// rule's default cost, 1) for a request the handler will refuse.
-func estimate(_ context.Context, _ string, md interceptor.Metadata) int64 {
+// estimate is the WithCost func. It estimates each meter by reporting it
+// on the request's context before admission: input tokens, the prompt's
+// bytes (a token is at least one byte); output tokens, the completion's
+// max_tokens. A request the handler will refuse reports nothing (each
+// token rule then charges 1). It returns 0: the request's own cost (the
+// default meter) stays unset, and tenant-requests has cost 1.
+func estimate(ctx context.Context, _ string, md interceptor.Metadata) int64 {
 	r := md.HTTPRequest()
 	if r == nil {
 		return 0
@@ -227,26 +241,50 @@ func estimate(_ context.Context, _ string, md interceptor.Metadata) int64 {
 	if err != nil {
 		return 0
 	}
-	return req.MaxTokens
+	for _, err := range []error{
+		floodgate.ReportMeter(ctx, InputTokens, int64(len(req.Prompt))),
+		floodgate.ReportMeter(ctx, OutputTokens, req.MaxTokens),
+	} {
+		if err != nil {
+			slog.Warn("llm example: estimating the tokens", "error", err)
+		}
+	}
+	return 0
 }
 
-// complete is the fake model: it "generates" Tokens(prompt, max_tokens)
-// tokens and reports that count as the request's actual cost.
+// complete is the fake model: it reads InputTokens(prompt) tokens and
+// "generates" Tokens(prompt, max_tokens), and reports both counts, each
+// for its meter.
 func complete(w http.ResponseWriter, r *http.Request) {
 	req, err := readRequest(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		_ = floodgate.ReportCost(r.Context(), 0) // nothing generated: refund the estimate
+		// Nothing read or generated: refund the estimates.
+		_ = floodgate.ReportMeter(r.Context(), InputTokens, 0)
+		_ = floodgate.ReportMeter(r.Context(), OutputTokens, 0)
 		return
 	}
 	var resp completionResponse
-	resp.Usage.Tokens = Tokens(req.Prompt, req.MaxTokens)
-	resp.Completion = strings.Repeat("tok ", int(resp.Usage.Tokens))
-	if err := floodgate.ReportCost(r.Context(), resp.Usage.Tokens); err != nil {
-		slog.Warn("llm example: reporting the cost", "error", err)
+	resp.Usage.InputTokens = PromptTokens(req.Prompt)
+	resp.Usage.OutputTokens = Tokens(req.Prompt, req.MaxTokens)
+	resp.Completion = strings.Repeat("tok ", int(resp.Usage.OutputTokens))
+	for _, err := range []error{
+		floodgate.ReportMeter(r.Context(), InputTokens, resp.Usage.InputTokens),
+		floodgate.ReportMeter(r.Context(), OutputTokens, resp.Usage.OutputTokens),
+	} {
+		if err != nil {
+			slog.Warn("llm example: reporting the tokens", "error", err)
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(resp)
+}
+
+// PromptTokens is how many tokens the fake model reads of prompt: one per
+// four bytes, at least one, never more than the prompt's bytes (the
+// estimate) for a prompt that is not empty.
+func PromptTokens(prompt string) int64 {
+	return 1 + int64(len(prompt))/4
 }
 
 // Tokens is how many tokens the fake model generates for prompt: a

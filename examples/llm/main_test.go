@@ -22,9 +22,12 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
-// budget is the policy's tenant-tokens burst (and, on a frozen clock, the
-// whole budget).
-const budget = 20000
+// The policy's token budgets (their bursts and, on a frozen clock, the
+// whole budgets).
+const (
+	inputBudget  = 30000
+	outputBudget = 20000
+)
 
 func mustPolicy(t *testing.T) *tiers.Policy {
 	t.Helper()
@@ -46,15 +49,16 @@ func post(t *testing.T, h http.Handler, tenant, prompt string, maxTokens int64) 
 	return rec
 }
 
-// left reads what tenant has left of its token budget, charging nothing.
-func left(t *testing.T, store quota.Store, policy *tiers.Policy, tenant string) int64 {
+// left reads what tenant has left in the bucket of rule, charging
+// nothing.
+func left(t *testing.T, store quota.Store, policy *tiers.Policy, tenant, rule string) int64 {
 	t.Helper()
 	l, err := tiers.NewLimiter(store, policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range l.Buckets(nil, &floodgate.Request{Method: Route, Identity: floodgate.Identity{Tenant: tenant}}) {
-		if b.Rule == "tenant-tokens" {
+		if b.Rule == rule {
 			b.Cost = 0
 			var res [1]quota.Result
 			if _, err := store.Take(context.Background(), []quota.Bucket{b}, res[:]); err != nil {
@@ -63,16 +67,19 @@ func left(t *testing.T, store quota.Store, policy *tiers.Policy, tenant string) 
 			return res[0].Remaining
 		}
 	}
-	t.Fatal("no tenant-tokens bucket")
+	t.Fatalf("no %s bucket", rule)
 	return 0
 }
 
 // quotaHolds sends 45 completions of varying size for each of three
 // tenants on a frozen clock, and checks every decision against the model
-// of the budget: a request is admitted iff its max_tokens (the estimate)
-// fits what the tenant has left, and then costs exactly the tokens it
-// generated. The tenant's bucket ends with exactly what the model says,
-// and the tokens generated for admitted requests never exceed the budget.
+// of the two budgets: a request is admitted iff both its estimates fit
+// what the tenant has left (its prompt's bytes of input tokens, its
+// max_tokens of output tokens), and then costs exactly the tokens it read
+// at the input budget and the tokens it generated at the output budget; a
+// request either budget denies costs nothing at either. Both buckets end
+// with exactly what the model says, and the tokens used by admitted
+// requests never exceed a budget. Each budget denies some requests.
 func quotaHolds(t *testing.T, store quota.Store, clk *clock.Fake) {
 	policy := mustPolicy(t)
 	h, err := newHandler(store, policy, clk)
@@ -81,48 +88,64 @@ func quotaHolds(t *testing.T, store quota.Store, clk *clock.Fake) {
 	}
 	g := uint64(42)
 	next := func(n int64) int64 { g = g*6364136223846793005 + 1442695040888963407; return int64(g>>33) % n }
+	byInput, byOutput := 0, 0
 	for _, tenant := range []string{"acme", "globex", "initech"} {
-		model := int64(budget)
-		var generated int64
-		admitted, denied := 0, 0
+		in, out := int64(inputBudget), int64(outputBudget) // the model
+		var read, generated int64
+		admitted := 0
 		for i := range 45 { // under the 50 requests a tenant may make at once
 			maxTokens := 256 + next(1793) // 256 .. 2048
-			prompt := fmt.Sprintf("%s request %d: %d", tenant, i, next(1000))
+			prompt := fmt.Sprintf("%s request %d: %s", tenant, i, strings.Repeat("lorem ", int(next(1000))))
 			rec := post(t, h, tenant, prompt, maxTokens)
-			fits := maxTokens <= model
+			inFits, outFits := int64(len(prompt)) <= in, maxTokens <= out
 			switch {
-			case fits && rec.Code == http.StatusOK:
+			case inFits && outFits && rec.Code == http.StatusOK:
 				var resp completionResponse
 				if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
 					t.Fatal(err)
 				}
-				if want := Tokens(prompt, maxTokens); resp.Usage.Tokens != want || resp.Usage.Tokens > maxTokens {
-					t.Fatalf("%s %d: generated %d, want %d (<= %d)", tenant, i, resp.Usage.Tokens, want, maxTokens)
+				u := resp.Usage
+				if u.OutputTokens != Tokens(prompt, maxTokens) || u.OutputTokens > maxTokens || u.InputTokens != PromptTokens(prompt) || u.InputTokens > int64(len(prompt)) {
+					t.Fatalf("%s %d: usage %+v, want %d (<= %d) in and %d (<= %d) out", tenant, i, u, PromptTokens(prompt), len(prompt), Tokens(prompt, maxTokens), maxTokens)
 				}
-				model -= resp.Usage.Tokens
-				generated += resp.Usage.Tokens
+				in -= u.InputTokens
+				out -= u.OutputTokens
+				read += u.InputTokens
+				generated += u.OutputTokens
 				admitted++
-			case !fits && rec.Code == http.StatusTooManyRequests:
+			case !(inFits && outFits) && rec.Code == http.StatusTooManyRequests:
 				if rec.Header().Get("Retry-After") == "" {
 					t.Fatalf("%s %d: 429 without Retry-After", tenant, i)
 				}
-				denied++
+				if !inFits {
+					byInput++
+				}
+				if !outFits {
+					byOutput++
+				}
 			default:
-				t.Fatalf("%s %d: max_tokens %d with %d left: status %d, want %s", tenant, i, maxTokens, model,
-					rec.Code, map[bool]string{true: "200", false: "429"}[fits])
+				t.Fatalf("%s %d: %d bytes of prompt with %d input tokens left, max_tokens %d with %d output tokens left: status %d",
+					tenant, i, len(prompt), in, maxTokens, out, rec.Code)
 			}
-			if got := left(t, store, policy, tenant); got != model {
-				t.Fatalf("%s %d: the bucket holds %d, the model %d", tenant, i, got, model)
+			if got := left(t, store, policy, tenant, "tenant-input-tokens"); got != in {
+				t.Fatalf("%s %d: the input bucket holds %d, the model %d", tenant, i, got, in)
+			}
+			if got := left(t, store, policy, tenant, "tenant-output-tokens"); got != out {
+				t.Fatalf("%s %d: the output bucket holds %d, the model %d", tenant, i, got, out)
 			}
 		}
-		if generated > budget || generated != budget-model {
-			t.Fatalf("%s: %d tokens generated for admitted requests, budget %d, %d left", tenant, generated, budget, model)
+		if read > inputBudget || read != inputBudget-in || generated > outputBudget || generated != outputBudget-out {
+			t.Fatalf("%s: %d tokens read and %d generated for admitted requests, budgets %d and %d, %d and %d left", tenant, read, generated, inputBudget, outputBudget, in, out)
 		}
-		if admitted < 10 || denied < 5 {
-			t.Fatalf("%s: %d admitted, %d denied: the trace does not reach the budget", tenant, admitted, denied)
+		if admitted < 10 {
+			t.Fatalf("%s: %d admitted", tenant, admitted)
 		}
-		t.Logf("%s: %d admitted (%d tokens generated of %d), %d denied", tenant, admitted, generated, budget, denied)
+		t.Logf("%s: %d admitted (%d of %d input tokens read, %d of %d output tokens generated)", tenant, admitted, read, inputBudget, generated, outputBudget)
 	}
+	if byInput == 0 || byOutput == 0 {
+		t.Fatalf("denials: %d by the input budget, %d by the output budget: the trace does not reach both", byInput, byOutput)
+	}
+	t.Logf("denials: %d by the input budget, %d by the output budget", byInput, byOutput)
 }
 
 func TestTenantTokenQuotaHolds(t *testing.T) {
@@ -215,7 +238,7 @@ func TestRun(t *testing.T) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	var cr completionResponse
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &cr) != nil || cr.Usage.Tokens != Tokens("write a haiku about queues", 256) {
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &cr) != nil || cr.Usage.OutputTokens != Tokens("write a haiku about queues", 256) || cr.Usage.InputTokens != PromptTokens("write a haiku about queues") {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	if !strings.Contains(resp.Header.Get("RateLimit-Policy"), "tenant-") {

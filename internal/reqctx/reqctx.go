@@ -1,8 +1,8 @@
 // Package reqctx is the context node that carries a call's
 // floodgate.Request: how a transport (package interceptor) starts a call,
 // how a later floodgate interceptor of the same call finds the Request
-// and who built it, and where floodgate.ReportCost leaves the actual cost
-// for the transport to read when the call ends.
+// and who built it, and where floodgate.ReportCost and ReportMeter leave
+// the actual costs for the transport to read when the call ends.
 //
 // What it decides: that the Request and the context that carries it are
 // one allocation, and that the context still cancels as its parent does
@@ -13,6 +13,7 @@ package reqctx
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -31,8 +32,15 @@ type node[R any] struct {
 	context.Context
 	r      R
 	origin any
-	cost   atomic.Int64 // SetCost's value plus one; 0 when none was set
+	costs  costs
 	wait   atomic.Int64 // nanoseconds a stage waited on a degraded store (Wait)
+}
+
+// costs is what the handler reported of the request's actual cost: the
+// default meter's (SetCost) and the named meters' (SetMeter).
+type costs struct {
+	cost   atomic.Int64 // SetCost's value plus one; 0 when none was set
+	meters atomic.Pointer[Meters]
 }
 
 func (c *node[R]) Value(key any) any {
@@ -42,7 +50,7 @@ func (c *node[R]) Value(key any) any {
 	case originKey{}:
 		return c.origin
 	case costKey{}:
-		return &c.cost
+		return &c.costs
 	case waitKey{}:
 		return &c.wait
 	}
@@ -72,11 +80,11 @@ func Origin(ctx context.Context) any { return ctx.Value(originKey{}) }
 // replacing an earlier one. It reports false, and records nothing, when
 // ctx carries no request made by New.
 func SetCost(ctx context.Context, n int64) bool {
-	c, ok := ctx.Value(costKey{}).(*atomic.Int64)
+	c, ok := ctx.Value(costKey{}).(*costs)
 	if !ok {
 		return false
 	}
-	c.Store(n + 1)
+	c.cost.Store(n + 1)
 	return true
 }
 
@@ -84,12 +92,81 @@ func SetCost(ctx context.Context, n int64) bool {
 // whether one was given. A transport reads it when the request finishes,
 // for Result.Cost and Result.HasCost.
 func Cost(ctx context.Context) (int64, bool) {
-	c, ok := ctx.Value(costKey{}).(*atomic.Int64)
+	n, ok, _ := Costs(ctx)
+	return n, ok
+}
+
+// Costs returns, in one lookup, what Cost returns and the named meters
+// reported for the request in ctx (SetMeter), nil when none was.
+func Costs(ctx context.Context) (int64, bool, *Meters) {
+	c, ok := ctx.Value(costKey{}).(*costs)
 	if !ok {
-		return 0, false
+		return 0, false, nil
 	}
-	if v := c.Load(); v > 0 {
-		return v - 1, true
+	m := c.meters.Load()
+	if v := c.cost.Load(); v > 0 {
+		return v - 1, true, m
+	}
+	return 0, false, m
+}
+
+// SetMeter records n (>= 0) as the actual value of the named meter
+// (non-empty: the default meter's is SetCost's) for the request in ctx,
+// replacing an earlier one. It reports false, and records nothing, when
+// ctx carries no request made by New. The first call of a request
+// allocates its Meters; requests that report no meter allocate nothing.
+func SetMeter(ctx context.Context, name string, n int64) bool {
+	c, ok := ctx.Value(costKey{}).(*costs)
+	if !ok {
+		return false
+	}
+	m := c.meters.Load()
+	if m == nil {
+		m = &Meters{}
+		if !c.meters.CompareAndSwap(nil, m) {
+			m = c.meters.Load()
+		}
+	}
+	m.set(name, n)
+	return true
+}
+
+// Meters are the values of the named meters reported for one request
+// (SetMeter). Safe for concurrent use.
+type Meters struct {
+	mu    sync.Mutex
+	names []string
+	vals  []int64
+	// inline room for the common few meters
+	nbuf [4]string
+	vbuf [4]int64
+}
+
+func (m *Meters) set(name string, n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, k := range m.names {
+		if k == name {
+			m.vals[i] = n
+			return
+		}
+	}
+	if m.names == nil {
+		m.names, m.vals = m.nbuf[:0], m.vbuf[:0]
+	}
+	m.names = append(m.names, name)
+	m.vals = append(m.vals, n)
+}
+
+// Meter returns the value last reported for the named meter, and whether
+// one was.
+func (m *Meters) Meter(name string) (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, k := range m.names {
+		if k == name {
+			return m.vals[i], true
+		}
 	}
 	return 0, false
 }

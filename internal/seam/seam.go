@@ -229,10 +229,14 @@ func CallResult(ctx context.Context, code codes.Code) floodgate.Result {
 
 // Result is what a transport hands every admitted stage's Done: the
 // outcome o and, when the handler called floodgate.ReportCost, the actual
-// cost.
+// cost, and when it called floodgate.ReportMeter, the named meters'.
 func Result(ctx context.Context, o floodgate.Outcome) floodgate.Result {
 	res := floodgate.Result{Outcome: o}
-	res.Cost, res.HasCost = reqctx.Cost(ctx)
+	var m *reqctx.Meters
+	res.Cost, res.HasCost, m = reqctx.Costs(ctx)
+	if m != nil { // never a nil *Meters in the interface
+		res.Meters = m
+	}
 	return res
 }
 

@@ -68,3 +68,21 @@ func CheckNet(p netip.Prefix) (netip.Prefix, error) {
 	}
 	return p, nil
 }
+
+// MaxMeter is the longest name of a meter.
+const MaxMeter = 64
+
+// Meter checks the name of a meter (a rule's meter:,
+// floodgate.ReportMeter): 1 to MaxMeter of [A-Za-z0-9_.-]. The error says
+// what is wrong, for the caller to prefix with where.
+func Meter(s string) error {
+	switch {
+	case s == "":
+		return errors.New("is empty (leave it out for the default meter)")
+	case len(s) > MaxMeter:
+		return fmt.Errorf("%.20q... is longer than %d bytes", s, MaxMeter)
+	case !Name(s):
+		return fmt.Errorf("%q is not a meter name: use one or more of [A-Za-z0-9_.-], such as output_tokens", s)
+	}
+	return nil
+}
