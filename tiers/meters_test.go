@@ -94,8 +94,8 @@ func reported(t *testing.T, meters ...any) floodgate.Result {
 	return res
 }
 
-// left returns what is left in each of the rules' buckets for r.
-func left(t *testing.T, s quota.Store, l *tiers.Limiter, r *floodgate.Request, rules ...string) []int64 {
+// meterLeft returns what is left in each of the rules' buckets for r.
+func meterLeft(t *testing.T, s quota.Store, l *tiers.Limiter, r *floodgate.Request, rules ...string) []int64 {
 	t.Helper()
 	out := make([]int64, len(rules))
 	for i, rule := range rules {
@@ -158,11 +158,11 @@ func TestMetersSettleEachLevel(t *testing.T) {
 			if !d.Allowed || done == nil {
 				t.Fatalf("%s: allowed=%v done=%v, want allowed with a Done", st.name, d.Allowed, done != nil)
 			}
-			if got := left(t, s, l, r, rules...); !equalInts(got, st.admitted) {
+			if got := meterLeft(t, s, l, r, rules...); !equalInts(got, st.admitted) {
 				t.Fatalf("%s: left after admission %v, want %v", st.name, got, st.admitted)
 			}
 			done(st.res)
-			if got := left(t, s, l, r, rules...); !equalInts(got, st.want) {
+			if got := meterLeft(t, s, l, r, rules...); !equalInts(got, st.want) {
 				t.Fatalf("%s: left after settling %v, want %v", st.name, got, st.want)
 			}
 			if got := l.SettleStats(); got.Settled != st.settled || got.Failed != 0 {
@@ -187,7 +187,7 @@ func TestMetersAllOrNothing(t *testing.T) {
 		}
 		done(reported(t, "input_tokens", 100, "output_tokens", 199_500)) // 500 output tokens left
 		before := []int64{59, 1_000_000 - 100, 500}
-		if got := left(t, s, l, r, rules...); !equalInts(got, before) {
+		if got := meterLeft(t, s, l, r, rules...); !equalInts(got, before) {
 			t.Fatalf("left %v, want %v", got, before)
 		}
 		d, done = admitDone(t, l, r)
@@ -197,7 +197,7 @@ func TestMetersAllOrNothing(t *testing.T) {
 		if d.Policy != "output" {
 			t.Fatalf("denied by %q, want output", d.Policy)
 		}
-		if got := left(t, s, l, r, rules...); !equalInts(got, before) {
+		if got := meterLeft(t, s, l, r, rules...); !equalInts(got, before) {
 			t.Fatalf("after a deny: left %v, want %v (nothing charged at any level)", got, before)
 		}
 		other := tenantReq("globex")
@@ -287,11 +287,11 @@ func TestMeterEstimates(t *testing.T) {
 	if err != nil || !d.Allowed || done == nil {
 		t.Fatalf("Admit = %+v, %v, %v", d, done != nil, err)
 	}
-	if got, want := left(t, s, l, r, rules...), []int64{993, 4999, 1999}; !equalInts(got, want) {
+	if got, want := meterLeft(t, s, l, r, rules...), []int64{993, 4999, 1999}; !equalInts(got, want) {
 		t.Fatalf("no estimates: left %v, want %v", got, want)
 	}
 	done(floodgate.Result{}) // nothing reported: every estimate stands
-	if got, want := left(t, s, l, r, rules...), []int64{993, 4999, 1999}; !equalInts(got, want) {
+	if got, want := meterLeft(t, s, l, r, rules...), []int64{993, 4999, 1999}; !equalInts(got, want) {
 		t.Fatalf("nothing reported: left %v, want %v", got, want)
 	}
 
@@ -309,7 +309,7 @@ func TestMeterEstimates(t *testing.T) {
 	if err != nil || !d.Allowed || done == nil {
 		t.Fatalf("Admit = %+v, %v, %v", d, done != nil, err)
 	}
-	if got, want := left(t, s, l, r, rules...), []int64{986, 4699, 1499}; !equalInts(got, want) {
+	if got, want := meterLeft(t, s, l, r, rules...), []int64{986, 4699, 1499}; !equalInts(got, want) {
 		t.Fatalf("estimates 300 and 500: left %v, want %v", got, want)
 	}
 	// The handler reports the output (120) and the default meter (2);
@@ -322,7 +322,7 @@ func TestMeterEstimates(t *testing.T) {
 	}
 	_, _, m := reqctx.Costs(ctx)
 	done(floodgate.Result{Cost: 2, HasCost: true, Meters: m})
-	if got, want := left(t, s, l, r, rules...), []int64{991, 4699, 1879}; !equalInts(got, want) {
+	if got, want := meterLeft(t, s, l, r, rules...), []int64{991, 4699, 1879}; !equalInts(got, want) {
 		t.Fatalf("settled: left %v, want %v", got, want)
 	}
 
@@ -337,7 +337,7 @@ func TestMeterEstimates(t *testing.T) {
 	if d.Allowed || done != nil || !errors.Is(err, tiers.ErrCostExceedsCapacity) || d.Policy != "output" {
 		t.Fatalf("an estimate above capacity: %+v, done %v, err %v; want a deny by output wrapping ErrCostExceedsCapacity", d, done != nil, err)
 	}
-	if got, want := left(t, s, l, r, rules...), []int64{991, 4699, 1879}; !equalInts(got, want) {
+	if got, want := meterLeft(t, s, l, r, rules...), []int64{991, 4699, 1879}; !equalInts(got, want) {
 		t.Fatalf("after the deny: left %v, want %v (nothing charged)", got, want)
 	}
 }
