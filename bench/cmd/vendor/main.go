@@ -228,6 +228,8 @@ type result struct {
 
 func runMode(ctx context.Context, cfg config, mode, redisURL string, n int) (result, error) {
 	v := newVendor(cfg.vendorRate, cfg.vendorBurst)
+	start := time.Now().Add(2 * time.Second) // every process is built by then
+	v.start = start                          // before the vendor serves: its handler reads it
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return result{}, err
@@ -235,8 +237,6 @@ func runMode(ctx context.Context, cfg config, mode, redisURL string, n int) (res
 	srv := &http.Server{Handler: v, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Close()
-	start := time.Now().Add(2 * time.Second) // every process is built by then
-	v.start = start
 	cc := clientConfig{
 		Mode: mode, VendorURL: "http://" + lis.Addr().String(), RedisURL: redisURL,
 		Service: "vendor-" + strconv.Itoa(n), Policy: policy(cfg, mode),
