@@ -203,29 +203,34 @@ type waiters struct {
 	// callers are, under fairness, the waiters of each rank by caller,
 	// each caller's in the rank's order (linked by cprev, cnext): a scan
 	// looks at each caller's first, not at every waiter. Guarded by mu.
-	callers [floodgate.NumPriorities]map[fair.Key]*callerList
+	callers [floodgate.NumPriorities]map[fair.Key]*waitList
 }
 
-// callerList is one caller's waiters of one rank, oldest at head.
-type callerList struct{ head, tail *waiter }
-
-// waitList is a doubly linked list of waiters, oldest at head.
+// waitList is a doubly linked list of waiters, oldest at head: a rank's
+// (linked by each waiter's byRank) or one caller's of a rank (byCaller).
 type waitList struct{ head, tail *waiter }
+
+// link is a waiter's place in one waitList.
+type link struct{ prev, next *waiter }
+
+// byRank and byCaller pick the link of a waiter's rank's list and of its
+// caller's list.
+func byRank(w *waiter) *link   { return &w.rankLink }
+func byCaller(w *waiter) *link { return &w.callerLink }
 
 // waiter is one request waiting for a slot.
 type waiter struct {
 	r          *floodgate.Request
 	rank       int
-	at         int64 // when it joined the queue (ns on the clock)
-	prev, next *waiter
-	queued     bool        // in a list; guarded by waiters.mu
-	handed     bool        // granted by another request's scan, not its own; set before ch receives
-	tried      uint64      // the scan (waiters.scans) that last tried it, under fairness
-	fs         *fair.Share // the Share counting it while it waits; nil: none
-	ck         fair.Key    // its caller, with fs
-	seq        uint64      // its place in arrival order (waiters.pushes)
-	cprev      *waiter     // its caller's waiters of its rank, with fs (waiters.callers)
-	cnext      *waiter
+	at         int64         // when it joined the queue (ns on the clock)
+	rankLink   link          // in its rank's list
+	queued     bool          // in a list; guarded by waiters.mu
+	handed     bool          // granted by another request's scan, not its own; set before ch receives
+	tried      uint64        // the scan (waiters.scans) that last tried it, under fairness
+	fs         *fair.Share   // the Share counting it while it waits; nil: none
+	ck         fair.Key      // its caller, with fs
+	seq        uint64        // its place in arrival order (waiters.pushes)
+	callerLink link          // in its caller's list of its rank, with fs (waiters.callers)
 	ch         chan struct{} // receives once the waiter is granted or evicted
 	d          floodgate.Decision
 	done       floodgate.Done
@@ -252,7 +257,7 @@ func (q *waiters) set(w Wait) {
 func (q *waiters) refair(fs *fair.Share) {
 	var all []*waiter
 	for rk := range q.lists {
-		for w := q.lists[rk].head; w != nil; w = w.next {
+		for w := q.lists[rk].head; w != nil; w = w.rankLink.next {
 			all = append(all, w)
 		}
 	}
@@ -276,21 +281,15 @@ func (q *waiters) enfair(w *waiter) {
 	fs.Queue(w.r, 1)
 	m := q.callers[w.rank]
 	if m == nil {
-		m = map[fair.Key]*callerList{}
+		m = map[fair.Key]*waitList{}
 		q.callers[w.rank] = m
 	}
 	cl := m[w.ck]
 	if cl == nil {
-		cl = &callerList{}
+		cl = &waitList{}
 		m[w.ck] = cl
 	}
-	w.cprev, w.cnext = cl.tail, nil
-	if cl.tail != nil {
-		cl.tail.cnext = w
-	} else {
-		cl.head = w
-	}
-	cl.tail = w
+	cl.pushBack(w, byCaller)
 }
 
 // unfair undoes enfair; mu is held.
@@ -301,20 +300,11 @@ func (q *waiters) unfair(w *waiter) {
 	w.fs.Queue(w.r, -1)
 	m := q.callers[w.rank]
 	cl := m[w.ck]
-	if w.cprev != nil {
-		w.cprev.cnext = w.cnext
-	} else {
-		cl.head = w.cnext
-	}
-	if w.cnext != nil {
-		w.cnext.cprev = w.cprev
-	} else {
-		cl.tail = w.cprev
-	}
+	cl.unlink(w, byCaller)
 	if cl.head == nil {
 		delete(m, w.ck)
 	}
-	w.fs, w.ck, w.cprev, w.cnext = nil, fair.Key{}, nil, nil
+	w.fs, w.ck = nil, fair.Key{}
 }
 
 // requireScopes is the RequireScopes of the limiter that waits on q.
@@ -436,7 +426,7 @@ func (q *waiters) scan(self *waiter) {
 		for w != nil {
 			var next *waiter // under fairness, chosen after w's try moved the loads
 			if fs == nil {
-				next = q.lists[rk].after(w, lifo)
+				next = after(w, lifo, byRank)
 			}
 			d, done, all, err := q.try(w.r)
 			if d.Allowed || err != nil {
@@ -478,16 +468,9 @@ func (q *waiters) firstOf(fs *fair.Share, rk int, lifo bool) *waiter {
 	var best *waiter
 	load := 0.0
 	for _, cl := range q.callers[rk] {
-		w := cl.head
-		if lifo {
-			w = cl.tail
-		}
+		w := cl.first(lifo)
 		for w != nil && w.tried == q.scans {
-			if lifo {
-				w = w.cprev
-			} else {
-				w = w.cnext
-			}
+			w = after(w, lifo, byCaller)
 		}
 		if w == nil {
 			continue
@@ -510,11 +493,40 @@ func (l *waitList) first(lifo bool) *waiter {
 	return l.head
 }
 
-func (l *waitList) after(w *waiter, lifo bool) *waiter {
+// after is the waiter a scan in order lifo reaches after w in the list
+// at links.
+func after(w *waiter, lifo bool, at func(*waiter) *link) *waiter {
 	if lifo {
-		return w.prev
+		return at(w).prev
 	}
-	return w.next
+	return at(w).next
+}
+
+// pushBack appends w to l through its link at.
+func (l *waitList) pushBack(w *waiter, at func(*waiter) *link) {
+	*at(w) = link{prev: l.tail}
+	if l.tail != nil {
+		at(l.tail).next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+}
+
+// unlink takes w out of l through its link at.
+func (l *waitList) unlink(w *waiter, at func(*waiter) *link) {
+	k := at(w)
+	if k.prev != nil {
+		at(k.prev).next = k.next
+	} else {
+		l.head = k.next
+	}
+	if k.next != nil {
+		at(k.next).prev = k.prev
+	} else {
+		l.tail = k.prev
+	}
+	*k = link{}
 }
 
 // lifo reports whether a freed slot goes to the newest waiting request
@@ -535,16 +547,9 @@ func (q *waiters) push(w *waiter) {
 	if q.n.Load() == 0 {
 		q.busySince = max(w.at, 1)
 	}
-
 	q.count[w.rank]++
-	l := &q.lists[w.rank]
-	w.prev, w.next, w.queued = l.tail, nil, true
-	if l.tail != nil {
-		l.tail.next = w
-	} else {
-		l.head = w
-	}
-	l.tail = w
+	q.lists[w.rank].pushBack(w, byRank)
+	w.queued = true
 	q.pushes++
 	w.seq = q.pushes
 	q.enfair(w)
@@ -553,18 +558,8 @@ func (q *waiters) push(w *waiter) {
 
 // remove unlinks w (mu held).
 func (q *waiters) remove(w *waiter) {
-	l := &q.lists[w.rank]
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		l.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		l.tail = w.prev
-	}
-	w.prev, w.next, w.queued = nil, nil, false
+	q.lists[w.rank].unlink(w, byRank)
+	w.queued = false
 	q.unfair(w)
 	q.count[w.rank]--
 	if q.n.Add(-1) == 0 {
@@ -591,10 +586,7 @@ func (q *waiters) heaviest(fs *fair.Share, rk int, lifo bool) *waiter {
 	var worst *waiter
 	load := 0.0
 	for _, cl := range q.callers[rk] {
-		w := cl.tail
-		if lifo {
-			w = cl.head
-		}
+		w := cl.first(!lifo)
 		l := fs.Load(w.r)
 		if worst == nil || l > load || (l == load && (w.seq > worst.seq) != lifo) {
 			worst, load = w, l
