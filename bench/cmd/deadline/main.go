@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bench/internal/harness"
 	"github.com/floodgate-go/floodgate/concurrency"
 )
 
@@ -263,9 +264,5 @@ func quantile(d []time.Duration, q float64) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func commandLine(args []string) string {
-	s := "(in bench) go run ./cmd/deadline"
-	for _, a := range args[1:] {
-		s += " " + a
-	}
-	return s
+	return "(in bench) go run ./cmd/deadline " + harness.CommandLine(args[1:])
 }

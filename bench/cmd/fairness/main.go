@@ -41,11 +41,11 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/bench/internal/harness"
 	"github.com/floodgate-go/floodgate/concurrency"
 	"github.com/floodgate-go/floodgate/shedder"
 )
@@ -262,19 +262,13 @@ func phase(o options, r row, seed uint64) (tally, error) {
 	return t, nil
 }
 
-// cpuTime is the process's user and system CPU time so far.
+// cpuTime is the process's user and system CPU time so far (0 where it
+// cannot be read).
 func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	d, _ := harness.ProcessCPU()
+	return d
 }
 
 func commandLine(args []string) string {
-	s := "(in bench) go run ./cmd/fairness"
-	for _, a := range args[1:] {
-		s += " " + a
-	}
-	return s
+	return "(in bench) go run ./cmd/fairness " + harness.CommandLine(args[1:])
 }

@@ -215,7 +215,7 @@ func Run(ctx context.Context, load Load, newOp func() Op, probe Probe) (Stats, e
 	rt0, cmd0, w0 := sumCounters(probe.Counters)
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	cpu0, cpuOK := processCPU()
+	cpu0, cpuOK := ProcessCPU()
 
 	st.Elapsed = phase(ctx, load, ops, workers, load.Duration, load.Seed)
 
@@ -224,7 +224,7 @@ func Run(ctx context.Context, load Load, newOp func() Op, probe Probe) (Stats, e
 			return Stats{}, fmt.Errorf("draining after the measured phase: %w", err)
 		}
 	}
-	cpu1, cpuOK1 := processCPU()
+	cpu1, cpuOK1 := ProcessCPU()
 	runtime.ReadMemStats(&after)
 	rt1, cmd1, w1 := sumCounters(probe.Counters)
 	if err := ctx.Err(); err != nil {

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// processCPU returns the user+system CPU time this process has used.
-func processCPU() (time.Duration, bool) {
+// ProcessCPU returns the user+system CPU time this process has used, and
+// false where it cannot be read.
+func ProcessCPU() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, false
