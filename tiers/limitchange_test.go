@@ -6,41 +6,15 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/quota"
-	"github.com/floodgate-go/floodgate/testing/clock"
-	"github.com/floodgate-go/floodgate/testing/redistest"
 	"github.com/floodgate-go/floodgate/tiers"
-	"github.com/floodgate-go/floodgate/tiers/memstore"
-	"github.com/floodgate-go/floodgate/tiers/redisstore"
 )
 
 // onEveryStore runs test, in parallel, on a limiter of policy y over each
 // store the policy-change tests run on: the in-process store and Redis,
-// standalone and a 3-master Cluster, each on fake time.
+// standalone and a 3-master Cluster, each on fake time
+// (onEveryMeterStore, without the store).
 func onEveryStore(t *testing.T, y string, test func(t *testing.T, l *tiers.Limiter)) {
-	stores := map[string]func(*testing.T, *clock.Fake) (quota.Store, error){
-		"memstore": func(_ *testing.T, clk *clock.Fake) (quota.Store, error) {
-			return memstore.New(memstore.WithClock(clk))
-		},
-		"redis": func(t *testing.T, clk *clock.Fake) (quota.Store, error) {
-			return redisstore.New(redistest.Start(t).Client(), redisstore.WithClock(clk))
-		},
-		"redis_cluster": func(t *testing.T, clk *clock.Fake) (quota.Store, error) {
-			if testing.Short() {
-				t.Skip("starts a Redis Cluster")
-			}
-			return redisstore.New(redistest.StartCluster(t).Client(), redisstore.WithClock(clk))
-		},
-	}
-	for name, newStore := range stores {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			st, err := newStore(t, clock.New(time.Unix(1_800_000_000, 0)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			test(t, mustLimiter(t, st, y))
-		})
-	}
+	onEveryMeterStore(t, y, func(t *testing.T, _ quota.Store, l *tiers.Limiter) { test(t, l) })
 }
 
 // admitN admits r n times and returns how many were allowed, and the last
