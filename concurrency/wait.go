@@ -167,13 +167,11 @@ type tryFunc func(r *floodgate.Request) (d floodgate.Decision, done floodgate.Do
 // waiters holds the requests waiting for a slot of one limiter, by
 // priority, each priority a list in arrival order.
 type waiters struct {
-	cfg  atomic.Pointer[Wait]       // defaults applied; Max 0: no waiting
-	fair atomic.Pointer[fair.Share] // Wait.Fairness's; nil: none
-	// scopes are the identities the transport fills (RequireScopes).
-	scopes fair.Scopes
-	clock  floodgate.Clock
-	try    tryFunc
-	n      atomic.Int64 // requests queued
+	cfg   atomic.Pointer[Wait] // defaults applied; Max 0: no waiting
+	fair  fair.InForce         // Wait.Fairness
+	clock floodgate.Clock
+	try   tryFunc
+	n     atomic.Int64 // requests queued
 	// waited counts the requests admitted with a slot that another
 	// request's release handed them while they waited (tests read it).
 	waited atomic.Int64
@@ -244,17 +242,17 @@ func (q *waiters) init(w Wait, clock floodgate.Clock, try tryFunc) {
 func (q *waiters) set(w Wait) {
 	w = w.withDefaults()
 	w.Fairness = fair.Copy(w.Fairness)
-	if !q.fair.Load().Same(w.Fairness) {
+	if !q.fair.Same(w.Fairness) {
 		q.mu.Lock()
-		q.refair(fair.New(w.Fairness))
+		q.refair(w.Fairness)
 		q.mu.Unlock()
 	}
 	q.cfg.Store(&w)
 }
 
-// refair puts fs in force and moves the waiting requests to its counts
+// refair puts f in force and moves the waiting requests to its counts
 // and callers' lists; mu is held.
-func (q *waiters) refair(fs *fair.Share) {
+func (q *waiters) refair(f *floodgate.Fairness) {
 	var all []*waiter
 	for rk := range q.lists {
 		for w := q.lists[rk].head; w != nil; w = w.rankLink.next {
@@ -264,7 +262,7 @@ func (q *waiters) refair(fs *fair.Share) {
 	for _, w := range all {
 		q.unfair(w)
 	}
-	q.fair.Store(fs)
+	q.fair.Set(f)
 	for _, w := range all {
 		q.enfair(w)
 	}
@@ -273,7 +271,7 @@ func (q *waiters) refair(fs *fair.Share) {
 // enfair counts w, which is queued, among its caller's under the Share
 // in force, at the end of its caller's list of its rank; mu is held.
 func (q *waiters) enfair(w *waiter) {
-	fs := q.fair.Load()
+	fs := q.fair.Share()
 	if fs == nil {
 		return
 	}
@@ -309,7 +307,7 @@ func (q *waiters) unfair(w *waiter) {
 
 // requireScopes is the RequireScopes of the limiter that waits on q.
 func (q *waiters) requireScopes(resolvable []string, strict bool) error {
-	if err := q.scopes.Require(resolvable, strict, q.cfg.Load().Fairness); err != nil {
+	if err := q.fair.Require(resolvable, strict); err != nil {
 		return fmt.Errorf("concurrency: wait.fairness.%w", err)
 	}
 	return nil
@@ -318,7 +316,7 @@ func (q *waiters) requireScopes(resolvable []string, strict bool) error {
 // checkScopes reports a w whose Fairness keys on an identity the
 // transport never fills.
 func (q *waiters) checkScopes(w Wait) error {
-	if e := q.scopes.Check(w.Fairness); e != nil {
+	if e := q.fair.Check(w.Fairness); e != nil {
 		return fmt.Errorf("concurrency: Wait: %w", e.Under("fairness"))
 	}
 	return nil
@@ -330,7 +328,7 @@ func (q *waiters) hold(r *floodgate.Request, done floodgate.Done) floodgate.Done
 	if done == nil {
 		return nil
 	}
-	return q.fair.Load().Hold(r, done)
+	return q.fair.Share().Hold(r, done)
 }
 
 // enabled reports whether a denied request waits.
@@ -417,7 +415,7 @@ func (q *waiters) scan(self *waiter) {
 		now = q.clock.Now().UnixNano()
 	}
 	lifo := q.lifo(cfg, now)
-	fs := q.fair.Load()
+	fs := q.fair.Share()
 	if fs != nil {
 		q.scans++
 	}
@@ -631,7 +629,7 @@ func (q *waiters) wait(ctx context.Context, r *floodgate.Request, denied *floodg
 		// Full: r takes the place of the waiter a slot would reach last
 		// if r outranks it, and is refused otherwise.
 		evict := q.last(lifo)
-		if fs := q.fair.Load(); fs != nil {
+		if fs := q.fair.Share(); fs != nil {
 			evict = q.heaviest(fs, evict.rank, lifo) // of the lowest rank: w's, or below it
 		} else if evict.rank >= w.rank {
 			evict = w

@@ -233,7 +233,7 @@ func (s *Shedder) Config() Config {
 	if rs := s.retries.Load(); rs != nil {
 		c.Retries = &Retries{Margin: rs.margin, AttemptHeader: rs.attempt}
 	}
-	c.Fairness = fair.Copy(s.fairness)
+	c.Fairness = s.fair.Config()
 	return c
 }
 
@@ -244,7 +244,7 @@ func (s *Shedder) Check(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if e := s.scopes.Check(c.Fairness); e != nil {
+	if e := s.fair.Check(c.Fairness); e != nil {
 		return fmt.Errorf("shedder: Config: %w", e.Under("fairness"))
 	}
 	if c.Adaptive == nil {
@@ -268,7 +268,7 @@ func (s *Shedder) Reconfigure(c Config) error {
 	s.mu.Lock()
 	s.thresholds[floodgate.PriorityTest], s.thresholds[floodgate.PriorityRead], s.thresholds[floodgate.PriorityWrite] = t.Test, t.Read, t.Write
 	s.setRetries(c.Retries)
-	s.setFairness(c.Fairness)
+	s.fair.Set(c.Fairness) // an unchanged one keeps its counts
 	s.fixed = c.Capacity
 	if c.Adaptive == nil {
 		s.est.Store(nil)

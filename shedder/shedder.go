@@ -79,8 +79,7 @@ type Shedder struct {
 	gates    [floodgate.NumPriorities]core.Gate // critical's is never consulted
 	retry    [floodgate.NumPriorities]core.Gate // retries' gates (WithRetries)
 	retries  atomic.Pointer[retrySet]           // nil: retries are shed as first attempts
-	fair     atomic.Pointer[fair.Share]         // nil: no fairness among callers
-	scopes   fair.Scopes                        // the identities the transport fills
+	fair     fair.InForce                       // Config.Fairness
 	v        core.Verdicts
 	done     floodgate.Done                 // the Done of a fixed capacity
 	est      atomic.Pointer[core.Estimator] // nil: the capacity is fixed
@@ -93,9 +92,8 @@ type Shedder struct {
 	band       float64
 	fixed      int64 // the capacity Config reports
 	adaptive   AdaptiveCapacity
-	meter      core.CPUMeter       // WithCPU's, or the last AdaptiveCapacity.CPU
-	mem        core.CPUMeter       // the last AdaptiveCapacity.Memory
-	fairness   *floodgate.Fairness // what Config reports
+	meter      core.CPUMeter // WithCPU's, or the last AdaptiveCapacity.CPU
+	mem        core.CPUMeter // the last AdaptiveCapacity.Memory
 }
 
 var _ floodgate.Admitter = (*Shedder)(nil)
@@ -180,24 +178,13 @@ func (s *Shedder) setRetries(r *Retries) {
 	s.retries.Store(rs)
 }
 
-// setFairness installs f (nil: off); mu held. The counts of an
-// unchanged f are kept; a changed one starts counting anew (the requests
-// in flight are released into the counts they were held in).
-func (s *Shedder) setFairness(f *floodgate.Fairness) {
-	f = fair.Copy(f)
-	s.fairness = f
-	if !s.fair.Load().Same(f) {
-		s.fair.Store(fair.New(f))
-	}
-}
-
 // RequireScopes is told by the transport (package interceptor) which
 // identities it fills: with strict (WithStrictIdentity, and package
 // guard), a Config whose Fairness is by an identity not among them is an
 // error, now and at every Reconfigure, for it would count every request
 // as one caller's.
 func (s *Shedder) RequireScopes(transport string, resolvable []string, strict bool) error {
-	if err := s.scopes.Require(resolvable, strict, s.Config().Fairness); err != nil {
+	if err := s.fair.Require(resolvable, strict); err != nil {
 		return fmt.Errorf("shedder: fairness.%w", err)
 	}
 	return nil
@@ -269,7 +256,7 @@ func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 	if rs := s.retries.Load(); rs != nil && rs.isRetry(r) {
 		g, retry = &s.retry[p], true
 	}
-	fs := s.fair.Load()
+	fs := s.fair.Share()
 	for {
 		n := s.inflight.Load()
 		if g.Shed(n) || s.aboveSheds(p, n) {

@@ -445,3 +445,43 @@ func check(resolvable []string, f *floodgate.Fairness) *field.Error {
 	}
 	return field.Errorf("by", "%s: the transport fills no %s where the stage decides (the policy's identity: section, or an interceptor option; a claim is not read at a gRPC tap), so every request would count as one caller", f.By, f.By)
 }
+
+// InForce is a stage's Fairness in force: the Share counting its callers,
+// the Fairness it was made from (what the stage's Config reports) and the
+// identities its transport fills. The zero value has no fairness. Set is
+// serialised by the stage; the rest is safe for concurrent use.
+type InForce struct {
+	share  atomic.Pointer[Share]
+	f      atomic.Pointer[floodgate.Fairness]
+	scopes Scopes
+}
+
+// Share returns the Share in force, nil without fairness.
+func (i *InForce) Share() *Share { return i.share.Load() }
+
+// Config returns a copy of the Fairness in force, nil without one.
+func (i *InForce) Config() *floodgate.Fairness { return Copy(i.f.Load()) }
+
+// Same reports whether f decides as the Fairness in force.
+func (i *InForce) Same(f *floodgate.Fairness) bool { return i.share.Load().Same(f) }
+
+// Set puts a copy of f in force (nil: none). The counts of an unchanged
+// Fairness are kept; a changed one starts counting anew (the requests in
+// flight are released into the counts they were held in).
+func (i *InForce) Set(f *floodgate.Fairness) {
+	f = Copy(f)
+	i.f.Store(f)
+	if !i.Same(f) {
+		i.share.Store(New(f))
+	}
+}
+
+// Check reports a field error when f keys on an identity the declared
+// transport never fills (Scopes.Check).
+func (i *InForce) Check(f *floodgate.Fairness) *field.Error { return i.scopes.Check(f) }
+
+// Require declares what a transport fills (Scopes.Require), checking the
+// Fairness in force.
+func (i *InForce) Require(resolvable []string, strict bool) error {
+	return i.scopes.Require(resolvable, strict, i.f.Load())
+}

@@ -79,10 +79,8 @@ type Shedder struct {
 	clock floodgate.Clock
 	dones [floodgate.NumPriorities]floodgate.Done
 
-	live     atomic.Int64               // live instances at the last Sync; 1 while stale
-	fair     atomic.Pointer[fair.Share] // nil: no fairness among callers
-	fairness *floodgate.Fairness        // what Config reports; capMu
-	scopes   fair.Scopes                // the identities the transport fills
+	live atomic.Int64 // live instances at the last Sync; 1 while stale
+	fair fair.InForce // Config.Fairness
 
 	syncMu sync.Mutex
 }
@@ -263,7 +261,7 @@ func (s *Shedder) Admit(ctx context.Context, r *floodgate.Request) (floodgate.De
 		n := s.localTotal.Add(1)
 		return s.v.Allow(p, others+n), s.doneOf(ctx, e, p, n), err
 	}
-	fs := s.fair.Load()
+	fs := s.fair.Share()
 	for {
 		n := s.localTotal.Load()
 		total := others + n

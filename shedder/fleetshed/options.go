@@ -76,7 +76,7 @@ func (c Config) Validate() error {
 func (s *Shedder) Config() Config {
 	s.capMu.Lock()
 	defer s.capMu.Unlock()
-	c := Config{Capacity: s.fixed, Reserve: s.reserve, Fairness: fair.Copy(s.fairness)}
+	c := Config{Capacity: s.fixed, Reserve: s.reserve, Fairness: s.fair.Config()}
 	if s.est.Load() != nil {
 		a := s.adaptive
 		c.Adaptive = &a
@@ -91,7 +91,7 @@ func (s *Shedder) Check(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if e := s.scopes.Check(c.Fairness); e != nil {
+	if e := s.fair.Check(c.Fairness); e != nil {
 		return fmt.Errorf("fleetshed: Config: %w", e.Under("fairness"))
 	}
 	if c.Adaptive == nil {
@@ -109,7 +109,7 @@ func (s *Shedder) Check(c Config) error {
 // error, now and at every Reconfigure, for it would count every request
 // as one caller's.
 func (s *Shedder) RequireScopes(transport string, resolvable []string, strict bool) error {
-	if err := s.scopes.Require(resolvable, strict, s.Config().Fairness); err != nil {
+	if err := s.fair.Require(resolvable, strict); err != nil {
 		return fmt.Errorf("fleetshed: fairness.%w", err)
 	}
 	return nil
@@ -127,10 +127,7 @@ func (s *Shedder) Reconfigure(c Config) error {
 	}
 	s.capMu.Lock()
 	s.fixed, s.reserve = c.Capacity, c.Reserve
-	s.fairness = fair.Copy(c.Fairness)
-	if !s.fair.Load().Same(s.fairness) {
-		s.fair.Store(fair.New(s.fairness))
-	}
+	s.fair.Set(c.Fairness)
 	if c.Adaptive == nil {
 		s.est.Store(nil)
 		s.adaptive = shedder.AdaptiveCapacity{}
