@@ -307,7 +307,10 @@ func (g *Guard) ServerOptions() []grpc.ServerOption {
 // attempt is not sent nor retried (RESOURCE_EXHAUSTED with RetryInfo,
 // interceptor.IsClientThrottled), and a RESOURCE_EXHAUSTED or UNAVAILABLE
 // with a retry delay stops the fleet's calls to that service for the
-// delay. Without an outbound: section they pass as before.
+// delay. Without an outbound: section an attempt goes straight to the
+// connection, untouched by the outbound stages (and unrecorded by their
+// telemetry), at the cost of two atomic loads; a reload that adds the
+// section applies it from the next attempt.
 func (g *Guard) DialOptions(opts ...interceptor.ClientOption) []grpc.DialOption {
 	return append([]grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(interceptor.UnaryClient(opts...)),

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -80,9 +81,14 @@ func cooldownSync(f *policyfile.File) time.Duration {
 // another's within cooldown: sync (100ms) at the cost of one GET per host
 // per sync, not per request. Requests during a cooldown are refused as
 // above, with the time left. A policy without an outbound: section sends
-// every request as base would.
+// every request straight to base, untouched by the outbound stages (and
+// unrecorded by their telemetry); a reload that adds the section applies
+// it from the next request.
 func (g *Guard) RoundTripper(base http.RoundTripper) http.RoundTripper {
-	return g.ic.RoundTripper(g.outbound, base)
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &outboundTransport{g: g, admitted: g.ic.RoundTripper(g.outbound, base), base: base}
 }
 
 // OutboundLimiter returns the rate-limit stage of outgoing calls (the
@@ -93,7 +99,66 @@ func (g *Guard) OutboundLimiter() *tiers.Limiter { return g.outLimiter }
 // retrying ones so that each attempt is admitted.
 func (g *Guard) outboundDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(g.ic.UnaryOutbound(g.outbound)),
-		grpc.WithChainStreamInterceptor(g.ic.StreamOutbound(g.outbound)),
+		grpc.WithChainUnaryInterceptor(g.unaryOutbound()),
+		grpc.WithChainStreamInterceptor(g.streamOutbound()),
+	}
+}
+
+// outboundIdle reports whether the outbound stages would let every call
+// through untouched, as they do under a policy without an outbound:
+// section (the cooldown off, no outbound rule). The interceptors and the
+// RoundTripper then send the call at once, without describing it to the
+// stages: a service that dials through DialOptions pays for the outbound
+// stages only once its policy has them (it paid 2.7 µs and 7
+// allocations per call before). Both are read per call, so a reload that
+// adds or removes the section takes effect at the next call.
+func (g *Guard) outboundIdle() bool {
+	return !g.cooldown.On() && len(g.outLimiter.Policy().Rules) == 0
+}
+
+// unaryOutbound is the unary interceptor of the outbound stages.
+func (g *Guard) unaryOutbound() grpc.UnaryClientInterceptor {
+	admit := g.ic.UnaryOutbound(g.outbound)
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if g.outboundIdle() {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		return admit(ctx, method, req, reply, cc, invoker, opts...)
+	}
+}
+
+// streamOutbound is the stream interceptor of the outbound stages.
+func (g *Guard) streamOutbound() grpc.StreamClientInterceptor {
+	admit := g.ic.StreamOutbound(g.outbound)
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if g.outboundIdle() {
+			return streamer(ctx, desc, cc, method, opts...)
+		}
+		return admit(ctx, desc, cc, method, streamer, opts...)
+	}
+}
+
+// outboundTransport is RoundTripper's http.RoundTripper: base itself
+// while the outbound stages are idle, else admitted (the interceptor's
+// RoundTripper over the same base).
+type outboundTransport struct {
+	g        *Guard
+	admitted http.RoundTripper
+	base     http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *outboundTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.g.outboundIdle() {
+		return t.base.RoundTrip(req)
+	}
+	return t.admitted.RoundTrip(req)
+}
+
+// CloseIdleConnections closes base's idle connections, if it keeps any
+// (http.Client.CloseIdleConnections calls it).
+func (t *outboundTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
 	}
 }

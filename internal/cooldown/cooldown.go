@@ -152,6 +152,10 @@ func (c *Cooldown) Set(cfg *Config) {
 	c.cfg.Store(&v)
 }
 
+// On reports whether the cooldown is enabled (Set with a Config): while
+// it is not, Admit allows every call and starts nothing.
+func (c *Cooldown) On() bool { return c.cfg.Load() != nil }
+
 // Target is the key of a request's method: its first segment.
 func Target(method string) string {
 	m := strings.TrimPrefix(method, "/")
