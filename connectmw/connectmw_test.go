@@ -330,6 +330,42 @@ func TestServerTiming(t *testing.T) {
 	}
 }
 
+// TestSoftExceeded: a call admitted over soft limits names them in its
+// response's X-RateLimit-Soft-Exceeded header, unary calls and streams,
+// in every protocol, and its handler reads them on its Request.
+func TestSoftExceeded(t *testing.T) {
+	t.Parallel()
+	guard, err := connectmw.NewHandler(mustInterceptor(), &script{soft: "plan,burst"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, connect.WithInterceptors(guard))
+	const want = `"plan", "burst"`
+	for _, p := range protocols {
+		resp, err := unaryClient(srv, plainProc, p.opt...).CallUnary(testCtx(t), connect.NewRequest(&testpb.EchoRequest{Message: "soft?"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Header().Values("X-RateLimit-Soft-Exceeded"); len(got) != 1 || got[0] != want {
+			t.Errorf("%s unary: X-RateLimit-Soft-Exceeded %q, want %s", p.name, got, want)
+		}
+		if got := resp.Msg.GetMessage(); got != "plan,burst" {
+			t.Errorf("%s unary: the handler's Request.SoftExceeded is %q, want plan,burst", p.name, got)
+		}
+		stream := connect.NewClient[testpb.EchoRequest, testpb.EchoResponse](srv.Client(), srv.URL+streamProc, p.opt...)
+		ss, err := stream.CallServerStream(testCtx(t), connect.NewRequest(&testpb.EchoRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ss.Receive() {
+		}
+		if got := ss.ResponseHeader().Values("X-RateLimit-Soft-Exceeded"); ss.Err() != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("%s stream: X-RateLimit-Soft-Exceeded %q, %v", p.name, got, ss.Err())
+		}
+		_ = ss.Close()
+	}
+}
+
 // TestDenyResponseMessage: WithDenyResponse's Message replaces a Connect
 // denial's message; its code, details and metadata stay.
 func TestDenyResponseMessage(t *testing.T) {

@@ -30,9 +30,13 @@ const (
 )
 
 // echo is the Echo service. A Plain call whose message names an error
-// code returns it.
-func echoPlain(_ context.Context, req *connect.Request[testpb.EchoRequest]) (*connect.Response[testpb.EchoResponse], error) {
+// code returns it; one of "soft?" answers the soft limits its Request
+// went over (floodgate.Request.SoftExceeded).
+func echoPlain(ctx context.Context, req *connect.Request[testpb.EchoRequest]) (*connect.Response[testpb.EchoResponse], error) {
 	switch req.Msg.GetMessage() {
+	case "soft?":
+		r, _ := floodgate.FromContext(ctx)
+		return connect.NewResponse(&testpb.EchoResponse{Message: r.SoftExceeded}), nil
 	case "unavailable":
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("busy"))
 	case "invalid":
@@ -145,6 +149,7 @@ type script struct {
 	from    int // when > 0, also deny every admission from this one on
 	retry   time.Duration
 	waited  time.Duration // Decision.Waited of an admission (max_wait)
+	soft    string        // Decision.SoftExceeded of an admission
 	calls   int
 	users   []string // the Identity.User of every admission
 	results []floodgate.Result
@@ -158,7 +163,7 @@ func (s *script) Admit(_ context.Context, r *floodgate.Request) (floodgate.Decis
 	if s.calls <= s.deny || (s.from > 0 && s.calls >= s.from) {
 		return floodgate.Decision{Stage: floodgate.StageShedder, Source: floodgate.SourceShedder, RetryAfter: s.retry}, nil, nil
 	}
-	return floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency, Waited: s.waited}, func(r floodgate.Result) {
+	return floodgate.Decision{Allowed: true, Stage: floodgate.StageConcurrency, Source: floodgate.SourceConcurrency, Waited: s.waited, SoftExceeded: s.soft}, func(r floodgate.Result) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.results = append(s.results, r)

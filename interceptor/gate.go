@@ -47,6 +47,9 @@ func (g *gate) Admit(ctx context.Context, c seam.Call) (context.Context, floodga
 	if d.Waited > 0 && c.ResponseHeader != nil {
 		c.ResponseHeader(ctx).Add(serverTimingHeader, serverTiming(d.Waited))
 	}
+	if d.SoftExceeded != "" {
+		softCall(ctx, c, r, d)
+	}
 	return ctx, done, nil
 }
 
@@ -68,4 +71,15 @@ func (g *gate) AdmitMessage(ctx context.Context) *seam.Denial {
 		done(floodgate.Result{Outcome: floodgate.OutcomeIgnored})
 	}
 	return nil
+}
+
+// softCall marks an admitted call that went over soft limits, as softMD
+// does a gRPC call's: on its Request (for the handler) and in its
+// response header, when c says where that is.
+func softCall(ctx context.Context, c seam.Call, r *floodgate.Request, d floodgate.Decision) {
+	if markSoft(r, &d) && c.ResponseHeader != nil {
+		if v := softValue(d.SoftExceeded); v != "" {
+			c.ResponseHeader(ctx)[softHeader] = []string{v}
+		}
+	}
 }

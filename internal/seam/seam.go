@@ -50,8 +50,9 @@ type Call struct {
 	// call whose context it is given, where Admit adds what an admitted
 	// call's response carries: the Server-Timing metric
 	// "floodgate-wait;dur=<ms>" of a call a rate-limit rule held before
-	// letting it proceed (max_wait), as UnaryServer sends it. It is called
-	// only then.
+	// letting it proceed (max_wait), and X-RateLimit-Soft-Exceeded naming
+	// the soft limits a call went over, as UnaryServer sends them. It is
+	// called only then.
 	ResponseHeader func(ctx context.Context) http.Header
 }
 
