@@ -24,7 +24,15 @@
 // -weight-update (grpc-go's least, 100ms); its out-of-band mode is not
 // run, since grpc-go's ORCA service reports at most every 30s.
 //
-// The table: calls sent, shed (UNAVAILABLE from a shedder), their share,
+// An arrival the sender reaches more than maxLate after its time (the
+// process was descheduled: the VM's other work, a GC) is skipped and
+// counted as late, not sent with the others it fell behind with: a
+// stall would otherwise turn into a burst of every call it held up, the
+// whole fleet over capacity at once, which is the sender's artefact, not
+// the offered load. The rows are compared on what was sent.
+//
+// The table: calls sent, late (skipped, not sent), shed (UNAVAILABLE
+// from a shedder), their share,
 // other errors (deadline), and each replica's share of the calls and of
 // the sheds; then the ratio of the two rows' sheds, and the load each
 // replica reported last (guard.LoadReport).
@@ -88,6 +96,9 @@ type options struct {
 	blackout, weightUpdate time.Duration
 	only                   map[string]bool
 	seed                   uint64
+	// stall, every stallEvery, holds the sender as if the process were
+	// descheduled (-stall, for the tests of maxLate)
+	stall, stallEvery time.Duration
 }
 
 func parseOptions(args []string, out io.Writer) (options, error) {
@@ -104,6 +115,8 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 2, "rows interleaved this many times, summed")
 	fs.DurationVar(&o.blackout, "blackout", 500*time.Millisecond, "weighted_round_robin's blackoutPeriod")
 	fs.DurationVar(&o.weightUpdate, "weight-update", 100*time.Millisecond, "weighted_round_robin's weightUpdatePeriod (grpc-go's least: 100ms)")
+	fs.DurationVar(&o.stall, "stall", 0, "hold the sender this long every -stall-every, as a descheduled process is (late arrivals are skipped, not sent in a burst); 0: never")
+	fs.DurationVar(&o.stallEvery, "stall-every", 700*time.Millisecond, "see -stall")
 	only := fs.String("only", "", "comma-separated rows to run (rr, wrr); all by default")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrival times")
 	short := fs.Bool("short", false, "one round, 1s warm-up, 1s counted (what the tests run)")
@@ -218,12 +231,17 @@ func (r *replica) stop() {
 
 // counts are one row's calls, by when they were sent.
 type counts struct {
-	sent, shed, other int64
-	perSent, perShed  [3]int64
+	sent, late, shed, other int64
+	perSent, perShed        [3]int64
 }
+
+// maxLate is how far behind its time an arrival may be sent; a later one
+// is skipped (see the package doc).
+const maxLate = 10 * time.Millisecond
 
 func (c *counts) add(o *counts) {
 	c.sent += o.sent
+	c.late += o.late
 	c.shed += o.shed
 	c.other += o.other
 	for i := range c.perSent {
@@ -326,8 +344,12 @@ func runRow(ctx context.Context, o options, row string, reps []*replica, rate fl
 	var unknown atomic.Int64
 	start := time.Now()
 	counted, end := start.Add(o.warmup), start.Add(o.warmup+o.duration)
-	next := start
+	next, stalled := start, start
 	for {
+		if o.stall > 0 && time.Since(stalled) >= o.stallEvery {
+			time.Sleep(o.stall)
+			stalled = time.Now()
+		}
 		gap := 1 / rate
 		if o.poisson {
 			gap = rng.ExpFloat64() / rate
@@ -345,6 +367,14 @@ func runRow(ctx context.Context, o options, row string, reps []*replica, rate fl
 			}
 		}
 		count := !next.Before(counted)
+		if time.Since(next) > maxLate {
+			if count {
+				mu.Lock()
+				c.late++
+				mu.Unlock()
+			}
+			continue
+		}
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, o.deadline)
 			defer cancel()
@@ -402,7 +432,7 @@ func runRow(ctx context.Context, o options, row string, reps []*replica, rate fl
 func printTable(out io.Writer, o options, reps []*replica, all map[string]*counts, loads map[string][]guard.LoadReport) {
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "balancer\tsent\tshed\tshed %%\tother errors\tcalls r1/r2/r3 %%\tshed r1/r2/r3\tlast report r1/r2/r3 (utilization, qps)\t\n")
+	fmt.Fprintf(tw, "balancer\tsent\tlate\tshed\tshed %%\tother errors\tcalls r1/r2/r3 %%\tshed r1/r2/r3\tlast report r1/r2/r3 (utilization, qps)\t\n")
 	for _, row := range balancers {
 		c := all[row]
 		if c == nil {
@@ -415,7 +445,7 @@ func printTable(out io.Writer, o options, reps []*replica, all map[string]*count
 			l := loads[row][i]
 			rep = append(rep, fmt.Sprintf("%.2f %.0f", l.Utilization, l.QPS))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%d\t%s\t%d/%d/%d\t%s\t\n", name, c.sent, c.shed,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%d\t%s\t%d/%d/%d\t%s\t\n", name, c.sent, c.late, c.shed,
 			100*float64(c.shed)/float64(max(c.sent, 1)), c.other, strings.Join(share, "/"),
 			c.perShed[0], c.perShed[1], c.perShed[2], strings.Join(rep, ", "))
 	}
