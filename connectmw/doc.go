@@ -25,8 +25,10 @@
 // message. A stream is admitted once when it opens (and each received
 // message with interceptor.WithPerMessage); its stages' Done run when the
 // handler returns. A call a rate-limit rule held before letting it
-// proceed (max_wait) says how long in its Server-Timing response header.
-// Health checks and WithSkip's methods are not limited.
+// proceed (max_wait) says how long in its Server-Timing response header,
+// and one admitted over soft limits names them in its
+// X-RateLimit-Soft-Exceeded response header and in its Request's
+// SoftExceeded, as a gRPC call does. Health checks and WithSkip's methods are not limited.
 //
 // A denial is the *connect.Error of the deciding stage's semantics:
 // RESOURCE_EXHAUSTED for a rate or concurrency limit, UNAVAILABLE for the
