@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -316,17 +317,10 @@ func TestServerTiming(t *testing.T) {
 		if got := resp.Header().Values("Server-Timing"); len(got) != 1 || got[0] != "floodgate-wait;dur=250" {
 			t.Errorf("%s unary: Server-Timing %q", p.name, got)
 		}
-		stream := connect.NewClient[testpb.EchoRequest, testpb.EchoResponse](srv.Client(), srv.URL+streamProc, p.opt...)
-		ss, err := stream.CallServerStream(testCtx(t), connect.NewRequest(&testpb.EchoRequest{}))
-		if err != nil {
-			t.Fatal(err)
+		h, err := streamHeader(t, srv, p.opt...)
+		if got := h.Values("Server-Timing"); err != nil || len(got) != 1 || got[0] != "floodgate-wait;dur=250" {
+			t.Errorf("%s stream: Server-Timing %q, %v", p.name, got, err)
 		}
-		for ss.Receive() {
-		}
-		if got := ss.ResponseHeader().Values("Server-Timing"); ss.Err() != nil || len(got) != 1 || got[0] != "floodgate-wait;dur=250" {
-			t.Errorf("%s stream: Server-Timing %q, %v", p.name, got, ss.Err())
-		}
-		_ = ss.Close()
 	}
 }
 
@@ -352,18 +346,26 @@ func TestSoftExceeded(t *testing.T) {
 		if got := resp.Msg.GetMessage(); got != "plan,burst" {
 			t.Errorf("%s unary: the handler's Request.SoftExceeded is %q, want plan,burst", p.name, got)
 		}
-		stream := connect.NewClient[testpb.EchoRequest, testpb.EchoResponse](srv.Client(), srv.URL+streamProc, p.opt...)
-		ss, err := stream.CallServerStream(testCtx(t), connect.NewRequest(&testpb.EchoRequest{}))
-		if err != nil {
-			t.Fatal(err)
+		h, err := streamHeader(t, srv, p.opt...)
+		if got := h.Values("X-RateLimit-Soft-Exceeded"); err != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("%s stream: X-RateLimit-Soft-Exceeded %q, %v", p.name, got, err)
 		}
-		for ss.Receive() {
-		}
-		if got := ss.ResponseHeader().Values("X-RateLimit-Soft-Exceeded"); ss.Err() != nil || len(got) != 1 || got[0] != want {
-			t.Errorf("%s stream: X-RateLimit-Soft-Exceeded %q, %v", p.name, got, ss.Err())
-		}
-		_ = ss.Close()
 	}
+}
+
+// streamHeader calls the server stream of srv with opts, reads it to its
+// end, and returns its response header and how it ended.
+func streamHeader(t *testing.T, srv *httptest.Server, opts ...connect.ClientOption) (http.Header, error) {
+	t.Helper()
+	stream := connect.NewClient[testpb.EchoRequest, testpb.EchoResponse](srv.Client(), srv.URL+streamProc, opts...)
+	ss, err := stream.CallServerStream(testCtx(t), connect.NewRequest(&testpb.EchoRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	for ss.Receive() {
+	}
+	return ss.ResponseHeader(), ss.Err()
 }
 
 // TestDenyResponseMessage: WithDenyResponse's Message replaces a Connect
