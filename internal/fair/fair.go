@@ -14,10 +14,10 @@ package fair
 import (
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -101,12 +101,7 @@ func FieldErrors(f *floodgate.Fairness) []*field.Error {
 	} else if parseBy(f.By) == 0 {
 		errs = append(errs, field.Errorf("by", "%q is not one of tenant, user, api_key, ip", f.By))
 	}
-	tiers := make([]string, 0, len(f.Weights))
-	for t := range f.Weights {
-		tiers = append(tiers, t)
-	}
-	sort.Strings(tiers)
-	for _, t := range tiers {
+	for _, t := range slices.Sorted(maps.Keys(f.Weights)) {
 		w := f.Weights[t]
 		if math.IsNaN(w) || w <= 0 || w > 1e6 {
 			errs = append(errs, field.Errorf("weights."+t, "%v must be a number in (0, 1e6]", w))
