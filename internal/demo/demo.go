@@ -52,6 +52,22 @@ func (c Config) compareDuration() time.Duration {
 	return max(2*time.Second, c.Duration/5)
 }
 
+// prepare validates c and returns it with its defaults filled in
+// (Duration), and the logger to use (Logger, or one that discards).
+func (c Config) prepare() (Config, *slog.Logger, error) {
+	if err := c.Validate(); err != nil {
+		return c, nil, err
+	}
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	logger := c.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return c, logger, nil
+}
+
 // Validate reports what is wrong with c, before anything starts.
 func (c Config) Validate() error {
 	d := c.Duration
@@ -99,15 +115,9 @@ const (
 // Run starts the demo services on loopback, drives the scenario at them for
 // cfg.Duration, and returns the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := cfg.prepare()
+	if err != nil {
 		return nil, err
-	}
-	if cfg.Duration == 0 {
-		cfg.Duration = DefaultDuration
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
 	}
 	progress := &syncWriter{w: cfg.Progress}
 	var faultSrv *faultServer

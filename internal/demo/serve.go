@@ -43,15 +43,9 @@ type Service struct {
 // process, or cfg.RedisURL; cfg.Fault is not used), for a test or a tool
 // to drive with Send; Close stops them.
 func Serve(ctx context.Context, cfg Config) (*Service, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := cfg.prepare()
+	if err != nil {
 		return nil, err
-	}
-	if cfg.Duration == 0 {
-		cfg.Duration = DefaultDuration
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
 	}
 	return startService(ctx, cfg, logger, newTimeline(axisFor(cfg.Duration)), false)
 }
