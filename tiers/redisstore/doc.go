@@ -214,6 +214,6 @@
 //     answers for such a bucket only while its units are further away than
 //     MaxWait.
 //
-//   - Redis version: 6.2 or later (take.lua uses SET ... GET); on a
+//   - Redis version: 6.2 or later (take.lua sets TTLs with PXAT); on a
 //     Cluster before 7.0 the batcher merges per slot, not per master.
 package redisstore

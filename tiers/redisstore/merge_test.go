@@ -269,7 +269,8 @@ func TestMergedCallNetworkErrorFailsEveryTake(t *testing.T) {
 
 // TestTakeReplacesKeyOfAnotherType: a state key that holds another type
 // (not written by take.lua) reads as absent and is replaced by the state,
-// alone and in a merged call, where SET ... GET refuses it first.
+// alone and in a merged call (plain SET replaces it; SET ... GET, which
+// take.lua used before, refused it).
 func TestTakeReplacesKeyOfAnotherType(t *testing.T) {
 	t.Parallel()
 	s, c := newStore(t) // Redis time, defaultMinTTL
