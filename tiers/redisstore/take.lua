@@ -145,7 +145,9 @@ local MAXUS = 2 ^ 62
 -- algorithm) and with a calendar window (spn[x][2q-1], spn[x][2q]: its
 -- start and end in µs, SPAN on its algorithm, two more doubles after the
 -- longest wait)
-local lims, hasw, tstr, part, spn = {}, {}, {}, {}, {}
+-- (all but lims made at their first entry: most calls need none of them,
+-- and every table a call makes is garbage Redis's Lua collects)
+local lims, hasw, tstr, part, spn = {}, nil, nil, nil, nil
 local function limits(x)
   local m, pos = sunpack('<d', x)
   local TL
@@ -158,16 +160,18 @@ local function limits(x)
     if a >= WAITS then
       a = a - WAITS
       mw, pos = sunpack('<d', x, pos)
-      hasw[x] = true
+      if hasw then hasw[x] = true else hasw = {[x] = true} end
     else mw = -1 end
     if a >= AT_MOST then
       a = a - AT_MOST
+      if not part then part = {} end
       local pt = part[x]
       if not pt then pt = {}; part[x] = pt end
       pt[q] = true
     end
     if a >= SPAN then
       a = a - SPAN
+      if not spn then spn = {} end
       local sp = spn[x]
       if not sp then sp = {}; spn[x] = sp end
       sp[2 * q - 1], sp[2 * q], pos = sunpack('<dd', x, pos)
@@ -180,6 +184,7 @@ local function limits(x)
   return TL
 end
 local function ttext(ms)
+  if not tstr then tstr = {} end
   local t = tstr[ms]
   if not t then t = fmt('%d', ms); tstr[ms] = t end
   return t
@@ -201,13 +206,18 @@ local n = #KEYS
 local u0 = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
 local u1, sb, sa, z0, pf
 if pre then u1, sb, sa, z0, pf = {}, {}, {}, {}, {} end
+-- A TTL in tm is a log's or a fixed time's, a deadline in te Redis
+-- time's: only one of the two is made at the call's size.
 local out, st, tm, te, wk
 if n <= 4 then -- up to 1 + 1 + 4n in the reply
   out = {now, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
-  st, tm, te, wk = {nil, nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil}
+  st, wk = {nil, nil, nil, nil}, {nil, nil, nil, nil}
+  if rtime then te = {nil, nil, nil, nil} else tm = {nil, nil, nil, nil} end
 elseif n <= 1000 then
-  out, st, tm, te, wk = {now, unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}
-else out, st, tm, te, wk = {now}, {}, {}, {}, {} end
+  out, st, wk = {now, unpack(KEYS)}, {unpack(KEYS)}, {unpack(KEYS)}
+  if rtime then te = {unpack(KEYS)} else tm = {unpack(KEYS)} end
+else out, st, wk = {now}, {}, {} end
+tm, te = tm or {}, te or {}
 local on = 1 -- out[1..on] is the reply so far; it never ends below n + 1
 -- every state string in one MGET (a log's sorted set reads as nil; a
 -- string-state key holding another type reads as absent rather than
@@ -247,8 +257,8 @@ for j = 1, T do
   local first = i + 1
   local last = i + TL[1]
   local all = true
-  local tw = hasw[ls] -- the take has a bucket that may wait
-  local pt, sp = part[ls], spn[ls] -- its partial-grant and calendar buckets
+  local tw = hasw and hasw[ls] -- the take has a bucket that may wait
+  local pt, sp = part and part[ls], spn and spn[ls] -- its partial-grant and calendar buckets
   -- a partial grant: every AT_MOST bucket costs g, the least of its cost
   -- and their remainings, at least 1 (a cost of 0 stays 0)
   local g
