@@ -638,7 +638,7 @@ end
 -- and it is written with PXAT or PX, never KEEPTTL. SET ... GET, which
 -- this used before states recorded their limit, costs Redis more now:
 -- handing Lua back the old state of 32 or 40 bytes costs more than the
--- status reply's table (about 3 % of a batched take of 4 token buckets in
+-- status reply's table (4-8 % of a batched take of 4 token buckets in
 -- instructions). A refusal comes at the first write (memory), before
 -- anything was written, and fails the call as redis.call would.
 -- The TTL: with Redis time, KEEPTTL while the key's deadline still covers
