@@ -146,15 +146,21 @@ func release(ctx context.Context, done floodgate.Done, ran *bool) {
 	}
 }
 
+// isStageDenial reports whether err is a later stage's denial (AsType,
+// not As: As's target escapes, one allocation per call).
+func isStageDenial(err error) bool {
+	_, ok := errors.AsType[*stageDenial](err)
+	return ok
+}
+
 // result is the floodgate.Result of a handler that returned err: a later
 // floodgate stage's denial releases the stage as floodgate.Ignored, as a
 // Chain releases the stages before the one that denied.
 func result(ctx context.Context, err error) floodgate.Result {
-	var sd *stageDenial
 	switch {
 	case err == nil:
 		return seam.CallResult(ctx, codes.OK)
-	case errors.As(err, &sd):
+	case isStageDenial(err):
 		return floodgate.Ignored
 	case errors.Is(err, context.DeadlineExceeded):
 		return seam.CallResult(ctx, codes.DeadlineExceeded)

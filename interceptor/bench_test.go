@@ -23,7 +23,7 @@ import (
 // fullChain builds the real stages: a shedder, a concurrency limiter and a
 // 4-level tiers limiter on the memstore, sized never to deny in a
 // benchmark, plus the request-building options that feed them.
-func fullChain(b *testing.B) ([]floodgate.Admitter, []Option) {
+func fullChain(b testing.TB) ([]floodgate.Admitter, []Option) {
 	b.Helper()
 	shed, err := shedder.New(1 << 20)
 	if err != nil {

@@ -91,8 +91,11 @@ func denial(st *status.Status) error { return &stageDenial{error: st.Err(), st: 
 
 // grpcOutcomeOf is grpcOutcome, or laterDenied for a stage's denial.
 func grpcOutcomeOf(err error) floodgate.Outcome {
-	var sd *stageDenial
-	if errors.As(err, &sd) {
+	if err == nil {
+		return floodgate.OutcomeSuccess
+	}
+	// AsType, not As: As's target escapes, one allocation per call.
+	if _, ok := errors.AsType[*stageDenial](err); ok {
 		return laterDenied
 	}
 	return grpcOutcome(err)

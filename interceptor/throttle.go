@@ -165,7 +165,7 @@ func throttledError(domain string) error {
 // (RoundTripper, UnaryOutbound, StreamOutbound; through the *url.Error of
 // an http.Client too).
 func IsClientThrottled(err error) bool {
-	if oe := (*outboundError)(nil); errors.As(err, &oe) {
+	if _, ok := errors.AsType[*outboundError](err); ok {
 		return true
 	}
 	st, ok := status.FromError(err)

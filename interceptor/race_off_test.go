@@ -1,0 +1,5 @@
+//go:build !race
+
+package interceptor
+
+const raceEnabled = false
