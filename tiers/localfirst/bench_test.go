@@ -2,6 +2,7 @@ package localfirst_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -41,6 +42,58 @@ func BenchmarkTakeLocal(b *testing.B) {
 				if ok, err := s.Take(context.Background(), bs, res); !ok || err != nil {
 					b.Fatal(ok, err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkTakeLocalMany is grpcload's four levels (a user's, a tenant's
+// that a hundred users share, an API key's, a method and user's) over
+// 10 000 principals drawn by zipf, decided locally on the real clock: the
+// take and, in the background, the syncs reporting the keys (B/op is
+// theirs: a sync allocates per report call, not per key).
+func BenchmarkTakeLocalMany(b *testing.B) {
+	for _, mode := range []quota.Consistency{quota.Async, quota.Leased} {
+		b.Run(mode.String(), func(b *testing.B) {
+			ledger, err := memstore.New()
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := localfirst.New(ledger, ledger)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			const principals = 10_000
+			lim := func(n int64) quota.Limit {
+				return quota.Limit{Algorithm: quota.TokenBucket, Rate: n, Period: time.Second, Burst: n}
+			}
+			bss := make([][]quota.Bucket, principals)
+			for p := range bss {
+				u := strconv.Itoa(p)
+				bss[p] = []quota.Bucket{
+					{Key: "{user=" + u + "}:user", Rule: "user", Limit: lim(1000), Cost: 1, Consistency: mode},
+					{Key: "{tenant=" + strconv.Itoa(p/100) + "}:tenant", Rule: "tenant", Limit: lim(100_000), Cost: 1, Consistency: mode},
+					{Key: "{api_key=#" + u + "}:api-key", Rule: "api-key", Limit: lim(1000), Cost: 1, Consistency: mode},
+					{Key: "{user=" + u + "}:method-user:endpoint=Plain", Rule: "method-user", Limit: lim(1000), Cost: 1, Consistency: mode},
+				}
+			}
+			z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, principals-1)
+			seq := make([]int, 1<<16)
+			for i := range seq {
+				seq[i] = int(z.Uint64())
+			}
+			res := make([]quota.Result, 4)
+			ctx := context.Background()
+			for i := range 20_000 { // warm: the keys, their state and leases
+				_, _ = s.Take(ctx, bss[seq[i&(1<<16-1)]], res)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				_, _ = s.Take(ctx, bss[seq[i&(1<<16-1)]], res)
+				i++
 			}
 		})
 	}

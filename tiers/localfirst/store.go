@@ -37,6 +37,7 @@ type Store struct {
 	wheel     wheel
 	smu       sync.Mutex // held by a sync from start to end
 	taken     []*entry   // a sync's entries, reused; guarded by smu
+	jobs      []job      // a sync's reports and returns, reused; guarded by smu
 	lastSweep atomic.Int64
 
 	stop    chan struct{}
@@ -261,20 +262,45 @@ func (s *Store) takeLocal(ctx context.Context, buckets []quota.Bucket, res []quo
 	return s.takeStore(ctx, buckets, res, hl, nStore, now, n)
 }
 
+// storeBuf is what takeStore hands the exact store: the buckets it
+// takes and their results. The store is an interface, so arrays passed
+// to it escape: pooled, a take that goes to the store (a lease, a cold
+// key) allocates none for them (8 Buckets are 1.4 KB).
+type storeBuf struct {
+	bs [maxStack]quota.Bucket
+	rs [maxStack]quota.Result
+}
+
+var storeBufs = sync.Pool{New: func() any { return new(storeBuf) }}
+
+// put clears the first n buckets and results (the keys must not be kept
+// alive) and returns buf to the pool.
+func (buf *storeBuf) put(n int) {
+	clear(buf.bs[:n])
+	clear(buf.rs[:n])
+	storeBufs.Put(buf)
+}
+
 // takeStore asks the exact store for the exact buckets and every local
 // bucket Take could not reserve (a lease to take, a cold async key), and
 // settles the local ones with its answer. It is a call of its own, never
-// inlined, so that its buffers are on the stack only when a take goes to
+// inlined, so that its frame is on the stack only when a take goes to
 // the store, not on every local decision.
 //
 //go:noinline
 func (s *Store) takeStore(ctx context.Context, buckets []quota.Bucket, res []quota.Result, hl []held, nStore int, now time.Time, n int) (bool, error) {
-	var sbuf [maxStack]quota.Bucket
-	var rbuf [maxStack]quota.Result
 	var ibuf [maxStack]int
-	sub, subRes, idx := sbuf[:0], rbuf[:0], ibuf[:0]
+	var (
+		sub    []quota.Bucket
+		subRes []quota.Result
+		idx    = ibuf[:0]
+	)
 	if nStore > maxStack {
 		sub, subRes, idx = make([]quota.Bucket, 0, nStore), make([]quota.Result, 0, nStore), make([]int, 0, nStore)
+	} else {
+		buf := storeBufs.Get().(*storeBuf)
+		defer func() { buf.put(len(sub)) }()
+		sub, subRes = buf.bs[:0], buf.rs[:0]
 	}
 	extras := false
 	j := 0

@@ -137,6 +137,10 @@ type attempt struct {
 // maxGroup bounds the keys of one report call.
 const maxGroup = 64
 
+// maxKeptJobs bounds the jobs buffer a Store keeps between syncs (about
+// 3 MB).
+const maxKeptJobs = 16384
+
 // maxParallel bounds the ledger calls one Sync has in flight.
 const maxParallel = 16
 
@@ -149,7 +153,9 @@ func (s *Store) sync(ctx context.Context, mode syncMode) error {
 	// the ledger says what they charged.
 	lostErr := s.resolveLost(ctx)
 	now := s.cfg.clock.Now()
-	var jobs []job
+	// The jobs' buffer is the last sync's: a job holds a whole Bucket, and
+	// a busy store reports thousands of keys a second.
+	jobs := s.jobs[:0]
 	nret := 0
 	nowNs := now.UnixNano()
 	s.pmu.Lock()
@@ -221,6 +227,14 @@ func (s *Store) sync(ctx context.Context, mode syncMode) error {
 	errs := []error{lostErr}
 	if len(jobs) > 0 {
 		errs = append(errs, s.sendReports(ctx, jobs)...)
+	}
+	// sendReports has waited for its calls, and what they keep (lost
+	// attempts) they copied: the buffer is free again, its keys dropped,
+	// unless a flush of every key made it larger than a busy tick needs.
+	clear(jobs)
+	s.jobs = nil
+	if cap(jobs) <= maxKeptJobs {
+		s.jobs = jobs[:0]
 	}
 	err := errors.Join(errs...)
 	if err != nil {
@@ -342,6 +356,24 @@ func (e *entry) reportEvery() time.Duration {
 	return time.Duration(w)
 }
 
+// reportBuf is one report call's buckets and results. The ledger is an
+// interface, so arrays passed to it escape: pooled, a call allocates
+// none (a Bucket is 176 bytes, a full call's buckets 11 KB).
+type reportBuf struct {
+	bs  [maxGroup]quota.Bucket
+	out [maxGroup]quota.ReportResult
+}
+
+var reportBufs = sync.Pool{New: func() any { return new(reportBuf) }}
+
+// put clears the first n buckets and results (the keys must not be kept
+// alive) and returns buf to the pool.
+func (buf *reportBuf) put(n int) {
+	clear(buf.bs[:n])
+	clear(buf.out[:n])
+	reportBufs.Put(buf)
+}
+
 // report sends the reports js to the ledger in one call, numbered by the
 // Store's sequence, and learns each key's state from the reply. The keys
 // of a call that failed stay in flight until Resolve says whether it was
@@ -352,9 +384,9 @@ func (s *Store) report(ctx context.Context, js []job) error {
 	seq := s.seq.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.syncTimeout)
 	defer cancel()
-	var bbuf [maxGroup]quota.Bucket
-	var obuf [maxGroup]quota.ReportResult
-	bs, out := bbuf[:len(js)], obuf[:len(js)]
+	buf := reportBufs.Get().(*reportBuf)
+	defer buf.put(len(js))
+	bs, out := buf.bs[:len(js)], buf.out[:len(js)]
 	for i := range js {
 		bs[i] = js[i].b
 	}
