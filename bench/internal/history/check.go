@@ -77,6 +77,10 @@ type entry struct {
 // Check reports whether h is linearizable under the bucket model (see the
 // package doc). It returns an error for a history it cannot model (an
 // algorithm other than token bucket and fixed window, a bad limit).
+//
+// The takes are checked in parts that share no bucket (see split), each
+// part with its own search and the whole step budget; the verdict is
+// NotLinearizable if a part's is, else Inconclusive if a part's is.
 func Check(h History, opt Options) (Result, error) {
 	start := time.Now()
 	if opt.MaxSteps <= 0 {
@@ -85,35 +89,174 @@ func Check(h History, opt Options) (Result, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 2 * time.Minute
 	}
+	base, last := historySpan(h)
+	deadline := start.Add(opt.Timeout)
+	var total Result
+	for _, p := range split(h) {
+		r, err := checkPart(p.h, opt, p.orig, base, last, deadline)
+		if err != nil {
+			return total, err
+		}
+		total.Takes += r.Takes
+		total.Unknown += r.Unknown
+		total.WithTime += r.WithTime
+		total.Steps += r.Steps
+		if r.Verdict == NotLinearizable {
+			total.Verdict, total.Counterexample = NotLinearizable, r.Counterexample
+			break
+		}
+		if r.Verdict == Inconclusive {
+			total.Verdict = Inconclusive
+		}
+	}
+	total.Resets = len(h.Resets)
+	total.Elapsed = time.Since(start)
+	return total, nil
+}
+
+// historySpan returns the base of the model's times (µs, the earliest take's
+// send) and the last answer (ns) of h, for every part alike.
+func historySpan(h History) (base, last int64) {
+	base = 1 << 62
+	for i := range h.Ops {
+		base = min(base, floorDiv(h.Ops[i].Sent, 1000))
+		last = max(last, h.Ops[i].Answered)
+	}
+	return base, last
+}
+
+// part is one part of a history (see split) and the index in the whole
+// history of each of its takes.
+type part struct {
+	h    History
+	orig []int
+}
+
+// split cuts h into parts that share no bucket: takes are in one part
+// when a chain of takes, each sharing a bucket with the next, joins them.
+// A restart (a Reset without keys) is in every part; a failover (a Reset
+// with keys) in each part holding one of its keys, with those keys.
+//
+// Checking the parts apart is checking the whole: linearizability is
+// local (Herlihy and Wing), and a take lies in one part, so linearizations
+// of the parts, each placing its takes at times in their intervals that
+// never decrease, merge by those times into one of the whole. What the
+// parts do not share is the instant a restart or failover happened, which
+// each places in its interval on its own; a failover's buckets each lose
+// an amount of their own anyway. A history of one part is checked as is.
+// Splitting matters for the search: independent buckets' takes
+// interleave in every order, and a failover's unknown outcomes with them.
+func split(h History) []part {
+	parent := map[string]string{}
+	var find func(k string) string
+	find = func(k string) string {
+		p, ok := parent[k]
+		if !ok {
+			parent[k] = k
+			return k
+		}
+		if p == k {
+			return k
+		}
+		r := find(p)
+		parent[k] = r
+		return r
+	}
+	for i := range h.Ops {
+		bs := h.Ops[i].Buckets
+		for j := range bs {
+			a, b := find(bs[0].Key), find(bs[j].Key)
+			if a != b {
+				parent[b] = a
+			}
+		}
+	}
+	idx := map[string]int{}
+	var parts []part
+	partOf := func(k string) int {
+		r := find(k)
+		n, ok := idx[r]
+		if !ok {
+			n = len(parts)
+			idx[r] = n
+			parts = append(parts, part{})
+		}
+		return n
+	}
+	for i := range h.Ops {
+		n := 0
+		if bs := h.Ops[i].Buckets; len(bs) > 0 {
+			n = partOf(bs[0].Key)
+		} else if len(parts) == 0 {
+			parts = append(parts, part{})
+		}
+		parts[n].h.Ops = append(parts[n].h.Ops, h.Ops[i])
+		parts[n].orig = append(parts[n].orig, i)
+	}
+	if len(parts) <= 1 {
+		return []part{{h: h}}
+	}
+	for _, r := range h.Resets {
+		if len(r.Keys) == 0 {
+			for n := range parts {
+				parts[n].h.Resets = append(parts[n].h.Resets, r)
+			}
+			continue
+		}
+		byPart := map[int][]string{}
+		var order []int
+		for _, k := range r.Keys {
+			if _, ok := parent[k]; !ok {
+				continue // no take on it: nothing to lose
+			}
+			n := partOf(k)
+			if _, ok := byPart[n]; !ok {
+				order = append(order, n)
+			}
+			byPart[n] = append(byPart[n], k)
+		}
+		for _, n := range order {
+			parts[n].h.Resets = append(parts[n].h.Resets, Reset{From: r.From, To: r.To, Keys: byPart[n]})
+		}
+	}
+	return parts
+}
+
+// checkPart is Check over one part: orig maps its takes to their index in the
+// whole history (nil: the same), base and last are the whole's (historySpan).
+func checkPart(h History, opt Options, orig []int, base, last int64, deadline time.Time) (Result, error) {
+	start := time.Now()
+	num := func(i int) int {
+		if orig != nil {
+			return orig[i]
+		}
+		return i
+	}
 	var res Result
-	m := &model{keys: make(map[string]keyState), pend: make(map[string]*pending), seed: maphash.MakeSeed(), skew: opt.Skew.Microseconds()}
+	m := &model{keys: make(map[string]keyState), pend: make(map[string]*pending), seed: maphash.MakeSeed(), skew: opt.Skew.Microseconds(), orig: orig}
 	m.tclk, m.cut = -1<<62, -1<<62
 	var errs []error
-	var base int64 = 1 << 62
-	var last int64
 	for i := range h.Ops {
 		o := &h.Ops[i]
 		for _, b := range o.Buckets {
 			if err := b.Limit.Validate(); err != nil {
-				errs = append(errs, fmt.Errorf("take %d bucket %s: %w", i, b.Key, err))
+				errs = append(errs, fmt.Errorf("take %d bucket %s: %w", num(i), b.Key, err))
 			} else if a := b.Limit.Algorithm; a != quota.TokenBucket && a != quota.FixedWindow {
-				errs = append(errs, fmt.Errorf("take %d bucket %s: the model has no %s", i, b.Key, a))
+				errs = append(errs, fmt.Errorf("take %d bucket %s: the model has no %s", num(i), b.Key, a))
 			}
 			if b.Cost < 0 && !o.Report {
-				errs = append(errs, fmt.Errorf("take %d bucket %s: cost %d is negative", i, b.Key, b.Cost))
+				errs = append(errs, fmt.Errorf("take %d bucket %s: cost %d is negative", num(i), b.Key, b.Cost))
 			}
 			if o.Report && b.Limit.Algorithm != quota.TokenBucket {
-				errs = append(errs, fmt.Errorf("report %d bucket %s: the model reports token buckets only, not %s", i, b.Key, b.Limit.Algorithm))
+				errs = append(errs, fmt.Errorf("report %d bucket %s: the model reports token buckets only, not %s", num(i), b.Key, b.Limit.Algorithm))
 			}
 		}
 		if o.Answered < o.Sent {
-			errs = append(errs, fmt.Errorf("take %d: answered before it was sent", i))
+			errs = append(errs, fmt.Errorf("take %d: answered before it was sent", num(i)))
 		}
 		if o.Report && len(o.Buckets) != 1 {
-			errs = append(errs, fmt.Errorf("report %d: %d buckets, want 1 (a report call is recorded bucket by bucket)", i, len(o.Buckets)))
+			errs = append(errs, fmt.Errorf("report %d: %d buckets, want 1 (a report call is recorded bucket by bucket)", num(i), len(o.Buckets)))
 		}
-		base = min(base, floorDiv(o.Sent, 1000))
-		last = max(last, o.Answered)
 	}
 	if len(errs) > 0 {
 		return res, errors.Join(errs...)
@@ -147,7 +290,7 @@ func Check(h History, opt Options) (Result, error) {
 			res.WithTime++
 			if ns := o.Now * 1000; ns+999 < o.Sent-skewNs || ns > o.Answered+skewNs {
 				res.Verdict = NotLinearizable
-				res.Counterexample = fmt.Sprintf("take %d ran at a Redis time outside its interval: %s", i, o.String())
+				res.Counterexample = fmt.Sprintf("take %d ran at a Redis time outside its interval: %s", num(i), o.String())
 				res.Elapsed = time.Since(start)
 				return res, nil
 			}
@@ -234,7 +377,6 @@ func Check(h History, opt Options) (Result, error) {
 	var lin uint64
 	cache := make(map[[2]uint64]struct{})
 	best := -1
-	deadline := start.Add(opt.Timeout)
 	e := head.next
 	choice := 0
 	for head.next != nil {
@@ -302,7 +444,7 @@ func stack2ops[F any](s []F, op func(F) int) []int {
 // bucket that refused it (on all its buckets when no one bucket did).
 func (m *model) counterexample(i int, placed []int) string {
 	var b strings.Builder
-	what := fmt.Sprintf("take %d", i)
+	what := fmt.Sprintf("take %d", m.num(i))
 	if i >= len(m.ops) {
 		what = fmt.Sprintf("restart %d", i-len(m.ops))
 	}
@@ -360,6 +502,14 @@ func (m *model) counterexample(i int, placed []int) string {
 	return b.String()
 }
 
+// num is take i's index in the whole history (see split).
+func (m *model) num(i int) int {
+	if m.orig != nil {
+		return m.orig[i]
+	}
+	return i
+}
+
 func (m *model) name(i int) string {
 	if i >= len(m.ops) {
 		r := m.reset[i-len(m.ops)]
@@ -368,5 +518,5 @@ func (m *model) name(i int) string {
 		}
 		return fmt.Sprintf("restart %d (Redis empty from between %s and %s)", i-len(m.ops), stamp(r.From), stamp(r.To))
 	}
-	return fmt.Sprintf("take %d [%s]", i, m.ops[i].String())
+	return fmt.Sprintf("take %d [%s]", m.num(i), m.ops[i].String())
 }

@@ -319,3 +319,51 @@ func TestReports(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitIntoParts: takes that share no bucket are checked apart, the
+// verdict and the counterexample's take numbers those of the whole
+// history, and a failover's keys go to the parts that hold them.
+func TestSplitIntoParts(t *testing.T) {
+	l := tb(1, time.Hour, 2)
+	h := History{Ops: []Op{
+		at(0, "a", l, Allowed, 1),
+		at(1, "b", l, Allowed, 1),
+		at(10, "a", l, Allowed, 0),
+		at(11, "b", l, Allowed, 0),
+		at(20, "b", l, Allowed, 0), // past b's limit
+		at(21, "a", l, Denied, 0),
+	}}
+	if ps := split(h); len(ps) != 2 {
+		t.Fatalf("%d parts, want 2 (a's takes and b's)", len(ps))
+	}
+	r := want(t, h, NotLinearizable)
+	if !strings.Contains(r.Counterexample, "take 4") {
+		t.Errorf("counterexample does not name take 4 (b's third) by its number in the whole history: %s", r.Counterexample)
+	}
+	if r.Takes != 6 {
+		t.Errorf("%d takes checked, want 6", r.Takes)
+	}
+	h.Ops[4].Outcome, h.Ops[4].Buckets[0].Allowed = Denied, false
+	want(t, h, Linearizable)
+
+	// A take on both buckets joins them.
+	joined := History{Ops: append(append([]Op(nil), h.Ops...), Op{
+		Sent: t0 + 30*int64(time.Millisecond), Answered: t0 + 31*int64(time.Millisecond), Outcome: Denied,
+		Buckets: []Bucket{{Key: "a", Limit: l, Cost: 1, Remaining: 0}, {Key: "b", Limit: l, Cost: 1, Remaining: 0}}})}
+	if ps := split(joined); len(ps) != 1 {
+		t.Fatalf("%d parts, want 1", len(ps))
+	}
+
+	// A failover of a and of a key without takes: only a's part has it,
+	// with a alone; a restart is in every part.
+	h.Resets = []Reset{{From: t0, To: t0 + 1, Keys: []string{"a", "z"}}, {From: t0, To: t0 + 1}}
+	for _, p := range split(h) {
+		isA := p.h.Ops[0].Buckets[0].Key == "a"
+		if isA && (len(p.h.Resets) != 2 || len(p.h.Resets[0].Keys) != 1 || p.h.Resets[0].Keys[0] != "a") {
+			t.Errorf("a's part has resets %+v, want the failover of a and the restart", p.h.Resets)
+		}
+		if !isA && (len(p.h.Resets) != 1 || len(p.h.Resets[0].Keys) != 0) {
+			t.Errorf("b's part has resets %+v, want the restart alone", p.h.Resets)
+		}
+	}
+}

@@ -64,6 +64,7 @@ type model struct {
 	pend  map[string]*pending
 	ops   []Op
 	reset []Reset
+	orig  []int // each op's index in the whole history, when a part (see split)
 	// stage holds one take's new bucket states before they are committed.
 	stage []keyState
 	// whyKey is the bucket an explained failure is about.
