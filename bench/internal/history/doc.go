@@ -28,7 +28,11 @@
 //
 // Check searches for a linearization as porcupine does (Wing and Gong's
 // search with Lowe's memoization of visited (linearized set, state)
-// pairs). A take whose Redis time is known is placed at that time (Redis
+// pairs), and as porcupine partitions by key, it searches each part of
+// the history that shares no bucket with the rest on its own: takes are
+// in one part when a chain of takes, each sharing a bucket with the next,
+// joins them (a restart is in every part, a failover in the parts of its
+// buckets). A take whose Redis time is known is placed at that time (Redis
 // runs scripts one at a time and its TIME does not go back, and Check
 // verifies that the time lies in the take's [sent, answered] interval, all
 // processes reading the same host clock); a take without one may run at
