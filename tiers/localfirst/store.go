@@ -276,6 +276,7 @@ var storeBufs = sync.Pool{New: func() any { return new(storeBuf) }}
 // put clears the first n buckets and results (the keys must not be kept
 // alive) and returns buf to the pool.
 func (buf *storeBuf) put(n int) {
+	n = min(n, maxStack) // takeStore's sub outgrew buf: what it filled of buf is all of buf
 	clear(buf.bs[:n])
 	clear(buf.rs[:n])
 	storeBufs.Put(buf)
