@@ -13,20 +13,28 @@ import (
 	"github.com/floodgate-go/floodgate/tiers/memstore"
 )
 
+// memLocal returns a local-first store over one memstore, its exact store
+// and ledger, closed when b ends.
+func memLocal(b *testing.B) *localfirst.Store {
+	b.Helper()
+	ledger, err := memstore.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := localfirst.New(ledger, ledger)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
 // BenchmarkTakeLocal measures a 4-level take decided locally (every level
 // async or leased, keys warm), the path local-first exists for.
 func BenchmarkTakeLocal(b *testing.B) {
 	for _, mode := range []quota.Consistency{quota.Async, quota.Leased} {
 		b.Run(mode.String(), func(b *testing.B) {
-			ledger, err := memstore.New()
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := localfirst.New(ledger, ledger)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close(context.Background())
+			s := memLocal(b)
 			bs := make([]quota.Bucket, 4)
 			for i := range bs {
 				bs[i] = bucket("bench:"+strconv.Itoa(i), mode, 1_000_000_000, 1_000_000_000)
@@ -55,15 +63,7 @@ func BenchmarkTakeLocal(b *testing.B) {
 func BenchmarkTakeLocalMany(b *testing.B) {
 	for _, mode := range []quota.Consistency{quota.Async, quota.Leased} {
 		b.Run(mode.String(), func(b *testing.B) {
-			ledger, err := memstore.New()
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := localfirst.New(ledger, ledger)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close(context.Background())
+			s := memLocal(b)
 			const principals = 10_000
 			lim := func(n int64) quota.Limit {
 				return quota.Limit{Algorithm: quota.TokenBucket, Rate: n, Period: time.Second, Burst: n}

@@ -226,14 +226,9 @@ func split(h History) []part {
 // whole history (nil: the same), base and last are the whole's (historySpan).
 func checkPart(h History, opt Options, orig []int, base, last int64, deadline time.Time) (Result, error) {
 	start := time.Now()
-	num := func(i int) int {
-		if orig != nil {
-			return orig[i]
-		}
-		return i
-	}
 	var res Result
 	m := &model{keys: make(map[string]keyState), pend: make(map[string]*pending), seed: maphash.MakeSeed(), skew: opt.Skew.Microseconds(), orig: orig}
+	num := m.num
 	m.tclk, m.cut = -1<<62, -1<<62
 	var errs []error
 	for i := range h.Ops {
