@@ -3,10 +3,10 @@ package interceptor
 import (
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/floodgate-go/floodgate"
@@ -20,8 +20,34 @@ type fixedDetails struct {
 	errorInfo, quota *anypb.Any
 }
 
+// retryInfoURL is the type URL anypb.New gives a RetryInfo.
+var retryInfoURL = "type.googleapis.com/" + string((&errdetails.RetryInfo{}).ProtoReflect().Descriptor().FullName())
+
+// retryInfo returns a RetryInfo of delay d (positive) as an Any, encoded
+// without reflection: the bytes proto.Marshal gives the message (field 1,
+// a Duration of seconds and nanos, its zero fields left out). Marshalling
+// it through anypb.New was a fifth of a deny's cost in the interceptor.
+func retryInfo(d time.Duration) *anypb.Any {
+	sec, nanos := int64(d/time.Second), int64(d%time.Second)
+	var dur [24]byte
+	b := dur[:0]
+	if sec != 0 {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(sec))
+	}
+	if nanos != 0 {
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(nanos))
+	}
+	v := make([]byte, 0, 2+len(b))
+	v = protowire.AppendTag(v, 1, protowire.BytesType)
+	v = protowire.AppendBytes(v, b)
+	return &anypb.Any{TypeUrl: retryInfoURL, Value: v}
+}
+
 // detailsKey is what fixedDetails depend on (the stage sets the reason
-// and whether there is a QuotaFailure).
+// and whether there is a QuotaFailure), but for a deny's other violated
+// windows (detailsEntry).
 type detailsKey struct {
 	domain string
 	stage  floodgate.Stage
@@ -29,19 +55,28 @@ type detailsKey struct {
 	limit  int64
 	window time.Duration
 	show   bool
-	// violated lists a deny's other violated windows (policy, limit and
-	// window of each) when it has several (Decision.Quotas), else "".
-	violated string
+}
+
+// detailsEntry holds a detailsKey's fixedDetails: one for a deny with a
+// single violated window, and the rest by the list of a deny's violated
+// windows when it has several (Decision.Quotas: policy, limit and window
+// of each).
+type detailsEntry struct {
+	one   *fixedDetails
+	multi map[string]*fixedDetails
 }
 
 // detailsCache holds the fixedDetails of the rules that denied so far, up
 // to maxCachedDetails of them (a policy has few rules and tiers; beyond
 // the bound, details are marshalled per deny). A deny is frequent exactly
 // when a client is over its limit, and marshalling the ErrorInfo's
-// metadata map was half of the deny's cost.
+// metadata map was half of the deny's cost. A lookup allocates nothing:
+// the violated windows are listed in a buffer on the stack, and a map
+// indexed by string(b) does not copy b.
 var (
-	detailsCache  sync.Map // detailsKey -> *fixedDetails
-	detailsCached atomic.Int64
+	detailsMu     sync.RWMutex
+	detailsCache  = map[detailsKey]*detailsEntry{}
+	detailsCached int
 )
 
 const maxCachedDetails = 4096
@@ -50,33 +85,67 @@ const maxCachedDetails = 4096
 // marshalled.
 func ruleDetails(d floodgate.Decision, sem *floodgate.Semantics, domain string, show bool) *fixedDetails {
 	k := detailsKey{domain: domain, stage: d.Stage, show: show}
+	var buf [128]byte
+	violated := buf[:0]
 	if show {
 		k.policy, k.limit, k.window = d.Policy, d.Limit, d.Window
 		if qs := d.Quotas(); len(qs) >= 2 {
-			var b []byte
 			for _, q := range qs {
 				if q.Violated {
-					b = append(b, q.Policy...)
-					b = append(b, 0)
-					b = strconv.AppendInt(b, q.Limit, 10)
-					b = append(b, 0)
-					b = strconv.AppendInt(b, int64(q.Window), 10)
-					b = append(b, 1)
+					violated = append(violated, q.Policy...)
+					violated = append(violated, 0)
+					violated = strconv.AppendInt(violated, q.Limit, 10)
+					violated = append(violated, 0)
+					violated = strconv.AppendInt(violated, int64(q.Window), 10)
+					violated = append(violated, 1)
 				}
 			}
-			k.violated = string(b)
 		}
 	}
-	if v, ok := detailsCache.Load(k); ok {
-		return v.(*fixedDetails)
-	}
-	f := marshalDetails(d, sem, domain, show)
-	if f != nil && detailsCached.Load() < maxCachedDetails {
-		if _, loaded := detailsCache.LoadOrStore(k, f); !loaded {
-			detailsCached.Add(1)
+	detailsMu.RLock()
+	var f *fixedDetails
+	if e := detailsCache[k]; e != nil {
+		if len(violated) == 0 {
+			f = e.one
+		} else {
+			f = e.multi[string(violated)]
 		}
+	}
+	detailsMu.RUnlock()
+	if f != nil {
+		return f
+	}
+	if f = marshalDetails(d, sem, domain, show); f != nil {
+		cacheDetails(k, string(violated), f)
 	}
 	return f
+}
+
+// cacheDetails keeps f as the fixedDetails of k and violated, unless the
+// cache is full or holds them already.
+func cacheDetails(k detailsKey, violated string, f *fixedDetails) {
+	detailsMu.Lock()
+	defer detailsMu.Unlock()
+	if detailsCached >= maxCachedDetails {
+		return
+	}
+	e := detailsCache[k]
+	if e == nil {
+		e = &detailsEntry{}
+		detailsCache[k] = e
+	}
+	switch {
+	case violated == "" && e.one == nil:
+		e.one = f
+	case violated == "" || e.multi[violated] != nil:
+		return
+	default:
+		if e.multi == nil {
+			e.multi = make(map[string]*fixedDetails)
+		}
+		e.multi[violated] = f
+	}
+	detailsCached++
 }
 
 // marshalDetails builds d's ErrorInfo (sem's reason; stage; with show,

@@ -125,3 +125,28 @@ func TestDenyStatusSharedDetailsSeveralWindows(t *testing.T) {
 		violation(user, "rate limit of 10 per 1s exceeded"), violation(day, "rate limit of 1000 per 24h0m0s exceeded"),
 	}})
 }
+
+// TestRetryInfoEncoding: the hand-encoded RetryInfo is what anypb.New
+// gives the same delay, byte for byte, and reads back as that delay, from
+// a nanosecond to the longest Duration.
+func TestRetryInfoEncoding(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{
+		1, 999, time.Microsecond, 1500 * time.Microsecond, 999_999_999, time.Second,
+		time.Second + 1, 7*time.Second + 250*time.Millisecond, 90 * time.Minute, 1<<63 - 1,
+	} {
+		want, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := retryInfo(d)
+		if !proto.Equal(got, want) || string(got.Value) != string(want.Value) {
+			t.Errorf("retryInfo(%v) = %q %x, want %q %x", d, got.TypeUrl, got.Value, want.TypeUrl, want.Value)
+			continue
+		}
+		var ri errdetails.RetryInfo
+		if err := got.UnmarshalTo(&ri); err != nil || ri.GetRetryDelay().AsDuration() != d {
+			t.Errorf("retryInfo(%v) reads back as %v (%v)", d, ri.GetRetryDelay().AsDuration(), err)
+		}
+	}
+}

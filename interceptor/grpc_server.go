@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/seam"
@@ -369,9 +368,7 @@ func DenyStatus(d floodgate.Decision, domain string) *status.Status {
 	details := make([]*anypb.Any, 0, 3)
 	details = append(details, fixed.errorInfo)
 	if d.RetryAfter > 0 {
-		if a, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
-			details = append(details, a)
-		}
+		details = append(details, retryInfo(d.RetryAfter))
 	}
 	if fixed.quota != nil {
 		details = append(details, fixed.quota)
