@@ -3,9 +3,12 @@ package interceptor
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // TestUnaryAllocations pins what an admitted unary call allocates in the
@@ -33,5 +36,35 @@ func TestUnaryAllocations(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRuleDetailsAllocations: once a rule's details are cached, finding
+// them allocates nothing, for a deny with one violated window and for one
+// with several (whose list is the cache's key).
+func TestRuleDetailsAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector adds allocations")
+	}
+	one := floodgate.Decision{Stage: floodgate.StageTiers, Policy: "alloc-user", Limit: 10, Window: time.Second}
+	multi := one
+	multi.SetQuotas([]floodgate.Quota{
+		{Policy: "alloc-user", Limit: 10, Window: time.Second, Violated: true},
+		{Policy: "alloc-day", Limit: 1000, Window: 24 * time.Hour},
+		{Policy: "alloc-key", Limit: 20, Window: time.Second, Violated: true},
+	})
+	sem := one.Stage.Semantics()
+	for _, d := range []floodgate.Decision{one, multi} {
+		f := ruleDetails(d, &sem, "alloc.example", true)
+		if f == nil {
+			t.Fatal("no details")
+		}
+		if n := testing.AllocsPerRun(100, func() {
+			if ruleDetails(d, &sem, "alloc.example", true) != f {
+				t.Fatal("the cached details changed")
+			}
+		}); n != 0 {
+			t.Errorf("finding the cached details of a deny with %d quotas allocates %v times, want 0", len(d.Quotas()), n)
+		}
 	}
 }
