@@ -53,7 +53,7 @@ func ValidateTake(buckets []Bucket, res []Result) error {
 				return bucketError(i, b, err)
 			}
 		}
-		if b.AtMost || !b.Span.IsZero() {
+		if b.AtMost || b.Span != (Span{}) { // no copy, unlike IsZero; checkPartialSpan asks IsZero
 			if err := checkPartialSpan(buckets, i); err != nil {
 				return bucketError(i, b, err)
 			}

@@ -1,6 +1,8 @@
 package tiers
 
 import (
+	"time"
+
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/reqctx"
 	"github.com/floodgate-go/floodgate/quota"
@@ -111,10 +113,15 @@ func (l *Limiter) release(sc *scratch) {
 	if cap(sc.buf) > maxPooledBuf || cap(sc.all) > 4*maxItems {
 		return
 	}
-	// Only the used prefixes hold anything: every use starts from length
-	// 0 of a scratch cleared this way.
-	clear(sc.all)
-	clear(sc.part)
+	// sc.all is not cleared: clearing its Buckets, five pointers each, was
+	// a bulk write barrier per call whenever the GC was marking, and every
+	// bucket the next call uses is written whole (addBucket, or a copy).
+	// The keys it keeps alive until then are the recent keys' (setKeys).
+	// Only the used prefixes of the rest hold anything: every use starts
+	// from length 0 of a scratch cleared this way.
+	if len(sc.part) > 0 {
+		clear(sc.part)
+	}
 	for i := range sc.items {
 		sc.items[i].req, sc.items[i].own = nil, nil
 	}
@@ -240,6 +247,9 @@ func (sc *scratch) resolveRule(c *compiled, r *floodgate.Request, i int) {
 
 // addBucket appends a bucket to sc.all field by field: appending a Bucket
 // value copies it with a bulk write barrier whenever the GC is marking.
+// It writes every field, for release does not clear sc.all; the fields
+// with pointers that rules rarely set (Span, Admitted) only when they
+// change, for each such write is a write barrier while the GC marks.
 func (sc *scratch) addBucket(key string, l quota.Limit, cost int64, cr *cRule) {
 	n := len(sc.all)
 	if n == cap(sc.all) {
@@ -258,10 +268,15 @@ func (sc *scratch) addBucket(key string, l quota.Limit, cost int64, cr *cRule) {
 	b.SyncInterval = cr.sync
 	b.MaxWait = cr.shape.maxWait
 	b.AtMost = false
-	b.Span = quota.Span{}
-	if cr.cal != nil { // a calendar window: its span and true length
+	if b.Admitted != (time.Time{}) {
+		b.Admitted = time.Time{}
+	}
+	switch {
+	case cr.cal != nil: // a calendar window: its span and true length
 		b.Span = cr.cal.span()
 		b.Limit.Period = min(b.Span.End.Sub(b.Span.Start), quota.MaxPeriod)
+	case b.Span != quota.Span{}:
+		b.Span = quota.Span{}
 	}
 }
 
