@@ -53,7 +53,7 @@ func ValidateTake(buckets []Bucket, res []Result) error {
 				return bucketError(i, b, err)
 			}
 		}
-		if b.AtMost || b.Span != (Span{}) { // no copy, unlike IsZero; checkPartialSpan asks IsZero
+		if b.AtMost || !b.Span.Start.IsZero() || !b.Span.End.IsZero() { // Span.IsZero, without copying the Span
 			if err := checkPartialSpan(buckets, i); err != nil {
 				return bucketError(i, b, err)
 			}

@@ -247,9 +247,10 @@ func (sc *scratch) resolveRule(c *compiled, r *floodgate.Request, i int) {
 
 // addBucket appends a bucket to sc.all field by field: appending a Bucket
 // value copies it with a bulk write barrier whenever the GC is marking.
-// It writes every field, for release does not clear sc.all; the fields
-// with pointers that rules rarely set (Span, Admitted) only when they
-// change, for each such write is a write barrier while the GC marks.
+// It writes every field, for release does not clear sc.all: Span and
+// Admitted, with pointers and rarely set, only when they are not zero
+// (IsZero, as every store reads them), for each such write is a write
+// barrier while the GC marks.
 func (sc *scratch) addBucket(key string, l quota.Limit, cost int64, cr *cRule) {
 	n := len(sc.all)
 	if n == cap(sc.all) {
@@ -268,14 +269,14 @@ func (sc *scratch) addBucket(key string, l quota.Limit, cost int64, cr *cRule) {
 	b.SyncInterval = cr.sync
 	b.MaxWait = cr.shape.maxWait
 	b.AtMost = false
-	if b.Admitted != (time.Time{}) {
+	if !b.Admitted.IsZero() {
 		b.Admitted = time.Time{}
 	}
 	switch {
 	case cr.cal != nil: // a calendar window: its span and true length
 		b.Span = cr.cal.span()
 		b.Limit.Period = min(b.Span.End.Sub(b.Span.Start), quota.MaxPeriod)
-	case b.Span != quota.Span{}:
+	case !b.Span.Start.IsZero() || !b.Span.End.IsZero():
 		b.Span = quota.Span{}
 	}
 }
