@@ -353,14 +353,21 @@ func pushbackValue(ra time.Duration) string {
 // It never returns codes.Internal or codes.Unknown.
 func DenyStatus(d floodgate.Decision, domain string) *status.Status {
 	sem := d.Stage.Semantics()
-	code, msg := codes.Code(sem.GRPCCode), sem.Message
+	code := codes.Code(sem.GRPCCode)
 	show := !d.HideQuota && d.Policy != ""
+	// The message is built in one buffer and made a string once.
+	var buf [128]byte
+	b := append(buf[:0], sem.Message...)
 	if show {
-		msg += " (policy " + strconv.Quote(d.Policy) + ")"
+		b = append(b, " (policy "...)
+		b = strconv.AppendQuote(b, d.Policy)
+		b = append(b, ')')
 	}
 	if d.RetryAfter > 0 {
-		msg += "; retry after " + d.RetryAfter.String()
+		b = append(b, "; retry after "...)
+		b = append(b, d.RetryAfter.String()...)
 	}
+	msg := string(b)
 	fixed := ruleDetails(d, &sem, domain, show)
 	if fixed == nil {
 		return status.New(code, msg)
