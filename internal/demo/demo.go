@@ -229,6 +229,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if fb := g.Fallback(); fb != nil {
 		rep.Breaker = tl.breakerSpans(cfg.Duration)
 		st := fb.Stats()
+		rep.Fallback = &st
 		rep.Notes = append(rep.Notes, fmt.Sprintf(
 			"Redis fallback: breaker %s; %d store calls, %d failed (%d timed out); %d takes decided without Redis (%d allowed, %d denied); breaker opened %d times",
 			st.State, st.Calls, st.Failures, st.Timeouts, st.FallbackTakesAllowed+st.FallbackTakesDenied,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/fallback"
 )
 
 // Report is what a demo run produced. Every per-bucket slice has one entry
@@ -43,6 +44,9 @@ type Report struct {
 	// Breaker is the Redis circuit breaker's state over the run; nil when
 	// the run had no Redis.
 	Breaker []BreakerSpan
+	// Fallback is the Redis fallback's counters at the end of the run;
+	// nil when the run had no Redis.
+	Fallback *fallback.Stats
 	// Events are the scenario's events and the Redis fault, if any.
 	Events []Event
 	// Fault is the Redis fault the run injected, if any.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/fallback"
 	"github.com/floodgate-go/floodgate/internal/demo"
 )
 
@@ -261,8 +262,19 @@ func TestReportOfRedisKill(t *testing.T) {
 	for _, s := range rep.Breaker {
 		open = open || (s.State == "open" && s.From < ev.To && s.To > ev.From)
 	}
+	// It opens after fallback.DefaultFailures store calls fail in a row.
+	// Takes are batched, so on a loaded host (slow traffic, big batches)
+	// the whole kill can fail fewer calls than that; then the takes of the
+	// failed calls are still decided without Redis (checked below), and
+	// the breaker rightly stays closed.
+	if rep.Fallback == nil {
+		t.Fatal("no fallback counters in the report")
+	}
+	if !open && rep.Fallback.Failures >= fallback.DefaultFailures {
+		t.Errorf("breaker never open during the fault %s–%s, with %d store calls failed: %+v", ev.From, ev.To, rep.Fallback.Failures, rep.Breaker)
+	}
 	if !open {
-		t.Errorf("breaker never open during the fault %s–%s: %+v", ev.From, ev.To, rep.Breaker)
+		t.Logf("breaker stayed closed: %d store calls failed in all, fewer than the %d in a row that open it", rep.Fallback.Failures, fallback.DefaultFailures)
 	}
 
 	// The source chart: local decisions in the fault window, none before,
