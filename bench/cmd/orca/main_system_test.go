@@ -27,7 +27,7 @@ import (
 // Poisson arrivals' bursts (runs of the program shed 0.11 of
 // round_robin's sheds at 0.75, 0.28 at 0.8).
 func TestShortRun(t *testing.T) {
-	checkShortRun(t, "orca", "-short", "-load", "0.75")
+	checkShortRun(t, 1.0/3, "orca", "-short", "-load", "0.75")
 }
 
 // TestShortRunStalled is TestShortRun with the sender held 150ms every
@@ -37,13 +37,21 @@ func TestShortRun(t *testing.T) {
 // bursts shed 0.66-0.69 of round_robin's sheds with weighted_round_robin
 // (its full replicas run closer to their shedding point), and a CI run on
 // a busy machine failed TestShortRun at 2.5.
+//
+// Its bound is half of round_robin's sheds, not TestShortRun's third:
+// after each stall the arrivals up to 10ms late are still sent, a small
+// burst of their own, and a loaded host stalls the sender more often
+// than the test does. It sheds 0.15-0.19 on a quiet machine and gave
+// 0.354 in a CI run at load 3.9; half still fails the bursts the skip
+// prevents (0.66-0.69).
 func TestShortRunStalled(t *testing.T) {
-	checkShortRun(t, "orca", "-short", "-load", "0.75", "-stall", "150ms")
+	checkShortRun(t, 0.5, "orca", "-short", "-load", "0.75", "-stall", "150ms")
 }
 
 // checkShortRun runs the program with args and checks what TestShortRun
-// says.
-func checkShortRun(t *testing.T, args ...string) {
+// says, with weighted_round_robin shedding at most the share most of
+// round_robin's sheds.
+func checkShortRun(t *testing.T, most float64, args ...string) {
 	t.Helper()
 	var out bytes.Buffer
 	all, err := run(context.Background(), args, &out)
@@ -69,8 +77,8 @@ func checkShortRun(t *testing.T, args ...string) {
 	if wrr.perSent[2] >= wrr.perSent[0] || wrr.perSent[2] >= wrr.perSent[1] {
 		t.Errorf("weighted_round_robin sent the half replica %d calls, the full ones %d and %d", wrr.perSent[2], wrr.perSent[0], wrr.perSent[1])
 	}
-	if 3*wrr.shed > rr.shed {
-		t.Errorf("weighted_round_robin shed %d, more than a third of round_robin's %d", wrr.shed, rr.shed)
+	if float64(wrr.shed) > most*float64(rr.shed) {
+		t.Errorf("weighted_round_robin shed %d, more than %.2f of round_robin's %d", wrr.shed, most, rr.shed)
 	}
 	if !strings.Contains(out.String(), "shed with weighted_round_robin+ORCA / shed with round_robin") {
 		t.Errorf("no ratio line:\n%s", out.String())
