@@ -596,3 +596,102 @@ func sharedNodeTags(t *testing.T, c *redis.ClusterClient) []string {
 	}
 	return out
 }
+
+// TestCoveredWriteInPlace: with Redis time, a token bucket's write that
+// the key's deadline covers goes in place (SETRANGE: Redis's object for
+// the value is then raw, where SET makes an embstr of a string this
+// short), keeps the deadline, and leaves exactly the state the take
+// computed; a key holding the older 24-byte layout, its deadline covering
+// the take, is replaced whole (SET KEEPTTL): 40 bytes after it, the
+// deadline kept.
+func TestCoveredWriteInPlace(t *testing.T) {
+	t.Parallel()
+	s, c := newStore(t) // Redis time, defaultMinTTL
+	ctx := context.Background()
+	const N, P, B = 10.0, 1e6, 100.0 // 10/s in µs, burst 100
+	l := quota.Limit{Algorithm: quota.TokenBucket, Rate: 10, Period: time.Second, Burst: 100}
+	var res [1]quota.Result
+	take := func(k string) {
+		t.Helper()
+		if ok, err := s.Take(ctx, []quota.Bucket{{Key: k, Limit: l, Cost: 1}}, res[:]); err != nil || !ok {
+			t.Fatalf("take %s: %v %v", k, ok, err)
+		}
+	}
+	// state returns k's numbers, its object encoding and deadline (ms).
+	state := func(k string) (nums []float64, enc string, deadline int64) {
+		t.Helper()
+		v, err := c.Get(ctx, k).Bytes()
+		if err != nil || len(v)%8 != 0 {
+			t.Fatalf("GET %s: %d bytes, %v", k, len(v), err)
+		}
+		for i := 0; i < len(v); i += 8 {
+			nums = append(nums, math.Float64frombits(binary.LittleEndian.Uint64(v[i:])))
+		}
+		enc = c.ObjectEncoding(ctx, k).Val()
+		deadline, err = c.Do(ctx, "PEXPIRETIME", k).Int64()
+		if err != nil || deadline <= 0 {
+			t.Fatalf("PEXPIRETIME %s = %d, %v", k, deadline, err)
+		}
+		return nums, enc, deadline
+	}
+	redisNow := func() time.Time {
+		t.Helper()
+		tm, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	// next takes k once Redis's clock has moved on, and checks the state
+	// it left against the one before: charged once after the refill of
+	// the time between, written at a later time, the deadline kept.
+	next := func(k string, tokens, ts float64, deadline int64) []float64 {
+		t.Helper()
+		t0 := redisNow()
+		WaitFor(t, "Redis's clock past the last take", func() bool { return redisNow().Sub(t0) > 2*time.Millisecond })
+		take(k)
+		nums, _, d := state(k)
+		if len(nums) != 5 {
+			t.Fatalf("%s: a state of %d numbers after the take, want 5 (40 bytes)", k, len(nums))
+		}
+		el := nums[2] - ts
+		want := tokens + (el*N)/P // the script's arithmetic, in its order
+		if want > B {
+			want = B
+		}
+		if want -= 1; el <= 0 || nums[1] != want || nums[3] != B || nums[4] != N/P {
+			t.Fatalf("%s: state %v after a take %v µs later than one leaving %v tokens, want %v tokens", k, nums, el, tokens, want)
+		}
+		if d != deadline {
+			t.Fatalf("%s: deadline %d after a covered take, was %d: want it kept", k, d, deadline)
+		}
+		return nums
+	}
+
+	take("w:a")
+	nums, enc, d := state("w:a")
+	if len(nums) != 5 || enc != "embstr" {
+		t.Fatalf("first take: state %v (%s), want 5 numbers written by SET (embstr)", nums, enc)
+	}
+	nums = next("w:a", nums[1], nums[2], d)
+	if _, enc, _ := state("w:a"); enc != "raw" {
+		t.Fatalf("covered take: encoding %s, want raw (written in place by SETRANGE)", enc)
+	}
+	next("w:a", nums[1], nums[2], d) // in place again
+
+	// The older layout, E, tokens, ts, deadline a minute on: replaced.
+	now := redisNow()
+	E := now.Add(time.Minute).UnixMilli()
+	ts := float64(now.UnixMicro())
+	old := make([]byte, 24)
+	for i, x := range []float64{float64(E), 50, ts} {
+		binary.LittleEndian.PutUint64(old[8*i:], math.Float64bits(x))
+	}
+	if err := c.Set(ctx, "w:old", old, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PExpireAt(ctx, "w:old", time.UnixMilli(E)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	next("w:old", 50, ts, E)
+}
