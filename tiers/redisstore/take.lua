@@ -633,38 +633,43 @@ for j = 1, T do
   i = last
 end
 
--- Plain SET, which replaces a key of any type: a key holding another
--- type (not written by this script) read as absent, so its deadline moved
--- and it is written with PXAT or PX, never KEEPTTL. SET ... GET, which
--- this used before states recorded their limit, costs Redis more now:
--- handing Lua back the old state of 32 or 40 bytes costs more than the
--- status reply's table (4-8 % of a batched take of 4 token buckets in
--- instructions). A refusal comes at the first write (memory), before
--- anything was written, and fails the call as redis.call would.
--- The TTL: with Redis time, kept while the key's deadline still covers
--- the state (most writes of a busy key: setting a TTL costs Redis about
--- half as much again as the SET), else PXAT a new deadline, min TTL
--- beyond what the state needs; with a fixed time, PX the TTL.
--- A kept TTL is written with SETRANGE at 0 when the key holds a string of
--- the state's length (a state read live: it was in the MGET), which
--- leaves the TTL as KEEPTTL does and overwrites the whole value: its
--- integer reply costs Lua no table, where SET's status reply is one
--- (about 3 % of a batched take of 4 token buckets in instructions). A
--- string of another length (a state of an older layout) is replaced by
--- SET KEEPTTL, so nothing of it is left past the new state's end.
+-- The writes, by what Redis hands Lua back (a status reply costs Lua a
+-- table, more than an integer or nil; an old state of 32 or 40 bytes, a
+-- string, costs more than the status reply):
+--   - the TTL kept (with Redis time, the key's deadline covers the state:
+--     most writes of a busy key; setting a TTL costs Redis about half as
+--     much again as the SET): SETRANGE at 0 when the key holds a string
+--     of the state's length (a state read live), which leaves the TTL and
+--     overwrites the whole value, an integer reply (3 % of a batched take
+--     of 4 token buckets in instructions, against SET KEEPTTL); a string
+--     of another length (an older layout) is replaced by SET KEEPTTL, so
+--     nothing of it is left past the new state's end;
+--   - a new deadline (PXAT, min TTL beyond what the state needs) on a key
+--     that read as absent: SET ... GET, whose reply is nil (0.7 % of a
+--     take of grpcload's zipf traffic); a key holding another type (not
+--     written by this script, read as absent) refuses GET, and is then
+--     replaced by plain SET, as any type is;
+--   - a new deadline on a key read live: plain SET ... PXAT;
+--   - a fixed time (tests on a fake clock): SET ... PX the TTL.
+-- A refusal comes at the first write (memory), before anything was
+-- written, and fails the call as redis.call would.
 for w = 1, wn do
   local i = wk[w]
   local k = KEYS[i]
   if T > 1 then i = cur[k] end
   local r
   local E, s = te[i], st[i]
+  local v0 = vals[wk[w]] -- the key as read (each key's first charge)
   if not rtime then r = pcall('SET', k, s, 'PX', ttext(tm[i]))
-  elseif E then r = pcall('SET', k, s, 'PXAT', fmt('%d', E))
-  else
-    local v0 = vals[wk[w]] -- the key as read (each key's first charge)
-    if v0 and #v0 == #s then r = pcall('SETRANGE', k, '0', s)
-    else r = pcall('SET', k, s, 'KEEPTTL') end
-  end
+  elseif E then
+    E = fmt('%d', E)
+    if v0 then r = pcall('SET', k, s, 'PXAT', E)
+    else
+      r = pcall('SET', k, s, 'PXAT', E, 'GET')
+      if type(r) == 'table' and r.err and r.err:sub(1, 9) == 'WRONGTYPE' then r = pcall('SET', k, s, 'PXAT', E) end
+    end
+  elseif v0 and #v0 == #s then r = pcall('SETRANGE', k, '0', s)
+  else r = pcall('SET', k, s, 'KEEPTTL') end
   if type(r) == 'table' and r.err then return r end
 end
 if logs then
