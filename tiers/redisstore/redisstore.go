@@ -152,10 +152,11 @@ const defaultMinTTL = time.Second
 // key is updated in place rather than created and expired on nearly every
 // decision; at least 1ms). With Redis time (no WithClock), a key's TTL is set to a
 // deadline min TTL beyond what its state needs, recorded in the state, and
-// writes that deadline still covers keep the TTL (SET KEEPTTL): so keys
-// live up to twice the min TTL beyond need. TTLs only collect idle state;
-// the floor never changes a decision. Tests on a fake clock raise it so
-// that keys do not expire in real time while fake time stands still.
+// writes that deadline still covers keep the TTL (SETRANGE, or SET
+// KEEPTTL): so keys live up to twice the min TTL beyond need. TTLs only
+// collect idle state; the floor never changes a decision. Tests on a fake
+// clock raise it so that keys do not expire in real time while fake time
+// stands still.
 func WithMinTTL(d time.Duration) Option {
 	return func(cfg *config) {
 		if d < time.Millisecond {

@@ -56,7 +56,7 @@
 -- reply is integers.
 --
 -- Writes: every decision is made before the first write, and the writes
--- (one SET per string-state key, however many takes charged it; the log's
+-- (one write per string-state key, however many takes charged it; the log's
 -- ZADD and PEXPIRE) come last. Redis refuses a script's write for lack of
 -- memory only at its first write, so a call that fails has charged
 -- nothing (the log's ZREMRANGEBYSCORE, run while deciding, only drops
@@ -82,8 +82,8 @@
 -- TTLs. A state needs its key for tu µs (the Algorithm doc's TTL), and at
 -- least the minimum TTL. With Redis time, E is the deadline (ms since the
 -- Unix epoch, Redis's clock) the key's TTL was last set to: a write whose
--- need E still covers keeps the TTL (SET KEEPTTL, which costs Redis about
--- a third less than setting one), else E moves to the need plus the
+-- need E still covers keeps the TTL (SETRANGE or SET KEEPTTL, which cost
+-- Redis about a third less than setting one), else E moves to the need plus the
 -- minimum TTL and is set (PXAT), so a busy key sets its TTL about once per
 -- minimum TTL. Redis expires keys on the same clock, and E only ever
 -- grows, so the key's real TTL is never shorter than E says. With a fixed
