@@ -322,22 +322,8 @@ func TestDeadlineKeepsTTL(t *testing.T) {
 	t.Parallel()
 	s, c := newStore(t) // Redis time, defaultMinTTL
 	ctx := context.Background()
-	now := func() time.Time {
-		t.Helper()
-		tm, err := c.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tm
-	}
-	deadline := func(k string) time.Time {
-		t.Helper()
-		ms, err := c.Do(ctx, "PEXPIRETIME", k).Int64()
-		if err != nil || ms < 0 {
-			t.Fatalf("PEXPIRETIME %s = %d, %v", k, ms, err)
-		}
-		return time.UnixMilli(ms)
-	}
+	now := func() time.Time { t.Helper(); return redisNow(t, c) }
+	deadline := func(k string) time.Time { t.Helper(); return time.UnixMilli(pexpireTime(t, c, k)) }
 	// setWithin fails t unless the deadline of k, set by a write between
 	// before and after, is a TTL that may lie in [lo, hi].
 	setWithin := func(k string, before, after time.Time, lo, hi time.Duration) time.Time {
@@ -627,28 +613,15 @@ func TestCoveredWriteInPlace(t *testing.T) {
 		for i := 0; i < len(v); i += 8 {
 			nums = append(nums, math.Float64frombits(binary.LittleEndian.Uint64(v[i:])))
 		}
-		enc = c.ObjectEncoding(ctx, k).Val()
-		deadline, err = c.Do(ctx, "PEXPIRETIME", k).Int64()
-		if err != nil || deadline <= 0 {
-			t.Fatalf("PEXPIRETIME %s = %d, %v", k, deadline, err)
-		}
-		return nums, enc, deadline
-	}
-	redisNow := func() time.Time {
-		t.Helper()
-		tm, err := c.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tm
+		return nums, c.ObjectEncoding(ctx, k).Val(), pexpireTime(t, c, k)
 	}
 	// next takes k once Redis's clock has moved on, and checks the state
 	// it left against the one before: charged once after the refill of
 	// the time between, written at a later time, the deadline kept.
 	next := func(k string, tokens, ts float64, deadline int64) []float64 {
 		t.Helper()
-		t0 := redisNow()
-		WaitFor(t, "Redis's clock past the last take", func() bool { return redisNow().Sub(t0) > 2*time.Millisecond })
+		t0 := redisNow(t, c)
+		WaitFor(t, "Redis's clock past the last take", func() bool { return redisNow(t, c).Sub(t0) > 2*time.Millisecond })
 		take(k)
 		nums, _, d := state(k)
 		if len(nums) != 5 {
@@ -680,7 +653,7 @@ func TestCoveredWriteInPlace(t *testing.T) {
 	next("w:a", nums[1], nums[2], d) // in place again
 
 	// The older layout, E, tokens, ts, deadline a minute on: replaced.
-	now := redisNow()
+	now := redisNow(t, c)
 	E := now.Add(time.Minute).UnixMilli()
 	ts := float64(now.UnixMicro())
 	old := make([]byte, 24)
@@ -694,4 +667,25 @@ func TestCoveredWriteInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	next("w:old", 50, ts, E)
+}
+
+// redisNow returns Redis's clock (TIME).
+func redisNow(t *testing.T, c *redis.Client) time.Time {
+	t.Helper()
+	tm, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+// pexpireTime returns k's deadline as Redis keeps it (PEXPIRETIME, ms since
+// the Unix epoch), failing t when k has none or does not exist.
+func pexpireTime(t *testing.T, c *redis.Client, k string) int64 {
+	t.Helper()
+	ms, err := c.Do(context.Background(), "PEXPIRETIME", k).Int64()
+	if err != nil || ms < 0 {
+		t.Fatalf("PEXPIRETIME %s = %d, %v", k, ms, err)
+	}
+	return ms
 }
