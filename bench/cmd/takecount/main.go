@@ -31,6 +31,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +78,7 @@ func parseFlags(args []string, w io.Writer) (config, error) {
 	switch {
 	case fs.NArg() > 0:
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case !strings.HasPrefix(c.addr, "127.0.0.1:") && !strings.HasPrefix(c.addr, "[::1]:") && !strings.HasPrefix(c.addr, "localhost:"):
+	case !loopback(c.addr):
 		return c, fmt.Errorf("bad flags: -addr %q is not a loopback address", c.addr)
 	case c.pid < 0:
 		return c, fmt.Errorf("bad flags: -pid %d", c.pid)
@@ -88,6 +90,19 @@ func parseFlags(args []string, w io.Writer) (config, error) {
 		return c, fmt.Errorf("bad flags: -batch %d is not in [1, 64]", c.batch)
 	}
 	return c, nil
+}
+
+// loopback reports whether addr is host:port with a loopback host.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 func run(ctx context.Context, args []string, w io.Writer) error {
