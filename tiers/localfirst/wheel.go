@@ -34,6 +34,10 @@ type wheel struct {
 	// later within a tick already run).
 	now []*entry
 	cur int64 // the first tick not yet run (≥ 1)
+	// filing, when set (tests only), runs in place between its read of
+	// an entry's wake and its store of the tick: where a take's mark can
+	// run unseen.
+	filing func(*entry)
 }
 
 // tickOf is the tick holding the instant ns (Unix nanoseconds).
@@ -45,17 +49,36 @@ func tickOf(ns int64) int64 {
 }
 
 // place files e, which is not on the wheel (at atNone), by its wake.
+//
+// A take moves the wake earlier under e.mu, which place does not hold
+// (a Sync files the entries it kept after releasing them), and then
+// reads at to see whether the entry needs filing earlier (Store.mark). If
+// the take read at before place stored it, it saw atNone and left the
+// entry to this Sync; so place reads the wake again after storing at,
+// and files the entry earlier if it moved. Either the take sees the tick
+// stored here, or place sees the take's wake: an entry is never left
+// filed after its wake's tick.
 func (w *wheel) place(e *entry) {
-	t := tickOf(e.wake.Load())
-	if t < w.cur {
-		e.at.Store(atNow)
-		w.now = append(w.now, e)
-		return
+	for {
+		t := tickOf(e.wake.Load())
+		if w.filing != nil {
+			w.filing(e)
+		}
+		if t < w.cur {
+			e.at.Store(atNow)
+			w.now = append(w.now, e)
+			return
+		}
+		t = min(t, w.cur+wheelSlots-1)
+		e.at.Store(t)
+		i := t % wheelSlots
+		w.slots[i] = append(w.slots[i], e)
+		if tickOf(e.wake.Load()) >= t {
+			return
+		}
+		// Moved earlier meanwhile: file it again (the copy left at t is
+		// dropped when its slot runs, as at no longer names t).
 	}
-	t = min(t, w.cur+wheelSlots-1)
-	e.at.Store(t)
-	i := t % wheelSlots
-	w.slots[i] = append(w.slots[i], e)
 }
 
 // advance files e again if its wake moved before the tick it is filed

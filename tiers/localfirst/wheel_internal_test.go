@@ -327,3 +327,47 @@ func wheelLoad(t *testing.T, flips bool) {
 	checkWheel(t, s, clk.Now(), flips)
 	t.Logf("%+v", s.Stats())
 }
+
+// TestPlaceSeesAnEarlierWake: a take that moves an entry's wake earlier
+// while a Sync files it (after the Sync read the wake, before it stored
+// the tick) finds the entry on no slot and leaves it to the Sync, as mark
+// does; the entry must still end up filed by the earlier wake. Before
+// place read the wake again, it stayed at the later tick, and its report
+// waited for it (TestWheelInvariantsUnderLoad caught this once in CI:
+// filed at tick 177236645804 after its wake's tick 177236645785).
+func TestPlaceSeesAnEarlierWake(t *testing.T) {
+	t.Parallel()
+	w := &wheel{cur: 100}
+	e := &entry{}
+	e.queued = true
+	e.wake.Store(300 * int64(tick))
+	takes := 0
+	w.filing = func(e *entry) {
+		if takes > 0 {
+			return
+		}
+		takes++
+		// The take, under e.mu: an earlier wake, then mark's look at
+		// where the entry is filed.
+		e.wake.Store(150 * int64(tick))
+		if at := e.at.Load(); at != atNone {
+			t.Fatalf("the take found the entry at %d, want it on no slot (atNone)", at)
+		}
+	}
+	w.place(e)
+	if at := e.at.Load(); at != 150 {
+		t.Fatalf("filed at tick %d, want 150, the tick of its wake", at)
+	}
+	found := false
+	for _, x := range w.slots[150%wheelSlots] {
+		found = found || x == e
+	}
+	if !found {
+		t.Fatal("not in slot 150")
+	}
+	// The copy left at 300 is stale: a take of the wheel up to 300 hands
+	// the entry out once, at 150.
+	if got := w.take(300, false, nil); len(got) != 1 || got[0] != e {
+		t.Fatalf("take up to 300: %d entries, want the entry once", len(got))
+	}
+}
